@@ -1,0 +1,128 @@
+/* kiln.h — the public API of the kiln inference engine.
+ *
+ * Everything a front end (the `kiln` CLI, the HTTP server, an embedding program) needs, and nothing
+ * more: opaque handles for models, engines (sessions over a KV cache) and samplers, an options
+ * struct with documented defaults, and status codes with a human-readable message.
+ *
+ * Error convention: every fallible call returns a kiln_status; on failure a one-line message that
+ * names the file / field / offset / parameter at fault is available from kiln_last_error() (per
+ * thread). Library code never exits or aborts on bad input. */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_ERR_IO,            /* a file could not be opened / read / written */
+    KILN_ERR_FORMAT,        /* a file is malformed (bad magic, truncated, bad offset, bad field) */
+    KILN_ERR_INVALID_ARG,   /* a caller-supplied argument or option is invalid */
+    KILN_ERR_NOMEM,         /* an allocation failed */
+    KILN_ERR_UNSUPPORTED,   /* valid input kiln does not handle (arch, dtype, quant method) */
+    KILN_ERR_KV_EXHAUSTED,  /* the KV budget cannot hold the sequence */
+    KILN_ERR_INTEGRITY,     /* a KV page or weight failed its integrity check (strict mode) */
+    KILN_ERR_INTERNAL
+} kiln_status;
+
+/* The message of the last failure on this thread ("" if none). */
+const char *kiln_last_error(void);
+const char *kiln_status_name(kiln_status st);
+
+typedef struct kiln_model kiln_model;     /* weights + hyper-parameters + tokenizer (read-only) */
+typedef struct kiln_session kiln_session; /* one sequence's state over a KV cache */
+
+/* ---- options ---------------------------------------------------------------------------------- */
+typedef enum { KILN_KV_AUTO = 0, KILN_KV_F32, KILN_KV_BF16, KILN_KV_FP8 } kiln_kv_dtype;
+typedef enum { KILN_ISA_AUTO = 0, KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX512 } kiln_isa;
+
+typedef struct kiln_options {
+    int threads;            /* compute threads; 0 = all online CPUs (default 0) */
+    kiln_isa isa;           /* kernel family; AUTO = best the CPU supports at run time (default) */
+    kiln_kv_dtype kv_dtype; /* KV storage; AUTO = the model's activation dtype (F32 for F32 models,
+                               BF16 otherwise) (default AUTO) */
+    int64_t kv_mem_bytes;   /* KV budget in bytes; 0 = enough for one full context (default 0) */
+    int kv_page_tokens;     /* tokens per KV page (default 16) */
+    int max_context;        /* 0 = the model's max_position_embeddings / seq_len (default 0) */
+} kiln_options;
+
+/* Fills *o with the defaults documented above. */
+void kiln_options_default(kiln_options *o);
+
+/* ---- models ----------------------------------------------------------------------------------- */
+/* Loads a model: a llama2.c checkpoint (.bin, tokenizer from a tokenizer*.bin beside it), a Hugging
+ * Face directory (config.json + *.safetensors [+ tokenizer.json]), a GGUF file, or a directory that
+ * holds exactly one of these. Weights are memory-mapped read-only. */
+kiln_status kiln_model_load(const char *path, const kiln_options *opts, kiln_model **out);
+void kiln_model_free(kiln_model *m);
+
+typedef struct kiln_model_info {
+    const char *arch;       /* "llama", ... */
+    int vocab_size, dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, max_context;
+    int bos_id, eos_id;     /* -1 when the model has none */
+    int has_tokenizer;
+    uint64_t weight_bytes;
+} kiln_model_info;
+void kiln_model_get_info(const kiln_model *m, kiln_model_info *info);
+
+/* Human-readable (json=0) or JSON (json=1) description: architecture, hyper-parameters, every
+ * tensor's name, dtype and shape, total weight bytes. */
+kiln_status kiln_model_describe(const kiln_model *m, FILE *f, int json);
+
+/* Writes the model as a Hugging Face directory (config.json, model.safetensors, tokenizer files). */
+kiln_status kiln_model_save_hf(const kiln_model *m, const char *dir);
+/* Writes the model as a GGUF v3 file. */
+kiln_status kiln_model_save_gguf(const kiln_model *m, const char *path);
+
+/* Synthetic checkpoints: deterministic random weights in the HF layout with real tensor names.
+ * spec: "preset=tiny" or "dim=..,ffn=..,layers=..,heads=..,kv_heads=..,vocab=..,seq=.." pairs.
+ * dtype: "f32" or "bf16". */
+kiln_status kiln_mkmodel(const char *arch, const char *spec, const char *dtype, uint64_t seed,
+                         const char *out_dir);
+
+/* ---- tokenizer -------------------------------------------------------------------------------- */
+/* Encodes UTF-8 text (rejects invalid UTF-8 with KILN_ERR_INVALID_ARG). add_bos prepends BOS.
+ * Writes at most cap ids; *n_out receives the number needed. */
+kiln_status kiln_tokenize(const kiln_model *m, const char *text, size_t len, int add_bos,
+                          int32_t *ids, size_t cap, size_t *n_out);
+/* The bytes of token `id` as they appear after `prev` (handles SentencePiece's leading-space
+ * stripping after BOS and <0xNN> byte tokens). Returns NULL for an invalid id. *len receives the
+ * byte count (may be 0, e.g. for special tokens). */
+const char *kiln_token_piece(const kiln_model *m, int32_t prev, int32_t id, size_t *len);
+
+/* ---- sessions --------------------------------------------------------------------------------- */
+kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_session **out);
+void kiln_session_free(kiln_session *s);
+/* Appends n tokens to the sequence and runs them through the model. If logits != NULL it receives
+ * n × vocab floats (row-major, one row per token); otherwise only the last row is computed and is
+ * available from kiln_session_logits(). */
+kiln_status kiln_session_eval(kiln_session *s, const int32_t *tokens, int n, float *logits);
+const float *kiln_session_logits(const kiln_session *s); /* [vocab] of the last evaluated token */
+int kiln_session_length(const kiln_session *s);
+void kiln_session_reset(kiln_session *s);
+
+/* ---- sampling --------------------------------------------------------------------------------- */
+typedef struct kiln_sampling {
+    float temperature; /* 0 = greedy (default 1.0) */
+    int top_k;         /* 0 = off (default 0) */
+    float top_p;       /* 1.0 = off (default 1.0) */
+    uint64_t seed;     /* default 42 */
+} kiln_sampling;
+void kiln_sampling_default(kiln_sampling *p);
+typedef struct kiln_sampler kiln_sampler;
+kiln_status kiln_sampler_create(const kiln_sampling *p, int vocab, kiln_sampler **out);
+void kiln_sampler_free(kiln_sampler *s);
+int32_t kiln_sample(kiln_sampler *s, const float *logits);
+
+/* Utility: a monotonic clock in seconds. */
+double kiln_now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

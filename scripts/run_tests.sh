@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs every test kiln has and prints one closing line "N passed, N failed".
+#   C tests:      $BUILD/tests/{unit,kernels}/test_*   (cmocka; each binary is one test suite)
+#   script tests: tests/{models,integrity,server,unit}/*.sh  (exit 0 = pass; 77 = skipped)
+#   python tests: tests/**/test_*.py run with Debian's /usr/bin/python3 (numpy/torch references)
+# Under `make check` (KILN_CHECK=1) the C suites and the CLI tests run against sanitizer builds;
+# python/node-driven tests are skipped there (they exercise the same code as the release run).
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+export KILN=${KILN:-$PWD/kiln}
+case "$KILN" in /*) ;; *) KILN=$PWD/$KILN ;; esac
+export SHARED=${SHARED:-$(cd .. && pwd)/shared}
+export PY=${PY:-/usr/bin/python3}
+export TMPDIR_KILN=$(mktemp -d)
+trap 'rm -rf "$TMPDIR_KILN"' EXIT
+pass=0; fail=0; skip=0; failed=()
+run_one() { # name, command...
+    local name=$1; shift
+    local log="$TMPDIR_KILN/log.$pass.$fail.$skip"
+    local t0=$(date +%s%N)
+    "$@" >"$log" 2>&1
+    local rc=$?
+    local dt=$(( ($(date +%s%N) - t0) / 1000000 ))
+    if [ $rc -eq 0 ]; then pass=$((pass+1)); echo "PASS  $name (${dt} ms)"
+    elif [ $rc -eq 77 ]; then skip=$((skip+1)); echo "SKIP  $name: $(tail -n 1 "$log")"
+    else fail=$((fail+1)); failed+=("$name"); echo "FAIL  $name (rc=$rc)"; tail -n 40 "$log" | sed 's/^/    | /'; fi
+}
+for t in $(find "$BUILD/tests" -type f -name 'test_*' ! -name '*.o' ! -name '*.d' 2>/dev/null | sort); do
+    run_one "${t#$BUILD/}" "$t"
+done
+for t in $(find tests -name 'test_*.sh' | sort); do
+    run_one "$t" bash "$t"
+done
+if [ -z "${KILN_CHECK:-}" ]; then
+    for t in $(find tests -name 'test_*.py' | sort); do
+        run_one "$t" "$PY" "$t"
+    done
+    for t in $(find tests -name 'test_*.mjs' | sort); do
+        run_one "$t" node "$t"
+    done
+fi
+echo
+[ ${#failed[@]} -gt 0 ] && printf 'failed: %s\n' "${failed[@]}"
+if [ $skip -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
+[ $fail -eq 0 ]

@@ -1,0 +1,56 @@
+/* gemv.h — linear layers over every weight format: y = W·x (decode) and Y = X·Wᵀ (prefill).
+ *
+ * A kiln_weight pairs a weight's data with its scales. Shapes: W is [rows = out_features,
+ * cols = in_features], row-major as checkpoints store it; x is [cols]; y is [rows].
+ *
+ * Each format has a scalar reference kernel (kernels/ref.c, kept forever) and SIMD kernels
+ * (AVX2, AVX-512) chosen at run time by kiln_kernels_select(). Weights are never expanded into a
+ * full-precision copy. */
+#ifndef KILN_KERNELS_GEMV_H
+#define KILN_KERNELS_GEMV_H
+#include "kiln.h"
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum kiln_wformat {
+    KILN_WF_F32 = 0,
+    KILN_WF_F16,
+    KILN_WF_BF16,
+    KILN_WF_FP8_BLOCK,  /* data: F8_E4M3 [rows, cols]; scales: f32 [ceil(rows/B), ceil(cols/B)]
+                           ("weight_scale_inv"); w = fp8 × scale; B = block (128) */
+    KILN_WF_INT4_GROUP, /* data: packed int32 [rows, cols/8], 8 values per int32 offset by +8,
+                           lowest nibble first along cols; scales: bf16 [rows, cols/group];
+                           w = (q - 8) × scale; group = block (32 or 128) */
+    KILN_WF_Q8_0,       /* GGUF blocks of 32 along cols (scales inside the data) */
+    KILN_WF_Q4_0,
+    KILN_WF_COUNT
+} kiln_wformat;
+
+typedef struct kiln_weight {
+    kiln_wformat fmt;
+    int64_t rows, cols;
+    const uint8_t *data;  /* row r starts at data + r * row_bytes */
+    size_t row_bytes;
+    const void *scales;   /* FP8_BLOCK / INT4_GROUP only (see above) */
+    int block;            /* FP8 block size or INT4 group size */
+} kiln_weight;
+
+const char *kiln_wformat_name(kiln_wformat f);
+/* Bytes of weight data + scales (what a GEMV reads). */
+uint64_t kiln_weight_bytes(const kiln_weight *w);
+
+/* Scalar reference: y[r - r0] for rows r in [r0, r1). */
+void kiln_gemv_ref(const kiln_weight *w, const float *x, float *y, int64_t r0, int64_t r1);
+/* Dequantizes row r into out[cols] (reference; used by tests and embedding lookups). */
+void kiln_weight_row_f32(const kiln_weight *w, int64_t r, float *out);
+
+/* Selects the kernel family (AUTO = best supported by this CPU). Returns the one chosen. */
+kiln_isa kiln_kernels_select(kiln_isa want);
+kiln_isa kiln_kernels_current(void);
+const char *kiln_isa_name(kiln_isa isa);
+int kiln_cpu_supports(kiln_isa isa);
+
+/* Dispatched and multi-threaded (OpenMP, over rows): Y[n, rows] = X[n, cols] · Wᵀ. n = 1 is the
+ * decode GEMV; n > 1 the prefill GEMM (weights read once per block of rows, reused across n). */
+void kiln_matmul(const kiln_weight *w, const float *X, float *Y, int n);
+#endif

@@ -1,0 +1,69 @@
+/* ref.c — the scalar reference kernels: the oracle every SIMD kernel is tested against. Plain C,
+ * float32 accumulation in index order. */
+#include "kernels/gemv.h"
+#include "base/fp.h"
+#include <string.h>
+
+static float scale_at(const kiln_weight *w, int64_t r, int64_t c) {
+    if (w->fmt == KILN_WF_FP8_BLOCK) {
+        int64_t sc_cols = (w->cols + w->block - 1) / w->block;
+        return ((const float *)w->scales)[(r / w->block) * sc_cols + c / w->block];
+    }
+    /* INT4_GROUP: bf16 [rows, cols/group] */
+    uint16_t h;
+    memcpy(&h, (const uint8_t *)w->scales + 2 * (r * (w->cols / w->block) + c / w->block), 2);
+    return kiln_bf16_to_f32(h);
+}
+
+void kiln_weight_row_f32(const kiln_weight *w, int64_t r, float *out) {
+    const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+    int64_t n = w->cols;
+    switch (w->fmt) {
+    case KILN_WF_F32: memcpy(out, row, (size_t)n * 4); break;
+    case KILN_WF_F16:
+        for (int64_t c = 0; c < n; c++) { uint16_t h; memcpy(&h, row + 2 * c, 2); out[c] = kiln_f16_to_f32(h); }
+        break;
+    case KILN_WF_BF16:
+        for (int64_t c = 0; c < n; c++) { uint16_t h; memcpy(&h, row + 2 * c, 2); out[c] = kiln_bf16_to_f32(h); }
+        break;
+    case KILN_WF_FP8_BLOCK:
+        for (int64_t c = 0; c < n; c++) out[c] = kiln_fp8_e4m3_to_f32(row[c]) * scale_at(w, r, c);
+        break;
+    case KILN_WF_INT4_GROUP:
+        for (int64_t c = 0; c < n; c++) {
+            int q = (row[c / 2] >> (4 * (c & 1))) & 15;
+            out[c] = (float)(q - 8) * scale_at(w, r, c);
+        }
+        break;
+    case KILN_WF_Q8_0:
+        for (int64_t b = 0; b < n / 32; b++) {
+            const uint8_t *p = row + 34 * b;
+            uint16_t h; memcpy(&h, p, 2);
+            float s = kiln_f16_to_f32(h);
+            for (int i = 0; i < 32; i++) out[32 * b + i] = s * (float)(int8_t)p[2 + i];
+        }
+        break;
+    case KILN_WF_Q4_0:
+        for (int64_t b = 0; b < n / 32; b++) {
+            const uint8_t *p = row + 18 * b;
+            uint16_t h; memcpy(&h, p, 2);
+            float s = kiln_f16_to_f32(h);
+            for (int i = 0; i < 16; i++) {
+                out[32 * b + i] = s * (float)((p[2 + i] & 15) - 8);
+                out[32 * b + i + 16] = s * (float)((p[2 + i] >> 4) - 8);
+            }
+        }
+        break;
+    default: memset(out, 0, (size_t)n * 4); break;
+    }
+}
+
+void kiln_gemv_ref(const kiln_weight *w, const float *x, float *y, int64_t r0, int64_t r1) {
+    float row[w->cols > 0 ? w->cols : 1];
+    for (int64_t r = r0; r < r1; r++) {
+        kiln_weight_row_f32(w, r, row);
+        float acc = 0.0f;
+        for (int64_t c = 0; c < w->cols; c++) acc += row[c] * x[c];
+        y[r - r0] = acc;
+    }
+}

@@ -1,0 +1,66 @@
+/* model.h — the in-memory model description every loader produces (internal).
+ *
+ * A loader (format/llama2c.c, format/hf.c, format/gguf_model.c) fills the tensor table and the
+ * hyper-parameters; model/bind.c then binds tensors to the architecture's weight slots, checking
+ * every shape. The forward pass (model/forward.c) reads only the bound slots. */
+#ifndef KILN_MODEL_H
+#define KILN_MODEL_H
+#include "kiln.h"
+#include "format/tensor.h"
+#include "kernels/gemv.h"
+#include "tokenizer/tokenizer.h"
+
+/* How RoPE pairs the dimensions of a head.
+ *   NEOX: pairs (i, i + rot/2) — Hugging Face "rotate_half" (LlamaForCausalLM, GLM-4 HF, DeepSeek).
+ *   NORM: pairs (2i, 2i + 1)    — llama2.c, GGUF llama (llama.cpp permutes Q/K on conversion), and
+ *         GLM's original chatglm layout. */
+typedef enum { KILN_ROPE_NEOX = 0, KILN_ROPE_NORM = 1 } kiln_rope_style;
+
+typedef struct kiln_hparams {
+    char arch[32];          /* "llama" */
+    int vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, max_seq;
+    float norm_eps, rope_theta;
+    kiln_rope_style rope_style;
+    int rotary_dim;         /* dims of each head that RoPE rotates (head_dim for llama) */
+    int tie_embeddings;
+    int bos_id, eos_id;
+    kiln_dtype act_dtype;   /* the checkpoint's activation dtype (torch_dtype): F32, BF16 or F16 */
+} kiln_hparams;
+
+typedef struct kiln_layer {
+    const float *attn_norm, *ffn_norm;           /* [dim] (F32, owned copies if stored narrower) */
+    kiln_weight wq, wk, wv, wo;                   /* [H*hd, dim] [KV*hd, dim] [KV*hd, dim] [dim, H*hd] */
+    kiln_weight w_gate, w_up, w_down;             /* [ffn, dim] [ffn, dim] [dim, ffn] */
+} kiln_layer;
+
+#define KILN_MAX_MAPS 64
+struct kiln_model {
+    kiln_hparams hp;
+    char *path;               /* what was loaded */
+    char format[16];          /* "llama2c", "hf", "gguf" */
+    kiln_tensor_table tt;
+    kiln_mapping maps[KILN_MAX_MAPS];
+    int n_maps;
+    struct kiln_gguf *gguf;
+    kiln_tokenizer *tok;      /* NULL when the checkpoint has no tokenizer files */
+    kiln_weight tok_embd;     /* [vocab, dim] — rows looked up, never multiplied */
+    kiln_weight output;       /* [vocab, dim] (== tok_embd data when tied) */
+    const float *output_norm; /* [dim] */
+    kiln_layer *layers;
+    void **owned;             /* buffers freed with the model (converted norms, permuted copies) */
+    int n_owned, cap_owned;
+};
+
+/* Registers a malloc'ed buffer to be freed with the model; returns it (NULL on failure, with p freed). */
+void *kiln_model_own(struct kiln_model *m, void *p);
+
+/* Loaders: fill m->tt, m->hp, m->tok (and maps). */
+kiln_status kiln_load_llama2c(struct kiln_model *m, const char *path);
+kiln_status kiln_load_hf(struct kiln_model *m, const char *dir);
+kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path);
+
+/* Binds the tensor table to the architecture's slots with shape checks (model/bind.c). */
+kiln_status kiln_model_bind(struct kiln_model *m);
+/* Makes a kiln_weight view of a 2-D tensor (F32/F16/BF16/Q8_0/Q4_0). */
+kiln_status kiln_weight_from_tensor(const kiln_tensor *t, int64_t rows, int64_t cols, kiln_weight *w);
+#endif

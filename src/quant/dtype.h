@@ -1,0 +1,47 @@
+/* dtype.h — the one dtype table: every storage type kiln knows, for weights and the KV cache.
+ *
+ * Element dtypes (F32, F16, BF16, F8_E4M3, integers) describe raw tensors as files store them.
+ * Block dtypes (Q8_0, Q4_0 from GGUF) carry their scales inside each block. Scaled formats whose
+ * scales live in a separate tensor (FP8 with 128×128 block scales, INT4 group-symmetric) are
+ * described by kiln_weight (kernels/gemv.h), which pairs the data tensor with its scale tensor. */
+#ifndef KILN_QUANT_DTYPE_H
+#define KILN_QUANT_DTYPE_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum kiln_dtype {
+    KILN_DT_F32 = 0,
+    KILN_DT_F16,
+    KILN_DT_BF16,
+    KILN_DT_F8_E4M3,
+    KILN_DT_I8,
+    KILN_DT_U8,
+    KILN_DT_I16,
+    KILN_DT_I32,
+    KILN_DT_I64,
+    KILN_DT_F64,
+    KILN_DT_BOOL,
+    KILN_DT_Q8_0, /* GGUF: 32 weights per block = f16 scale + 32 × int8 (34 bytes) */
+    KILN_DT_Q4_0, /* GGUF: 32 weights per block = f16 scale + 16 bytes of nibbles, value-8 (18 bytes) */
+    KILN_DT_COUNT
+} kiln_dtype;
+
+typedef struct kiln_dtype_info {
+    const char *name;          /* kiln's name: "f32", "bf16", "fp8_e4m3", "q4_0" ... */
+    const char *st_name;       /* safetensors dtype string, NULL when safetensors has none */
+    int gguf_type;             /* ggml_type number, -1 when GGUF has none */
+    int block_elems;           /* elements per block (1 for element dtypes) */
+    int block_bytes;           /* bytes per block */
+    /* Reference dequantization of n elements (n a multiple of block_elems) to float32. NULL for
+     * integer dtypes that are not numeric weights. */
+    void (*to_f32)(const void *src, float *dst, size_t n);
+} kiln_dtype_info;
+
+const kiln_dtype_info *kiln_dtype_get(kiln_dtype dt);
+/* Lookups; return -1 when unknown. */
+int kiln_dtype_from_st_name(const char *s);
+int kiln_dtype_from_gguf(int ggml_type);
+int kiln_dtype_from_name(const char *s);
+/* Bytes for n elements (n must be a multiple of the block size; returns 0 otherwise). */
+size_t kiln_dtype_nbytes(kiln_dtype dt, uint64_t n);
+#endif
