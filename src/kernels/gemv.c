@@ -73,3 +73,7 @@ void kiln_matmul(const kiln_weight *w, const float *X, float *Y, int n) {
         }
     }
 }
+
+/* Until the SIMD versions land these forward to the reference. */
+float kiln_dot_f32(const float *a, const float *b, int64_t n) { return kiln_dot_f32_ref(a, b, n); }
+void kiln_axpy_f32(float a, const float *x, float *y, int64_t n) { kiln_axpy_f32_ref(a, x, y, n); }

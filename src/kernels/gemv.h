@@ -53,4 +53,11 @@ int kiln_cpu_supports(kiln_isa isa);
 /* Dispatched and multi-threaded (OpenMP, over rows): Y[n, rows] = X[n, cols] · Wᵀ. n = 1 is the
  * decode GEMV; n > 1 the prefill GEMM (weights read once per block of rows, reused across n). */
 void kiln_matmul(const kiln_weight *w, const float *X, float *Y, int n);
+
+/* Float vector helpers for attention and norms, dispatched like the GEMV kernels.
+ * kiln_dot_f32 = Σ a[i]·b[i]; kiln_axpy_f32: y[i] += a·x[i]. The *_ref versions are the oracle. */
+float kiln_dot_f32(const float *a, const float *b, int64_t n);
+void kiln_axpy_f32(float a, const float *x, float *y, int64_t n);
+float kiln_dot_f32_ref(const float *a, const float *b, int64_t n);
+void kiln_axpy_f32_ref(float a, const float *x, float *y, int64_t n);
 #endif

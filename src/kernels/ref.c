@@ -67,3 +67,13 @@ void kiln_gemv_ref(const kiln_weight *w, const float *x, float *y, int64_t r0, i
         y[r - r0] = acc;
     }
 }
+
+float kiln_dot_f32_ref(const float *a, const float *b, int64_t n) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
+
+void kiln_axpy_f32_ref(float a, const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
