@@ -42,6 +42,7 @@ struct kiln_model {
     kiln_mapping maps[KILN_MAX_MAPS];
     int n_maps;
     struct kiln_gguf *gguf;
+    void *config;             /* HF config.json as a jansson json_t* (NULL for other formats) */
     kiln_tokenizer *tok;      /* NULL when the checkpoint has no tokenizer files */
     kiln_weight tok_embd;     /* [vocab, dim] — rows looked up, never multiplied */
     kiln_weight output;       /* [vocab, dim] (== tok_embd data when tied) */
@@ -63,4 +64,6 @@ kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path);
 kiln_status kiln_model_bind(struct kiln_model *m);
 /* Makes a kiln_weight view of a 2-D tensor (F32/F16/BF16/Q8_0/Q4_0). */
 kiln_status kiln_weight_from_tensor(const kiln_tensor *t, int64_t rows, int64_t cols, kiln_weight *w);
+/* AUTO → the model's activation dtype (F32 for F32 checkpoints, BF16 otherwise). */
+kiln_kv_dtype kiln_resolve_kv_dtype(const struct kiln_model *m, kiln_kv_dtype want);
 #endif

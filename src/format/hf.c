@@ -1,0 +1,128 @@
+/* hf.c — loader for Hugging Face model directories: config.json, model.safetensors or sharded
+ * *.safetensors listed in model.safetensors.index.json, tokenizer.json / tokenizer_config.json.
+ * The architecture-specific hyper-parameters are read here for LlamaForCausalLM; the config JSON
+ * is kept on the model (m->config) for other architectures to read their own fields. */
+#include "model/model.h"
+#include "base/status.h"
+#include "format/hfconfig.h"
+#include "format/safetensors.h"
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int file_exists(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISREG(st.st_mode); }
+
+static kiln_status load_shard(struct kiln_model *m, const char *path) {
+    for (int i = 0; i < m->n_maps; i++)
+        if (strcmp(m->maps[i].path, path) == 0) return KILN_OK;
+    if (m->n_maps >= KILN_MAX_MAPS) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: more than %d shards", path, KILN_MAX_MAPS);
+    kiln_mapping *map = &m->maps[m->n_maps];
+    KILN_TRY(kiln_map_file(path, map));
+    m->n_maps++;
+    return kiln_safetensors_parse(map, &m->tt);
+}
+
+static kiln_status load_tensors(struct kiln_model *m, const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (file_exists(path)) {
+        json_error_t e;
+        json_t *idx = json_load_file(path, 0, &e);
+        json_t *wm = idx ? json_object_get(idx, "weight_map") : NULL;
+        if (!json_is_object(wm)) {
+            if (idx) json_decref(idx);
+            return kiln_fail(KILN_ERR_FORMAT, "%s: missing or malformed 'weight_map' (%s)", path, idx ? "not an object" : e.text);
+        }
+        const char *k;
+        json_t *v;
+        kiln_status st = KILN_OK;
+        json_object_foreach(wm, k, v) {
+            if (!json_is_string(v) || strchr(json_string_value(v), '/')) {
+                st = kiln_fail(KILN_ERR_FORMAT, "%s: weight_map['%s'] is not a file name", path, k);
+                break;
+            }
+            char shard[4200];
+            snprintf(shard, sizeof shard, "%s/%s", dir, json_string_value(v));
+            if ((st = load_shard(m, shard)) != KILN_OK) break;
+        }
+        if (st == KILN_OK)
+            json_object_foreach(wm, k, v) if (!kiln_tt_find(&m->tt, k)) {
+                st = kiln_fail(KILN_ERR_FORMAT, "%s: weight_map names tensor '%s' but shard %s does not contain it", path, k, json_string_value(v));
+                break;
+            }
+        json_decref(idx);
+        return st;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (file_exists(path)) return load_shard(m, path);
+    return kiln_fail(KILN_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", dir);
+}
+
+/* Llama-family hyper-parameters (also the base other architectures refine). */
+static kiln_status read_llama_hparams(struct kiln_model *m, json_t *cfg, const char *file) {
+    kiln_hparams *hp = &m->hp;
+    KILN_TRY(kiln_cfg_int(cfg, file, "hidden_size", 1, 1 << 20, &hp->dim));
+    KILN_TRY(kiln_cfg_int(cfg, file, "intermediate_size", 1, 1 << 22, &hp->ffn_dim));
+    KILN_TRY(kiln_cfg_int(cfg, file, "num_hidden_layers", 1, 4096, &hp->n_layers));
+    KILN_TRY(kiln_cfg_int(cfg, file, "num_attention_heads", 1, 4096, &hp->n_heads));
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, "num_key_value_heads", 1, 4096, hp->n_heads, &hp->n_kv_heads));
+    KILN_TRY(kiln_cfg_int(cfg, file, "vocab_size", 1, 1 << 24, &hp->vocab));
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, "max_position_embeddings", 1, 1 << 24, 2048, &hp->max_seq));
+    if (hp->n_heads % hp->n_kv_heads)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field 'num_attention_heads' = %d is not a multiple of 'num_key_value_heads' = %d",
+                         file, hp->n_heads, hp->n_kv_heads);
+    int def_hd = hp->dim % hp->n_heads == 0 ? hp->dim / hp->n_heads : 0;
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, "head_dim", 2, 1 << 16, def_hd, &hp->head_dim));
+    if (hp->head_dim <= 0 || hp->head_dim % 2)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field 'head_dim' = %d (or hidden_size / num_attention_heads) must be a positive even number", file, hp->head_dim);
+    double eps, theta;
+    KILN_TRY(kiln_cfg_num_opt(cfg, file, "rms_norm_eps", 0, 1, 1e-6, &eps));
+    KILN_TRY(kiln_cfg_num_opt(cfg, file, "rope_theta", 1, 1e12, 10000.0, &theta));
+    hp->norm_eps = (float)eps;
+    hp->rope_theta = (float)theta;
+    hp->rope_style = KILN_ROPE_NEOX;
+    hp->rotary_dim = hp->head_dim;
+    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "tie_word_embeddings", 0, &hp->tie_embeddings));
+    hp->bos_id = kiln_cfg_first_int(cfg, "bos_token_id", -1);
+    hp->eos_id = kiln_cfg_first_int(cfg, "eos_token_id", -1);
+    json_t *td = json_object_get(cfg, "torch_dtype");
+    if (!td) td = json_object_get(cfg, "dtype");
+    const char *tds = json_is_string(td) ? json_string_value(td) : "float32";
+    hp->act_dtype = strcmp(tds, "bfloat16") == 0 ? KILN_DT_BF16 : strcmp(tds, "float16") == 0 ? KILN_DT_F16 : KILN_DT_F32;
+    return KILN_OK;
+}
+
+kiln_status kiln_load_hf(struct kiln_model *m, const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t e;
+    json_t *cfg = json_load_file(path, 0, &e);
+    if (!cfg) return kiln_fail(file_exists(path) ? KILN_ERR_FORMAT : KILN_ERR_IO, "%s: %s (line %d)", path, e.text, e.line);
+    m->config = cfg;
+    if (!json_is_object(cfg)) return kiln_fail(KILN_ERR_FORMAT, "%s: not a JSON object", path);
+    snprintf(m->format, sizeof m->format, "hf");
+    const char *mt = json_string_value(json_object_get(cfg, "model_type"));
+    json_t *archs = json_object_get(cfg, "architectures");
+    const char *arch0 = json_is_array(archs) ? json_string_value(json_array_get(archs, 0)) : NULL;
+    if (!mt && !arch0) return kiln_fail(KILN_ERR_FORMAT, "%s: required field 'model_type' is missing", path);
+    if ((mt && strcmp(mt, "llama") == 0) || (!mt && strcmp(arch0, "LlamaForCausalLM") == 0)) {
+        snprintf(m->hp.arch, sizeof m->hp.arch, "llama");
+        KILN_TRY(read_llama_hparams(m, cfg, path));
+    } else {
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: model_type '%s' (architecture '%s') is not supported (known: llama)", path,
+                         mt ? mt : "?", arch0 ? arch0 : "?");
+    }
+    KILN_TRY(load_tensors(m, dir));
+
+    char tj[4200], tc[4200];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
+    if (file_exists(tj)) KILN_TRY(kiln_tok_load_hf(tj, file_exists(tc) ? tc : NULL, &m->tok));
+    if (m->tok) {
+        if (m->hp.bos_id < 0) m->hp.bos_id = kiln_tok_bos(m->tok);
+        if (m->hp.eos_id < 0) m->hp.eos_id = kiln_tok_eos(m->tok);
+    }
+    return KILN_OK;
+}

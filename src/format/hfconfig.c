@@ -1,0 +1,48 @@
+/* hfconfig.c — validated config.json field reads. */
+#include "format/hfconfig.h"
+#include "base/status.h"
+
+kiln_status kiln_cfg_int_opt(const json_t *cfg, const char *file, const char *key, long long lo, long long hi, int def, int *out) {
+    json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v)) { *out = def; return KILN_OK; }
+    if (!json_is_integer(v))
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' must be an integer", file, key);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' = %lld is out of range [%lld, %lld]", file, key, x, lo, hi);
+    *out = (int)x;
+    return KILN_OK;
+}
+
+kiln_status kiln_cfg_int(const json_t *cfg, const char *file, const char *key, long long lo, long long hi, int *out) {
+    json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v)) return kiln_fail(KILN_ERR_FORMAT, "%s: required field '%s' is missing", file, key);
+    return kiln_cfg_int_opt(cfg, file, key, lo, hi, 0, out);
+}
+
+kiln_status kiln_cfg_num_opt(const json_t *cfg, const char *file, const char *key, double lo, double hi, double def, double *out) {
+    json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v)) { *out = def; return KILN_OK; }
+    if (!json_is_number(v)) return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' must be a number", file, key);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi))
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' = %g is out of range [%g, %g]", file, key, x, lo, hi);
+    *out = x;
+    return KILN_OK;
+}
+
+kiln_status kiln_cfg_bool_opt(const json_t *cfg, const char *file, const char *key, int def, int *out) {
+    json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v)) { *out = def; return KILN_OK; }
+    if (!json_is_boolean(v)) return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' must be true or false", file, key);
+    *out = json_is_true(v);
+    return KILN_OK;
+}
+
+int kiln_cfg_first_int(const json_t *cfg, const char *key, int def) {
+    json_t *v = json_object_get(cfg, key);
+    if (json_is_integer(v)) return (int)json_integer_value(v);
+    if (json_is_array(v) && json_array_size(v) > 0 && json_is_integer(json_array_get(v, 0)))
+        return (int)json_integer_value(json_array_get(v, 0));
+    return def;
+}

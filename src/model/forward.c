@@ -1,0 +1,123 @@
+/* forward.c — the Llama-architecture forward pass: RMSNorm → Q/K/V → RoPE → paged GQA attention →
+ * output projection → RMSNorm → SwiGLU MLP, per layer; final norm and LM head.
+ * Linear layers run batched over the chunk (one weight read per chunk); attention runs per token
+ * over the paged cache (causal: token i sees positions [0, pos_i]). */
+#include "model/forward.h"
+#include "base/status.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kiln_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    ss = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = 0; i < n; i++) out[i] = w[i] * (ss * x[i]);
+}
+
+kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m, int chunk, int n_ctx_max) {
+    const kiln_hparams *hp = &m->hp;
+    memset(ws, 0, sizeof *ws);
+    ws->chunk = chunk;
+    ws->n_ctx_max = n_ctx_max;
+    size_t c = (size_t)chunk, qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
+    ws->x = calloc(c * hp->dim, 4);
+    ws->xb = calloc(c * hp->dim, 4);
+    ws->q = calloc(c * qd, 4);
+    ws->k = calloc(c * kvd, 4);
+    ws->v = calloc(c * kvd, 4);
+    ws->ao = calloc(c * qd, 4);
+    ws->hb = calloc(c * hp->ffn_dim, 4);
+    ws->hb2 = calloc(c * hp->ffn_dim, 4);
+    ws->att = calloc((size_t)hp->n_heads * (size_t)n_ctx_max, 4);
+    ws->rope = calloc(c * (size_t)hp->rotary_dim, 4);
+    ws->logits = calloc((size_t)hp->vocab, 4);
+    if (!ws->x || !ws->xb || !ws->q || !ws->k || !ws->v || !ws->ao || !ws->hb || !ws->hb2 || !ws->att || !ws->rope || !ws->logits) {
+        kiln_forward_ws_free(ws);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory allocating forward scratch (chunk %d, context %d)", chunk, n_ctx_max);
+    }
+    return KILN_OK;
+}
+
+void kiln_forward_ws_free(kiln_forward_ws *ws) {
+    free(ws->x); free(ws->xb); free(ws->q); free(ws->k); free(ws->v); free(ws->ao);
+    free(ws->hb); free(ws->hb2); free(ws->att); free(ws->rope); free(ws->logits);
+    memset(ws, 0, sizeof *ws);
+}
+
+/* cos/sin for one position: rope[0..rot/2) = cos, rope[rot/2..rot) = sin, frequency of pair i
+ * = theta^(-2i/rot) (the same float32 formula as llama2.c and HF's inv_freq). */
+static void rope_table(float *rope, int pos, int rot, float theta) {
+    int half = rot / 2;
+    for (int i = 0; i < half; i++) {
+        float freq = 1.0f / powf(theta, (float)(2 * i) / (float)rot);
+        float val = (float)pos * freq;
+        rope[i] = cosf(val);
+        rope[half + i] = sinf(val);
+    }
+}
+
+static void rope_apply(float *v, int n_heads, int hd, int rot, kiln_rope_style style, const float *rope) {
+    int half = rot / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *x = v + (size_t)h * hd;
+        for (int i = 0; i < half; i++) {
+            float c = rope[i], s = rope[half + i];
+            int a = style == KILN_ROPE_NORM ? 2 * i : i, b = style == KILN_ROPE_NORM ? 2 * i + 1 : i + half;
+            float x0 = x[a], x1 = x[b];
+            x[a] = x0 * c - x1 * s;
+            x[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+kiln_status kiln_forward(const struct kiln_model *m, kiln_kv_pool *pool, kiln_kv_seq *seq, kiln_forward_ws *ws,
+                         const int32_t *tokens, int n, float *logits) {
+    const kiln_hparams *hp = &m->hp;
+    const int dim = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, ffn = hp->ffn_dim;
+    const int qd = H * hd, kvd = KV * hd, pos0 = seq->len;
+    if (n < 1 || n > ws->chunk) return kiln_fail(KILN_ERR_INTERNAL, "forward: chunk of %d tokens (max %d)", n, ws->chunk);
+    if (pos0 + n > ws->n_ctx_max)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "context length exceeded: %d tokens > %d", pos0 + n, ws->n_ctx_max);
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= hp->vocab)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "token id %d at position %d is out of range [0, %d)", tokens[i], pos0 + i, hp->vocab);
+        kiln_weight_row_f32(&m->tok_embd, tokens[i], ws->x + (size_t)i * dim);
+        rope_table(ws->rope + (size_t)i * hp->rotary_dim, pos0 + i, hp->rotary_dim, hp->rope_theta);
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int l = 0; l < hp->n_layers; l++) {
+        const kiln_layer *L = &m->layers[l];
+        for (int i = 0; i < n; i++) kiln_rmsnorm(ws->xb + (size_t)i * dim, ws->x + (size_t)i * dim, L->attn_norm, dim, hp->norm_eps);
+        kiln_matmul(&L->wq, ws->xb, ws->q, n);
+        kiln_matmul(&L->wk, ws->xb, ws->k, n);
+        kiln_matmul(&L->wv, ws->xb, ws->v, n);
+        for (int i = 0; i < n; i++) {
+            const float *rope = ws->rope + (size_t)i * hp->rotary_dim;
+            rope_apply(ws->q + (size_t)i * qd, H, hd, hp->rotary_dim, hp->rope_style, rope);
+            rope_apply(ws->k + (size_t)i * kvd, KV, hd, hp->rotary_dim, hp->rope_style, rope);
+            kiln_kv_store(pool, seq, l, pos0 + i, ws->k + (size_t)i * kvd, ws->v + (size_t)i * kvd);
+            kiln_kv_attend(pool, seq, l, ws->q + (size_t)i * qd, H, pos0 + i + 1, scale, ws->att, ws->ao + (size_t)i * qd);
+        }
+        kiln_matmul(&L->wo, ws->ao, ws->xb, n);
+        for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += ws->xb[j];
+        for (int i = 0; i < n; i++) kiln_rmsnorm(ws->xb + (size_t)i * dim, ws->x + (size_t)i * dim, L->ffn_norm, dim, hp->norm_eps);
+        kiln_matmul(&L->w_gate, ws->xb, ws->hb, n);
+        kiln_matmul(&L->w_up, ws->xb, ws->hb2, n);
+        for (size_t j = 0; j < (size_t)n * ffn; j++) {
+            float g = ws->hb[j];
+            ws->hb[j] = g / (1.0f + expf(-g)) * ws->hb2[j];
+        }
+        kiln_matmul(&L->w_down, ws->hb, ws->xb, n);
+        for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += ws->xb[j];
+    }
+    seq->len = pos0 + n;
+    if (logits) {
+        for (int i = 0; i < n; i++) kiln_rmsnorm(ws->xb + (size_t)i * dim, ws->x + (size_t)i * dim, m->output_norm, dim, hp->norm_eps);
+        kiln_matmul(&m->output, ws->xb, logits, n);
+    } else {
+        kiln_rmsnorm(ws->xb, ws->x + (size_t)(n - 1) * dim, m->output_norm, dim, hp->norm_eps);
+        kiln_matmul(&m->output, ws->xb, ws->logits, 1);
+    }
+    return KILN_OK;
+}
