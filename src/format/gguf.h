@@ -30,6 +30,13 @@ int kiln_gguf_get_str(const kiln_gguf *g, const char *key, const char **s, size_
 int kiln_gguf_get_arr(const kiln_gguf *g, const char *key, kiln_gguf_type *elem_type, uint64_t *n);
 int kiln_gguf_arr_str(const kiln_gguf *g, const char *key, uint64_t i, const char **s, size_t *len);
 int kiln_gguf_arr_f64(const kiln_gguf *g, const char *key, uint64_t i, double *v);
+/* (additions) Strings returned above are NUL-terminated copies owned by the kiln_gguf. Bools read
+ * through get_u64 as 0/1. Key enumeration for `inspect`: */
+int kiln_gguf_n_kv(const kiln_gguf *g);
+const char *kiln_gguf_key(const kiln_gguf *g, int i, kiln_gguf_type *type);
+uint32_t kiln_gguf_version(const kiln_gguf *g);
+/* Start of the aligned tensor data section in the file (bytes). */
+uint64_t kiln_gguf_data_offset(const kiln_gguf *g);
 
 /* Writer: collect metadata and tensors, then write in one go. */
 typedef struct kiln_gguf_writer kiln_gguf_writer;
@@ -37,6 +44,8 @@ kiln_gguf_writer *kiln_gguf_writer_new(void);
 void kiln_gguf_writer_free(kiln_gguf_writer *w);
 void kiln_gguf_set_u32(kiln_gguf_writer *w, const char *key, uint32_t v);
 void kiln_gguf_set_f32(kiln_gguf_writer *w, const char *key, float v);
+void kiln_gguf_set_u64(kiln_gguf_writer *w, const char *key, uint64_t v);
+void kiln_gguf_set_bool(kiln_gguf_writer *w, const char *key, int v);
 void kiln_gguf_set_str(kiln_gguf_writer *w, const char *key, const char *s);
 void kiln_gguf_set_arr_str(kiln_gguf_writer *w, const char *key, const char *const *s, uint64_t n);
 void kiln_gguf_set_arr_f32(kiln_gguf_writer *w, const char *key, const float *v, uint64_t n);
