@@ -5,6 +5,7 @@
 #   make bench      benchmarks (never part of make test)
 # SIMD kernels live in files named *_avx2.c / *_avx512.c, compiled with those ISA flags only; the
 # code in them runs only when kiln_kernels_select() has seen the CPU support it at run time.
+MAKEFLAGS += -j$(shell nproc)
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
@@ -16,7 +17,7 @@ AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -m
 
 SRCS     := $(shell find src -name '*.c' | sort)
 OBJS     := $(SRCS:%.c=$(BUILD)/%.o)
-TEST_SRCS := $(shell find tests/unit tests/kernels -name 'test_*.c' 2>/dev/null | sort)
+TEST_SRCS := $(shell find tests/unit tests/kernels tests/models tests/integrity -name 'test_*.c' 2>/dev/null | sort)
 TEST_BINS := $(TEST_SRCS:%.c=$(BUILD)/%)
 
 KILN_BIN ?= kiln

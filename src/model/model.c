@@ -45,7 +45,7 @@ static kiln_status detect(const char *path, char *resolved, size_t cap, int *kin
         FILE *f = fopen(path, "rb");
         char magic[4] = {0};
         if (f) { if (fread(magic, 1, 4, f) != 4) memset(magic, 0, 4); fclose(f); }
-        *kind = memcmp(magic, "GGUF", 4) == 0 ? GGUF : has_suffix(path, ".json") ? HF : L2C;
+        *kind = memcmp(magic, "GGUF", 4) == 0 || has_suffix(path, ".gguf") ? GGUF : has_suffix(path, ".json") ? HF : L2C;
         if (*kind == HF) { /* config.json given directly: use its directory */
             snprintf(resolved, cap, "%s", path);
             char *s = strrchr(resolved, '/');
