@@ -15,7 +15,8 @@ typedef struct kiln_tokenizer kiln_tokenizer;
 struct kiln_gguf;
 
 /* llama2.c tokenizer.bin: int32 max_token_length, then per piece: float32 score, int32 len, bytes.
- * vocab_size comes from the checkpoint header. BOS = 1, EOS = 2 (llama2.c convention). */
+ * vocab_size comes from the checkpoint header (<= 0: every entry in the file). BOS = 1, EOS = 2
+ * (llama2.c convention). */
 kiln_status kiln_tok_load_llama2c(const char *path, int vocab_size, kiln_tokenizer **out);
 /* The tokenizer embedded in GGUF metadata (tokenizer.ggml.*). */
 kiln_status kiln_tok_load_gguf(const struct kiln_gguf *g, kiln_tokenizer **out);
