@@ -1,10 +1,28 @@
-/* gemv.c — run-time kernel selection and the threaded matmul driver over row blocks. */
+/* gemv.c — run-time kernel selection, the threaded matmul driver over row blocks, and the
+ * dispatched f32 helpers.
+ *
+ * kiln_matmul(w, X[n, cols], Y[n, rows]):
+ *   - the activation is prepared once (for the integer-dot formats: int8 per block of 32, see
+ *     kiln_quant_x32) before the rows are split across OpenMP threads in contiguous ranges;
+ *   - n = 1 (decode): each thread streams its rows through the ISA's GEMV kernel;
+ *   - n > 1 (prefill): rows are taken in blocks small enough for L2; for the float-FMA formats
+ *     (F32/F16/BF16/FP8) each block is dequantised ONCE into a thread-local f32 tile that a
+ *     register-tiled GEMM reuses across all n rows of X; for the integer-dot formats (INT4, Q8_0,
+ *     Q4_0) the block's packed weights stay in L1/L2 while every row of X is run against them.
+ * Scratch buffers are thread-local and grow-only, so steady-state decode does not allocate. */
 #include "kernels/gemv.h"
+#include "kernels/gemv_isa.h"
 #include "base/fp.h"
+#include <math.h>
 #include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
+/* ---- ISA selection ------------------------------------------------------------------------------ */
 static kiln_isa current_isa = KILN_ISA_SCALAR;
+static const kiln_ktable *current_table = NULL; /* NULL = scalar reference */
+static int isa_selected = 0;
 
 const char *kiln_isa_name(kiln_isa isa) {
     switch (isa) {
@@ -16,6 +34,8 @@ const char *kiln_isa_name(kiln_isa isa) {
     return "?";
 }
 
+/* AVX-512 here means F/BW/VL/DQ + VNNI (Cascade Lake, Ice Lake, Zen 4 and later): the integer-dot
+ * kernels use vpdpbusd. A Skylake-SP class CPU without VNNI runs the AVX2 kernels. */
 int kiln_cpu_supports(kiln_isa isa) {
     __builtin_cpu_init();
     switch (isa) {
@@ -25,7 +45,7 @@ int kiln_cpu_supports(kiln_isa isa) {
     case KILN_ISA_AVX512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               kiln_cpu_supports(KILN_ISA_AVX2);
+               __builtin_cpu_supports("avx512vnni") && kiln_cpu_supports(KILN_ISA_AVX2);
     }
     return 0;
 }
@@ -39,10 +59,28 @@ kiln_isa kiln_kernels_select(kiln_isa want) {
     } else if (!kiln_cpu_supports(want)) {
         want = KILN_ISA_SCALAR;
     }
-    current_isa = want;
+    const kiln_ktable *t = want == KILN_ISA_AVX512 ? &kiln_ktable_avx512
+                         : want == KILN_ISA_AVX2   ? &kiln_ktable_avx2
+                                                   : NULL;
+    __atomic_store_n(&current_table, t, __ATOMIC_RELEASE);
+    __atomic_store_n(&current_isa, want, __ATOMIC_RELEASE);
+    __atomic_store_n(&isa_selected, 1, __ATOMIC_RELEASE);
     return want;
 }
-kiln_isa kiln_kernels_current(void) { return current_isa; }
+
+/* Callers that never chose get the best the CPU has (once, on first use). */
+static pthread_once_t auto_once = PTHREAD_ONCE_INIT;
+static void auto_select(void) {
+    if (!__atomic_load_n(&isa_selected, __ATOMIC_ACQUIRE)) kiln_kernels_select(KILN_ISA_AUTO);
+}
+static const kiln_ktable *table(void) {
+    if (!__atomic_load_n(&isa_selected, __ATOMIC_ACQUIRE)) pthread_once(&auto_once, auto_select);
+    return __atomic_load_n(&current_table, __ATOMIC_ACQUIRE);
+}
+kiln_isa kiln_kernels_current(void) {
+    table();
+    return __atomic_load_n(&current_isa, __ATOMIC_ACQUIRE);
+}
 
 const char *kiln_wformat_name(kiln_wformat f) {
     static const char *names[KILN_WF_COUNT] = {"f32", "f16", "bf16", "fp8", "int4", "q8_0", "q4_0"};
@@ -58,22 +96,162 @@ uint64_t kiln_weight_bytes(const kiln_weight *w) {
     return b;
 }
 
-/* Rows per task: large enough to amortize scheduling, small enough to balance threads. */
-#define ROW_BLOCK 16
-
-void kiln_matmul(const kiln_weight *w, const float *X, float *Y, int n) {
-    int64_t nblk = (w->rows + ROW_BLOCK - 1) / ROW_BLOCK;
-    #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t r0 = b * ROW_BLOCK, r1 = r0 + ROW_BLOCK < w->rows ? r0 + ROW_BLOCK : w->rows;
-        float tmp[ROW_BLOCK];
-        for (int i = 0; i < n; i++) {
-            kiln_gemv_ref(w, X + (size_t)i * w->cols, tmp, r0, r1);
-            memcpy(Y + (size_t)i * w->rows + r0, tmp, (size_t)(r1 - r0) * 4);
+/* ---- activation quantiser shared by the ISA files ----------------------------------------------- */
+void kiln_quant_x32(const float *x, int64_t cols, int8_t *q, float *d) {
+    for (int64_t b = 0; b < cols / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float db = amax / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;
+        d[b] = db;
+        for (int i = 0; i < 32; i++) {
+            float v = nearbyintf(xb[i] * id); /* RNE under the default rounding mode */
+            v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+            q[32 * b + i] = (int8_t)v;
         }
     }
 }
 
-/* Until the SIMD versions land these forward to the reference. */
-float kiln_dot_f32(const float *a, const float *b, int64_t n) { return kiln_dot_f32_ref(a, b, n); }
-void kiln_axpy_f32(float a, const float *x, float *y, int64_t n) { kiln_axpy_f32_ref(a, x, y, n); }
+/* ---- scratch ------------------------------------------------------------------------------------- */
+/* Slot 0: prepared activations; slot 1: dequantised weight tiles. Grow-only, per thread. */
+static _Thread_local void *tl_buf[2];
+static _Thread_local size_t tl_cap[2];
+static void *scratch(int slot, size_t bytes) {
+    if (bytes > tl_cap[slot]) {
+        size_t cap = (bytes + bytes / 4 + 4095) & ~(size_t)4095;
+        void *p = aligned_alloc(64, cap);
+        if (!p) return NULL;
+        free(tl_buf[slot]);
+        tl_buf[slot] = p;
+        tl_cap[slot] = cap;
+    }
+    return tl_buf[slot];
+}
+
+/* ---- driver -------------------------------------------------------------------------------------- */
+static int fast_ok(const kiln_ktable *t, const kiln_weight *w) {
+    if (!t || (unsigned)w->fmt >= KILN_WF_COUNT || !t->gemv[w->fmt] || w->cols <= 0) return 0;
+    switch (w->fmt) {
+    case KILN_WF_F32: return w->row_bytes % 4 == 0;
+    case KILN_WF_FP8_BLOCK: return w->block > 0;
+    case KILN_WF_INT4_GROUP: return kiln_int4_group_ok(w);
+    case KILN_WF_Q8_0:
+    case KILN_WF_Q4_0: return w->cols % 32 == 0;
+    default: return 1;
+    }
+}
+int kiln_matmul_is_fast(const kiln_weight *w) { return fast_ok(table(), w); }
+
+/* Rows per prefill block: the dequantised f32 tile (rows × cols × 4 bytes) stays within ~128 KiB. */
+static int64_t prefill_block_rows(const kiln_weight *w) {
+    int64_t rb = (32768 / (w->cols > 0 ? w->cols : 1)) & ~(int64_t)3;
+    return rb < 4 ? 4 : rb > 32 ? 32 : rb;
+}
+
+/* Rows [r0, r1) of Y for all n rows of X, on this thread. xp: n prepared rows of xpb bytes. */
+static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X, const uint8_t *xp,
+                      size_t xpb, float *Y, int n, int64_t r0, int64_t r1) {
+    const int64_t cols = w->cols, rows = w->rows;
+    if (!t) {
+        for (int i = 0; i < n; i++) kiln_gemv_ref(w, X + (size_t)i * cols, Y + (size_t)i * rows + r0, r0, r1);
+        return;
+    }
+    const int f = w->fmt;
+    float *tile = NULL;
+    int64_t rb = prefill_block_rows(w);
+    if (n > 1 && t->gemm_f32 && (f == KILN_WF_F32 || t->dequant[f])) {
+        if (f != KILN_WF_F32) tile = scratch(1, (size_t)rb * (size_t)cols * 4);
+        if (f == KILN_WF_F32 || tile) {
+            for (int64_t b = r0; b < r1; b += rb) {
+                int64_t e = b + rb < r1 ? b + rb : r1;
+                const float *Wb = tile;
+                int64_t ldw = cols;
+                if (f == KILN_WF_F32) {
+                    Wb = (const float *)(w->data + (size_t)b * w->row_bytes);
+                    ldw = (int64_t)(w->row_bytes / 4);
+                } else {
+                    t->dequant[f](w, b, e, tile, cols);
+                }
+                t->gemm_f32(Wb, ldw, (int)(e - b), X, cols, n, cols, Y + b, rows);
+            }
+            return;
+        }
+    }
+    /* GEMV per row of X over L1/L2-sized row blocks (weights read from memory once). */
+    if (n == 1) rb = r1 - r0;
+    for (int64_t b = r0; b < r1; b += rb) {
+        int64_t e = b + rb < r1 ? b + rb : r1;
+        for (int i = 0; i < n; i++)
+            t->gemv[f](w, X + (size_t)i * cols, xp ? xp + (size_t)i * xpb : NULL, Y + (size_t)i * rows + b, b, e);
+    }
+}
+
+/* Prepares the n activation rows (thread-shared when called before the parallel split). */
+static const uint8_t *prep(const kiln_ktable *t, const kiln_weight *w, int n, size_t *xpb) {
+    *xpb = t->xprep_bytes[w->fmt] ? t->xprep_bytes[w->fmt](w) : 0;
+    if (!*xpb) return NULL;
+    return scratch(0, *xpb * (size_t)n);
+}
+
+void kiln_matmul_rows(const kiln_weight *w, const float *X, float *Y, int n, int64_t r0, int64_t r1) {
+    if (n <= 0 || r0 >= r1) return;
+    const kiln_ktable *t = table();
+    if (!fast_ok(t, w)) t = NULL;
+    size_t xpb = 0;
+    const uint8_t *xp = NULL;
+    if (t) {
+        xp = prep(t, w, n, &xpb);
+        if (xpb && !xp) t = NULL; /* out of memory: the reference needs no scratch */
+        else if (xpb)
+            for (int i = 0; i < n; i++) t->xprep[w->fmt](w, X + (size_t)i * w->cols, (uint8_t *)xp + (size_t)i * xpb);
+    }
+    rows_impl(t, w, X, xp, xpb, Y, n, r0, r1);
+}
+
+void kiln_matmul(const kiln_weight *w, const float *X, float *Y, int n) {
+    if (n <= 0 || w->rows <= 0) return;
+    const kiln_ktable *t = table();
+    if (!fast_ok(t, w)) t = NULL;
+    size_t xpb = 0;
+    uint8_t *xp = NULL;
+    if (t) {
+        xp = (uint8_t *)prep(t, w, n, &xpb);
+        if (xpb && !xp) t = NULL;
+    }
+    int nt = omp_get_max_threads();
+    double work = (double)w->rows * (double)w->cols * n;
+    if (work < 65536.0) nt = 1; /* below ~20 µs of work the fork/join costs more than it saves */
+    int64_t max_nt = (w->rows + 3) / 4;
+    if (nt > max_nt) nt = (int)max_nt;
+    if (nt < 1) nt = 1;
+    #pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        if (xpb) {
+            #pragma omp for schedule(static)
+            for (int i = 0; i < n; i++) t->xprep[w->fmt](w, X + (size_t)i * w->cols, xp + (size_t)i * xpb);
+        }
+        /* Contiguous row ranges (multiples of 4 rows) so each thread streams its own memory. */
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        int64_t q = (w->rows + 3) / 4;
+        int64_t r0 = 4 * (q * tid / nth), r1 = 4 * (q * (tid + 1) / nth);
+        if (r1 > w->rows) r1 = w->rows;
+        if (r0 < r1) rows_impl(t, w, X, xp, xpb, Y, n, r0, r1);
+    }
+}
+
+/* ---- f32 helpers --------------------------------------------------------------------------------- */
+float kiln_dot_f32(const float *a, const float *b, int64_t n) {
+    const kiln_ktable *t = table();
+    return t ? t->dot(a, b, n) : kiln_dot_f32_ref(a, b, n);
+}
+void kiln_axpy_f32(float a, const float *x, float *y, int64_t n) {
+    const kiln_ktable *t = table();
+    if (t) t->axpy(a, x, y, n);
+    else kiln_axpy_f32_ref(a, x, y, n);
+}
+void kiln_scale_f32(float *x, float a, int64_t n) {
+    const kiln_ktable *t = table();
+    if (t) t->scale(x, a, n);
+    else
+        for (int64_t i = 0; i < n; i++) x[i] *= a;
+}

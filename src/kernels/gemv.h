@@ -60,4 +60,21 @@ float kiln_dot_f32(const float *a, const float *b, int64_t n);
 void kiln_axpy_f32(float a, const float *x, float *y, int64_t n);
 float kiln_dot_f32_ref(const float *a, const float *b, int64_t n);
 void kiln_axpy_f32_ref(float a, const float *x, float *y, int64_t n);
+
+/* Single-threaded form of kiln_matmul for callers that thread themselves (e.g. over MoE experts):
+ * Y[i * w->rows + r] for rows r in [r0, r1) and i in [0, n); other entries of Y are untouched. */
+void kiln_matmul_rows(const kiln_weight *w, const float *X, float *Y, int n, int64_t r0, int64_t r1);
+
+/* Whether kiln_matmul has a SIMD kernel for this weight under the current ISA (otherwise it runs
+ * the scalar reference: slow but correct). SIMD kernels need: INT4 group % 32 == 0 and group
+ * dividing 128 or a multiple of 128; FP8 any block; Q8_0/Q4_0 cols % 32 == 0. */
+int kiln_matmul_is_fast(const kiln_weight *w);
+
+/* x[i] *= a (dispatched like kiln_dot_f32). */
+void kiln_scale_f32(float *x, float a, int64_t n);
+
+/* Machine read bandwidth in GB/s (1e9 bytes/s): `threads` threads (0 = omp_get_max_threads())
+ * stream-read disjoint parts of a `bytes` buffer (0 = 1 GiB) with the widest vector loads the
+ * CPU has; the best of a few repetitions. Returns 0 when the buffer cannot be allocated. */
+double kiln_measure_read_gbps(int threads, size_t bytes);
 #endif

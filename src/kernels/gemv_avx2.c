@@ -1,0 +1,404 @@
+/* gemv_avx2.c — AVX2 + FMA + F16C kernels for every weight format, and the f32 helpers. Compiled
+ * with the AVX2 flags (Makefile); reached only after kiln_kernels_select() saw the CPU support them.
+ * Contracts: gemv_isa.h. The techniques are those of gemv_avx512.c at 8 lanes, with two changes:
+ *   - integer dots use vpmaddubsw (u8 × s8 → s16 pairs, never saturating here: |15·127·2| and
+ *     |128·127·2| < 32767) then vpmaddwd with ones to int32 lanes;
+ *   - Q8_0 uses the sign trick (|w| · sign(x, w)) instead of a +128 offset, which would saturate;
+ *   - column tails past the last full vector run the scalar conversions of base/fp.h. */
+#include "kernels/gemv_isa.h"
+#include "base/fp.h"
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+
+AI int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+AI float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ---- f32 helpers ---------------------------------------------------------------------------------- */
+static float dot_f32(const float *a, const float *b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void axpy_f32(float a, const float *x, float *y, int64_t n) {
+    __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+static void scale_f32(float *x, float a, int64_t n) {
+    __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(va, _mm256_loadu_ps(x + i)));
+    for (; i < n; i++) x[i] *= a;
+}
+
+/* ---- 8-value loaders for the float formats (FP8 yields value/256: see gemv_avx512.c) --------------- */
+AI __m256 ld8(int f, const uint8_t *row, int64_t c) {
+    switch (f) {
+    case KILN_WF_F32: return _mm256_loadu_ps((const float *)(row + 4 * c));
+    case KILN_WF_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * c)));
+    case KILN_WF_BF16:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + 2 * c))), 16));
+    default: {
+        __m128i h = _mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(row + c))), 7);
+        return _mm256_cvtph_ps(_mm_and_si128(h, _mm_set1_epi16((short)0xBFFF)));
+    }
+    }
+}
+/* Scalar value of one element (FP8: the true value, not /256). */
+AI float ld1(int f, const uint8_t *row, int64_t c) {
+    uint16_t h;
+    switch (f) {
+    case KILN_WF_F32: { float v; memcpy(&v, row + 4 * c, 4); return v; }
+    case KILN_WF_F16: memcpy(&h, row + 2 * c, 2); return kiln_f16_to_f32(h);
+    case KILN_WF_BF16: memcpy(&h, row + 2 * c, 2); return kiln_bf16_to_f32(h);
+    default: return kiln_fp8_e4m3_to_f32(row[c]);
+    }
+}
+
+/* ---- F32 / F16 / BF16 GEMV -------------------------------------------------------------------------- */
+AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y, int64_t r) {
+    const int64_t cols = w->cols, c16 = cols & ~(int64_t)15, c8 = cols & ~(int64_t)7;
+    const uint8_t *p[4];
+    __m256 a[4], b[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        p[j] = w->data + (size_t)(r + j) * w->row_bytes;
+        a[j] = b[j] = _mm256_setzero_ps();
+    }
+    int64_t c = 0;
+    for (; c < c16; c += 16) {
+        __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            a[j] = _mm256_fmadd_ps(ld8(f, p[j], c), x0, a[j]);
+            b[j] = _mm256_fmadd_ps(ld8(f, p[j], c + 8), x1, b[j]);
+        }
+    }
+    if (c < c8) {
+        __m256 x0 = _mm256_loadu_ps(x + c);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) a[j] = _mm256_fmadd_ps(ld8(f, p[j], c), x0, a[j]);
+        c += 8;
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        float s = hsum256(_mm256_add_ps(a[j], b[j]));
+        for (int64_t k = c; k < cols; k++) s += ld1(f, p[j], k) * x[k];
+        y[j] = s;
+    }
+}
+AI void gemv_float(int f, const kiln_weight *w, const float *x, float *y, int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) float_rows(f, 4, w, x, y + (r - r0), r);
+    for (; r < r1; r++) float_rows(f, 1, w, x, y + (r - r0), r);
+}
+static void gemv_f32(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)xp;
+    gemv_float(KILN_WF_F32, w, x, y, r0, r1);
+}
+static void gemv_f16(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)xp;
+    gemv_float(KILN_WF_F16, w, x, y, r0, r1);
+}
+static void gemv_bf16(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)xp;
+    gemv_float(KILN_WF_BF16, w, x, y, r0, r1);
+}
+
+/* ---- FP8 block GEMV --------------------------------------------------------------------------------- */
+AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t r) {
+    const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
+    const float *S = (const float *)w->scales;
+    const uint8_t *p[4];
+    const float *srow[4];
+    __m256 tot[4];
+    float tail[4] = {0, 0, 0, 0};
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        p[j] = w->data + (size_t)(r + j) * w->row_bytes;
+        srow[j] = S + ((r + j) / B) * sc_cols;
+        tot[j] = _mm256_setzero_ps();
+    }
+    for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
+        const int64_t ce = min64(cb + B, cols);
+        __m256 a[4], b[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) a[j] = b[j] = _mm256_setzero_ps();
+        int64_t c = cb;
+        for (; c + 16 <= ce; c += 16) {
+            __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) {
+                a[j] = _mm256_fmadd_ps(ld8(KILN_WF_FP8_BLOCK, p[j], c), x0, a[j]);
+                b[j] = _mm256_fmadd_ps(ld8(KILN_WF_FP8_BLOCK, p[j], c + 8), x1, b[j]);
+            }
+        }
+        if (c + 8 <= ce) {
+            __m256 x0 = _mm256_loadu_ps(x + c);
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) a[j] = _mm256_fmadd_ps(ld8(KILN_WF_FP8_BLOCK, p[j], c), x0, a[j]);
+            c += 8;
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            tot[j] = _mm256_fmadd_ps(_mm256_add_ps(a[j], b[j]), _mm256_set1_ps(srow[j][bi] * 256.0f), tot[j]);
+            float s = 0.0f;
+            for (int64_t k = c; k < ce; k++) s += kiln_fp8_e4m3_to_f32(p[j][k]) * x[k];
+            tail[j] += s * srow[j][bi];
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) y[j] = hsum256(tot[j]) + tail[j];
+}
+static void gemv_fp8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)xp;
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) fp8_rows(4, w, x, y + (r - r0), r);
+    for (; r < r1; r++) fp8_rows(1, w, x, y + (r - r0), r);
+}
+
+/* ---- exact dequantisation into f32 tiles (prefill) ------------------------------------------------ */
+AI void dequant_float(int f, const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
+    const int64_t cols = w->cols, c8 = cols & ~(int64_t)7;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+        float *o = out + (r - r0) * ld;
+        int64_t c = 0;
+        for (; c < c8; c += 8) _mm256_storeu_ps(o + c, ld8(f, p, c));
+        for (; c < cols; c++) o[c] = ld1(f, p, c);
+    }
+}
+static void dequant_f16(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
+    dequant_float(KILN_WF_F16, w, r0, r1, out, ld);
+}
+static void dequant_bf16(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
+    dequant_float(KILN_WF_BF16, w, r0, r1, out, ld);
+}
+static void dequant_fp8(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
+    const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
+    const float *S = (const float *)w->scales;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+        const float *srow = S + (r / B) * sc_cols;
+        float *o = out + (r - r0) * ld;
+        for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
+            const int64_t ce = min64(cb + B, cols);
+            __m256 s = _mm256_set1_ps(srow[bi] * 256.0f);
+            int64_t c = cb;
+            for (; c + 8 <= ce; c += 8) _mm256_storeu_ps(o + c, _mm256_mul_ps(ld8(KILN_WF_FP8_BLOCK, p, c), s));
+            for (; c < ce; c++) o[c] = kiln_fp8_e4m3_to_f32(p[c]) * srow[bi];
+        }
+    }
+}
+
+/* ---- f32 GEMM on a dequantised tile: 3 rows of X × 4 rows of W per register tile ------------------- */
+static void gemm_f32(const float *W, int64_t ldw, int nr, const float *X, int64_t ldx, int n, int64_t cols,
+                     float *Y, int64_t ldy) {
+    const int64_t c8 = cols & ~(int64_t)7;
+    for (int i = 0; i < n; i += 3) {
+        const float *xr[3];
+        for (int a = 0; a < 3; a++) xr[a] = X + (size_t)(i + a < n ? i + a : n - 1) * (size_t)ldx;
+        for (int j = 0; j < nr; j += 4) {
+            const float *wr[4];
+            for (int b = 0; b < 4; b++) wr[b] = W + (size_t)(j + b < nr ? j + b : nr - 1) * (size_t)ldw;
+            __m256 acc[3][4];
+#pragma GCC unroll 4
+            for (int a = 0; a < 3; a++)
+#pragma GCC unroll 4
+                for (int b = 0; b < 4; b++) acc[a][b] = _mm256_setzero_ps();
+            for (int64_t c = 0; c < c8; c += 8) {
+                __m256 wv[4];
+#pragma GCC unroll 4
+                for (int b = 0; b < 4; b++) wv[b] = _mm256_loadu_ps(wr[b] + c);
+#pragma GCC unroll 4
+                for (int a = 0; a < 3; a++) {
+                    __m256 xv = _mm256_loadu_ps(xr[a] + c);
+#pragma GCC unroll 4
+                    for (int b = 0; b < 4; b++) acc[a][b] = _mm256_fmadd_ps(xv, wv[b], acc[a][b]);
+                }
+            }
+            for (int a = 0; a < 3 && i + a < n; a++)
+                for (int b = 0; b < 4 && j + b < nr; b++) {
+                    float s = hsum256(acc[a][b]);
+                    for (int64_t c = c8; c < cols; c++) s += xr[a][c] * wr[b][c];
+                    Y[(size_t)(i + a) * (size_t)ldy + (size_t)(j + b)] = s;
+                }
+        }
+    }
+}
+
+/* ---- INT4 group ------------------------------------------------------------------------------------- */
+/* Prepared activation per 64-column chunk (128 bytes, zero-padded past cols):
+ *   xe[32] int8 x_q[64c + 2k]; xo[32] int8 x_q[64c + 2k + 1];
+ *   st[8] int32 −8 · Σ x_q[64c + 8l .. +8); xs[8] f32 x block scale of lane l. */
+#define I4_CHUNK 128
+static size_t xprep_bytes_int4(const kiln_weight *w) { return (size_t)((w->cols + 63) / 64) * I4_CHUNK; }
+
+static void xprep_int4(const kiln_weight *w, const float *x, void *xp) {
+    const int64_t cols = w->cols, nch = (cols + 63) / 64;
+    int8_t q[cols];
+    float d[cols / 32];
+    kiln_quant_x32(x, cols, q, d);
+    for (int64_t ch = 0; ch < nch; ch++) {
+        uint8_t *o = (uint8_t *)xp + ch * I4_CHUNK;
+        int8_t *xe = (int8_t *)o, *xo = (int8_t *)o + 32;
+        int32_t *st = (int32_t *)(o + 64);
+        float *xs = (float *)(o + 96);
+        const int64_t base = 64 * ch;
+        for (int k = 0; k < 32; k++) {
+            int64_t c = base + 2 * k;
+            xe[k] = c < cols ? q[c] : 0;
+            xo[k] = c + 1 < cols ? q[c + 1] : 0;
+        }
+        for (int l = 0; l < 8; l++) {
+            int64_t c = base + 8 * l;
+            int32_t s = 0;
+            for (int k = 0; k < 8; k++) s += c + k < cols ? q[c + k] : 0;
+            st[l] = -8 * s;
+            xs[l] = c < cols ? d[c / 32] : 0.0f;
+        }
+    }
+}
+
+AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r) {
+    const int64_t cols = w->cols, G = w->block, ng = cols / G, nch = (cols + 63) / 64;
+    const uint16_t *S = (const uint16_t *)w->scales;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const uint8_t *p[4];
+    const uint16_t *srow[4];
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        p[j] = w->data + (size_t)(r + j) * w->row_bytes;
+        srow[j] = S + (size_t)(r + j) * (size_t)ng;
+        acc[j] = _mm256_setzero_ps();
+    }
+    for (int64_t ch = 0; ch < nch; ch++) {
+        const uint8_t *o = xp + ch * I4_CHUNK;
+        const __m256i xe = _mm256_load_si256((const __m256i *)o), xo = _mm256_load_si256((const __m256i *)(o + 32));
+        const __m256i st = _mm256_load_si256((const __m256i *)(o + 64));
+        const __m256 xs = _mm256_load_ps((const float *)(o + 96));
+        const int full = 64 * ch + 64 <= cols;
+        const int64_t g0 = (64 * ch) / G, g1 = full ? (64 * ch + 32) / G : g0;
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            __m256i wv = full ? _mm256_loadu_si256((const __m256i *)(p[j] + 32 * ch))
+                              : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(p[j] + 32 * ch)));
+            __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+            __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
+            __m256i t = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), st);
+            __m256 ws = _mm256_set_m128(_mm_set1_ps(kiln_bf16_to_f32(srow[j][g1])), _mm_set1_ps(kiln_bf16_to_f32(srow[j][g0])));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(ws, xs), acc[j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) y[j] = hsum256(acc[j]);
+}
+static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)x;
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) int4_rows(4, w, xp, y + (r - r0), r);
+    for (; r < r1; r++) int4_rows(1, w, xp, y + (r - r0), r);
+}
+
+/* ---- Q8_0 / Q4_0 --------------------------------------------------------------------------------- */
+/* Prepared activation: per 32-block 64 bytes {x_q[32] int8, st[8] int32}, then d[cols/32] f32.
+ * Q4_0: st = −8·Σ(lane's 4 x_q); Q8_0 (sign trick) needs no start value: st = 0. */
+static size_t xprep_bytes_q(const kiln_weight *w) { return ((size_t)(w->cols / 32) * 68 + 63) & ~(size_t)63; }
+AI void xprep_q(const kiln_weight *w, const float *x, void *xp, int32_t off) {
+    const int64_t nb = w->cols / 32;
+    uint8_t *o = (uint8_t *)xp;
+    float *d = (float *)(o + nb * 64);
+    int8_t q[32];
+    for (int64_t b = 0; b < nb; b++) {
+        kiln_quant_x32(x + 32 * b, 32, q, d + b);
+        memcpy(o + 64 * b, q, 32);
+        int32_t *st = (int32_t *)(o + 64 * b + 32);
+        for (int l = 0; l < 8; l++) st[l] = -off * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
+    }
+}
+static void xprep_q8(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 0); }
+static void xprep_q4(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 8); }
+
+AI __m256i q_dot(int f, const uint8_t *blk, __m256i xq, __m256i st) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (f == KILN_WF_Q8_0) {
+        __m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xq, wv)), ones);
+    }
+    __m128i v = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(0x0F);
+    __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv, xq), ones), st);
+}
+AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r) {
+    const int64_t nb = w->cols / 32, bb = f == KILN_WF_Q8_0 ? 34 : 18;
+    const float *d = (const float *)(xp + nb * 64);
+    const uint8_t *p[4];
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        p[j] = w->data + (size_t)(r + j) * w->row_bytes;
+        acc[j] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i xq = _mm256_load_si256((const __m256i *)(xp + 64 * b));
+        const __m256i st = _mm256_load_si256((const __m256i *)(xp + 64 * b + 32));
+        const float db = d[b];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            const uint8_t *blk = p[j] + bb * b;
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            __m256i t = q_dot(f, blk, xq, st);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(_cvtsh_ss(h) * db), acc[j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) y[j] = hsum256(acc[j]);
+}
+AI void gemv_q(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) q_rows(f, 4, w, xp, y + (r - r0), r);
+    for (; r < r1; r++) q_rows(f, 1, w, xp, y + (r - r0), r);
+}
+static void gemv_q8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)x;
+    gemv_q(KILN_WF_Q8_0, w, xp, y, r0, r1);
+}
+static void gemv_q4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)x;
+    gemv_q(KILN_WF_Q4_0, w, xp, y, r0, r1);
+}
+
+const kiln_ktable kiln_ktable_avx2 = {
+    .dot = dot_f32,
+    .axpy = axpy_f32,
+    .scale = scale_f32,
+    .xprep_bytes = {[KILN_WF_INT4_GROUP] = xprep_bytes_int4, [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q},
+    .xprep = {[KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, [KILN_WF_Q4_0] = xprep_q4},
+    .gemv = {[KILN_WF_F32] = gemv_f32, [KILN_WF_F16] = gemv_f16, [KILN_WF_BF16] = gemv_bf16,
+             [KILN_WF_FP8_BLOCK] = gemv_fp8, [KILN_WF_INT4_GROUP] = gemv_int4, [KILN_WF_Q8_0] = gemv_q8,
+             [KILN_WF_Q4_0] = gemv_q4},
+    .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8},
+    .gemm_f32 = gemm_f32,
+};

@@ -1,0 +1,461 @@
+/* gemv_avx512.c — AVX-512 (F/BW/VL/DQ + VNNI) kernels for every weight format, and the f32
+ * helpers. Compiled with the AVX-512 flags (Makefile); reached only after kiln_kernels_select()
+ * saw the CPU support them. Contracts: gemv_isa.h.
+ *
+ * Decode (GEMV) techniques, all reading the weights exactly as stored:
+ *   F32/F16/BF16  16 lanes per FMA; F16 via vcvtph2ps, BF16 by a 16-bit shift.
+ *   FP8 E4M3      sign-extend byte→word, shift left 7, clear bit 14: the word is then the IEEE half
+ *                 whose value is exactly fp8/256 (normals and subnormals alike), converted by
+ *                 vcvtph2ps; the 256 is folded into the per-block scale. Accumulated per 128-col
+ *                 block, then × scale_inv. (The NaN codes 0x7F/0xFF read as ±480/256: checkpoints
+ *                 and kiln's quantiser never contain them.)
+ *   INT4 group    x is quantised to int8 per 32 (kiln_quant_x32) and deinterleaved into even/odd
+ *                 columns, so a 64-byte load of packed weights (128 columns) feeds two vpdpbusd
+ *                 directly: low nibbles (unsigned q+8) · x_even, high nibbles · x_odd. Each int32 lane
+ *                 then holds columns [8l, 8l+8) of one group; the +8 offset is removed by starting
+ *                 the lane at −8·Σx_q, and lanes are scaled by (bf16 group scale) × (x block scale).
+ *   Q8_0/Q4_0     the same integer dot per 32-block: Q8_0 weights made unsigned by xor 0x80 (lane
+ *                 start −128·Σx_q), Q4_0 nibbles unsigned (lane start −8·Σx_q).
+ * Four weight rows are processed together so activation loads are shared. */
+#include "kernels/gemv_isa.h"
+#include "base/fp.h"
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+
+AI __mmask16 mask16(int64_t n) { return (__mmask16)((1u << n) - 1u); } /* n in [0, 16) */
+AI int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---- f32 helpers ---------------------------------------------------------------------------------- */
+static float dot_f32(const float *a, const float *b, int64_t n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(b + i + 32), s2);
+        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(b + i + 48), s3);
+    }
+    for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    if (i < n) {
+        __mmask16 m = mask16(n - i);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+
+static void axpy_f32(float a, const float *x, float *y, int64_t n) {
+    __m512 va = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        __mmask16 m = mask16(n - i);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+static void scale_f32(float *x, float a, int64_t n) {
+    __m512 va = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(va, _mm512_loadu_ps(x + i)));
+    if (i < n) {
+        __mmask16 m = mask16(n - i);
+        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+/* ---- 16-value loaders for the float formats (FP8 yields value/256, see the top comment) ----------- */
+AI __m512 fp8_half_to_ps(__m128i b) {
+    __m256i h = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
+    return _mm512_cvtph_ps(_mm256_and_si256(h, _mm256_set1_epi16((short)0xBFFF)));
+}
+AI __m512 ld16(int f, const uint8_t *row, int64_t c) {
+    switch (f) {
+    case KILN_WF_F32: return _mm512_loadu_ps((const float *)(row + 4 * c));
+    case KILN_WF_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * c)));
+    case KILN_WF_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + 2 * c))), 16));
+    default: return fp8_half_to_ps(_mm_loadu_si128((const __m128i *)(row + c)));
+    }
+}
+AI __m512 ld16m(int f, const uint8_t *row, int64_t c, __mmask16 m) {
+    switch (f) {
+    case KILN_WF_F32: return _mm512_maskz_loadu_ps(m, (const float *)(row + 4 * c));
+    case KILN_WF_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * c));
+    case KILN_WF_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + 2 * c)), 16));
+    default: return fp8_half_to_ps(_mm_maskz_loadu_epi8(m, row + c));
+    }
+}
+
+/* ---- F32 / F16 / BF16 GEMV -------------------------------------------------------------------------- */
+/* NR rows starting at r (NR = 4 or 1); two accumulator chains per row. */
+AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y, int64_t r) {
+    const int64_t cols = w->cols, c32 = cols & ~(int64_t)31, c16 = cols & ~(int64_t)15;
+    const uint8_t *p[4];
+    __m512 a[4], b[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        p[j] = w->data + (size_t)(r + j) * w->row_bytes;
+        a[j] = _mm512_setzero_ps();
+        b[j] = _mm512_setzero_ps();
+    }
+    int64_t c = 0;
+    for (; c < c32; c += 32) {
+        __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            a[j] = _mm512_fmadd_ps(ld16(f, p[j], c), x0, a[j]);
+            b[j] = _mm512_fmadd_ps(ld16(f, p[j], c + 16), x1, b[j]);
+        }
+    }
+    if (c < c16) {
+        __m512 x0 = _mm512_loadu_ps(x + c);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) a[j] = _mm512_fmadd_ps(ld16(f, p[j], c), x0, a[j]);
+        c += 16;
+    }
+    if (c < cols) {
+        __mmask16 m = mask16(cols - c);
+        __m512 x0 = _mm512_maskz_loadu_ps(m, x + c);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) b[j] = _mm512_fmadd_ps(ld16m(f, p[j], c, m), x0, b[j]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(a[j], b[j]));
+}
+
+AI void gemv_float(int f, const kiln_weight *w, const float *x, float *y, int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) float_rows(f, 4, w, x, y + (r - r0), r);
+    for (; r < r1; r++) float_rows(f, 1, w, x, y + (r - r0), r);
+}
+static void gemv_f32(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)xp;
+    gemv_float(KILN_WF_F32, w, x, y, r0, r1);
+}
+static void gemv_f16(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)xp;
+    gemv_float(KILN_WF_F16, w, x, y, r0, r1);
+}
+static void gemv_bf16(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)xp;
+    gemv_float(KILN_WF_BF16, w, x, y, r0, r1);
+}
+
+/* ---- FP8 block GEMV --------------------------------------------------------------------------------- */
+AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t r) {
+    const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
+    const float *S = (const float *)w->scales;
+    const uint8_t *p[4];
+    const float *srow[4];
+    __m512 tot[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        p[j] = w->data + (size_t)(r + j) * w->row_bytes;
+        srow[j] = S + ((r + j) / B) * sc_cols;
+        tot[j] = _mm512_setzero_ps();
+    }
+    for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
+        const int64_t ce = min64(cb + B, cols);
+        __m512 a[4], b[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) a[j] = b[j] = _mm512_setzero_ps();
+        int64_t c = cb;
+        for (; c + 32 <= ce; c += 32) {
+            __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) {
+                a[j] = _mm512_fmadd_ps(ld16(KILN_WF_FP8_BLOCK, p[j], c), x0, a[j]);
+                b[j] = _mm512_fmadd_ps(ld16(KILN_WF_FP8_BLOCK, p[j], c + 16), x1, b[j]);
+            }
+        }
+        for (; c < ce; c += 16) {
+            __mmask16 m = ce - c >= 16 ? (__mmask16)0xFFFF : mask16(ce - c);
+            __m512 x0 = _mm512_maskz_loadu_ps(m, x + c);
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) a[j] = _mm512_fmadd_ps(ld16m(KILN_WF_FP8_BLOCK, p[j], c, m), x0, a[j]);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++)
+            tot[j] = _mm512_fmadd_ps(_mm512_add_ps(a[j], b[j]), _mm512_set1_ps(srow[j][bi] * 256.0f), tot[j]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(tot[j]);
+}
+static void gemv_fp8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)xp;
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) fp8_rows(4, w, x, y + (r - r0), r);
+    for (; r < r1; r++) fp8_rows(1, w, x, y + (r - r0), r);
+}
+
+/* ---- exact dequantisation into f32 tiles (prefill) ------------------------------------------------ */
+AI void dequant_float(int f, const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
+    const int64_t cols = w->cols, c16 = cols & ~(int64_t)15;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+        float *o = out + (r - r0) * ld;
+        int64_t c = 0;
+        for (; c < c16; c += 16) _mm512_storeu_ps(o + c, ld16(f, p, c));
+        if (c < cols) {
+            __mmask16 m = mask16(cols - c);
+            _mm512_mask_storeu_ps(o + c, m, ld16m(f, p, c, m));
+        }
+    }
+}
+static void dequant_f16(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
+    dequant_float(KILN_WF_F16, w, r0, r1, out, ld);
+}
+static void dequant_bf16(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
+    dequant_float(KILN_WF_BF16, w, r0, r1, out, ld);
+}
+/* (fp8/256) × (scale·256) rounds once, to the same float as fp8 × scale. */
+static void dequant_fp8(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
+    const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
+    const float *S = (const float *)w->scales;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+        const float *srow = S + (r / B) * sc_cols;
+        float *o = out + (r - r0) * ld;
+        for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
+            const int64_t ce = min64(cb + B, cols);
+            __m512 s = _mm512_set1_ps(srow[bi] * 256.0f);
+            for (int64_t c = cb; c < ce; c += 16) {
+                __mmask16 m = ce - c >= 16 ? (__mmask16)0xFFFF : mask16(ce - c);
+                _mm512_mask_storeu_ps(o + c, m, _mm512_mul_ps(ld16m(KILN_WF_FP8_BLOCK, p, c, m), s));
+            }
+        }
+    }
+}
+
+/* ---- f32 GEMM on a dequantised tile: 4 rows of X × 4 rows of W per register tile ------------------- */
+static void gemm_f32(const float *W, int64_t ldw, int nr, const float *X, int64_t ldx, int n, int64_t cols,
+                     float *Y, int64_t ldy) {
+    const int64_t c16 = cols & ~(int64_t)15;
+    const __mmask16 tm = mask16(cols & 15);
+    for (int i = 0; i < n; i += 4) {
+        const float *xr[4];
+        for (int a = 0; a < 4; a++) xr[a] = X + (size_t)(i + a < n ? i + a : n - 1) * (size_t)ldx;
+        for (int j = 0; j < nr; j += 4) {
+            const float *wr[4];
+            for (int b = 0; b < 4; b++) wr[b] = W + (size_t)(j + b < nr ? j + b : nr - 1) * (size_t)ldw;
+            __m512 acc[4][4];
+#pragma GCC unroll 4
+            for (int a = 0; a < 4; a++)
+#pragma GCC unroll 4
+                for (int b = 0; b < 4; b++) acc[a][b] = _mm512_setzero_ps();
+            for (int64_t c = 0; c < c16; c += 16) {
+                __m512 xv[4], wv[4];
+#pragma GCC unroll 4
+                for (int a = 0; a < 4; a++) xv[a] = _mm512_loadu_ps(xr[a] + c);
+#pragma GCC unroll 4
+                for (int b = 0; b < 4; b++) wv[b] = _mm512_loadu_ps(wr[b] + c);
+#pragma GCC unroll 4
+                for (int a = 0; a < 4; a++)
+#pragma GCC unroll 4
+                    for (int b = 0; b < 4; b++) acc[a][b] = _mm512_fmadd_ps(xv[a], wv[b], acc[a][b]);
+            }
+            if (tm) {
+                __m512 xv[4], wv[4];
+#pragma GCC unroll 4
+                for (int a = 0; a < 4; a++) xv[a] = _mm512_maskz_loadu_ps(tm, xr[a] + c16);
+#pragma GCC unroll 4
+                for (int b = 0; b < 4; b++) wv[b] = _mm512_maskz_loadu_ps(tm, wr[b] + c16);
+#pragma GCC unroll 4
+                for (int a = 0; a < 4; a++)
+#pragma GCC unroll 4
+                    for (int b = 0; b < 4; b++) acc[a][b] = _mm512_fmadd_ps(xv[a], wv[b], acc[a][b]);
+            }
+            for (int a = 0; a < 4 && i + a < n; a++)
+                for (int b = 0; b < 4 && j + b < nr; b++)
+                    Y[(size_t)(i + a) * (size_t)ldy + (size_t)(j + b)] = _mm512_reduce_add_ps(acc[a][b]);
+        }
+    }
+}
+
+/* ---- INT4 group (compressed-tensors pack-quantized) -------------------------------------------------- */
+/* Prepared activation per 128-column chunk (256 bytes, zero-padded past cols):
+ *   xe[64] int8   x_q[128c + 2k]       (even columns: the low nibbles of packed bytes k)
+ *   xo[64] int8   x_q[128c + 2k + 1]   (odd columns: the high nibbles)
+ *   st[16] int32  −8 · Σ x_q[128c + 8l .. +8)   (lane l's start value: removes the +8 offset)
+ *   xs[16] f32    the x block scale of lane l's columns */
+#define I4_CHUNK 256
+static size_t xprep_bytes_int4(const kiln_weight *w) { return (size_t)((w->cols + 127) / 128) * I4_CHUNK; }
+
+static void xprep_int4(const kiln_weight *w, const float *x, void *xp) {
+    const int64_t cols = w->cols, nch = (cols + 127) / 128;
+    int8_t q[cols];
+    float d[cols / 32];
+    kiln_quant_x32(x, cols, q, d);
+    for (int64_t ch = 0; ch < nch; ch++) {
+        uint8_t *o = (uint8_t *)xp + ch * I4_CHUNK;
+        int8_t *xe = (int8_t *)o, *xo = (int8_t *)o + 64;
+        int32_t *st = (int32_t *)(o + 128);
+        float *xs = (float *)(o + 192);
+        const int64_t base = 128 * ch;
+        for (int k = 0; k < 64; k++) {
+            int64_t c = base + 2 * k;
+            xe[k] = c < cols ? q[c] : 0;
+            xo[k] = c + 1 < cols ? q[c + 1] : 0;
+        }
+        for (int l = 0; l < 16; l++) {
+            int64_t c = base + 8 * l;
+            int32_t s = 0;
+            for (int k = 0; k < 8; k++) s += c + k < cols ? q[c + k] : 0;
+            st[l] = -8 * s;
+            xs[l] = c < cols ? d[c / 32] : 0.0f;
+        }
+    }
+}
+
+AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r) {
+    const int64_t cols = w->cols, G = w->block, ng = cols / G, nfull = cols / 128, tail = cols % 128;
+    const uint16_t *S = (const uint16_t *)w->scales;
+    /* Lane l's scale: the bf16 in word 2l+1 (the f32's high half) from group 8l/G of the chunk;
+     * word 2l takes word 31 of the source, always zero (at most 4 words are loaded). */
+    uint16_t iw[32];
+    for (int l = 0; l < 16; l++) {
+        iw[2 * l] = 31;
+        iw[2 * l + 1] = (uint16_t)(G <= 128 ? (8 * l) / G : 0);
+    }
+    const __m512i sidx = _mm512_loadu_si512(iw);
+    const __mmask32 smask = G <= 128 ? (__mmask32)((1u << (128 / G)) - 1u) : 1u;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const uint8_t *p[4];
+    const uint16_t *srow[4];
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        p[j] = w->data + (size_t)(r + j) * w->row_bytes;
+        srow[j] = S + (size_t)(r + j) * (size_t)ng;
+        acc[j] = _mm512_setzero_ps();
+    }
+    for (int64_t ch = 0; ch < nfull; ch++) {
+        const uint8_t *o = xp + ch * I4_CHUNK;
+        const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);
+        const __m512 xs = _mm512_load_ps((const float *)(o + 192));
+        const int64_t g0 = (128 * ch) / G;
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            __m512i wv = _mm512_loadu_si512(p[j] + 64 * ch);
+            __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+            __m512i t = _mm512_dpbusd_epi32(st, lo, xe);
+            t = _mm512_dpbusd_epi32(t, hi, xo);
+            __m512 ws = _mm512_castsi512_ps(_mm512_permutexvar_epi16(sidx, _mm512_maskz_loadu_epi16(smask, srow[j] + g0)));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(ws, xs), acc[j]);
+        }
+    }
+    if (tail) {
+        const int64_t ch = nfull;
+        const uint8_t *o = xp + ch * I4_CHUNK;
+        const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);
+        const __m512 xs = _mm512_load_ps((const float *)(o + 192));
+        const int64_t g0 = (128 * ch) / G;
+        const __mmask64 bm = ((__mmask64)1 << (tail / 2)) - 1;
+        const __mmask32 tsm = G <= 128 ? (__mmask32)((1u << (tail / G)) - 1u) : 1u;
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            __m512i wv = _mm512_maskz_loadu_epi8(bm, p[j] + 64 * ch);
+            __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+            __m512i t = _mm512_dpbusd_epi32(st, lo, xe);
+            t = _mm512_dpbusd_epi32(t, hi, xo);
+            __m512 ws = _mm512_castsi512_ps(_mm512_permutexvar_epi16(sidx, _mm512_maskz_loadu_epi16(tsm, srow[j] + g0)));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(ws, xs), acc[j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(acc[j]);
+}
+static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)x;
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) int4_rows(4, w, xp, y + (r - r0), r);
+    for (; r < r1; r++) int4_rows(1, w, xp, y + (r - r0), r);
+}
+
+/* ---- Q8_0 / Q4_0 --------------------------------------------------------------------------------- */
+/* Prepared activation: per 32-block 64 bytes {x_q[32] int8, st[8] int32 lane start values}, then the
+ * block scales d[cols/32] f32. Q8_0: st = −128·Σ(lane's 4 x_q) (weights xor 0x80 are w + 128);
+ * Q4_0: st = −8·Σ (nibbles are w + 8). */
+static size_t xprep_bytes_q(const kiln_weight *w) { return ((size_t)(w->cols / 32) * 68 + 63) & ~(size_t)63; }
+AI void xprep_q(const kiln_weight *w, const float *x, void *xp, int32_t off) {
+    const int64_t nb = w->cols / 32;
+    uint8_t *o = (uint8_t *)xp;
+    float *d = (float *)(o + nb * 64);
+    int8_t q[32];
+    for (int64_t b = 0; b < nb; b++) {
+        kiln_quant_x32(x + 32 * b, 32, q, d + b);
+        memcpy(o + 64 * b, q, 32);
+        int32_t *st = (int32_t *)(o + 64 * b + 32);
+        for (int l = 0; l < 8; l++) st[l] = -off * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
+    }
+}
+static void xprep_q8(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 128); }
+static void xprep_q4(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 8); }
+
+AI __m256i q_weights(int f, const uint8_t *blk) {
+    if (f == KILN_WF_Q8_0)
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
+    __m128i v = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+}
+AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r) {
+    const int64_t nb = w->cols / 32, bb = f == KILN_WF_Q8_0 ? 34 : 18;
+    const float *d = (const float *)(xp + nb * 64);
+    const uint8_t *p[4];
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        p[j] = w->data + (size_t)(r + j) * w->row_bytes;
+        acc[j] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i xq = _mm256_load_si256((const __m256i *)(xp + 64 * b));
+        const __m256i st = _mm256_load_si256((const __m256i *)(xp + 64 * b + 32));
+        const float db = d[b];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            const uint8_t *blk = p[j] + bb * b;
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            __m256i t = _mm256_dpbusd_epi32(st, q_weights(f, blk), xq);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(_cvtsh_ss(h) * db), acc[j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[j]), _mm256_extractf128_ps(acc[j], 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        y[j] = _mm_cvtss_f32(s);
+    }
+}
+AI void gemv_q(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) q_rows(f, 4, w, xp, y + (r - r0), r);
+    for (; r < r1; r++) q_rows(f, 1, w, xp, y + (r - r0), r);
+}
+static void gemv_q8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)x;
+    gemv_q(KILN_WF_Q8_0, w, xp, y, r0, r1);
+}
+static void gemv_q4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)x;
+    gemv_q(KILN_WF_Q4_0, w, xp, y, r0, r1);
+}
+
+const kiln_ktable kiln_ktable_avx512 = {
+    .dot = dot_f32,
+    .axpy = axpy_f32,
+    .scale = scale_f32,
+    .xprep_bytes = {[KILN_WF_INT4_GROUP] = xprep_bytes_int4, [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q},
+    .xprep = {[KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, [KILN_WF_Q4_0] = xprep_q4},
+    .gemv = {[KILN_WF_F32] = gemv_f32, [KILN_WF_F16] = gemv_f16, [KILN_WF_BF16] = gemv_bf16,
+             [KILN_WF_FP8_BLOCK] = gemv_fp8, [KILN_WF_INT4_GROUP] = gemv_int4, [KILN_WF_Q8_0] = gemv_q8,
+             [KILN_WF_Q4_0] = gemv_q4},
+    .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8},
+    .gemm_f32 = gemm_f32,
+};

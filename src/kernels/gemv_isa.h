@@ -1,0 +1,44 @@
+/* gemv_isa.h — internal: the per-ISA kernel table behind kiln_matmul and the f32 helpers.
+ *
+ * Each ISA file (gemv_avx2.c, gemv_avx512.c) fills one kiln_ktable; gemv.c picks one at run time
+ * and owns threading. A NULL entry means "no SIMD kernel": the driver runs the scalar reference.
+ *
+ * Kernel contract (all single-threaded; the driver splits rows across threads):
+ *   xprep_bytes(w)      bytes of prepared activation for ONE row of X (0 = reads X directly)
+ *   xprep(w, x, xp)     fills xp from x[cols] (int8 quantisation, deinterleaving ...)
+ *   gemv(w, x, xp, y, r0, r1)       y[r - r0] = W[r,:]·x for r in [r0, r1)
+ *   dequant(w, r0, r1, out, ld)     out[(r - r0) * ld + c] = W[r, c] (exact f32 dequantisation)
+ *   gemm_f32(W, ldw, nr, X, ldx, n, cols, Y, ldy)
+ *                       Y[i * ldy + j] = Σ_c W[j * ldw + c] · X[i * ldx + c], j < nr, i < n
+ * X rows are read only within [0, cols): callers may pass buffers with anything beyond. */
+#ifndef KILN_KERNELS_GEMV_ISA_H
+#define KILN_KERNELS_GEMV_ISA_H
+#include "kernels/gemv.h"
+
+typedef struct kiln_ktable {
+    float (*dot)(const float *a, const float *b, int64_t n);
+    void (*axpy)(float a, const float *x, float *y, int64_t n);
+    void (*scale)(float *x, float a, int64_t n);
+    size_t (*xprep_bytes[KILN_WF_COUNT])(const kiln_weight *w);
+    void (*xprep[KILN_WF_COUNT])(const kiln_weight *w, const float *x, void *xp);
+    void (*gemv[KILN_WF_COUNT])(const kiln_weight *w, const float *x, const void *xp, float *y,
+                                int64_t r0, int64_t r1);
+    void (*dequant[KILN_WF_COUNT])(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld);
+    void (*gemm_f32)(const float *W, int64_t ldw, int nr, const float *X, int64_t ldx, int n,
+                     int64_t cols, float *Y, int64_t ldy);
+} kiln_ktable;
+
+extern const kiln_ktable kiln_ktable_avx2;
+extern const kiln_ktable kiln_ktable_avx512;
+
+/* Shared activation quantiser for the integer-dot kernels (INT4, Q8_0, Q4_0): x[cols] (cols a
+ * multiple of 32) → q[cols] int8 and d[cols/32] with x ≈ q · d per block of 32; d = amax/127,
+ * q = round-to-nearest-even(x / d) (ggml's q8_0 activation rule). */
+void kiln_quant_x32(const float *x, int64_t cols, int8_t *q, float *d);
+
+/* Whether the SIMD INT4 kernels handle this group size (see kiln_matmul_is_fast). */
+static inline int kiln_int4_group_ok(const kiln_weight *w) {
+    int g = w->block;
+    return g >= 32 && g % 32 == 0 && (128 % g == 0 || g % 128 == 0) && w->cols % g == 0;
+}
+#endif
