@@ -9,7 +9,7 @@ MAKEFLAGS += -j$(shell nproc)
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
-CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -Isrc -fopenmp -g $(OPT) \
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -Isrc -Itools -fopenmp -g $(OPT) \
               $(shell pkg-config --cflags jansson libpcre2-8 2>/dev/null)
 LIBS    = -fopenmp -lm -lpthread $(shell pkg-config --libs jansson libpcre2-8 libmicrohttpd 2>/dev/null) -lxxhash
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
@@ -17,6 +17,7 @@ AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -m
 
 SRCS     := $(shell find src -name '*.c' | sort)
 OBJS     := $(SRCS:%.c=$(BUILD)/%.o)
+TOOL_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tools/*.c)))
 TEST_SRCS := $(shell find tests/unit tests/kernels tests/models tests/integrity -name 'test_*.c' 2>/dev/null | sort)
 TEST_BINS := $(TEST_SRCS:%.c=$(BUILD)/%)
 
@@ -38,7 +39,7 @@ $(BUILD)/libkiln.a: $(OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(KILN_BIN): $(BUILD)/tools/kiln.o $(BUILD)/libkiln.a
+$(KILN_BIN): $(TOOL_OBJS) $(BUILD)/libkiln.a
 	$(CC) $(EXTRA_LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libkiln.a
@@ -62,4 +63,4 @@ clean:
 	rm -rf build kiln
 
 .PHONY: all test tests check bench clean
--include $(OBJS:.o=.d) $(TEST_BINS:=.d) $(BUILD)/tools/kiln.d
+-include $(OBJS:.o=.d) $(TEST_BINS:=.d) $(TOOL_OBJS:.o=.d)

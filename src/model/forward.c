@@ -32,7 +32,10 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
     ws->att = calloc((size_t)hp->n_heads * (size_t)n_ctx_max, 4);
     ws->rope = calloc(c * (size_t)hp->rotary_dim, 4);
     ws->logits = calloc((size_t)hp->vocab, 4);
-    if (!ws->x || !ws->xb || !ws->q || !ws->k || !ws->v || !ws->ao || !ws->hb || !ws->hb2 || !ws->att || !ws->rope || !ws->logits) {
+    ws->pos = calloc(c, sizeof *ws->pos);
+    ws->out_row = calloc(c, sizeof *ws->out_row);
+    ws->seqs = calloc(c, sizeof *ws->seqs);
+    if (!ws->pos || !ws->out_row || !ws->seqs || !ws->x || !ws->xb || !ws->q || !ws->k || !ws->v || !ws->ao || !ws->hb || !ws->hb2 || !ws->att || !ws->rope || !ws->logits) {
         kiln_forward_ws_free(ws);
         return kiln_fail(KILN_ERR_NOMEM, "out of memory allocating forward scratch (chunk %d, context %d)", chunk, n_ctx_max);
     }
@@ -42,6 +45,7 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
 void kiln_forward_ws_free(kiln_forward_ws *ws) {
     free(ws->x); free(ws->xb); free(ws->q); free(ws->k); free(ws->v); free(ws->ao);
     free(ws->hb); free(ws->hb2); free(ws->att); free(ws->rope); free(ws->logits);
+    free(ws->pos); free(ws->out_row); free(ws->seqs);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -71,19 +75,19 @@ static void rope_apply(float *v, int n_heads, int hd, int rot, kiln_rope_style s
     }
 }
 
-kiln_status kiln_forward(const struct kiln_model *m, kiln_kv_pool *pool, kiln_kv_seq *seq, kiln_forward_ws *ws,
-                         const int32_t *tokens, int n, float *logits) {
+kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws,
+                               const kiln_batch *b, float *logits) {
     const kiln_hparams *hp = &m->hp;
     const int dim = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, ffn = hp->ffn_dim;
-    const int qd = H * hd, kvd = KV * hd, pos0 = seq->len;
-    if (n < 1 || n > ws->chunk) return kiln_fail(KILN_ERR_INTERNAL, "forward: chunk of %d tokens (max %d)", n, ws->chunk);
-    if (pos0 + n > ws->n_ctx_max)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "context length exceeded: %d tokens > %d", pos0 + n, ws->n_ctx_max);
+    const int qd = H * hd, kvd = KV * hd, n = b->n;
+    if (n < 1 || n > ws->chunk) return kiln_fail(KILN_ERR_INTERNAL, "forward: batch of %d tokens (max %d)", n, ws->chunk);
     for (int i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= hp->vocab)
-            return kiln_fail(KILN_ERR_INVALID_ARG, "token id %d at position %d is out of range [0, %d)", tokens[i], pos0 + i, hp->vocab);
-        kiln_weight_row_f32(&m->tok_embd, tokens[i], ws->x + (size_t)i * dim);
-        rope_table(ws->rope + (size_t)i * hp->rotary_dim, pos0 + i, hp->rotary_dim, hp->rope_theta);
+        if (b->tokens[i] < 0 || b->tokens[i] >= hp->vocab)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "token id %d at position %d is out of range [0, %d)", b->tokens[i], b->pos[i], hp->vocab);
+        if (b->pos[i] < 0 || b->pos[i] >= ws->n_ctx_max)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "context length exceeded: position %d >= %d", b->pos[i], ws->n_ctx_max);
+        kiln_weight_row_f32(&m->tok_embd, b->tokens[i], ws->x + (size_t)i * dim);
+        rope_table(ws->rope + (size_t)i * hp->rotary_dim, b->pos[i], hp->rotary_dim, hp->rope_theta);
     }
     const float scale = 1.0f / sqrtf((float)hd);
     for (int l = 0; l < hp->n_layers; l++) {
@@ -96,8 +100,8 @@ kiln_status kiln_forward(const struct kiln_model *m, kiln_kv_pool *pool, kiln_kv
             const float *rope = ws->rope + (size_t)i * hp->rotary_dim;
             rope_apply(ws->q + (size_t)i * qd, H, hd, hp->rotary_dim, hp->rope_style, rope);
             rope_apply(ws->k + (size_t)i * kvd, KV, hd, hp->rotary_dim, hp->rope_style, rope);
-            kiln_kv_store(pool, seq, l, pos0 + i, ws->k + (size_t)i * kvd, ws->v + (size_t)i * kvd);
-            kiln_kv_attend(pool, seq, l, ws->q + (size_t)i * qd, H, pos0 + i + 1, scale, ws->att, ws->ao + (size_t)i * qd);
+            kiln_kv_store(pool, b->seq[i], l, b->pos[i], ws->k + (size_t)i * kvd, ws->v + (size_t)i * kvd);
+            kiln_kv_attend(pool, b->seq[i], l, ws->q + (size_t)i * qd, H, b->pos[i] + 1, scale, ws->att, ws->ao + (size_t)i * qd);
         }
         kiln_matmul(&L->wo, ws->ao, ws->xb, n);
         for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += ws->xb[j];
@@ -111,13 +115,28 @@ kiln_status kiln_forward(const struct kiln_model *m, kiln_kv_pool *pool, kiln_kv
         kiln_matmul(&L->w_down, ws->hb, ws->xb, n);
         for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += ws->xb[j];
     }
-    seq->len = pos0 + n;
-    if (logits) {
-        for (int i = 0; i < n; i++) kiln_rmsnorm(ws->xb + (size_t)i * dim, ws->x + (size_t)i * dim, m->output_norm, dim, hp->norm_eps);
-        kiln_matmul(&m->output, ws->xb, logits, n);
-    } else {
-        kiln_rmsnorm(ws->xb, ws->x + (size_t)(n - 1) * dim, m->output_norm, dim, hp->norm_eps);
-        kiln_matmul(&m->output, ws->xb, ws->logits, 1);
+    for (int i = 0; i < n; i++)
+        if (b->seq[i]->len < b->pos[i] + 1) b->seq[i]->len = b->pos[i] + 1;
+    /* Final norm and LM head only for the rows that want logits, gathered into xb (out_row order). */
+    int n_out = 0;
+    for (int i = 0; i < n; i++) {
+        int r = b->out_row ? b->out_row[i] : i;
+        if (r < 0) continue;
+        kiln_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)i * dim, m->output_norm, dim, hp->norm_eps);
+        if (r + 1 > n_out) n_out = r + 1;
     }
+    if (n_out > 0) kiln_matmul(&m->output, ws->xb, logits, n_out);
     return KILN_OK;
+}
+
+kiln_status kiln_forward(const struct kiln_model *m, kiln_kv_pool *pool, kiln_kv_seq *seq, kiln_forward_ws *ws,
+                         const int32_t *tokens, int n, float *logits) {
+    if (n < 1 || n > ws->chunk) return kiln_fail(KILN_ERR_INTERNAL, "forward: chunk of %d tokens (max %d)", n, ws->chunk);
+    for (int i = 0; i < n; i++) {
+        ws->seqs[i] = seq;
+        ws->pos[i] = seq->len + i;
+        ws->out_row[i] = logits ? i : (i == n - 1 ? 0 : -1);
+    }
+    kiln_batch b = {n, tokens, ws->seqs, ws->pos, ws->out_row};
+    return kiln_forward_batch(m, pool, ws, &b, logits ? logits : ws->logits);
 }

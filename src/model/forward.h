@@ -18,14 +18,34 @@ typedef struct kiln_forward_ws {
     float *att;    /* [H, n_ctx_max]   attention scores */
     float *rope;   /* [chunk, rot]     cos/sin per position (rot/2 each) */
     float *logits; /* [vocab]          last row when the caller wants no full logits */
+    int *pos;      /* [chunk]          positions (single-sequence wrapper) */
+    int *out_row;  /* [chunk] */
+    kiln_kv_seq **seqs; /* [chunk] */
 } kiln_forward_ws;
 
 kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m, int chunk, int n_ctx_max);
 void kiln_forward_ws_free(kiln_forward_ws *ws);
 
-/* Runs tokens[0..n) at positions seq->len .. seq->len+n-1 (n <= ws->chunk); the caller has
- * reserved KV room. Writes n × vocab logits to `logits` if non-NULL, else the last row to
- * ws->logits. Advances seq->len by n. */
+/* One step of tokens from any number of sequences (continuous batching): the linear layers run
+ * once over all n tokens; attention runs per token over its own sequence's pages. Tokens of one
+ * sequence must appear in increasing position order; each token at position p attends to
+ * positions [0, p] of its sequence (earlier ones stored in earlier steps or earlier in this batch).
+ * The caller has reserved KV room for every position. */
+typedef struct kiln_batch {
+    int n;                  /* tokens in this step (<= ws->chunk) */
+    const int32_t *tokens;  /* [n] */
+    kiln_kv_seq *const *seq;/* [n] the sequence each token belongs to */
+    const int *pos;         /* [n] the token's position in its sequence */
+    const int *out_row;     /* [n] row of `logits` receiving this token's logits, or -1 for none;
+                               NULL = every token, row i */
+} kiln_batch;
+
+/* Runs a batch; each sequence's len becomes max(len, pos + 1) of its tokens. */
+kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws,
+                               const kiln_batch *b, float *logits);
+
+/* Single-sequence convenience: tokens[0..n) at positions seq->len .. seq->len+n-1. Writes n × vocab
+ * logits to `logits` if non-NULL, else the last row to ws->logits. */
 kiln_status kiln_forward(const struct kiln_model *m, kiln_kv_pool *pool, kiln_kv_seq *seq, kiln_forward_ws *ws,
                          const int32_t *tokens, int n, float *logits);
 

@@ -1,0 +1,138 @@
+/* cli.c — argument parsing and error printing shared by every kiln subcommand. */
+#include "cli.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int cli_fail_status(const char *what, kiln_status st) {
+    const char *msg = kiln_last_error();
+    fprintf(stderr, "kiln %s: error: %s%s%s\n", what, kiln_status_name(st), *msg ? ": " : "", msg);
+    return 1;
+}
+int cli_fail_msg(const char *what, const char *msg) {
+    fprintf(stderr, "kiln %s: error: %s\n", what, msg);
+    return 2;
+}
+
+/* ---- argument helpers --------------------------------------------------------------------------- */
+const char *cli_value(args_t *a) {
+    if (a->i + 1 >= a->argc) {
+        fprintf(stderr, "kiln %s: error: option %s needs a value\n", a->cmd, a->argv[a->i]);
+        a->bad = 1;
+        return NULL;
+    }
+    return a->argv[++a->i];
+}
+
+int cli_long(args_t *a, const char *opt, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "kiln %s: error: option %s: '%s' is not an integer in [%ld, %ld]\n", a->cmd, opt, s ? s : "", lo, hi);
+        a->bad = 1;
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_float(args_t *a, const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || *end || end == s || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "kiln %s: error: option %s: '%s' is not a number in [%g, %g]\n", a->cmd, opt, s ? s : "", lo, hi);
+        a->bad = 1;
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* "512M", "2G", "1048576", "40%" (of available RAM). */
+int cli_mem(args_t *a, const char *s, int64_t *out) {
+    char *end;
+    double v = s ? strtod(s, &end) : -1;
+    if (!s || end == s || v <= 0) goto bad;
+    double mul = 1;
+    if (*end == '%') {
+        long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        if (v > 100 || end[1]) goto bad;
+        *out = (int64_t)((double)pages * (double)psz * v / 100.0);
+        return 1;
+    }
+    switch (*end) {
+    case 0: break;
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    default: goto bad;
+    }
+    if (*end == 'i' || *end == 'B' || *end == 'b') end += (*end == 'i' && (end[1] == 'B' || end[1] == 'b')) ? 2 : 1;
+    if (*end) goto bad;
+    *out = (int64_t)(v * mul);
+    return 1;
+bad:
+    fprintf(stderr, "kiln %s: error: option --kv-mem: '%s' is not a size like 512M, 2G or 40%%\n", a->cmd, s ? s : "");
+    a->bad = 1;
+    return 0;
+}
+
+/* Options shared by every command that builds a session. Returns 1 if argv[a->i] was consumed. */
+int cli_common_option(args_t *a, kiln_options *o) {
+    const char *k = a->argv[a->i];
+    long v;
+    if (strcmp(k, "--threads") == 0) { if (cli_long(a, k, cli_value(a), 0, 1024, &v)) o->threads = (int)v; return 1; }
+    if (strcmp(k, "--kv-mem") == 0) { cli_mem(a, cli_value(a), &o->kv_mem_bytes); return 1; }
+    if (strcmp(k, "--kv-page") == 0) { if (cli_long(a, k, cli_value(a), 1, 4096, &v)) o->kv_page_tokens = (int)v; return 1; }
+    if (strcmp(k, "--ctx") == 0) { if (cli_long(a, k, cli_value(a), 1, 1 << 24, &v)) o->max_context = (int)v; return 1; }
+    if (strcmp(k, "--kv-dtype") == 0) {
+        const char *s = cli_value(a);
+        if (!s) return 1;
+        if (strcmp(s, "auto") == 0) o->kv_dtype = KILN_KV_AUTO;
+        else if (strcmp(s, "f32") == 0) o->kv_dtype = KILN_KV_F32;
+        else if (strcmp(s, "bf16") == 0) o->kv_dtype = KILN_KV_BF16;
+        else if (strcmp(s, "fp8") == 0) o->kv_dtype = KILN_KV_FP8;
+        else { fprintf(stderr, "kiln %s: error: option --kv-dtype: '%s' is not one of auto, f32, bf16, fp8\n", a->cmd, s); a->bad = 1; }
+        return 1;
+    }
+    if (strcmp(k, "--isa") == 0) {
+        const char *s = cli_value(a);
+        if (!s) return 1;
+        if (strcmp(s, "auto") == 0) o->isa = KILN_ISA_AUTO;
+        else if (strcmp(s, "scalar") == 0) o->isa = KILN_ISA_SCALAR;
+        else if (strcmp(s, "avx2") == 0) o->isa = KILN_ISA_AVX2;
+        else if (strcmp(s, "avx512") == 0) o->isa = KILN_ISA_AVX512;
+        else { fprintf(stderr, "kiln %s: error: option --isa: '%s' is not one of auto, scalar, avx2, avx512\n", a->cmd, s); a->bad = 1; }
+        return 1;
+    }
+    return 0;
+}
+
+/* "1,2,3" → ids. */
+int cli_ids(args_t *a, const char *s, int32_t **ids, int *n) {
+    int cap = 16, k = 0;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    const char *p = s;
+    while (p && *p) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "kiln %s: error: option --tokens: '%s' is not a comma-separated list of token ids\n", a->cmd, s);
+            free(v);
+            a->bad = 1;
+            return 0;
+        }
+        if (k == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+        v[k++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+    }
+    if (k == 0) { free(v); fprintf(stderr, "kiln %s: error: option --tokens: empty list\n", a->cmd); a->bad = 1; return 0; }
+    *ids = v;
+    *n = k;
+    return 1;
+}
+
