@@ -114,6 +114,7 @@ kiln_status kiln_load_hf(struct kiln_model *m, const char *dir) {
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: model_type '%s' (architecture '%s') is not supported (known: llama)", path,
                          mt ? mt : "?", arch0 ? arch0 : "?");
     }
+    KILN_TRY(kiln_check_quant_config(cfg, path));
     KILN_TRY(load_tensors(m, dir));
 
     char tj[4200], tc[4200];

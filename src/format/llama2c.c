@@ -44,7 +44,7 @@ static char *find_tokenizer(const char *ckpt) {
     snprintf(dir, sizeof dir, "%s", ckpt);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = 0; else snprintf(dir, sizeof dir, ".");
-    char path[4200];
+    char path[4096 + 512];
     struct stat st;
     snprintf(path, sizeof path, "%s/tokenizer.bin", dir);
     if (stat(path, &st) == 0) return strdup(path);

@@ -140,10 +140,13 @@ static kiln_status need(struct kiln_model *m, const char *name, const kiln_tenso
     return KILN_OK;
 }
 
+/* name is "<prefix>.weight"; quantized storage under the same prefix is found by kiln_bind_linear. */
 static kiln_status bind_matrix(struct kiln_model *m, const char *name, int64_t rows, int64_t cols, kiln_weight *w) {
-    const kiln_tensor *t;
-    KILN_TRY(need(m, name, &t));
-    return kiln_weight_from_tensor(t, rows, cols, w);
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%s", name);
+    size_t l = strlen(prefix);
+    if (l > 7 && strcmp(prefix + l - 7, ".weight") == 0) prefix[l - 7] = 0;
+    return kiln_bind_linear(m, prefix, rows, cols, w);
 }
 
 /* Norm weights are read as float32; narrower stored norms get an owned f32 copy. */

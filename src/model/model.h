@@ -62,6 +62,17 @@ kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path);
 
 /* Binds the tensor table to the architecture's slots with shape checks (model/bind.c). */
 kiln_status kiln_model_bind(struct kiln_model *m);
+/* Binds the linear layer `prefix` (e.g. "model.layers.0.mlp.down_proj") of shape [rows, cols],
+ * whatever its storage, detected from the tensors present:
+ *   prefix.weight (F32/F16/BF16, GGUF Q8_0/Q4_0)                         plain
+ *   prefix.weight (F8_E4M3) + prefix.weight_scale_inv (F32 [ceil(r/B), ceil(c/B)])   FP8 block
+ *   prefix.weight_packed (I32 [r, c/8]) + prefix.weight_scale (BF16 [r, c/g])
+ *     [+ prefix.weight_shape]                                            INT4 compressed-tensors
+ * Shapes, group sizes and scale finiteness are checked; errors name the tensor and the field. */
+kiln_status kiln_bind_linear(struct kiln_model *m, const char *prefix, int64_t rows, int64_t cols, kiln_weight *w);
+/* Validates config.json's quantization_config (quant_method fp8 / compressed-tensors). */
+kiln_status kiln_check_quant_config(const void *config_json, const char *file);
+
 /* Makes a kiln_weight view of a 2-D tensor (F32/F16/BF16/Q8_0/Q4_0). */
 kiln_status kiln_weight_from_tensor(const kiln_tensor *t, int64_t rows, int64_t cols, kiln_weight *w);
 /* AUTO → the model's activation dtype (F32 for F32 checkpoints, BF16 otherwise). */
