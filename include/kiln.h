@@ -119,6 +119,16 @@ kiln_status kiln_sampler_create(const kiln_sampling *p, int vocab, kiln_sampler 
 void kiln_sampler_free(kiln_sampler *s);
 int32_t kiln_sample(kiln_sampler *s, const float *logits);
 
+/* ---- weight integrity ------------------------------------------------------------------------ */
+/* Every tensor gets an XXH3-64 checksum of its bytes at load. kiln_model_check_weights recomputes
+ * them over the memory the kernels read (a RAM bit flip or a modified mapped file shows up as a
+ * mismatch); on a mismatch it returns KILN_ERR_INTEGRITY naming the tensor. */
+kiln_status kiln_model_check_weights(const kiln_model *m);
+/* Compares the load-time checksums with the manifest beside the model (kiln.checksums.json in a
+ * model directory, FILE.checksums.json beside a single file); write_manifest=1 (re)writes it.
+ * Prints one line per mismatching or missing tensor to `report`; *n_bad receives their count. */
+kiln_status kiln_model_verify(const kiln_model *m, int write_manifest, FILE *report, int *n_bad);
+
 /* Utility: a monotonic clock in seconds. */
 double kiln_now(void);
 

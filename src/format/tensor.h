@@ -18,6 +18,7 @@ typedef struct kiln_tensor {
     uint64_t nbytes;
     const char *file;             /* the file it came from (for error messages); not owned */
     uint64_t offset;              /* byte offset of data in that file */
+    uint64_t checksum;            /* XXH3-64 of the data, computed at load (model/checksum.c) */
 } kiln_tensor;
 
 typedef struct kiln_tensor_table {

@@ -89,6 +89,7 @@ kiln_status kiln_model_load(const char *path, const kiln_options *opts, kiln_mod
     }
     if (st == KILN_OK) st = kiln_model_bind(m);
     if (st != KILN_OK) { kiln_model_free(m); return st; }
+    kiln_model_compute_checksums(m);
     *out = m;
     return KILN_OK;
 }

@@ -60,6 +60,9 @@ kiln_status kiln_load_llama2c(struct kiln_model *m, const char *path);
 kiln_status kiln_load_hf(struct kiln_model *m, const char *dir);
 kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path);
 
+/* XXH3-64 of every tensor into tt.v[i].checksum (model/checksum.c). */
+void kiln_model_compute_checksums(struct kiln_model *m);
+
 /* Binds the tensor table to the architecture's slots with shape checks (model/bind.c). */
 kiln_status kiln_model_bind(struct kiln_model *m);
 /* Binds the linear layer `prefix` (e.g. "model.layers.0.mlp.down_proj") of shape [rows, cols],
