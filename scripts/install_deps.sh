@@ -3,7 +3,7 @@
 # packages of the test suite (package.json) when it exists. Safe to run repeatedly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PKGS=(build-essential pkg-config libjansson-dev libpcre2-dev libxxhash-dev libmicrohttpd-dev libcmocka-dev
+PKGS=(build-essential pkg-config libjansson-dev libpcre2-dev libxxhash-dev libmicrohttpd-dev libcmocka-dev libicu-dev
       python3 python3-numpy python3-torch python3-jinja2 nodejs npm)
 missing=()
 for p in "${PKGS[@]}"; do
