@@ -1,0 +1,100 @@
+/* bpe_gguf.c — kiln_bpe from GGUF metadata (tokenizer.ggml.model == "gpt2").
+ *
+ * Keys read: tokenizer.ggml.tokens (byte-level strings), token_type (1 normal, 2 unknown, 3 control,
+ * 4 user-defined, 5 unused, 6 byte; control tokens become special added tokens, user-defined ones
+ * non-special added tokens whose text is raw, not byte-level), merges ("left right" by rank),
+ * pre (the pre-tokenizer name llama.cpp's converter recorded), bos/eos_token_id, add_bos_token,
+ * add_eos_token, tokenizer.chat_template. Kept apart from bpe.c so that linking the BPE core does
+ * not require the GGUF reader. */
+#include "tokenizer/bpe_internal.h"
+#include "base/status.h"
+#include "format/gguf.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static kiln_status load_gguf(kiln_bpe *b, const kiln_gguf *g) {
+    const char *s;
+    size_t len;
+    if (kiln_gguf_get_str(g, "tokenizer.ggml.model", &s, &len))
+        return kiln_fail(KILN_ERR_FORMAT, "%s: tokenizer.ggml.model: missing", b->name);
+    if (len != 4 || memcmp(s, "gpt2", 4))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model: '%.*s' is not a byte-level BPE "
+                         "(\"gpt2\") vocabulary", b->name, (int)len, s);
+    char pre[64] = "default";
+    if (!kiln_gguf_get_str(g, "tokenizer.ggml.pre", &s, &len)) {
+        if (len >= sizeof pre)
+            return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tokenizer.ggml.pre: unknown pre-tokenizer type "
+                             "'%.*s'", b->name, (int)len, s);
+        memcpy(pre, s, len);
+        pre[len] = 0;
+    }
+    KILN_TRY(kiln_bpe__set_pre_by_name(b, pre, "tokenizer.ggml.pre"));
+
+    kiln_gguf_type et;
+    uint64_t n_tok, n_type = 0, n_merge = 0;
+    if (kiln_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_tok) || et != KILN_GGUF_STRING)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: tokenizer.ggml.tokens: missing or not a string array", b->name);
+    if (!n_tok || n_tok > (1u << 28))
+        return kiln_fail(KILN_ERR_FORMAT, "%s: tokenizer.ggml.tokens: %llu tokens", b->name,
+                         (unsigned long long)n_tok);
+    int have_types = !kiln_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n_type);
+    if (have_types && n_type != n_tok)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: tokenizer.ggml.token_type: %llu entries for %llu tokens",
+                         b->name, (unsigned long long)n_type, (unsigned long long)n_tok);
+    char field[96];
+    /* vocabulary first (merges refer to it), added tokens after */
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint64_t i = 0; i < n_tok; i++) {
+            double tv = 1;
+            snprintf(field, sizeof field, "tokenizer.ggml.tokens[%llu]", (unsigned long long)i);
+            if (have_types && kiln_gguf_arr_f64(g, "tokenizer.ggml.token_type", i, &tv))
+                return kiln_fail(KILN_ERR_FORMAT, "%s: tokenizer.ggml.token_type[%llu]: not a number",
+                                 b->name, (unsigned long long)i);
+            int type = (int)tv, added = type == 3 || type == 4;
+            if (added != pass) continue;
+            if (kiln_gguf_arr_str(g, "tokenizer.ggml.tokens", i, &s, &len))
+                return kiln_fail(KILN_ERR_FORMAT, "%s: %s: unreadable", b->name, field);
+            if (!pass) KILN_TRY(kiln_bpe__set_vocab(b, (int32_t)i, s, len, BPE_TOK_BYTELEVEL, field));
+            else KILN_TRY(kiln_bpe__add_added(b, (int32_t)i, s, len, type == 3, 0, 0, 0, field));
+        }
+        if (!pass) {
+            KILN_TRY(kiln_bpe__index_vocab(b));
+            if (!kiln_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n_merge) && et != KILN_GGUF_STRING)
+                return kiln_fail(KILN_ERR_FORMAT, "%s: tokenizer.ggml.merges: not a string array", b->name);
+            for (uint64_t i = 0; i < n_merge; i++) {
+                snprintf(field, sizeof field, "tokenizer.ggml.merges[%llu]", (unsigned long long)i);
+                if (kiln_gguf_arr_str(g, "tokenizer.ggml.merges", i, &s, &len))
+                    return kiln_fail(KILN_ERR_FORMAT, "%s: %s: unreadable", b->name, field);
+                const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
+                if (!sp)
+                    return kiln_fail(KILN_ERR_FORMAT, "%s: %s: '%.*s' is not \"left right\"", b->name, field,
+                                     (int)len, s);
+                KILN_TRY(kiln_bpe__add_merge(b, s, (size_t)(sp - s), sp + 1, len - (size_t)(sp - s) - 1,
+                                             (int32_t)i, field));
+            }
+        }
+    }
+    uint64_t v;
+    if (!kiln_gguf_get_u64(g, "tokenizer.ggml.bos_token_id", &v) && v < n_tok) b->bos = (int32_t)v;
+    if (!kiln_gguf_get_u64(g, "tokenizer.ggml.eos_token_id", &v) && v < n_tok) b->eos = (int32_t)v;
+    if (!kiln_gguf_get_u64(g, "tokenizer.ggml.add_bos_token", &v)) b->add_bos = v != 0;
+    if (!kiln_gguf_get_u64(g, "tokenizer.ggml.add_eos_token", &v)) b->add_eos = v != 0;
+    if (!kiln_gguf_get_str(g, "tokenizer.chat_template", &s, &len)) {
+        b->chat_template = kiln_bpe__strdup(s, len);
+        if (!b->chat_template) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", b->name);
+    }
+    return kiln_bpe__finish(b);
+}
+
+kiln_status kiln_bpe_load_gguf(const kiln_gguf *g, kiln_bpe **out) {
+    *out = NULL;
+    if (!g) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_bpe_load_gguf: NULL file");
+    const char *path = kiln_gguf_path(g);
+    kiln_bpe *b = kiln_bpe__new(path ? path : "(gguf)");
+    if (!b) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status st = load_gguf(b, g);
+    if (st != KILN_OK) { kiln_bpe_free(b); return st; }
+    *out = b;
+    return KILN_OK;
+}
