@@ -129,6 +129,35 @@ kiln_status kiln_model_check_weights(const kiln_model *m);
  * Prints one line per mismatching or missing tensor to `report`; *n_bad receives their count. */
 kiln_status kiln_model_verify(const kiln_model *m, int write_manifest, FILE *report, int *n_bad);
 
+/* ==== engine / server (issue 7: src/engine/scheduler.c, src/server/, docs/SERVER.md) ========== */
+/* An OpenAI-compatible HTTP server over one model: HTTP threads parse and stream, one scheduler
+ * thread owns the KV pool and runs continuous batching with chunked prefill and prefix caching. */
+typedef struct kiln_server_options {
+    const char *host;         /* address to bind (default "127.0.0.1") */
+    int port;                 /* default 8080; 0 = any free port (see kiln_server_port) */
+    const char *api_key;      /* required as "Authorization: Bearer KEY" on /v1 routes; NULL = none */
+    const char *model_name;   /* id served in /v1/models; NULL = the model path's base name */
+    int max_batch;            /* sequences in the running batch (default 32) */
+    int max_queue;            /* requests waiting beyond the batch before 429 (default 64) */
+    int step_tokens;          /* token budget of one step: decodes + prefill chunks (default 256) */
+    int prefix_cache;         /* 1 = reuse KV pages of repeated prompt prefixes (default 1) */
+    size_t max_body_bytes;    /* largest request body (default 1 MiB) → 413 */
+    double request_timeout_s; /* per request, queue wait included (default 600) → 504 */
+    double shutdown_grace_s;  /* in-flight requests may finish this long on stop (default 10) */
+    int max_connections;      /* open HTTP connections (default 512) */
+    int quiet;                /* 0 = one start-up summary on stderr */
+} kiln_server_options;
+void kiln_server_options_default(kiln_server_options *o);
+
+typedef struct kiln_server kiln_server;
+/* Starts serving m (which must outlive the server) in background threads. */
+kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_options *opts,
+                              const kiln_server_options *so, kiln_server **out);
+int kiln_server_port(const kiln_server *s);
+/* Graceful stop: stop accepting, let in-flight requests finish for up to shutdown_grace_s, cancel
+ * the rest, free everything. */
+void kiln_server_stop(kiln_server *s);
+
 /* Utility: a monotonic clock in seconds. */
 double kiln_now(void);
 

@@ -58,4 +58,11 @@ void kiln_kv_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, co
  * GQA: query head h reads KV head h / (n_heads / n_kv_heads). scale = 1/sqrt(head_dim) usually. */
 void kiln_kv_attend(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, const float *q, int n_heads,
                     int n_ctx, float scale, float *att, float *out);
+
+/* Page-level sharing (kv_share.c; prefix caching in engine/prefix_cache.c, engine/scheduler.c):
+ * an extra reference on a page in use / dropping one (the page returns to the free list at 0), and
+ * appending another sequence's full page to a sequence that ends on a page boundary. */
+void kiln_kv_page_ref(kiln_kv_pool *p, int32_t page);
+void kiln_kv_page_unref(kiln_kv_pool *p, int32_t page);
+kiln_status kiln_kv_seq_share_page(kiln_kv_pool *p, kiln_kv_seq *s, int32_t page);
 #endif

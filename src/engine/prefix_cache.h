@@ -1,0 +1,51 @@
+/* prefix_cache.h — prefix caching by KV page (internal to the scheduler).
+ *
+ * A full page of a sequence is identified by a hash of ALL the token ids from position 0 to the
+ * end of that page, computed as a chain: h_0 = XXH3(tokens of page 0, seed K), h_i = XXH3(tokens
+ * of page i, seed h_{i-1}). Entries also keep the parent hash and the page's own tokens, so a
+ * lookup is an exact match (hash collision → no match, never a wrong page).
+ *
+ * The cache holds one reference on every page it lists (kv pool refcount); a page whose only
+ * reference is the cache's is "idle" and may be evicted, least recently used first. Only the
+ * scheduler thread touches the cache (it owns the pool). */
+#ifndef KILN_ENGINE_PREFIX_CACHE_H
+#define KILN_ENGINE_PREFIX_CACHE_H
+#include "kv/kv.h"
+#include <stdint.h>
+
+typedef struct kiln_pcache {
+    kiln_kv_pool *pool;
+    int pt;                 /* tokens per page */
+    int n_pages;            /* pool pages: per-page arrays below are indexed by page id */
+    uint8_t *cached;        /* [n_pages] 1 = listed in the cache */
+    uint64_t *hash, *parent, *stamp; /* [n_pages] */
+    int32_t *tokens;        /* [n_pages × pt] the page's token ids (exact-match check) */
+    /* open addressing, linear probing, backward-shift deletion; slot = page id or -1 */
+    int32_t *slots;
+    uint32_t mask;
+    int n_cached;
+    uint64_t clock;
+    uint64_t hits_pages, queried_pages, evictions;
+} kiln_pcache;
+
+kiln_status kiln_pcache_init(kiln_pcache *c, kiln_kv_pool *pool);
+void kiln_pcache_free(kiln_pcache *c);
+
+/* Hash of a full page whose prefix (pages before it) hashes to `parent` (0 for page 0). */
+uint64_t kiln_pcache_page_hash(uint64_t parent, const int32_t *page_tokens, int pt);
+
+/* Longest cached prefix of tokens, at most max_pages full pages. Writes the page ids to pages[] and
+ * their chain hashes to hashes[]; marks them recently used. Takes no references. */
+int kiln_pcache_match(kiln_pcache *c, const int32_t *tokens, int max_pages, int32_t *pages, uint64_t *hashes);
+
+/* Lists `page` (a full page in use whose chain hash is h, parent hash `parent`) in the cache,
+ * taking a reference. No-op (returns 0) if it is already listed or another page has that hash. */
+int kiln_pcache_insert(kiln_pcache *c, uint64_t h, uint64_t parent, const int32_t *page_tokens, int32_t page);
+
+/* Pages listed whose only reference is the cache's. */
+int kiln_pcache_idle(const kiln_pcache *c);
+/* Evicts up to n idle pages, least recently used first; returns how many went back to the pool. */
+int kiln_pcache_evict(kiln_pcache *c, int n);
+/* Drops every idle page (shutdown). */
+void kiln_pcache_clear(kiln_pcache *c);
+#endif

@@ -1,0 +1,577 @@
+/* scheduler.c — continuous batching over a shared paged KV pool (see scheduler.h for the model).
+ *
+ * Sections: requests · engine lifetime · submission (producer threads) · the scheduler thread:
+ * cancellation, admission with prefix reuse, batch building with chunked prefill and preemption,
+ * the forward step, sampling and output, statistics. */
+#include "engine/scheduler.h"
+#include "engine/prefix_cache.h"
+#include "base/status.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const double kiln_latency_bounds[16] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                        0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, INFINITY};
+
+/* ---- requests ------------------------------------------------------------------------------------ */
+kiln_status kiln_req_create(const int32_t *prompt, int n_prompt, int max_tokens, const kiln_sampling *sp, int vocab,
+                            int top_logprobs, kiln_req **out) {
+    *out = NULL;
+    if (n_prompt < 1 || max_tokens < 1 || top_logprobs > KILN_MAX_TOP_LOGPROBS)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "request: %d prompt tokens, max_tokens %d, top_logprobs %d", n_prompt, max_tokens, top_logprobs);
+    kiln_req *r = calloc(1, sizeof *r);
+    if (!r) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    size_t total = (size_t)n_prompt + (size_t)max_tokens;
+    r->toks = malloc(total * sizeof *r->toks);
+    r->ev = calloc((size_t)max_tokens, sizeof *r->ev);
+    r->hashes = calloc(total + 1, sizeof *r->hashes); /* more than the pages of `total` tokens */
+    if (top_logprobs > 0) {
+        r->top_ids = malloc((size_t)max_tokens * (size_t)top_logprobs * sizeof *r->top_ids);
+        r->top_lp = malloc((size_t)max_tokens * (size_t)top_logprobs * sizeof *r->top_lp);
+    }
+    kiln_status st = KILN_OK;
+    if (!r->toks || !r->ev || !r->hashes || (top_logprobs > 0 && (!r->top_ids || !r->top_lp)))
+        st = kiln_fail(KILN_ERR_NOMEM, "out of memory for a request of %zu tokens", total);
+    if (st == KILN_OK) st = kiln_sampler_create(sp, vocab, &r->sampler);
+    if (st != KILN_OK) {
+        free(r->toks); free(r->ev); free(r->hashes); free(r->top_ids); free(r->top_lp);
+        free(r);
+        return st;
+    }
+    memcpy(r->toks, prompt, (size_t)n_prompt * sizeof *prompt);
+    r->n_prompt = r->n_toks = n_prompt;
+    r->max_tokens = max_tokens;
+    r->top_logprobs = top_logprobs;
+    r->cached_tokens = -1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    atomic_init(&r->cancel, 0);
+    atomic_init(&r->refs, 1);
+    *out = r;
+    return KILN_OK;
+}
+
+void kiln_req_unref(kiln_req *r) {
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
+    kiln_sampler_free(r->sampler);
+    free(r->toks); free(r->ev); free(r->hashes); free(r->top_ids); free(r->top_lp);
+    free(r->seq.pages);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+/* ---- engine ---------------------------------------------------------------------------------------- */
+struct kiln_engine {
+    kiln_model *m;
+    kiln_engine_config cfg;
+    int n_ctx, vocab, eos, pt, threads;
+    kiln_kv_pool *pool;
+    kiln_pcache pc;
+    kiln_forward_ws ws;
+    float *logits;          /* [max_batch × vocab] */
+    int32_t *b_tok;         /* [step_tokens] the step's tokens ... */
+    kiln_kv_seq **b_seq;    /* ... their sequences ... */
+    int *b_pos, *b_out;     /* ... positions and logits rows */
+    kiln_req **b_req;       /* [max_batch] requests in the step, in batch order */
+    int *b_cnt;             /* [max_batch] tokens each contributes */
+    int32_t *m_pages;       /* [n_pages] prefix-match scratch */
+    uint64_t *m_hashes;
+    pthread_t th;
+    int th_started;
+    pthread_mutex_t mu;     /* guards: waiting list, closed, stopping, pub */
+    pthread_cond_t cv;
+    kiln_req *wait_head, *wait_tail;
+    int n_waiting, closed, stopping;
+    uint64_t next_arrival;
+    kiln_req **running;     /* [max_batch] scheduler-private, in arrival order */
+    int n_running;
+    kiln_engine_stats acc;  /* scheduler-private running totals */
+    kiln_engine_stats pub;  /* published copy (under mu) */
+};
+
+static int pages_for(const kiln_engine *e, int tokens) { return (tokens + e->pt - 1) / e->pt; }
+
+static void *sched_main(void *arg);
+
+kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const kiln_engine_config *cfg, kiln_engine **out) {
+    *out = NULL;
+    kiln_options o;
+    if (o_in) o = *o_in; else kiln_options_default(&o);
+    if (cfg->max_batch < 1 || cfg->max_batch > 4096) return kiln_fail(KILN_ERR_INVALID_ARG, "--max-batch %d is out of range [1, 4096]", cfg->max_batch);
+    if (cfg->max_queue < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--max-queue %d is negative", cfg->max_queue);
+    if (o.kv_page_tokens <= 0) o.kv_page_tokens = 16;
+    kiln_kernels_select(o.isa);
+    kiln_engine *e = calloc(1, sizeof *e);
+    if (!e) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    e->m = m;
+    e->cfg = *cfg;
+    if (e->cfg.step_tokens < e->cfg.max_batch) e->cfg.step_tokens = e->cfg.max_batch;
+    e->n_ctx = o.max_context > 0 && o.max_context < m->hp.max_seq ? o.max_context : m->hp.max_seq;
+    e->vocab = m->hp.vocab;
+    e->eos = m->hp.eos_id;
+    e->pt = o.kv_page_tokens;
+    e->threads = o.threads;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    kiln_kv_config kc = {.n_layers = m->hp.n_layers, .n_kv_heads = m->hp.n_kv_heads, .head_dim = m->hp.head_dim, .page_tokens = o.kv_page_tokens, .dtype = kiln_resolve_kv_dtype(m, o.kv_dtype), .mem_bytes = o.kv_mem_bytes};
+    if (kc.mem_bytes <= 0) {
+        /* default: every batch slot can hold a full context, capped at 4 GiB (and at least one context) */
+        int64_t pages = (int64_t)pages_for(e, e->n_ctx) * e->cfg.max_batch;
+        int64_t cost = (int64_t)kiln_kv_page_cost(&kc), cap = ((int64_t)4 << 30) / cost;
+        if (pages > cap) pages = cap > pages_for(e, e->n_ctx) ? cap : pages_for(e, e->n_ctx);
+        kc.mem_bytes = pages * cost;
+    }
+    kiln_status st = kiln_kv_pool_create(&kc, &e->pool);
+    if (st == KILN_OK) st = kiln_pcache_init(&e->pc, e->pool);
+    if (st == KILN_OK) st = kiln_forward_ws_init(&e->ws, m, e->cfg.step_tokens, e->n_ctx);
+    if (st == KILN_OK) {
+        size_t S = (size_t)e->cfg.step_tokens, B = (size_t)e->cfg.max_batch, P = (size_t)e->pool->n_pages;
+        e->logits = malloc(B * (size_t)e->vocab * sizeof *e->logits);
+        e->b_tok = malloc(S * sizeof *e->b_tok);
+        e->b_seq = malloc(S * sizeof *e->b_seq);
+        e->b_pos = malloc(S * sizeof *e->b_pos);
+        e->b_out = malloc(S * sizeof *e->b_out);
+        e->b_req = malloc(B * sizeof *e->b_req);
+        e->b_cnt = malloc(B * sizeof *e->b_cnt);
+        e->running = malloc(B * sizeof *e->running);
+        e->m_pages = malloc((P + 1) * sizeof *e->m_pages);
+        e->m_hashes = malloc((P + 1) * sizeof *e->m_hashes);
+        if (!e->logits || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_out || !e->b_req || !e->b_cnt || !e->running || !e->m_pages || !e->m_hashes)
+            st = kiln_fail(KILN_ERR_NOMEM, "out of memory for the scheduler's step buffers");
+    }
+    if (st == KILN_OK) {
+        e->acc.kv_pages_total = e->pool->n_pages;
+        e->acc.kv_pages_free = e->pool->n_free;
+        e->acc.page_tokens = e->pt;
+        e->acc.kv_capacity_tokens = kiln_kv_capacity_tokens(e->pool);
+        e->pub = e->acc;
+        if (pthread_create(&e->th, NULL, sched_main, e) != 0) st = kiln_fail(KILN_ERR_INTERNAL, "cannot start the scheduler thread");
+        else e->th_started = 1;
+    }
+    if (st != KILN_OK) { kiln_engine_free(e); return st; }
+    *out = e;
+    return KILN_OK;
+}
+
+int kiln_engine_context(const kiln_engine *e) { return e->n_ctx; }
+int64_t kiln_engine_kv_capacity(const kiln_engine *e) { return kiln_kv_capacity_tokens(e->pool); }
+
+void kiln_engine_stop(kiln_engine *e) {
+    if (!e->th_started) return;
+    pthread_mutex_lock(&e->mu);
+    e->stopping = e->closed = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->th, NULL);
+    e->th_started = 0;
+}
+
+void kiln_engine_free(kiln_engine *e) {
+    if (!e) return;
+    kiln_engine_stop(e);
+    if (e->pc.slots) { kiln_pcache_clear(&e->pc); kiln_pcache_free(&e->pc); }
+    kiln_kv_pool_free(e->pool);
+    kiln_forward_ws_free(&e->ws);
+    free(e->logits); free(e->b_tok); free(e->b_seq); free(e->b_pos); free(e->b_out); free(e->b_req); free(e->b_cnt);
+    free(e->running); free(e->m_pages); free(e->m_hashes);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+/* ---- submission (any thread) ------------------------------------------------------------------------ */
+kiln_submit_result kiln_engine_submit(kiln_engine *e, kiln_req *r, char *why, size_t why_len) {
+    int total = r->n_prompt + r->max_tokens;
+    if (total > e->n_ctx) {
+        snprintf(why, why_len, "this model's context is %d tokens, but %d prompt tokens + max_tokens %d = %d", e->n_ctx, r->n_prompt, r->max_tokens, total);
+        return KILN_SUBMIT_TOO_LONG;
+    }
+    if (pages_for(e, total) > e->pool->n_pages) {
+        snprintf(why, why_len, "%d prompt tokens + max_tokens %d = %d tokens do not fit the KV pool (%lld tokens)", r->n_prompt, r->max_tokens,
+                 total, (long long)kiln_kv_capacity_tokens(e->pool));
+        return KILN_SUBMIT_TOO_LONG;
+    }
+    pthread_mutex_lock(&e->mu);
+    kiln_submit_result res = KILN_SUBMIT_OK;
+    if (e->closed) { res = KILN_SUBMIT_SHUTDOWN; snprintf(why, why_len, "the server is shutting down"); }
+    else if (e->n_waiting >= e->cfg.max_queue) { res = KILN_SUBMIT_QUEUE_FULL; snprintf(why, why_len, "the request queue is full (%d waiting)", e->n_waiting); }
+    else {
+        r->arrival = e->next_arrival++;
+        r->t_arrival = kiln_now();
+        atomic_fetch_add(&r->refs, 1);
+        r->prev = e->wait_tail;
+        r->next = NULL;
+        if (e->wait_tail) e->wait_tail->next = r; else e->wait_head = r;
+        e->wait_tail = r;
+        e->n_waiting++;
+        e->pub.waiting = e->n_waiting;
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return res;
+}
+
+void kiln_engine_cancel(kiln_engine *e, kiln_req *r) {
+    atomic_store(&r->cancel, 1);
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void kiln_engine_close(kiln_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->closed = 1;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *s) {
+    pthread_mutex_lock(&e->mu);
+    *s = e->pub;
+    s->waiting = e->n_waiting;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- scheduler thread -------------------------------------------------------------------------------- */
+static void wait_unlink(kiln_engine *e, kiln_req *r) { /* under mu */
+    if (r->prev) r->prev->next = r->next; else e->wait_head = r->next;
+    if (r->next) r->next->prev = r->prev; else e->wait_tail = r->prev;
+    r->prev = r->next = NULL;
+    e->n_waiting--;
+}
+
+/* Publishes the end of a request and drops the engine's reference. Its pages must be released. */
+static void publish_finish(kiln_engine *e, kiln_req *r, kiln_finish f, kiln_status err, const char *msg) {
+    pthread_mutex_lock(&r->mu);
+    r->finish = f;
+    r->err = err;
+    if (msg) snprintf(r->err_msg, sizeof r->err_msg, "%s", msg);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    e->acc.finished[f]++;
+    kiln_req_unref(r);
+}
+
+static void running_remove(kiln_engine *e, kiln_req *r) {
+    for (int i = 0; i < e->n_running; i++)
+        if (e->running[i] == r) {
+            memmove(e->running + i, e->running + i + 1, (size_t)(e->n_running - i - 1) * sizeof *e->running);
+            e->n_running--;
+            return;
+        }
+}
+
+static void finish_running(kiln_engine *e, kiln_req *r, kiln_finish f, kiln_status err, const char *msg) {
+    kiln_kv_seq_release(e->pool, &r->seq);
+    running_remove(e, r);
+    publish_finish(e, r, f, err, msg);
+}
+
+/* Frees r's pages and puts it back in the queue (in arrival order, so it is admitted again before
+ * anything that came after it); its tokens so far are recomputed on re-admission. */
+static void preempt(kiln_engine *e, kiln_req *r) {
+    kiln_kv_seq_release(e->pool, &r->seq);
+    r->n_computed = 0;
+    r->n_hashed = 0;
+    r->preempted++;
+    running_remove(e, r);
+    e->acc.preemptions++;
+    pthread_mutex_lock(&e->mu);
+    kiln_req *after = NULL, *it = e->wait_head;
+    while (it && it->arrival < r->arrival) { after = it; it = it->next; }
+    r->prev = after;
+    r->next = it;
+    if (after) after->next = r; else e->wait_head = r;
+    if (it) it->prev = r; else e->wait_tail = r;
+    e->n_waiting++;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Drops cancelled and timed-out requests, running or waiting, freeing their pages at once. */
+static void reap(kiln_engine *e, double now) {
+    for (int i = 0; i < e->n_running;) {
+        kiln_req *r = e->running[i];
+        int timeout = r->deadline > 0 && now > r->deadline;
+        if (atomic_load(&r->cancel)) finish_running(e, r, KILN_FINISH_CANCELLED, KILN_OK, NULL);
+        else if (timeout) { r->timed_out = 1; finish_running(e, r, KILN_FINISH_ERROR, KILN_ERR_INTERNAL, "request timed out"); }
+        else i++;
+    }
+    kiln_req *gone = NULL;
+    pthread_mutex_lock(&e->mu);
+    for (kiln_req *r = e->wait_head, *nx; r; r = nx) {
+        nx = r->next;
+        if (atomic_load(&r->cancel) || (r->deadline > 0 && now > r->deadline)) {
+            wait_unlink(e, r);
+            r->next = gone;
+            gone = r;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    for (kiln_req *r = gone, *nx; r; r = nx) {
+        nx = r->next;
+        r->next = NULL;
+        kiln_kv_seq_release(e->pool, &r->seq);
+        if (atomic_load(&r->cancel)) publish_finish(e, r, KILN_FINISH_CANCELLED, KILN_OK, NULL);
+        else { r->timed_out = 1; publish_finish(e, r, KILN_FINISH_ERROR, KILN_ERR_INTERNAL, "request timed out"); }
+    }
+}
+
+static int free_plus_idle(kiln_engine *e) { return e->pool->n_free + (e->cfg.prefix_cache ? kiln_pcache_idle(&e->pc) : 0); }
+
+/* Tries to start r: shares its longest cached prefix, then admits it if the pages for its known
+ * tokens are there (keeping one page of headroom per running sequence), or if nothing runs. */
+static int try_admit(kiln_engine *e, kiln_req *r) {
+    int k = 0;
+    if (e->cfg.prefix_cache) {
+        int max_pages = (r->n_toks - 1) / e->pt; /* at least one token is computed: its logits are needed */
+        k = kiln_pcache_match(&e->pc, r->toks, max_pages, e->m_pages, e->m_hashes);
+        for (int i = 0; i < k; i++)
+            if (kiln_kv_seq_share_page(e->pool, &r->seq, e->m_pages[i]) != KILN_OK) { k = i; break; }
+    }
+    int need = pages_for(e, r->n_toks) - k;
+    if (e->n_running > 0 && need + e->n_running > free_plus_idle(e)) {
+        kiln_kv_seq_release(e->pool, &r->seq);
+        return 0;
+    }
+    r->n_computed = k * e->pt;
+    r->n_hashed = k;
+    memcpy(r->hashes, e->m_hashes, (size_t)k * sizeof *r->hashes);
+    if (r->cached_tokens < 0) {
+        pthread_mutex_lock(&r->mu);
+        r->cached_tokens = k * e->pt;
+        pthread_mutex_unlock(&r->mu);
+        e->acc.prompt_tokens += (uint64_t)r->n_prompt;
+        e->acc.cached_tokens += (uint64_t)(k * e->pt);
+    }
+    return 1;
+}
+
+static void admit(kiln_engine *e) {
+    while (e->n_running < e->cfg.max_batch) {
+        pthread_mutex_lock(&e->mu);
+        kiln_req *r = e->wait_head;
+        pthread_mutex_unlock(&e->mu);
+        if (!r || !try_admit(e, r)) return;
+        pthread_mutex_lock(&e->mu);
+        wait_unlink(e, r);
+        pthread_mutex_unlock(&e->mu);
+        /* keep `running` in arrival order (a preempted request re-enters among younger ones) */
+        int i = e->n_running;
+        while (i > 0 && e->running[i - 1]->arrival > r->arrival) { e->running[i] = e->running[i - 1]; i--; }
+        e->running[i] = r;
+        e->n_running++;
+    }
+}
+
+/* Makes room in r's block table for new_len positions, evicting idle cached pages and then
+ * preempting the newest running request as needed. Returns 0 if r itself was preempted. */
+static int ensure_pages(kiln_engine *e, kiln_req *r, int new_len) {
+    int need = pages_for(e, new_len) - r->seq.n_pages;
+    while (need > e->pool->n_free) {
+        if (e->cfg.prefix_cache && kiln_pcache_evict(&e->pc, need - e->pool->n_free) > 0) continue;
+        kiln_req *victim = e->running[e->n_running - 1];
+        preempt(e, victim);
+        if (victim == r) return 0;
+    }
+    return need <= 0 || kiln_kv_seq_reserve(e->pool, &r->seq, new_len) == KILN_OK;
+}
+
+/* Offers r's newly completed full pages to the prefix cache. */
+static void register_pages(kiln_engine *e, kiln_req *r) {
+    int full = r->n_computed / e->pt;
+    while (r->n_hashed < full && r->n_hashed < r->seq.n_pages) {
+        int i = r->n_hashed;
+        uint64_t parent = i ? r->hashes[i - 1] : 0;
+        const int32_t *t = r->toks + (size_t)i * e->pt;
+        r->hashes[i] = kiln_pcache_page_hash(parent, t, e->pt);
+        if (e->cfg.prefix_cache) kiln_pcache_insert(&e->pc, r->hashes[i], parent, t, r->seq.pages[i]);
+        r->n_hashed++;
+    }
+}
+
+static void hist_add(uint64_t *b, uint64_t *n, double *sum, double v) {
+    for (int i = 0; i < 16; i++)
+        if (v <= kiln_latency_bounds[i]) { b[i]++; break; }
+    (*n)++;
+    *sum += v;
+}
+
+/* Samples r's next token from its logits row and publishes it; returns the finish reason. */
+static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now) {
+    int V = e->vocab, K = r->top_logprobs;
+    float lp = 0;
+    int32_t tids[KILN_MAX_TOP_LOGPROBS];
+    float tlp[KILN_MAX_TOP_LOGPROBS];
+    if (K >= 0) {
+        float mx = -INFINITY;
+        for (int i = 0; i < V; i++) if (lg[i] > mx) mx = lg[i];
+        double s = 0;
+        for (int i = 0; i < V; i++) s += exp((double)lg[i] - mx);
+        float lse = mx + (float)log(s);
+        int nt = 0;
+        for (int i = 0; i < V && K > 0; i++) { /* insertion into the K best, ties to the lower id */
+            if (nt == K && lg[i] <= lg[tids[nt - 1]]) continue;
+            int j = nt < K ? nt++ : K - 1;
+            while (j > 0 && lg[tids[j - 1]] < lg[i]) { tids[j] = tids[j - 1]; j--; }
+            tids[j] = i;
+        }
+        for (int i = 0; i < nt; i++) tlp[i] = lg[tids[i]] - lse;
+        if (r->ignore_eos && e->eos >= 0) lg[e->eos] = -INFINITY;
+        int32_t tok = kiln_sample(r->sampler, lg);
+        lp = (tok == e->eos && r->ignore_eos) ? -INFINITY : lg[tok] - lse;
+        r->toks[r->n_toks] = tok;
+    } else {
+        if (r->ignore_eos && e->eos >= 0) lg[e->eos] = -INFINITY;
+        r->toks[r->n_toks] = kiln_sample(r->sampler, lg);
+    }
+    int32_t tok = r->toks[r->n_toks++];
+    pthread_mutex_lock(&r->mu);
+    int k = r->n_ev;
+    r->ev[k].id = tok;
+    r->ev[k].logprob = lp;
+    r->ev[k].t = now;
+    if (K > 0) {
+        memcpy(r->top_ids + (size_t)k * K, tids, (size_t)K * sizeof *tids);
+        memcpy(r->top_lp + (size_t)k * K, tlp, (size_t)K * sizeof *tlp);
+    }
+    r->n_ev++;
+    if (k == 0) r->t_first = now;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    e->acc.generated_tokens++;
+    if (k == 0) hist_add(e->acc.ttft_b, &e->acc.ttft_n, &e->acc.ttft_sum, now - r->t_arrival);
+    else hist_add(e->acc.itl_b, &e->acc.itl_n, &e->acc.itl_sum, now - r->ev[k - 1].t);
+    if (tok == e->eos && !r->ignore_eos) return KILN_FINISH_STOP;
+    if (k + 1 >= r->max_tokens || r->n_toks >= e->n_ctx) return KILN_FINISH_LENGTH;
+    return KILN_FINISH_NONE;
+}
+
+static void publish_stats(kiln_engine *e, int seqs, int toks) {
+    kiln_engine_stats *a = &e->acc;
+    a->running = e->n_running;
+    a->batch_seqs = seqs;
+    a->batch_tokens = toks;
+    a->kv_pages_free = e->pool->n_free;
+    a->kv_pages_cached_idle = e->cfg.prefix_cache ? kiln_pcache_idle(&e->pc) : 0;
+    a->kv_pages_used = e->pool->n_pages - e->pool->n_free - a->kv_pages_cached_idle;
+    a->evictions = e->pc.evictions;
+    a->pc_queried_pages = e->pc.queried_pages;
+    a->pc_hit_pages = e->pc.hits_pages;
+    pthread_mutex_lock(&e->mu);
+    e->pub = *a;
+    e->pub.waiting = e->n_waiting;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* One scheduler step. */
+static void step(kiln_engine *e) {
+    double now = kiln_now();
+    reap(e, now);
+    admit(e);
+    const int S = e->cfg.step_tokens;
+    int n = 0, nb = 0;
+    /* decodes first: every sequence that has prefilled gets its one token this step */
+    for (int i = 0; i < e->n_running; i++) {
+        kiln_req *r = e->running[i];
+        if (r->n_toks - r->n_computed != 1) continue;
+        if (!ensure_pages(e, r, r->n_computed + 1)) continue; /* r was the newest and got preempted */
+        e->b_req[nb] = r;
+        e->b_cnt[nb++] = 1;
+        e->b_tok[n] = r->toks[r->n_computed];
+        e->b_seq[n] = &r->seq;
+        e->b_pos[n] = r->n_computed;
+        n++;
+    }
+    int n_decode = n;
+    /* then prompt chunks, oldest first, within the step budget and the pages there are */
+    for (int i = 0; i < e->n_running && n < S; i++) {
+        kiln_req *r = e->running[i];
+        int rem = r->n_toks - r->n_computed;
+        if (rem <= 1) continue;
+        int c = rem < S - n ? rem : S - n;
+        int room = (r->seq.n_pages + free_plus_idle(e)) * e->pt - r->n_computed;
+        if (c > room) c = room;
+        if (c <= 0) continue;
+        int need = pages_for(e, r->n_computed + c) - r->seq.n_pages;
+        if (need > e->pool->n_free && e->cfg.prefix_cache) kiln_pcache_evict(&e->pc, need - e->pool->n_free);
+        if (kiln_kv_seq_reserve(e->pool, &r->seq, r->n_computed + c) != KILN_OK) continue;
+        e->b_req[nb] = r;
+        e->b_cnt[nb++] = c;
+        for (int j = 0; j < c; j++, n++) {
+            e->b_tok[n] = r->toks[r->n_computed + j];
+            e->b_seq[n] = &r->seq;
+            e->b_pos[n] = r->n_computed + j;
+        }
+    }
+    if (n == 0) {
+        /* nothing could run: prompts hold pages while waiting for more. Free the newest. */
+        if (e->n_running > 1) preempt(e, e->running[e->n_running - 1]);
+        else if (e->n_running == 1)
+            finish_running(e, e->running[0], KILN_FINISH_ERROR, KILN_ERR_KV_EXHAUSTED, "the KV pool cannot hold this request");
+        publish_stats(e, 0, 0);
+        return;
+    }
+    /* logits rows: one per request whose tokens reach the end of what it knows */
+    int rows = 0;
+    for (int b = 0, t = 0; b < nb; b++) {
+        kiln_req *r = e->b_req[b];
+        int reach = r->n_computed + e->b_cnt[b] == r->n_toks;
+        for (int j = 0; j < e->b_cnt[b]; j++, t++) e->b_out[t] = (reach && j == e->b_cnt[b] - 1) ? rows : -1;
+        if (reach) rows++;
+    }
+    kiln_batch batch = {n, e->b_tok, e->b_seq, e->b_pos, e->b_out};
+    kiln_status st = kiln_forward_batch(e->m, e->pool, &e->ws, &batch, e->logits);
+    e->acc.steps++;
+    e->acc.prefill_tokens += (uint64_t)(n - n_decode);
+    for (int b = 0; b < 8; b++)
+        if (nb < (2 << b) || b == 7) { e->acc.batch_hist[b]++; break; }
+    if (st != KILN_OK) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "forward step failed: %s", kiln_last_error());
+        for (int b = 0; b < nb; b++) finish_running(e, e->b_req[b], KILN_FINISH_ERROR, st, msg);
+        publish_stats(e, nb, n);
+        return;
+    }
+    now = kiln_now();
+    int row = 0;
+    for (int b = 0; b < nb; b++) {
+        kiln_req *r = e->b_req[b];
+        r->n_computed += e->b_cnt[b];
+        register_pages(e, r);
+        if (r->n_computed != r->n_toks) continue;
+        kiln_finish f = emit_token(e, r, e->logits + (size_t)row++ * e->vocab, now);
+        if (f != KILN_FINISH_NONE) finish_running(e, r, f, KILN_OK, NULL);
+    }
+    publish_stats(e, nb, n);
+}
+
+static void *sched_main(void *arg) {
+    kiln_engine *e = arg;
+    if (e->threads > 0) omp_set_num_threads(e->threads);
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->stopping && e->n_running == 0 && e->n_waiting == 0) pthread_cond_wait(&e->cv, &e->mu);
+        if (e->stopping) break;
+        pthread_mutex_unlock(&e->mu);
+        step(e);
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    /* shutdown: everything still queued or running ends with an error; all pages go back */
+    while (e->n_running > 0) finish_running(e, e->running[0], KILN_FINISH_ERROR, KILN_ERR_UNSUPPORTED, "the server is shutting down");
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        kiln_req *r = e->wait_head;
+        if (r) wait_unlink(e, r);
+        pthread_mutex_unlock(&e->mu);
+        if (!r) break;
+        kiln_kv_seq_release(e->pool, &r->seq);
+        publish_finish(e, r, KILN_FINISH_ERROR, KILN_ERR_UNSUPPORTED, "the server is shutting down");
+    }
+    publish_stats(e, 0, 0);
+    return NULL;
+}

@@ -1,0 +1,128 @@
+/* scheduler.h — the serving engine: one scheduler thread that owns the KV pool, the prefix cache
+ * and the running batch (continuous batching, chunked prefill, prefix caching, preemption).
+ *
+ * Threads: any number of producer threads (the HTTP connection threads) create requests, submit
+ * them and read their output; ONE scheduler thread runs the model. A request is shared through a
+ * reference count: the submitter's and the engine's. The only fields the submitter writes after
+ * submission are `cancel` (atomic); the scheduler publishes output events under req->mu.
+ *
+ * Per step the scheduler (1) drops cancelled / timed-out requests and frees their pages at once,
+ * (2) admits waiting requests in arrival order while the batch and the KV pool have room, reusing
+ * cached prefix pages, (3) gives every decoding request its one token and fills the rest of the
+ * step's token budget with prompt chunks (chunked prefill), (4) runs one kiln_forward_batch and
+ * samples every sequence that reached the end of its known tokens. When a sequence needs a page
+ * and none is free (after evicting idle cached pages), the newest running request is preempted:
+ * its pages are released and it goes back to the front of the queue to be recomputed later. */
+#ifndef KILN_ENGINE_SCHEDULER_H
+#define KILN_ENGINE_SCHEDULER_H
+#include "kiln.h"
+#include "kv/kv.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define KILN_MAX_TOP_LOGPROBS 20
+
+typedef enum {
+    KILN_FINISH_NONE = 0,
+    KILN_FINISH_STOP,      /* EOS sampled */
+    KILN_FINISH_LENGTH,    /* max_tokens or the context reached */
+    KILN_FINISH_CANCELLED, /* the submitter cancelled (disconnect, stop string, timeout) */
+    KILN_FINISH_ERROR      /* engine error or shutdown; see err */
+} kiln_finish;
+
+typedef struct kiln_token_event {
+    int32_t id;
+    float logprob;                       /* log-softmax of the raw logits (when logprobs wanted) */
+    double t;                            /* kiln_now() when sampled */
+} kiln_token_event;
+
+typedef struct kiln_req kiln_req;
+struct kiln_req {
+    /* ---- set by the submitter before kiln_engine_submit, read-only afterwards ---- */
+    int32_t *toks;        /* [n_prompt + max_tokens] prompt, then generated ids (scheduler writes) */
+    int n_prompt, max_tokens;
+    int ignore_eos;
+    int top_logprobs;     /* -1 = no logprobs; 0..20 = logprob of the sampled token + that many */
+    kiln_sampler *sampler;
+    double deadline;      /* kiln_now() time after which the request is cancelled (0 = none) */
+    /* ---- output: written by the scheduler under mu, read by the submitter ---- */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    kiln_token_event *ev; /* [max_tokens] */
+    int32_t *top_ids;     /* [max_tokens × top_logprobs] */
+    float *top_lp;        /* [max_tokens × top_logprobs] */
+    int n_ev;
+    int timed_out;        /* finished because the deadline passed */
+    int cached_tokens;    /* prompt tokens reused from the prefix cache at first admission (-1 = not admitted yet) */
+    kiln_finish finish;
+    kiln_status err;
+    char err_msg[256];
+    double t_arrival, t_first;
+    /* ---- control ---- */
+    atomic_int cancel;    /* set by the submitter; the scheduler frees the pages on its next step */
+    atomic_int refs;
+    /* ---- scheduler-private ---- */
+    uint64_t arrival;     /* submission order: preemption picks the highest */
+    int n_toks;           /* tokens known: prompt + generated */
+    int n_computed;       /* of those, positions whose KV is stored */
+    kiln_kv_seq seq;
+    uint64_t *hashes;     /* [pages of n_prompt + max_tokens] chain hash of each full page */
+    int n_hashed;         /* full pages hashed and offered to the prefix cache */
+    int preempted;
+    kiln_req *prev, *next;/* waiting list */
+};
+
+/* Creates a request for n_prompt ids (copied) that may generate up to max_tokens; the sampler is
+ * created from sp. The caller holds one reference. */
+kiln_status kiln_req_create(const int32_t *prompt, int n_prompt, int max_tokens, const kiln_sampling *sp, int vocab,
+                            int top_logprobs, kiln_req **out);
+void kiln_req_unref(kiln_req *r);
+
+typedef struct kiln_engine_config {
+    int max_batch;        /* sequences in the running batch */
+    int max_queue;        /* waiting requests; kiln_engine_submit refuses beyond */
+    int step_tokens;      /* token budget of one forward step (decodes + prefill chunks) */
+    int prefix_cache;     /* 1 = reuse cached prefix pages */
+} kiln_engine_config;
+
+/* A consistent snapshot published by the scheduler after each step. */
+typedef struct kiln_engine_stats {
+    int waiting, running, batch_seqs, batch_tokens;
+    int kv_pages_total, kv_pages_free, kv_pages_cached_idle, kv_pages_used; /* used = held by requests */
+    int page_tokens;
+    int64_t kv_capacity_tokens;
+    uint64_t steps, prompt_tokens, cached_tokens, generated_tokens, prefill_tokens;
+    uint64_t preemptions, evictions, pc_queried_pages, pc_hit_pages;
+    uint64_t finished[5]; /* by kiln_finish */
+    uint64_t batch_hist[8]; /* steps with 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64-127, 128+ sequences */
+    /* latency histograms (seconds), cumulative counts per upper bound, + sum and count */
+    uint64_t ttft_b[16], itl_b[16];
+    uint64_t ttft_n, itl_n;
+    double ttft_sum, itl_sum;
+} kiln_engine_stats;
+extern const double kiln_latency_bounds[16]; /* upper bounds in seconds (last = +Inf) */
+
+typedef struct kiln_engine kiln_engine;
+kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o, const kiln_engine_config *cfg, kiln_engine **out);
+/* Stops the scheduler (every request still queued or running finishes with KILN_FINISH_ERROR) and
+ * frees the engine. */
+void kiln_engine_free(kiln_engine *e);
+/* KILN_OK, or KILN_ERR_KV_EXHAUSTED with "queue full" when max_queue requests wait, or
+ * KILN_ERR_INVALID_ARG when the request can never fit (prompt + max_tokens vs context / KV pool),
+ * or KILN_ERR_UNSUPPORTED when the engine is shutting down. On success the engine holds a
+ * reference of its own. */
+typedef enum { KILN_SUBMIT_OK = 0, KILN_SUBMIT_QUEUE_FULL, KILN_SUBMIT_TOO_LONG, KILN_SUBMIT_SHUTDOWN } kiln_submit_result;
+kiln_submit_result kiln_engine_submit(kiln_engine *e, kiln_req *r, char *why, size_t why_len);
+/* Asks the scheduler to drop r as soon as possible (its pages are freed on the next step). */
+void kiln_engine_cancel(kiln_engine *e, kiln_req *r);
+/* Refuses new submissions from now on. */
+void kiln_engine_close(kiln_engine *e);
+/* Stops the scheduler thread: every request still queued or running finishes with
+ * KILN_FINISH_ERROR ("shutting down") and all pages go back to the pool. Idempotent; the engine
+ * stays valid (submit refuses, cancel is harmless) until kiln_engine_free. */
+void kiln_engine_stop(kiln_engine *e);
+void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *s);
+int kiln_engine_context(const kiln_engine *e);   /* max tokens of one sequence */
+int64_t kiln_engine_kv_capacity(const kiln_engine *e);
+#endif
