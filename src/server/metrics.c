@@ -1,0 +1,91 @@
+/* metrics.c — GET /metrics in the Prometheus text format (version 0.0.4). Series:
+ *   kiln_requests_total{code}            HTTP responses by status code
+ *   kiln_requests_finished_total{reason} engine outcomes: stop, length, cancelled, error
+ *   kiln_client_disconnects_total, kiln_request_timeouts_total, kiln_stop_string_hits_total
+ *   kiln_prompt_tokens_total, kiln_generation_tokens_total, kiln_prefill_tokens_total,
+ *   kiln_prefix_cache_hit_tokens_total, kiln_prefix_cache_hit_rate (cached / prompt tokens)
+ *   kiln_queue_depth, kiln_running_requests, kiln_batch_size (last step), kiln_batch_size_steps (histogram)
+ *   kiln_kv_pages_total / _free / _used (held by requests) / _cached_idle, kiln_kv_capacity_tokens
+ *   kiln_preemptions_total, kiln_prefix_cache_evictions_total, kiln_scheduler_steps_total
+ *   kiln_kv_integrity_checks_total / _detections_total / _heals_total
+ *   kiln_time_to_first_token_seconds, kiln_inter_token_latency_seconds (histograms)
+ *   kiln_process_peak_rss_bytes, kiln_uptime_seconds */
+#include "server/server_internal.h"
+#include <math.h>
+#include <stdio.h>
+#include <sys/resource.h>
+
+static void head(kiln_sbuf *b, const char *name, const char *type, const char *help) {
+    kiln_sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void hist(kiln_sbuf *b, const char *name, const char *help, const uint64_t *bk, uint64_t n, double sum) {
+    head(b, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; i < 16; i++) {
+        cum += bk[i];
+        if (isinf(kiln_latency_bounds[i])) kiln_sbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)n);
+        else kiln_sbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, kiln_latency_bounds[i], (unsigned long long)cum);
+    }
+    kiln_sbuf_printf(b, "%s_sum %.6f\n%s_count %llu\n", name, sum, name, (unsigned long long)n);
+}
+
+void kiln_server_metrics(kiln_server *s, kiln_sbuf *b) {
+    kiln_engine_stats e;
+    kiln_engine_get_stats(s->eng, &e);
+    head(b, "kiln_requests_total", "counter", "HTTP responses by status code");
+    for (int i = 0; i < KILN_N_CODES; i++) {
+        unsigned long long v = atomic_load(&s->code_count[i]);
+        if (kiln_counted_codes[i]) kiln_sbuf_printf(b, "kiln_requests_total{code=\"%d\"} %llu\n", kiln_counted_codes[i], v);
+        else kiln_sbuf_printf(b, "kiln_requests_total{code=\"other\"} %llu\n", v);
+    }
+    static const char *reasons[] = {"none", "stop", "length", "cancelled", "error"};
+    head(b, "kiln_requests_finished_total", "counter", "requests the engine finished, by reason");
+    for (int i = 1; i < 5; i++) kiln_sbuf_printf(b, "kiln_requests_finished_total{reason=\"%s\"} %llu\n", reasons[i], (unsigned long long)e.finished[i]);
+#define C(name, help, v) do { head(b, name, "counter", help); kiln_sbuf_printf(b, "%s %llu\n", name, (unsigned long long)(v)); } while (0)
+#define G(name, help, fmt, v) do { head(b, name, "gauge", help); kiln_sbuf_printf(b, "%s " fmt "\n", name, v); } while (0)
+    C("kiln_client_disconnects_total", "requests cancelled because the client went away", atomic_load(&s->disconnects));
+    C("kiln_request_timeouts_total", "requests that ran past the request timeout", atomic_load(&s->timeouts));
+    C("kiln_stop_string_hits_total", "requests ended by a stop string", atomic_load(&s->stop_strings));
+    C("kiln_prompt_tokens_total", "prompt tokens of admitted requests", e.prompt_tokens);
+    C("kiln_generation_tokens_total", "tokens generated", e.generated_tokens);
+    C("kiln_prefill_tokens_total", "prompt (and recomputed) tokens run through the model", e.prefill_tokens);
+    C("kiln_prefix_cache_hit_tokens_total", "prompt tokens served from cached KV pages", e.cached_tokens);
+    G("kiln_prefix_cache_hit_rate", "cached prompt tokens / prompt tokens", "%.6f", e.prompt_tokens ? (double)e.cached_tokens / (double)e.prompt_tokens : 0.0);
+    C("kiln_prefix_cache_evictions_total", "idle cached pages evicted (LRU)", e.evictions);
+    C("kiln_preemptions_total", "requests preempted (pages freed, recomputed later) when KV ran out", e.preemptions);
+    C("kiln_scheduler_steps_total", "forward steps", e.steps);
+    G("kiln_queue_depth", "requests waiting for admission", "%d", e.waiting);
+    G("kiln_running_requests", "requests in the running batch", "%d", e.running);
+    G("kiln_batch_size", "sequences in the last step", "%d", e.batch_seqs);
+    G("kiln_batch_tokens", "tokens in the last step", "%d", e.batch_tokens);
+    head(b, "kiln_batch_size_steps", "histogram", "sequences per forward step");
+    {
+        static const char *le[8] = {"1", "3", "7", "15", "31", "63", "127", "+Inf"};
+        uint64_t cum = 0;
+        for (int i = 0; i < 8; i++) {
+            cum += e.batch_hist[i];
+            kiln_sbuf_printf(b, "kiln_batch_size_steps_bucket{le=\"%s\"} %llu\n", le[i], (unsigned long long)cum);
+        }
+        kiln_sbuf_printf(b, "kiln_batch_size_steps_count %llu\n", (unsigned long long)cum);
+    }
+    G("kiln_kv_pages_total", "pages in the KV pool", "%d", e.kv_pages_total);
+    G("kiln_kv_pages_free", "pages on the free list", "%d", e.kv_pages_free);
+    G("kiln_kv_pages_used", "pages held by requests (queued or running)", "%d", e.kv_pages_used);
+    G("kiln_kv_pages_cached_idle", "pages held only by the prefix cache (evictable)", "%d", e.kv_pages_cached_idle);
+    G("kiln_kv_page_tokens", "tokens per KV page", "%d", e.page_tokens);
+    G("kiln_kv_capacity_tokens", "tokens the KV pool holds", "%lld", (long long)e.kv_capacity_tokens);
+    /* HOOK (KV integrity, issue of the kv helper): these count seal checks, mismatches and heals
+     * once the pool verifies pages; until then nothing is checked and they stay 0. */
+    C("kiln_kv_integrity_checks_total", "KV page seal verifications", 0ull);
+    C("kiln_kv_integrity_detections_total", "KV page seal mismatches detected", 0ull);
+    C("kiln_kv_integrity_heals_total", "KV pages healed by recomputation", 0ull);
+    hist(b, "kiln_time_to_first_token_seconds", "arrival to first token", e.ttft_b, e.ttft_n, e.ttft_sum);
+    hist(b, "kiln_inter_token_latency_seconds", "time between consecutive tokens of a request", e.itl_b, e.itl_n, e.itl_sum);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    G("kiln_process_peak_rss_bytes", "peak resident set size of the server process", "%lld", (long long)ru.ru_maxrss * 1024);
+    G("kiln_uptime_seconds", "seconds since start", "%.3f", kiln_now() - s->t_start);
+#undef C
+#undef G
+}

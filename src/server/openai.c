@@ -1,0 +1,303 @@
+/* openai.c — the OpenAI request schema: parsing and validation of /v1/chat/completions and
+ * /v1/completions bodies into kiln_oai_params, and the error object. Every rejection names the
+ * offending parameter (the `param` field) and gets the status OpenAI uses for it. */
+#include "server/server_internal.h"
+#include "base/status.h"
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int kiln_oai_fail(kiln_oai_error *e, int http, const char *type, const char *param, const char *code, const char *fmt, ...) {
+    e->http = http;
+    e->type = type;
+    e->param = param;
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+json_t *kiln_json_bytes_string(const char *s, size_t n) {
+    if (kiln_utf8_valid(s, n)) return json_stringn(s, n);
+    kiln_sbuf b = {0};
+    kiln_utf8_repair(s, n, &b);
+    json_t *j = json_stringn(b.p ? b.p : "", b.len);
+    kiln_sbuf_free(&b);
+    return j;
+}
+
+json_t *kiln_oai_error_json(const kiln_oai_error *e) {
+    json_t *o = json_object();
+    json_object_set_new(o, "message", kiln_json_bytes_string(e->msg, strlen(e->msg)));
+    json_object_set_new(o, "type", json_string(e->type ? e->type : "invalid_request_error"));
+    json_object_set_new(o, "param", e->param ? json_string(e->param) : json_null());
+    json_object_set_new(o, "code", e->code ? json_string(e->code) : json_null());
+    json_t *r = json_object();
+    json_object_set_new(r, "error", o);
+    return r;
+}
+
+#define BAD(param, ...) kiln_oai_fail(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+#define BADC(param, code, ...) kiln_oai_fail(err, 400, "invalid_request_error", param, code, __VA_ARGS__)
+
+static const char *jtype(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+/* Optional fields: absent or null → 1 and *present = 0. Wrong type → 0 with err. */
+static int opt_bool(json_t *o, const char *k, int *out, int *present, kiln_oai_error *err) {
+    json_t *v = json_object_get(o, k);
+    *present = 0;
+    if (!v || json_is_null(v)) return 1;
+    if (!json_is_boolean(v)) return BAD(k, "'%s' must be a boolean, got %s", k, jtype(v));
+    *out = json_is_true(v);
+    *present = 1;
+    return 1;
+}
+static int opt_int(json_t *o, const char *k, long long lo, long long hi, long long *out, int *present, kiln_oai_error *err) {
+    json_t *v = json_object_get(o, k);
+    *present = 0;
+    if (!v || json_is_null(v)) return 1;
+    long long x;
+    if (json_is_integer(v)) x = json_integer_value(v);
+    else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15) x = (long long)json_real_value(v);
+    else return BAD(k, "'%s' must be an integer, got %s", k, jtype(v));
+    if (x < lo || x > hi) return BADC(k, "invalid_value", "'%s' is %lld; it must be in [%lld, %lld]", k, x, lo, hi);
+    *out = x;
+    *present = 1;
+    return 1;
+}
+static int opt_num(json_t *o, const char *k, double lo, double hi, double *out, int *present, kiln_oai_error *err) {
+    json_t *v = json_object_get(o, k);
+    *present = 0;
+    if (!v || json_is_null(v)) return 1;
+    if (!json_is_number(v)) return BAD(k, "'%s' must be a number, got %s", k, jtype(v));
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) return BADC(k, "invalid_value", "'%s' is %g; it must be in [%g, %g]", k, x, lo, hi);
+    *out = x;
+    *present = 1;
+    return 1;
+}
+
+/* Parameters kiln does not implement: accepted only at their neutral value. */
+static int neutral_only(json_t *o, kiln_oai_error *err, int chat) {
+    static const char *zero_nums[] = {"presence_penalty", "frequency_penalty", NULL};
+    for (int i = 0; zero_nums[i]; i++) {
+        json_t *v = json_object_get(o, zero_nums[i]);
+        if (!v || json_is_null(v)) continue;
+        if (!json_is_number(v)) return BAD(zero_nums[i], "'%s' must be a number, got %s", zero_nums[i], jtype(v));
+        if (json_number_value(v) != 0) return BADC(zero_nums[i], "unsupported_parameter", "'%s' is not supported by this server (only 0)", zero_nums[i]);
+    }
+    json_t *v = json_object_get(o, "logit_bias");
+    if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0))
+        return BADC("logit_bias", "unsupported_parameter", "'logit_bias' is not supported by this server");
+    static const char *absent[] = {"tools", "functions", "tool_choice", "function_call", "suffix", "audio", "prediction", NULL};
+    for (int i = 0; absent[i]; i++) {
+        v = json_object_get(o, absent[i]);
+        if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0) && !(json_is_string(v) && strcmp(json_string_value(v), "none") == 0))
+            return BADC(absent[i], "unsupported_parameter", "'%s' is not supported by this server", absent[i]);
+    }
+    v = json_object_get(o, "response_format");
+    if (v && !json_is_null(v)) {
+        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+        if (!t || !json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
+            return BADC("response_format", "unsupported_parameter", "only response_format {\"type\": \"text\"} is supported");
+    }
+    if (!chat) {
+        int b, present;
+        if (!opt_bool(o, "echo", &b, &present, err)) return 0;
+        if (present && b) return BADC("echo", "unsupported_parameter", "'echo' is not supported by this server");
+        long long bo;
+        if (!opt_int(o, "best_of", 1, 1, &bo, &present, err)) return 0;
+    }
+    return 1;
+}
+
+/* Tokenizes text (BOS first when the model has one) into p->prompt. */
+static int tokenize(kiln_server *s, const char *text, size_t len, kiln_oai_params *p, const char *param, kiln_oai_error *err) {
+    if (!s->info.has_tokenizer)
+        return BADC(param, "unsupported_parameter", "this model has no tokenizer: send /v1/completions prompts as arrays of token ids");
+    if (!kiln_utf8_valid(text, len)) return BAD(param, "'%s' is not valid UTF-8", param);
+    size_t cap = len + 16, n = 0;
+    for (int tries = 0; tries < 2; tries++) {
+        free(p->prompt);
+        p->prompt = malloc(cap * sizeof *p->prompt);
+        if (!p->prompt) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        if (kiln_tokenize(s->m, text, len, 1, p->prompt, cap, &n) != KILN_OK) return BAD(param, "cannot tokenize '%s': %s", param, kiln_last_error());
+        if (n <= cap) break;
+        cap = n;
+    }
+    if (n == 0) return BAD(param, "'%s' is empty and the model has no BOS token", param);
+    if (n > (size_t)1 << 30) return BADC(param, "context_length_exceeded", "'%s' is too long", param);
+    p->n_prompt = (int)n;
+    return 1;
+}
+
+static int token_ids(kiln_server *s, json_t *a, kiln_oai_params *p, kiln_oai_error *err) {
+    size_t n = json_array_size(a);
+    if (n == 0) return BAD("prompt", "'prompt' is an empty array of token ids");
+    if (n > (size_t)1 << 24) return BADC("prompt", "context_length_exceeded", "'prompt' is too long");
+    p->prompt = malloc(n * sizeof *p->prompt);
+    if (!p->prompt) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->info.vocab_size)
+            return BADC("prompt", "invalid_value", "'prompt'[%zu] must be a token id in [0, %d)", i, s->info.vocab_size);
+        p->prompt[i] = (int32_t)json_integer_value(v);
+    }
+    p->n_prompt = (int)n;
+    return 1;
+}
+
+static int parse_prompt(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
+    json_t *v = json_object_get(o, "prompt");
+    if (!v || json_is_null(v)) return BAD("prompt", "'prompt' is required");
+    if (json_is_string(v)) return tokenize(s, json_string_value(v), json_string_length(v), p, "prompt", err);
+    if (!json_is_array(v)) return BAD("prompt", "'prompt' must be a string or an array, got %s", jtype(v));
+    json_t *first = json_array_get(v, 0);
+    if (first && (json_is_string(first) || json_is_array(first))) {
+        if (json_array_size(v) != 1) return BADC("prompt", "unsupported_parameter", "only one prompt per request is supported (got %zu)", json_array_size(v));
+        if (json_is_string(first)) return tokenize(s, json_string_value(first), json_string_length(first), p, "prompt", err);
+        return token_ids(s, first, p, err);
+    }
+    return token_ids(s, v, p, err);
+}
+
+static int parse_stop(json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
+    json_t *v = json_object_get(o, "stop");
+    if (!v || json_is_null(v)) return 1;
+    json_t *one[1] = {v};
+    size_t n = 1;
+    if (json_is_array(v)) n = json_array_size(v);
+    else if (!json_is_string(v)) return BAD("stop", "'stop' must be a string or an array of strings, got %s", jtype(v));
+    if (n > KILN_MAX_STOPS) return BADC("stop", "invalid_value", "'stop' has %zu entries; at most %d are allowed", n, KILN_MAX_STOPS);
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_is_array(v) ? json_array_get(v, i) : one[0];
+        if (!json_is_string(x)) return BAD("stop", "'stop'[%zu] must be a string, got %s", i, jtype(x));
+        if (json_string_length(x) == 0) continue;
+        if (json_string_length(x) > 1024) return BADC("stop", "invalid_value", "'stop'[%zu] is longer than 1024 bytes", i);
+        p->stops[p->n_stops++] = strndup(json_string_value(x), json_string_length(x));
+    }
+    return 1;
+}
+
+int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_oai_params *p, kiln_oai_error *err) {
+    memset(p, 0, sizeof *p);
+    p->chat = chat;
+    kiln_sampling_default(&p->sp);
+    json_error_t je;
+    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!o) return BAD(NULL, "the request body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    int ok = 0, present, b;
+    long long iv;
+    double dv;
+    if (!json_is_object(o)) { BAD(NULL, "the request body must be a JSON object, got %s", jtype(o)); goto out; }
+    /* model */
+    json_t *mv = json_object_get(o, "model");
+    if (!mv || json_is_null(mv)) { BAD("model", "'model' is required"); goto out; }
+    if (!json_is_string(mv)) { BAD("model", "'model' must be a string, got %s", jtype(mv)); goto out; }
+    if (strcmp(json_string_value(mv), s->model_name) != 0) {
+        kiln_oai_fail(err, 404, "invalid_request_error", "model", "model_not_found", "The model '%.200s' does not exist (this server serves '%s')",
+                      json_string_value(mv), s->model_name);
+        goto out;
+    }
+    if (!neutral_only(o, err, chat)) goto out;
+    /* n */
+    if (!opt_int(o, "n", 1, 1 << 20, &iv, &present, err)) goto out;
+    if (present && iv != 1) { BADC("n", "unsupported_parameter", "only n = 1 is supported (got %lld)", iv); goto out; }
+    /* stream, stream_options */
+    if (!opt_bool(o, "stream", &p->stream, &present, err)) goto out;
+    json_t *so = json_object_get(o, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) { BAD("stream_options", "'stream_options' must be an object, got %s", jtype(so)); goto out; }
+        if (!p->stream) { BAD("stream_options", "'stream_options' is only allowed when 'stream' is true"); goto out; }
+        if (!opt_bool(so, "include_usage", &p->include_usage, &present, err)) { err->param = "stream_options.include_usage"; goto out; }
+    }
+    /* sampling */
+    if (!opt_num(o, "temperature", 0, 2, &dv, &present, err)) goto out;
+    if (present) p->sp.temperature = (float)dv;
+    if (!opt_num(o, "top_p", 0, 1, &dv, &present, err)) goto out;
+    if (present) {
+        if (dv == 0) p->sp.temperature = 0; /* nothing but the most likely token */
+        else p->sp.top_p = (float)dv;
+    }
+    if (!opt_int(o, "seed", INT64_MIN, INT64_MAX, &iv, &present, err)) goto out;
+    if (present) p->sp.seed = (uint64_t)iv;
+    else p->sp.seed = (uint64_t)atomic_fetch_add(&s->id_counter, 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
+    if (!opt_bool(o, "ignore_eos", &p->ignore_eos, &present, err)) goto out;
+    if (!parse_stop(o, p, err)) goto out;
+    /* logprobs */
+    if (chat) {
+        if (!opt_bool(o, "logprobs", &b, &present, err)) goto out;
+        p->logprobs = present && b;
+        if (!opt_int(o, "top_logprobs", 0, KILN_MAX_TOP_LOGPROBS, &iv, &present, err)) goto out;
+        if (present && !p->logprobs) { BAD("top_logprobs", "'top_logprobs' requires 'logprobs' to be true"); goto out; }
+        if (present) p->top_logprobs = (int)iv;
+    } else {
+        if (!opt_int(o, "logprobs", 0, 5, &iv, &present, err)) goto out;
+        p->logprobs = present;
+        if (present) p->top_logprobs = (int)iv;
+    }
+    /* max_tokens (max_completion_tokens wins when both are given) */
+    int ctx = kiln_engine_context(s->eng);
+    long long mt = -1;
+    if (!opt_int(o, "max_tokens", LLONG_MIN, LLONG_MAX, &iv, &present, err)) goto out;
+    if (present) mt = iv;
+    const char *mt_name = "max_tokens";
+    if (chat) {
+        if (!opt_int(o, "max_completion_tokens", LLONG_MIN, LLONG_MAX, &iv, &present, err)) goto out;
+        if (present) { mt = iv; mt_name = "max_completion_tokens"; }
+    }
+    if (mt != -1 && mt < 1) { BADC(mt_name, "invalid_value", "'%s' is %lld; it must be at least 1", mt_name, mt); goto out; }
+    if (mt > ctx) { BADC(mt_name, "invalid_value", "'%s' is %lld, more than this model's context of %d tokens", mt_name, mt, ctx); goto out; }
+    /* the prompt */
+    if (chat) {
+        json_t *msgs = json_object_get(o, "messages");
+        if (!msgs || json_is_null(msgs)) { BAD("messages", "'messages' is required"); goto out; }
+        if (!json_is_array(msgs)) { BAD("messages", "'messages' must be an array, got %s", jtype(msgs)); goto out; }
+        if (json_array_size(msgs) == 0) { BAD("messages", "'messages' must not be empty"); goto out; }
+        kiln_sbuf text = {0};
+        int rok = kiln_server_render_chat(s, msgs, &text, err);
+        if (rok && text.oom) rok = kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        if (rok) rok = tokenize(s, text.p ? text.p : "", text.len, p, "messages", err);
+        kiln_sbuf_free(&text);
+        if (!rok) goto out;
+    } else if (!parse_prompt(s, o, p, err)) goto out;
+    if (p->n_prompt >= ctx) {
+        BADC(chat ? "messages" : "prompt", "context_length_exceeded", "this model's context is %d tokens, but the prompt has %d tokens", ctx, p->n_prompt);
+        goto out;
+    }
+    if (mt == -1) mt = ctx - p->n_prompt;
+    if (p->n_prompt + mt > ctx) {
+        BADC(mt_name, "context_length_exceeded", "this model's context is %d tokens, but %d prompt tokens + %s %lld = %lld", ctx, p->n_prompt, mt_name, mt,
+             p->n_prompt + mt);
+        goto out;
+    }
+    p->max_tokens = (int)mt;
+    ok = 1;
+out:
+    json_decref(o);
+    if (!ok) kiln_oai_params_free(p);
+    return ok;
+}
+
+void kiln_oai_params_free(kiln_oai_params *p) {
+    for (int i = 0; i < p->n_stops; i++) free(p->stops[i]);
+    free(p->prompt);
+    p->prompt = NULL;
+    p->n_stops = 0;
+}

@@ -1,0 +1,670 @@
+/* server.c — the HTTP front end (libmicrohttpd, one thread per connection): routing, API-key
+ * check, body limits, the OpenAI completion handlers (JSON and server-sent events), start-up and
+ * graceful shutdown.
+ *
+ * HTTP threads never touch the model or the KV pool: they parse and validate, create a kiln_req,
+ * submit it to the engine (src/engine/scheduler.c) and turn the tokens it publishes into text
+ * (streaming detokenizer in text.c) and JSON. While waiting they watch their socket: a client that
+ * goes away cancels its request, and the scheduler frees its pages on its next step. */
+#include "server/server_internal.h"
+#include "base/status.h"
+#include <microhttpd.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+const int kiln_counted_codes[KILN_N_CODES] = {200, 400, 401, 404, 405, 408, 413, 429, 500, 503, 504, 507, 0};
+
+void kiln_server_options_default(kiln_server_options *o) {
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->max_batch = 32;
+    o->max_queue = 64;
+    o->step_tokens = 256;
+    o->prefix_cache = 1;
+    o->max_body_bytes = 1 << 20;
+    o->request_timeout_s = 600;
+    o->shutdown_grace_s = 10;
+    o->max_connections = 512;
+}
+
+/* ---- per-connection state -------------------------------------------------------------------------- */
+enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS };
+
+typedef struct conn {
+    kiln_server *s;
+    struct MHD_Connection *mc;
+    atomic_int refs;          /* the connection's and (when streaming) the response's */
+    kiln_sbuf body;
+    int too_large;
+    /* a completion in progress */
+    kiln_req *r;
+    kiln_oai_params p;
+    int have_params;
+    kiln_detok dt;
+    int seen;                 /* events of r consumed */
+    int32_t prev;             /* previous token (for the piece of the next) */
+    int n_out;                /* completion tokens counted */
+    const char *finish;       /* "stop" / "length" once known */
+    int failed;               /* the request ended in an error */
+    kiln_oai_error err;
+    char id[48];
+    long created;
+    size_t text_offset;
+    json_t *lp;               /* non-streaming logprobs accumulator */
+    /* streaming output */
+    kiln_sbuf out;
+    size_t out_off;
+    int stream_started, stream_done;
+} conn;
+
+static void conn_unref(conn *c) {
+    if (atomic_fetch_sub(&c->refs, 1) != 1) return;
+    if (c->r) {
+        if (c->s->eng) {
+            pthread_mutex_lock(&c->r->mu);
+            int running = c->r->finish == KILN_FINISH_NONE;
+            pthread_mutex_unlock(&c->r->mu);
+            if (running) kiln_engine_cancel(c->s->eng, c->r);
+        }
+        kiln_req_unref(c->r);
+    }
+    if (c->have_params) kiln_oai_params_free(&c->p);
+    kiln_detok_free(&c->dt);
+    kiln_sbuf_free(&c->body);
+    kiln_sbuf_free(&c->out);
+    json_decref(c->lp);
+    free(c);
+}
+
+static void count_code(kiln_server *s, int code) {
+    int i = 0;
+    while (i < KILN_N_CODES - 1 && kiln_counted_codes[i] != code) i++;
+    atomic_fetch_add(&s->code_count[i], 1);
+}
+
+/* ---- responses -------------------------------------------------------------------------------------- */
+static enum MHD_Result send_buf(conn *c, int code, const char *ctype, const char *data, size_t n, int retry_after) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)data, MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", ctype);
+    if (retry_after > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", retry_after);
+        MHD_add_response_header(resp, "Retry-After", v);
+    }
+    if (code == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    enum MHD_Result ret = MHD_queue_response(c->mc, (unsigned)code, resp);
+    MHD_destroy_response(resp);
+    count_code(c->s, code);
+    return ret;
+}
+
+static enum MHD_Result send_json(conn *c, int code, json_t *j, int retry_after) {
+    char *txt = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!txt) return send_buf(c, 500, "text/plain", "out of memory\n", 14, 0);
+    enum MHD_Result r = send_buf(c, code, "application/json", txt, strlen(txt), retry_after);
+    free(txt);
+    return r;
+}
+
+static enum MHD_Result send_error(conn *c, const kiln_oai_error *e) {
+    return send_json(c, e->http, kiln_oai_error_json(e), e->http == 429 ? 1 : 0);
+}
+
+static enum MHD_Result fail(conn *c, int http, const char *type, const char *param, const char *code, const char *msg) {
+    kiln_oai_error e;
+    kiln_oai_fail(&e, http, type, param, code, "%s", msg);
+    return send_error(c, &e);
+}
+
+/* ---- the client's socket ------------------------------------------------------------------------------- */
+/* 1 when the peer has closed or reset the connection (without consuming anything it sent). */
+static int client_gone(conn *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 0;
+    int fd = ci->connect_fd;
+    struct pollfd pf = {fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&pf, 1, 0) <= 0) return 0;
+    if (pf.revents & (POLLHUP | POLLERR | POLLRDHUP)) return 1;
+    char b;
+    ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Waits until the request has events past c->seen or has finished. Returns 0, or -1 when the
+ * client disconnected (the request is cancelled). */
+static int wait_output(conn *c) {
+    kiln_req *r = c->r;
+    pthread_mutex_lock(&r->mu);
+    while (r->n_ev == c->seen && r->finish == KILN_FINISH_NONE) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000;
+        if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        if (r->n_ev != c->seen || r->finish != KILN_FINISH_NONE) break;
+        pthread_mutex_unlock(&r->mu);
+        if (client_gone(c)) {
+            kiln_engine_cancel(c->s->eng, r);
+            atomic_fetch_add(&c->s->disconnects, 1);
+            return -1;
+        }
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+/* ---- generation: events → text, logprobs, finish ----------------------------------------------------------- */
+static json_t *bytes_array(const char *p, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)p[i]));
+    return a;
+}
+
+static const char *piece_of(conn *c, int32_t prev, int32_t id, size_t *len, char *tmp, size_t tmp_len) {
+    if (!c->s->info.has_tokenizer) { /* token-id models: each token reads as its id and a space */
+        int k = snprintf(tmp, tmp_len, "%d ", id);
+        *len = (size_t)k;
+        return tmp;
+    }
+    const char *p = kiln_token_piece(c->s->m, prev, id, len);
+    if (!p) { *len = 0; return ""; }
+    return p;
+}
+
+/* The logprobs entry of event k (chat: one element of "content"; completions: appended to the
+ * four parallel arrays of lpobj). */
+static void logprob_entry(conn *c, int k, const char *piece, size_t plen, json_t *dst) {
+    kiln_req *r = c->r;
+    int K = c->p.top_logprobs;
+    double lp = r->ev[k].logprob;
+    json_t *lpv = isfinite(lp) ? json_real(lp) : json_real(-9999.0);
+    if (c->p.chat) {
+        json_t *e = json_object();
+        json_object_set_new(e, "token", kiln_json_bytes_string(piece, plen));
+        json_object_set_new(e, "logprob", lpv);
+        json_object_set_new(e, "bytes", bytes_array(piece, plen));
+        json_t *tops = json_array();
+        for (int i = 0; i < K; i++) {
+            int32_t id = r->top_ids[(size_t)k * K + i];
+            size_t l;
+            char tmp[32];
+            const char *pp = piece_of(c, c->prev, id, &l, tmp, sizeof tmp);
+            json_t *t = json_object();
+            json_object_set_new(t, "token", kiln_json_bytes_string(pp, l));
+            json_object_set_new(t, "logprob", json_real(r->top_lp[(size_t)k * K + i]));
+            json_object_set_new(t, "bytes", bytes_array(pp, l));
+            json_array_append_new(tops, t);
+        }
+        json_object_set_new(e, "top_logprobs", tops);
+        json_array_append_new(json_object_get(dst, "content"), e);
+    } else {
+        json_array_append_new(json_object_get(dst, "tokens"), kiln_json_bytes_string(piece, plen));
+        json_array_append_new(json_object_get(dst, "token_logprobs"), lpv);
+        json_t *tops = json_object();
+        for (int i = 0; i < K; i++) {
+            int32_t id = r->top_ids[(size_t)k * K + i];
+            size_t l;
+            char tmp[32];
+            const char *pp = piece_of(c, c->prev, id, &l, tmp, sizeof tmp);
+            json_t *key = kiln_json_bytes_string(pp, l);
+            json_object_set_new(tops, json_string_value(key), json_real(r->top_lp[(size_t)k * K + i]));
+            json_decref(key);
+        }
+        json_array_append_new(json_object_get(dst, "top_logprobs"), tops);
+        json_array_append_new(json_object_get(dst, "text_offset"), json_integer((json_int_t)c->text_offset));
+    }
+}
+
+static json_t *new_logprobs(int chat) {
+    if (chat) return json_pack("{s:[],s:n}", "content", "refusal");
+    return json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+}
+
+/* Consumes one event: its text goes into the detokenizer, its logprobs into lp_dst. Returns 1
+ * when the generation is over from the client's point of view (a stop string matched). */
+static int consume_event(conn *c, int k, json_t *lp_dst) {
+    kiln_req *r = c->r;
+    int32_t id = r->ev[k].id;
+    size_t len = 0;
+    char tmp[32];
+    const char *piece = "";
+    int eos = id == c->s->info.eos_id && !c->p.ignore_eos;
+    if (!eos) piece = piece_of(c, c->prev, id, &len, tmp, sizeof tmp);
+    if (c->p.logprobs && lp_dst) logprob_entry(c, k, piece, len, lp_dst);
+    c->text_offset += len;
+    c->prev = id;
+    c->n_out++;
+    c->seen = k + 1;
+    if (kiln_detok_push(&c->dt, piece, len)) {
+        c->finish = "stop";
+        atomic_fetch_add(&c->s->stop_strings, 1);
+        kiln_engine_cancel(c->s->eng, r); /* frees the pages now; later tokens are not wanted */
+        return 1;
+    }
+    return 0;
+}
+
+/* After all events are consumed: how the request ended. Returns 1 if it is over. */
+static int check_finish(conn *c) {
+    kiln_req *r = c->r;
+    if (c->finish) return 1;
+    pthread_mutex_lock(&r->mu);
+    kiln_finish f = r->n_ev == c->seen ? r->finish : KILN_FINISH_NONE;
+    int timed_out = r->timed_out;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", r->err_msg);
+    pthread_mutex_unlock(&r->mu);
+    switch (f) {
+    case KILN_FINISH_NONE: return 0;
+    case KILN_FINISH_STOP: c->finish = "stop"; return 1;
+    case KILN_FINISH_LENGTH: c->finish = "length"; return 1;
+    case KILN_FINISH_CANCELLED:
+    case KILN_FINISH_ERROR:
+        c->failed = 1;
+        if (timed_out) {
+            atomic_fetch_add(&c->s->timeouts, 1);
+            kiln_oai_fail(&c->err, 504, "timeout_error", NULL, "timeout", "the request did not finish within %g s", c->s->o.request_timeout_s);
+        } else if (atomic_load(&c->s->closing))
+            kiln_oai_fail(&c->err, 503, "server_error", NULL, "server_shutting_down", "the server is shutting down");
+        else
+            kiln_oai_fail(&c->err, 500, "server_error", NULL, NULL, "generation failed: %s", msg[0] ? msg : "cancelled");
+        return 1;
+    }
+    return 1;
+}
+
+static json_t *usage_json(conn *c) {
+    int cached;
+    pthread_mutex_lock(&c->r->mu);
+    cached = c->r->cached_tokens > 0 ? c->r->cached_tokens : 0;
+    pthread_mutex_unlock(&c->r->mu);
+    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", c->p.n_prompt, "completion_tokens", c->n_out, "total_tokens",
+                     c->p.n_prompt + c->n_out, "prompt_tokens_details", "cached_tokens", cached, "completion_tokens_details",
+                     "reasoning_tokens", 0);
+}
+
+static json_t *envelope(conn *c, const char *object) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", c->id, "object", object, "created", (json_int_t)c->created, "model",
+                     c->s->model_name, "system_fingerprint", "kiln");
+}
+
+/* ---- non-streaming ------------------------------------------------------------------------------------------- */
+static enum MHD_Result run_blocking(conn *c) {
+    if (c->p.logprobs) c->lp = new_logprobs(c->p.chat);
+    for (;;) {
+        if (wait_output(c) < 0) return MHD_NO; /* the client is gone: close */
+        pthread_mutex_lock(&c->r->mu);
+        int n = c->r->n_ev;
+        pthread_mutex_unlock(&c->r->mu);
+        int over = 0;
+        for (int k = c->seen; k < n && !over; k++) over = consume_event(c, k, c->lp);
+        if (over || check_finish(c)) break;
+    }
+    if (c->failed) return send_error(c, &c->err);
+    kiln_sbuf text = {0};
+    kiln_detok_take(&c->dt, 1, &text);
+    json_t *res = envelope(c, c->p.chat ? "chat.completion" : "text_completion");
+    json_t *choice = json_pack("{s:i}", "index", 0);
+    json_t *t = json_stringn(text.p ? text.p : "", text.len);
+    kiln_sbuf_free(&text);
+    if (c->p.chat) json_object_set_new(choice, "message", json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", t, "refusal"));
+    else json_object_set_new(choice, "text", t);
+    json_object_set_new(choice, "logprobs", c->lp ? json_incref(c->lp) : json_null());
+    json_object_set_new(choice, "finish_reason", json_string(c->finish));
+    json_object_set_new(res, "choices", json_pack("[o]", choice));
+    json_object_set_new(res, "usage", usage_json(c));
+    return send_json(c, 200, res, 0);
+}
+
+/* ---- streaming (server-sent events) ------------------------------------------------------------------------------ */
+static void sse(conn *c, json_t *j) {
+    char *txt = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    kiln_sbuf_puts(&c->out, "data: ");
+    if (txt) kiln_sbuf_puts(&c->out, txt);
+    kiln_sbuf_puts(&c->out, "\n\n");
+    free(txt);
+}
+
+static json_t *chunk(conn *c, const char *text, size_t n, json_t *lp, const char *finish, int role) {
+    json_t *j = envelope(c, c->p.chat ? "chat.completion.chunk" : "text_completion");
+    json_t *choice = json_pack("{s:i}", "index", 0);
+    if (c->p.chat) {
+        json_t *delta = json_object();
+        if (role) json_object_set_new(delta, "role", json_string("assistant"));
+        if (text) json_object_set_new(delta, "content", json_stringn(text, n));
+        json_object_set_new(choice, "delta", delta);
+    } else {
+        json_object_set_new(choice, "text", json_stringn(text ? text : "", text ? n : 0));
+    }
+    json_object_set_new(choice, "logprobs", lp ? lp : json_null());
+    json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+    json_object_set_new(j, "choices", json_pack("[o]", choice));
+    if (c->p.include_usage) json_object_set_new(j, "usage", json_null());
+    return j;
+}
+
+/* Fills c->out with the next SSE events; returns -1 when the client is gone. */
+static int stream_produce(conn *c) {
+    if (!c->stream_started) {
+        c->stream_started = 1;
+        if (c->p.chat) { sse(c, chunk(c, "", 0, NULL, NULL, 1)); return 0; }
+    }
+    if (wait_output(c) < 0) return -1;
+    pthread_mutex_lock(&c->r->mu);
+    int n = c->r->n_ev;
+    pthread_mutex_unlock(&c->r->mu);
+    int over = 0;
+    kiln_sbuf text = {0};
+    for (int k = c->seen; k < n && !over; k++) {
+        json_t *lp = c->p.logprobs ? new_logprobs(c->p.chat) : NULL;
+        over = consume_event(c, k, lp);
+        text.len = 0;
+        kiln_detok_take(&c->dt, 0, &text);
+        if (text.len || lp) sse(c, chunk(c, text.p ? text.p : "", text.len, lp, NULL, 0));
+    }
+    if (over || check_finish(c)) {
+        if (c->failed) {
+            sse(c, kiln_oai_error_json(&c->err));
+        } else {
+            text.len = 0;
+            kiln_detok_take(&c->dt, 1, &text);
+            if (text.len) sse(c, chunk(c, text.p, text.len, NULL, NULL, 0));
+            sse(c, chunk(c, c->p.chat ? NULL : "", 0, NULL, c->finish, 0));
+            if (c->p.include_usage) {
+                json_t *u = envelope(c, c->p.chat ? "chat.completion.chunk" : "text_completion");
+                json_object_set_new(u, "choices", json_array());
+                json_object_set_new(u, "usage", usage_json(c));
+                sse(c, u);
+            }
+        }
+        kiln_sbuf_puts(&c->out, "data: [DONE]\n\n");
+        c->stream_done = 1;
+    }
+    kiln_sbuf_free(&text);
+    return 0;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    conn *c = cls;
+    while (c->out_off == c->out.len) {
+        if (c->stream_done) return MHD_CONTENT_READER_END_OF_STREAM;
+        c->out.len = c->out_off = 0;
+        if (stream_produce(c) < 0 || c->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = c->out.len - c->out_off < max ? c->out.len - c->out_off : max;
+    memcpy(buf, c->out.p + c->out_off, n);
+    c->out_off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) { conn_unref(cls); }
+
+/* ---- completions ------------------------------------------------------------------------------------------------------ */
+static enum MHD_Result handle_completion(conn *c, int chat) {
+    kiln_server *s = c->s;
+    kiln_oai_error err;
+    if (atomic_load(&s->closing)) return fail(c, 503, "server_error", NULL, "server_shutting_down", "the server is shutting down");
+    if (!kiln_oai_parse(s, c->body.p ? c->body.p : "", c->body.len, chat, &c->p, &err)) return send_error(c, &err);
+    c->have_params = 1;
+    kiln_status st = kiln_req_create(c->p.prompt, c->p.n_prompt, c->p.max_tokens, &c->p.sp, s->info.vocab_size,
+                                     c->p.logprobs ? c->p.top_logprobs : -1, &c->r);
+    if (st != KILN_OK) return fail(c, 500, "server_error", NULL, NULL, kiln_last_error());
+    c->r->ignore_eos = c->p.ignore_eos;
+    c->r->deadline = s->o.request_timeout_s > 0 ? kiln_now() + s->o.request_timeout_s : 0;
+    for (int i = 0; i < c->p.n_stops; i++) {
+        c->dt.stops[i] = c->p.stops[i];
+        c->dt.stop_len[i] = strlen(c->p.stops[i]);
+    }
+    c->dt.n_stops = c->p.n_stops;
+    c->prev = c->p.prompt[c->p.n_prompt - 1];
+    c->created = (long)time(NULL);
+    snprintf(c->id, sizeof c->id, "%s%016llx", chat ? "chatcmpl-" : "cmpl-",
+             (unsigned long long)(atomic_fetch_add(&s->id_counter, 1) * 0x9E3779B97F4A7C15ull ^ (unsigned long long)s->created));
+    char why[256];
+    switch (kiln_engine_submit(s->eng, c->r, why, sizeof why)) {
+    case KILN_SUBMIT_OK: break;
+    case KILN_SUBMIT_QUEUE_FULL: return fail(c, 429, "rate_limit_error", NULL, "rate_limit_exceeded", why);
+    case KILN_SUBMIT_TOO_LONG: return fail(c, 400, "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded", why);
+    case KILN_SUBMIT_SHUTDOWN: return fail(c, 503, "server_error", NULL, "server_shutting_down", why);
+    }
+    if (!c->p.stream) return run_blocking(c);
+    atomic_fetch_add(&c->refs, 1);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, c, stream_free);
+    if (!resp) { conn_unref(c); return MHD_NO; }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    enum MHD_Result ret = MHD_queue_response(c->mc, 200, resp);
+    MHD_destroy_response(resp);
+    count_code(s, 200);
+    return ret;
+}
+
+/* ---- routing --------------------------------------------------------------------------------------------------------- */
+/* Constant-time comparison of the presented key with the configured one (time depends only on
+ * the configured key's length). */
+static int key_ok(const char *given, const char *want) {
+    size_t lw = strlen(want), lg = given ? strlen(given) : 0;
+    volatile unsigned char diff = (unsigned char)(lg != lw);
+    for (size_t i = 0; i < lw; i++) diff |= (unsigned char)(want[i] ^ (i < lg ? given[i] : 0));
+    return diff == 0;
+}
+
+static int authorized(conn *c) {
+    if (!c->s->api_key) return 1;
+    const char *h = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return key_ok(NULL, c->s->api_key) && 0;
+    h += 7;
+    while (*h == ' ') h++;
+    return key_ok(h, c->s->api_key);
+}
+
+static json_t *model_obj(kiln_server *s) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", s->model_name, "object", "model", "created", (json_int_t)s->created, "owned_by", "kiln",
+                     "max_model_len", kiln_engine_context(s->eng));
+}
+
+static enum MHD_Result route(conn *c, const char *url, const char *method) {
+    kiln_server *s = c->s;
+    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
+    if (strcmp(url, "/health") == 0) {
+        if (!get) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET /health");
+        if (atomic_load(&s->closing)) return send_json(c, 503, json_pack("{s:s}", "status", "shutting_down"), 0);
+        return send_json(c, 200, json_pack("{s:s}", "status", "ok"), 0);
+    }
+    if (strcmp(url, "/metrics") == 0) {
+        if (!get) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET /metrics");
+        kiln_sbuf b = {0};
+        kiln_server_metrics(s, &b);
+        enum MHD_Result r = send_buf(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.len, 0);
+        kiln_sbuf_free(&b);
+        return r;
+    }
+    if (strncmp(url, "/v1/", 4) != 0 && strcmp(url, "/v1") != 0)
+        return fail(c, 404, "invalid_request_error", NULL, "not_found", "unknown route (try /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics)");
+    if (!authorized(c))
+        return fail(c, 401, "invalid_request_error", NULL, "invalid_api_key", "Incorrect API key provided: send it as 'Authorization: Bearer KEY'");
+    if (c->too_large) {
+        char m[128];
+        snprintf(m, sizeof m, "the request body exceeds the limit of %zu bytes", s->o.max_body_bytes);
+        return fail(c, 413, "invalid_request_error", NULL, "request_too_large", m);
+    }
+    if (strcmp(url, "/v1/models") == 0) {
+        if (!get) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET /v1/models");
+        return send_json(c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_obj(s)), 0);
+    }
+    if (strncmp(url, "/v1/models/", 11) == 0) {
+        if (!get) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET /v1/models/ID");
+        if (strcmp(url + 11, s->model_name) != 0) return fail(c, 404, "invalid_request_error", "model", "model_not_found", "no such model");
+        return send_json(c, 200, model_obj(s), 0);
+    }
+    int chat = strcmp(url, "/v1/chat/completions") == 0;
+    if (chat || strcmp(url, "/v1/completions") == 0) {
+        if (!post) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use POST");
+        atomic_fetch_add(&s->in_flight, 1);
+        enum MHD_Result r = handle_completion(c, chat);
+        atomic_fetch_sub(&s->in_flight, 1);
+        return r;
+    }
+    return fail(c, 404, "invalid_request_error", NULL, "not_found", "unknown route");
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    kiln_server *s = cls;
+    conn *c = *con_cls;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c) return MHD_NO;
+        c->s = s;
+        c->mc = mc;
+        atomic_init(&c->refs, 1);
+        *con_cls = c;
+        /* bodies far beyond the limit are refused before they are read */
+        const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes + ((size_t)64 << 20)) {
+            c->too_large = 1;
+            char m[128];
+            snprintf(m, sizeof m, "the request body exceeds the limit of %zu bytes", s->o.max_body_bytes);
+            return fail(c, 413, "invalid_request_error", NULL, "request_too_large", m);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        /* over the limit: keep reading (so the client sees our 413, not a reset) but drop it */
+        if (c->body.len + *upload_size > s->o.max_body_bytes) c->too_large = 1;
+        else kiln_sbuf_put(&c->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (c->body.oom) return fail(c, 500, "server_error", NULL, NULL, "out of memory");
+    return route(c, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls; (void)mc; (void)toe;
+    conn *c = *con_cls;
+    *con_cls = NULL;
+    if (c) conn_unref(c);
+}
+
+/* ---- start / stop ------------------------------------------------------------------------------------------------------- */
+static void base_name(const char *path, char *out, size_t n) {
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/') len--;
+    size_t b = len;
+    while (b > 0 && path[b - 1] != '/') b--;
+    size_t l = len - b;
+    const char *dot = NULL;
+    for (size_t i = b; i < len; i++) if (path[i] == '.') dot = path + i;
+    if (dot && dot > path + b && (strncmp(dot, ".bin", 4) == 0 || strncmp(dot, ".gguf", 5) == 0)) l = (size_t)(dot - (path + b));
+    if (l >= n) l = n - 1;
+    memcpy(out, path + b, l);
+    out[l] = 0;
+}
+
+kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_options *opts, const kiln_server_options *so,
+                              kiln_server **out) {
+    *out = NULL;
+    kiln_server *s = calloc(1, sizeof *s);
+    if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    s->m = m;
+    s->o = *so;
+    kiln_model_get_info(m, &s->info);
+    s->t_start = kiln_now();
+    s->created = (long)time(NULL);
+    if (so->model_name && *so->model_name) snprintf(s->model_name, sizeof s->model_name, "%s", so->model_name);
+    else base_name(model_path ? model_path : "model", s->model_name, sizeof s->model_name);
+    if (so->api_key && *so->api_key) s->api_key = strdup(so->api_key);
+    if (so->max_body_bytes < 1024) { free(s->api_key); free(s); return kiln_fail(KILN_ERR_INVALID_ARG, "--max-body %zu is below 1024 bytes", so->max_body_bytes); }
+    kiln_engine_config ec = {so->max_batch, so->max_queue, so->step_tokens, so->prefix_cache};
+    kiln_status st = kiln_engine_create(m, opts, &ec, &s->eng);
+    if (st != KILN_OK) { free(s->api_key); free(s); return st; }
+
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+    char port[16];
+    snprintf(port, sizeof port, "%d", so->port);
+    int gr = getaddrinfo(so->host, port, &hints, &ai);
+    if (gr != 0 || !ai) {
+        kiln_engine_free(s->eng); free(s->api_key); free(s);
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--host '%s': %s", so->host, gai_strerror(gr));
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, (uint16_t)so->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(so->max_connections > 0 ? so->max_connections : 512),
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                            MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->d) {
+        kiln_engine_free(s->eng); free(s->api_key); free(s);
+        return kiln_fail(KILN_ERR_IO, "cannot listen on %s:%d (address in use or not available)", so->host, so->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_LISTEN_FD);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    s->port = so->port;
+    if (di && getsockname(di->listen_fd, (struct sockaddr *)&ss, &sl) == 0)
+        s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
+    if (!so->quiet) {
+        kiln_engine_stats es;
+        kiln_engine_get_stats(s->eng, &es);
+        fprintf(stderr,
+                "kiln serve: model '%s' (%s, %d layers, vocab %d), context %d tokens\n"
+                "kiln serve: KV pool %d pages × %d tokens = %lld tokens; max batch %d, queue %d, step %d tokens, prefix cache %s\n"
+                "kiln serve: body limit %zu bytes, request timeout %g s, API key %s\n"
+                "kiln serve: listening on http://%s:%d\n",
+                s->model_name, s->info.arch, s->info.n_layers, s->info.vocab_size, kiln_engine_context(s->eng), es.kv_pages_total, es.page_tokens,
+                (long long)es.kv_capacity_tokens, so->max_batch, so->max_queue, ec.step_tokens < so->max_batch ? so->max_batch : ec.step_tokens,
+                so->prefix_cache ? "on" : "off", so->max_body_bytes, so->request_timeout_s, s->api_key ? "required" : "off", so->host, s->port);
+        fflush(stderr);
+    }
+    *out = s;
+    return KILN_OK;
+}
+
+int kiln_server_port(const kiln_server *s) { return s->port; }
+
+void kiln_server_stop(kiln_server *s) {
+    if (!s) return;
+    atomic_store(&s->closing, 1);
+    /* 1. stop accepting connections; new requests on open connections get 503 */
+    MHD_socket lfd = MHD_quiesce_daemon(s->d);
+    kiln_engine_close(s->eng);
+    /* 2. let in-flight requests finish for the grace period */
+    double until = kiln_now() + s->o.shutdown_grace_s;
+    for (;;) {
+        kiln_engine_stats es;
+        kiln_engine_get_stats(s->eng, &es);
+        if ((es.waiting == 0 && es.running == 0 && atomic_load(&s->in_flight) == 0) || kiln_now() > until) break;
+        usleep(20000);
+    }
+    /* 3. cancel the rest (their handlers answer 503 / an error event), close connections, free */
+    kiln_engine_stop(s->eng);
+    MHD_stop_daemon(s->d);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    kiln_engine_free(s->eng);
+    free(s->api_key);
+    free(s);
+}

@@ -1,0 +1,71 @@
+/* server_internal.h — what the server's files share: the server object, OpenAI request parameters
+ * and errors, chat rendering and metrics. */
+#ifndef KILN_SERVER_INTERNAL_H
+#define KILN_SERVER_INTERNAL_H
+#include "kiln.h"
+#include "engine/scheduler.h"
+#include "server/text.h"
+#include <jansson.h>
+#include <stdatomic.h>
+
+/* HTTP statuses counted in kiln_requests_total{code=...}; the last slot is "other". */
+#define KILN_N_CODES 13
+extern const int kiln_counted_codes[KILN_N_CODES];
+
+struct MHD_Daemon;
+struct kiln_server {
+    kiln_model *m;
+    kiln_model_info info;
+    kiln_server_options o;
+    char model_name[256];
+    char *api_key;
+    kiln_engine *eng;
+    struct MHD_Daemon *d;
+    int port, listen_fd_quiesced;
+    atomic_int closing;          /* 1 from kiln_server_stop on: new work gets 503 */
+    atomic_int in_flight;        /* completions being handled */
+    atomic_ullong code_count[KILN_N_CODES];
+    atomic_ullong disconnects, stop_strings, timeouts;
+    atomic_ullong id_counter;
+    double t_start;
+    long created;
+};
+
+/* An OpenAI error: HTTP status and the body's error object. */
+typedef struct kiln_oai_error {
+    int http;
+    const char *type;     /* "invalid_request_error", "authentication_error", ... */
+    const char *param;    /* NULL = null */
+    const char *code;     /* NULL = null */
+    char msg[512];
+} kiln_oai_error;
+int kiln_oai_fail(kiln_oai_error *e, int http, const char *type, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* {"error": {...}} as a new JSON object. */
+json_t *kiln_oai_error_json(const kiln_oai_error *e);
+
+/* A validated /v1/chat/completions or /v1/completions request. */
+typedef struct kiln_oai_params {
+    int chat, stream, include_usage, ignore_eos;
+    int max_tokens;           /* resolved (>= 1) */
+    kiln_sampling sp;
+    char *stops[KILN_MAX_STOPS];
+    int n_stops;
+    int logprobs;             /* 1 = return logprobs */
+    int top_logprobs;         /* alternatives per token (0..20) */
+    int32_t *prompt;          /* token ids, BOS included when the model has one */
+    int n_prompt;
+} kiln_oai_params;
+
+/* Parses and validates a request body (any failure → 0 with *err filled). */
+int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_oai_params *p, kiln_oai_error *err);
+void kiln_oai_params_free(kiln_oai_params *p);
+
+/* Renders chat messages to prompt text (chat.c). HOOK: the model's own chat template. */
+int kiln_server_render_chat(kiln_server *s, json_t *messages, kiln_sbuf *out, kiln_oai_error *err);
+
+/* JSON string of arbitrary bytes (repaired to valid UTF-8). */
+json_t *kiln_json_bytes_string(const char *s, size_t n);
+/* The Prometheus text of /metrics (metrics.c). */
+void kiln_server_metrics(kiln_server *s, kiln_sbuf *out);
+#endif
