@@ -25,6 +25,13 @@ typedef struct kiln_hparams {
     int tie_embeddings;
     int bos_id, eos_id;
     kiln_dtype act_dtype;   /* the checkpoint's activation dtype (torch_dtype): F32, BF16 or F16 */
+    /* ---- KV geometry (arch helper, model/arch.h) ----
+     * Per token per layer the cache holds n_kv_heads K rows of head_dim values and V rows of kv_v_dim
+     * values (0 = head_dim). MLA models (deepseek_v3, kimi_k2, glm4_moe_lite) cache one latent row:
+     * n_kv_heads = 1, head_dim = kv_lora_rank + qk_rope_head_dim, kv_v_dim = kv_lora_rank and
+     * kv_v_shares_k = 1 (V is the first kv_v_dim values of the K row; nothing else need be stored). */
+    int kv_v_dim;
+    int kv_v_shares_k;
 } kiln_hparams;
 
 typedef struct kiln_layer {
@@ -49,6 +56,9 @@ struct kiln_model {
     const float *output_norm; /* [dim] */
     kiln_layer *layers;
     void **owned;             /* buffers freed with the model (converted norms, permuted copies) */
+    /* ---- architectures of the table in model/arch.h (NULL for llama) ---- */
+    const struct kiln_arch *arch;
+    void *arch_state;         /* struct kiln_arch_model (owned via kiln_model_own) */
     int n_owned, cap_owned;
 };
 
