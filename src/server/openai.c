@@ -254,15 +254,16 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
     }
     /* max_tokens (max_completion_tokens wins when both are given) */
     int ctx = kiln_engine_context(s->eng);
-    long long mt = -1;
+    long long mt = 0;
+    int mt_given = 0;
     if (!opt_int(o, "max_tokens", LLONG_MIN, LLONG_MAX, &iv, &present, err)) goto out;
-    if (present) mt = iv;
+    if (present) { mt = iv; mt_given = 1; }
     const char *mt_name = "max_tokens";
     if (chat) {
         if (!opt_int(o, "max_completion_tokens", LLONG_MIN, LLONG_MAX, &iv, &present, err)) goto out;
-        if (present) { mt = iv; mt_name = "max_completion_tokens"; }
+        if (present) { mt = iv; mt_given = 1; mt_name = "max_completion_tokens"; }
     }
-    if (mt != -1 && mt < 1) { BADC(mt_name, "invalid_value", "'%s' is %lld; it must be at least 1", mt_name, mt); goto out; }
+    if (mt_given && mt < 1) { BADC(mt_name, "invalid_value", "'%s' is %lld; it must be at least 1", mt_name, mt); goto out; }
     if (mt > ctx) { BADC(mt_name, "invalid_value", "'%s' is %lld, more than this model's context of %d tokens", mt_name, mt, ctx); goto out; }
     /* the prompt */
     if (chat) {
@@ -281,7 +282,7 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
         BADC(chat ? "messages" : "prompt", "context_length_exceeded", "this model's context is %d tokens, but the prompt has %d tokens", ctx, p->n_prompt);
         goto out;
     }
-    if (mt == -1) mt = ctx - p->n_prompt;
+    if (!mt_given) mt = ctx - p->n_prompt;
     if (p->n_prompt + mt > ctx) {
         BADC(mt_name, "context_length_exceeded", "this model's context is %d tokens, but %d prompt tokens + %s %lld = %lld", ctx, p->n_prompt, mt_name, mt,
              p->n_prompt + mt);

@@ -56,6 +56,7 @@ typedef struct conn {
     int n_out;                /* completion tokens counted */
     const char *finish;       /* "stop" / "length" once known */
     int failed;               /* the request ended in an error */
+    int cancel_sent;          /* we cancelled r (disconnect seen, stop string) */
     kiln_oai_error err;
     char id[48];
     long created;
@@ -74,7 +75,11 @@ static void conn_unref(conn *c) {
             pthread_mutex_lock(&c->r->mu);
             int running = c->r->finish == KILN_FINISH_NONE;
             pthread_mutex_unlock(&c->r->mu);
-            if (running) kiln_engine_cancel(c->s->eng, c->r);
+            /* the connection ended before the request: the client went away mid-response */
+            if (running && !c->cancel_sent) {
+                kiln_engine_cancel(c->s->eng, c->r);
+                atomic_fetch_add(&c->s->disconnects, 1);
+            }
         }
         kiln_req_unref(c->r);
     }
@@ -157,6 +162,7 @@ static int wait_output(conn *c) {
         pthread_mutex_unlock(&r->mu);
         if (client_gone(c)) {
             kiln_engine_cancel(c->s->eng, r);
+            c->cancel_sent = 1;
             atomic_fetch_add(&c->s->disconnects, 1);
             return -1;
         }
@@ -251,6 +257,7 @@ static int consume_event(conn *c, int k, json_t *lp_dst) {
     if (kiln_detok_push(&c->dt, piece, len)) {
         c->finish = "stop";
         atomic_fetch_add(&c->s->stop_strings, 1);
+        c->cancel_sent = 1;
         kiln_engine_cancel(c->s->eng, r); /* frees the pages now; later tokens are not wanted */
         return 1;
     }

@@ -1,0 +1,89 @@
+// lib.mjs — helpers shared by the server tests (tests/server/test_*.mjs): start `kiln serve` on a
+// free loopback port and stop it, read /metrics, run `kiln run` for reference outputs.
+// Environment: KILN (the binary), SHARED (shared data; models/stories260K).
+import { spawn, spawnSync } from 'node:child_process';
+import path from 'node:path';
+import OpenAI from 'openai';
+
+export const KILN = process.env.KILN || path.resolve('kiln');
+export const SHARED = process.env.SHARED || path.resolve('..', 'shared');
+export const MODEL = path.join(SHARED, 'models', 'stories260K');
+export const MODEL_ID = 'stories260K';
+
+const live = new Set();
+process.on('exit', () => { for (const p of live) p.kill('SIGKILL'); });
+
+// Starts the server with extra arguments; resolves to { url, base, port, proc, stop() }.
+export function startServer(args = [], { model = MODEL } = {}) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(KILN, ['serve', model, '--host', '127.0.0.1', '--port', '0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+    live.add(proc);
+    let log = '';
+    const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('server did not start:\n' + log)); }, 20000);
+    proc.stderr.on('data', (d) => {
+      log += d.toString();
+      const m = log.match(/listening on http:\/\/([\d.]+):(\d+)/);
+      if (m && !proc.started) {
+        proc.started = true;
+        clearTimeout(timer);
+        const url = `http://127.0.0.1:${m[2]}`;
+        resolve({
+          url, base: `${url}/v1`, port: +m[2], proc, log: () => log,
+          stop: (signal = 'SIGTERM') => new Promise((res) => {
+            if (proc.exitCode !== null) { live.delete(proc); return res(proc.exitCode); }
+            proc.once('exit', (code, sig) => { live.delete(proc); res(code ?? sig); });
+            proc.kill(signal);
+          }),
+        });
+      }
+    });
+    proc.once('exit', (code) => { clearTimeout(timer); if (!proc.started) reject(new Error(`server exited (${code}):\n${log}`)); });
+  });
+}
+
+export function client(srv, apiKey = 'none', opts = {}) {
+  return new OpenAI({ baseURL: srv.base, apiKey, maxRetries: 0, timeout: 60000, ...opts });
+}
+
+// /metrics as { 'name{labels}': number }.
+export async function metrics(srv) {
+  const txt = await (await fetch(`${srv.url}/metrics`)).text();
+  const out = {};
+  for (const line of txt.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const i = line.lastIndexOf(' ');
+    out[line.slice(0, i)] = Number(line.slice(i + 1));
+  }
+  return out;
+}
+
+// Polls /metrics until pred(m) holds (or throws after ms).
+export async function waitMetrics(srv, pred, ms = 5000) {
+  const t0 = Date.now();
+  let m;
+  while (Date.now() - t0 < ms) {
+    m = await metrics(srv);
+    if (pred(m)) return m;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error('metrics condition not reached: ' + JSON.stringify(m));
+}
+
+// `kiln run MODEL --temp 0 -p PROMPT -n N`: the generated text (kiln run echoes the prompt first and
+// ends with a newline) and the prompt token count from its summary line.
+export function kilnRun(prompt, n, model = MODEL) {
+  const r = spawnSync(KILN, ['run', model, '--temp', '0', '-p', prompt, '-n', String(n)], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`kiln run failed: ${r.stderr}`);
+  if (!r.stdout.startsWith(prompt)) throw new Error(`kiln run did not echo the prompt: ${JSON.stringify(r.stdout.slice(0, 80))}`);
+  const m = r.stderr.match(/prompt: (\d+) tokens/);
+  return { text: r.stdout.slice(prompt.length).replace(/\n$/, ''), promptTokens: m ? +m[1] : -1 };
+}
+
+// Raw HTTP request (for what the official client refuses to send).
+export async function raw(srv, pathname, { method = 'POST', body, headers = {} } = {}) {
+  const res = await fetch(srv.url + pathname, { method, body, headers: { 'content-type': 'application/json', ...headers } });
+  const text = await res.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: res.status, headers: res.headers, text, json };
+}
