@@ -161,6 +161,56 @@ void kiln_server_stop(kiln_server *s);
 /* Utility: a monotonic clock in seconds. */
 double kiln_now(void);
 
+/* ---- evaluation (src/eval, src/engine/session_util.c; used by `kiln eval`) ---------------------- */
+/* Rolls the sequence back to its first n tokens (0 <= n <= length) so another continuation can be
+ * evaluated after a shared prefix without recomputing it. kiln_session_logits() is stale until the
+ * next kiln_session_eval. n = 0 is kiln_session_reset. */
+kiln_status kiln_session_truncate(kiln_session *s, int n);
+
+/* Re-quantizes, in memory, the linear layers of every transformer block (attention and MLP
+ * projections; embeddings and the output head keep their stored dtype): weights = "f32" (no change
+ * for F32 checkpoints), "bf16", "fp8" (E4M3, 128x128 block scales) or "int4" (symmetric, group 32).
+ * Sessions created afterwards use the new weights. */
+kiln_status kiln_model_requantize(kiln_model *m, const char *weights);
+
+typedef struct kiln_eval_params {
+    const char *data_dir;        /* the evaluation sets (../shared/data layout); required for named tasks */
+    long limit;                  /* examples per task (per subject for mmlu); 0 = all (default 0) */
+    int shots;                   /* few-shot examples; -1 = the task's default (default -1) */
+    long max_tokens;             /* ppl / kl: tokens of the text to score; 0 = all (default 0) */
+    int window;                  /* ppl / kl: tokens per window; 0 = the context length (default 0) */
+    int stride;                  /* ppl / kl: new tokens scored per window; 0 = window / 2 (default 0) */
+    int max_gen;                 /* gsm8k: tokens generated per question (default 256) */
+    int strict;                  /* a malformed data line fails the task instead of being skipped */
+    const char *save_logits;     /* kl: write the log-probabilities of every scored position here */
+    const char *baseline_logits; /* kl: compare against a file written by save_logits */
+    /* Called as work advances (done of total units of the current task); may be NULL. */
+    void (*progress)(void *ud, const char *task, long done, long total);
+    /* Called for every warning (a skipped malformed line, a truncated prompt); NULL = stderr. */
+    void (*warn)(void *ud, const char *msg);
+    void *ud;
+} kiln_eval_params;
+void kiln_eval_params_default(kiln_eval_params *p);
+
+/* One result: task "arc_easy", sub "" (or the MMLU subject), name "acc", value, examples counted. */
+typedef struct kiln_eval_metric {
+    char task[64];
+    char sub[64];
+    char name[32];
+    double value;
+    long n;
+} kiln_eval_metric;
+
+/* The task names kiln_eval_run knows, as one human-readable comma-separated line. */
+const char *kiln_eval_known_tasks(void);
+/* KILN_OK if `task` is a known task name ("ppl:FILE", "kl", "kl:FILE", "arc_easy", ...); otherwise
+ * KILN_ERR_INVALID_ARG with a message that lists the known ones. */
+kiln_status kiln_eval_check_task(const char *task);
+/* Runs one task on a fresh session over m. *metrics (malloc'ed, caller frees) receives *n_metrics
+ * results. Deterministic: the same model, options and params give the same numbers. */
+kiln_status kiln_eval_run(kiln_model *m, const kiln_options *opts, const char *task, const kiln_eval_params *p,
+                          kiln_eval_metric **metrics, int *n_metrics);
+
 #ifdef __cplusplus
 }
 #endif

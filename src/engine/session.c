@@ -75,3 +75,10 @@ kiln_status kiln_session_eval(kiln_session *s, const int32_t *tokens, int n, flo
 const float *kiln_session_logits(const kiln_session *s) { return s->ws.logits; }
 int kiln_session_length(const kiln_session *s) { return s->seq.len; }
 void kiln_session_reset(kiln_session *s) { kiln_kv_seq_release(s->pool, &s->seq); }
+
+/* Accessor for src/engine/session_util.c (evaluation helpers such as kiln_session_truncate), which
+ * cannot see this file's struct. Declared in engine/session_internal.h. */
+void kiln_session_kv_(kiln_session *s, kiln_kv_pool **pool, kiln_kv_seq **seq) {
+    *pool = s->pool;
+    *seq = &s->seq;
+}
