@@ -77,6 +77,7 @@ static const kiln_ktable *table(void) {
     if (!__atomic_load_n(&isa_selected, __ATOMIC_ACQUIRE)) pthread_once(&auto_once, auto_select);
     return __atomic_load_n(&current_table, __ATOMIC_ACQUIRE);
 }
+const kiln_ktable *kiln_ktable_current(void) { return table(); }
 kiln_isa kiln_kernels_current(void) {
     table();
     return __atomic_load_n(&current_isa, __ATOMIC_ACQUIRE);

@@ -390,6 +390,21 @@ static void gemv_q4(const kiln_weight *w, const float *x, const void *xp, float 
     gemv_q(KILN_WF_Q4_0, w, xp, y, r0, r1);
 }
 
+static uint64_t read_sum(const void *p, size_t bytes) {
+    const uint8_t *b = (const uint8_t *)p;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < bytes; i += 128) {
+        a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(b + i)));
+        a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(b + i + 32)));
+        a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(b + i + 64)));
+        a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(b + i + 96)));
+    }
+    a0 = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    uint64_t v[4];
+    _mm256_storeu_si256((__m256i *)v, a0);
+    return v[0] ^ v[1] ^ v[2] ^ v[3];
+}
+
 const kiln_ktable kiln_ktable_avx2 = {
     .dot = dot_f32,
     .axpy = axpy_f32,
@@ -401,4 +416,5 @@ const kiln_ktable kiln_ktable_avx2 = {
              [KILN_WF_Q4_0] = gemv_q4},
     .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8},
     .gemm_f32 = gemm_f32,
+    .read_sum = read_sum,
 };

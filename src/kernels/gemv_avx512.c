@@ -66,6 +66,14 @@ static void scale_f32(float *x, float a, int64_t n) {
     }
 }
 
+/* Prefetch distance in groups of 4 rows: at least ~16 KiB ahead of the loads. */
+#define PF_BYTES 16384
+#define PFH(a) _mm_prefetch((const char *)(a), _MM_HINT_T0)
+AI int64_t pf_groups(size_t row_bytes) {
+    int64_t g = (int64_t)(PF_BYTES / (4 * (row_bytes ? row_bytes : 1)));
+    return g < 1 ? 1 : g;
+}
+
 /* ---- 16-value loaders for the float formats (FP8 yields value/256, see the top comment) ----------- */
 AI __m512 fp8_half_to_ps(__m128i b) {
     __m256i h = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
@@ -102,9 +110,14 @@ AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y
         a[j] = _mm512_setzero_ps();
         b[j] = _mm512_setzero_ps();
     }
+    /* Prefetch of the group PF ahead: 4 rows × 32 elements per step. */
+    const int esz = f == KILN_WF_F32 ? 4 : 2;
+    const uint8_t *pf = p[0] + 4 * (NR == 4 ? pf_groups(w->row_bytes) : 0) * (int64_t)w->row_bytes;
     int64_t c = 0;
     for (; c < c32; c += 32) {
         __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
+        if (NR == 4)
+            for (int k = 0; k < 2 * esz; k++) PFH(pf + 4 * esz * c + 64 * k);
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
             a[j] = _mm512_fmadd_ps(ld16(f, p[j], c), x0, a[j]);
@@ -146,6 +159,92 @@ static void gemv_bf16(const kiln_weight *w, const float *x, const void *xp, floa
 }
 
 /* ---- FP8 block GEMV --------------------------------------------------------------------------------- */
+/* Fast path (block % 64 == 0 and denormals honoured, i.e. MXCSR.DAZ clear — kiln never sets it):
+ * a 64-byte load of weights is spread by four in-lane vpshufb into dwords holding the fp8 byte in
+ * bits 31..24; an arithmetic shift by 4 and clearing bits 30..27 leaves the f32 that is exactly
+ * fp8 × 2^-120 (the seven magnitude bits become exponent|mantissa; e = 0 codes become exact f32
+ * denormals). Shuffle k takes bytes 4k..4k+3 of each 128-bit lane, so it holds columns
+ * {16l + 4k + i}; the prepared activation is x × 2^64 in that same order per 64-column chunk, which
+ * keeps every product a normal float. The block sum is then × scale_inv × 2^56. No conversion
+ * instruction and no lane-crossing shuffle: 4 simple ops per 16 weights. */
+#define FP8_CHUNK 256 /* bytes of prepared activation per 64 columns */
+static size_t xprep_bytes_fp8(const kiln_weight *w) { return (size_t)((w->cols + 63) / 64) * FP8_CHUNK; }
+static void xprep_fp8(const kiln_weight *w, const float *x, void *xp) {
+    const int64_t cols = w->cols;
+    const __m512 k2 = _mm512_set1_ps(18446744073709551616.0f); /* 2^64 */
+    /* position 4l + i of vector k ← column 16l + 4k + i */
+    const __m512i perm0 = _mm512_set_epi32(51, 50, 49, 48, 35, 34, 33, 32, 19, 18, 17, 16, 3, 2, 1, 0);
+    float *o = (float *)xp;
+    for (int64_t c0 = 0; c0 < cols; c0 += 64, o += 64) {
+        float v[64] __attribute__((aligned(64)));
+        int64_t n = cols - c0 < 64 ? cols - c0 : 64;
+        memset(v, 0, sizeof v);
+        memcpy(v, x + c0, (size_t)n * sizeof(float));
+        const __m512 v0 = _mm512_load_ps(v), v1 = _mm512_load_ps(v + 16), v2 = _mm512_load_ps(v + 32), v3 = _mm512_load_ps(v + 48);
+        for (int k = 0; k < 4; k++) {
+            const __m512i idx = _mm512_add_epi32(perm0, _mm512_set1_epi32(4 * k));
+            /* indices < 32 pick from (v0, v1), 32..63 from (v2, v3) */
+            __m512 lo = _mm512_permutex2var_ps(v0, idx, v1);
+            __m512 hi = _mm512_permutex2var_ps(v2, _mm512_sub_epi32(idx, _mm512_set1_epi32(32)), v3);
+            __m512 r = _mm512_mask_blend_ps((__mmask16)0xFF00, lo, hi);
+            _mm512_store_ps(o + 16 * k, _mm512_mul_ps(r, k2));
+        }
+    }
+}
+
+AI __m512 fp8_tiny(__m512i w, __m512i shuf) {
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(_mm512_shuffle_epi8(w, shuf), 4), _mm512_set1_epi32((int)0x87FFFFFF)));
+}
+
+AI void fp8_rows_fast(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, const __m512i *sh) {
+    const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
+    const float *S = (const float *)w->scales;
+    const uint8_t *p[4];
+    const float *srow[4];
+    __m512 tot[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        p[j] = w->data + (size_t)(r + j) * w->row_bytes;
+        srow[j] = S + ((r + j) / B) * sc_cols;
+        tot[j] = _mm512_setzero_ps();
+    }
+    /* Software prefetch of the 4-row group PF ahead: 4 × 64 bytes of it per 64-column step. */
+    const uint8_t *pf = p[0] + 4 * (NR == 4 ? pf_groups(w->row_bytes) : 0) * (int64_t)w->row_bytes;
+    for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
+        const int64_t ce = min64(cb + B, cols);
+        __m512 a[4], b[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) a[j] = b[j] = _mm512_setzero_ps();
+        for (int64_t c = cb; c < ce; c += 64) {
+            const float *xc = (const float *)(xp + (c / 64) * FP8_CHUNK);
+            const __m512 x0 = _mm512_load_ps(xc), x1 = _mm512_load_ps(xc + 16), x2 = _mm512_load_ps(xc + 32),
+                         x3 = _mm512_load_ps(xc + 48);
+            const int full = ce - c >= 64;
+            const __mmask64 m = full ? ~(__mmask64)0 : ((__mmask64)1 << (ce - c)) - 1;
+            if (NR == 4) {
+                _mm_prefetch((const char *)pf + 4 * c, _MM_HINT_T0);
+                _mm_prefetch((const char *)pf + 4 * c + 64, _MM_HINT_T0);
+                _mm_prefetch((const char *)pf + 4 * c + 128, _MM_HINT_T0);
+                _mm_prefetch((const char *)pf + 4 * c + 192, _MM_HINT_T0);
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) {
+                __m512i wv = full ? _mm512_loadu_si512(p[j] + c) : _mm512_maskz_loadu_epi8(m, p[j] + c);
+                a[j] = _mm512_fmadd_ps(fp8_tiny(wv, sh[0]), x0, a[j]);
+                b[j] = _mm512_fmadd_ps(fp8_tiny(wv, sh[1]), x1, b[j]);
+                a[j] = _mm512_fmadd_ps(fp8_tiny(wv, sh[2]), x2, a[j]);
+                b[j] = _mm512_fmadd_ps(fp8_tiny(wv, sh[3]), x3, b[j]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++)
+            tot[j] = _mm512_fmadd_ps(_mm512_add_ps(a[j], b[j]), _mm512_set1_ps(srow[j][bi] * 72057594037927936.0f /* 2^56 */), tot[j]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(tot[j]);
+}
+
+/* General path (any block size, or DAZ set): fp8 → IEEE half holding fp8/256 → f32 (see top). */
 AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t r) {
     const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
     const float *S = (const float *)w->scales;
@@ -160,34 +259,36 @@ AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t
     }
     for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
         const int64_t ce = min64(cb + B, cols);
-        __m512 a[4], b[4];
+        __m512 a[4];
 #pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) a[j] = b[j] = _mm512_setzero_ps();
-        int64_t c = cb;
-        for (; c + 32 <= ce; c += 32) {
-            __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
-#pragma GCC unroll 4
-            for (int j = 0; j < NR; j++) {
-                a[j] = _mm512_fmadd_ps(ld16(KILN_WF_FP8_BLOCK, p[j], c), x0, a[j]);
-                b[j] = _mm512_fmadd_ps(ld16(KILN_WF_FP8_BLOCK, p[j], c + 16), x1, b[j]);
-            }
-        }
-        for (; c < ce; c += 16) {
+        for (int j = 0; j < NR; j++) a[j] = _mm512_setzero_ps();
+        for (int64_t c = cb; c < ce; c += 16) {
             __mmask16 m = ce - c >= 16 ? (__mmask16)0xFFFF : mask16(ce - c);
             __m512 x0 = _mm512_maskz_loadu_ps(m, x + c);
 #pragma GCC unroll 4
             for (int j = 0; j < NR; j++) a[j] = _mm512_fmadd_ps(ld16m(KILN_WF_FP8_BLOCK, p[j], c, m), x0, a[j]);
         }
 #pragma GCC unroll 4
-        for (int j = 0; j < NR; j++)
-            tot[j] = _mm512_fmadd_ps(_mm512_add_ps(a[j], b[j]), _mm512_set1_ps(srow[j][bi] * 256.0f), tot[j]);
+        for (int j = 0; j < NR; j++) tot[j] = _mm512_fmadd_ps(a[j], _mm512_set1_ps(srow[j][bi] * 256.0f), tot[j]);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(tot[j]);
 }
+
 static void gemv_fp8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
-    (void)xp;
     int64_t r = r0;
+    if (w->block % 64 == 0 && !(_mm_getcsr() & 0x40 /* DAZ */)) {
+        /* vpshufb index k: dword i of each lane ← byte 4k + i, placed in the dword's top byte */
+        __m512i sh[4];
+        for (int k = 0; k < 4; k++) {
+            uint32_t iv[16];
+            for (int e = 0; e < 16; e++) iv[e] = ((uint32_t)(4 * k + (e & 3)) << 24) | 0x808080u;
+            sh[k] = _mm512_loadu_si512(iv);
+        }
+        for (; r + 4 <= r1; r += 4) fp8_rows_fast(4, w, xp, y + (r - r0), r, sh);
+        for (; r < r1; r++) fp8_rows_fast(1, w, xp, y + (r - r0), r, sh);
+        return;
+    }
     for (; r + 4 <= r1; r += 4) fp8_rows(4, w, x, y + (r - r0), r);
     for (; r < r1; r++) fp8_rows(1, w, x, y + (r - r0), r);
 }
@@ -285,44 +386,54 @@ static void gemm_f32(const float *W, int64_t ldw, int nr, const float *X, int64_
 #define I4_CHUNK 256
 static size_t xprep_bytes_int4(const kiln_weight *w) { return (size_t)((w->cols + 127) / 128) * I4_CHUNK; }
 
+/* kiln_quant_x32 for one block of 32, vectorised; same arithmetic, so the same bytes. */
+AI __m512i quant32(const float *x, float *d) {
+    const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    const float db = amax / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, vid)), qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, vid));
+    qa = _mm512_min_epi32(_mm512_max_epi32(qa, lo), hi);
+    qb = _mm512_min_epi32(_mm512_max_epi32(qb, lo), hi);
+    *d = db;
+    return _mm512_castsi256_si512(_mm256_set_m128i(_mm512_cvtepi32_epi8(qb), _mm512_cvtepi32_epi8(qa)));
+}
+
 static void xprep_int4(const kiln_weight *w, const float *x, void *xp) {
     const int64_t cols = w->cols, nch = (cols + 127) / 128;
-    int8_t q[cols];
-    float d[cols / 32];
-    kiln_quant_x32(x, cols, q, d);
+    const __m512i ones = _mm512_set1_epi8(1);
+    const __m512i bidx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     for (int64_t ch = 0; ch < nch; ch++) {
         uint8_t *o = (uint8_t *)xp + ch * I4_CHUNK;
-        int8_t *xe = (int8_t *)o, *xo = (int8_t *)o + 64;
-        int32_t *st = (int32_t *)(o + 128);
-        float *xs = (float *)(o + 192);
         const int64_t base = 128 * ch;
-        for (int k = 0; k < 64; k++) {
-            int64_t c = base + 2 * k;
-            xe[k] = c < cols ? q[c] : 0;
-            xo[k] = c + 1 < cols ? q[c + 1] : 0;
-        }
-        for (int l = 0; l < 16; l++) {
-            int64_t c = base + 8 * l;
-            int32_t s = 0;
-            for (int k = 0; k < 8; k++) s += c + k < cols ? q[c + k] : 0;
-            st[l] = -8 * s;
-            xs[l] = c < cols ? d[c / 32] : 0.0f;
-        }
+        int8_t q[128] __attribute__((aligned(64)));
+        float d[4] = {0, 0, 0, 0};
+        memset(q, 0, sizeof q);
+        for (int b = 0; b < 4 && base + 32 * b < cols; b++)
+            _mm256_store_si256((__m256i *)(q + 32 * b), _mm512_castsi512_si256(quant32(x + base + 32 * b, d + b)));
+        /* Even bytes are the low byte of each 16-bit word, odd bytes the high byte. */
+        const __m512i q0 = _mm512_load_si512(q), q1 = _mm512_load_si512(q + 64);
+        const __m512i xe = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(q0)), _mm512_cvtepi16_epi8(q1), 1);
+        const __m512i xo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srai_epi16(q0, 8))),
+                                              _mm512_cvtepi16_epi8(_mm512_srai_epi16(q1, 8)), 1);
+        _mm512_store_si512(o, xe);
+        _mm512_store_si512(o + 64, xo);
+        /* Lane l covers xe/xo bytes 4l..4l+3: the sum of its 8 columns by two dot products with 1s. */
+        const __m512i sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xe), ones, xo);
+        _mm512_store_si512(o + 128, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-8)));
+        _mm512_store_ps((float *)(o + 192), _mm512_permutexvar_ps(bidx, _mm512_castps128_ps512(_mm_loadu_ps(d))));
     }
 }
 
-AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r) {
-    const int64_t cols = w->cols, G = w->block, ng = cols / G, nfull = cols / 128, tail = cols % 128;
+/* Per-weight constants of the INT4 kernel (computed once per call, not per row). */
+typedef struct { __m512i sidx; __mmask32 smask, tsm; int64_t ng, nfull, tail, gstep, cpg; } int4_consts;
+
+AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, const int4_consts *k) {
+    const int64_t ng = k->ng, nfull = k->nfull, tail = k->tail;
     const uint16_t *S = (const uint16_t *)w->scales;
-    /* Lane l's scale: the bf16 in word 2l+1 (the f32's high half) from group 8l/G of the chunk;
-     * word 2l takes word 31 of the source, always zero (at most 4 words are loaded). */
-    uint16_t iw[32];
-    for (int l = 0; l < 16; l++) {
-        iw[2 * l] = 31;
-        iw[2 * l + 1] = (uint16_t)(G <= 128 ? (8 * l) / G : 0);
-    }
-    const __m512i sidx = _mm512_loadu_si512(iw);
-    const __mmask32 smask = G <= 128 ? (__mmask32)((1u << (128 / G)) - 1u) : 1u;
+    const __m512i sidx = k->sidx;
+    const __mmask32 smask = k->smask;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const uint8_t *p[4];
     const uint16_t *srow[4];
@@ -333,11 +444,26 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
         srow[j] = S + (size_t)(r + j) * (size_t)ng;
         acc[j] = _mm512_setzero_ps();
     }
+    /* g0: the chunk's first group; advanced without a division (G ≤ 128: 128/G groups per chunk;
+     * G > 128: one group per G/128 chunks). */
+    const int64_t gstep = k->gstep, cpg = k->cpg;
+    int64_t g0 = 0, gc = 0;
+    /* Software prefetch (NR = 4): while this group of 4 rows is read, the group PF ahead streams in
+     * (4 × 64 bytes of it per step; the hardware prefetcher alone leaves a core at ~15 GB/s). */
+    const int64_t pfg = NR == 4 ? pf_groups(w->row_bytes) : 0;
+    const uint8_t *pf = p[0] + 4 * pfg * (int64_t)w->row_bytes;
+    const uint8_t *pfs = (const uint8_t *)(srow[0] + 4 * pfg * ng);
     for (int64_t ch = 0; ch < nfull; ch++) {
         const uint8_t *o = xp + ch * I4_CHUNK;
         const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);
         const __m512 xs = _mm512_load_ps((const float *)(o + 192));
-        const int64_t g0 = (128 * ch) / G;
+        if (NR == 4) {
+            PFH((const char *)pf + 256 * ch);
+            PFH((const char *)pf + 256 * ch + 64);
+            PFH((const char *)pf + 256 * ch + 128);
+            PFH((const char *)pf + 256 * ch + 192);
+            if ((ch & 1) == 0) PFH((const char *)pfs + 32 * ch);
+        }
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
             __m512i wv = _mm512_loadu_si512(p[j] + 64 * ch);
@@ -347,15 +473,16 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
             __m512 ws = _mm512_castsi512_ps(_mm512_permutexvar_epi16(sidx, _mm512_maskz_loadu_epi16(smask, srow[j] + g0)));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(ws, xs), acc[j]);
         }
+        g0 += gstep;
+        if (++gc == cpg) { gc = 0; g0 += !gstep; }
     }
     if (tail) {
         const int64_t ch = nfull;
         const uint8_t *o = xp + ch * I4_CHUNK;
         const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);
         const __m512 xs = _mm512_load_ps((const float *)(o + 192));
-        const int64_t g0 = (128 * ch) / G;
         const __mmask64 bm = ((__mmask64)1 << (tail / 2)) - 1;
-        const __mmask32 tsm = G <= 128 ? (__mmask32)((1u << (tail / G)) - 1u) : 1u;
+        const __mmask32 tsm = k->tsm;
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
             __m512i wv = _mm512_maskz_loadu_epi8(bm, p[j] + 64 * ch);
@@ -371,9 +498,26 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
 }
 static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
+    /* Lane l's scale: the bf16 goes to word 2l+1 (the f32's high half) from group 8l/G of the chunk;
+     * word 2l takes word 31 of the source, always zero (at most 4 words are loaded). */
+    const int64_t G = w->block, tail = w->cols % 128;
+    uint16_t iw[32];
+    for (int l = 0; l < 16; l++) {
+        iw[2 * l] = 31;
+        iw[2 * l + 1] = (uint16_t)(G <= 128 ? (8 * l) / G : 0);
+    }
+    int4_consts k;
+    k.sidx = _mm512_loadu_si512(iw);
+    k.smask = G <= 128 ? (__mmask32)((1u << (128 / G)) - 1u) : 1u;
+    k.tsm = G <= 128 ? (__mmask32)((1u << (tail / G)) - 1u) : 1u;
+    k.ng = w->cols / G;
+    k.nfull = w->cols / 128;
+    k.tail = tail;
+    k.gstep = G <= 128 ? 128 / G : 0;
+    k.cpg = G <= 128 ? 1 : G / 128;
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) int4_rows(4, w, xp, y + (r - r0), r);
-    for (; r < r1; r++) int4_rows(1, w, xp, y + (r - r0), r);
+    for (; r + 4 <= r1; r += 4) int4_rows(4, w, xp, y + (r - r0), r, &k);
+    for (; r < r1; r++) int4_rows(1, w, xp, y + (r - r0), r, &k);
 }
 
 /* ---- Q8_0 / Q4_0 --------------------------------------------------------------------------------- */
@@ -385,12 +529,12 @@ AI void xprep_q(const kiln_weight *w, const float *x, void *xp, int32_t off) {
     const int64_t nb = w->cols / 32;
     uint8_t *o = (uint8_t *)xp;
     float *d = (float *)(o + nb * 64);
-    int8_t q[32];
+    const __m256i ones = _mm256_set1_epi8(1), voff = _mm256_set1_epi32(-off);
     for (int64_t b = 0; b < nb; b++) {
-        kiln_quant_x32(x + 32 * b, 32, q, d + b);
-        memcpy(o + 64 * b, q, 32);
-        int32_t *st = (int32_t *)(o + 64 * b + 32);
-        for (int l = 0; l < 8; l++) st[l] = -off * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
+        __m256i q = _mm512_castsi512_si256(quant32(x + 32 * b, d + b));
+        _mm256_store_si256((__m256i *)(o + 64 * b), q);
+        __m256i sum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);
+        _mm256_store_si256((__m256i *)(o + 64 * b + 32), _mm256_mullo_epi32(sum, voff));
     }
 }
 static void xprep_q8(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 128); }
@@ -412,10 +556,17 @@ AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y,
         p[j] = w->data + (size_t)(r + j) * w->row_bytes;
         acc[j] = _mm256_setzero_ps();
     }
+    /* Prefetch of the group PF ahead: 4 rows × one block per step (72 or 136 bytes). */
+    const uint8_t *pf = p[0] + 4 * (NR == 4 ? pf_groups(w->row_bytes) : 0) * (int64_t)w->row_bytes;
     for (int64_t b = 0; b < nb; b++) {
         const __m256i xq = _mm256_load_si256((const __m256i *)(xp + 64 * b));
         const __m256i st = _mm256_load_si256((const __m256i *)(xp + 64 * b + 32));
         const float db = d[b];
+        if (NR == 4) {
+            PFH(pf + 4 * bb * b);
+            PFH(pf + 4 * bb * b + 64);
+            if (f == KILN_WF_Q8_0) PFH(pf + 4 * bb * b + 128);
+        }
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
             const uint8_t *blk = p[j] + bb * b;
@@ -447,15 +598,29 @@ static void gemv_q4(const kiln_weight *w, const float *x, const void *xp, float 
     gemv_q(KILN_WF_Q4_0, w, xp, y, r0, r1);
 }
 
+static uint64_t read_sum(const void *p, size_t bytes) {
+    const uint8_t *b = (const uint8_t *)p;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < bytes; i += 256) {
+        a0 = _mm512_xor_si512(a0, _mm512_load_si512(b + i));
+        a1 = _mm512_xor_si512(a1, _mm512_load_si512(b + i + 64));
+        a2 = _mm512_xor_si512(a2, _mm512_load_si512(b + i + 128));
+        a3 = _mm512_xor_si512(a3, _mm512_load_si512(b + i + 192));
+    }
+    a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+    return (uint64_t)_mm512_reduce_add_epi64(a0);
+}
+
 const kiln_ktable kiln_ktable_avx512 = {
     .dot = dot_f32,
     .axpy = axpy_f32,
     .scale = scale_f32,
-    .xprep_bytes = {[KILN_WF_INT4_GROUP] = xprep_bytes_int4, [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q},
-    .xprep = {[KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, [KILN_WF_Q4_0] = xprep_q4},
+    .xprep_bytes = {[KILN_WF_FP8_BLOCK] = xprep_bytes_fp8, [KILN_WF_INT4_GROUP] = xprep_bytes_int4, [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q},
+    .xprep = {[KILN_WF_FP8_BLOCK] = xprep_fp8, [KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, [KILN_WF_Q4_0] = xprep_q4},
     .gemv = {[KILN_WF_F32] = gemv_f32, [KILN_WF_F16] = gemv_f16, [KILN_WF_BF16] = gemv_bf16,
              [KILN_WF_FP8_BLOCK] = gemv_fp8, [KILN_WF_INT4_GROUP] = gemv_int4, [KILN_WF_Q8_0] = gemv_q8,
              [KILN_WF_Q4_0] = gemv_q4},
     .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8},
     .gemm_f32 = gemm_f32,
+    .read_sum = read_sum,
 };

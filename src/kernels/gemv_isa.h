@@ -26,7 +26,12 @@ typedef struct kiln_ktable {
     void (*dequant[KILN_WF_COUNT])(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld);
     void (*gemm_f32)(const float *W, int64_t ldw, int nr, const float *X, int64_t ldx, int n,
                      int64_t cols, float *Y, int64_t ldy);
+    /* Reads bytes (a multiple of 256, p 64-byte aligned) with the widest loads; returns a value
+     * that depends on every byte (so the reads cannot be optimised away). For membw.c. */
+    uint64_t (*read_sum)(const void *p, size_t bytes);
 } kiln_ktable;
+/* The table of the current ISA (NULL = scalar), for membw.c. */
+const kiln_ktable *kiln_ktable_current(void);
 
 extern const kiln_ktable kiln_ktable_avx2;
 extern const kiln_ktable kiln_ktable_avx512;
