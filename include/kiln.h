@@ -40,6 +40,8 @@ typedef struct kiln_session kiln_session; /* one sequence's state over a KV cach
 /* ---- options ---------------------------------------------------------------------------------- */
 typedef enum { KILN_KV_AUTO = 0, KILN_KV_F32, KILN_KV_BF16, KILN_KV_FP8 } kiln_kv_dtype;
 typedef enum { KILN_ISA_AUTO = 0, KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX512 } kiln_isa;
+/* FP8 KV scales (see the KV block below and docs/KV.md). */
+typedef enum { KILN_KV_SCALE_STATIC = 0, KILN_KV_SCALE_DYNAMIC } kiln_kv_scale_mode;
 
 typedef struct kiln_options {
     int threads;            /* compute threads; 0 = all online CPUs (default 0) */
@@ -49,6 +51,13 @@ typedef struct kiln_options {
     int64_t kv_mem_bytes;   /* KV budget in bytes; 0 = enough for one full context (default 0) */
     int kv_page_tokens;     /* tokens per KV page (default 16) */
     int max_context;        /* 0 = the model's max_position_embeddings / seq_len (default 0) */
+    /* KV cache (issue 4). Appended fields; zero = default. */
+    kiln_kv_scale_mode kv_scale_mode; /* FP8 only: STATIC = one scale per (layer, KV head) (default);
+                               DYNAMIC = one per (page, layer, KV head) in the page metadata */
+    const char *kv_scales_path; /* FP8 static scales file to use; NULL = the checkpoint's k_scale /
+                               v_scale tensors, else kv_scales.json beside the model, else a
+                               built-in calibration pass at session start (default NULL) */
+    int quiet;              /* 1 = no start-up summary on stderr from kiln_session_create (default 0) */
 } kiln_options;
 
 /* Fills *o with the defaults documented above. */
@@ -105,6 +114,49 @@ kiln_status kiln_session_eval(kiln_session *s, const int32_t *tokens, int n, flo
 const float *kiln_session_logits(const kiln_session *s); /* [vocab] of the last evaluated token */
 int kiln_session_length(const kiln_session *s);
 void kiln_session_reset(kiln_session *s);
+
+/* ---- KV cache (src/kv, src/engine/session.c; docs/KV.md) -------------------------------------- */
+typedef struct kiln_kv_info {
+    kiln_kv_dtype dtype;
+    const char *dtype_name;     /* "f32", "bf16", "fp8_e4m3" */
+    kiln_kv_scale_mode scale_mode;
+    int n_layers, n_kv_heads, k_dim, v_dim, v_shares_k;
+    int page_tokens;
+    uint64_t bytes_per_token;   /* KV data per token, all layers, K and V */
+    uint64_t page_data_bytes;   /* page_tokens × bytes_per_token */
+    uint64_t page_meta_bytes;   /* per-page metadata (header, free-list slot, dynamic scales) */
+    uint64_t page_bytes;        /* data + metadata: what one page costs in the budget */
+    uint64_t pool_fixed_bytes;  /* per-pool metadata (static scales) */
+    int64_t mem_bytes;          /* the budget */
+    int64_t n_pages;
+    int64_t capacity_tokens;    /* n_pages × page_tokens */
+    int max_context;            /* the session's context limit */
+    char scale_source[512];     /* where FP8 scales come / would come from; "none" for f32/bf16 */
+} kiln_kv_info;
+
+/* The KV pool a session with these options would get, without allocating it or running any
+ * calibration (what `kiln inspect --kv` prints). Errors: bad page size, budget below one page. */
+kiln_status kiln_kv_plan(const kiln_model *m, const kiln_options *opts, kiln_kv_info *out);
+/* The live session's pool (scale_source says what was actually used). */
+void kiln_session_kv_info(const kiln_session *s, kiln_kv_info *out);
+
+/* Calibration: runs tokens[0..n) through the model in windows of `window` tokens (0 = the model's
+ * context), each window from an empty F32 KV cache, and max-accumulates the absolute value of every
+ * stored K and V value per (layer, KV head) into kamax / vamax [n_layers × n_kv_heads] (zero them
+ * first). */
+kiln_status kiln_kv_measure_amax(kiln_model *m, const kiln_options *opts, const int32_t *tokens, size_t n,
+                                 int window, float *kamax, float *vamax);
+/* Writes a kv_scales.json: per layer and KV head, scale = max(amax, 1e-6) × margin / 448 for K and
+ * V. `source` is recorded (e.g. the data file). */
+kiln_status kiln_kv_scales_write(const kiln_model *m, const char *path, const float *kamax, const float *vamax,
+                                 float margin, const char *source, uint64_t n_tokens);
+/* The default kv_scales.json path beside the model (its directory). */
+void kiln_kv_scales_default_path(const kiln_model *m, char *buf, size_t cap);
+
+/* Benchmarks only: extends the sequence to n_tokens positions without running the model; the new
+ * positions' KV rows are copies of the rows already stored (cyclically), so decode at that context
+ * reads a realistic cache. The sequence must hold at least one token. */
+kiln_status kiln_session_kv_fill(kiln_session *s, int n_tokens);
 
 /* ---- sampling --------------------------------------------------------------------------------- */
 typedef struct kiln_sampling {

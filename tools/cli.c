@@ -98,6 +98,16 @@ int cli_common_option(args_t *a, kiln_options *o) {
         else { fprintf(stderr, "kiln %s: error: option --kv-dtype: '%s' is not one of auto, f32, bf16, fp8\n", a->cmd, s); a->bad = 1; }
         return 1;
     }
+    /* KV cache scales (issue 4; docs/KV.md) */
+    if (strcmp(k, "--kv-scale") == 0) {
+        const char *s = cli_value(a);
+        if (!s) return 1;
+        if (strcmp(s, "static") == 0) o->kv_scale_mode = KILN_KV_SCALE_STATIC;
+        else if (strcmp(s, "dynamic") == 0) o->kv_scale_mode = KILN_KV_SCALE_DYNAMIC;
+        else { fprintf(stderr, "kiln %s: error: option --kv-scale: '%s' is not one of static, dynamic\n", a->cmd, s); a->bad = 1; }
+        return 1;
+    }
+    if (strcmp(k, "--kv-scales") == 0) { o->kv_scales_path = cli_value(a); return 1; }
     if (strcmp(k, "--isa") == 0) {
         const char *s = cli_value(a);
         if (!s) return 1;

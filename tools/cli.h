@@ -13,7 +13,8 @@ const char *cli_value(args_t *a);                     /* the value after argv[a-
 int cli_long(args_t *a, const char *opt, const char *s, long lo, long hi, long *out);
 int cli_float(args_t *a, const char *opt, const char *s, double lo, double hi, double *out);
 int cli_mem(args_t *a, const char *s, int64_t *out);  /* 512M, 2G, 40% */
-/* --threads --kv-mem --kv-page --ctx --kv-dtype --isa; returns 1 if argv[a->i] was consumed. */
+/* --threads --kv-mem --kv-page --ctx --kv-dtype --kv-scale static|dynamic --kv-scales FILE --isa;
+ * returns 1 if argv[a->i] was consumed. */
 int cli_common_option(args_t *a, kiln_options *o);
 int cli_ids(args_t *a, const char *s, int32_t **ids, int *n);
 
@@ -29,6 +30,7 @@ int cmd_bench_server(int argc, char **argv);  /* tools/cmd_serve.c (bench --serv
 int cmd_bench_tokenizer(int argc, char **argv); /* tools/cmd_tokenize.c (bench --tokenizer) */
 int cmd_calibrate(int argc, char **argv);     /* tools/cmd_kv.c */
 int cmd_inspect_kv(int argc, char **argv);    /* tools/cmd_kv.c (inspect --kv) */
+int kv_bench(int argc, char **argv);           /* tools/cmd_kv.c (bench --kv-context: FP8 vs BF16 KV speed / quality) */
 int cmd_verify(int argc, char **argv);        /* tools/cmd_integrity.c */
 int cmd_serve(int argc, char **argv);         /* tools/cmd_serve.c */
 int cmd_eval(int argc, char **argv);          /* tools/cmd_eval.c */

@@ -1,9 +1,15 @@
 /* session.c — one sequence over its own paged KV pool: the API behind `kiln run` and the
- * evaluation tools. Prompts are processed in chunks of up to SESSION_CHUNK tokens. */
+ * evaluation tools. Prompts are processed in chunks of up to SESSION_CHUNK tokens.
+ *
+ * KV set-up (kv/kv_model.h): dtype, page size, budget and FP8 scales are resolved here, the
+ * built-in calibration pass runs here when FP8 static scales have no other source, and one line
+ * summarising the cache goes to stderr (unless opts->quiet). */
 #include "kiln.h"
 #include "base/status.h"
+#include "kv/kv_model.h"
 #include "model/forward.h"
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,11 +22,76 @@ struct kiln_session {
     kiln_kv_seq seq;
     kiln_forward_ws ws;
     int n_ctx;
+    kiln_kv_info kv;
 };
 
 kiln_kv_dtype kiln_resolve_kv_dtype(const struct kiln_model *m, kiln_kv_dtype want) {
     if (want != KILN_KV_AUTO) return want;
     return m->hp.act_dtype == KILN_DT_F32 ? KILN_KV_F32 : KILN_KV_BF16;
+}
+
+static const char *dtype_name(kiln_kv_dtype d) {
+    return d == KILN_KV_F32 ? "f32" : d == KILN_KV_BF16 ? "bf16" : d == KILN_KV_FP8 ? "fp8_e4m3" : "auto";
+}
+
+static int session_ctx(const struct kiln_model *m, const kiln_options *o) {
+    return o->max_context > 0 && o->max_context < m->hp.max_seq ? o->max_context : m->hp.max_seq;
+}
+
+static void fill_info(const kiln_kv_setup *su, int64_t n_pages, int n_ctx, kiln_kv_info *in) {
+    const kiln_kv_config *c = &su->cfg;
+    memset(in, 0, sizeof *in);
+    in->dtype = c->dtype;
+    in->dtype_name = dtype_name(c->dtype);
+    in->scale_mode = c->scale_mode;
+    in->n_layers = c->n_layers;
+    in->n_kv_heads = c->n_kv_heads;
+    in->k_dim = c->k_dim;
+    in->v_dim = c->v_dim;
+    in->v_shares_k = c->v_shares_k;
+    in->page_tokens = c->page_tokens;
+    in->bytes_per_token = kiln_kv_token_bytes(c);
+    in->page_data_bytes = kiln_kv_page_data_bytes(c);
+    in->page_meta_bytes = kiln_kv_page_meta_bytes(c);
+    in->page_bytes = kiln_kv_page_cost(c);
+    in->pool_fixed_bytes = kiln_kv_pool_fixed_bytes(c);
+    in->mem_bytes = c->mem_bytes;
+    in->n_pages = n_pages;
+    in->capacity_tokens = n_pages * c->page_tokens;
+    in->max_context = n_ctx;
+    snprintf(in->scale_source, sizeof in->scale_source, "%s", su->source);
+}
+
+static kiln_status budget_error(const kiln_kv_config *c) {
+    return kiln_fail(KILN_ERR_KV_EXHAUSTED,
+                     "--kv-mem (kv_mem_bytes) = %lld bytes is smaller than one KV page of %d tokens (%llu bytes: %llu data + %llu metadata, "
+                     "plus %llu bytes of pool scales)",
+                     (long long)c->mem_bytes, c->page_tokens, (unsigned long long)kiln_kv_page_cost(c),
+                     (unsigned long long)kiln_kv_page_data_bytes(c), (unsigned long long)kiln_kv_page_meta_bytes(c),
+                     (unsigned long long)kiln_kv_pool_fixed_bytes(c));
+}
+
+kiln_status kiln_kv_plan(const kiln_model *m, const kiln_options *opts, kiln_kv_info *out) {
+    kiln_options o;
+    if (opts) o = *opts; else kiln_options_default(&o);
+    memset(out, 0, sizeof *out);
+    kiln_kv_setup su;
+    int n_ctx = session_ctx(m, &o);
+    KILN_TRY(kiln_kv_setup_for_model((kiln_model *)m, &o, n_ctx, 0, &su));
+    int64_t pages = kiln_kv_plan_pages(&su.cfg);
+    fill_info(&su, pages, n_ctx, out);
+    kiln_status st = pages < 1 ? budget_error(&su.cfg) : KILN_OK;
+    kiln_kv_setup_free(&su);
+    return st;
+}
+
+static void print_summary(const kiln_kv_info *in) {
+    double mib = (double)in->mem_bytes / (1024.0 * 1024.0);
+    fprintf(stderr, "kiln: kv cache: %s, %d-token pages, %llu bytes/token, %lld pages = %lld tokens in %.1f MiB (context %d)",
+            in->dtype_name, in->page_tokens, (unsigned long long)in->bytes_per_token, (long long)in->n_pages,
+            (long long)in->capacity_tokens, mib, in->max_context);
+    if (in->dtype == KILN_KV_FP8) fprintf(stderr, "; fp8 scales: %s", in->scale_source);
+    fprintf(stderr, "\n");
 }
 
 kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_session **out) {
@@ -34,15 +105,18 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_se
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     s->m = m;
     s->opts = o;
-    s->n_ctx = o.max_context > 0 && o.max_context < m->hp.max_seq ? o.max_context : m->hp.max_seq;
-    kiln_kv_config kc = {m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, o.kv_page_tokens, kiln_resolve_kv_dtype(m, o.kv_dtype), o.kv_mem_bytes};
-    if (kc.mem_bytes <= 0) {
-        int64_t pages = (s->n_ctx + kc.page_tokens - 1) / kc.page_tokens;
-        kc.mem_bytes = pages * (int64_t)kiln_kv_page_cost(&kc);
-    }
-    kiln_status st = kiln_kv_pool_create(&kc, &s->pool);
+    s->opts.kv_scales_path = NULL; /* not owned: only used during creation */
+    s->n_ctx = session_ctx(m, &o);
+    kiln_kv_setup su;
+    kiln_status st = kiln_kv_setup_for_model(m, &o, s->n_ctx, 1, &su);
+    if (st != KILN_OK) { free(s); return st; }
+    if (kiln_kv_plan_pages(&su.cfg) < 1) st = budget_error(&su.cfg);
+    if (st == KILN_OK) st = kiln_kv_pool_create(&su.cfg, &s->pool);
+    if (st == KILN_OK) fill_info(&su, s->pool->n_pages, s->n_ctx, &s->kv);
+    kiln_kv_setup_free(&su);
     if (st == KILN_OK) st = kiln_forward_ws_init(&s->ws, m, SESSION_CHUNK, s->n_ctx);
     if (st != KILN_OK) { kiln_session_free(s); return st; }
+    if (!o.quiet) print_summary(&s->kv);
     *out = s;
     return KILN_OK;
 }
@@ -55,6 +129,8 @@ void kiln_session_free(kiln_session *s) {
     kiln_forward_ws_free(&s->ws);
     free(s);
 }
+
+void kiln_session_kv_info(const kiln_session *s, kiln_kv_info *out) { *out = s->kv; }
 
 kiln_status kiln_session_eval(kiln_session *s, const int32_t *tokens, int n, float *logits) {
     if (n <= 0) return kiln_fail(KILN_ERR_INVALID_ARG, "session_eval: no tokens");
@@ -69,6 +145,31 @@ kiln_status kiln_session_eval(kiln_session *s, const int32_t *tokens, int n, flo
         KILN_TRY(kiln_forward(s->m, s->pool, &s->seq, &s->ws, tokens + i, c, lg));
         if (last && logits) memcpy(s->ws.logits, lg + (size_t)(c - 1) * V, (size_t)V * 4);
     }
+    return KILN_OK;
+}
+
+kiln_status kiln_session_kv_fill(kiln_session *s, int n_tokens) {
+    const int len = s->seq.len;
+    if (len < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "kv_fill: the sequence is empty (evaluate at least one token first)");
+    if (n_tokens <= len) return KILN_OK;
+    if (n_tokens > s->n_ctx)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "context length exceeded: kv_fill to %d tokens > context %d", n_tokens, s->n_ctx);
+    KILN_TRY(kiln_kv_seq_reserve(s->pool, &s->seq, n_tokens));
+    const kiln_kv_config *c = &s->pool->cfg;
+    const int H = c->n_kv_heads;
+    float *k = malloc((size_t)H * c->k_dim * sizeof *k), *v = malloc((size_t)H * c->v_dim * sizeof *v);
+    if (!k || !v) { free(k); free(v); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    for (int pos = len; pos < n_tokens; pos++)
+        for (int l = 0; l < c->n_layers; l++) {
+            for (int h = 0; h < H; h++) {
+                kiln_kv_read_row(s->pool, &s->seq, l, pos % len, h, 0, k + (size_t)h * c->k_dim);
+                if (!c->v_shares_k) kiln_kv_read_row(s->pool, &s->seq, l, pos % len, h, 1, v + (size_t)h * c->v_dim);
+            }
+            kiln_kv_store(s->pool, &s->seq, l, pos, k, c->v_shares_k ? NULL : v);
+        }
+    free(k);
+    free(v);
+    s->seq.len = n_tokens;
     return KILN_OK;
 }
 

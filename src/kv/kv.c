@@ -1,51 +1,130 @@
-/* kv.c — the paged KV pool, block tables and attention over pages. */
+/* kv.c — the paged KV pool: sizes, block tables, stores (BF16 / FP8 static / FP8 dynamic), the
+ * scalar attention kernel, and the attention driver that splits work over threads and merges
+ * context splits (see kv.h for the layout and the scale rules, kv_isa.h for the kernel contract). */
 #include "kv/kv.h"
+#include "kv/kv_isa.h"
 #include "base/fp.h"
 #include "base/status.h"
 #include "kernels/gemv.h"
+#include <float.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
-static size_t elem_size(kiln_kv_dtype dt) { return dt == KILN_KV_F32 ? 4 : dt == KILN_KV_BF16 ? 2 : 1; }
+/* ---- sizes ------------------------------------------------------------------------------------- */
+size_t kiln_kv_elem_bytes(kiln_kv_dtype dt) {
+    return dt == KILN_KV_F32 ? 4 : dt == KILN_KV_BF16 ? 2 : dt == KILN_KV_FP8 ? 1 : 0;
+}
+static int kdim(const kiln_kv_config *c) { return c->k_dim > 0 ? c->k_dim : c->head_dim; }
+static int vdim(const kiln_kv_config *c) { return c->v_dim > 0 ? c->v_dim : c->head_dim; }
+static int is_dynamic(const kiln_kv_config *c) { return c->dtype == KILN_KV_FP8 && c->scale_mode == KILN_KV_SCALE_DYNAMIC; }
+static int is_static_fp8(const kiln_kv_config *c) { return c->dtype == KILN_KV_FP8 && c->scale_mode != KILN_KV_SCALE_DYNAMIC; }
+static int n_kinds(const kiln_kv_config *c) { return c->v_shares_k ? 1 : 2; } /* scale sets: K (and V) */
 
-size_t kiln_kv_page_cost(const kiln_kv_config *c) {
-    size_t data = 2ull * (size_t)c->n_layers * (size_t)c->n_kv_heads * (size_t)c->page_tokens * (size_t)c->head_dim * elem_size(c->dtype);
-    return data + 2 * sizeof(int32_t); /* refcount + free-list slot */
+uint64_t kiln_kv_token_bytes(const kiln_kv_config *c) {
+    uint64_t vals = (uint64_t)kdim(c) + (c->v_shares_k ? 0 : (uint64_t)vdim(c));
+    return (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * vals * kiln_kv_elem_bytes(c->dtype);
+}
+uint64_t kiln_kv_page_data_bytes(const kiln_kv_config *c) { return (uint64_t)c->page_tokens * kiln_kv_token_bytes(c); }
+uint64_t kiln_kv_page_meta_bytes(const kiln_kv_config *c) {
+    uint64_t m = sizeof(kiln_kv_page) + 2 * sizeof(int32_t); /* header + refcount + free-list slot */
+    if (is_dynamic(c)) m += (uint64_t)n_kinds(c) * (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * sizeof(float);
+    return m;
+}
+size_t kiln_kv_page_cost(const kiln_kv_config *c) { return (size_t)(kiln_kv_page_data_bytes(c) + kiln_kv_page_meta_bytes(c)); }
+uint64_t kiln_kv_pool_fixed_bytes(const kiln_kv_config *c) {
+    return is_static_fp8(c) ? (uint64_t)n_kinds(c) * (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * sizeof(float) : 0;
+}
+int64_t kiln_kv_plan_pages(const kiln_kv_config *c) {
+    uint64_t cost = kiln_kv_page_cost(c), fixed = kiln_kv_pool_fixed_bytes(c);
+    if (c->mem_bytes <= 0 || (uint64_t)c->mem_bytes <= fixed || cost == 0) return 0;
+    uint64_t n = ((uint64_t)c->mem_bytes - fixed) / cost;
+    return n > (1u << 30) ? (1 << 30) : (int64_t)n;
 }
 
+kiln_status kiln_kv_config_check(const kiln_kv_config *c) {
+    if (c->n_layers < 1 || c->n_layers > 65536) return kiln_fail(KILN_ERR_INVALID_ARG, "kv config: n_layers = %d is out of range [1, 65536]", c->n_layers);
+    if (c->n_kv_heads < 1 || c->n_kv_heads > 65536) return kiln_fail(KILN_ERR_INVALID_ARG, "kv config: n_kv_heads = %d is out of range [1, 65536]", c->n_kv_heads);
+    if (kdim(c) < 1 || kdim(c) > 65536) return kiln_fail(KILN_ERR_INVALID_ARG, "kv config: k_dim = %d is out of range [1, 65536]", kdim(c));
+    if (vdim(c) < 1 || vdim(c) > 65536) return kiln_fail(KILN_ERR_INVALID_ARG, "kv config: v_dim = %d is out of range [1, 65536]", vdim(c));
+    if (c->v_shares_k && vdim(c) > kdim(c))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "kv config: v_shares_k with v_dim = %d > k_dim = %d", vdim(c), kdim(c));
+    if (c->page_tokens < 1 || c->page_tokens > 4096)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "kv page size (--kv-page) = %d tokens is out of range [1, 4096]", c->page_tokens);
+    if (!kiln_kv_elem_bytes(c->dtype))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "kv-dtype: %d is not f32, bf16 or fp8 (auto must be resolved first)", (int)c->dtype);
+    if (c->scale_mode != KILN_KV_SCALE_STATIC && c->scale_mode != KILN_KV_SCALE_DYNAMIC)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "kv-scale: mode %d is not static or dynamic", (int)c->scale_mode);
+    return KILN_OK;
+}
+
+/* ---- pool -------------------------------------------------------------------------------------- */
 kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
     *out = NULL;
-    if (cfg->dtype != KILN_KV_F32 && cfg->dtype != KILN_KV_BF16)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "kv-dtype: only f32 and bf16 are implemented in this build");
-    if (cfg->page_tokens < 1 || cfg->page_tokens > 4096)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "kv page size %d is out of range [1, 4096]", cfg->page_tokens);
-    size_t cost = kiln_kv_page_cost(cfg);
-    int64_t n_pages = cfg->mem_bytes / (int64_t)cost;
+    KILN_TRY(kiln_kv_config_check(cfg));
+    const int L = cfg->n_layers, H = cfg->n_kv_heads;
+    if (is_static_fp8(cfg)) {
+        if (!cfg->k_scale || (!cfg->v_shares_k && !cfg->v_scale))
+            return kiln_fail(KILN_ERR_INVALID_ARG, "kv: FP8 KV with static scales needs K and V scales per layer and head (never a silent 1.0)");
+        for (int i = 0; i < L * H; i++)
+            for (int kind = 0; kind < n_kinds(cfg); kind++) {
+                float s = (kind ? cfg->v_scale : cfg->k_scale)[i];
+                if (!(s > 0.0f) || !isfinite(s))
+                    return kiln_fail(KILN_ERR_INVALID_ARG, "kv: %s scale of layer %d, KV head %d is %g; it must be a positive finite number",
+                                     kind ? "V" : "K", i / H, i % H, (double)s);
+            }
+    }
+    int64_t n_pages = kiln_kv_plan_pages(cfg);
     if (n_pages < 1)
-        return kiln_fail(KILN_ERR_KV_EXHAUSTED, "KV budget exhausted: --kv-mem %lld bytes is smaller than one page (%zu bytes)",
-                         (long long)cfg->mem_bytes, cost);
-    if (n_pages > (1 << 30)) n_pages = 1 << 30;
+        return kiln_fail(KILN_ERR_KV_EXHAUSTED,
+                         "KV budget exhausted: --kv-mem (kv_mem_bytes) = %lld bytes is smaller than one KV page of %d tokens "
+                         "(%llu bytes: %llu data + %llu metadata, plus %llu bytes of pool scales)",
+                         (long long)cfg->mem_bytes, cfg->page_tokens, (unsigned long long)kiln_kv_page_cost(cfg),
+                         (unsigned long long)kiln_kv_page_data_bytes(cfg), (unsigned long long)kiln_kv_page_meta_bytes(cfg),
+                         (unsigned long long)kiln_kv_pool_fixed_bytes(cfg));
     kiln_kv_pool *p = calloc(1, sizeof *p);
     if (!p) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     p->cfg = *cfg;
+    p->cfg.k_dim = kdim(cfg);
+    p->cfg.v_dim = vdim(cfg);
+    p->cfg.k_scale = p->cfg.v_scale = NULL;
     p->n_pages = (int)n_pages;
-    p->elem_bytes = elem_size(cfg->dtype);
-    p->head_stride = (size_t)cfg->page_tokens * (size_t)cfg->head_dim * p->elem_bytes;
-    p->page_layer_bytes = p->head_stride * (size_t)cfg->n_kv_heads;
-    p->k = calloc((size_t)cfg->n_layers, sizeof *p->k);
-    p->v = calloc((size_t)cfg->n_layers, sizeof *p->v);
+    p->elem_bytes = kiln_kv_elem_bytes(cfg->dtype);
+    p->row_k = (size_t)p->cfg.k_dim * p->elem_bytes;
+    p->row_v = cfg->v_shares_k ? p->row_k : (size_t)p->cfg.v_dim * p->elem_bytes;
+    p->head_k = p->row_k * (size_t)cfg->page_tokens;
+    p->head_v = p->row_v * (size_t)cfg->page_tokens;
+    p->page_k = p->head_k * (size_t)H;
+    p->page_v = p->head_v * (size_t)H;
+    p->k = calloc((size_t)L, sizeof *p->k);
+    p->v = calloc((size_t)L, sizeof *p->v);
+    p->pages = calloc((size_t)n_pages, sizeof *p->pages);
     p->refcount = calloc((size_t)n_pages, sizeof *p->refcount);
     p->free_list = malloc((size_t)n_pages * sizeof *p->free_list);
-    int ok = p->k && p->v && p->refcount && p->free_list;
-    for (int l = 0; ok && l < cfg->n_layers; l++) {
-        p->k[l] = malloc(p->page_layer_bytes * (size_t)n_pages);
-        p->v[l] = malloc(p->page_layer_bytes * (size_t)n_pages);
+    int ok = p->k && p->v && p->pages && p->refcount && p->free_list;
+    for (int l = 0; ok && l < L; l++) {
+        p->k[l] = malloc(p->page_k * (size_t)n_pages);
+        p->v[l] = cfg->v_shares_k ? p->k[l] : malloc(p->page_v * (size_t)n_pages);
         ok = p->k[l] && p->v[l];
+    }
+    size_t nsc = (size_t)n_kinds(cfg) * (size_t)L * (size_t)H;
+    if (ok && is_static_fp8(cfg)) {
+        p->k_scale = malloc(nsc * sizeof(float));
+        ok = p->k_scale != NULL;
+        if (ok) {
+            memcpy(p->k_scale, cfg->k_scale, (size_t)L * H * sizeof(float));
+            p->v_scale = cfg->v_shares_k ? p->k_scale : p->k_scale + (size_t)L * H;
+            if (!cfg->v_shares_k) memcpy(p->v_scale, cfg->v_scale, (size_t)L * H * sizeof(float));
+        }
+    }
+    if (ok && is_dynamic(cfg)) {
+        p->dscale = calloc(nsc * (size_t)n_pages, sizeof(float));
+        ok = p->dscale != NULL;
     }
     if (!ok) {
         kiln_kv_pool_free(p);
-        return kiln_fail(KILN_ERR_NOMEM, "cannot allocate a KV pool of %lld bytes", (long long)cfg->mem_bytes);
+        return kiln_fail(KILN_ERR_NOMEM, "cannot allocate a KV pool of %lld bytes (%lld pages)", (long long)cfg->mem_bytes, (long long)n_pages);
     }
     for (int i = 0; i < p->n_pages; i++) p->free_list[i] = p->n_pages - 1 - i;
     p->n_free = p->n_pages;
@@ -55,32 +134,57 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
 
 void kiln_kv_pool_free(kiln_kv_pool *p) {
     if (!p) return;
-    for (int l = 0; p->k && p->v && l < p->cfg.n_layers; l++) { free(p->k[l]); free(p->v[l]); }
-    free(p->k); free(p->v); free(p->refcount); free(p->free_list);
+    for (int l = 0; p->k && p->v && l < p->cfg.n_layers; l++) {
+        if (p->v[l] != p->k[l]) free(p->v[l]);
+        free(p->k[l]);
+    }
+    free(p->k); free(p->v); free(p->pages); free(p->refcount); free(p->free_list); free(p->k_scale); free(p->dscale);
     free(p);
 }
 
 int64_t kiln_kv_capacity_tokens(const kiln_kv_pool *p) { return (int64_t)p->n_pages * p->cfg.page_tokens; }
 
+/* Dynamic scale slot of (layer, page, kind 0 = K / 1 = V, head). */
+static inline float *dslot(const kiln_kv_pool *p, int l, int32_t pg, int kind, int h) {
+    const int H = p->cfg.n_kv_heads, nk = n_kinds(&p->cfg);
+    if (kind >= nk) kind = 0; /* V shares K */
+    return p->dscale + (((size_t)l * (size_t)p->n_pages + (size_t)pg) * (size_t)nk + (size_t)kind) * (size_t)H + (size_t)h;
+}
+
+static int32_t take_page(kiln_kv_pool *p) {
+    int32_t pg = p->free_list[--p->n_free];
+    kiln_kv_page *hd = &p->pages[pg];
+    p->refcount[pg] = 1;
+    hd->epoch = ++p->epoch;
+    hd->flags = 0;
+    hd->seal = 0;
+    if (p->dscale)
+        for (int l = 0; l < p->cfg.n_layers; l++)
+            memset(dslot(p, l, pg, 0, 0), 0, (size_t)n_kinds(&p->cfg) * (size_t)p->cfg.n_kv_heads * sizeof(float));
+    return pg;
+}
+
+static kiln_status grow_table(kiln_kv_seq *s, int need) {
+    if (need <= s->cap) return KILN_OK;
+    int cap = s->cap ? s->cap : 16;
+    while (cap < need) cap *= 2;
+    int32_t *v = realloc(s->pages, (size_t)cap * sizeof *v);
+    if (!v) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    s->pages = v;
+    s->cap = cap;
+    return KILN_OK;
+}
+
 kiln_status kiln_kv_seq_reserve(kiln_kv_pool *p, kiln_kv_seq *s, int new_len) {
-    int need = (new_len + p->cfg.page_tokens - 1) / p->cfg.page_tokens;
-    if (need > s->cap) {
-        int cap = s->cap ? s->cap : 16;
-        while (cap < need) cap *= 2;
-        int32_t *v = realloc(s->pages, (size_t)cap * sizeof *v);
-        if (!v) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-        s->pages = v;
-        s->cap = cap;
-    }
+    if (new_len < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "kv: reserve of %d tokens", new_len);
+    int need = (int)(((int64_t)new_len + p->cfg.page_tokens - 1) / p->cfg.page_tokens);
     if (need - s->n_pages > p->n_free)
         return kiln_fail(KILN_ERR_KV_EXHAUSTED,
-                         "KV budget exhausted: %d tokens need %d pages of %d tokens but only %d of %d pages are free (capacity %lld tokens)",
+                         "KV budget exhausted: %d tokens need %d pages of %d tokens but only %d of %d pages are free "
+                         "(capacity %lld tokens; raise --kv-mem or use --kv-dtype fp8)",
                          new_len, need, p->cfg.page_tokens, p->n_free + s->n_pages, p->n_pages, (long long)kiln_kv_capacity_tokens(p));
-    while (s->n_pages < need) {
-        int32_t pg = p->free_list[--p->n_free];
-        p->refcount[pg] = 1;
-        s->pages[s->n_pages++] = pg;
-    }
+    KILN_TRY(grow_table(s, need));
+    while (s->n_pages < need) s->pages[s->n_pages++] = take_page(p);
     return KILN_OK;
 }
 
@@ -93,58 +197,403 @@ void kiln_kv_seq_release(kiln_kv_pool *p, kiln_kv_seq *s) {
     s->len = 0;
 }
 
-static inline uint8_t *slot(const kiln_kv_pool *p, uint8_t *base, const kiln_kv_seq *s, int pos, int head) {
-    int32_t pg = s->pages[pos / p->cfg.page_tokens];
-    return base + (size_t)pg * p->page_layer_bytes + (size_t)head * p->head_stride +
-           (size_t)(pos % p->cfg.page_tokens) * (size_t)p->cfg.head_dim * p->elem_bytes;
+kiln_status kiln_kv_seq_share_prefix(kiln_kv_pool *p, kiln_kv_seq *dst, const kiln_kv_seq *src, int n) {
+    const int pt = p->cfg.page_tokens;
+    if (dst->n_pages != 0) return kiln_fail(KILN_ERR_INVALID_ARG, "kv: share_prefix into a sequence that holds %d pages", dst->n_pages);
+    if (n < 0 || n > src->len) return kiln_fail(KILN_ERR_INVALID_ARG, "kv: share_prefix of %d tokens from a sequence of %d", n, src->len);
+    int full = n / pt, part = n % pt ? 1 : 0;
+    if (part && p->n_free < 1)
+        return kiln_fail(KILN_ERR_KV_EXHAUSTED, "KV budget exhausted: no free page to copy the partial page of a shared prefix (capacity %lld tokens)",
+                         (long long)kiln_kv_capacity_tokens(p));
+    KILN_TRY(grow_table(dst, full + part));
+    for (int i = 0; i < full; i++) {
+        dst->pages[i] = src->pages[i];
+        p->refcount[src->pages[i]]++;
+    }
+    if (part) {
+        int32_t from = src->pages[full], to = take_page(p);
+        for (int l = 0; l < p->cfg.n_layers; l++) {
+            memcpy(p->k[l] + (size_t)to * p->page_k, p->k[l] + (size_t)from * p->page_k, p->page_k);
+            if (!p->cfg.v_shares_k) memcpy(p->v[l] + (size_t)to * p->page_v, p->v[l] + (size_t)from * p->page_v, p->page_v);
+            if (p->dscale)
+                memcpy(dslot(p, l, to, 0, 0), dslot(p, l, from, 0, 0), (size_t)n_kinds(&p->cfg) * (size_t)p->cfg.n_kv_heads * sizeof(float));
+        }
+        dst->pages[full] = to;
+    }
+    dst->n_pages = full + part;
+    dst->len = n;
+    return KILN_OK;
+}
+
+/* ---- conversions ------------------------------------------------------------------------------- */
+static const kiln_kv_ktable *kv_table(void) {
+    switch (kiln_kernels_current()) {
+    case KILN_ISA_AVX512: return &kiln_kv_ktable_avx512;
+    case KILN_ISA_AVX2: return &kiln_kv_ktable_avx2;
+    default: return NULL;
+    }
+}
+
+/* Bit-exact RNE f32 → E4M3 (see kv.h). Normal range (|x| ≥ 2^-6): rebias the exponent and round the
+ * 20 dropped mantissa bits to nearest even with integer adds; subnormal range: adding 2^14 makes the
+ * FPU round |x| to a multiple of 2^-9 (the E4M3 subnormal step), whose low bits are the code. */
+uint8_t kiln_kv_f32_to_fp8(float x) {
+    uint32_t u = kiln_f32_to_bits(x), a = u & 0x7fffffffu, sign = (u >> 24) & 0x80u;
+    if (a > 0x7f800000u) return 0; /* NaN → 0 */
+    uint32_t code;
+    if (a < 0x3c800000u) { /* < 2^-6 */
+        code = kiln_f32_to_bits(kiln_bits_to_f32(a) + 16384.0f) - 0x46800000u;
+    } else {
+        code = (a - 0x3c000000u + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
+        if (code > 0x7eu) code = 0x7eu;
+    }
+    return (uint8_t)(sign | code);
+}
+
+static void quant_fp8_scalar(const float *x, int n, float inv, uint8_t *out) {
+    for (int i = 0; i < n; i++) out[i] = kiln_kv_f32_to_fp8(x[i] * inv);
+}
+static void quant_bf16_scalar(const float *x, int n, uint16_t *out) {
+    for (int i = 0; i < n; i++) out[i] = kiln_f32_to_bf16(x[i]);
+}
+void kiln_kv_quant_fp8(const float *x, int n, float inv, uint8_t *out) {
+    const kiln_kv_ktable *t = kv_table();
+    (t ? t->quant_fp8 : quant_fp8_scalar)(x, n, inv, out);
+}
+void kiln_kv_quant_bf16(const float *x, int n, uint16_t *out) {
+    const kiln_kv_ktable *t = kv_table();
+    (t ? t->quant_bf16 : quant_bf16_scalar)(x, n, out);
+}
+
+static inline float decode1(kiln_kv_dtype dt, const uint8_t *row, int i) {
+    if (dt == KILN_KV_F32) { float f; memcpy(&f, row + 4 * (size_t)i, 4); return f; }
+    if (dt == KILN_KV_BF16) { uint16_t h; memcpy(&h, row + 2 * (size_t)i, 2); return kiln_bf16_to_f32(h); }
+    return kiln_fp8_e4m3_to_f32(row[i]);
+}
+
+/* ---- stores ------------------------------------------------------------------------------------ */
+static inline uint8_t *row_ptr(const kiln_kv_pool *p, int is_v, int l, int32_t pg, int h, int off) {
+    if (is_v && !p->cfg.v_shares_k)
+        return p->v[l] + (size_t)pg * p->page_v + (size_t)h * p->head_v + (size_t)off * p->row_v;
+    return p->k[l] + (size_t)pg * p->page_k + (size_t)h * p->head_k + (size_t)off * p->row_k;
+}
+
+static float amax_of(const float *x, int n) {
+    float m = 0.0f;
+    for (int i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i])); /* fmaxf ignores NaN */
+    return m;
+}
+
+/* One row of `dim` values into slot (l, pg, kind, h, off). */
+static void store_row(kiln_kv_pool *p, int kind, int l, int32_t pg, int h, int off, const float *x, int dim) {
+    uint8_t *dst = row_ptr(p, kind, l, pg, h, off);
+    switch (p->cfg.dtype) {
+    case KILN_KV_F32: memcpy(dst, x, (size_t)dim * 4); return;
+    case KILN_KV_BF16: kiln_kv_quant_bf16(x, dim, (uint16_t *)dst); return;
+    default: break;
+    }
+    const int H = p->cfg.n_kv_heads;
+    if (!p->dscale) {
+        float s = (kind ? p->v_scale : p->k_scale)[(size_t)l * H + h];
+        kiln_kv_quant_fp8(x, dim, 1.0f / s, dst);
+        return;
+    }
+    /* Dynamic: grow-only page scale; re-quantize the rows already in the page when it grows. */
+    float *slot = dslot(p, l, pg, kind, h), old = *slot, need = amax_of(x, dim) / 448.0f;
+    if (need > old) {
+        if (old > 0.0f) {
+            float inv = 1.0f / need;
+            for (int o = 0; o < off; o++) {
+                uint8_t *r = row_ptr(p, kind, l, pg, h, o);
+                for (int i = 0; i < dim; i++) r[i] = kiln_kv_f32_to_fp8(kiln_fp8_e4m3_to_f32(r[i]) * old * inv);
+            }
+        }
+        *slot = old = need;
+    }
+    kiln_kv_quant_fp8(x, dim, old > 0.0f ? 1.0f / old : 0.0f, dst);
 }
 
 void kiln_kv_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, const float *k, const float *v) {
-    int hd = p->cfg.head_dim;
+    const int pt = p->cfg.page_tokens, kd = p->cfg.k_dim, vd = p->cfg.v_dim;
+    int32_t pg = s->pages[pos / pt];
+    int off = pos % pt;
     for (int h = 0; h < p->cfg.n_kv_heads; h++) {
-        uint8_t *dk = slot(p, p->k[layer], s, pos, h), *dv = slot(p, p->v[layer], s, pos, h);
-        const float *sk = k + (size_t)h * hd, *sv = v + (size_t)h * hd;
-        if (p->cfg.dtype == KILN_KV_F32) {
-            memcpy(dk, sk, (size_t)hd * 4);
-            memcpy(dv, sv, (size_t)hd * 4);
+        store_row(p, 0, layer, pg, h, off, k + (size_t)h * kd, kd);
+        if (!p->cfg.v_shares_k) store_row(p, 1, layer, pg, h, off, v + (size_t)h * vd, vd);
+    }
+    if (off == pt - 1 && layer == p->cfg.n_layers - 1) p->pages[pg].flags |= KILN_KV_PAGE_SEALED;
+}
+
+static float row_scale(const kiln_kv_pool *p, int is_v, int l, int32_t pg, int h) {
+    if (p->cfg.dtype != KILN_KV_FP8) return 1.0f;
+    if (p->dscale) return *dslot(p, l, pg, is_v, h);
+    return (is_v ? p->v_scale : p->k_scale)[(size_t)l * p->cfg.n_kv_heads + h];
+}
+
+void kiln_kv_read_row(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, int h, int is_v, float *out) {
+    const int pt = p->cfg.page_tokens, dim = is_v ? p->cfg.v_dim : p->cfg.k_dim;
+    int32_t pg = s->pages[pos / pt];
+    const uint8_t *r = row_ptr(p, is_v, layer, pg, h, pos % pt);
+    float sc = row_scale(p, is_v, layer, pg, h);
+    for (int i = 0; i < dim; i++) out[i] = decode1(p->cfg.dtype, r, i) * sc;
+}
+
+void kiln_kv_seq_amax(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, float *kamax, float *vamax) {
+    const int H = p->cfg.n_kv_heads, kd = p->cfg.k_dim, vd = p->cfg.v_dim;
+    float *buf = malloc((size_t)(kd > vd ? kd : vd) * sizeof *buf);
+    if (!buf) return;
+    for (int l = 0; l < p->cfg.n_layers; l++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < n; t++) {
+                kiln_kv_read_row(p, s, l, t, h, 0, buf);
+                float *km = &kamax[(size_t)l * H + h];
+                *km = fmaxf(*km, amax_of(buf, kd));
+                if (vamax) {
+                    kiln_kv_read_row(p, s, l, t, h, 1, buf);
+                    float *vm = &vamax[(size_t)l * H + h];
+                    *vm = fmaxf(*vm, amax_of(buf, vd));
+                }
+            }
+    free(buf);
+}
+
+/* ---- scalar attention kernel ------------------------------------------------------------------- */
+void kiln_kv_attend_scalar(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {
+    const int pt = sp->page_tokens, kd = sp->k_dim, vd = sp->v_dim, R = rw->R;
+    const kiln_kv_dtype dt = sp->dtype;
+    float s[KV_MAX_ROWS][16], corr[KV_MAX_ROWS];
+    int lmax = 0;
+    for (int r = 0; r < R; r++) lmax = rw->lim[r] > lmax ? rw->lim[r] : lmax;
+    if (t1 > lmax) t1 = lmax;
+    for (int b0 = t0; b0 < t1;) {
+        int32_t pg = sp->pages[b0 / pt];
+        int o0 = b0 % pt, nb = pt - o0;
+        if (nb > 16) nb = 16;
+        if (nb > t1 - b0) nb = t1 - b0;
+        const uint8_t *kp = sp->kbase + (size_t)pg * sp->page_k + sp->head_k + (size_t)o0 * sp->row_k;
+        const uint8_t *vp = sp->vbase + (size_t)pg * sp->page_v + sp->head_v + (size_t)o0 * sp->row_v;
+        float km = sp->kmul * (sp->dyn_k ? sp->dyn_k[(size_t)pg * sp->dyn_stride] : 1.0f);
+        float vm = sp->vmul * (sp->dyn_v ? sp->dyn_v[(size_t)pg * sp->dyn_stride] : 1.0f);
+        for (int j = 0; j < nb; j++)
+            for (int r = 0; r < R; r++) {
+                float acc = 0.0f;
+                for (int d = 0; d < kd; d++) acc += rw->q[r][d] * decode1(dt, kp + (size_t)j * sp->row_k, d);
+                s[r][j] = acc * km;
+            }
+        for (int r = 0; r < R; r++) {
+            int n = rw->lim[r] - b0 < nb ? rw->lim[r] - b0 : nb;
+            corr[r] = 1.0f;
+            if (n <= 0) { for (int j = 0; j < nb; j++) s[r][j] = 0.0f; continue; }
+            float mx = rw->m[r];
+            for (int j = 0; j < n; j++) mx = s[r][j] > mx ? s[r][j] : mx;
+            corr[r] = kiln_kv_corr(rw->m[r], mx);
+            float sum = 0.0f;
+            for (int j = 0; j < nb; j++) {
+                float e = j < n ? expf(s[r][j] - mx) : 0.0f;
+                sum += e;
+                s[r][j] = e * vm;
+            }
+            rw->l[r] = rw->l[r] * corr[r] + sum;
+            rw->m[r] = mx;
+        }
+        for (int r = 0; r < R; r++)
+            if (corr[r] != 1.0f)
+                for (int d = 0; d < vd; d++) rw->acc[r][d] *= corr[r];
+        for (int j = 0; j < nb; j++) {
+            const uint8_t *vr = vp + (size_t)j * sp->row_v;
+            for (int d = 0; d < vd; d++) {
+                float v = decode1(dt, vr, d);
+                for (int r = 0; r < R; r++) rw->acc[r][d] += s[r][j] * v;
+            }
+        }
+        b0 += nb;
+    }
+}
+
+/* ---- attention driver -------------------------------------------------------------------------- */
+typedef struct kv_task {
+    kiln_kv_rows rows;
+    const kiln_kv_seq *seq;
+    int kvh, t0, t1;
+    int set;        /* row set this task belongs to */
+    int split;      /* 1 when the set is split across tasks (acc in scratch, merged after) */
+} kv_task;
+
+typedef struct kv_set {
+    int first_task, n_tasks;
+    int R;
+    float *out[KV_MAX_ROWS];
+} kv_set;
+
+/* Grow-only scratch of the calling thread: no allocation in steady-state decode. */
+static _Thread_local void *tl_buf[3];
+static _Thread_local size_t tl_cap[3];
+static void *scratch(int slot, size_t bytes) {
+    if (bytes > tl_cap[slot]) {
+        size_t cap = (bytes + bytes / 4 + 4095) & ~(size_t)4095;
+        void *q = aligned_alloc(64, cap);
+        if (!q) return NULL;
+        free(tl_buf[slot]);
+        tl_buf[slot] = q;
+        tl_cap[slot] = cap;
+    }
+    return tl_buf[slot];
+}
+
+static void make_span(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, int kvh, float scale, kiln_kv_span *sp) {
+    const int H = p->cfg.n_kv_heads;
+    memset(sp, 0, sizeof *sp);
+    sp->kbase = p->k[layer];
+    sp->vbase = p->v[layer];
+    sp->pages = s->pages;
+    sp->page_k = p->page_k;
+    sp->page_v = p->cfg.v_shares_k ? p->page_k : p->page_v;
+    sp->head_k = (size_t)kvh * p->head_k;
+    sp->head_v = (size_t)kvh * (p->cfg.v_shares_k ? p->head_k : p->head_v);
+    sp->row_k = p->row_k;
+    sp->row_v = p->row_v;
+    sp->page_tokens = p->cfg.page_tokens;
+    sp->k_dim = p->cfg.k_dim;
+    sp->v_dim = p->cfg.v_dim;
+    sp->dtype = p->cfg.dtype;
+    sp->kmul = scale;
+    sp->vmul = 1.0f;
+    if (p->cfg.dtype == KILN_KV_FP8) {
+        if (p->dscale) {
+            sp->dyn_k = dslot(p, layer, 0, 0, kvh);
+            sp->dyn_v = dslot(p, layer, 0, 1, kvh);
+            sp->dyn_stride = (size_t)n_kinds(&p->cfg) * (size_t)H;
         } else {
-            uint16_t *bk = (uint16_t *)dk, *bv = (uint16_t *)dv;
-            for (int i = 0; i < hd; i++) { bk[i] = kiln_f32_to_bf16(sk[i]); bv[i] = kiln_f32_to_bf16(sv[i]); }
+            sp->kmul = scale * p->k_scale[(size_t)layer * H + kvh];
+            sp->vmul = p->v_scale[(size_t)layer * H + kvh];
         }
     }
 }
 
-/* Dot product of a query with a stored key row of head_dim values. */
-static inline float dot_kv(const kiln_kv_pool *p, const float *q, const uint8_t *k, int hd) {
-    if (p->cfg.dtype == KILN_KV_F32) return kiln_dot_f32(q, (const float *)k, hd);
-    const uint16_t *b = (const uint16_t *)k;
-    float acc = 0;
-    for (int i = 0; i < hd; i++) acc += q[i] * kiln_bf16_to_f32(b[i]);
-    return acc;
-}
-static inline void axpy_kv(const kiln_kv_pool *p, float a, const uint8_t *v, float *out, int hd) {
-    if (p->cfg.dtype == KILN_KV_F32) { kiln_axpy_f32(a, (const float *)v, out, hd); return; }
-    const uint16_t *b = (const uint16_t *)v;
-    for (int i = 0; i < hd; i++) out[i] += a * kiln_bf16_to_f32(b[i]);
+void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                          const float *q, int n_heads, float scale, float *out) {
+    const int H = p->cfg.n_kv_heads, kd = p->cfg.k_dim, vd = p->cfg.v_dim;
+    const int group = n_heads / H;
+    const int hb_max = group < KV_MAX_ROWS ? group : KV_MAX_ROWS;  /* heads per row set */
+    const int tok_max = group < KV_MAX_ROWS ? KV_MAX_ROWS / group : 1; /* tokens per row set */
+    const int n_hblk = (group + hb_max - 1) / hb_max;
+    const int nth = omp_get_max_threads();
+    /* Row sets: tiles of up to tok_max consecutive tokens of one sequence × up to hb_max heads of
+     * one KV head's group. Upper bound on their number: n × H × n_hblk. */
+    size_t max_sets = (size_t)n * (size_t)H * (size_t)n_hblk;
+    kv_set *sets = scratch(0, max_sets * sizeof *sets);
+    if (!sets) return; /* cannot happen in practice: scratch of a few KB */
+    int n_sets = 0, max_lim = 0;
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && j - i < tok_max && seq[j] == seq[i]) j++;
+        for (int kvh = 0; kvh < H; kvh++)
+            for (int hb = 0; hb < group; hb += hb_max) {
+                int hn = group - hb < hb_max ? group - hb : hb_max;
+                kv_set *st = &sets[n_sets++];
+                st->R = 0;
+                for (int t = i; t < j; t++)
+                    for (int hh = 0; hh < hn; hh++)
+                        st->out[st->R++] = out + ((size_t)t * n_heads + (size_t)(kvh * group + hb + hh)) * vd;
+            }
+        for (int t = i; t < j; t++) max_lim = pos[t] + 1 > max_lim ? pos[t] + 1 : max_lim;
+        i = j;
+    }
+    /* Context splits when there are too few row sets to feed the threads (long-context decode). */
+    int splits = 1;
+    if (n_sets < 2 * nth && max_lim >= 512) {
+        splits = (2 * nth + n_sets - 1) / n_sets;
+        if (splits > max_lim / 256) splits = max_lim / 256;
+        if (splits < 1) splits = 1;
+    }
+    size_t n_tasks = (size_t)n_sets * (size_t)splits;
+    kv_task *tasks = scratch(1, n_tasks * sizeof *tasks);
+    float *part = splits > 1 ? scratch(2, n_tasks * KV_MAX_ROWS * (size_t)vd * sizeof(float)) : NULL;
+    if (!tasks || (splits > 1 && !part)) return;
+    /* Fill tasks (re-walk the same tiling). */
+    int si = 0;
+    double work = 0;
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && j - i < tok_max && seq[j] == seq[i]) j++;
+        int lim_hi = 0;
+        for (int t = i; t < j; t++) lim_hi = pos[t] + 1 > lim_hi ? pos[t] + 1 : lim_hi;
+        int chunk = ((lim_hi + splits - 1) / splits + 15) & ~15;
+        for (int kvh = 0; kvh < H; kvh++)
+            for (int hb = 0; hb < group; hb += hb_max, si++) {
+                int hn = group - hb < hb_max ? group - hb : hb_max;
+                kv_set *st = &sets[si];
+                st->first_task = si * splits;
+                st->n_tasks = splits;
+                for (int sp = 0; sp < splits; sp++) {
+                    kv_task *tk = &tasks[si * splits + sp];
+                    tk->seq = seq[i];
+                    tk->kvh = kvh;
+                    tk->set = si;
+                    tk->split = splits > 1;
+                    tk->t0 = sp * chunk < lim_hi ? sp * chunk : lim_hi;
+                    tk->t1 = (sp + 1) * chunk < lim_hi ? (sp + 1) * chunk : lim_hi;
+                    kiln_kv_rows *rw = &tk->rows;
+                    rw->R = 0;
+                    for (int t = i; t < j; t++)
+                        for (int hh = 0; hh < hn; hh++) {
+                            int r = rw->R++, head = kvh * group + hb + hh;
+                            rw->q[r] = q + ((size_t)t * n_heads + (size_t)head) * kd;
+                            rw->lim[r] = pos[t] + 1;
+                            rw->acc[r] = splits > 1 ? part + ((size_t)(si * splits + sp) * KV_MAX_ROWS + (size_t)r) * vd : st->out[r];
+                        }
+                    work += (double)rw->R * (double)(tk->t1 - tk->t0) * (double)(kd + vd);
+                }
+            }
+        i = j;
+    }
+    const kiln_kv_ktable *kt = kv_table();
+    kiln_kv_attend_fn fn = kt ? kt->attend : kiln_kv_attend_scalar;
+    #pragma omp parallel for schedule(dynamic, 1) if (n_tasks > 1 && work > 65536.0)
+    for (size_t ti = 0; ti < n_tasks; ti++) {
+        kv_task *tk = &tasks[ti];
+        kiln_kv_rows *rw = &tk->rows;
+        for (int r = 0; r < rw->R; r++) {
+            rw->m[r] = -INFINITY;
+            rw->l[r] = 0.0f;
+            memset(rw->acc[r], 0, (size_t)vd * sizeof(float));
+        }
+        kiln_kv_span sp;
+        make_span(p, layer, tk->seq, tk->kvh, scale, &sp);
+        if (tk->t1 > tk->t0) fn(&sp, rw, tk->t0, tk->t1);
+        if (!tk->split)
+            for (int r = 0; r < rw->R; r++) {
+                float inv = rw->l[r] > 0.0f ? 1.0f / rw->l[r] : 0.0f;
+                for (int d = 0; d < vd; d++) rw->acc[r][d] *= inv;
+            }
+    }
+    if (splits == 1) return;
+    /* Merge the splits of each row: out = Σ_s acc_s e^{m_s − M} / Σ_s l_s e^{m_s − M}. */
+    #pragma omp parallel for schedule(static) if (n_sets > 1 && work > 65536.0)
+    for (int s2 = 0; s2 < n_sets; s2++) {
+        kv_set *st = &sets[s2];
+        for (int r = 0; r < st->R; r++) {
+            float M = -INFINITY, L = 0.0f;
+            for (int k = 0; k < st->n_tasks; k++) M = fmaxf(M, tasks[st->first_task + k].rows.m[r]);
+            float *o = st->out[r];
+            memset(o, 0, (size_t)vd * sizeof(float));
+            for (int k = 0; k < st->n_tasks; k++) {
+                const kiln_kv_rows *rw = &tasks[st->first_task + k].rows;
+                if (rw->l[r] <= 0.0f) continue;
+                float w = expf(rw->m[r] - M);
+                L += rw->l[r] * w;
+                for (int d = 0; d < vd; d++) o[d] += rw->acc[r][d] * w;
+            }
+            float inv = L > 0.0f ? 1.0f / L : 0.0f;
+            for (int d = 0; d < vd; d++) o[d] *= inv;
+        }
+    }
 }
 
 void kiln_kv_attend(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, const float *q, int n_heads,
                     int n_ctx, float scale, float *att, float *out) {
-    int hd = p->cfg.head_dim, group = n_heads / p->cfg.n_kv_heads;
-    #pragma omp parallel for schedule(static) if (n_heads > 1 && n_ctx > 64)
-    for (int h = 0; h < n_heads; h++) {
-        int kvh = h / group;
-        const float *qh = q + (size_t)h * hd;
-        float *a = att + (size_t)h * n_ctx, *o = out + (size_t)h * hd;
-        float mx = -INFINITY;
-        for (int t = 0; t < n_ctx; t++) {
-            a[t] = dot_kv(p, qh, slot(p, p->k[layer], s, t, kvh), hd) * scale;
-            if (a[t] > mx) mx = a[t];
-        }
-        float sum = 0;
-        for (int t = 0; t < n_ctx; t++) { a[t] = expf(a[t] - mx); sum += a[t]; }
-        float inv = 1.0f / sum;
-        memset(o, 0, (size_t)hd * 4);
-        for (int t = 0; t < n_ctx; t++) axpy_kv(p, a[t] * inv, slot(p, p->v[layer], s, t, kvh), o, hd);
-    }
+    (void)att;
+    kiln_kv_seq *sq = (kiln_kv_seq *)s;
+    int pos = n_ctx - 1;
+    kiln_kv_attend_batch(p, layer, 1, &sq, &pos, q, n_heads, scale, out);
 }

@@ -1,11 +1,36 @@
-/* kv.h — the paged KV cache.
+/* kv.h — the paged KV cache (internal API; the public view is the KV block of kiln.h).
  *
- * A pool of fixed-size pages, sized from a byte budget. Page p holds, for every layer, K and V of
- * page_tokens consecutive positions: storage per layer is [n_pages][n_kv_heads][page_tokens][head_dim]
- * elements of the KV dtype (head-major inside a page so one head's keys are contiguous for the
- * attention dot products). A sequence owns a block table: its i-th entry is the page holding
- * positions [i*page_tokens, (i+1)*page_tokens). Pages carry reference counts so sequences can share
- * prefix pages. */
+ * A pool of fixed-size pages sized from a byte budget. Page p holds page_tokens consecutive
+ * positions of one sequence for every layer. Per layer there is one K array and (unless
+ * v_shares_k) one V array, each laid out [n_pages][n_kv_heads][page_tokens][dim] elements of the
+ * KV dtype: head-major inside a page, so one head's rows of a page are contiguous for the
+ * attention dot products, and one position's row of one head is `dim` contiguous values.
+ *
+ * Layout generality (for MLA): K rows have k_dim values and V rows v_dim values per KV head.
+ * With v_shares_k no V array exists: V of a position is the first v_dim values of its K row
+ * (MLA caches one latent row of kv_lora_rank + qk_rope_head_dim values, e.g. 576, with
+ * n_kv_heads = 1, k_dim = 576, v_dim = 512; attention over it is MQA with 576-dim queries and
+ * 512-dim outputs per head).
+ *
+ * Storage dtypes: F32 (calibration, reference), BF16, FP8 E4M3 (OCP "fn", max 448).
+ * FP8 scales (value = fp8 × scale):
+ *   static (default)  one scale per (layer, KV head) for K and one for V, fixed for the pool's
+ *                     life (from the checkpoint, kv_scales.json or calibration). No per-token or
+ *                     per-page bytes: FP8 pages are exactly half the bytes of BF16 pages.
+ *   dynamic           one scale per (page, layer, KV head) for K and for V, kept in the page's
+ *                     metadata. Rule: the scale is max over the rows written to that page so far of
+ *                     amax(row) / 448. It is set by the first row written to the page; when a later
+ *                     row's amax exceeds it, the scale grows to that amax / 448 and the rows already
+ *                     in the page are re-quantized to the new scale (one extra rounding each). Once
+ *                     the page's last position has been written (the page is sealed) its scale
+ *                     never changes. Cost: 2 × n_layers × n_kv_heads × 4 bytes per page.
+ * Conversion to FP8 is x × (1/scale) rounded to nearest even, saturating at ±448; NaN inputs are
+ * stored as 0, so no NaN code (0x7F / 0xFF) is ever written.
+ *
+ * A sequence owns a block table (kiln_kv_seq): entry i is the page holding positions
+ * [i × page_tokens, (i + 1) × page_tokens). Pages carry reference counts so sequences can share
+ * prefix pages (kiln_kv_seq_share_prefix). Every page has a header (kiln_kv_page) counted in the
+ * budget; it reserves room for the integrity seals of issue 5. */
 #ifndef KILN_KV_H
 #define KILN_KV_H
 #include "kiln.h"
@@ -13,32 +38,63 @@
 #include <stddef.h>
 
 typedef struct kiln_kv_config {
-    int n_layers, n_kv_heads, head_dim;
+    int n_layers, n_kv_heads, head_dim; /* head_dim: K and V row size when k_dim / v_dim are 0 */
     int page_tokens;
     kiln_kv_dtype dtype;    /* F32, BF16 or FP8 (AUTO must be resolved by the caller) */
-    int64_t mem_bytes;      /* budget for all pages (page data + per-page metadata) */
+    int64_t mem_bytes;      /* budget for the whole pool: pages, page metadata and pool scales */
+    int k_dim, v_dim;       /* values per KV head per position of K and V (0 = head_dim) */
+    int v_shares_k;         /* 1: no V storage; V = first v_dim values of the K row (MLA) */
+    kiln_kv_scale_mode scale_mode; /* FP8 only: static (default) or dynamic */
+    const float *k_scale, *v_scale; /* FP8 static: [n_layers × n_kv_heads] dequant scales, copied by
+                                       kiln_kv_pool_create (v_scale unused when v_shares_k) */
 } kiln_kv_config;
 
+/* Page header (16 bytes). One per page, counted in the page's cost together with the page's
+ * reference count and free-list slot (kiln_kv_pool.refcount / free_list: 4 bytes each). */
+typedef struct kiln_kv_page {
+    uint32_t epoch;         /* allocation epoch: bumped each time the page is handed out */
+    uint32_t flags;         /* KILN_KV_PAGE_SEALED once its last position is written (last layer) */
+    uint64_t seal;          /* issue 5 (integrity): seal over identity + content; unused now */
+} kiln_kv_page;
+#define KILN_KV_PAGE_SEALED 1u
+
 typedef struct kiln_kv_pool {
-    kiln_kv_config cfg;
+    kiln_kv_config cfg;     /* resolved: k_dim / v_dim set, scale pointers cleared */
     int n_pages;
-    size_t elem_bytes;       /* bytes per stored value */
-    size_t head_stride;      /* bytes of one head's slice of a page: page_tokens × head_dim × elem */
-    size_t page_layer_bytes; /* bytes of one page in one layer for K (same for V) */
-    uint8_t **k, **v;        /* [n_layers] → [n_pages × page_layer_bytes] */
-    int32_t *refcount;       /* [n_pages] */
-    int32_t *free_list;      /* stack of free page ids */
+    size_t elem_bytes;      /* bytes per stored value */
+    size_t row_k, row_v;    /* bytes of one position's row of one head (row_v = row_k when shared) */
+    size_t head_k, head_v;  /* bytes of one head's slice of a page: page_tokens × row */
+    size_t page_k, page_v;  /* bytes of one page in one layer's K (V) array */
+    uint8_t **k, **v;       /* [n_layers] → [n_pages × page_k] (v[l] == k[l] when v_shares_k) */
+    float *k_scale, *v_scale; /* static FP8: [n_layers × n_kv_heads] (v_scale == k_scale when shared) */
+    float *dscale;          /* dynamic FP8: [n_layers][n_pages][2][n_kv_heads] (K then V); 0 = unset */
+    kiln_kv_page *pages;    /* [n_pages] headers */
+    int32_t *refcount;      /* [n_pages] sequences (and caches) holding the page; 0 = free */
+    int32_t *free_list;     /* stack of free page ids */
     int n_free;
+    uint32_t epoch;
 } kiln_kv_pool;
 
 typedef struct kiln_kv_seq {
-    int32_t *pages;          /* block table */
+    int32_t *pages;         /* block table */
     int n_pages, cap;
-    int len;                 /* tokens stored */
+    int len;                /* tokens stored */
 } kiln_kv_seq;
 
-/* Bytes one page costs in the pool, all layers, K and V, metadata included. */
-size_t kiln_kv_page_cost(const kiln_kv_config *cfg);
+/* ---- sizes (pure arithmetic on a config; no allocation) ---- */
+size_t kiln_kv_elem_bytes(kiln_kv_dtype dt);
+/* Bytes of KV data one token costs over all layers (K and V): the figure that halves with FP8.
+ * E.g. Kimi-K2 (61 layers × 576 latent values, v_shares_k): 70,272 BF16, 35,136 FP8. */
+uint64_t kiln_kv_token_bytes(const kiln_kv_config *cfg);
+uint64_t kiln_kv_page_data_bytes(const kiln_kv_config *cfg); /* page_tokens × token bytes */
+uint64_t kiln_kv_page_meta_bytes(const kiln_kv_config *cfg); /* header + free-list slot (+ dynamic scales) */
+size_t kiln_kv_page_cost(const kiln_kv_config *cfg);          /* data + metadata */
+uint64_t kiln_kv_pool_fixed_bytes(const kiln_kv_config *cfg);  /* per-pool metadata (static scales) */
+/* Pages the budget holds: (mem_bytes − fixed) / page cost (may be 0). */
+int64_t kiln_kv_plan_pages(const kiln_kv_config *cfg);
+/* Checks the config (dims, page size, dtype, scale mode); errors name the field. */
+kiln_status kiln_kv_config_check(const kiln_kv_config *cfg);
+
 kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out);
 void kiln_kv_pool_free(kiln_kv_pool *p);
 int64_t kiln_kv_capacity_tokens(const kiln_kv_pool *p);
@@ -47,17 +103,9 @@ int64_t kiln_kv_capacity_tokens(const kiln_kv_pool *p);
  * cannot. */
 kiln_status kiln_kv_seq_reserve(kiln_kv_pool *p, kiln_kv_seq *s, int new_len);
 void kiln_kv_seq_release(kiln_kv_pool *p, kiln_kv_seq *s);
-
-/* Stores K and V ([n_kv_heads × head_dim] floats each) of position pos of layer l. */
-void kiln_kv_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, const float *k, const float *v);
-
-/* Causal attention of one query position over positions [0, n_ctx) of layer l.
- *   q:   [n_heads × head_dim]  (already rotated)
- *   out: [n_heads × head_dim]
- *   att: scratch [n_heads × n_ctx] floats
- * GQA: query head h reads KV head h / (n_heads / n_kv_heads). scale = 1/sqrt(head_dim) usually. */
-void kiln_kv_attend(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, const float *q, int n_heads,
-                    int n_ctx, float scale, float *att, float *out);
+/* dst (empty) takes the first n_tokens of src: full pages are shared (refcount + 1), a partial last
+ * page is copied into a fresh page (copy-on-write up front), so either sequence can append. */
+kiln_status kiln_kv_seq_share_prefix(kiln_kv_pool *p, kiln_kv_seq *dst, const kiln_kv_seq *src, int n_tokens);
 
 /* Page-level sharing (kv_share.c; prefix caching in engine/prefix_cache.c, engine/scheduler.c):
  * an extra reference on a page in use / dropping one (the page returns to the free list at 0), and
@@ -65,4 +113,38 @@ void kiln_kv_attend(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, cons
 void kiln_kv_page_ref(kiln_kv_pool *p, int32_t page);
 void kiln_kv_page_unref(kiln_kv_pool *p, int32_t page);
 kiln_status kiln_kv_seq_share_page(kiln_kv_pool *p, kiln_kv_seq *s, int32_t page);
+
+/* Stores K ([n_kv_heads × k_dim] floats) and V ([n_kv_heads × v_dim] floats; NULL when v_shares_k)
+ * of position pos of layer l. The page must be reserved and not shared. */
+void kiln_kv_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, const float *k, const float *v);
+
+/* Attention of n query tokens, each over its own sequence: token i (sequence seq[i], position
+ * pos[i]) attends to positions [0, pos[i]] of its sequence in layer l, which must be stored.
+ *   q:   [n × n_heads × k_dim]   (already rotated)
+ *   out: [n × n_heads × v_dim]
+ * GQA/MQA: query head h reads KV head h / (n_heads / n_kv_heads). Scores are (q · k) × scale.
+ * Dequantization is fused into the dot products; decode (n = 1) and prefill (n > 1, tiles of
+ * consecutive tokens of one sequence share each K/V read) run the same kernels, ISA-dispatched
+ * (kiln_kernels_current()) and OpenMP-threaded over (KV head, query rows, context splits). */
+void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                          const float *q, int n_heads, float scale, float *out);
+/* One query position over positions [0, n_ctx). att is unused (kept for older callers; may be NULL). */
+void kiln_kv_attend(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, const float *q, int n_heads,
+                    int n_ctx, float scale, float *att, float *out);
+
+/* Dequantized row of position pos, KV head h, of layer l: K (is_v = 0, k_dim values) or V
+ * (is_v = 1, v_dim values). For tests, calibration and inspection. */
+void kiln_kv_read_row(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, int h, int is_v, float *out);
+/* amax of the stored rows of positions [0, n) per (layer, KV head), max-accumulated into
+ * kamax / vamax [n_layers × n_kv_heads] (vamax may be NULL). */
+void kiln_kv_seq_amax(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, float *kamax, float *vamax);
+
+/* ---- conversions (dispatched like the kernels; exact against base/fp.h's reference) ---- */
+/* f32 → E4M3: round to nearest even, saturating to ±448, NaN → 0 (never a NaN code). Equals
+ * kiln_f32_to_fp8_e4m3 for every non-NaN input; bit manipulation instead of a table search. */
+uint8_t kiln_kv_f32_to_fp8(float x);
+/* out[i] = kiln_kv_f32_to_fp8(x[i] × inv_scale), SIMD under AVX2 / AVX-512. */
+void kiln_kv_quant_fp8(const float *x, int n, float inv_scale, uint8_t *out);
+/* out[i] = bf16 RNE of x[i] (kiln_f32_to_bf16), SIMD under AVX2 / AVX-512. */
+void kiln_kv_quant_bf16(const float *x, int n, uint16_t *out);
 #endif

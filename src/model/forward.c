@@ -101,8 +101,10 @@ kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, k
             rope_apply(ws->q + (size_t)i * qd, H, hd, hp->rotary_dim, hp->rope_style, rope);
             rope_apply(ws->k + (size_t)i * kvd, KV, hd, hp->rotary_dim, hp->rope_style, rope);
             kiln_kv_store(pool, b->seq[i], l, b->pos[i], ws->k + (size_t)i * kvd, ws->v + (size_t)i * kvd);
-            kiln_kv_attend(pool, b->seq[i], l, ws->q + (size_t)i * qd, H, b->pos[i] + 1, scale, ws->att, ws->ao + (size_t)i * qd);
         }
+        /* All of the step's K/V are stored first: token i sees positions [0, pos_i] of its sequence,
+         * including earlier tokens of this step; consecutive tokens of one sequence share K/V reads. */
+        kiln_kv_attend_batch(pool, l, n, b->seq, b->pos, ws->q, H, scale, ws->ao);
         kiln_matmul(&L->wo, ws->ao, ws->xb, n);
         for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += ws->xb[j];
         for (int i = 0; i < n; i++) kiln_rmsnorm(ws->xb + (size_t)i * dim, ws->x + (size_t)i * dim, L->ffn_norm, dim, hp->norm_eps);

@@ -1,0 +1,221 @@
+/* attention_avx2.c — paged attention over F32 / BF16 / FP8 pages and the KV store conversions,
+ * AVX2 + FMA + F16C. Same structure as attention_avx512.c with 8 lanes and blocks of up to 8
+ * positions; tails of rows whose length is not a multiple of 8 go through a zero-padded 8-value
+ * buffer decoded with the same exact conversion (FP8 values × 2^-8, like the FP16 path). */
+#include "kv/kv_isa.h"
+#include "base/fp.h"
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+
+/* 8 full values at p. */
+AI __m256 deq8(const uint8_t *p, kiln_kv_dtype dt) {
+    if (dt == KILN_KV_F32) return _mm256_loadu_ps((const float *)p);
+    if (dt == KILN_KV_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    __m128i w = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7), _mm_set1_epi16((short)0xBF80));
+    return _mm256_cvtph_ps(w);
+}
+/* n < 8 values at p, zero-padded. */
+AI __m256 deq_tail(const uint8_t *p, int n, kiln_kv_dtype dt) {
+    uint8_t buf[32] = {0};
+    memcpy(buf, p, (size_t)n * (dt == KILN_KV_F32 ? 4 : dt == KILN_KV_BF16 ? 2 : 1));
+    return deq8(buf, dt);
+}
+AI __m256i tail_mask(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+AI __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* t: 8 rows of 8 floats (32-byte aligned). Returns lane i = Σ t[i][0..8). */
+AI __m256 hsum8(const float *t) {
+    __m256 h01 = _mm256_hadd_ps(_mm256_load_ps(t), _mm256_load_ps(t + 8));
+    __m256 h23 = _mm256_hadd_ps(_mm256_load_ps(t + 16), _mm256_load_ps(t + 24));
+    __m256 h45 = _mm256_hadd_ps(_mm256_load_ps(t + 32), _mm256_load_ps(t + 40));
+    __m256 h67 = _mm256_hadd_ps(_mm256_load_ps(t + 48), _mm256_load_ps(t + 56));
+    __m256 a = _mm256_hadd_ps(h01, h23), b = _mm256_hadd_ps(h45, h67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+AI float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+AI float hadd8(__m256 v) {
+    __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_add_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT) {
+    const int pt = sp->page_tokens, kd = sp->k_dim, vd = sp->v_dim;
+    const size_t es = DT == KILN_KV_F32 ? 4 : DT == KILN_KV_BF16 ? 2 : 1;
+    const float fp8f = DT == KILN_KV_FP8 ? 256.0f : 1.0f;
+    const int kfull = kd / 8, ktail = kd % 8, vfull = vd / 8, vtail = vd % 8;
+    const __m256i kmask = tail_mask(ktail), vmask = tail_mask(vtail);
+    float tmp[KV_MAX_ROWS][64] __attribute__((aligned(32)));
+    float pb[KV_MAX_ROWS][8] __attribute__((aligned(32)));
+    float corr[KV_MAX_ROWS];
+    int lmax = 0;
+    for (int r = 0; r < R; r++) lmax = rw->lim[r] > lmax ? rw->lim[r] : lmax;
+    if (t1 > lmax) t1 = lmax;
+    for (int b0 = t0; b0 < t1;) {
+        int32_t pg = sp->pages[b0 / pt];
+        int o0 = b0 % pt, nb = pt - o0;
+        if (nb > 8) nb = 8;
+        if (nb > t1 - b0) nb = t1 - b0;
+        const uint8_t *kp = sp->kbase + (size_t)pg * sp->page_k + sp->head_k + (size_t)o0 * sp->row_k;
+        const uint8_t *vp = sp->vbase + (size_t)pg * sp->page_v + sp->head_v + (size_t)o0 * sp->row_v;
+        float km = sp->kmul * fp8f * (sp->dyn_k ? sp->dyn_k[(size_t)pg * sp->dyn_stride] : 1.0f);
+        float vm = sp->vmul * fp8f * (sp->dyn_v ? sp->dyn_v[(size_t)pg * sp->dyn_stride] : 1.0f);
+        for (int j = 0; j < nb; j++) {
+            const uint8_t *kr = kp + (size_t)j * sp->row_k;
+            __m256 acc[KV_MAX_ROWS];
+            for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+            for (int c = 0; c < kfull; c++) {
+                __m256 k = deq8(kr + (size_t)c * 8 * es, DT);
+                for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rw->q[r] + 8 * c), k, acc[r]);
+            }
+            if (ktail) {
+                __m256 k = deq_tail(kr + (size_t)kfull * 8 * es, ktail, DT);
+                for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps(rw->q[r] + 8 * kfull, kmask), k, acc[r]);
+            }
+            for (int r = 0; r < R; r++) _mm256_store_ps(tmp[r] + 8 * j, acc[r]);
+        }
+        for (int r = 0; r < R; r++)
+            for (int j = nb; j < 8; j++) _mm256_store_ps(tmp[r] + 8 * j, _mm256_setzero_ps());
+        for (int r = 0; r < R; r++) {
+            int n = rw->lim[r] - b0 < nb ? rw->lim[r] - b0 : nb;
+            corr[r] = 1.0f;
+            if (n <= 0) { _mm256_store_ps(pb[r], _mm256_setzero_ps()); continue; }
+            __m256 valid = _mm256_castsi256_ps(tail_mask(n));
+            __m256 s = _mm256_mul_ps(hsum8(tmp[r]), _mm256_set1_ps(km));
+            float mx = hmax8(_mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, valid));
+            if (rw->m[r] > mx) mx = rw->m[r];
+            corr[r] = kiln_kv_corr(rw->m[r], mx);
+            __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(s, _mm256_set1_ps(mx))), valid);
+            rw->l[r] = rw->l[r] * corr[r] + hadd8(e);
+            rw->m[r] = mx;
+            _mm256_store_ps(pb[r], _mm256_mul_ps(e, _mm256_set1_ps(vm)));
+        }
+        for (int c = 0; c < vfull; c++) {
+            __m256 a[KV_MAX_ROWS];
+            for (int r = 0; r < R; r++) a[r] = _mm256_mul_ps(_mm256_loadu_ps(rw->acc[r] + 8 * c), _mm256_set1_ps(corr[r]));
+            for (int j = 0; j < nb; j++) {
+                __m256 v = deq8(vp + (size_t)j * sp->row_v + (size_t)c * 8 * es, DT);
+                for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(_mm256_set1_ps(pb[r][j]), v, a[r]);
+            }
+            for (int r = 0; r < R; r++) _mm256_storeu_ps(rw->acc[r] + 8 * c, a[r]);
+        }
+        if (vtail) {
+            __m256 a[KV_MAX_ROWS];
+            for (int r = 0; r < R; r++) a[r] = _mm256_mul_ps(_mm256_maskload_ps(rw->acc[r] + 8 * vfull, vmask), _mm256_set1_ps(corr[r]));
+            for (int j = 0; j < nb; j++) {
+                __m256 v = deq_tail(vp + (size_t)j * sp->row_v + (size_t)vfull * 8 * es, vtail, DT);
+                for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(_mm256_set1_ps(pb[r][j]), v, a[r]);
+            }
+            for (int r = 0; r < R; r++) _mm256_maskstore_ps(rw->acc[r] + 8 * vfull, vmask, a[r]);
+        }
+        b0 += nb;
+    }
+}
+
+#define INST(R)                                                                                              \
+    static void attend_r##R(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {                     \
+        switch (sp->dtype) {                                                                                 \
+        case KILN_KV_F32: attend_impl(sp, rw, t0, t1, R, KILN_KV_F32); break;                                \
+        case KILN_KV_BF16: attend_impl(sp, rw, t0, t1, R, KILN_KV_BF16); break;                              \
+        default: attend_impl(sp, rw, t0, t1, R, KILN_KV_FP8); break;                                         \
+        }                                                                                                    \
+    }
+INST(1) INST(2) INST(3) INST(4) INST(5) INST(6) INST(7) INST(8)
+
+static void attend(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {
+    static void (*const fns[KV_MAX_ROWS + 1])(const kiln_kv_span *, kiln_kv_rows *, int, int) = {
+        NULL, attend_r1, attend_r2, attend_r3, attend_r4, attend_r5, attend_r6, attend_r7, attend_r8};
+    if (rw->R >= 1 && rw->R <= KV_MAX_ROWS) fns[rw->R](sp, rw, t0, t1);
+}
+
+/* ---- store conversions ---- */
+AI __m256i fp8_codes(__m256 x) {
+    __m256i u = _mm256_castps_si256(x);
+    __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80));
+    __m256i norm = _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0x7ffff - 0x3c000000)),
+                                    _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1)));
+    norm = _mm256_min_epu32(_mm256_srli_epi32(norm, 20), _mm256_set1_epi32(0x7e));
+    __m256i sub = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(16384.0f))),
+                                   _mm256_set1_epi32(0x46800000));
+    /* a is non-negative as a signed int, so signed compares are unsigned compares here */
+    __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3c800000), a);
+    __m256i is_nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
+    __m256i code = _mm256_or_si256(_mm256_blendv_epi8(norm, sub, is_sub), sign);
+    return _mm256_andnot_si256(is_nan, code);
+}
+/* Low byte of each of the 8 int32 lanes → 8 bytes. */
+AI __m128i pack8(__m256i c) {
+    const __m256i sh = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m256i b = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(c, sh), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
+    return _mm256_castsi256_si128(b);
+}
+
+static void quant_fp8(const float *x, int n, float inv, uint8_t *out) {
+    const __m256 vi = _mm256_set1_ps(inv);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm_storel_epi64((__m128i *)(out + i), pack8(fp8_codes(_mm256_mul_ps(_mm256_loadu_ps(x + i), vi))));
+    if (i < n) {
+        float buf[8] = {0};
+        uint8_t ob[8];
+        memcpy(buf, x + i, (size_t)(n - i) * 4);
+        _mm_storel_epi64((__m128i *)ob, pack8(fp8_codes(_mm256_mul_ps(_mm256_loadu_ps(buf), vi))));
+        memcpy(out + i, ob, (size_t)(n - i));
+    }
+}
+
+AI __m128i bf16_codes(__m256 x) {
+    __m256i u = _mm256_castps_si256(x);
+    __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
+                                                   _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))), 16);
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    __m256i c = _mm256_blendv_epi8(r, q, nan);
+    __m256i p = _mm256_packus_epi32(c, c); /* [c0..3 c0..3 | c4..7 c4..7] */
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08));
+}
+
+static void quant_bf16(const float *x, int n, uint16_t *out) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(out + i), bf16_codes(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        float buf[8] = {0};
+        uint16_t ob[8];
+        memcpy(buf, x + i, (size_t)(n - i) * 4);
+        _mm_storeu_si128((__m128i *)ob, bf16_codes(_mm256_loadu_ps(buf)));
+        memcpy(out + i, ob, (size_t)(n - i) * 2);
+    }
+}
+
+const kiln_kv_ktable kiln_kv_ktable_avx2 = {attend, quant_fp8, quant_bf16};

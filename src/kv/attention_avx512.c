@@ -1,0 +1,192 @@
+/* attention_avx512.c — paged attention over F32 / BF16 / FP8 pages and the KV store conversions,
+ * AVX-512 (F, BW, VL) + F16C. Same structure as kiln_kv_attend_scalar (kv.c), 16 lanes wide.
+ *
+ * Per block of up to 16 positions of one page (a block never crosses a page):
+ *   QK: each K row is dequantized in registers chunk by chunk (16 values) and multiplied into R
+ *       accumulators (one per query row); the 16 per-position accumulators of a row are then
+ *       reduced together by a transpose-add (hsum16), giving 16 scores in one vector;
+ *   softmax: masked running max, vector exp, running sum (online softmax);
+ *   PV: for each chunk of 16 output values, the block's V rows are dequantized in registers and
+ *       accumulated with broadcast probabilities into R accumulators.
+ * FP8 E4M3 → F32: sign-extend the byte to 16 bits, shift left 7 and clear bit 14: that is the FP16
+ * whose value is the E4M3 value × 2^-8 (exact, subnormals included); vcvtph2ps converts it. The 2^8
+ * is folded into the per-block factors. Kernels are instantiated per (row count R, dtype). */
+#include "kv/kv_isa.h"
+#include "base/fp.h"
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+
+AI __m512 deq16(const uint8_t *p, __mmask16 m, kiln_kv_dtype dt) {
+    if (dt == KILN_KV_F32) return _mm512_maskz_loadu_ps(m, p);
+    if (dt == KILN_KV_BF16) {
+        __m256i h = _mm256_maskz_loadu_epi16(m, p);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    __m128i b = _mm_maskz_loadu_epi8(m, p);
+    __m256i w = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16((short)0xBF80));
+    return _mm512_cvtph_ps(w);
+}
+
+/* exp(x) for x ≤ 0 (Cephes expf polynomial, ~1 ulp); x is clamped at -87.3 (result ~1e-38). */
+AI __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(y, n);
+}
+
+/* t: 16 rows of 16 floats (64-byte aligned). Returns lane i = Σ t[i][0..16). */
+AI __m512 hsum16(const float *t) {
+    __m512 a[8], b[4];
+    for (int i = 0; i < 8; i++) {
+        __m512 x = _mm512_load_ps(t + 32 * i), y = _mm512_load_ps(t + 32 * i + 16);
+        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
+    }
+    for (int i = 0; i < 4; i++) {
+        __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]);
+        b[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    __m512 c0 = _mm512_add_ps(_mm512_shuffle_f32x4(b[0], b[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(b[0], b[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512 c1 = _mm512_add_ps(_mm512_shuffle_f32x4(b[2], b[3], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(b[2], b[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(c0, c1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(c0, c1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT) {
+    const int pt = sp->page_tokens, kd = sp->k_dim, vd = sp->v_dim;
+    const size_t es = DT == KILN_KV_F32 ? 4 : DT == KILN_KV_BF16 ? 2 : 1;
+    const float fp8f = DT == KILN_KV_FP8 ? 256.0f : 1.0f;
+    const int nkc = (kd + 15) / 16, nvc = (vd + 15) / 16;
+    const __mmask16 klast = (__mmask16)(kd % 16 ? (1u << (kd % 16)) - 1 : 0xFFFFu);
+    const __mmask16 vlast = (__mmask16)(vd % 16 ? (1u << (vd % 16)) - 1 : 0xFFFFu);
+    float tmp[KV_MAX_ROWS][256] __attribute__((aligned(64)));
+    float pb[KV_MAX_ROWS][16] __attribute__((aligned(64)));
+    float corr[KV_MAX_ROWS];
+    int lmax = 0;
+    for (int r = 0; r < R; r++) lmax = rw->lim[r] > lmax ? rw->lim[r] : lmax;
+    if (t1 > lmax) t1 = lmax;
+    for (int b0 = t0; b0 < t1;) {
+        int32_t pg = sp->pages[b0 / pt];
+        int o0 = b0 % pt, nb = pt - o0;
+        if (nb > 16) nb = 16;
+        if (nb > t1 - b0) nb = t1 - b0;
+        const uint8_t *kp = sp->kbase + (size_t)pg * sp->page_k + sp->head_k + (size_t)o0 * sp->row_k;
+        const uint8_t *vp = sp->vbase + (size_t)pg * sp->page_v + sp->head_v + (size_t)o0 * sp->row_v;
+        float km = sp->kmul * fp8f * (sp->dyn_k ? sp->dyn_k[(size_t)pg * sp->dyn_stride] : 1.0f);
+        float vm = sp->vmul * fp8f * (sp->dyn_v ? sp->dyn_v[(size_t)pg * sp->dyn_stride] : 1.0f);
+        /* QK */
+        for (int j = 0; j < nb; j++) {
+            const uint8_t *kr = kp + (size_t)j * sp->row_k;
+            __m512 acc[KV_MAX_ROWS];
+            for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+            for (int c = 0; c < nkc; c++) {
+                __mmask16 m = c == nkc - 1 ? klast : 0xFFFF;
+                __m512 k = deq16(kr + (size_t)c * 16 * es, m, DT);
+                for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, rw->q[r] + 16 * c), k, acc[r]);
+            }
+            for (int r = 0; r < R; r++) _mm512_store_ps(tmp[r] + 16 * j, acc[r]);
+        }
+        for (int r = 0; r < R; r++)
+            for (int j = nb; j < 16; j++) _mm512_store_ps(tmp[r] + 16 * j, _mm512_setzero_ps());
+        /* online softmax */
+        for (int r = 0; r < R; r++) {
+            int n = rw->lim[r] - b0 < nb ? rw->lim[r] - b0 : nb;
+            corr[r] = 1.0f;
+            if (n <= 0) { _mm512_store_ps(pb[r], _mm512_setzero_ps()); continue; }
+            __mmask16 valid = (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1);
+            __m512 s = _mm512_mul_ps(hsum16(tmp[r]), _mm512_set1_ps(km));
+            float mx = _mm512_mask_reduce_max_ps(valid, s);
+            if (rw->m[r] > mx) mx = rw->m[r];
+            corr[r] = kiln_kv_corr(rw->m[r], mx);
+            __m512 e = _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(s, _mm512_set1_ps(mx))));
+            rw->l[r] = rw->l[r] * corr[r] + _mm512_reduce_add_ps(e);
+            rw->m[r] = mx;
+            _mm512_store_ps(pb[r], _mm512_mul_ps(e, _mm512_set1_ps(vm)));
+        }
+        /* PV */
+        for (int c = 0; c < nvc; c++) {
+            __mmask16 m = c == nvc - 1 ? vlast : 0xFFFF;
+            __m512 a[KV_MAX_ROWS];
+            for (int r = 0; r < R; r++) a[r] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, rw->acc[r] + 16 * c), _mm512_set1_ps(corr[r]));
+            for (int j = 0; j < nb; j++) {
+                __m512 v = deq16(vp + (size_t)j * sp->row_v + (size_t)c * 16 * es, m, DT);
+                for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(pb[r][j]), v, a[r]);
+            }
+            for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(rw->acc[r] + 16 * c, m, a[r]);
+        }
+        b0 += nb;
+    }
+}
+
+#define INST(R)                                                                                              \
+    static void attend_r##R(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {                     \
+        switch (sp->dtype) {                                                                                 \
+        case KILN_KV_F32: attend_impl(sp, rw, t0, t1, R, KILN_KV_F32); break;                                \
+        case KILN_KV_BF16: attend_impl(sp, rw, t0, t1, R, KILN_KV_BF16); break;                              \
+        default: attend_impl(sp, rw, t0, t1, R, KILN_KV_FP8); break;                                         \
+        }                                                                                                    \
+    }
+INST(1) INST(2) INST(3) INST(4) INST(5) INST(6) INST(7) INST(8)
+
+static void attend(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {
+    static void (*const fns[KV_MAX_ROWS + 1])(const kiln_kv_span *, kiln_kv_rows *, int, int) = {
+        NULL, attend_r1, attend_r2, attend_r3, attend_r4, attend_r5, attend_r6, attend_r7, attend_r8};
+    if (rw->R >= 1 && rw->R <= KV_MAX_ROWS) fns[rw->R](sp, rw, t0, t1);
+}
+
+/* ---- store conversions ---- */
+AI __m512i fp8_codes(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80));
+    __m512i norm = _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x7ffff - 0x3c000000)),
+                                    _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1)));
+    norm = _mm512_min_epu32(_mm512_srli_epi32(norm, 20), _mm512_set1_epi32(0x7e));
+    __m512i sub = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(16384.0f))),
+                                   _mm512_set1_epi32(0x46800000));
+    __mmask16 is_sub = _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x3c800000));
+    __mmask16 not_nan = _mm512_cmple_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+    __m512i code = _mm512_or_si512(_mm512_mask_blend_epi32(is_sub, norm, sub), sign);
+    return _mm512_maskz_mov_epi32(not_nan, code);
+}
+
+static void quant_fp8(const float *x, int n, float inv, uint8_t *out) {
+    const __m512 vi = _mm512_set1_ps(inv);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm_storeu_si128((__m128i *)(out + i), _mm512_cvtepi32_epi8(fp8_codes(_mm512_mul_ps(_mm512_loadu_ps(x + i), vi))));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm_mask_storeu_epi8(out + i, m, _mm512_cvtepi32_epi8(fp8_codes(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vi))));
+    }
+}
+
+AI __m256i bf16_codes(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                                   _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))), 16);
+    __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, r, q));
+}
+
+static void quant_bf16(const float *x, int n, uint16_t *out) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(out + i), bf16_codes(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm256_mask_storeu_epi16(out + i, m, bf16_codes(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+const kiln_kv_ktable kiln_kv_ktable_avx512 = {attend, quant_fp8, quant_bf16};

@@ -1,0 +1,60 @@
+/* kv_isa.h — internal: the attention kernels over KV pages and the per-ISA table behind them.
+ *
+ * One kernel call runs the online-softmax attention of up to KV_MAX_ROWS query rows that share a
+ * KV head (the heads of a GQA group, or consecutive tokens of one sequence in prefill) over a
+ * context range [t0, t1) of that head's pages, reading K and V in their stored dtype: each row of
+ * K or V is dequantized in registers right where it is multiplied (no full-precision copy).
+ *
+ * Dequantization factors: kmul / vmul are the true factors (FP8: the static scale; BF16 / F32: 1);
+ * kmul also carries the softmax scale. With dynamic scales the page's scale dyn_k[page ×
+ * dyn_stride] (dyn_v for V) multiplies in per block. The SIMD kernels decode FP8 through FP16
+ * (the E4M3 bit pattern shifted into an FP16 is the value × 2^-8, exact, subnormals included) and
+ * fold the 2^8 into these factors. */
+#ifndef KILN_KV_ISA_H
+#define KILN_KV_ISA_H
+#include "kv/kv.h"
+
+#define KV_MAX_ROWS 8
+
+typedef struct kiln_kv_span {
+    const uint8_t *kbase, *vbase; /* layer arrays (vbase == kbase when V shares K) */
+    const int32_t *pages;        /* the sequence's block table */
+    size_t page_k, page_v;       /* bytes per page in the K / V array */
+    size_t head_k, head_v;       /* byte offset of this KV head's slice inside a page */
+    size_t row_k, row_v;         /* bytes per position row */
+    int page_tokens, k_dim, v_dim;
+    kiln_kv_dtype dtype;
+    float kmul, vmul;            /* factors (see above); kmul includes the softmax scale */
+    const float *dyn_k, *dyn_v;  /* dynamic FP8: scale of page pg at dyn[pg × dyn_stride]; NULL = static */
+    size_t dyn_stride;
+} kiln_kv_span;
+
+typedef struct kiln_kv_rows {
+    int R;                       /* rows, 1..KV_MAX_ROWS */
+    const float *q[KV_MAX_ROWS]; /* [k_dim] */
+    float *acc[KV_MAX_ROWS];     /* [v_dim] running Σ p·v (unnormalized), in/out */
+    int lim[KV_MAX_ROWS];        /* row r sees positions < lim[r] */
+    float m[KV_MAX_ROWS], l[KV_MAX_ROWS]; /* running max score and Σ p, in/out (start -inf, 0) */
+} kiln_kv_rows;
+
+typedef void (*kiln_kv_attend_fn)(const kiln_kv_span *sp, kiln_kv_rows *rows, int t0, int t1);
+
+typedef struct kiln_kv_ktable {
+    kiln_kv_attend_fn attend;
+    void (*quant_fp8)(const float *x, int n, float inv_scale, uint8_t *out);
+    void (*quant_bf16)(const float *x, int n, uint16_t *out);
+} kiln_kv_ktable;
+
+extern const kiln_kv_ktable kiln_kv_ktable_avx2;
+extern const kiln_kv_ktable kiln_kv_ktable_avx512;
+
+/* Scalar kernels (kv.c): the ISA-less path and the structure the SIMD files follow. */
+void kiln_kv_attend_scalar(const kiln_kv_span *sp, kiln_kv_rows *rows, int t0, int t1);
+
+/* exp(m_old − m_new) for the running-max update; 0 when m_old is -inf (nothing seen yet). */
+static inline float kiln_kv_corr(float m_old, float m_new);
+#include <math.h>
+static inline float kiln_kv_corr(float m_old, float m_new) {
+    return m_old == -INFINITY ? 0.0f : m_old == m_new ? 1.0f : expf(m_old - m_new);
+}
+#endif

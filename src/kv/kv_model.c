@@ -1,0 +1,209 @@
+/* kv_model.c — KV pool configuration for a model: layout, budget, FP8 scale resolution and the
+ * calibration pass (see kv_model.h). Also the public calibration entry points of kiln.h. */
+#include "kv/kv_model.h"
+#include "kv/kv_scales.h"
+#include "base/status.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* The built-in calibration text: plain English prose with numbers, names, dialogue and a little
+ * code-like punctuation, so keys and values see a spread of token kinds. Written for kiln. */
+static const char builtin_text[] =
+    "The harbour town woke slowly. At six o'clock the baker, Mrs. Alvarez, opened her shutters and set "
+    "out forty-two loaves on the cooling rack, while her son counted coins into a tin: 3 pennies, 7 "
+    "nickels and a single silver dollar from 1921. \"Is the ferry late again?\" he asked. \"It left "
+    "Portsmouth at 5:45,\" she said, \"so it will dock at half past seven, if the wind holds.\"\n"
+    "Down at the pier, a girl named Lily was teaching her little brother to tie a bowline. First make a "
+    "small loop, then bring the end up through it, around the standing part, and back down again. He "
+    "laughed when the knot fell apart, and tried once more, slowly, with his tongue between his teeth.\n"
+    "In the library above the post office, the old clock read 10:15. A student copied a formula from a "
+    "thick textbook: E = m * c^2, where c is about 299,792 kilometres per second. Next to it she wrote a "
+    "short list: (1) measure the mass; (2) square the speed; (3) multiply. Then she crossed it all out "
+    "and drew a cat instead.\n"
+    "Weather report: cloudy in the morning, with a 40% chance of rain after noon; winds from the north "
+    "west at 15 to 20 km/h; high of 18 degrees, low of 9. Fishermen were advised to return before dusk.\n"
+    "That evening the whole town gathered in the square. Someone played an accordion, the children ran "
+    "between the tables, and the mayor gave a speech that nobody remembered the next day. It was, "
+    "everyone agreed, a very good day.";
+
+void kiln_kv_layout_for_model(const struct kiln_model *m, kiln_kv_config *c) {
+    const kiln_hparams *hp = &m->hp;
+    c->n_layers = hp->n_layers;
+    c->n_kv_heads = hp->n_kv_heads;
+    c->head_dim = hp->head_dim;
+    c->k_dim = hp->head_dim;
+    c->v_dim = hp->kv_v_dim > 0 ? hp->kv_v_dim : hp->head_dim;
+    c->v_shares_k = hp->kv_v_shares_k;
+}
+
+void kiln_kv_scales_default_path(const kiln_model *m, char *buf, size_t cap) {
+    struct stat st;
+    if (stat(m->path, &st) == 0 && S_ISDIR(st.st_mode)) { snprintf(buf, cap, "%s/kv_scales.json", m->path); return; }
+    const char *sl = strrchr(m->path, '/');
+    if (!sl) snprintf(buf, cap, "kv_scales.json");
+    else snprintf(buf, cap, "%.*s/kv_scales.json", (int)(sl - m->path), m->path);
+}
+
+kiln_status kiln_kv_measure_amax(kiln_model *m, const kiln_options *opts, const int32_t *tokens, size_t n, int window,
+                                 float *kamax, float *vamax) {
+    kiln_kv_config c;
+    memset(&c, 0, sizeof c);
+    kiln_kv_layout_for_model(m, &c);
+    int n_ctx = opts && opts->max_context > 0 && opts->max_context < m->hp.max_seq ? opts->max_context : m->hp.max_seq;
+    if (window <= 0 || window > n_ctx) window = n_ctx;
+    if ((size_t)window > n) window = (int)n;
+    if (n == 0 || window < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "kv calibration: no tokens");
+    c.page_tokens = 16;
+    c.dtype = KILN_KV_F32;
+    c.mem_bytes = (int64_t)((window + 15) / 16) * (int64_t)kiln_kv_page_cost(&c);
+    kiln_kv_pool *pool = NULL;
+    kiln_kv_seq seq = {0};
+    kiln_forward_ws ws;
+    memset(&ws, 0, sizeof ws);
+    const int chunk = 64;
+    kiln_status st = kiln_kv_pool_create(&c, &pool);
+    if (st == KILN_OK) st = kiln_forward_ws_init(&ws, m, chunk, window);
+    for (size_t i = 0; st == KILN_OK && i < n; i += (size_t)window) {
+        int w = n - i < (size_t)window ? (int)(n - i) : window;
+        st = kiln_kv_seq_reserve(pool, &seq, w);
+        for (int j = 0; st == KILN_OK && j < w; j += chunk)
+            st = kiln_forward(m, pool, &seq, &ws, tokens + i + j, w - j < chunk ? w - j : chunk, NULL);
+        if (st == KILN_OK) kiln_kv_seq_amax(pool, &seq, w, kamax, c.v_shares_k ? NULL : vamax);
+        kiln_kv_seq_release(pool, &seq);
+    }
+    if (st == KILN_OK && c.v_shares_k && vamax)
+        memcpy(vamax, kamax, (size_t)c.n_layers * (size_t)c.n_kv_heads * sizeof *vamax);
+    free(seq.pages);
+    kiln_forward_ws_free(&ws);
+    kiln_kv_pool_free(pool);
+    return st;
+}
+
+static void amax_to_scales(const float *amax, int n, float margin, float *out) {
+    for (int i = 0; i < n; i++) out[i] = fmaxf(amax[i], 1e-6f) * margin / 448.0f;
+}
+
+kiln_status kiln_kv_scales_write(const kiln_model *m, const char *path, const float *kamax, const float *vamax, float margin,
+                                 const char *source, uint64_t n_tokens) {
+    if (!(margin >= 1.0f && margin <= 1000.0f)) return kiln_fail(KILN_ERR_INVALID_ARG, "calibrate: --margin %g is outside [1, 1000]", (double)margin);
+    int n = m->hp.n_layers * m->hp.n_kv_heads;
+    float *ks = malloc((size_t)n * sizeof *ks), *vs = malloc((size_t)n * sizeof *vs);
+    if (!ks || !vs) { free(ks); free(vs); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    amax_to_scales(kamax, n, margin, ks);
+    amax_to_scales(vamax, n, margin, vs);
+    kiln_status st = kiln_kv_scales_write_json(path, m->hp.n_layers, m->hp.n_kv_heads, ks, vs, margin, source, n_tokens);
+    free(ks);
+    free(vs);
+    return st;
+}
+
+/* Built-in calibration tokens: the text above through the model's tokenizer, or a fixed
+ * pseudo-random sequence (splitmix64) for models without one. */
+static int calib_tokens(kiln_model *m, int n_ctx, int32_t **out) {
+    int cap = KILN_KV_CALIB_TOKENS < n_ctx ? KILN_KV_CALIB_TOKENS : n_ctx;
+    int32_t *t = malloc(sizeof builtin_text * sizeof *t + 64);
+    if (!t) return 0;
+    size_t n = 0;
+    if (!m->tok || kiln_tokenize(m, builtin_text, sizeof builtin_text - 1, 1, t, sizeof builtin_text, &n) != KILN_OK || n < 16) {
+        uint64_t x = 0x243F6A8885A308D3ull;
+        n = 0;
+        if (m->hp.bos_id >= 0 && m->hp.bos_id < m->hp.vocab) t[n++] = m->hp.bos_id;
+        while (n < (size_t)cap) {
+            uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+            t[n++] = (int32_t)((z ^ (z >> 31)) % (uint64_t)m->hp.vocab);
+        }
+    }
+    *out = t;
+    return (int)(n < (size_t)cap ? n : (size_t)cap);
+}
+
+kiln_status kiln_kv_setup_for_model(struct kiln_model *m, const kiln_options *o, int n_ctx, int run_cal, kiln_kv_setup *su) {
+    memset(su, 0, sizeof *su);
+    kiln_kv_config *c = &su->cfg;
+    kiln_kv_layout_for_model(m, c);
+    c->page_tokens = o->kv_page_tokens > 0 ? o->kv_page_tokens : 16;
+    c->dtype = kiln_resolve_kv_dtype(m, o->kv_dtype);
+    c->scale_mode = o->kv_scale_mode;
+    c->mem_bytes = o->kv_mem_bytes;
+    KILN_TRY(kiln_kv_config_check(c));
+    if (c->mem_bytes <= 0) {
+        int64_t pages = ((int64_t)n_ctx + c->page_tokens - 1) / c->page_tokens;
+        c->mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(c) + pages * (int64_t)kiln_kv_page_cost(c);
+    }
+    if (c->dtype != KILN_KV_FP8) {
+        snprintf(su->source, sizeof su->source, "none (%s storage needs no scales)", c->dtype == KILN_KV_F32 ? "f32" : "bf16");
+        return KILN_OK;
+    }
+    if (c->scale_mode == KILN_KV_SCALE_DYNAMIC) {
+        snprintf(su->source, sizeof su->source, "dynamic: one scale per (page, layer, KV head) = running amax / 448 of the page's rows");
+        return KILN_OK;
+    }
+    const int L = c->n_layers, H = c->n_kv_heads;
+    su->k_scale = malloc((size_t)L * H * sizeof(float));
+    su->v_scale = malloc((size_t)L * H * sizeof(float));
+    if (!su->k_scale || !su->v_scale) { kiln_kv_setup_free(su); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    c->k_scale = su->k_scale;
+    c->v_scale = su->v_scale;
+    kiln_status st;
+    if (o->kv_scales_path) {
+        st = kiln_kv_scales_read_json(o->kv_scales_path, L, H, c->v_shares_k, su->k_scale, su->v_scale);
+        if (st != KILN_OK) { kiln_kv_setup_free(su); return st; }
+        snprintf(su->source, sizeof su->source, "%.400s (--kv-scales)", o->kv_scales_path);
+        return KILN_OK;
+    }
+    int found = 0;
+    st = kiln_kv_scales_from_checkpoint(m, L, H, c->v_shares_k, su->k_scale, su->v_scale, &found);
+    if (st != KILN_OK) { kiln_kv_setup_free(su); return st; }
+    if (found) {
+        snprintf(su->source, sizeof su->source, "checkpoint (model.layers.N.self_attn.k_scale%s)", c->v_shares_k ? "" : " / v_scale");
+        return KILN_OK;
+    }
+    char path[4300];
+    kiln_kv_scales_default_path(m, path, sizeof path);
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        st = kiln_kv_scales_read_json(path, L, H, c->v_shares_k, su->k_scale, su->v_scale);
+        if (st != KILN_OK) { kiln_kv_setup_free(su); return st; }
+        snprintf(su->source, sizeof su->source, "%.400s (kiln calibrate)", path);
+        return KILN_OK;
+    }
+    int32_t *toks = NULL;
+    int nt = calib_tokens(m, n_ctx, &toks);
+    if (nt < 1) { free(toks); kiln_kv_setup_free(su); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    const char *what = m->tok ? "a built-in English text" : "a fixed pseudo-random token sequence (no tokenizer)";
+    if (!run_cal) {
+        free(toks);
+        free(su->k_scale); free(su->v_scale);
+        su->k_scale = su->v_scale = NULL;
+        c->k_scale = c->v_scale = NULL;
+        snprintf(su->source, sizeof su->source, "built-in calibration at session start (%d tokens of %s, margin %g); "
+                 "run `kiln calibrate` to write kv_scales.json", nt, what, (double)KILN_KV_MARGIN);
+        return KILN_OK;
+    }
+    float *ka = calloc((size_t)L * H, sizeof *ka), *va = calloc((size_t)L * H, sizeof *va);
+    st = ka && va ? kiln_kv_measure_amax(m, o, toks, (size_t)nt, nt, ka, va) : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (st == KILN_OK) {
+        amax_to_scales(ka, L * H, KILN_KV_MARGIN, su->k_scale);
+        amax_to_scales(va, L * H, KILN_KV_MARGIN, su->v_scale);
+        su->calib_tokens = nt;
+        snprintf(su->source, sizeof su->source, "built-in calibration (%d tokens of %s, margin %g); run `kiln calibrate` to write kv_scales.json",
+                 nt, what, (double)KILN_KV_MARGIN);
+    }
+    free(ka); free(va); free(toks);
+    if (st != KILN_OK) kiln_kv_setup_free(su);
+    return st;
+}
+
+void kiln_kv_setup_free(kiln_kv_setup *s) {
+    free(s->k_scale);
+    free(s->v_scale);
+    s->k_scale = s->v_scale = NULL;
+    s->cfg.k_scale = s->cfg.v_scale = NULL;
+}

@@ -1,0 +1,37 @@
+/* kv_model.h — building a KV pool configuration for a model (internal): the layout from the
+ * model's hyper-parameters, the budget, and the FP8 scales with their source.
+ *
+ * Scale sources for FP8 with static scales, first match wins:
+ *   1. opts->kv_scales_path (an explicit kv_scales.json);
+ *   2. the checkpoint's model.layers.N.self_attn.k_scale / v_scale tensors;
+ *   3. kv_scales.json beside the model (written by `kiln calibrate`);
+ *   4. a built-in calibration pass: KILN_KV_CALIB_TOKENS tokens of a fixed English text (or, for a
+ *      model without a tokenizer, a fixed pseudo-random token sequence) through the model with an
+ *      F32 cache; scale = max(amax, 1e-6) × KILN_KV_MARGIN / 448 per (layer, KV head).
+ * Never a silent 1.0. Any bad input found on the way is an error (no fall-through). */
+#ifndef KILN_KV_MODEL_H
+#define KILN_KV_MODEL_H
+#include "kv/kv.h"
+
+struct kiln_model;
+
+#define KILN_KV_MARGIN 2.0f
+#define KILN_KV_CALIB_TOKENS 256
+
+typedef struct kiln_kv_setup {
+    kiln_kv_config cfg;       /* ready for kiln_kv_pool_create (k_scale / v_scale point below) */
+    float *k_scale, *v_scale; /* owned; NULL unless FP8 static with scales resolved */
+    char source[512];         /* human-readable scale source */
+    int calib_tokens;         /* tokens the built-in calibration ran (0 = none) */
+} kiln_kv_setup;
+
+/* n_layers, n_kv_heads, k_dim = head_dim, v_dim = kv_v_dim (0 → head_dim), v_shares_k. */
+void kiln_kv_layout_for_model(const struct kiln_model *m, kiln_kv_config *c);
+
+/* Everything but the pool: dtype resolved (AUTO → model), page size, budget (0 → n_ctx tokens'
+ * worth of pages), FP8 scales. run_calibration = 0 never runs the model (the source then says a
+ * calibration would run at session start). */
+kiln_status kiln_kv_setup_for_model(struct kiln_model *m, const kiln_options *o, int n_ctx, int run_calibration,
+                                    kiln_kv_setup *out);
+void kiln_kv_setup_free(kiln_kv_setup *s);
+#endif

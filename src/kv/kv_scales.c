@@ -1,0 +1,153 @@
+/* kv_scales.c — FP8 KV scales from checkpoint tensors and kv_scales.json (see kv_scales.h). */
+#include "kv/kv_scales.h"
+#include "base/status.h"
+#include "model/model.h"
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int good_scale(double v) { return isfinite(v) && v > 0.0 && v < 3.0e38; }
+
+/* Reads one scale tensor into out[H] (broadcast a scalar). */
+static kiln_status read_scale_tensor(const kiln_tensor *t, int H, float *out) {
+    const kiln_dtype_info *di = kiln_dtype_get(t->dtype);
+    uint64_t n = kiln_tensor_numel(t);
+    if (t->dtype != KILN_DT_F32 && t->dtype != KILN_DT_BF16 && t->dtype != KILN_DT_F16)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s': dtype %s is not f32, bf16 or f16", t->file ? t->file : "?", t->name, di->name);
+    if (n != 1 && n != (uint64_t)H)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' has %llu values; a KV scale is a scalar or one per KV head (%d)",
+                         t->file ? t->file : "?", t->name, (unsigned long long)n, H);
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    di->to_f32(t->data, v, (size_t)n);
+    for (uint64_t i = 0; i < n; i++)
+        if (!good_scale(v[i])) {
+            kiln_status st = kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s'[%llu] = %g is not a positive finite scale",
+                                       t->file ? t->file : "?", t->name, (unsigned long long)i, (double)v[i]);
+            free(v);
+            return st;
+        }
+    for (int h = 0; h < H; h++) out[h] = v[n == 1 ? 0 : h];
+    free(v);
+    return KILN_OK;
+}
+
+kiln_status kiln_kv_scales_from_checkpoint(const struct kiln_model *m, int L, int H, int v_shares_k, float *ks,
+                                           float *vs, int *found) {
+    *found = 0;
+    char name[160];
+    int n_k = 0;
+    for (int l = 0; l < L; l++) {
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.k_scale", l);
+        n_k += kiln_tt_find(&m->tt, name) != NULL;
+    }
+    if (n_k == 0) return KILN_OK;
+    for (int l = 0; l < L; l++)
+        for (int kind = 0; kind < (v_shares_k ? 1 : 2); kind++) {
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.%s", l, kind ? "v_scale" : "k_scale");
+            const kiln_tensor *t = kiln_tt_find(&m->tt, name);
+            if (!t)
+                return kiln_fail(KILN_ERR_FORMAT, "%s: missing tensor '%s' (the checkpoint carries KV scales for %d of %d layers)",
+                                 m->path, name, n_k, L);
+            KILN_TRY(read_scale_tensor(t, H, (kind ? vs : ks) + (size_t)l * H));
+        }
+    if (v_shares_k && vs) memcpy(vs, ks, (size_t)L * H * sizeof *vs);
+    *found = 1;
+    return KILN_OK;
+}
+
+static kiln_status read_matrix(const char *path, json_t *root, const char *key, int L, int H, float *out) {
+    json_t *a = json_object_get(root, key);
+    if (!a) return kiln_fail(KILN_ERR_FORMAT, "%s: required field '%s' is missing", path, key);
+    if (!json_is_array(a)) return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' is not an array (one row per layer)", path, key);
+    if ((int)json_array_size(a) != L)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' has %zu layers but the model has %d", path, key, json_array_size(a), L);
+    for (int l = 0; l < L; l++) {
+        json_t *row = json_array_get(a, (size_t)l);
+        if (!json_is_array(row))
+            return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s[%d]' is not an array (one scale per KV head)", path, key, l);
+        if ((int)json_array_size(row) != H)
+            return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s[%d]' has %zu heads but the model has %d KV heads", path, key, l,
+                             json_array_size(row), H);
+        for (int h = 0; h < H; h++) {
+            json_t *v = json_array_get(row, (size_t)h);
+            if (!json_is_number(v))
+                return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s[%d][%d]' is not a number", path, key, l, h);
+            double d = json_number_value(v);
+            if (!good_scale(d))
+                return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s[%d][%d]' = %g is not a positive finite scale", path, key, l, h, d);
+            out[(size_t)l * H + h] = (float)d;
+        }
+    }
+    return KILN_OK;
+}
+
+static kiln_status check_int(const char *path, json_t *root, const char *key, int want, const char *what) {
+    json_t *v = json_object_get(root, key);
+    if (!v) return kiln_fail(KILN_ERR_FORMAT, "%s: required field '%s' is missing", path, key);
+    if (!json_is_integer(v)) return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' is not an integer", path, key);
+    if (json_integer_value(v) != want)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' = %lld but the model has %d %s", path, key, (long long)json_integer_value(v), want, what);
+    return KILN_OK;
+}
+
+kiln_status kiln_kv_scales_read_json(const char *path, int L, int H, int v_shares_k, float *ks, float *vs) {
+    json_error_t e;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+    if (!root) {
+        FILE *f = fopen(path, "rb");
+        if (!f) return kiln_fail(KILN_ERR_IO, "%s: cannot open", path);
+        fclose(f);
+        return kiln_fail(KILN_ERR_FORMAT, "%s: line %d: %s", path, e.line, e.text);
+    }
+    kiln_status st = KILN_OK;
+    const char *fmt = json_string_value(json_object_get(root, "format"));
+    const char *dt = json_string_value(json_object_get(root, "dtype"));
+    if (!json_is_object(root)) st = kiln_fail(KILN_ERR_FORMAT, "%s: not a JSON object", path);
+    else if (!fmt || strcmp(fmt, "kiln-kv-scales") != 0)
+        st = kiln_fail(KILN_ERR_FORMAT, "%s: field 'format' must be \"kiln-kv-scales\"", path);
+    else if (json_integer_value(json_object_get(root, "version")) != 1)
+        st = kiln_fail(KILN_ERR_FORMAT, "%s: field 'version' must be 1", path);
+    else if (dt && strcmp(dt, "fp8_e4m3") != 0)
+        st = kiln_fail(KILN_ERR_FORMAT, "%s: field 'dtype' = \"%s\" is not \"fp8_e4m3\"", path, dt);
+    if (st == KILN_OK) st = check_int(path, root, "num_layers", L, "layers");
+    if (st == KILN_OK) st = check_int(path, root, "num_kv_heads", H, "KV heads");
+    if (st == KILN_OK) st = read_matrix(path, root, "k_scale", L, H, ks);
+    if (st == KILN_OK && vs) {
+        if (v_shares_k && !json_object_get(root, "v_scale")) memcpy(vs, ks, (size_t)L * H * sizeof *vs);
+        else st = read_matrix(path, root, "v_scale", L, H, vs);
+        if (st == KILN_OK && v_shares_k) memcpy(vs, ks, (size_t)L * H * sizeof *vs); /* V is read from K storage */
+    }
+    json_decref(root);
+    return st;
+}
+
+kiln_status kiln_kv_scales_write_json(const char *path, int L, int H, const float *ks, const float *vs, float margin,
+                                      const char *source, uint64_t n_tokens) {
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string("kiln-kv-scales"));
+    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "dtype", json_string("fp8_e4m3"));
+    json_object_set_new(root, "num_layers", json_integer(L));
+    json_object_set_new(root, "num_kv_heads", json_integer(H));
+    json_object_set_new(root, "margin", json_real(margin));
+    json_object_set_new(root, "tokens", json_integer((json_int_t)n_tokens));
+    json_object_set_new(root, "source", json_string(source ? source : ""));
+    json_object_set_new(root, "rule", json_string("scale = max(amax, 1e-6) * margin / 448 per layer and KV head; value = fp8 * scale"));
+    for (int kind = 0; kind < 2; kind++) {
+        json_t *a = json_array();
+        const float *s = kind ? vs : ks;
+        for (int l = 0; l < L; l++) {
+            json_t *row = json_array();
+            for (int h = 0; h < H; h++) json_array_append_new(row, json_real(s[(size_t)l * H + h]));
+            json_array_append_new(a, row);
+        }
+        json_object_set_new(root, kind ? "v_scale" : "k_scale", a);
+    }
+    int rc = json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(9));
+    json_decref(root);
+    if (rc != 0) return kiln_fail(KILN_ERR_IO, "%s: cannot write", path);
+    return KILN_OK;
+}

@@ -1,0 +1,30 @@
+/* kv_scales.h — FP8 KV scales: from checkpoint tensors and from kv_scales.json (internal).
+ *
+ * Scales are dequantization scales (value = fp8 × scale), per (layer, KV head), arrays
+ * [n_layers × n_kv_heads] row-major by layer. */
+#ifndef KILN_KV_SCALES_H
+#define KILN_KV_SCALES_H
+#include "kiln.h"
+#include <stddef.h>
+
+struct kiln_model;
+
+/* Checkpoint scales, the vLLM / SGLang convention: model.layers.N.self_attn.k_scale and .v_scale,
+ * each a scalar ([] or [1], broadcast over heads) or [n_kv_heads]; F32, BF16 or F16. When
+ * v_shares_k, only k_scale is needed (v_scale, if present, is ignored).
+ * *found = 0 when no layer carries a k_scale; otherwise every layer must carry valid scales, or
+ * the error names the missing / bad tensor. */
+kiln_status kiln_kv_scales_from_checkpoint(const struct kiln_model *m, int n_layers, int n_kv_heads, int v_shares_k,
+                                           float *k_scale, float *v_scale, int *found);
+
+/* kv_scales.json (written by `kiln calibrate`, format in docs/KV.md):
+ *   {"format": "kiln-kv-scales", "version": 1, "dtype": "fp8_e4m3",
+ *    "num_layers": L, "num_kv_heads": H, "margin": 2.0, "tokens": N, "source": "...",
+ *    "k_scale": [[H numbers] × L], "v_scale": [[H numbers] × L]}
+ * Validation: num_layers / num_kv_heads must equal the model's; each array has L rows of H
+ * positive finite numbers; errors name the file and the field (e.g. k_scale[3][1]). */
+kiln_status kiln_kv_scales_read_json(const char *path, int n_layers, int n_kv_heads, int v_shares_k,
+                                     float *k_scale, float *v_scale);
+kiln_status kiln_kv_scales_write_json(const char *path, int n_layers, int n_kv_heads, const float *k_scale,
+                                      const float *v_scale, float margin, const char *source, uint64_t n_tokens);
+#endif
