@@ -474,6 +474,13 @@ kiln_status kiln_bpe__regex(kiln_bpe *b, const char *pattern, size_t len, int li
     bpe_regex *r = &b->rx[b->n_rx];
     r->code = code;
     r->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+    r->src = kiln_bpe__strdup(pattern, len);
+    r->src_len = len;
+    r->literal = literal;
+    if (!r->src) {
+        pcre2_code_free(code);
+        return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", b->name);
+    }
     *rx = b->n_rx++;
     return KILN_OK;
 }
@@ -990,6 +997,140 @@ kiln_status kiln_bpe_load_hf_json(const char *tokenizer_json_path, const char *t
     return st;
 }
 
+/* ---- the pipeline as tokenizer.json objects (saving) ---------------------------------------- */
+static json_t *pattern_json(const kiln_bpe *b, int rx) {
+    const bpe_regex *r = &b->rx[rx];
+    return json_pack("{s:s%}", r->literal ? "String" : "Regex", r->src, r->src_len);
+}
+
+json_t *kiln_bpe__pipeline_json(const kiln_bpe *b) {
+    static const char *const beh[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext",
+                                      "Contiguous"};
+    static const char *const nname[] = {"NFC", "NFD", "NFKC", "NFKD", "Replace", "Prepend", "Lowercase"};
+    json_t *norms = json_array(), *pres = json_array();
+    for (int i = 0; norms && i < b->n_norms; i++) {
+        const bpe_norm *nm = &b->norms[i];
+        json_t *o = json_pack("{s:s}", "type", nname[nm->type]);
+        if (o && nm->type == NM_REPLACE) {
+            json_object_set_new(o, "pattern", pattern_json(b, nm->rx));
+            json_object_set_new(o, "content", json_string(nm->content));
+        } else if (o && nm->type == NM_PREPEND) {
+            json_object_set_new(o, "prepend", json_string(nm->content));
+        }
+        json_array_append_new(norms, o);
+    }
+    for (int i = 0; pres && i < b->n_steps; i++) {
+        const bpe_step *st = &b->steps[i];
+        json_t *o = NULL;
+        if (st->type == PT_SPLIT)
+            o = json_pack("{s:s, s:o, s:s, s:b}", "type", "Split", "pattern", pattern_json(b, st->rx),
+                          "behavior", beh[st->behavior], "invert", st->invert);
+        else if (st->type == PT_BYTELEVEL)
+            o = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space",
+                          st->add_prefix_space, "trim_offsets", 0, "use_regex", st->rx >= 0);
+        else if (st->type == PT_DIGITS)
+            o = json_pack("{s:s, s:b}", "type", "Digits", "individual_digits", st->behavior == SB_ISOLATED);
+        json_array_append_new(pres, o);
+    }
+    if (!norms || !pres) {
+        json_decref(norms);
+        json_decref(pres);
+        return NULL;
+    }
+    return json_pack("{s:o, s:o}", "normalizer", json_pack("{s:s, s:o}", "type", "Sequence", "normalizers", norms),
+                     "pre_tokenizer", json_pack("{s:s, s:o}", "type", "Sequence", "pretokenizers", pres));
+}
+
+kiln_status kiln_bpe__parse_pipeline(kiln_bpe *b, const char *json, size_t len, const char *field) {
+    json_error_t je;
+    json_t *o = json_loadb(json, len, 0, &je);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return kiln_fail(KILN_ERR_FORMAT, "%s: %s: not a JSON object (%s)", b->name, field, je.text);
+    }
+    b->n_norms = 0;
+    b->n_steps = 0;
+    kiln_status st = KILN_OK;
+    json_t *v = json_object_get(o, "normalizer");
+    if (v && !json_is_null(v)) st = parse_normalizer(b, v, field, 0);
+    v = json_object_get(o, "pre_tokenizer");
+    if (st == KILN_OK && v && !json_is_null(v)) st = parse_pretok(b, v, field, 0);
+    json_decref(o);
+    return st;
+}
+
+static kiln_status write_json(json_t *j, const char *path) {
+    if (!j) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
+    int rc = json_dump_file(j, path, JSON_INDENT(2));
+    json_decref(j);
+    if (rc) return kiln_fail(KILN_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    return KILN_OK;
+}
+
+static int merge_cmp(const void *a, const void *b) {
+    const bpe_merge_t *x = a, *y = b;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+bpe_merge_t *kiln_bpe__merges_sorted(const kiln_bpe *b, size_t *n) {
+    *n = 0;
+    bpe_merge_t *m = malloc((b->pmap_n ? b->pmap_n : 1) * sizeof *m);
+    if (!m) return NULL;
+    for (uint32_t i = 0; b->pkeys && i <= b->pmap_mask; i++) {
+        if (b->prank[i] < 0) continue;
+        m[(*n)++] = (bpe_merge_t){b->prank[i], (int32_t)(b->pkeys[i] >> 32), (int32_t)(uint32_t)b->pkeys[i]};
+    }
+    qsort(m, *n, sizeof *m, merge_cmp);
+    return m;
+}
+
+kiln_status kiln_bpe_save_hf(const kiln_bpe *b, const char *dir) {
+    if (b->tiktoken || !b->byte_level)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: writing a tokenizer.json for a %s vocabulary is not supported",
+                         b->name, b->tiktoken ? "tiktoken" : "non-byte-level");
+    json_t *vocab = json_object(), *merges = json_array(), *added = json_array();
+    size_t nm = 0;
+    bpe_merge_t *m = kiln_bpe__merges_sorted(b, &nm);
+    json_t *pipe = kiln_bpe__pipeline_json(b);
+    if (!vocab || !merges || !added || !m || !pipe) {
+        json_decref(vocab); json_decref(merges); json_decref(added); json_decref(pipe); free(m);
+        return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", dir);
+    }
+    for (int32_t id = 0; id < b->n_vocab; id++)
+        if (b->flags[id] & BPE_F_VOCAB) json_object_set_new(vocab, b->pool + b->str_off[id], json_integer(id));
+    for (size_t i = 0; i < nm; i++)
+        json_array_append_new(merges, json_pack("[s,s]", b->pool + b->str_off[m[i].l], b->pool + b->str_off[m[i].r]));
+    free(m);
+    for (size_t i = 0; i < b->n_added; i++) {
+        const bpe_added *a = &b->added[i];
+        json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", (int)a->id, "content",
+                                               b->pool + b->str_off[a->id], "single_word", a->single_word, "lstrip",
+                                               a->lstrip, "rstrip", a->rstrip, "normalized", 0, "special", a->special));
+    }
+    json_t *root = json_pack("{s:s, s:n, s:n, s:o, s:O, s:O, s:n, s:{s:s, s:b, s:b, s:b}, s:{s:s, s:n, s:n, s:n, "
+                             "s:n, s:b, s:b, s:b, s:o, s:o}}",
+                             "version", "1.0", "truncation", "padding", "added_tokens", added, "normalizer",
+                             json_object_get(pipe, "normalizer"), "pre_tokenizer", json_object_get(pipe, "pre_tokenizer"),
+                             "post_processor", "decoder", "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0,
+                             "use_regex", 0, "model", "type", "BPE", "dropout", "unk_token", "continuing_subword_prefix",
+                             "end_of_word_suffix", "fuse_unk", b->fuse_unk, "byte_fallback", b->byte_fallback,
+                             "ignore_merges", b->ignore_merges, "vocab", vocab, "merges", merges);
+    json_decref(pipe);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    KILN_TRY(write_json(root, path));
+    json_t *cfg = json_pack("{s:b, s:b, s:s}", "add_bos_token", b->add_bos, "add_eos_token", b->add_eos,
+                            "tokenizer_class", "PreTrainedTokenizerFast");
+    if (cfg) {
+        const char *bs = kiln_bpe_bos_str(b), *es = kiln_bpe_eos_str(b);
+        json_object_set_new(cfg, "bos_token", bs ? json_string(bs) : json_null());
+        json_object_set_new(cfg, "eos_token", es ? json_string(es) : json_null());
+        if (b->chat_template) json_object_set_new(cfg, "chat_template", json_string(b->chat_template));
+    }
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    return write_json(cfg, path);
+}
+
 /* ================================================================================================
  * tiktoken
  * ============================================================================================== */
@@ -1074,6 +1215,7 @@ static kiln_status load_tiktoken(kiln_bpe *b, const char *path, const char *patt
             if (l >= 0 && r >= 0) KILN_TRY(pmap_insert(b, l, r, id, id));
         }
     }
+    b->tiktoken = 1;
     b->ignore_merges = 1; /* a piece that is a whole token is taken as is */
     b->byte_level = 1;    /* initial symbols are single bytes */
     KILN_TRY(kiln_bpe__add_split(b, pattern ? pattern : KILN_BPE_PATTERN_KIMI_K2, SB_ISOLATED, 0,
@@ -1135,7 +1277,8 @@ kiln_status kiln_bpe_load_tiktoken_config(const char *tiktoken_path, const char 
 
 void kiln_bpe_free(kiln_bpe *b) {
     if (!b) return;
-    for (int i = 0; i < b->n_rx; i++) pcre2_code_free(b->rx[i].code);
+    for (int i = 0; i < b->n_rx; i++) { pcre2_code_free(b->rx[i].code); free(b->rx[i].src); }
+    free(b->pre_name);
     for (int i = 0; i < b->n_norms; i++) free(b->norms[i].content);
     free(b->name); free(b->mdl_off); free(b->mdl_len); free(b->pc_off); free(b->pc_len);
     free(b->str_off); free(b->flags); free(b->pool); free(b->vmap);

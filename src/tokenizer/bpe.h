@@ -66,6 +66,20 @@ kiln_status kiln_bpe_load_tiktoken_config(const char *tiktoken_path, const char 
                                           const char *pattern, kiln_bpe **out);
 void kiln_bpe_free(kiln_bpe *b);
 
+/* ---- saving ----------------------------------------------------------------------------------- */
+/* Writes dir/tokenizer.json (model, merges, added tokens, normalizer, pre-tokenizer) and
+ * dir/tokenizer_config.json (bos/eos, add_bos/add_eos, chat_template) describing this tokenizer,
+ * which kiln_bpe_load_hf_json reads back to the same encoder. Not for tiktoken vocabularies (copy
+ * their files instead): KILN_ERR_UNSUPPORTED. */
+kiln_status kiln_bpe_save_hf(const kiln_bpe *b, const char *dir);
+/* Adds tokenizer.ggml.* keys (model "gpt2", tokens, token_type, merges, bos/eos, add_bos/add_eos,
+ * chat_template; tokenizer.ggml.pre when it was loaded from a GGUF) and tokenizer.kiln.pipeline
+ * (the tokenizer.json normalizer + pre-tokenizer as JSON text, which kiln_bpe_load_gguf prefers
+ * over tokenizer.ggml.pre). Byte-level vocabularies only (KILN_ERR_UNSUPPORTED otherwise, nothing
+ * written). In bpe_gguf.c. */
+struct kiln_gguf_writer;
+kiln_status kiln_bpe_save_gguf(const kiln_bpe *b, struct kiln_gguf_writer *w);
+
 /* ---- encoding / decoding ---------------------------------------------------------------------- */
 /* Encodes text (no BOS/EOS is added: see kiln_bpe_add_bos). *ids is malloc'ed (caller frees; NULL
  * with *n = 0 for empty text). parse_special: match special tokens written in the text. */

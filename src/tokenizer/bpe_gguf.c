@@ -10,7 +10,9 @@
 #include "base/status.h"
 #include "format/gguf.h"
 
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static kiln_status load_gguf(kiln_bpe *b, const kiln_gguf *g) {
@@ -22,14 +24,22 @@ static kiln_status load_gguf(kiln_bpe *b, const kiln_gguf *g) {
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model: '%.*s' is not a byte-level BPE "
                          "(\"gpt2\") vocabulary", b->name, (int)len, s);
     char pre[64] = "default";
+    int have_pre = 0;
     if (!kiln_gguf_get_str(g, "tokenizer.ggml.pre", &s, &len)) {
         if (len >= sizeof pre)
             return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tokenizer.ggml.pre: unknown pre-tokenizer type "
                              "'%.*s'", b->name, (int)len, s);
         memcpy(pre, s, len);
         pre[len] = 0;
+        have_pre = 1;
     }
-    KILN_TRY(kiln_bpe__set_pre_by_name(b, pre, "tokenizer.ggml.pre"));
+    if (have_pre && !(b->pre_name = kiln_bpe__strdup(pre, strlen(pre))))
+        return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", b->name);
+    /* kiln's own GGUFs carry the exact tokenizer.json pipeline; llama.cpp's name the pre-tokenizer */
+    if (!kiln_gguf_get_str(g, "tokenizer.kiln.pipeline", &s, &len))
+        KILN_TRY(kiln_bpe__parse_pipeline(b, s, len, "tokenizer.kiln.pipeline"));
+    else
+        KILN_TRY(kiln_bpe__set_pre_by_name(b, pre, "tokenizer.ggml.pre"));
 
     kiln_gguf_type et;
     uint64_t n_tok, n_type = 0, n_merge = 0;
@@ -97,4 +107,58 @@ kiln_status kiln_bpe_load_gguf(const kiln_gguf *g, kiln_bpe **out) {
     if (st != KILN_OK) { kiln_bpe_free(b); return st; }
     *out = b;
     return KILN_OK;
+}
+
+kiln_status kiln_bpe_save_gguf(const kiln_bpe *b, kiln_gguf_writer *w) {
+    if (b->tiktoken || !b->byte_level)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: a %s vocabulary cannot be stored as a GGUF \"gpt2\" tokenizer",
+                         b->name, b->tiktoken ? "tiktoken" : "non-byte-level");
+    size_t n = (size_t)b->n_vocab, nm = 0;
+    const char **tok = calloc(n ? n : 1, sizeof *tok);
+    int32_t *type = calloc(n ? n : 1, sizeof *type);
+    char *unused = calloc(n ? n : 1, 24); /* placeholders for ids no token uses */
+    bpe_merge_t *m = kiln_bpe__merges_sorted(b, &nm);
+    const char **ms = calloc(nm ? nm : 1, sizeof *ms);
+    char *mbuf = NULL;
+    size_t mlen = 0;
+    for (size_t i = 0; m && i < nm; i++) mlen += strlen(b->pool + b->str_off[m[i].l]) + strlen(b->pool + b->str_off[m[i].r]) + 2;
+    mbuf = malloc(mlen ? mlen : 1);
+    json_t *pipe = kiln_bpe__pipeline_json(b);
+    char *pipe_s = pipe ? json_dumps(pipe, JSON_COMPACT) : NULL;
+    json_decref(pipe);
+    kiln_status st = KILN_OK;
+    if (!tok || !type || !unused || !m || !ms || !mbuf || !pipe_s) {
+        st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", b->name);
+        goto out;
+    }
+    for (size_t id = 0; id < n; id++) {
+        uint8_t f = b->flags[id];
+        if (!(f & BPE_F_PRESENT)) {
+            snprintf(unused + 24 * id, 24, "[PAD%u]", (unsigned)id);
+            tok[id] = unused + 24 * id;
+            type[id] = 5;
+            continue;
+        }
+        tok[id] = b->pool + b->str_off[id];
+        type[id] = (f & BPE_F_ADDED) ? ((f & BPE_F_SPECIAL) ? 3 : 4) : 1;
+    }
+    char *p = mbuf;
+    for (size_t i = 0; i < nm; i++) {
+        ms[i] = p;
+        p += sprintf(p, "%s %s", b->pool + b->str_off[m[i].l], b->pool + b->str_off[m[i].r]) + 1;
+    }
+    kiln_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    if (b->pre_name) kiln_gguf_set_str(w, "tokenizer.ggml.pre", b->pre_name);
+    kiln_gguf_set_str(w, "tokenizer.kiln.pipeline", pipe_s);
+    kiln_gguf_set_arr_str(w, "tokenizer.ggml.tokens", tok, n);
+    kiln_gguf_set_arr_i32(w, "tokenizer.ggml.token_type", type, n);
+    kiln_gguf_set_arr_str(w, "tokenizer.ggml.merges", ms, nm);
+    if (b->bos >= 0) kiln_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)b->bos);
+    if (b->eos >= 0) kiln_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)b->eos);
+    kiln_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", b->add_bos);
+    kiln_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", b->add_eos);
+    if (b->chat_template) kiln_gguf_set_str(w, "tokenizer.chat_template", b->chat_template);
+out:
+    free(tok); free(type); free(unused); free(m); free(ms); free(mbuf); free(pipe_s);
+    return st;
 }

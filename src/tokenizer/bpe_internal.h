@@ -17,7 +17,10 @@ enum { PT_SPLIT, PT_BYTELEVEL, PT_DIGITS };
 enum { SB_REMOVED, SB_ISOLATED, SB_MERGED_PREV, SB_MERGED_NEXT, SB_CONTIGUOUS };
 typedef struct bpe_regex {
     pcre2_code *code;
-    int jit; /* JIT-compiled: use pcre2_jit_match */
+    int jit;     /* JIT-compiled: use pcre2_jit_match */
+    char *src;   /* the pattern as given (kept for saving the pipeline) */
+    size_t src_len;
+    int literal; /* a {"String": ...} pattern */
 } bpe_regex;
 typedef struct bpe_step {
     int type;
@@ -79,6 +82,8 @@ struct kiln_bpe {
     int n_steps;
     bpe_regex rx[2 * BPE_MAX_STEPS];
     int n_rx;
+    int tiktoken;  /* loaded from a tiktoken rank file (vocabulary strings are raw bytes) */
+    char *pre_name; /* GGUF tokenizer.ggml.pre it was loaded with, NULL otherwise */
     /* configuration */
     int32_t bos, eos;
     int add_bos, add_eos;
@@ -108,4 +113,14 @@ kiln_status kiln_bpe__set_pre_by_name(kiln_bpe *b, const char *pre, const char *
 /* Final checks (byte tokens, trie); call last. */
 kiln_status kiln_bpe__finish(kiln_bpe *b);
 char *kiln_bpe__strdup(const char *s, size_t len);
+/* The normalizer and pre-tokenizer as tokenizer.json objects: {"normalizer": ..., "pre_tokenizer":
+ * ...} (new reference; NULL on allocation failure). */
+struct json_t;
+struct json_t *kiln_bpe__pipeline_json(const kiln_bpe *b);
+/* Builds the normalizer and pre-tokenizer from such an object (serialized), replacing the ones
+ * set so far. field names the source in messages. */
+/* The merges in rank order (malloc'ed, *n entries; NULL when out of memory). */
+typedef struct { int32_t rank, l, r; } bpe_merge_t;
+bpe_merge_t *kiln_bpe__merges_sorted(const kiln_bpe *b, size_t *n);
+kiln_status kiln_bpe__parse_pipeline(kiln_bpe *b, const char *json, size_t len, const char *field);
 #endif

@@ -46,7 +46,10 @@ struct kiln_tokenizer {
     size_t space_len;
     int byte_id[256];       /* id of the <0xNN> piece per byte, -1 if absent */
     int max_token_length;   /* llama2.c header value (kept for exact re-export) */
-    void *impl;             /* kind-private state (BPE) */
+    void *impl;             /* kind-private state (BPE: the kiln_bpe) */
+    /* BPE: the files it was loaded from, copied by kiln_tok_save_hf (NULL when absent):
+     * [0] tokenizer.json or tiktoken.model, [1] tokenizer_config.json, [2] chat_template.jinja */
+    char *src_file[3];
 };
 
 /* tokenizer.c */
@@ -56,8 +59,8 @@ int kiln_tok_set_piece(kiln_tokenizer *t, int i, const char *s, size_t len);
 /* Builds the hash, byte_id[] and decoded pieces once every piece/type is set. */
 kiln_status kiln_tok_finish(kiln_tokenizer *t, const char *what);
 int32_t kiln_tok_lookup(const kiln_tokenizer *t, const char *s, size_t len); /* -1 if absent */
-/* Returns 0 if s[0..len) is valid UTF-8, else -1 with *bad_off the offset of the first bad byte. */
-int kiln_utf8_validate(const char *s, size_t len, size_t *bad_off);
+/* UTF-8 validation: kiln_utf8_validate in tokenizer/bpe.h (returns the offset of the first bad
+ * sequence, len when valid). */
 /* Bytes in the UTF-8 sequence starting with lead byte c (1 for invalid leads). */
 int kiln_utf8_len(unsigned char c);
 

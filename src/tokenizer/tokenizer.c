@@ -1,11 +1,16 @@
 /* tokenizer.c — the parts every tokenizer kind shares: the vocabulary object, piece -> id hashing,
  * UTF-8 validation, decoding of pieces, and dispatch to the kind's encoder / loader / saver. */
 #include "tokenizer/tok_internal.h"
+#include "tokenizer/bpe.h"
 #include "base/status.h"
 #include "format/gguf.h"
+#include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 kiln_tokenizer *kiln_tok_alloc(kiln_tok_kind kind, int n_vocab) {
@@ -45,7 +50,8 @@ void kiln_tok_free(kiln_tokenizer *t) {
     free(t->dec);
     free(t->dec_len);
     free(t->hash);
-    /* BPE state: bpe.c frees its own impl in its case of this function */
+    if (t->kind == KILN_TOK_BPE) kiln_bpe_free(t->impl);
+    for (int i = 0; i < 3; i++) free(t->src_file[i]);
     free(t);
 }
 
@@ -152,7 +158,9 @@ int kiln_utf8_len(unsigned char c) {
     return 1;
 }
 
-int kiln_utf8_validate(const char *s, size_t len, size_t *bad_off) {
+/* 0 if s[0..len) is valid UTF-8, else -1 with *bad_off = the offset of the first bad byte (the
+ * continuation byte at fault, not the start of its sequence: messages point at the byte). */
+static int utf8_check(const char *s, size_t len, size_t *bad_off) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
     while (i < len) {
@@ -179,33 +187,66 @@ int kiln_utf8_validate(const char *s, size_t len, size_t *bad_off) {
     return 0;
 }
 
+/* BPE tokenizers keep their vocabulary in the kiln_bpe (t->impl); the shared fields of the
+ * kiln_tokenizer that they use are kind, n_vocab, bos, eos, add_bos and src_file[]. */
 int kiln_tok_vocab_size(const kiln_tokenizer *t) { return t->n_vocab; }
 int kiln_tok_bos(const kiln_tokenizer *t) { return t->bos; }
 int kiln_tok_eos(const kiln_tokenizer *t) { return t->eos; }
 
+int kiln_tok_is_special(const kiln_tokenizer *t, int32_t id) {
+    if (id < 0 || id >= t->n_vocab) return 0;
+    if (t->kind == KILN_TOK_BPE) return kiln_bpe_is_special(t->impl, id);
+    return t->type[id] == KILN_TT_CONTROL;
+}
+
+const char *kiln_tok_chat_template(const kiln_tokenizer *t) {
+    return t->kind == KILN_TOK_BPE ? kiln_bpe_chat_template(t->impl) : NULL;
+}
+
+const char *kiln_tok_special_str(const kiln_tokenizer *t, int eos) {
+    if (t->kind == KILN_TOK_BPE) return eos ? kiln_bpe_eos_str(t->impl) : kiln_bpe_bos_str(t->impl);
+    int id = eos ? t->eos : t->bos;
+    return id >= 0 && id < t->n_vocab ? t->piece[id] : NULL;
+}
+
 kiln_status kiln_tok_encode(const kiln_tokenizer *t, const char *text, size_t len, int add_bos, int32_t **ids,
                             size_t *n) {
+    return kiln_tok_encode_ex(t, text, len, add_bos, 1, ids, n);
+}
+
+kiln_status kiln_tok_encode_ex(const kiln_tokenizer *t, const char *text, size_t len, int add_bos,
+                               int parse_special, int32_t **ids, size_t *n) {
     *ids = NULL;
     *n = 0;
-    size_t bad;
     if (len && !text) return kiln_fail(KILN_ERR_INVALID_ARG, "text: NULL with length %zu", len);
-    if (kiln_utf8_validate(text, len, &bad) != 0)
+    size_t bad;
+    if (utf8_check(text, len, &bad) != 0)
         return kiln_fail(KILN_ERR_INVALID_ARG, "text: invalid UTF-8 at byte offset %zu (byte 0x%02x)", bad,
                          (unsigned char)text[bad]);
     int32_t *v = NULL;
     size_t m = 0;
+    int bos = -1;
     switch (t->kind) {
-    case KILN_TOK_SPM: KILN_TRY(kiln_spm_encode(t, text, len, &v, &m)); break;
+    case KILN_TOK_SPM:
+        KILN_TRY(kiln_spm_encode(t, text, len, &v, &m));
+        if (add_bos) bos = t->bos;
+        break;
+    case KILN_TOK_BPE:
+        KILN_TRY(kiln_bpe_encode(t->impl, text, len, parse_special, &v, &m));
+        /* byte-level vocabularies get BOS only when their configuration asks for it (DeepSeek: yes;
+         * Qwen, GPT-2: no), as Hugging Face's add_special_tokens=True does */
+        if (add_bos && t->add_bos) bos = t->bos;
+        break;
     default: return kiln_fail(KILN_ERR_UNSUPPORTED, "tokenizer kind %d cannot encode", (int)t->kind);
     }
-    if (add_bos && t->bos >= 0) {
+    if (bos >= 0) {
         int32_t *w = realloc(v, (m + 1) * sizeof *w);
         if (!w) {
             free(v);
             return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding %zu bytes", len);
         }
         memmove(w + 1, w, m * sizeof *w);
-        w[0] = t->bos;
+        w[0] = bos;
         v = w;
         m++;
     }
@@ -217,7 +258,12 @@ kiln_status kiln_tok_encode(const kiln_tokenizer *t, const char *text, size_t le
 }
 
 const char *kiln_tok_piece(const kiln_tokenizer *t, int32_t prev, int32_t id, size_t *len) {
+    if (len) *len = 0;
     if (id < 0 || id >= t->n_vocab) return NULL;
+    if (t->kind == KILN_TOK_BPE) {
+        const char *p = kiln_bpe_decode_piece(t->impl, id, len);
+        return p ? p : ""; /* an id inside the vocabulary's range that no token uses: no bytes */
+    }
     const char *d = t->dec[id];
     size_t n = t->dec_len[id];
     /* SentencePiece (and llama2.c run.c decode()) drop the leading space of the first piece after
@@ -232,7 +278,49 @@ const char *kiln_tok_piece(const kiln_tokenizer *t, int32_t prev, int32_t id, si
 
 const char *kiln_tok_raw_piece(const kiln_tokenizer *t, int32_t id) {
     if (id < 0 || id >= t->n_vocab) return NULL;
+    if (t->kind == KILN_TOK_BPE) return kiln_bpe_token_str(t->impl, id);
     return t->piece[id];
+}
+
+/* ---- loading ------------------------------------------------------------------------------------ */
+/* Wraps a loaded kiln_bpe (taking ownership) and records the files it came from. */
+static kiln_status wrap_bpe(kiln_bpe *b, const char *f0, const char *f1, const char *f2, kiln_tokenizer **out) {
+    kiln_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) {
+        kiln_bpe_free(b);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    }
+    t->kind = KILN_TOK_BPE;
+    t->impl = b;
+    t->n_vocab = kiln_bpe_vocab_size(b);
+    t->bos = kiln_bpe_bos(b);
+    t->eos = kiln_bpe_eos(b);
+    t->add_bos = kiln_bpe_add_bos(b);
+    t->unk = t->pad = -1;
+    const char *f[3] = {f0, f1, f2};
+    for (int i = 0; i < 3; i++) {
+        if (!f[i]) continue;
+        t->src_file[i] = strdup(f[i]);
+        if (!t->src_file[i]) {
+            kiln_tok_free(t);
+            return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        }
+    }
+    *out = t;
+    return KILN_OK;
+}
+
+static int file_exists(const char *p) {
+    struct stat st;
+    return p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* dirname(path)/name into buf; returns buf, or NULL if that file does not exist. */
+static const char *sibling(const char *path, const char *name, char *buf, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    if (slash) snprintf(buf, cap, "%.*s/%s", (int)(slash - path), path, name);
+    else snprintf(buf, cap, "%s", name);
+    return file_exists(buf) ? buf : NULL;
 }
 
 kiln_status kiln_tok_load_gguf(const struct kiln_gguf *g, kiln_tokenizer **out) {
@@ -242,8 +330,25 @@ kiln_status kiln_tok_load_gguf(const struct kiln_gguf *g, kiln_tokenizer **out) 
         return kiln_fail(KILN_ERR_FORMAT, "%s: key 'tokenizer.ggml.model': missing (no embedded tokenizer)",
                          kiln_gguf_path(g));
     if (strcmp(model, "llama") == 0) return kiln_spm_load_gguf(g, out);
+    if (strcmp(model, "gpt2") == 0) {
+        kiln_bpe *b;
+        KILN_TRY(kiln_bpe_load_gguf(g, &b));
+        return wrap_bpe(b, NULL, NULL, NULL, out);
+    }
     return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: key 'tokenizer.ggml.model': tokenizer model '%s' is not supported",
                      kiln_gguf_path(g), model);
+}
+
+kiln_status kiln_tok_load_tiktoken(const char *tiktoken_model, const char *tokenizer_config, kiln_tokenizer **out) {
+    *out = NULL;
+    if (!tokenizer_config)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: a tiktoken vocabulary needs the tokenizer_config.json beside it "
+                         "(its added_tokens_decoder lists the special tokens)", tiktoken_model);
+    kiln_bpe *b;
+    KILN_TRY(kiln_bpe_load_tiktoken_config(tiktoken_model, tokenizer_config, NULL, &b));
+    char jb[4200];
+    return wrap_bpe(b, tiktoken_model, tokenizer_config, sibling(tiktoken_model, "chat_template.jinja", jb, sizeof jb),
+                    out);
 }
 
 /* A tokenizer.json is "SentencePiece-style" (Llama / Mistral / TinyLlama) when its BPE model uses
@@ -271,8 +376,8 @@ kiln_status kiln_tok_load_hf(const char *tokenizer_json, const char *tokenizer_c
     json_error_t err;
     json_t *root = json_load_file(tokenizer_json, 0, &err);
     if (!root)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", tokenizer_json, err.line,
-                         err.column, err.text);
+        return kiln_fail(file_exists(tokenizer_json) ? KILN_ERR_FORMAT : KILN_ERR_IO,
+                         "%s: invalid JSON at line %d column %d: %s", tokenizer_json, err.line, err.column, err.text);
     kiln_status st;
     json_t *model = json_object_get(root, "model");
     const char *mtype = json_string_value(json_object_get(model, "type"));
@@ -286,15 +391,108 @@ kiln_status kiln_tok_load_hf(const char *tokenizer_json, const char *tokenizer_c
                json_mentions_metaspace(json_object_get(root, "pre_tokenizer"))) {
         st = kiln_spm_load_hf(tokenizer_json, tokenizer_config, root, out);
     } else {
-        st = kiln_fail(KILN_ERR_UNSUPPORTED, "%s: byte-level BPE tokenizer.json is not supported yet", tokenizer_json);
+        /* byte-level (or plain merge-rank) BPE: bpe.c parses the file itself */
+        json_decref(root);
+        root = NULL;
+        kiln_bpe *b;
+        char jb[4200];
+        st = kiln_bpe_load_hf_json(tokenizer_json, tokenizer_config, &b);
+        if (st == KILN_OK)
+            st = wrap_bpe(b, tokenizer_json, tokenizer_config,
+                          sibling(tokenizer_json, "chat_template.jinja", jb, sizeof jb), out);
     }
     json_decref(root);
     return st;
 }
 
+kiln_status kiln_tok_load_path(const char *path, kiln_tokenizer **out) {
+    *out = NULL;
+    struct stat st;
+    if (!path || stat(path, &st) != 0)
+        return kiln_fail(KILN_ERR_IO, "%s: cannot open: %s", path ? path : "(null)", strerror(errno));
+    char a[4200], c[4200];
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(c, sizeof c, "%s/tokenizer_config.json", path);
+        const char *cfg = file_exists(c) ? c : NULL;
+        snprintf(a, sizeof a, "%s/tokenizer.json", path);
+        if (file_exists(a)) return kiln_tok_load_hf(a, cfg, out);
+        snprintf(a, sizeof a, "%s/tiktoken.model", path);
+        if (file_exists(a)) return kiln_tok_load_tiktoken(a, cfg, out);
+        snprintf(a, sizeof a, "%s/tokenizer.bin", path);
+        if (file_exists(a)) return kiln_tok_load_llama2c(a, 0, out);
+        return kiln_fail(KILN_ERR_IO, "%s: no tokenizer.json, tiktoken.model or tokenizer.bin in this directory", path);
+    }
+    size_t n = strlen(path);
+    const char *cfg = sibling(path, "tokenizer_config.json", c, sizeof c);
+    if (n >= 5 && strcmp(path + n - 5, ".gguf") == 0) {
+        struct kiln_gguf *g;
+        KILN_TRY(kiln_gguf_open(path, NULL, &g));
+        kiln_status s = kiln_tok_load_gguf(g, out);
+        kiln_gguf_close(g);
+        return s;
+    }
+    if (n >= 4 && strcmp(path + n - 4, ".bin") == 0) return kiln_tok_load_llama2c(path, 0, out);
+    /* JSON (tokenizer.json) starts with '{'; anything else is read as a tiktoken rank file */
+    FILE *f = fopen(path, "rb");
+    if (!f) return kiln_fail(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int ch;
+    while ((ch = fgetc(f)) == ' ' || ch == '\n' || ch == '\r' || ch == '\t') {}
+    fclose(f);
+    if (ch != '{') return kiln_tok_load_tiktoken(path, cfg, out);
+    struct stat cs;
+    if (cfg && stat(cfg, &cs) == 0 && cs.st_ino == st.st_ino && cs.st_dev == st.st_dev) {
+        /* tokenizer_config.json itself: use the vocabulary beside it */
+        const char *v = sibling(path, "tokenizer.json", a, sizeof a);
+        if (v) return kiln_tok_load_hf(v, cfg, out);
+        if ((v = sibling(path, "tiktoken.model", a, sizeof a))) return kiln_tok_load_tiktoken(v, cfg, out);
+        return kiln_fail(KILN_ERR_IO, "%s: no tokenizer.json or tiktoken.model beside it", path);
+    }
+    return kiln_tok_load_hf(path, cfg, out);
+}
+
+/* ---- saving ------------------------------------------------------------------------------------- */
+/* Copies src to dir/name (nothing to do when they are the same file). */
+static kiln_status copy_file(const char *src, const char *dir, const char *name) {
+    char dst[4200];
+    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    struct stat a, b;
+    if (stat(src, &a) == 0 && stat(dst, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) return KILN_OK;
+    FILE *in = fopen(src, "rb");
+    if (!in) return kiln_fail(KILN_ERR_IO, "%s: cannot open: %s", src, strerror(errno));
+    FILE *out = fopen(dst, "wb");
+    if (!out) {
+        fclose(in);
+        return kiln_fail(KILN_ERR_IO, "%s: cannot create: %s", dst, strerror(errno));
+    }
+    char buf[1 << 16];
+    size_t n;
+    int bad = 0;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) {
+            bad = 1;
+            break;
+        }
+    if (ferror(in)) bad = 1;
+    fclose(in);
+    if (fclose(out) != 0) bad = 1;
+    if (bad) return kiln_fail(KILN_ERR_IO, "%s: copying %s failed: %s", dst, src, strerror(errno));
+    return KILN_OK;
+}
+
+static kiln_status bpe_save_hf(const kiln_tokenizer *t, const char *dir) {
+    if (!t->src_file[0]) return kiln_bpe_save_hf(t->impl, dir); /* a GGUF vocabulary: written out */
+    size_t n = strlen(t->src_file[0]);
+    int json = n >= 5 && strcmp(t->src_file[0] + n - 5, ".json") == 0;
+    KILN_TRY(copy_file(t->src_file[0], dir, json ? "tokenizer.json" : "tiktoken.model"));
+    if (t->src_file[1]) KILN_TRY(copy_file(t->src_file[1], dir, "tokenizer_config.json"));
+    if (t->src_file[2]) KILN_TRY(copy_file(t->src_file[2], dir, "chat_template.jinja"));
+    return KILN_OK;
+}
+
 kiln_status kiln_tok_save_hf(const kiln_tokenizer *t, const char *dir) {
     switch (t->kind) {
     case KILN_TOK_SPM: return kiln_spm_save_hf(t, dir);
+    case KILN_TOK_BPE: return bpe_save_hf(t, dir);
     default: return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: saving tokenizer kind %d is not supported", dir, (int)t->kind);
     }
 }
@@ -302,6 +500,8 @@ kiln_status kiln_tok_save_hf(const kiln_tokenizer *t, const char *dir) {
 void kiln_tok_save_gguf(const kiln_tokenizer *t, struct kiln_gguf_writer *w) {
     switch (t->kind) {
     case KILN_TOK_SPM: kiln_spm_save_gguf(t, w); break;
+    /* a vocabulary GGUF cannot hold (tiktoken ranks) is left out: the GGUF then has no tokenizer */
+    case KILN_TOK_BPE: (void)kiln_bpe_save_gguf(t->impl, w); break;
     default: break;
     }
 }
