@@ -237,6 +237,7 @@ int main(int argc, char **argv) {
     if (strcmp(c, "mkmodel") == 0) return cmd_mkmodel(n, v);
     if (strcmp(c, "quantize") == 0) return cmd_quantize(n, v);
     if (strcmp(c, "bench") == 0) {
+        if (has_flag(n, v, "--kv-context")) return kv_bench(n, v); /* tools/cmd_kv.c */
         if (has_flag(n, v, "--integrity")) return cmd_bench_integrity(n, v);
         if (has_flag(n, v, "--server")) return cmd_bench_server(n, v);
         if (has_flag(n, v, "--tokenizer")) return cmd_bench_tokenizer(n, v);

@@ -6,6 +6,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,7 @@ kiln_status kiln_kv_measure_amax(kiln_model *m, const kiln_options *opts, const 
     if (window <= 0 || window > n_ctx) window = n_ctx;
     if ((size_t)window > n) window = (int)n;
     if (n == 0 || window < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "kv calibration: no tokens");
+    if (opts && opts->threads > 0) omp_set_num_threads(opts->threads);
     c.page_tokens = 16;
     c.dtype = KILN_KV_F32;
     c.mem_bytes = (int64_t)((window + 15) / 16) * (int64_t)kiln_kv_page_cost(&c);
