@@ -231,7 +231,7 @@ static const char *kv_name(kiln_kv_dtype d) {
 }
 
 static int write_json(const char *path, json_t *j) {
-    if (json_dump_file(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0) {
+    if (json_dump_file(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) != 0) {
         fprintf(stderr, "kiln eval: error: cannot write %s\n", path);
         return 0;
     }
@@ -360,7 +360,7 @@ static int run_matrix(run_cfg *c, const char *configs, int json, const char *out
     json_object_set_new(doc, "shots", json_integer(c->p.shots));
     json_object_set_new(doc, "matrix", jrows);
     int ok = 1;
-    if (json) { json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10)); printf("\n"); }
+    if (json) { json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(17)); printf("\n"); }
     if (out_path) ok = write_json(out_path, doc);
     json_decref(doc);
     for (int r = 0; r < nc; r++) { free_res(rows + (size_t)r * c->n_tasks, c->n_tasks); free(row_err[r]); }
@@ -448,7 +448,7 @@ int cmd_eval(int argc, char **argv) {
             json_t *secs = json_object();
             for (int i = 0; i < c.n_tasks; i++) json_object_set_new(secs, tr[i].key, json_real(tr[i].seconds));
             json_object_set_new(doc, "seconds", secs);
-            if (json) { json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10)); printf("\n"); }
+            if (json) { json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(17)); printf("\n"); }
             else print_human(stdout, tr, c.n_tasks);
             if (out_path && !write_json(out_path, doc)) rc = 1;
             json_decref(doc);

@@ -104,7 +104,10 @@ kiln_status eval_lm_session(eval_lm *lm, kiln_model *m, const kiln_options *o) {
     sess_ctx *c = calloc(1, sizeof *c);
     if (!c) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     c->m = m;
-    kiln_status st = kiln_session_create(m, o, &c->s);
+    kiln_options oq;
+    if (o) oq = *o; else kiln_options_default(&oq);
+    oq.quiet = 1; /* one session per task: the CLI reports the configuration once itself */
+    kiln_status st = kiln_session_create(m, &oq, &c->s);
     if (st) { free(c); return st; }
     lm->ctx = c;
     lm->vocab = info.vocab_size;

@@ -573,7 +573,7 @@ static kiln_status run_mmlu(eval_lm *lm, const kiln_eval_params *p, eval_results
         }
         if (!st) st = eval_results_add(r, task, "", "acc", counted ? macro / counted : 0, t.n);
         if (!st) st = eval_results_add(r, task, "", "acc_micro", t.n ? (double)t.acc / (double)t.n : 0, t.n);
-        if (!st) st = eval_results_add(r, task, "", "subjects", counted, t.n);
+        if (!st) st = eval_results_add(r, task, "", "n_subjects", counted, t.n);
         if (!st) st = eval_results_add(r, task, "", "truncated", (double)n_trunc, t.n);
     }
     free(subs);
