@@ -1,0 +1,121 @@
+/* mla.c — Multi-head Latent Attention with weight absorption over the paged latent cache (mla.h). */
+#include "model/mla.h"
+#include "model/forward.h"
+#include "base/status.h"
+#include <stdlib.h>
+#include <string.h>
+
+kiln_status kiln_mla_ws_init(kiln_mla_ws *ws, const kiln_mla_cfg *c, int max_tokens) {
+    memset(ws, 0, sizeof *ws);
+    ws->max_tokens = max_tokens;
+    size_t T = (size_t)max_tokens, H = (size_t)c->n_heads, row = (size_t)(c->kv_lora_rank + c->qk_rope);
+    size_t qd = H * (size_t)(c->qk_nope + c->qk_rope);
+    size_t g = (size_t)(c->kv_lora_rank > c->qk_nope ? c->kv_lora_rank : c->qk_nope);
+    if ((size_t)c->v_head > g) g = (size_t)c->v_head;
+    ws->qa = malloc(T * (size_t)(c->q_lora_rank > 0 ? c->q_lora_rank : 1) * sizeof(float));
+    ws->q = malloc(T * qd * sizeof(float));
+    ws->kva = malloc(T * row * sizeof(float));
+    ws->lat = malloc(T * row * sizeof(float));
+    ws->qabs = malloc(T * H * row * sizeof(float));
+    ws->olat = malloc(T * H * row * sizeof(float));
+    ws->ov = malloc(T * H * (size_t)c->v_head * sizeof(float));
+    ws->gin = malloc(T * g * sizeof(float));
+    ws->gout = malloc(T * g * sizeof(float));
+    if (!ws->qa || !ws->q || !ws->kva || !ws->lat || !ws->qabs || !ws->olat || !ws->ov || !ws->gin || !ws->gout) {
+        kiln_mla_ws_free(ws);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory allocating MLA scratch (%d tokens, %d heads)", max_tokens, c->n_heads);
+    }
+    return KILN_OK;
+}
+
+void kiln_mla_ws_free(kiln_mla_ws *ws) {
+    free(ws->qa); free(ws->q); free(ws->kva); free(ws->lat); free(ws->qabs); free(ws->olat); free(ws->ov);
+    free(ws->gin); free(ws->gout);
+    memset(ws, 0, sizeof *ws);
+}
+
+kiln_status kiln_mla_absorb(struct kiln_model *m, const kiln_mla_cfg *c, kiln_mla_layer *L) {
+    const int H = c->n_heads, r = c->kv_lora_rank, dn = c->qk_nope, dv = c->v_head;
+    float *row = malloc((size_t)r * sizeof(float));
+    float *ukt = kiln_model_own(m, malloc((size_t)H * r * dn * sizeof(float)));
+    float *uv = kiln_model_own(m, malloc((size_t)H * dv * r * sizeof(float)));
+    L->ukt = kiln_model_own(m, calloc((size_t)H, sizeof *L->ukt));
+    L->uv = kiln_model_own(m, calloc((size_t)H, sizeof *L->uv));
+    if (!row || !ukt || !uv || !L->ukt || !L->uv) {
+        free(row);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory absorbing kv_b_proj (%d heads × %d × %d)", H, dn + dv, r);
+    }
+    for (int h = 0; h < H; h++) {
+        float *uk_h = ukt + (size_t)h * r * dn, *uv_h = uv + (size_t)h * dv * r;
+        for (int i = 0; i < dn; i++) { /* W_UK_h row i → column i of W_UK_hᵀ */
+            kiln_weight_row_f32(&L->wkv_b, (int64_t)h * (dn + dv) + i, row);
+            for (int j = 0; j < r; j++) uk_h[(size_t)j * dn + i] = row[j];
+        }
+        for (int i = 0; i < dv; i++) kiln_weight_row_f32(&L->wkv_b, (int64_t)h * (dn + dv) + dn + i, uv_h + (size_t)i * r);
+        L->ukt[h] = (kiln_weight){KILN_WF_F32, r, dn, (const uint8_t *)uk_h, (size_t)dn * sizeof(float), NULL, 0};
+        L->uv[h] = (kiln_weight){KILN_WF_F32, dv, r, (const uint8_t *)uv_h, (size_t)r * sizeof(float), NULL, 0};
+    }
+    free(row);
+    return KILN_OK;
+}
+
+kiln_status kiln_mla_forward(const kiln_mla_cfg *c, const kiln_mla_layer *L, const kiln_rope *rope, kiln_kv_pool *pool, int layer,
+                             kiln_kv_seq *const *seq, const int *pos, const float *X, int n, const float *cs, float *att, float *Y,
+                             kiln_mla_ws *ws) {
+    const int H = c->n_heads, r = c->kv_lora_rank, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head;
+    const int qh = dn + dr, row = r + dr;
+    if (n < 1 || n > ws->max_tokens) return kiln_fail(KILN_ERR_INTERNAL, "mla: batch of %d tokens (max %d)", n, ws->max_tokens);
+    if (pool->cfg.n_kv_heads != 1 || pool->cfg.k_dim != row || pool->cfg.v_dim < r)
+        return kiln_fail(KILN_ERR_INTERNAL, "mla: KV pool rows are %d heads × %d (K) / %d (V) values; the latent needs 1 × %d with V >= %d",
+                         pool->cfg.n_kv_heads, pool->cfg.k_dim, pool->cfg.v_dim, row, r);
+    /* attend returns v_dim values per head: r when the pool stores V as the first r values of the
+     * latent row (v_shares_k), the whole row when V is stored as a separate copy; only the first r
+     * (the c part) are used. */
+    const int ostride = pool->cfg.v_dim;
+    /* queries */
+    if (c->q_lora_rank > 0) {
+        kiln_matmul(&L->wq_a, X, ws->qa, n);
+        for (int i = 0; i < n; i++) {
+            float *p = ws->qa + (size_t)i * c->q_lora_rank;
+            kiln_rmsnorm(p, p, L->q_a_norm, c->q_lora_rank, c->lora_eps);
+        }
+        kiln_matmul(&L->wq_b, ws->qa, ws->q, n);
+    } else {
+        kiln_matmul(&L->wq, X, ws->q, n);
+    }
+    /* latents */
+    kiln_matmul(&L->wkv_a, X, ws->kva, n);
+    for (int i = 0; i < n; i++) {
+        const float *src = ws->kva + (size_t)i * row;
+        float *lat = ws->lat + (size_t)i * row;
+        kiln_rmsnorm(lat, src, L->kv_a_norm, r, c->lora_eps);
+        memcpy(lat + r, src + r, (size_t)dr * sizeof(float));
+        kiln_rope_apply(rope, lat + r, 1, dr, cs + (size_t)i * dr);
+        kiln_rope_apply(rope, ws->q + (size_t)i * H * qh + dn, H, qh, cs + (size_t)i * dr);
+    }
+    /* absorbed queries: q_abs_h = [W_UK_hᵀ q_nope_h, q_pe_h] */
+    for (int h = 0; h < H; h++) {
+        for (int i = 0; i < n; i++) memcpy(ws->gin + (size_t)i * dn, ws->q + (size_t)i * H * qh + (size_t)h * qh, (size_t)dn * sizeof(float));
+        kiln_matmul(&L->ukt[h], ws->gin, ws->gout, n);
+        for (int i = 0; i < n; i++) {
+            float *dst = ws->qabs + ((size_t)i * H + h) * row;
+            memcpy(dst, ws->gout + (size_t)i * r, (size_t)r * sizeof(float));
+            memcpy(dst + r, ws->q + (size_t)i * H * qh + (size_t)h * qh + dn, (size_t)dr * sizeof(float));
+        }
+    }
+    /* store every token's latent, then attend (token i sees positions [0, pos[i]] of its sequence) */
+    for (int i = 0; i < n; i++) {
+        const float *lat = ws->lat + (size_t)i * row;
+        kiln_kv_store(pool, seq[i], layer, pos[i], lat, pool->cfg.v_shares_k ? NULL : lat);
+    }
+    (void)att;
+    kiln_kv_attend_batch(pool, layer, n, seq, pos, ws->qabs, H, c->scale, ws->olat);
+    /* o_h = W_UV_h o_lat_h */
+    for (int h = 0; h < H; h++) {
+        for (int i = 0; i < n; i++) memcpy(ws->gin + (size_t)i * r, ws->olat + ((size_t)i * H + h) * ostride, (size_t)r * sizeof(float));
+        kiln_matmul(&L->uv[h], ws->gin, ws->gout, n);
+        for (int i = 0; i < n; i++) memcpy(ws->ov + (size_t)i * H * dv + (size_t)h * dv, ws->gout + (size_t)i * dv, (size_t)dv * sizeof(float));
+    }
+    kiln_matmul(&L->wo, ws->ov, Y, n);
+    return KILN_OK;
+}
