@@ -3,6 +3,7 @@
  * The architecture-specific hyper-parameters are read here for LlamaForCausalLM; the config JSON
  * is kept on the model (m->config) for other architectures to read their own fields. */
 #include "model/model.h"
+#include "model/arch.h"
 #include "base/status.h"
 #include "format/hfconfig.h"
 #include "format/safetensors.h"
@@ -110,9 +111,12 @@ kiln_status kiln_load_hf(struct kiln_model *m, const char *dir) {
     if ((mt && strcmp(mt, "llama") == 0) || (!mt && strcmp(arch0, "LlamaForCausalLM") == 0)) {
         snprintf(m->hp.arch, sizeof m->hp.arch, "llama");
         KILN_TRY(read_llama_hparams(m, cfg, path));
+    } else if ((m->arch = kiln_arch_find(mt, arch0)) != NULL) { /* GLM / DeepSeek families (model/arch.h) */
+        snprintf(m->hp.arch, sizeof m->hp.arch, "%s", m->arch->name);
+        KILN_TRY(m->arch->read_hparams(m, cfg, path));
     } else {
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: model_type '%s' (architecture '%s') is not supported (known: llama)", path,
-                         mt ? mt : "?", arch0 ? arch0 : "?");
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: model_type '%s' (architecture '%s') is not supported (known: llama, %s)", path,
+                         mt ? mt : "?", arch0 ? arch0 : "?", kiln_arch_names());
     }
     KILN_TRY(kiln_check_quant_config(cfg, path));
     KILN_TRY(load_tensors(m, dir));

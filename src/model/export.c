@@ -5,6 +5,7 @@
  * adjacent pairs (NORM). Writing across conventions permutes the rows of q_proj / k_proj within
  * each head, exactly as HF's and llama.cpp's converters do, so every format runs identically. */
 #include "model/model.h"
+#include "model/arch.h"
 #include "base/fp.h"
 #include "base/status.h"
 #include "format/gguf.h"
@@ -229,7 +230,7 @@ static kiln_status parse_spec(const char *spec, llama_shape *s) {
 }
 
 kiln_status kiln_mkmodel(const char *arch, const char *spec, const char *dtype, uint64_t seed, const char *out_dir) {
-    if (strcmp(arch, "llama") != 0) return kiln_fail(KILN_ERR_UNSUPPORTED, "mkmodel: --arch '%s' is not supported (known: llama)", arch);
+    if (strcmp(arch, "llama") != 0) return kiln_mkmodel_arch(arch, spec, dtype, seed, out_dir); /* model/mkmodel_arch.c */
     kiln_dtype dt;
     if (strcmp(dtype, "f32") == 0) dt = KILN_DT_F32;
     else if (strcmp(dtype, "bf16") == 0) dt = KILN_DT_BF16;

@@ -3,6 +3,7 @@
  * Linear layers run batched over the chunk (one weight read per chunk); attention runs per token
  * over the paged cache (causal: token i sees positions [0, pos_i]). */
 #include "model/forward.h"
+#include "model/arch.h"
 #include "base/status.h"
 #include <math.h>
 #include <stdlib.h>
@@ -39,6 +40,10 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
         kiln_forward_ws_free(ws);
         return kiln_fail(KILN_ERR_NOMEM, "out of memory allocating forward scratch (chunk %d, context %d)", chunk, n_ctx_max);
     }
+    if (m->arch) { /* GLM / DeepSeek-family scratch (model/arch.h) */
+        kiln_status st = kiln_arch_ws_init(ws, m);
+        if (st != KILN_OK) { kiln_forward_ws_free(ws); return st; }
+    }
     return KILN_OK;
 }
 
@@ -46,6 +51,7 @@ void kiln_forward_ws_free(kiln_forward_ws *ws) {
     free(ws->x); free(ws->xb); free(ws->q); free(ws->k); free(ws->v); free(ws->ao);
     free(ws->hb); free(ws->hb2); free(ws->att); free(ws->rope); free(ws->logits);
     free(ws->pos); free(ws->out_row); free(ws->seqs);
+    if (ws->arch_ws_free) ws->arch_ws_free(ws->arch_ws);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -77,6 +83,7 @@ static void rope_apply(float *v, int n_heads, int hd, int rot, kiln_rope_style s
 
 kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws,
                                const kiln_batch *b, float *logits) {
+    if (m->arch) return kiln_arch_forward(m, pool, ws, b, logits); /* GLM / DeepSeek families (model/arch.h) */
     const kiln_hparams *hp = &m->hp;
     const int dim = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, ffn = hp->ffn_dim;
     const int qd = H * hd, kvd = KV * hd, n = b->n;

@@ -21,6 +21,8 @@ typedef struct kiln_forward_ws {
     int *pos;      /* [chunk]          positions (single-sequence wrapper) */
     int *out_row;  /* [chunk] */
     kiln_kv_seq **seqs; /* [chunk] */
+    void *arch_ws;                  /* extra scratch of model/arch.h architectures */
+    void (*arch_ws_free)(void *);
 } kiln_forward_ws;
 
 kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m, int chunk, int n_ctx_max);

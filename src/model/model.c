@@ -1,6 +1,7 @@
 /* model.c — loading entry point (format detection), weight binding with shape checks, model
  * info/description, and freeing. */
 #include "model/model.h"
+#include "model/arch.h"
 #include "base/fp.h"
 #include "base/status.h"
 #include "format/gguf.h"
@@ -169,6 +170,7 @@ static kiln_status bind_vector(struct kiln_model *m, const char *name, int64_t n
 
 kiln_status kiln_model_bind(struct kiln_model *m) {
     kiln_hparams *hp = &m->hp;
+    if (m->arch) return m->arch->bind(m); /* GLM / DeepSeek families (model/arch.h) */
     if (strcmp(hp->arch, "llama") != 0) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: architecture '%s' not supported", m->path, hp->arch);
     int64_t dim = hp->dim, q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
     KILN_TRY(bind_matrix(m, "model.embed_tokens.weight", hp->vocab, dim, &m->tok_embd));

@@ -1,0 +1,125 @@
+/* arch.h — the architecture table for the GLM and Kimi/DeepSeek families.
+ *
+ * Each row maps Hugging Face config.json model_type values to: a hyper-parameter reader (validated
+ * reads of the official config fields), a binder (the official tensor names, every shape checked,
+ * every linear weight through kiln_bind_linear so BF16 / FP8-block / INT4 compressed-tensors all
+ * work), and a synthetic-checkpoint writer (`kiln mkmodel --arch NAME`). All rows share one forward
+ * pass (arch_common.c) built from blocks: GQA attention (optionally fused QKV, biases, per-head
+ * q/k RMSNorm, partial rotary in either pair layout) or MLA (mla.c); dense SwiGLU MLP (optionally
+ * fused gate_up) or MoE (moe.c); optional post-attention / post-MLP norms (GLM-4).
+ *
+ *   name           model_type values                 file
+ *   chatglm        chatglm                           arch_glm.c     GLM-4-9B remote-code layout
+ *   glm4           glm4                              arch_glm.c     Glm4ForCausalLM
+ *   glm4_moe       glm4_moe                          arch_glm4_moe.c GLM-4.5 / 4.6 / 4.7
+ *   deepseek_v3    deepseek_v3                       arch_deepseek.c
+ *   kimi_k2        kimi_k2, kimi_k25 (text_config)   arch_deepseek.c
+ *   glm4_moe_lite  glm4_moe_lite                     arch_deepseek.c GLM-4.7-Flash
+ * "llama" is not in this table: it keeps the original path (format/hf.c, model.c, forward.c). */
+#ifndef KILN_MODEL_ARCH_H
+#define KILN_MODEL_ARCH_H
+#include "model/forward.h"
+#include "model/mla.h"
+#include "model/moe.h"
+#include "model/rope_yarn.h"
+#include <jansson.h>
+
+typedef enum { KILN_ATTN_GQA = 0, KILN_ATTN_MLA = 1 } kiln_attn_kind;
+
+/* Architecture hyper-parameters beyond kiln_hparams (m->hp keeps the common ones). */
+typedef struct kiln_arch_hp {
+    kiln_attn_kind attn;
+    char prefix[48];          /* layer/embedding prefix: "model.", "transformer.", "language_model.model." */
+    /* GQA */
+    int qkv_fused;            /* chatglm: self_attention.query_key_value [(H + 2·KV)·hd, dim] */
+    int attn_bias;            /* biases on q, k, v */
+    int qk_norm;              /* glm4_moe use_qk_norm: RMSNorm over each head of q and k (before RoPE) */
+    int post_norms;           /* glm4: post_self_attn_layernorm, post_mlp_layernorm */
+    int ffn_fused;            /* gate and up in one [2·ffn, dim] matrix, gate rows first */
+    kiln_rope rope;
+    kiln_yarn yarn;
+    float attn_scale;         /* softmax scale */
+    /* MLA */
+    kiln_mla_cfg mla;
+    /* MoE */
+    kiln_moe_cfg moe;
+    int n_shared;             /* n_shared_experts */
+    unsigned char *is_moe;    /* [n_layers] */
+    int n_moe_layers;
+    int n_nextn;              /* num_nextn_predict_layers: MTP layers stored after the last layer, not run */
+} kiln_arch_hp;
+
+typedef struct kiln_arch_layer {
+    const float *attn_norm, *ffn_norm;         /* [dim] */
+    const float *post_attn_norm, *post_ffn_norm; /* [dim] (glm4) or NULL */
+    /* GQA */
+    kiln_weight wqkv;                          /* fused (chatglm) */
+    kiln_weight wq, wk, wv, wo;                /* [H·hd, dim] [KV·hd, dim] [KV·hd, dim] [dim, H·hd] */
+    const float *bq, *bk, *bv;                 /* [H·hd] [KV·hd] [KV·hd] or NULL */
+    const float *q_norm, *k_norm;              /* [hd] or NULL */
+    /* MLA */
+    kiln_mla_layer mla;
+    /* dense FFN */
+    kiln_weight w_gate_up, w_gate, w_up, w_down;
+    /* MoE */
+    int is_moe;
+    kiln_weight *exp_w;                        /* [3·E]: gate[E], up[E], down[E] */
+    kiln_moe_layer moe;
+} kiln_arch_layer;
+
+typedef struct kiln_arch_model {
+    kiln_arch_hp hp;
+    kiln_arch_layer *layers;                   /* [n_layers] */
+} kiln_arch_model;
+
+typedef struct kiln_arch {
+    const char *name;
+    const char *model_types[4];
+    const char *architectures[4];
+    /* Reads config.json into m->hp and a new m->arch_state (cfg: the config object). */
+    kiln_status (*read_hparams)(struct kiln_model *m, json_t *cfg, const char *file);
+    /* Binds tensors (m->tt) to m->arch_state's layers, checking every shape. */
+    kiln_status (*bind)(struct kiln_model *m);
+} kiln_arch;
+
+/* Finds the row for a model_type (or, when model_type is absent, architectures[0]); NULL if none. */
+const kiln_arch *kiln_arch_find(const char *model_type, const char *architecture);
+/* "chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2, glm4_moe_lite" (for error messages). */
+const char *kiln_arch_names(void);
+
+/* The shared forward pass (arch_common.c); same contract as kiln_forward_batch. */
+kiln_status kiln_arch_forward(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, float *logits);
+/* Extra scratch for the forward pass, hung on ws->arch_ws (freed by kiln_forward_ws_free). */
+kiln_status kiln_arch_ws_init(kiln_forward_ws *ws, const struct kiln_model *m);
+
+/* Synthetic checkpoints for the architectures of this table (mkmodel_arch.c). */
+kiln_status kiln_mkmodel_arch(const char *arch, const char *spec, const char *dtype, uint64_t seed, const char *out_dir);
+
+/* MoE routing statistics of the last session workspace (tests): tokens routed and tokens whose
+ * selection the group limit changed, summed over layers. */
+void kiln_arch_moe_stats(const kiln_forward_ws *ws, long long *routed, long long *group_limited);
+
+/* ---- helpers shared by the arch_*.c files (arch_common.c) ---- */
+kiln_arch_model *kiln_arch_state_new(struct kiln_model *m);
+/* Common fields: hidden_size, num_hidden_layers (or num_layers), num_attention_heads, vocab_size
+ * (or padded_vocab_size), max_position_embeddings (or seq_length), tie_word_embeddings, eps,
+ * torch_dtype, bos/eos; rejects hidden_act other than silu. */
+kiln_status kiln_arch_read_common(struct kiln_model *m, json_t *cfg, const char *file, const char *eps_key);
+/* rope_theta from the top level or rope_parameters; partial_rotary_factor likewise (default def_partial). */
+kiln_status kiln_arch_read_rope(json_t *cfg, const char *file, double def_theta, double def_partial, double *theta, double *partial);
+/* rope_scaling / rope_parameters of type "yarn" → y (y->enabled = 0 when absent or default). */
+kiln_status kiln_arch_read_yarn(json_t *cfg, const char *file, kiln_yarn *y);
+/* MoE fields shared by glm4_moe and the deepseek family. */
+kiln_status kiln_arch_read_moe(struct kiln_model *m, json_t *cfg, const char *file);
+/* Norm vector [n] as float32 (narrower storage gets an owned copy). */
+kiln_status kiln_arch_vec(struct kiln_model *m, const char *name, int64_t n, const float **out);
+/* Optional vector: *out = NULL when the tensor is absent. */
+kiln_status kiln_arch_vec_opt(struct kiln_model *m, const char *name, int64_t n, const float **out);
+/* Embedding, final norm and LM head (tied or not). */
+kiln_status kiln_arch_bind_ends(struct kiln_model *m, const char *embd, const char *norm, const char *head);
+/* A MoE block at `p` ("model.layers.3.mlp."): router, correction bias, experts, shared experts;
+ * checks that the tensors hold exactly n_routed_experts experts. */
+kiln_status kiln_arch_bind_moe(struct kiln_model *m, const char *p, kiln_arch_layer *L);
+/* A dense SwiGLU MLP at `p` with gate_proj / up_proj / down_proj of width ffn. */
+kiln_status kiln_arch_bind_mlp(struct kiln_model *m, const char *p, int64_t ffn, kiln_arch_layer *L);
+#endif

@@ -1,0 +1,478 @@
+/* arch_common.c — the architecture table, config and binding helpers shared by arch_glm.c,
+ * arch_glm4_moe.c and arch_deepseek.c, and the forward pass all of them run:
+ *
+ *   x = embed(tokens)
+ *   per layer: h = attn(rmsnorm(x));  [h = rmsnorm(h) post_self_attn]  x += h
+ *              h = ffn(rmsnorm(x));   [h = rmsnorm(h) post_mlp]        x += h
+ *              attn = GQA (fused or separate QKV, biases, q/k norm, partial RoPE) or MLA (mla.c)
+ *              ffn  = dense SwiGLU (fused or separate gate/up) or MoE (moe.c)
+ *   logits = head(rmsnorm(x))
+ * Linear layers run batched over the step's tokens; attention runs per token over its sequence's
+ * pages, exactly like the llama path in forward.c. */
+#include "model/arch.h"
+#include "base/status.h"
+#include "format/hfconfig.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern const kiln_arch kiln_arch_chatglm, kiln_arch_glm4, kiln_arch_glm4_moe, kiln_arch_deepseek_v3, kiln_arch_kimi_k2,
+    kiln_arch_glm4_moe_lite;
+
+static const kiln_arch *const table[] = {&kiln_arch_chatglm, &kiln_arch_glm4, &kiln_arch_glm4_moe, &kiln_arch_deepseek_v3,
+                                         &kiln_arch_kimi_k2, &kiln_arch_glm4_moe_lite};
+#define N_ARCH ((int)(sizeof table / sizeof table[0]))
+
+const kiln_arch *kiln_arch_find(const char *model_type, const char *architecture) {
+    for (int i = 0; i < N_ARCH; i++)
+        for (int j = 0; j < 4; j++) {
+            if (model_type && table[i]->model_types[j] && strcmp(model_type, table[i]->model_types[j]) == 0) return table[i];
+            if (!model_type && architecture && table[i]->architectures[j] && strcmp(architecture, table[i]->architectures[j]) == 0)
+                return table[i];
+        }
+    return NULL;
+}
+
+const char *kiln_arch_names(void) { return "chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2 (kimi_k25), glm4_moe_lite"; }
+
+/* ---- config ------------------------------------------------------------------------------------- */
+
+kiln_arch_model *kiln_arch_state_new(struct kiln_model *m) {
+    kiln_arch_model *am = kiln_model_own(m, calloc(1, sizeof *am));
+    m->arch_state = am;
+    return am;
+}
+
+static int has_key(const json_t *cfg, const char *k) {
+    json_t *v = json_object_get(cfg, k);
+    return v && !json_is_null(v);
+}
+
+kiln_status kiln_arch_read_common(struct kiln_model *m, json_t *cfg, const char *file, const char *eps_key) {
+    kiln_hparams *hp = &m->hp;
+    KILN_TRY(kiln_cfg_int(cfg, file, "hidden_size", 1, 1 << 20, &hp->dim));
+    const char *nl = has_key(cfg, "num_hidden_layers") ? "num_hidden_layers" : has_key(cfg, "num_layers") ? "num_layers" : "num_hidden_layers";
+    KILN_TRY(kiln_cfg_int(cfg, file, nl, 1, 4096, &hp->n_layers));
+    KILN_TRY(kiln_cfg_int(cfg, file, "num_attention_heads", 1, 4096, &hp->n_heads));
+    const char *vk = has_key(cfg, "vocab_size") ? "vocab_size" : has_key(cfg, "padded_vocab_size") ? "padded_vocab_size" : "vocab_size";
+    KILN_TRY(kiln_cfg_int(cfg, file, vk, 1, 1 << 24, &hp->vocab));
+    const char *ck = has_key(cfg, "max_position_embeddings") ? "max_position_embeddings" : "seq_length";
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, ck, 1, 1 << 24, 2048, &hp->max_seq));
+    double eps;
+    if (!has_key(cfg, eps_key)) return kiln_fail(KILN_ERR_FORMAT, "%s: required field '%s' is missing", file, eps_key);
+    KILN_TRY(kiln_cfg_num_opt(cfg, file, eps_key, 0, 1, 1e-6, &eps));
+    hp->norm_eps = (float)eps;
+    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "tie_word_embeddings", 0, &hp->tie_embeddings));
+    hp->bos_id = kiln_cfg_first_int(cfg, "bos_token_id", -1);
+    hp->eos_id = kiln_cfg_first_int(cfg, "eos_token_id", -1);
+    json_t *td = json_object_get(cfg, "torch_dtype");
+    if (!td) td = json_object_get(cfg, "dtype");
+    const char *tds = json_is_string(td) ? json_string_value(td) : "bfloat16";
+    hp->act_dtype = strcmp(tds, "float32") == 0 ? KILN_DT_F32 : strcmp(tds, "float16") == 0 ? KILN_DT_F16 : KILN_DT_BF16;
+    json_t *act = json_object_get(cfg, "hidden_act");
+    if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: field 'hidden_act' = %s is not supported (silu)", file,
+                         json_is_string(act) ? json_string_value(act) : "(not a string)");
+    return KILN_OK;
+}
+
+kiln_status kiln_arch_read_rope(json_t *cfg, const char *file, double def_theta, double def_partial, double *theta, double *partial) {
+    json_t *rp = json_object_get(cfg, "rope_parameters");
+    if (rp && !json_is_null(rp) && !json_is_object(rp)) return kiln_fail(KILN_ERR_FORMAT, "%s: field 'rope_parameters' must be an object", file);
+    if (has_key(cfg, "rope_theta")) KILN_TRY(kiln_cfg_num_opt(cfg, file, "rope_theta", 1, 1e12, def_theta, theta));
+    else if (json_is_object(rp) && has_key(rp, "rope_theta")) {
+        json_t *v = json_object_get(rp, "rope_theta");
+        if (!json_is_number(v) || !(json_number_value(v) > 1 && json_number_value(v) <= 1e12))
+            return kiln_fail(KILN_ERR_FORMAT, "%s: field 'rope_parameters.rope_theta' must be a number in (1, 1e12]", file);
+        *theta = json_number_value(v);
+    } else *theta = def_theta;
+    const json_t *src = has_key(cfg, "partial_rotary_factor") ? cfg : (json_is_object(rp) && has_key(rp, "partial_rotary_factor")) ? rp : NULL;
+    if (src) {
+        json_t *v = json_object_get(src, "partial_rotary_factor");
+        if (!json_is_number(v) || !(json_number_value(v) > 0 && json_number_value(v) <= 1))
+            return kiln_fail(KILN_ERR_FORMAT, "%s: field 'partial_rotary_factor' must be a number in (0, 1]", file);
+        *partial = json_number_value(v);
+    } else *partial = def_partial;
+    return KILN_OK;
+}
+
+static kiln_status num_field(json_t *o, const char *file, const char *obj, const char *key, double def, double *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) { *out = def; return KILN_OK; }
+    if (!json_is_number(v)) return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s.%s' must be a number", file, obj, key);
+    *out = json_number_value(v);
+    return KILN_OK;
+}
+
+kiln_status kiln_arch_read_yarn(json_t *cfg, const char *file, kiln_yarn *y) {
+    memset(y, 0, sizeof *y);
+    const char *obj = "rope_scaling";
+    json_t *rs = json_object_get(cfg, obj);
+    if (!rs || json_is_null(rs)) { obj = "rope_parameters"; rs = json_object_get(cfg, obj); }
+    if (!rs || json_is_null(rs)) return KILN_OK;
+    if (!json_is_object(rs)) return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' must be an object", file, obj);
+    const char *type = json_string_value(json_object_get(rs, "rope_type"));
+    if (!type) type = json_string_value(json_object_get(rs, "type"));
+    if (!type || strcmp(type, "default") == 0) return KILN_OK;
+    if (strcmp(type, "yarn") != 0)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: field '%s.type' = '%s' is not supported (yarn, default)", file, obj, type);
+    double f, orig, bf, bs, ms, msa, af;
+    json_t *fv = json_object_get(rs, "factor");
+    if (!json_is_number(fv)) return kiln_fail(KILN_ERR_FORMAT, "%s: required field '%s.factor' is missing or not a number", file, obj);
+    f = json_number_value(fv);
+    if (!(f >= 1.0 && f <= 1e6)) return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s.factor' = %g is out of range [1, 1e6]", file, obj, f);
+    KILN_TRY(num_field(rs, file, obj, "original_max_position_embeddings", 0, &orig));
+    if (orig == 0) KILN_TRY(num_field(cfg, file, "", "max_position_embeddings", 0, &orig));
+    if (!(orig >= 1 && orig <= (1 << 24)))
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s.original_max_position_embeddings' = %g is out of range", file, obj, orig);
+    KILN_TRY(num_field(rs, file, obj, "beta_fast", 32, &bf));
+    KILN_TRY(num_field(rs, file, obj, "beta_slow", 1, &bs));
+    KILN_TRY(num_field(rs, file, obj, "mscale", 0, &ms));
+    KILN_TRY(num_field(rs, file, obj, "mscale_all_dim", 0, &msa));
+    KILN_TRY(num_field(rs, file, obj, "attention_factor", 0, &af));
+    if (!(bf > 0) || !(bs > 0)) return kiln_fail(KILN_ERR_FORMAT, "%s: fields '%s.beta_fast' / 'beta_slow' must be > 0", file, obj);
+    y->enabled = 1;
+    y->factor = (float)f;
+    y->orig_ctx = (int)orig;
+    y->beta_fast = (float)bf;
+    y->beta_slow = (float)bs;
+    y->mscale = (float)ms;
+    y->mscale_all_dim = (float)msa;
+    y->attention_factor = (float)af;
+    return KILN_OK;
+}
+
+kiln_status kiln_arch_read_moe(struct kiln_model *m, json_t *cfg, const char *file) {
+    kiln_arch_hp *ah = &((kiln_arch_model *)m->arch_state)->hp;
+    kiln_moe_cfg *c = &ah->moe;
+    int first_k = 0, freq = 1;
+    KILN_TRY(kiln_cfg_int(cfg, file, "n_routed_experts", 1, 1 << 16, &c->n_experts));
+    KILN_TRY(kiln_cfg_int(cfg, file, "num_experts_per_tok", 1, 64, &c->n_used));
+    KILN_TRY(kiln_cfg_int(cfg, file, "moe_intermediate_size", 1, 1 << 20, &c->ffn));
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, "n_shared_experts", 0, 64, 1, &ah->n_shared));
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, "n_group", 1, 64, 1, &c->n_group));
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, "topk_group", 1, 64, 1, &c->topk_group));
+    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "norm_topk_prob", 1, &c->norm_topk_prob));
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, "moe_layer_freq", 1, 4096, 1, &freq));
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, "num_nextn_predict_layers", 0, 64, 0, &ah->n_nextn));
+    double rsf;
+    KILN_TRY(kiln_cfg_num_opt(cfg, file, "routed_scaling_factor", 0, 1e6, 1.0, &rsf));
+    c->routed_scale = (float)rsf;
+    const char *sf = json_string_value(json_object_get(cfg, "scoring_func"));
+    if (sf && strcmp(sf, "sigmoid") != 0)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: field 'scoring_func' = '%s' is not supported (sigmoid)", file, sf);
+    const char *tm = json_string_value(json_object_get(cfg, "topk_method"));
+    if (tm && strcmp(tm, "noaux_tc") != 0)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: field 'topk_method' = '%s' is not supported (noaux_tc)", file, tm);
+    if (c->n_used > c->n_experts)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field 'num_experts_per_tok' = %d exceeds 'n_routed_experts' = %d", file, c->n_used, c->n_experts);
+    if (c->n_experts % c->n_group || c->n_experts / c->n_group < 2)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field 'n_group' = %d must divide 'n_routed_experts' = %d into groups of at least 2", file,
+                         c->n_group, c->n_experts);
+    if (c->topk_group > c->n_group || c->topk_group * (c->n_experts / c->n_group) < c->n_used)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field 'topk_group' = %d: %d of %d groups cannot hold num_experts_per_tok = %d experts", file,
+                         c->topk_group, c->topk_group, c->n_group, c->n_used);
+    c->dim = m->hp.dim;
+    c->shared_ffn = c->ffn * ah->n_shared;
+    ah->is_moe = kiln_model_own(m, calloc((size_t)m->hp.n_layers, 1));
+    if (!ah->is_moe) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    json_t *types = json_object_get(cfg, "mlp_layer_types");
+    if (types && !json_is_null(types)) {
+        if (!json_is_array(types) || (int)json_array_size(types) != m->hp.n_layers)
+            return kiln_fail(KILN_ERR_FORMAT, "%s: field 'mlp_layer_types' must be a list of %d entries", file, m->hp.n_layers);
+        for (int l = 0; l < m->hp.n_layers; l++) {
+            const char *t = json_string_value(json_array_get(types, (size_t)l));
+            if (!t || (strcmp(t, "sparse") != 0 && strcmp(t, "dense") != 0))
+                return kiln_fail(KILN_ERR_FORMAT, "%s: field 'mlp_layer_types[%d]' must be \"dense\" or \"sparse\"", file, l);
+            ah->is_moe[l] = strcmp(t, "sparse") == 0;
+        }
+    } else {
+        KILN_TRY(kiln_cfg_int(cfg, file, "first_k_dense_replace", 0, 4096, &first_k));
+        for (int l = 0; l < m->hp.n_layers; l++) ah->is_moe[l] = l >= first_k && l % freq == 0;
+    }
+    ah->n_moe_layers = 0;
+    for (int l = 0; l < m->hp.n_layers; l++) ah->n_moe_layers += ah->is_moe[l];
+    return KILN_OK;
+}
+
+/* ---- binding ------------------------------------------------------------------------------------ */
+
+static kiln_status vec(struct kiln_model *m, const char *name, int64_t n, const float **out, int optional) {
+    const kiln_tensor *t = kiln_tt_find(&m->tt, name);
+    *out = NULL;
+    if (!t) return optional ? KILN_OK : kiln_fail(KILN_ERR_FORMAT, "%s: missing tensor '%s'", m->path, name);
+    if (t->ndim != 1 || t->shape[0] != n)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' has %d dims / shape[0] = %lld but the config implies [%lld]", t->file, name, t->ndim,
+                         (long long)t->shape[0], (long long)n);
+    if (t->dtype == KILN_DT_F32 && ((uintptr_t)t->data % 4) == 0) { *out = (const float *)t->data; return KILN_OK; }
+    const kiln_dtype_info *di = kiln_dtype_get(t->dtype);
+    if (!di->to_f32 || di->block_elems > 1)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s not usable as a vector", t->file, name, di->name);
+    float *f = kiln_model_own(m, malloc((size_t)n * 4));
+    if (!f) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    di->to_f32(t->data, f, (size_t)n);
+    *out = f;
+    return KILN_OK;
+}
+kiln_status kiln_arch_vec(struct kiln_model *m, const char *name, int64_t n, const float **out) { return vec(m, name, n, out, 0); }
+kiln_status kiln_arch_vec_opt(struct kiln_model *m, const char *name, int64_t n, const float **out) { return vec(m, name, n, out, 1); }
+
+/* Binds "<name>" given with or without the ".weight" suffix. */
+static kiln_status linear(struct kiln_model *m, const char *name, int64_t rows, int64_t cols, kiln_weight *w) {
+    char p[256];
+    snprintf(p, sizeof p, "%s", name);
+    size_t l = strlen(p);
+    if (l > 7 && strcmp(p + l - 7, ".weight") == 0) p[l - 7] = 0;
+    return kiln_bind_linear(m, p, rows, cols, w);
+}
+
+kiln_status kiln_arch_bind_ends(struct kiln_model *m, const char *embd, const char *norm, const char *head) {
+    const kiln_hparams *hp = &m->hp;
+    KILN_TRY(linear(m, embd, hp->vocab, hp->dim, &m->tok_embd));
+    char hw[256];
+    snprintf(hw, sizeof hw, "%s.weight", head);
+    char hp_[256];
+    snprintf(hp_, sizeof hp_, "%s.weight_packed", head);
+    if (kiln_tt_find(&m->tt, hw) || kiln_tt_find(&m->tt, hp_)) KILN_TRY(linear(m, head, hp->vocab, hp->dim, &m->output));
+    else if (hp->tie_embeddings) m->output = m->tok_embd;
+    else return kiln_fail(KILN_ERR_FORMAT, "%s: missing tensor '%s' (and tie_word_embeddings is false)", m->path, hw);
+    return kiln_arch_vec(m, norm, hp->dim, &m->output_norm);
+}
+
+static int linear_exists(struct kiln_model *m, const char *prefix) {
+    char n[256];
+    snprintf(n, sizeof n, "%s.weight", prefix);
+    if (kiln_tt_find(&m->tt, n)) return 1;
+    snprintf(n, sizeof n, "%s.weight_packed", prefix);
+    return kiln_tt_find(&m->tt, n) != NULL;
+}
+
+kiln_status kiln_arch_bind_moe(struct kiln_model *m, const char *p, kiln_arch_layer *L) {
+    kiln_arch_hp *ah = &((kiln_arch_model *)m->arch_state)->hp;
+    const kiln_moe_cfg *c = &ah->moe;
+    const int E = c->n_experts, D = m->hp.dim;
+    char n[256];
+    /* the expert count must match the tensors exactly, in both directions */
+    snprintf(n, sizeof n, "%sexperts.%d.gate_proj", p, E);
+    if (linear_exists(m, n))
+        return kiln_fail(KILN_ERR_FORMAT, "%s: config.json says n_routed_experts = %d but the checkpoint has expert %d (tensor '%s.weight')", m->path, E,
+                         E, n);
+    for (int e = 0; e < E; e++) {
+        static const char *const parts[3] = {"gate_proj", "up_proj", "down_proj"};
+        for (int k = 0; k < 3; k++) {
+            snprintf(n, sizeof n, "%sexperts.%d.%s", p, e, parts[k]);
+            if (!linear_exists(m, n))
+                return kiln_fail(KILN_ERR_FORMAT, "%s: config.json says n_routed_experts = %d but tensor '%s.weight' is missing", m->path, E, n);
+        }
+    }
+    L->exp_w = kiln_model_own(m, calloc((size_t)E * 3, sizeof *L->exp_w));
+    if (!L->exp_w) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    for (int e = 0; e < E; e++) {
+        snprintf(n, sizeof n, "%sexperts.%d.gate_proj", p, e);
+        KILN_TRY(linear(m, n, c->ffn, D, &L->exp_w[e]));
+        snprintf(n, sizeof n, "%sexperts.%d.up_proj", p, e);
+        KILN_TRY(linear(m, n, c->ffn, D, &L->exp_w[E + e]));
+        snprintf(n, sizeof n, "%sexperts.%d.down_proj", p, e);
+        KILN_TRY(linear(m, n, D, c->ffn, &L->exp_w[2 * E + e]));
+    }
+    L->moe.gate = L->exp_w;
+    L->moe.up = L->exp_w + E;
+    L->moe.down = L->exp_w + 2 * E;
+    snprintf(n, sizeof n, "%sgate", p);
+    char w[272];
+    snprintf(w, sizeof w, "%s.weight", n);
+    const kiln_tensor *rt = kiln_tt_find(&m->tt, w);
+    if (rt && rt->ndim == 2 && rt->shape[0] != E)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' has %lld rows but config.json says n_routed_experts = %d", rt->file, w,
+                         (long long)rt->shape[0], E);
+    KILN_TRY(linear(m, n, E, D, &L->moe.router));
+    snprintf(n, sizeof n, "%sgate.e_score_correction_bias", p);
+    KILN_TRY(kiln_arch_vec_opt(m, n, E, &L->moe.bias));
+    if (c->shared_ffn > 0) {
+        snprintf(n, sizeof n, "%sshared_experts.gate_proj", p);
+        KILN_TRY(linear(m, n, c->shared_ffn, D, &L->moe.sh_gate));
+        snprintf(n, sizeof n, "%sshared_experts.up_proj", p);
+        KILN_TRY(linear(m, n, c->shared_ffn, D, &L->moe.sh_up));
+        snprintf(n, sizeof n, "%sshared_experts.down_proj", p);
+        KILN_TRY(linear(m, n, D, c->shared_ffn, &L->moe.sh_down));
+    }
+    L->is_moe = 1;
+    return KILN_OK;
+}
+
+kiln_status kiln_arch_bind_mlp(struct kiln_model *m, const char *p, int64_t ffn, kiln_arch_layer *L) {
+    char n[256];
+    snprintf(n, sizeof n, "%sgate_proj", p);
+    KILN_TRY(linear(m, n, ffn, m->hp.dim, &L->w_gate));
+    snprintf(n, sizeof n, "%sup_proj", p);
+    KILN_TRY(linear(m, n, ffn, m->hp.dim, &L->w_up));
+    snprintf(n, sizeof n, "%sdown_proj", p);
+    return linear(m, n, m->hp.dim, ffn, &L->w_down);
+}
+
+/* ---- scratch ------------------------------------------------------------------------------------ */
+
+typedef struct arch_ws {
+    float *q, *k, *v, *qkv, *ao, *tmp, *hb, *hb2, *cs;
+    int has_mla, has_moe;
+    kiln_mla_ws mla;
+    kiln_moe_ws moe;
+} arch_ws;
+
+static void arch_ws_free(void *p) {
+    arch_ws *w = p;
+    if (!w) return;
+    free(w->q); free(w->k); free(w->v); free(w->qkv); free(w->ao); free(w->tmp); free(w->hb); free(w->hb2); free(w->cs);
+    if (w->has_mla) kiln_mla_ws_free(&w->mla);
+    if (w->has_moe) kiln_moe_ws_free(&w->moe);
+    free(w);
+}
+
+kiln_status kiln_arch_ws_init(kiln_forward_ws *ws, const struct kiln_model *m) {
+    const kiln_hparams *hp = &m->hp;
+    const kiln_arch_hp *ah = &((const kiln_arch_model *)m->arch_state)->hp;
+    arch_ws *w = calloc(1, sizeof *w);
+    if (!w) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    size_t T = (size_t)ws->chunk;
+    int ok = 1;
+    if (ah->attn == KILN_ATTN_GQA) {
+        size_t qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
+        w->q = malloc(T * qd * 4);
+        w->k = malloc(T * kvd * 4);
+        w->v = malloc(T * kvd * 4);
+        w->ao = malloc(T * qd * 4);
+        if (ah->qkv_fused) w->qkv = malloc(T * (qd + 2 * kvd) * 4);
+        ok = w->q && w->k && w->v && w->ao && (!ah->qkv_fused || w->qkv);
+    }
+    w->tmp = malloc(T * (size_t)hp->dim * 4);
+    w->hb = malloc(T * (size_t)hp->ffn_dim * 2 * 4);
+    w->hb2 = malloc(T * (size_t)hp->ffn_dim * 4);
+    w->cs = malloc(T * (size_t)ah->rope.rot_dim * 4);
+    ok = ok && w->tmp && w->hb && w->hb2 && w->cs;
+    ws->arch_ws = w;
+    ws->arch_ws_free = arch_ws_free;
+    if (!ok) return kiln_fail(KILN_ERR_NOMEM, "out of memory allocating forward scratch (chunk %d)", ws->chunk);
+    if (ah->attn == KILN_ATTN_MLA) {
+        KILN_TRY(kiln_mla_ws_init(&w->mla, &ah->mla, ws->chunk));
+        w->has_mla = 1;
+    }
+    if (ah->n_moe_layers > 0) {
+        KILN_TRY(kiln_moe_ws_init(&w->moe, &ah->moe, ws->chunk));
+        w->has_moe = 1;
+    }
+    return KILN_OK;
+}
+
+void kiln_arch_moe_stats(const kiln_forward_ws *ws, long long *routed, long long *group_limited) {
+    const arch_ws *w = ws->arch_ws;
+    *routed = w && w->has_moe ? w->moe.n_routed_tokens : 0;
+    *group_limited = w && w->has_moe ? w->moe.n_group_limited : 0;
+}
+
+/* ---- forward ------------------------------------------------------------------------------------ */
+
+static void add_bias(float *y, const float *b, int n_rows, int width) {
+    if (!b) return;
+    for (int i = 0; i < n_rows; i++)
+        for (int j = 0; j < width; j++) y[(size_t)i * width + j] += b[j];
+}
+
+static void gqa(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_arch_layer *L, kiln_kv_pool *pool, int l,
+                const kiln_forward_ws *ws, arch_ws *w, const kiln_batch *b) {
+    const kiln_hparams *hp = &m->hp;
+    const int n = b->n, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, qd = H * hd, kvd = KV * hd;
+    if (ah->qkv_fused) {
+        kiln_matmul(&L->wqkv, ws->xb, w->qkv, n);
+        for (int i = 0; i < n; i++) {
+            const float *src = w->qkv + (size_t)i * (qd + 2 * kvd);
+            memcpy(w->q + (size_t)i * qd, src, (size_t)qd * 4);
+            memcpy(w->k + (size_t)i * kvd, src + qd, (size_t)kvd * 4);
+            memcpy(w->v + (size_t)i * kvd, src + qd + kvd, (size_t)kvd * 4);
+        }
+    } else {
+        kiln_matmul(&L->wq, ws->xb, w->q, n);
+        kiln_matmul(&L->wk, ws->xb, w->k, n);
+        kiln_matmul(&L->wv, ws->xb, w->v, n);
+    }
+    add_bias(w->q, L->bq, n, qd);
+    add_bias(w->k, L->bk, n, kvd);
+    add_bias(w->v, L->bv, n, kvd);
+    for (int i = 0; i < n; i++) {
+        float *q = w->q + (size_t)i * qd, *k = w->k + (size_t)i * kvd;
+        if (ah->qk_norm) {
+            for (int h = 0; h < H; h++) kiln_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm, hd, hp->norm_eps);
+            for (int h = 0; h < KV; h++) kiln_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, hp->norm_eps);
+        }
+        const float *cs = w->cs + (size_t)i * ah->rope.rot_dim;
+        kiln_rope_apply(&ah->rope, q, H, hd, cs);
+        kiln_rope_apply(&ah->rope, k, KV, hd, cs);
+        kiln_kv_store(pool, b->seq[i], l, b->pos[i], k, w->v + (size_t)i * kvd);
+    }
+    /* every token stored first; token i then sees positions [0, pos[i]] of its own sequence */
+    kiln_kv_attend_batch(pool, l, n, b->seq, b->pos, w->q, H, ah->attn_scale, w->ao);
+    kiln_matmul(&L->wo, w->ao, w->tmp, n);
+}
+
+static void mlp(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_arch_layer *L, arch_ws *w, const float *X, int n) {
+    const int F = m->hp.ffn_dim;
+    if (ah->ffn_fused) {
+        kiln_matmul(&L->w_gate_up, X, w->hb, n);
+        for (int i = 0; i < n; i++) {
+            const float *g = w->hb + (size_t)i * 2 * F, *u = g + F;
+            float *h = w->hb2 + (size_t)i * F;
+            for (int j = 0; j < F; j++) h[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+        }
+        kiln_matmul(&L->w_down, w->hb2, w->tmp, n);
+    } else {
+        kiln_matmul(&L->w_gate, X, w->hb, n);
+        kiln_matmul(&L->w_up, X, w->hb2, n);
+        for (size_t j = 0; j < (size_t)n * F; j++) w->hb[j] = w->hb[j] / (1.0f + expf(-w->hb[j])) * w->hb2[j];
+        kiln_matmul(&L->w_down, w->hb, w->tmp, n);
+    }
+}
+
+kiln_status kiln_arch_forward(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, float *logits) {
+    const kiln_hparams *hp = &m->hp;
+    const kiln_arch_model *am = m->arch_state;
+    const kiln_arch_hp *ah = &am->hp;
+    arch_ws *w = ws->arch_ws;
+    const int dim = hp->dim, n = b->n, rot = ah->rope.rot_dim;
+    if (!w) return kiln_fail(KILN_ERR_INTERNAL, "forward: %s scratch not initialised", hp->arch);
+    if (n < 1 || n > ws->chunk) return kiln_fail(KILN_ERR_INTERNAL, "forward: batch of %d tokens (max %d)", n, ws->chunk);
+    for (int i = 0; i < n; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= hp->vocab)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "token id %d at position %d is out of range [0, %d)", b->tokens[i], b->pos[i], hp->vocab);
+        if (b->pos[i] < 0 || b->pos[i] >= ws->n_ctx_max)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "context length exceeded: position %d >= %d", b->pos[i], ws->n_ctx_max);
+        kiln_weight_row_f32(&m->tok_embd, b->tokens[i], ws->x + (size_t)i * dim);
+        kiln_rope_table(&ah->rope, b->pos[i], w->cs + (size_t)i * rot);
+    }
+    for (int l = 0; l < hp->n_layers; l++) {
+        const kiln_arch_layer *L = &am->layers[l];
+        for (int i = 0; i < n; i++) kiln_rmsnorm(ws->xb + (size_t)i * dim, ws->x + (size_t)i * dim, L->attn_norm, dim, hp->norm_eps);
+        if (ah->attn == KILN_ATTN_MLA)
+            KILN_TRY(kiln_mla_forward(&ah->mla, &L->mla, &ah->rope, pool, l, b->seq, b->pos, ws->xb, n, w->cs, ws->att, w->tmp, &w->mla));
+        else gqa(m, ah, L, pool, l, ws, w, b);
+        if (L->post_attn_norm)
+            for (int i = 0; i < n; i++) kiln_rmsnorm(w->tmp + (size_t)i * dim, w->tmp + (size_t)i * dim, L->post_attn_norm, dim, hp->norm_eps);
+        for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += w->tmp[j];
+        for (int i = 0; i < n; i++) kiln_rmsnorm(ws->xb + (size_t)i * dim, ws->x + (size_t)i * dim, L->ffn_norm, dim, hp->norm_eps);
+        if (L->is_moe) KILN_TRY(kiln_moe_forward(&ah->moe, &L->moe, ws->xb, n, w->tmp, &w->moe));
+        else mlp(m, ah, L, w, ws->xb, n);
+        if (L->post_ffn_norm)
+            for (int i = 0; i < n; i++) kiln_rmsnorm(w->tmp + (size_t)i * dim, w->tmp + (size_t)i * dim, L->post_ffn_norm, dim, hp->norm_eps);
+        for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += w->tmp[j];
+    }
+    for (int i = 0; i < n; i++)
+        if (b->seq[i]->len < b->pos[i] + 1) b->seq[i]->len = b->pos[i] + 1;
+    int n_out = 0;
+    for (int i = 0; i < n; i++) {
+        int r = b->out_row ? b->out_row[i] : i;
+        if (r < 0) continue;
+        kiln_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)i * dim, m->output_norm, dim, hp->norm_eps);
+        if (r + 1 > n_out) n_out = r + 1;
+    }
+    if (n_out > 0) kiln_matmul(&m->output, ws->xb, logits, n_out);
+    return KILN_OK;
+}

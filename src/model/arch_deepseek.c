@@ -1,0 +1,117 @@
+/* arch_deepseek.c — the MLA + MoE architectures: DeepSeek-V3 ("deepseek_v3"), Kimi K2 ("kimi_k2";
+ * the Kimi K2.5 wrapper "kimi_k25" is read through its text_config, its tensors under
+ * "language_model."), and GLM-4.7-Flash ("glm4_moe_lite").
+ *
+ * Per layer (prefix model.layers.N.):
+ *   input_layernorm, post_attention_layernorm                              [hidden]
+ *   self_attn.q_a_proj [q_lora_rank, hidden], self_attn.q_a_layernorm [q_lora_rank],
+ *   self_attn.q_b_proj [H·(qk_nope + qk_rope), q_lora_rank]     (or self_attn.q_proj when q_lora_rank is null)
+ *   self_attn.kv_a_proj_with_mqa [kv_lora_rank + qk_rope, hidden], self_attn.kv_a_layernorm [kv_lora_rank]
+ *   self_attn.kv_b_proj [H·(qk_nope + v_head), kv_lora_rank], self_attn.o_proj [hidden, H·v_head]
+ *   mlp: dense (gate/up/down_proj of intermediate_size) for the first first_k_dense_replace layers
+ *        (or per mlp_layer_types), MoE after (see moe.h).
+ * RoPE on the qk_rope dims: rope_interleave (default true) = adjacent pairs, as the official code's
+ * interleave-then-rotate_half; YaRN from rope_scaling. Attention: mla.h. MTP layers (index >=
+ * num_hidden_layers) are left unbound. */
+#include "model/arch.h"
+#include "base/status.h"
+#include "format/hfconfig.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static kiln_status mla_read(struct kiln_model *m, json_t *top, const char *file) {
+    kiln_hparams *hp = &m->hp;
+    json_t *cfg = top;
+    const char *mt = json_string_value(json_object_get(top, "model_type"));
+    if (mt && strcmp(mt, "kimi_k25") == 0) { /* multimodal wrapper: the language model's config is text_config */
+        cfg = json_object_get(top, "text_config");
+        if (!json_is_object(cfg)) return kiln_fail(KILN_ERR_FORMAT, "%s: model_type 'kimi_k25' needs an object field 'text_config'", file);
+    }
+    kiln_arch_model *am = kiln_arch_state_new(m);
+    if (!am) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_arch_hp *ah = &am->hp;
+    kiln_mla_cfg *c = &ah->mla;
+    KILN_TRY(kiln_arch_read_common(m, cfg, file, "rms_norm_eps"));
+    KILN_TRY(kiln_cfg_int(cfg, file, "intermediate_size", 1, 1 << 22, &hp->ffn_dim));
+    json_t *ql = json_object_get(cfg, "q_lora_rank");
+    if (!ql) return kiln_fail(KILN_ERR_FORMAT, "%s: required field 'q_lora_rank' is missing (null when queries are not low-rank)", file);
+    if (json_is_null(ql)) c->q_lora_rank = 0;
+    else KILN_TRY(kiln_cfg_int(cfg, file, "q_lora_rank", 1, 1 << 16, &c->q_lora_rank));
+    KILN_TRY(kiln_cfg_int(cfg, file, "kv_lora_rank", 1, 1 << 16, &c->kv_lora_rank));
+    KILN_TRY(kiln_cfg_int(cfg, file, "qk_nope_head_dim", 1, 1 << 16, &c->qk_nope));
+    KILN_TRY(kiln_cfg_int(cfg, file, "qk_rope_head_dim", 2, 2 * KILN_ROPE_MAX_HALF, &c->qk_rope));
+    KILN_TRY(kiln_cfg_int(cfg, file, "v_head_dim", 1, 1 << 16, &c->v_head));
+    if (c->qk_rope % 2) return kiln_fail(KILN_ERR_FORMAT, "%s: field 'qk_rope_head_dim' = %d must be even", file, c->qk_rope);
+    int bias;
+    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "attention_bias", 0, &bias));
+    if (bias) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: field 'attention_bias' = true is not supported for MLA", file);
+    double theta, partial;
+    KILN_TRY(kiln_arch_read_rope(cfg, file, 10000.0, 1.0, &theta, &partial));
+    if (partial != 1.0) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: field 'partial_rotary_factor' = %g is not supported with MLA (1.0)", file, partial);
+    int interleave;
+    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "rope_interleave", 1, &interleave));
+    hp->rope_style = interleave ? KILN_ROPE_NORM : KILN_ROPE_NEOX;
+    KILN_TRY(kiln_arch_read_yarn(cfg, file, &ah->yarn));
+    KILN_TRY(kiln_rope_init(&ah->rope, c->qk_rope, (float)theta, hp->rope_style, &ah->yarn));
+    KILN_TRY(kiln_arch_read_moe(m, cfg, file));
+    ah->attn = KILN_ATTN_MLA;
+    c->dim = hp->dim;
+    c->n_heads = hp->n_heads;
+    c->scale = 1.0f / sqrtf((float)(c->qk_nope + c->qk_rope)) * kiln_yarn_softmax_factor(&ah->yarn);
+    c->lora_eps = 1e-6f; /* q_a_layernorm / kv_a_layernorm are built without eps: the RMSNorm default */
+    ah->attn_scale = c->scale;
+    hp->n_kv_heads = 1;
+    hp->head_dim = c->kv_lora_rank + c->qk_rope;
+    hp->kv_v_dim = c->kv_lora_rank;
+    hp->kv_v_shares_k = 1;
+    hp->rope_theta = (float)theta;
+    hp->rotary_dim = c->qk_rope;
+    return KILN_OK;
+}
+
+static kiln_status mla_bind(struct kiln_model *m) {
+    kiln_hparams *hp = &m->hp;
+    kiln_arch_model *am = m->arch_state;
+    kiln_arch_hp *ah = &am->hp;
+    const kiln_mla_cfg *c = &ah->mla;
+    const int64_t D = hp->dim, H = hp->n_heads, qh = c->qk_nope + c->qk_rope;
+    const char *pre = kiln_tt_find(&m->tt, "language_model.model.embed_tokens.weight") ? "language_model." : "";
+    snprintf(ah->prefix, sizeof ah->prefix, "%smodel.", pre);
+    char n[192], n2[192], n3[192];
+    snprintf(n, sizeof n, "%smodel.embed_tokens.weight", pre);
+    snprintf(n2, sizeof n2, "%smodel.norm.weight", pre);
+    snprintf(n3, sizeof n3, "%slm_head", pre);
+    KILN_TRY(kiln_arch_bind_ends(m, n, n2, n3));
+    am->layers = kiln_model_own(m, calloc((size_t)hp->n_layers, sizeof *am->layers));
+    if (!am->layers) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+#define P(fmt) (snprintf(n, sizeof n, "%smodel.layers.%d." fmt, pre, l), n)
+    for (int l = 0; l < hp->n_layers; l++) {
+        kiln_arch_layer *L = &am->layers[l];
+        kiln_mla_layer *A = &L->mla;
+        KILN_TRY(kiln_arch_vec(m, P("input_layernorm.weight"), D, &L->attn_norm));
+        KILN_TRY(kiln_arch_vec(m, P("post_attention_layernorm.weight"), D, &L->ffn_norm));
+        if (c->q_lora_rank > 0) {
+            KILN_TRY(kiln_bind_linear(m, P("self_attn.q_a_proj"), c->q_lora_rank, D, &A->wq_a));
+            KILN_TRY(kiln_arch_vec(m, P("self_attn.q_a_layernorm.weight"), c->q_lora_rank, &A->q_a_norm));
+            KILN_TRY(kiln_bind_linear(m, P("self_attn.q_b_proj"), H * qh, c->q_lora_rank, &A->wq_b));
+        } else {
+            KILN_TRY(kiln_bind_linear(m, P("self_attn.q_proj"), H * qh, D, &A->wq));
+        }
+        KILN_TRY(kiln_bind_linear(m, P("self_attn.kv_a_proj_with_mqa"), c->kv_lora_rank + c->qk_rope, D, &A->wkv_a));
+        KILN_TRY(kiln_arch_vec(m, P("self_attn.kv_a_layernorm.weight"), c->kv_lora_rank, &A->kv_a_norm));
+        KILN_TRY(kiln_bind_linear(m, P("self_attn.kv_b_proj"), H * (c->qk_nope + c->v_head), c->kv_lora_rank, &A->wkv_b));
+        KILN_TRY(kiln_bind_linear(m, P("self_attn.o_proj"), D, H * c->v_head, &A->wo));
+        KILN_TRY(kiln_mla_absorb(m, c, A));
+        char mp[96];
+        snprintf(mp, sizeof mp, "%smodel.layers.%d.mlp.", pre, l);
+        if (ah->is_moe[l]) KILN_TRY(kiln_arch_bind_moe(m, mp, L));
+        else KILN_TRY(kiln_arch_bind_mlp(m, mp, hp->ffn_dim, L));
+    }
+#undef P
+    return KILN_OK;
+}
+
+const kiln_arch kiln_arch_deepseek_v3 = {"deepseek_v3", {"deepseek_v3"}, {"DeepseekV3ForCausalLM"}, mla_read, mla_bind};
+const kiln_arch kiln_arch_kimi_k2 = {"kimi_k2", {"kimi_k2", "kimi_k25"}, {"KimiK25ForConditionalGeneration"}, mla_read, mla_bind};
+const kiln_arch kiln_arch_glm4_moe_lite = {"glm4_moe_lite", {"glm4_moe_lite"}, {"Glm4MoeLiteForCausalLM"}, mla_read, mla_bind};
