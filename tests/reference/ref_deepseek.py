@@ -1,0 +1,78 @@
+"""Independent reference for the MLA + MoE family, written from transformers'
+modeling_deepseek_v3.py (DeepseekV3ForCausalLM; also what Kimi K2's remote code and
+GLM-4.7-Flash's Glm4MoeLite use): the expanded (non-absorbed) attention
+  q = q_b_proj(q_a_layernorm(q_a_proj x)) or q_proj x, split [nope | rope]
+  [c | k_rot] = kv_a_proj_with_mqa x;  [k_nope | v] = kv_b_proj(kv_a_layernorm(c)) per head
+  rope (rope_interleave: interleave then rotate_half) with YaRN cos/sin scaling
+  scaling = qk_head_dim^-0.5 × yarn_get_mscale(factor, mscale_all_dim)²
+and DeepseekV3MoE routing. q_a_layernorm / kv_a_layernorm use the RMSNorm default eps 1e-6.
+A kimi_k25 config is read through text_config with tensors under "language_model."."""
+import torch
+
+from ref_common import (causal_attention, cos_sin, default_inv_freq, kv_round, linear, moe_block, moe_layers, rms_norm, rotate_half,
+                        swiglu_mlp, yarn_get_mscale, yarn_inv_freq)
+
+
+def _interleave(x):
+    """apply_rotary_pos_emb_interleave's reordering: view(..., d/2, 2).transpose → [evens, odds]."""
+    *lead, d = x.shape
+    return x.view(*lead, d // 2, 2).transpose(-1, -2).reshape(*lead, d)
+
+
+def deepseek_forward(t, cfg, ids, stats):
+    if cfg.get("model_type") == "kimi_k25":
+        cfg = cfg["text_config"]
+        t = {k[len("language_model."):]: v for k, v in t.items() if k.startswith("language_model.")}
+    D, H = cfg["hidden_size"], cfg["num_attention_heads"]
+    eps = cfg["rms_norm_eps"]
+    ql, r = cfg["q_lora_rank"], cfg["kv_lora_rank"]
+    dn, dr, dv = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    T = len(ids)
+    rp = cfg.get("rope_parameters") or {}
+    theta = cfg.get("rope_theta", rp.get("rope_theta", 10000.0))
+    rs = cfg.get("rope_scaling") or (rp if rp.get("rope_type", "default") != "default" else None)
+    scaling = (dn + dr) ** -0.5
+    if rs is not None and (rs.get("type") or rs.get("rope_type")) == "yarn":
+        inv_freq, att_factor = yarn_inv_freq(theta, dr, rs, cfg.get("max_position_embeddings", 4096))
+        if rs.get("mscale_all_dim", 0):
+            m = yarn_get_mscale(rs["factor"], rs["mscale_all_dim"])
+            scaling = scaling * m * m
+    else:
+        inv_freq, att_factor = default_inv_freq(theta, dr), 1.0
+    cos, sin = cos_sin(inv_freq, T, att_factor)
+    interleave = cfg.get("rope_interleave", True)
+
+    def rope_(x):
+        if interleave:
+            x = _interleave(x)
+        return x * cos + rotate_half(x) * sin
+
+    sparse = moe_layers(cfg)
+    x = t["model.embed_tokens.weight"][torch.tensor(ids)]
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        a = "model.layers.%d.self_attn." % l
+        h = rms_norm(x, t[p + "input_layernorm.weight"], eps)
+        if ql is None:
+            q = linear(h, t, a + "q_proj")
+        else:
+            q = linear(rms_norm(linear(h, t, a + "q_a_proj"), t[a + "q_a_layernorm.weight"], 1e-6), t, a + "q_b_proj")
+        q = q.view(T, H, dn + dr).transpose(0, 1)
+        q_pass, q_rot = torch.split(q, [dn, dr], dim=-1)
+        ckv = linear(h, t, a + "kv_a_proj_with_mqa")
+        k_pass, k_rot = torch.split(ckv, [r, dr], dim=-1)
+        c = rms_norm(k_pass, t[a + "kv_a_layernorm.weight"], 1e-6)
+        q_rot, k_rot = rope_(q_rot), rope_(k_rot.view(1, T, dr))
+        # what an engine caches: the latent row [c, k_rot] (one KV head); round it like the cache does
+        lat = kv_round(torch.cat((c.view(1, T, r), k_rot), dim=-1), l, "k")
+        c, k_rot = lat[0, :, :r], lat[:, :, r:]
+        kv = linear(c, t, a + "kv_b_proj").view(T, H, dn + dv).transpose(0, 1)
+        k_pass, v = torch.split(kv, [dn, dv], dim=-1)
+        k_rot = k_rot.expand(H, T, dr)
+        qs, ks = torch.cat((q_pass, q_rot), dim=-1), torch.cat((k_pass, k_rot), dim=-1)
+        o = causal_attention(qs, ks, v, scaling).transpose(0, 1).reshape(T, H * dv)
+        x = x + linear(o, t, a + "o_proj")
+        h = rms_norm(x, t[p + "post_attention_layernorm.weight"], eps)
+        x = x + (moe_block(h, t, p + "mlp.", cfg, stats) if sparse[l] else swiglu_mlp(h, t, p + "mlp."))
+    x = rms_norm(x, t["model.norm.weight"], eps)
+    return linear(x, t, "lm_head")
