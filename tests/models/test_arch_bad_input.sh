@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Bad input for the GLM / DeepSeek / Kimi architectures: each case must fail with a non-zero exit and
+# one clear error line naming the field, tensor or value at fault (never a crash).
+#   - config.json missing a field the architecture needs (kv_lora_rank, n_routed_experts, ffn_hidden_size)
+#   - n_routed_experts disagreeing with the expert tensors (fewer and more than the checkpoint has)
+#   - unknown model_type / unknown mkmodel --arch
+#   - unsupported values (scoring_func softmax, rope_scaling type, original_rope false)
+set -u
+KILN=${KILN:-./kiln}
+PY=${PY:-/usr/bin/python3}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+
+mk() { "$KILN" mkmodel --arch "$1" --preset tiny "$T/$2" >/dev/null 2>&1 || { echo "FAIL: mkmodel $1"; exit 1; }; }
+# edit DIR PYTHON-EXPRESSION-ON-c : rewrites DIR/config.json
+edit() { "$PY" -c "import json,sys; p=sys.argv[1]+'/config.json'; c=json.load(open(p)); $2; json.dump(c, open(p,'w'))" "$1"; }
+# expect NAME DIR PATTERN...: kiln run must fail and stderr must contain every pattern
+expect() {
+    local name=$1 dir=$2; shift 2
+    local err rc
+    err=$("$KILN" run "$dir" --tokens 1,2,3 -n 1 2>&1 >/dev/null); rc=$?
+    if [ $rc -eq 0 ] || [ $rc -gt 128 ]; then echo "FAIL $name: exit $rc"; fail=1; return; fi
+    for p in "$@"; do
+        if ! grep -qF -- "$p" <<<"$err"; then echo "FAIL $name: error does not mention '$p': $err"; fail=1; return; fi
+    done
+    echo "ok   $name: $err"
+}
+
+mk deepseek_v3 ds; edit "$T/ds" 'del c["kv_lora_rank"]'
+expect "missing kv_lora_rank" "$T/ds" "kv_lora_rank" "config.json"
+
+mk glm4_moe gm; edit "$T/gm" 'del c["n_routed_experts"]'
+expect "missing n_routed_experts" "$T/gm" "n_routed_experts"
+
+mk chatglm cg; edit "$T/cg" 'del c["ffn_hidden_size"]'
+expect "missing ffn_hidden_size" "$T/cg" "ffn_hidden_size"
+
+mk glm4_moe_lite fl; edit "$T/fl" 'del c["q_lora_rank"]'
+expect "missing q_lora_rank" "$T/fl" "q_lora_rank"
+
+mk glm4_moe few; edit "$T/few" 'c["n_routed_experts"]=8'
+expect "fewer experts in config" "$T/few" "n_routed_experts = 8" "experts.8.gate_proj"
+
+mk deepseek_v3 many; edit "$T/many" 'c["n_routed_experts"]=32; c["n_group"]=4'
+expect "more experts in config" "$T/many" "n_routed_experts = 32" "experts.16.gate_proj" "missing"
+
+mk kimi_k2 unk; edit "$T/unk" 'c["model_type"]="glm5_moe"; c["architectures"]=["Glm5MoeForCausalLM"]'
+expect "unknown model_type" "$T/unk" "glm5_moe" "not supported"
+
+mk deepseek_v3 sf; edit "$T/sf" 'c["scoring_func"]="softmax"'
+expect "scoring_func softmax" "$T/sf" "scoring_func" "softmax"
+
+mk deepseek_v3 rs; edit "$T/rs" 'c["rope_scaling"]["type"]="longrope"'
+expect "rope_scaling longrope" "$T/rs" "rope_scaling" "longrope"
+
+mk chatglm orr; edit "$T/orr" 'c["original_rope"]=False'
+expect "chatglm original_rope false" "$T/orr" "original_rope"
+
+mk glm4_moe grp; edit "$T/grp" 'c["n_group"]=3'
+expect "n_group not dividing experts" "$T/grp" "n_group" "n_routed_experts"
+
+err=$("$KILN" mkmodel --arch glm5 --preset tiny "$T/x" 2>&1); rc=$?
+if [ $rc -eq 0 ] || ! grep -q "glm5" <<<"$err"; then echo "FAIL mkmodel unknown arch: $err"; fail=1; else echo "ok   mkmodel unknown arch: $err"; fi
+err=$("$KILN" mkmodel --arch kimi_k2 --preset huge "$T/x" 2>&1); rc=$?
+if [ $rc -eq 0 ] || ! grep -q "huge" <<<"$err"; then echo "FAIL mkmodel unknown preset: $err"; fail=1; else echo "ok   mkmodel unknown preset: $err"; fi
+
+exit $fail
