@@ -225,9 +225,14 @@ void kiln_matmul(const kiln_weight *w, const float *X, float *Y, int n) {
     int64_t max_nt = (w->rows + 3) / 4;
     if (nt > max_nt) nt = (int)max_nt;
     if (nt < 1) nt = 1;
+    /* Decode: the single activation row is prepared before the fork (no barrier inside the region);
+     * prefill: the n rows are prepared in parallel. */
+    const int par_prep = xpb && n >= 4;
+    if (xpb && !par_prep)
+        for (int i = 0; i < n; i++) t->xprep[w->fmt](w, X + (size_t)i * w->cols, xp + (size_t)i * xpb);
     #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        if (xpb) {
+        if (par_prep) {
             #pragma omp for schedule(static)
             for (int i = 0; i < n; i++) t->xprep[w->fmt](w, X + (size_t)i * w->cols, xp + (size_t)i * xpb);
         }
