@@ -220,10 +220,11 @@ double kiln_now(void);
 kiln_status kiln_session_truncate(kiln_session *s, int n);
 
 /* Re-quantizes, in memory, the linear layers of every transformer block (attention and MLP
- * projections; embeddings and the output head keep their stored dtype): weights = "f32" (no change
- * for F32 checkpoints), "bf16", "fp8" (E4M3, 128x128 block scales) or "int4" (symmetric, group 32).
- * Sessions created afterwards use the new weights. */
-kiln_status kiln_model_requantize(kiln_model *m, const char *weights);
+ * projections; embeddings and the output head keep their stored dtype): weights = "f32", "bf16",
+ * "fp8" (E4M3, 128x128 block scales) or "int4" (symmetric, group 32, compressed-tensors packing).
+ * A weight whose input dimension is not a multiple of the INT4 group keeps its stored format and is
+ * counted in *n_kept (may be NULL). Sessions created afterwards use the new weights. */
+kiln_status kiln_model_requantize(kiln_model *m, const char *weights, int *n_kept);
 
 typedef struct kiln_eval_params {
     const char *data_dir;        /* the evaluation sets (../shared/data layout); required for named tasks */

@@ -201,10 +201,17 @@ static kiln_status run_tasks(run_cfg *c, const char *w, task_res *tr, int keep_g
         if (row_err) *row_err = strdup(kiln_last_error());
         return st;
     }
-    if (w && (st = kiln_model_requantize(m, w))) {
+    int kept = 0;
+    if (w && (st = kiln_model_requantize(m, w, &kept))) {
         if (row_err) *row_err = strdup(kiln_last_error());
         kiln_model_free(m);
         return st;
+    }
+    if (kept) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "--weights %s: %d linear weight%s kept in the stored format (input dimension not a multiple of the INT4 group of 32)",
+                 w, kept, kept == 1 ? "" : "s");
+        ui_warn(&c->ui, msg);
     }
     for (int i = 0; i < c->n_tasks; i++) {
         tr[i].key = c->tasks[i];
