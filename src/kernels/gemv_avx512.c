@@ -69,6 +69,9 @@ static void scale_f32(float *x, float a, int64_t n) {
 /* Prefetch distance in groups of 4 rows: at least ~16 KiB ahead of the loads. */
 #define PF_BYTES 16384
 #define PFH(a) _mm_prefetch((const char *)(a), _MM_HINT_T0)
+/* The group of 4 rows starting at r prefetches the group g groups ahead only while that lies inside
+ * this call's rows [r0, r1): other rows may belong to another thread (wasted bandwidth). */
+#define PFG(r) ((r) + 4 * (g + 1) <= r1 ? g : 0)
 AI int64_t pf_groups(size_t row_bytes) {
     int64_t g = (int64_t)(PF_BYTES / (4 * (row_bytes ? row_bytes : 1)));
     return g < 1 ? 1 : g;
@@ -100,7 +103,7 @@ AI __m512 ld16m(int f, const uint8_t *row, int64_t c, __mmask16 m) {
 
 /* ---- F32 / F16 / BF16 GEMV -------------------------------------------------------------------------- */
 /* NR rows starting at r (NR = 4 or 1); two accumulator chains per row. */
-AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y, int64_t r) {
+AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y, int64_t r, int64_t pfg) {
     const int64_t cols = w->cols, c32 = cols & ~(int64_t)31, c16 = cols & ~(int64_t)15;
     const uint8_t *p[4];
     __m512 a[4], b[4];
@@ -112,11 +115,11 @@ AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y
     }
     /* Prefetch of the group PF ahead: 4 rows × 32 elements per step. */
     const int esz = f == KILN_WF_F32 ? 4 : 2;
-    const uint8_t *pf = p[0] + 4 * (NR == 4 ? pf_groups(w->row_bytes) : 0) * (int64_t)w->row_bytes;
+    const uint8_t *pf = p[0] + 4 * pfg * (int64_t)w->row_bytes;
     int64_t c = 0;
     for (; c < c32; c += 32) {
         __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
-        if (NR == 4)
+        if (NR == 4 && pfg)
             for (int k = 0; k < 2 * esz; k++) PFH(pf + 4 * esz * c + 64 * k);
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
@@ -142,8 +145,9 @@ AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y
 
 AI void gemv_float(int f, const kiln_weight *w, const float *x, float *y, int64_t r0, int64_t r1) {
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) float_rows(f, 4, w, x, y + (r - r0), r);
-    for (; r < r1; r++) float_rows(f, 1, w, x, y + (r - r0), r);
+    const int64_t g = pf_groups(w->row_bytes);
+    for (; r + 4 <= r1; r += 4) float_rows(f, 4, w, x, y + (r - r0), r, PFG(r));
+    for (; r < r1; r++) float_rows(f, 1, w, x, y + (r - r0), r, 0);
 }
 static void gemv_f32(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)xp;
@@ -196,7 +200,8 @@ AI __m512 fp8_tiny(__m512i w, __m512i shuf) {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(_mm512_shuffle_epi8(w, shuf), 4), _mm512_set1_epi32((int)0x87FFFFFF)));
 }
 
-AI void fp8_rows_fast(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, const __m512i *sh) {
+AI void fp8_rows_fast(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, const __m512i *sh,
+                      int64_t pfg) {
     const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
     const float *S = (const float *)w->scales;
     const uint8_t *p[4];
@@ -209,7 +214,7 @@ AI void fp8_rows_fast(int NR, const kiln_weight *w, const uint8_t *xp, float *y,
         tot[j] = _mm512_setzero_ps();
     }
     /* Software prefetch of the 4-row group PF ahead: 4 × 64 bytes of it per 64-column step. */
-    const uint8_t *pf = p[0] + 4 * (NR == 4 ? pf_groups(w->row_bytes) : 0) * (int64_t)w->row_bytes;
+    const uint8_t *pf = p[0] + 4 * pfg * (int64_t)w->row_bytes;
     for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
         const int64_t ce = min64(cb + B, cols);
         __m512 a[4], b[4];
@@ -221,7 +226,7 @@ AI void fp8_rows_fast(int NR, const kiln_weight *w, const uint8_t *xp, float *y,
                          x3 = _mm512_load_ps(xc + 48);
             const int full = ce - c >= 64;
             const __mmask64 m = full ? ~(__mmask64)0 : ((__mmask64)1 << (ce - c)) - 1;
-            if (NR == 4) {
+            if (NR == 4 && pfg) {
                 _mm_prefetch((const char *)pf + 4 * c, _MM_HINT_T0);
                 _mm_prefetch((const char *)pf + 4 * c + 64, _MM_HINT_T0);
                 _mm_prefetch((const char *)pf + 4 * c + 128, _MM_HINT_T0);
@@ -285,8 +290,9 @@ static void gemv_fp8(const kiln_weight *w, const float *x, const void *xp, float
             for (int e = 0; e < 16; e++) iv[e] = ((uint32_t)(4 * k + (e & 3)) << 24) | 0x808080u;
             sh[k] = _mm512_loadu_si512(iv);
         }
-        for (; r + 4 <= r1; r += 4) fp8_rows_fast(4, w, xp, y + (r - r0), r, sh);
-        for (; r < r1; r++) fp8_rows_fast(1, w, xp, y + (r - r0), r, sh);
+        const int64_t g = pf_groups(w->row_bytes);
+        for (; r + 4 <= r1; r += 4) fp8_rows_fast(4, w, xp, y + (r - r0), r, sh, PFG(r));
+        for (; r < r1; r++) fp8_rows_fast(1, w, xp, y + (r - r0), r, sh, 0);
         return;
     }
     for (; r + 4 <= r1; r += 4) fp8_rows(4, w, x, y + (r - r0), r);
@@ -429,7 +435,8 @@ static void xprep_int4(const kiln_weight *w, const float *x, void *xp) {
 /* Per-weight constants of the INT4 kernel (computed once per call, not per row). */
 typedef struct { __m512i sidx; __mmask32 smask, tsm; int64_t ng, nfull, tail, gstep, cpg; } int4_consts;
 
-AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, const int4_consts *k) {
+AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, const int4_consts *k,
+                  int64_t pfg) {
     const int64_t ng = k->ng, nfull = k->nfull, tail = k->tail;
     const uint16_t *S = (const uint16_t *)w->scales;
     const __m512i sidx = k->sidx;
@@ -450,14 +457,13 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
     int64_t g0 = 0, gc = 0;
     /* Software prefetch (NR = 4): while this group of 4 rows is read, the group PF ahead streams in
      * (4 × 64 bytes of it per step; the hardware prefetcher alone leaves a core at ~15 GB/s). */
-    const int64_t pfg = NR == 4 ? pf_groups(w->row_bytes) : 0;
     const uint8_t *pf = p[0] + 4 * pfg * (int64_t)w->row_bytes;
     const uint8_t *pfs = (const uint8_t *)(srow[0] + 4 * pfg * ng);
     for (int64_t ch = 0; ch < nfull; ch++) {
         const uint8_t *o = xp + ch * I4_CHUNK;
         const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);
         const __m512 xs = _mm512_load_ps((const float *)(o + 192));
-        if (NR == 4) {
+        if (NR == 4 && pfg) {
             PFH((const char *)pf + 256 * ch);
             PFH((const char *)pf + 256 * ch + 64);
             PFH((const char *)pf + 256 * ch + 128);
@@ -516,8 +522,9 @@ static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, floa
     k.gstep = G <= 128 ? 128 / G : 0;
     k.cpg = G <= 128 ? 1 : G / 128;
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) int4_rows(4, w, xp, y + (r - r0), r, &k);
-    for (; r < r1; r++) int4_rows(1, w, xp, y + (r - r0), r, &k);
+    const int64_t g = pf_groups(w->row_bytes);
+    for (; r + 4 <= r1; r += 4) int4_rows(4, w, xp, y + (r - r0), r, &k, PFG(r));
+    for (; r < r1; r++) int4_rows(1, w, xp, y + (r - r0), r, &k, 0);
 }
 
 /* ---- Q8_0 / Q4_0 --------------------------------------------------------------------------------- */
@@ -546,7 +553,7 @@ AI __m256i q_weights(int f, const uint8_t *blk) {
     __m128i v = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(0x0F);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
 }
-AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r) {
+AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, int64_t pfg) {
     const int64_t nb = w->cols / 32, bb = f == KILN_WF_Q8_0 ? 34 : 18;
     const float *d = (const float *)(xp + nb * 64);
     const uint8_t *p[4];
@@ -557,12 +564,12 @@ AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y,
         acc[j] = _mm256_setzero_ps();
     }
     /* Prefetch of the group PF ahead: 4 rows × one block per step (72 or 136 bytes). */
-    const uint8_t *pf = p[0] + 4 * (NR == 4 ? pf_groups(w->row_bytes) : 0) * (int64_t)w->row_bytes;
+    const uint8_t *pf = p[0] + 4 * pfg * (int64_t)w->row_bytes;
     for (int64_t b = 0; b < nb; b++) {
         const __m256i xq = _mm256_load_si256((const __m256i *)(xp + 64 * b));
         const __m256i st = _mm256_load_si256((const __m256i *)(xp + 64 * b + 32));
         const float db = d[b];
-        if (NR == 4) {
+        if (NR == 4 && pfg) {
             PFH(pf + 4 * bb * b);
             PFH(pf + 4 * bb * b + 64);
             if (f == KILN_WF_Q8_0) PFH(pf + 4 * bb * b + 128);
@@ -586,8 +593,9 @@ AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y,
 }
 AI void gemv_q(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0, int64_t r1) {
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) q_rows(f, 4, w, xp, y + (r - r0), r);
-    for (; r < r1; r++) q_rows(f, 1, w, xp, y + (r - r0), r);
+    const int64_t g = pf_groups(w->row_bytes);
+    for (; r + 4 <= r1; r += 4) q_rows(f, 4, w, xp, y + (r - r0), r, PFG(r));
+    for (; r < r1; r++) q_rows(f, 1, w, xp, y + (r - r0), r, 0);
 }
 static void gemv_q8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;

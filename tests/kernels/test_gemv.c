@@ -234,6 +234,23 @@ static void test_int4_unusual_group(void **s) {
     free(X); free_weight(&t);
 }
 
+/* Weights of several MiB: kiln_matmul hands out row chunks dynamically (and software prefetch
+ * runs ahead within each chunk); checked with the same bounds. */
+static void test_large_threaded(void **s) {
+    (void)s;
+    static const struct { kiln_wformat f; int64_t rows, cols; int block; } cases[] = {
+        {KILN_WF_F32, 520, 1024, 0}, {KILN_WF_BF16, 1100, 1024, 0}, {KILN_WF_FP8_BLOCK, 2100, 1000, 128},
+        {KILN_WF_INT4_GROUP, 4200, 1024, 32}, {KILN_WF_INT4_GROUP, 4200, 1024, 128}, {KILN_WF_Q4_0, 4000, 1024, 32},
+    };
+    for (int k = 1; k < 3; k++) {
+        if (!kiln_cpu_supports(isas[k])) continue;
+        kiln_kernels_select(isas[k]);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int n = 1; n <= 3; n += 2) check_case(isas[k], cases[c].f, cases[c].rows, cases[c].cols, cases[c].block, n);
+    }
+    kiln_kernels_select(KILN_ISA_AUTO);
+}
+
 static void test_f32_helpers(void **s) {
     (void)s;
     static const int64_t ns[] = {0, 1, 5, 16, 17, 63, 64, 65, 1000};
@@ -277,7 +294,7 @@ int main(void) {
         cmocka_unit_test(test_select),   cmocka_unit_test(test_f32_helpers), cmocka_unit_test(test_f32),
         cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
-        cmocka_unit_test(test_int4_unusual_group),
+        cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
