@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define KILN_IDLE_TIMEOUT_S 120 /* an idle keep-alive connection is closed after this */
+
 const int kiln_counted_codes[KILN_N_CODES] = {200, 400, 401, 404, 405, 408, 413, 429, 500, 503, 504, 507, 0};
 
 void kiln_server_options_default(kiln_server_options *o) {
@@ -524,6 +526,9 @@ static enum MHD_Result route(conn *c, const char *url, const char *method) {
     if (chat || strcmp(url, "/v1/completions") == 0) {
         if (!post) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use POST");
         atomic_fetch_add(&s->in_flight, 1);
+        /* no idle timeout while a completion runs (a long queue wait or generation is not idleness;
+         * the request timeout bounds it); on_completed restores it for keep-alive */
+        MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         enum MHD_Result r = handle_completion(c, chat);
         atomic_fetch_sub(&s->in_flight, 1);
         return r;
@@ -565,8 +570,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 }
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls; (void)mc; (void)toe;
+    (void)cls; (void)toe;
     conn *c = *con_cls;
+    if (c && c->r) MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)KILN_IDLE_TIMEOUT_S);
     *con_cls = NULL;
     if (c) conn_unref(c);
 }
@@ -621,7 +627,7 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)(so->max_connections > 0 ? so->max_connections : 512),
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)KILN_IDLE_TIMEOUT_S,
                             MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
