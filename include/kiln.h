@@ -146,10 +146,17 @@ void kiln_session_kv_info(const kiln_session *s, kiln_kv_info *out);
  * first). */
 kiln_status kiln_kv_measure_amax(kiln_model *m, const kiln_options *opts, const int32_t *tokens, size_t n,
                                  int window, float *kamax, float *vamax);
+/* The same pass, also returning the K smoothing statistics (docs/KV.md): kmean [n_layers ×
+ * n_kv_heads × head_dim] per-channel mean of K, and kamax_centered [n_layers × n_kv_heads] the amax
+ * of K − kmean. kmean / kamax_centered may be NULL. */
+kiln_status kiln_kv_measure_stats(kiln_model *m, const kiln_options *opts, const int32_t *tokens, size_t n,
+                                  int window, float *kamax, float *vamax, float *kmean, float *kamax_centered);
 /* Writes a kv_scales.json: per layer and KV head, scale = max(amax, 1e-6) × margin / 448 for K and
- * V. `source` is recorded (e.g. the data file). */
+ * V. With kmean (not NULL; ignored for MLA latent caches) the file also carries the K smoothing
+ * means and the K scales come from kamax_centered. `source` is recorded (e.g. the data file). */
 kiln_status kiln_kv_scales_write(const kiln_model *m, const char *path, const float *kamax, const float *vamax,
-                                 float margin, const char *source, uint64_t n_tokens);
+                                 const float *kmean, const float *kamax_centered, float margin, const char *source,
+                                 uint64_t n_tokens);
 /* The default kv_scales.json path beside the model (its directory). */
 void kiln_kv_scales_default_path(const kiln_model *m, char *buf, size_t cap);
 

@@ -1,6 +1,7 @@
 /* cmd_kv.c — the KV cache commands (docs/KV.md):
- *   kiln calibrate MODEL --data FILE [--out PATH] [--margin M] [--max-tokens N] [--ctx N]
- *       per (layer, KV head) amax of K and V over FILE's tokens → kv_scales.json beside the model;
+ *   kiln calibrate MODEL --data FILE [--out PATH] [--margin M] [--max-tokens N] [--no-smooth] [--ctx N]
+ *       per (layer, KV head) amax of K and V over FILE's tokens, and the per-channel K means for K
+ *       smoothing (unless --no-smooth or an MLA latent cache) → kv_scales.json beside the model;
  *   kiln inspect MODEL --kv [--json] [--kv-dtype ..] [--kv-mem ..] [--kv-page N] [--kv-scale ..]
  *       the KV pool a session would get: bytes per token, pages, capacity, scale source;
  *   kiln bench MODEL --kv-context 512,4096,16384 [--kv-dtype bf16,fp8] [--decode N] [--repeat R]
@@ -101,6 +102,7 @@ int cmd_calibrate(int argc, char **argv) {
     const char *model_path = NULL, *data = NULL, *out = NULL;
     double margin = 2.0;
     long max_tokens = 8192;
+    int smooth = 1;
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
         const char *k = argv[a.i];
         if (cli_common_option(&a, &o)) continue;
@@ -108,13 +110,14 @@ int cmd_calibrate(int argc, char **argv) {
         else if (strcmp(k, "--out") == 0) out = cli_value(&a);
         else if (strcmp(k, "--margin") == 0) cli_float(&a, k, cli_value(&a), 1.0, 1000.0, &margin);
         else if (strcmp(k, "--max-tokens") == 0) cli_long(&a, k, cli_value(&a), 2, 1L << 30, &max_tokens);
+        else if (strcmp(k, "--no-smooth") == 0) smooth = 0;
         else if (k[0] == '-' && k[1]) { fprintf(stderr, "kiln calibrate: error: unknown option '%s'\n", k); return 2; }
         else if (!model_path) model_path = k;
         else { fprintf(stderr, "kiln calibrate: error: unexpected argument '%s'\n", k); return 2; }
     }
     if (a.bad) return 2;
     if (!model_path || !data)
-        return cli_fail_msg("calibrate", "usage: kiln calibrate MODEL --data FILE [--out PATH] [--margin M (2)] [--max-tokens N (8192)] [--ctx N] [--threads N]");
+        return cli_fail_msg("calibrate", "usage: kiln calibrate MODEL --data FILE [--out PATH] [--margin M (2)] [--max-tokens N (8192)] [--no-smooth] [--ctx N] [--threads N]");
     kiln_model *m;
     kiln_status st = kiln_model_load(model_path, &o, &m);
     if (st) return cli_fail_status("calibrate", st);
@@ -123,21 +126,23 @@ int cmd_calibrate(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = 0;
-    float *ka = NULL, *va = NULL;
+    float *ka = NULL, *va = NULL, *km = NULL, *kc = NULL;
     if (!load_tokens("calibrate", m, data, (size_t)max_tokens, &ids, &n)) { rc = 1; goto done; }
     size_t nlh = (size_t)info.n_layers * (size_t)info.n_kv_heads;
     ka = calloc(nlh, sizeof *ka);
     va = calloc(nlh, sizeof *va);
-    if (!ka || !va) { rc = cli_fail_msg("calibrate", "out of memory"); goto done; }
+    km = calloc(nlh * (size_t)info.head_dim, sizeof *km);
+    kc = calloc(nlh, sizeof *kc);
+    if (!ka || !va || !km || !kc) { rc = cli_fail_msg("calibrate", "out of memory"); goto done; }
     double t0 = kiln_now();
-    st = kiln_kv_measure_amax(m, &o, ids, n, o.max_context, ka, va);
+    st = kiln_kv_measure_stats(m, &o, ids, n, o.max_context, ka, va, km, kc);
     if (st) { rc = cli_fail_status("calibrate", st); goto done; }
     char path[4400];
     if (out) snprintf(path, sizeof path, "%s", out);
     else kiln_kv_scales_default_path(m, path, sizeof path);
     char src[4200];
     snprintf(src, sizeof src, "kiln calibrate --data %s", data);
-    st = kiln_kv_scales_write(m, path, ka, va, (float)margin, src, n);
+    st = kiln_kv_scales_write(m, path, ka, va, smooth ? km : NULL, kc, (float)margin, src, n);
     if (st) { rc = cli_fail_status("calibrate", st); goto done; }
     float kmin = INFINITY, kmax = 0, vmin = INFINITY, vmax = 0;
     for (size_t i = 0; i < nlh; i++) {
@@ -147,7 +152,7 @@ int cmd_calibrate(int argc, char **argv) {
     fprintf(stderr, "calibrated %zu tokens of %s in %.1f s: |K| amax per (layer, head) %.4g..%.4g, |V| %.4g..%.4g; margin %g\nwrote %s\n",
             n, data, kiln_now() - t0, (double)kmin, (double)kmax, (double)vmin, (double)vmax, margin, path);
 done:
-    free(ids); free(ka); free(va);
+    free(ids); free(ka); free(va); free(km); free(kc);
     kiln_model_free(m);
     return rc;
 }

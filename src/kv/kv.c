@@ -33,8 +33,12 @@ uint64_t kiln_kv_page_meta_bytes(const kiln_kv_config *c) {
     return m;
 }
 size_t kiln_kv_page_cost(const kiln_kv_config *c) { return (size_t)(kiln_kv_page_data_bytes(c) + kiln_kv_page_meta_bytes(c)); }
+static int has_kmean(const kiln_kv_config *c) { return c->dtype == KILN_KV_FP8 && c->k_mean && !c->v_shares_k; }
 uint64_t kiln_kv_pool_fixed_bytes(const kiln_kv_config *c) {
-    return is_static_fp8(c) ? (uint64_t)n_kinds(c) * (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * sizeof(float) : 0;
+    uint64_t lh = (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads;
+    uint64_t b = is_static_fp8(c) ? (uint64_t)n_kinds(c) * lh * sizeof(float) : 0;
+    if (has_kmean(c)) b += lh * (uint64_t)kdim(c) * sizeof(float);
+    return b;
 }
 int64_t kiln_kv_plan_pages(const kiln_kv_config *c) {
     uint64_t cost = kiln_kv_page_cost(c), fixed = kiln_kv_pool_fixed_bytes(c);
@@ -78,7 +82,7 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
     int64_t n_pages = kiln_kv_plan_pages(cfg);
     if (n_pages < 1)
         return kiln_fail(KILN_ERR_KV_EXHAUSTED,
-                         "KV budget exhausted: --kv-mem (kv_mem_bytes) = %lld bytes is smaller than one KV page of %d tokens "
+                         "--kv-mem (kv_mem_bytes) = %lld bytes is smaller than one KV page of %d tokens "
                          "(%llu bytes: %llu data + %llu metadata, plus %llu bytes of pool scales)",
                          (long long)cfg->mem_bytes, cfg->page_tokens, (unsigned long long)kiln_kv_page_cost(cfg),
                          (unsigned long long)kiln_kv_page_data_bytes(cfg), (unsigned long long)kiln_kv_page_meta_bytes(cfg),
@@ -118,6 +122,19 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
             if (!cfg->v_shares_k) memcpy(p->v_scale, cfg->v_scale, (size_t)L * H * sizeof(float));
         }
     }
+    if (ok && has_kmean(cfg)) {
+        size_t nm = (size_t)L * (size_t)H * (size_t)p->cfg.k_dim;
+        p->k_mean = malloc(nm * sizeof(float));
+        ok = p->k_mean != NULL;
+        if (ok) memcpy(p->k_mean, cfg->k_mean, nm * sizeof(float));
+        for (size_t i = 0; ok && i < nm; i++)
+            if (!isfinite(p->k_mean[i])) {
+                kiln_kv_pool_free(p);
+                return kiln_fail(KILN_ERR_INVALID_ARG, "kv: K mean of layer %d, KV head %d, channel %d is not finite",
+                                 (int)(i / ((size_t)H * p->cfg.k_dim)), (int)(i / p->cfg.k_dim % H), (int)(i % p->cfg.k_dim));
+            }
+    }
+    p->cfg.k_mean = NULL;
     if (ok && is_dynamic(cfg)) {
         p->dscale = calloc(nsc * (size_t)n_pages, sizeof(float));
         ok = p->dscale != NULL;
@@ -138,7 +155,7 @@ void kiln_kv_pool_free(kiln_kv_pool *p) {
         if (p->v[l] != p->k[l]) free(p->v[l]);
         free(p->k[l]);
     }
-    free(p->k); free(p->v); free(p->pages); free(p->refcount); free(p->free_list); free(p->k_scale); free(p->dscale);
+    free(p->k); free(p->v); free(p->pages); free(p->refcount); free(p->free_list); free(p->k_scale); free(p->k_mean); free(p->dscale);
     free(p);
 }
 
@@ -180,7 +197,7 @@ kiln_status kiln_kv_seq_reserve(kiln_kv_pool *p, kiln_kv_seq *s, int new_len) {
     int need = (int)(((int64_t)new_len + p->cfg.page_tokens - 1) / p->cfg.page_tokens);
     if (need - s->n_pages > p->n_free)
         return kiln_fail(KILN_ERR_KV_EXHAUSTED,
-                         "KV budget exhausted: %d tokens need %d pages of %d tokens but only %d of %d pages are free "
+                         "%d tokens need %d pages of %d tokens but only %d of %d pages are free "
                          "(capacity %lld tokens; raise --kv-mem or use --kv-dtype fp8)",
                          new_len, need, p->cfg.page_tokens, p->n_free + s->n_pages, p->n_pages, (long long)kiln_kv_capacity_tokens(p));
     KILN_TRY(grow_table(s, need));
@@ -203,7 +220,7 @@ kiln_status kiln_kv_seq_share_prefix(kiln_kv_pool *p, kiln_kv_seq *dst, const ki
     if (n < 0 || n > src->len) return kiln_fail(KILN_ERR_INVALID_ARG, "kv: share_prefix of %d tokens from a sequence of %d", n, src->len);
     int full = n / pt, part = n % pt ? 1 : 0;
     if (part && p->n_free < 1)
-        return kiln_fail(KILN_ERR_KV_EXHAUSTED, "KV budget exhausted: no free page to copy the partial page of a shared prefix (capacity %lld tokens)",
+        return kiln_fail(KILN_ERR_KV_EXHAUSTED, "no free page to copy the partial page of a shared prefix (capacity %lld tokens)",
                          (long long)kiln_kv_capacity_tokens(p));
     KILN_TRY(grow_table(dst, full + part));
     for (int i = 0; i < full; i++) {
@@ -284,7 +301,8 @@ static float amax_of(const float *x, int n) {
     return m;
 }
 
-/* One row of `dim` values into slot (l, pg, kind, h, off). */
+/* One row of `dim` values into slot (l, pg, kind, h, off). K rows of a pool with K smoothing store
+ * x − k_mean (in chunks through a stack buffer: no allocation). */
 static void store_row(kiln_kv_pool *p, int kind, int l, int32_t pg, int h, int off, const float *x, int dim) {
     uint8_t *dst = row_ptr(p, kind, l, pg, h, off);
     switch (p->cfg.dtype) {
@@ -293,24 +311,35 @@ static void store_row(kiln_kv_pool *p, int kind, int l, int32_t pg, int h, int o
     default: break;
     }
     const int H = p->cfg.n_kv_heads;
+    const float *mu = kind == 0 && p->k_mean ? p->k_mean + ((size_t)l * H + (size_t)h) * (size_t)dim : NULL;
+    float inv;
     if (!p->dscale) {
-        float s = (kind ? p->v_scale : p->k_scale)[(size_t)l * H + h];
-        kiln_kv_quant_fp8(x, dim, 1.0f / s, dst);
-        return;
-    }
-    /* Dynamic: grow-only page scale; re-quantize the rows already in the page when it grows. */
-    float *slot = dslot(p, l, pg, kind, h), old = *slot, need = amax_of(x, dim) / 448.0f;
-    if (need > old) {
-        if (old > 0.0f) {
-            float inv = 1.0f / need;
-            for (int o = 0; o < off; o++) {
-                uint8_t *r = row_ptr(p, kind, l, pg, h, o);
-                for (int i = 0; i < dim; i++) r[i] = kiln_kv_f32_to_fp8(kiln_fp8_e4m3_to_f32(r[i]) * old * inv);
+        inv = 1.0f / (kind ? p->v_scale : p->k_scale)[(size_t)l * H + h];
+    } else {
+        /* Dynamic: grow-only page scale; re-quantize the rows already in the page when it grows. */
+        float amax = 0.0f;
+        if (mu) for (int i = 0; i < dim; i++) amax = fmaxf(amax, fabsf(x[i] - mu[i]));
+        else amax = amax_of(x, dim);
+        float *slot = dslot(p, l, pg, kind, h), old = *slot, need = amax / 448.0f;
+        if (need > old) {
+            if (old > 0.0f) {
+                float ni = 1.0f / need;
+                for (int o = 0; o < off; o++) {
+                    uint8_t *r = row_ptr(p, kind, l, pg, h, o);
+                    for (int i = 0; i < dim; i++) r[i] = kiln_kv_f32_to_fp8(kiln_fp8_e4m3_to_f32(r[i]) * old * ni);
+                }
             }
+            *slot = old = need;
         }
-        *slot = old = need;
+        inv = old > 0.0f ? 1.0f / old : 0.0f;
     }
-    kiln_kv_quant_fp8(x, dim, old > 0.0f ? 1.0f / old : 0.0f, dst);
+    if (!mu) { kiln_kv_quant_fp8(x, dim, inv, dst); return; }
+    float buf[256];
+    for (int i0 = 0; i0 < dim; i0 += 256) {
+        int c = dim - i0 < 256 ? dim - i0 : 256;
+        for (int j = 0; j < c; j++) buf[j] = x[i0 + j] - mu[i0 + j];
+        kiln_kv_quant_fp8(buf, c, inv, dst + i0);
+    }
 }
 
 void kiln_kv_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, const float *k, const float *v) {
@@ -336,6 +365,29 @@ void kiln_kv_read_row(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, in
     const uint8_t *r = row_ptr(p, is_v, layer, pg, h, pos % pt);
     float sc = row_scale(p, is_v, layer, pg, h);
     for (int i = 0; i < dim; i++) out[i] = decode1(p->cfg.dtype, r, i) * sc;
+    if (!is_v && p->k_mean) {
+        const float *mu = p->k_mean + ((size_t)layer * p->cfg.n_kv_heads + (size_t)h) * (size_t)dim;
+        for (int i = 0; i < dim; i++) out[i] += mu[i];
+    }
+}
+
+void kiln_kv_seq_kstats(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, double *ksum, float *kmin, float *kmax) {
+    const int H = p->cfg.n_kv_heads, kd = p->cfg.k_dim;
+    float *buf = malloc((size_t)kd * sizeof *buf);
+    if (!buf) return;
+    for (int l = 0; l < p->cfg.n_layers; l++)
+        for (int h = 0; h < H; h++) {
+            size_t o = ((size_t)l * H + (size_t)h) * (size_t)kd;
+            for (int t = 0; t < n; t++) {
+                kiln_kv_read_row(p, s, l, t, h, 0, buf);
+                for (int d = 0; d < kd; d++) {
+                    ksum[o + d] += buf[d];
+                    kmin[o + d] = fminf(kmin[o + d], buf[d]);
+                    kmax[o + d] = fmaxf(kmax[o + d], buf[d]);
+                }
+            }
+        }
+    free(buf);
 }
 
 void kiln_kv_seq_amax(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, float *kamax, float *vamax) {

@@ -26,6 +26,11 @@
  *                     never changes. Cost: 2 × n_layers × n_kv_heads × 4 bytes per page.
  * Conversion to FP8 is x × (1/scale) rounded to nearest even, saturating at ±448; NaN inputs are
  * stored as 0, so no NaN code (0x7F / 0xFF) is ever written.
+ * K smoothing (FP8, optional, not with v_shares_k): with a static per-(layer, KV head, channel) key
+ * mean k_mean (from calibration), K is stored as fp8((k − k_mean) / scale). Attention reads the
+ * stored values as they are: q·(k − k_mean) differs from q·k by q·k_mean, the same for every
+ * position of a query, and softmax is invariant to that shift, so the output is unchanged while
+ * the quantized magnitudes (and errors) are smaller. kiln_kv_read_row adds k_mean back.
  *
  * A sequence owns a block table (kiln_kv_seq): entry i is the page holding positions
  * [i × page_tokens, (i + 1) × page_tokens). Pages carry reference counts so sequences can share
@@ -47,6 +52,8 @@ typedef struct kiln_kv_config {
     kiln_kv_scale_mode scale_mode; /* FP8 only: static (default) or dynamic */
     const float *k_scale, *v_scale; /* FP8 static: [n_layers × n_kv_heads] dequant scales, copied by
                                        kiln_kv_pool_create (v_scale unused when v_shares_k) */
+    const float *k_mean;    /* FP8, optional: [n_layers × n_kv_heads × k_dim] K smoothing means
+                               (copied; ignored when v_shares_k); NULL = none */
 } kiln_kv_config;
 
 /* Page header (16 bytes). One per page, counted in the page's cost together with the page's
@@ -67,6 +74,7 @@ typedef struct kiln_kv_pool {
     size_t page_k, page_v;  /* bytes of one page in one layer's K (V) array */
     uint8_t **k, **v;       /* [n_layers] → [n_pages × page_k] (v[l] == k[l] when v_shares_k) */
     float *k_scale, *v_scale; /* static FP8: [n_layers × n_kv_heads] (v_scale == k_scale when shared) */
+    float *k_mean;          /* K smoothing means [n_layers × n_kv_heads × k_dim], or NULL */
     float *dscale;          /* dynamic FP8: [n_layers][n_pages][2][n_kv_heads] (K then V); 0 = unset */
     kiln_kv_page *pages;    /* [n_pages] headers */
     int32_t *refcount;      /* [n_pages] sequences (and caches) holding the page; 0 = free */
@@ -89,7 +97,7 @@ uint64_t kiln_kv_token_bytes(const kiln_kv_config *cfg);
 uint64_t kiln_kv_page_data_bytes(const kiln_kv_config *cfg); /* page_tokens × token bytes */
 uint64_t kiln_kv_page_meta_bytes(const kiln_kv_config *cfg); /* header + free-list slot (+ dynamic scales) */
 size_t kiln_kv_page_cost(const kiln_kv_config *cfg);          /* data + metadata */
-uint64_t kiln_kv_pool_fixed_bytes(const kiln_kv_config *cfg);  /* per-pool metadata (static scales) */
+uint64_t kiln_kv_pool_fixed_bytes(const kiln_kv_config *cfg);  /* per-pool metadata (static scales, K means) */
 /* Pages the budget holds: (mem_bytes − fixed) / page cost (may be 0). */
 int64_t kiln_kv_plan_pages(const kiln_kv_config *cfg);
 /* Checks the config (dims, page size, dtype, scale mode); errors name the field. */
@@ -138,6 +146,10 @@ void kiln_kv_read_row(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, in
 /* amax of the stored rows of positions [0, n) per (layer, KV head), max-accumulated into
  * kamax / vamax [n_layers × n_kv_heads] (vamax may be NULL). */
 void kiln_kv_seq_amax(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, float *kamax, float *vamax);
+/* Per-channel K statistics of positions [0, n), accumulated into ksum (double), kmin, kmax
+ * [n_layers × n_kv_heads × k_dim] (for the K smoothing means: mean = ksum / tokens, and the amax
+ * of K − mean per (layer, head) = max over channels of max(kmax − mean, mean − kmin)). */
+void kiln_kv_seq_kstats(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, double *ksum, float *kmin, float *kmax);
 
 /* ---- conversions (dispatched like the kernels; exact against base/fp.h's reference) ---- */
 /* f32 → E4M3: round to nearest even, saturating to ±448, NaN → 0 (never a NaN code). Equals

@@ -50,8 +50,8 @@ void kiln_kv_scales_default_path(const kiln_model *m, char *buf, size_t cap) {
     else snprintf(buf, cap, "%.*s/kv_scales.json", (int)(sl - m->path), m->path);
 }
 
-kiln_status kiln_kv_measure_amax(kiln_model *m, const kiln_options *opts, const int32_t *tokens, size_t n, int window,
-                                 float *kamax, float *vamax) {
+kiln_status kiln_kv_measure_stats(kiln_model *m, const kiln_options *opts, const int32_t *tokens, size_t n, int window,
+                                  float *kamax, float *vamax, float *kmean, float *kamax_c) {
     kiln_kv_config c;
     memset(&c, 0, sizeof c);
     kiln_kv_layout_for_model(m, &c);
@@ -63,6 +63,11 @@ kiln_status kiln_kv_measure_amax(kiln_model *m, const kiln_options *opts, const 
     c.page_tokens = 16;
     c.dtype = KILN_KV_F32;
     c.mem_bytes = (int64_t)((window + 15) / 16) * (int64_t)kiln_kv_page_cost(&c);
+    const size_t nlh = (size_t)c.n_layers * (size_t)c.n_kv_heads, nm = nlh * (size_t)c.k_dim;
+    double *ksum = kmean ? calloc(nm, sizeof *ksum) : NULL;
+    float *kmin = kmean ? malloc(nm * sizeof *kmin) : NULL, *kmax = kmean ? malloc(nm * sizeof *kmax) : NULL;
+    if (kmean && (!ksum || !kmin || !kmax)) { free(ksum); free(kmin); free(kmax); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    for (size_t i = 0; kmean && i < nm; i++) { kmin[i] = INFINITY; kmax[i] = -INFINITY; }
     kiln_kv_pool *pool = NULL;
     kiln_kv_seq seq = {0};
     kiln_forward_ws ws;
@@ -76,29 +81,48 @@ kiln_status kiln_kv_measure_amax(kiln_model *m, const kiln_options *opts, const 
         for (int j = 0; st == KILN_OK && j < w; j += chunk)
             st = kiln_forward(m, pool, &seq, &ws, tokens + i + j, w - j < chunk ? w - j : chunk, NULL);
         if (st == KILN_OK) kiln_kv_seq_amax(pool, &seq, w, kamax, c.v_shares_k ? NULL : vamax);
+        if (st == KILN_OK && kmean) kiln_kv_seq_kstats(pool, &seq, w, ksum, kmin, kmax);
         kiln_kv_seq_release(pool, &seq);
     }
-    if (st == KILN_OK && c.v_shares_k && vamax)
-        memcpy(vamax, kamax, (size_t)c.n_layers * (size_t)c.n_kv_heads * sizeof *vamax);
+    if (st == KILN_OK && c.v_shares_k && vamax) memcpy(vamax, kamax, nlh * sizeof *vamax);
+    if (st == KILN_OK && kmean) {
+        for (size_t lh = 0; lh < nlh; lh++) {
+            float a = 0.0f;
+            for (int d = 0; d < c.k_dim; d++) {
+                size_t i = lh * (size_t)c.k_dim + (size_t)d;
+                float mu = (float)(ksum[i] / (double)n);
+                kmean[i] = mu;
+                a = fmaxf(a, fmaxf(kmax[i] - mu, mu - kmin[i]));
+            }
+            if (kamax_c) kamax_c[lh] = a;
+        }
+    }
+    free(ksum); free(kmin); free(kmax);
     free(seq.pages);
     kiln_forward_ws_free(&ws);
     kiln_kv_pool_free(pool);
     return st;
 }
 
+kiln_status kiln_kv_measure_amax(kiln_model *m, const kiln_options *opts, const int32_t *tokens, size_t n, int window,
+                                 float *kamax, float *vamax) {
+    return kiln_kv_measure_stats(m, opts, tokens, n, window, kamax, vamax, NULL, NULL);
+}
+
 static void amax_to_scales(const float *amax, int n, float margin, float *out) {
     for (int i = 0; i < n; i++) out[i] = fmaxf(amax[i], 1e-6f) * margin / 448.0f;
 }
 
-kiln_status kiln_kv_scales_write(const kiln_model *m, const char *path, const float *kamax, const float *vamax, float margin,
-                                 const char *source, uint64_t n_tokens) {
+kiln_status kiln_kv_scales_write(const kiln_model *m, const char *path, const float *kamax, const float *vamax,
+                                 const float *kmean, const float *kamax_c, float margin, const char *source, uint64_t n_tokens) {
     if (!(margin >= 1.0f && margin <= 1000.0f)) return kiln_fail(KILN_ERR_INVALID_ARG, "calibrate: --margin %g is outside [1, 1000]", (double)margin);
     int n = m->hp.n_layers * m->hp.n_kv_heads;
+    if (m->hp.kv_v_shares_k || !kamax_c) kmean = NULL; /* no smoothing for MLA latent rows */
     float *ks = malloc((size_t)n * sizeof *ks), *vs = malloc((size_t)n * sizeof *vs);
     if (!ks || !vs) { free(ks); free(vs); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
-    amax_to_scales(kamax, n, margin, ks);
+    amax_to_scales(kmean ? kamax_c : kamax, n, margin, ks);
     amax_to_scales(vamax, n, margin, vs);
-    kiln_status st = kiln_kv_scales_write_json(path, m->hp.n_layers, m->hp.n_kv_heads, ks, vs, margin, source, n_tokens);
+    kiln_status st = kiln_kv_scales_write_json(path, m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, ks, vs, kmean, margin, source, n_tokens);
     free(ks);
     free(vs);
     return st;
@@ -126,7 +150,19 @@ static int calib_tokens(kiln_model *m, int n_ctx, int32_t **out) {
     return (int)(n < (size_t)cap ? n : (size_t)cap);
 }
 
+static kiln_status setup_scales(struct kiln_model *m, const kiln_options *o, int n_ctx, int run_cal, kiln_kv_setup *su);
+
 kiln_status kiln_kv_setup_for_model(struct kiln_model *m, const kiln_options *o, int n_ctx, int run_cal, kiln_kv_setup *su) {
+    KILN_TRY(setup_scales(m, o, n_ctx, run_cal, su));
+    kiln_kv_config *c = &su->cfg;
+    if (c->mem_bytes <= 0) { /* one full context; computed last: the pool's fixed bytes depend on the scales */
+        int64_t pages = ((int64_t)n_ctx + c->page_tokens - 1) / c->page_tokens;
+        c->mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(c) + pages * (int64_t)kiln_kv_page_cost(c);
+    }
+    return KILN_OK;
+}
+
+static kiln_status setup_scales(struct kiln_model *m, const kiln_options *o, int n_ctx, int run_cal, kiln_kv_setup *su) {
     memset(su, 0, sizeof *su);
     kiln_kv_config *c = &su->cfg;
     kiln_kv_layout_for_model(m, c);
@@ -135,10 +171,6 @@ kiln_status kiln_kv_setup_for_model(struct kiln_model *m, const kiln_options *o,
     c->scale_mode = o->kv_scale_mode;
     c->mem_bytes = o->kv_mem_bytes;
     KILN_TRY(kiln_kv_config_check(c));
-    if (c->mem_bytes <= 0) {
-        int64_t pages = ((int64_t)n_ctx + c->page_tokens - 1) / c->page_tokens;
-        c->mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(c) + pages * (int64_t)kiln_kv_page_cost(c);
-    }
     if (c->dtype != KILN_KV_FP8) {
         snprintf(su->source, sizeof su->source, "none (%s storage needs no scales)", c->dtype == KILN_KV_F32 ? "f32" : "bf16");
         return KILN_OK;
@@ -154,16 +186,22 @@ kiln_status kiln_kv_setup_for_model(struct kiln_model *m, const kiln_options *o,
     c->k_scale = su->k_scale;
     c->v_scale = su->v_scale;
     kiln_status st;
+    int has_mean = 0;
+    su->k_mean = c->v_shares_k ? NULL : malloc((size_t)L * H * (size_t)c->k_dim * sizeof(float));
+    if (!c->v_shares_k && !su->k_mean) { kiln_kv_setup_free(su); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
     if (o->kv_scales_path) {
-        st = kiln_kv_scales_read_json(o->kv_scales_path, L, H, c->v_shares_k, su->k_scale, su->v_scale);
+        st = kiln_kv_scales_read_json(o->kv_scales_path, L, H, c->k_dim, c->v_shares_k, su->k_scale, su->v_scale, su->k_mean, &has_mean);
         if (st != KILN_OK) { kiln_kv_setup_free(su); return st; }
-        snprintf(su->source, sizeof su->source, "%.400s (--kv-scales)", o->kv_scales_path);
+        if (has_mean) c->k_mean = su->k_mean;
+        snprintf(su->source, sizeof su->source, "%.400s (--kv-scales%s)", o->kv_scales_path, has_mean ? "; K smoothing" : "");
         return KILN_OK;
     }
     int found = 0;
     st = kiln_kv_scales_from_checkpoint(m, L, H, c->v_shares_k, su->k_scale, su->v_scale, &found);
     if (st != KILN_OK) { kiln_kv_setup_free(su); return st; }
     if (found) {
+        free(su->k_mean);
+        su->k_mean = NULL;
         snprintf(su->source, sizeof su->source, "checkpoint (model.layers.N.self_attn.k_scale%s)", c->v_shares_k ? "" : " / v_scale");
         return KILN_OK;
     }
@@ -171,9 +209,10 @@ kiln_status kiln_kv_setup_for_model(struct kiln_model *m, const kiln_options *o,
     kiln_kv_scales_default_path(m, path, sizeof path);
     struct stat sb;
     if (stat(path, &sb) == 0) {
-        st = kiln_kv_scales_read_json(path, L, H, c->v_shares_k, su->k_scale, su->v_scale);
+        st = kiln_kv_scales_read_json(path, L, H, c->k_dim, c->v_shares_k, su->k_scale, su->v_scale, su->k_mean, &has_mean);
         if (st != KILN_OK) { kiln_kv_setup_free(su); return st; }
-        snprintf(su->source, sizeof su->source, "%.400s (kiln calibrate)", path);
+        if (has_mean) c->k_mean = su->k_mean;
+        snprintf(su->source, sizeof su->source, "%.400s (kiln calibrate%s)", path, has_mean ? "; K smoothing" : "");
         return KILN_OK;
     }
     int32_t *toks = NULL;
@@ -182,23 +221,22 @@ kiln_status kiln_kv_setup_for_model(struct kiln_model *m, const kiln_options *o,
     const char *what = m->tok ? "a built-in English text" : "a fixed pseudo-random token sequence (no tokenizer)";
     if (!run_cal) {
         free(toks);
-        free(su->k_scale); free(su->v_scale);
-        su->k_scale = su->v_scale = NULL;
-        c->k_scale = c->v_scale = NULL;
+        kiln_kv_setup_free(su);
         snprintf(su->source, sizeof su->source, "built-in calibration at session start (%d tokens of %s, margin %g); "
                  "run `kiln calibrate` to write kv_scales.json", nt, what, (double)KILN_KV_MARGIN);
         return KILN_OK;
     }
-    float *ka = calloc((size_t)L * H, sizeof *ka), *va = calloc((size_t)L * H, sizeof *va);
-    st = ka && va ? kiln_kv_measure_amax(m, o, toks, (size_t)nt, nt, ka, va) : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    float *ka = calloc((size_t)L * H, sizeof *ka), *va = calloc((size_t)L * H, sizeof *va), *kc = calloc((size_t)L * H, sizeof *kc);
+    st = ka && va && kc ? kiln_kv_measure_stats(m, o, toks, (size_t)nt, nt, ka, va, su->k_mean, kc) : kiln_fail(KILN_ERR_NOMEM, "out of memory");
     if (st == KILN_OK) {
-        amax_to_scales(ka, L * H, KILN_KV_MARGIN, su->k_scale);
+        if (su->k_mean) c->k_mean = su->k_mean;
+        amax_to_scales(su->k_mean ? kc : ka, L * H, KILN_KV_MARGIN, su->k_scale);
         amax_to_scales(va, L * H, KILN_KV_MARGIN, su->v_scale);
         su->calib_tokens = nt;
-        snprintf(su->source, sizeof su->source, "built-in calibration (%d tokens of %s, margin %g); run `kiln calibrate` to write kv_scales.json",
-                 nt, what, (double)KILN_KV_MARGIN);
+        snprintf(su->source, sizeof su->source, "built-in calibration (%d tokens of %s, margin %g%s); run `kiln calibrate` to write kv_scales.json",
+                 nt, what, (double)KILN_KV_MARGIN, su->k_mean ? ", K smoothing" : "");
     }
-    free(ka); free(va); free(toks);
+    free(ka); free(va); free(kc); free(toks);
     if (st != KILN_OK) kiln_kv_setup_free(su);
     return st;
 }
@@ -206,6 +244,7 @@ kiln_status kiln_kv_setup_for_model(struct kiln_model *m, const kiln_options *o,
 void kiln_kv_setup_free(kiln_kv_setup *s) {
     free(s->k_scale);
     free(s->v_scale);
-    s->k_scale = s->v_scale = NULL;
-    s->cfg.k_scale = s->cfg.v_scale = NULL;
+    free(s->k_mean);
+    s->k_scale = s->v_scale = s->k_mean = NULL;
+    s->cfg.k_scale = s->cfg.v_scale = s->cfg.k_mean = NULL;
 }

@@ -8,6 +8,8 @@
  *   4. a built-in calibration pass: KILN_KV_CALIB_TOKENS tokens of a fixed English text (or, for a
  *      model without a tokenizer, a fixed pseudo-random token sequence) through the model with an
  *      F32 cache; scale = max(amax, 1e-6) × KILN_KV_MARGIN / 448 per (layer, KV head).
+ * Calibrated sources (3, 4) also give K smoothing means (kv.h) unless V shares the K row (MLA);
+ * checkpoint scales follow the vLLM convention exactly (no means).
  * Never a silent 1.0. Any bad input found on the way is an error (no fall-through). */
 #ifndef KILN_KV_MODEL_H
 #define KILN_KV_MODEL_H
@@ -21,6 +23,7 @@ struct kiln_model;
 typedef struct kiln_kv_setup {
     kiln_kv_config cfg;       /* ready for kiln_kv_pool_create (k_scale / v_scale point below) */
     float *k_scale, *v_scale; /* owned; NULL unless FP8 static with scales resolved */
+    float *k_mean;            /* owned K smoothing means, or NULL */
     char source[512];         /* human-readable scale source */
     int calib_tokens;         /* tokens the built-in calibration ran (0 = none) */
 } kiln_kv_setup;

@@ -93,7 +93,33 @@ static kiln_status check_int(const char *path, json_t *root, const char *key, in
     return KILN_OK;
 }
 
-kiln_status kiln_kv_scales_read_json(const char *path, int L, int H, int v_shares_k, float *ks, float *vs) {
+static kiln_status read_means(const char *path, json_t *root, int L, int H, int kd, float *out) {
+    json_t *a = json_object_get(root, "k_mean");
+    if (!json_is_array(a) || (int)json_array_size(a) != L)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field 'k_mean' is not an array of %d layers", path, L);
+    for (int l = 0; l < L; l++) {
+        json_t *hs = json_array_get(a, (size_t)l);
+        if (!json_is_array(hs) || (int)json_array_size(hs) != H)
+            return kiln_fail(KILN_ERR_FORMAT, "%s: field 'k_mean[%d]' is not an array of %d KV heads", path, l, H);
+        for (int h = 0; h < H; h++) {
+            json_t *row = json_array_get(hs, (size_t)h);
+            if (!json_is_array(row) || (int)json_array_size(row) != kd)
+                return kiln_fail(KILN_ERR_FORMAT, "%s: field 'k_mean[%d][%d]' is not an array of %d channels (the model's head dim)", path, l, h, kd);
+            for (int d = 0; d < kd; d++) {
+                json_t *v = json_array_get(row, (size_t)d);
+                double x = json_is_number(v) ? json_number_value(v) : NAN;
+                if (!isfinite(x) || fabs(x) > 3.0e38)
+                    return kiln_fail(KILN_ERR_FORMAT, "%s: field 'k_mean[%d][%d][%d]' is not a finite number", path, l, h, d);
+                out[((size_t)l * H + (size_t)h) * (size_t)kd + (size_t)d] = (float)x;
+            }
+        }
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_kv_scales_read_json(const char *path, int L, int H, int kd, int v_shares_k, float *ks, float *vs, float *km,
+                                     int *has_mean) {
+    if (has_mean) *has_mean = 0;
     json_error_t e;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
     if (!root) {
@@ -120,12 +146,19 @@ kiln_status kiln_kv_scales_read_json(const char *path, int L, int H, int v_share
         else st = read_matrix(path, root, "v_scale", L, H, vs);
         if (st == KILN_OK && v_shares_k) memcpy(vs, ks, (size_t)L * H * sizeof *vs); /* V is read from K storage */
     }
+    if (st == KILN_OK && json_object_get(root, "k_mean")) {
+        if (v_shares_k) st = kiln_fail(KILN_ERR_FORMAT, "%s: field 'k_mean' (K smoothing) cannot apply when V shares the K row (MLA)", path);
+        else if (km) {
+            st = read_means(path, root, L, H, kd, km);
+            if (st == KILN_OK && has_mean) *has_mean = 1;
+        }
+    }
     json_decref(root);
     return st;
 }
 
-kiln_status kiln_kv_scales_write_json(const char *path, int L, int H, const float *ks, const float *vs, float margin,
-                                      const char *source, uint64_t n_tokens) {
+kiln_status kiln_kv_scales_write_json(const char *path, int L, int H, int kd, const float *ks, const float *vs, const float *km,
+                                      float margin, const char *source, uint64_t n_tokens) {
     json_t *root = json_object();
     json_object_set_new(root, "format", json_string("kiln-kv-scales"));
     json_object_set_new(root, "version", json_integer(1));
@@ -145,6 +178,20 @@ kiln_status kiln_kv_scales_write_json(const char *path, int L, int H, const floa
             json_array_append_new(a, row);
         }
         json_object_set_new(root, kind ? "v_scale" : "k_scale", a);
+    }
+    if (km) {
+        json_object_set_new(root, "k_smoothing", json_string("K is stored as K - k_mean (per layer, KV head, channel); k_scale applies to K - k_mean"));
+        json_t *a = json_array();
+        for (int l = 0; l < L; l++) {
+            json_t *hs = json_array();
+            for (int h = 0; h < H; h++) {
+                json_t *row = json_array();
+                for (int d = 0; d < kd; d++) json_array_append_new(row, json_real(km[((size_t)l * H + (size_t)h) * (size_t)kd + (size_t)d]));
+                json_array_append_new(hs, row);
+            }
+            json_array_append_new(a, hs);
+        }
+        json_object_set_new(root, "k_mean", a);
     }
     int rc = json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(9));
     json_decref(root);

@@ -20,11 +20,17 @@ kiln_status kiln_kv_scales_from_checkpoint(const struct kiln_model *m, int n_lay
 /* kv_scales.json (written by `kiln calibrate`, format in docs/KV.md):
  *   {"format": "kiln-kv-scales", "version": 1, "dtype": "fp8_e4m3",
  *    "num_layers": L, "num_kv_heads": H, "margin": 2.0, "tokens": N, "source": "...",
- *    "k_scale": [[H numbers] × L], "v_scale": [[H numbers] × L]}
- * Validation: num_layers / num_kv_heads must equal the model's; each array has L rows of H
- * positive finite numbers; errors name the file and the field (e.g. k_scale[3][1]). */
-kiln_status kiln_kv_scales_read_json(const char *path, int n_layers, int n_kv_heads, int v_shares_k,
-                                     float *k_scale, float *v_scale);
-kiln_status kiln_kv_scales_write_json(const char *path, int n_layers, int n_kv_heads, const float *k_scale,
-                                      const float *v_scale, float margin, const char *source, uint64_t n_tokens);
+ *    "k_scale": [[H numbers] × L], "v_scale": [[H numbers] × L],
+ *    "k_mean": [[[k_dim numbers] × H] × L]   (optional: K smoothing, see kv.h; k_scale then applies
+ *                                              to K − k_mean)}
+ * Validation: num_layers / num_kv_heads must equal the model's; each scale array has L rows of H
+ * positive finite numbers, k_mean L × H rows of k_dim finite numbers; errors name the file and the
+ * field (e.g. k_scale[3][1]). k_mean (when k_mean != NULL) is filled and *has_mean set when the file
+ * has one. */
+kiln_status kiln_kv_scales_read_json(const char *path, int n_layers, int n_kv_heads, int k_dim, int v_shares_k,
+                                     float *k_scale, float *v_scale, float *k_mean, int *has_mean);
+/* k_mean may be NULL (no smoothing). */
+kiln_status kiln_kv_scales_write_json(const char *path, int n_layers, int n_kv_heads, int k_dim, const float *k_scale,
+                                      const float *v_scale, const float *k_mean, float margin, const char *source,
+                                      uint64_t n_tokens);
 #endif

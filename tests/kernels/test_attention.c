@@ -6,6 +6,10 @@
  * E4M3 decode table), re-implementing the documented scale rules (kv.h), and runs a plain
  * two-pass softmax in double.
  *
+ * FP8 K smoothing cases give the keys a large per-channel offset and the pool its mean: the kernels
+ * then see q·(k − mean) while the reference uses the full keys; softmax is invariant to that
+ * per-query shift, so the outputs must agree all the same.
+ *
  * Cases: decode (one query) and prefill (a tile of consecutive positions, causal), two sequences
  * interleaved in one batch, GQA ratios 1, 4 and 8, odd KV head counts (3, 5), head dims that are
  * not multiples of 8/16 (8, 24, 40, 72), the MLA layout (k_dim 576, v_dim 512, V = first 512 values
@@ -45,6 +49,7 @@ typedef struct {
     int H, KV, kd, vd, shares, pt;
     kiln_kv_dtype dt;
     kiln_kv_scale_mode mode;
+    int smooth;         /* FP8 K smoothing: keys get a large per-channel offset, the pool its mean */
 } tcase;
 
 /* Reference dequantization of one row, FP8 static. */
@@ -57,6 +62,7 @@ typedef struct {
     float *k, *v;       /* [n_ctx][KV][kd], [n_ctx][KV][vd] generated */
     double *kr, *vr;    /* reference dequantized */
     float *ks, *vs;     /* static scales [KV] (one layer) */
+    float *mu;          /* K smoothing means [KV][kd] or NULL */
     kiln_kv_pool *pool;
 } tstate;
 
@@ -70,6 +76,10 @@ static void gen(tstate *t) {
     t->vr = malloc(sizeof(double) * (size_t)n * c->KV * c->vd);
     t->ks = malloc(sizeof(float) * c->KV);
     t->vs = malloc(sizeof(float) * c->KV);
+    if (c->smooth) {
+        t->mu = malloc(sizeof(float) * c->KV * c->kd);
+        for (int i = 0; i < c->KV * c->kd; i++) t->mu[i] = 8.0f * nrand();
+    }
     for (int h = 0; h < c->KV; h++) {
         float mag = 0.5f + 2.0f * urand();
         for (int p = 0; p < n; p++) {
@@ -80,10 +90,16 @@ static void gen(tstate *t) {
             }
             for (int d = 0; d < c->vd; d++) t->v[((size_t)p * c->KV + h) * c->vd + d] = nrand();
         }
-        /* static scales: amax over the data × a margin of 1.25 (some values land near 448) */
+        /* keys with a per-channel offset (what smoothing removes) */
+        if (t->mu)
+            for (int p = 0; p < n; p++)
+                for (int d = 0; d < c->kd; d++) t->k[((size_t)p * c->KV + h) * c->kd + d] += t->mu[h * c->kd + d];
+        /* static scales: amax over the data (of K − mean when smoothing) × a margin of 1.25 (some
+         * values land near 448) */
         float ka = 0, va = 0;
         for (int p = 0; p < n; p++) {
-            for (int d = 0; d < c->kd; d++) ka = fmaxf(ka, fabsf(t->k[((size_t)p * c->KV + h) * c->kd + d]));
+            for (int d = 0; d < c->kd; d++)
+                ka = fmaxf(ka, fabsf(t->k[((size_t)p * c->KV + h) * c->kd + d] - (t->mu ? t->mu[h * c->kd + d] : 0.0f)));
             for (int d = 0; d < c->vd; d++) va = fmaxf(va, fabsf(t->v[((size_t)p * c->KV + h) * c->vd + d]));
         }
         t->ks[h] = ka * 1.25f / 448.0f;
@@ -105,14 +121,20 @@ static void ref_dequant(tstate *t) {
         for (int h = 0; h < c->KV; h++) {
             float s = 0;                        /* dynamic page scale */
             uint8_t *codes = malloc((size_t)c->pt * dim);
+            const float *mu = kind == 0 && t->mu && c->dt == KILN_KV_FP8 ? t->mu + (size_t)h * dim : NULL;
+            float *xc = malloc(sizeof(float) * (size_t)dim);
             for (int p = 0; p < n; p++) {
                 const float *x = src + ((size_t)p * c->KV + h) * dim;
+                if (mu) {
+                    for (int d = 0; d < dim; d++) xc[d] = x[d] - mu[d];
+                    x = xc;
+                }
                 double *y = dst + ((size_t)p * c->KV + h) * dim;
                 if (c->dt == KILN_KV_F32) { for (int d = 0; d < dim; d++) y[d] = x[d]; continue; }
                 if (c->dt == KILN_KV_BF16) { for (int d = 0; d < dim; d++) y[d] = kiln_bf16_to_f32(kiln_f32_to_bf16(x[d])); continue; }
                 if (c->mode == KILN_KV_SCALE_STATIC) {
                     float sc = kind ? t->vs[h] : t->ks[h];
-                    for (int d = 0; d < dim; d++) y[d] = ref_fp8(x[d], sc);
+                    for (int d = 0; d < dim; d++) y[d] = (double)(ref_fp8(x[d], sc) + (mu ? mu[d] : 0.0f));
                     continue;
                 }
                 int off = p % c->pt;
@@ -132,9 +154,11 @@ static void ref_dequant(tstate *t) {
                 int p0 = p - off;
                 for (int o = 0; o <= off; o++)
                     for (int d = 0; d < dim; d++)
-                        dst[((size_t)(p0 + o) * c->KV + h) * dim + d] = (double)(kiln_fp8_e4m3_to_f32(codes[(size_t)o * dim + d]) * s);
+                        dst[((size_t)(p0 + o) * c->KV + h) * dim + d] =
+                            (double)(kiln_fp8_e4m3_to_f32(codes[(size_t)o * dim + d]) * s + (mu ? mu[d] : 0.0f));
             }
             free(codes);
+            free(xc);
         }
     }
     if (c->shares)
@@ -147,7 +171,7 @@ static void make_pool(tstate *t, int n_seqs) {
     const tcase *c = &t->c;
     kiln_kv_config cfg = {.n_layers = 1, .n_kv_heads = c->KV, .head_dim = c->kd, .page_tokens = c->pt, .dtype = c->dt,
                           .k_dim = c->kd, .v_dim = c->vd, .v_shares_k = c->shares, .scale_mode = c->mode,
-                          .k_scale = t->ks, .v_scale = t->vs};
+                          .k_scale = t->ks, .v_scale = t->vs, .k_mean = t->mu};
     int pages = n_seqs * ((t->n_ctx + c->pt - 1) / c->pt);
     cfg.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&cfg) + (int64_t)pages * (int64_t)kiln_kv_page_cost(&cfg);
     assert_int_equal(kiln_kv_pool_create(&cfg, &t->pool), KILN_OK);
@@ -240,7 +264,7 @@ static void check_batch(tstate *t, kiln_kv_seq **seqs, const int *pos, int n, ki
 
 static void free_state(tstate *t) {
     kiln_kv_pool_free(t->pool);
-    free(t->k); free(t->v); free(t->kr); free(t->vr); free(t->ks); free(t->vs);
+    free(t->k); free(t->v); free(t->kr); free(t->vr); free(t->ks); free(t->vs); free(t->mu);
 }
 
 static void run_case(const tcase *c, int n_ctx, kiln_isa isa) {
@@ -333,16 +357,17 @@ static const int shapes[][6] = {
 static void test_attention_all(void **state) {
     (void)state;
     kiln_fp_init();
-    const kiln_kv_dtype dts[] = {KILN_KV_F32, KILN_KV_BF16, KILN_KV_FP8, KILN_KV_FP8};
+    /* f32, bf16, fp8 static, fp8 dynamic, fp8 dynamic + smoothing, fp8 static + smoothing */
+    const kiln_kv_dtype dts[] = {KILN_KV_F32, KILN_KV_BF16, KILN_KV_FP8, KILN_KV_FP8, KILN_KV_FP8, KILN_KV_FP8};
     const int lens[] = {1, 5, 37, 100};
     for (size_t k = 0; k < 3; k++) {
         if (!kiln_cpu_supports(isas[k])) { fprintf(stderr, "skip %s: not supported by this CPU\n", kiln_isa_name(isas[k])); continue; }
         assert_int_equal(kiln_kernels_select(isas[k]), isas[k]);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            for (int d = 0; d < 4; d++)
+            for (int d = 0; d < 6; d++)
                 for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
                     tcase c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4], shapes[s][5], dts[d],
-                               d == 3 ? KILN_KV_SCALE_DYNAMIC : KILN_KV_SCALE_STATIC};
+                               d == 3 || d == 4 ? KILN_KV_SCALE_DYNAMIC : KILN_KV_SCALE_STATIC, (d == 4 || d == 5) && !shapes[s][4]};
                     run_case(&c, lens[l], isas[k]);
                 }
     }
@@ -356,11 +381,11 @@ static void test_attention_long(void **state) {
     for (size_t k = 0; k < 3; k++) {
         if (!kiln_cpu_supports(isas[k])) continue;
         kiln_kernels_select(isas[k]);
-        tcase c1 = {8, 1, 64, 64, 0, 16, KILN_KV_FP8, KILN_KV_SCALE_STATIC};
+        tcase c1 = {8, 1, 64, 64, 0, 16, KILN_KV_FP8, KILN_KV_SCALE_STATIC, 1};
         run_case(&c1, 1500, isas[k]);
-        tcase c2 = {4, 2, 40, 40, 0, 16, KILN_KV_BF16, KILN_KV_SCALE_STATIC};
+        tcase c2 = {4, 2, 40, 40, 0, 16, KILN_KV_BF16, KILN_KV_SCALE_STATIC, 0};
         run_case(&c2, 1029, isas[k]);
-        tcase c3 = {4, 1, 576, 512, 1, 16, KILN_KV_FP8, KILN_KV_SCALE_DYNAMIC};
+        tcase c3 = {4, 1, 576, 512, 1, 16, KILN_KV_FP8, KILN_KV_SCALE_DYNAMIC, 0};
         run_case(&c3, 700, isas[k]);
     }
     kiln_kernels_select(KILN_ISA_AUTO);
@@ -372,9 +397,9 @@ static void test_attention_batch(void **state) {
     for (size_t k = 0; k < 3; k++) {
         if (!kiln_cpu_supports(isas[k])) continue;
         kiln_kernels_select(isas[k]);
-        tcase c1 = {8, 4, 8, 8, 0, 16, KILN_KV_FP8, KILN_KV_SCALE_STATIC};
+        tcase c1 = {8, 4, 8, 8, 0, 16, KILN_KV_FP8, KILN_KV_SCALE_STATIC, 0};
         run_two_seqs(&c1, 45, isas[k]);
-        tcase c2 = {32, 4, 64, 64, 0, 16, KILN_KV_BF16, KILN_KV_SCALE_STATIC};
+        tcase c2 = {32, 4, 64, 64, 0, 16, KILN_KV_BF16, KILN_KV_SCALE_STATIC, 0};
         run_two_seqs(&c2, 33, isas[k]);
     }
     kiln_kernels_select(KILN_ISA_AUTO);

@@ -240,6 +240,39 @@ static void test_dynamic_rule(void **state) {
     kiln_kv_pool_free(p);
 }
 
+/* ---- K smoothing ---- */
+static void test_k_smoothing(void **state) {
+    (void)state;
+    kiln_fp_init();
+    float ks[1] = {0.5f / 448.0f}, vs[1] = {1.0f / 448.0f}, mu[4] = {10.0f, -20.0f, 0.0f, 3.0f};
+    kiln_kv_config c = shape(1, 1, 4, KILN_KV_FP8, 1 << 16);
+    c.k_scale = ks;
+    c.v_scale = vs;
+    c.k_mean = mu;
+    assert_int_equal(kiln_kv_pool_fixed_bytes(&c), 2 * 4 + 4 * 4); /* scales + means */
+    kiln_kv_pool *p;
+    assert_int_equal(kiln_kv_pool_create(&c, &p), KILN_OK);
+    kiln_kv_seq s = {0};
+    assert_int_equal(kiln_kv_seq_reserve(p, &s, 2), KILN_OK);
+    /* K = mean + small offsets: stored as fp8(offset / scale); read back = mean + dequantized offset */
+    float k[4] = {10.3f, -20.1f, 0.45f, 2.8f}, v[4] = {0.1f, 0.2f, 0.3f, 0.4f}, r[4];
+    kiln_kv_store(p, &s, 0, 0, k, v);
+    kiln_kv_read_row(p, &s, 0, 0, 0, 0, r);
+    for (int d = 0; d < 4; d++) {
+        float off = (k[d] - mu[d]);
+        float want = kiln_fp8_e4m3_to_f32(kiln_f32_to_fp8_e4m3(off * (1.0f / ks[0]))) * ks[0] + mu[d];
+        assert_true(r[d] == want);
+    }
+    /* without the mean, 10.3 with this scale would saturate at 0.5: smoothing keeps it */
+    assert_true(fabsf(r[0] - 10.3f) < 0.02f);
+    kiln_kv_seq_release(p, &s);
+    free(s.pages);
+    kiln_kv_pool_free(p);
+    mu[1] = NAN;
+    assert_int_equal(kiln_kv_pool_create(&c, &p), KILN_ERR_INVALID_ARG);
+    assert_non_null(strstr(kiln_last_error(), "channel 1"));
+}
+
 /* ---- kv_scales.json ---- */
 static char tmpdir[256];
 static void write_file(const char *name, const char *text) {
@@ -250,15 +283,12 @@ static void write_file(const char *name, const char *text) {
     fputs(text, f);
     fclose(f);
 }
-static kiln_status read_json(const char *name, int L, int H, float *ks, float *vs) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    return kiln_kv_scales_read_json(path, L, H, 0, ks, vs);
-}
 static void expect_error(const char *name, const char *text, const char *needle) {
-    float ks[6], vs[6];
+    float ks[6], vs[6], km[12];
+    char path[512];
     write_file(name, text);
-    kiln_status st = read_json(name, 2, 3, ks, vs);
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    kiln_status st = kiln_kv_scales_read_json(path, 2, 3, 2, 0, ks, vs, km, NULL);
     if (st == KILN_OK || !strstr(kiln_last_error(), needle)) {
         fprintf(stderr, "%s: status %d, message '%s' lacks '%s'\n", name, st, kiln_last_error(), needle);
         fail();
@@ -275,13 +305,26 @@ static void test_scales_json(void **state) {
     float ks[6] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f}, vs[6] = {1, 2, 3, 4, 5, 6}, k2[6], v2[6];
     char path[512];
     snprintf(path, sizeof path, "%s/ok.json", tmpdir);
-    assert_int_equal(kiln_kv_scales_write_json(path, 2, 3, ks, vs, 2.0f, "test", 123), KILN_OK);
-    assert_int_equal(kiln_kv_scales_read_json(path, 2, 3, 0, k2, v2), KILN_OK);
+    float km[12] = {1, -2, 3.5f, 0, 0.25f, 6, -7, 8, 9, 10, -11, 12}, km2[12];
+    int has = -1;
+    assert_int_equal(kiln_kv_scales_write_json(path, 2, 3, 2, ks, vs, km, 2.0f, "test", 123), KILN_OK);
+    assert_int_equal(kiln_kv_scales_read_json(path, 2, 3, 2, 0, k2, v2, km2, &has), KILN_OK);
+    assert_int_equal(has, 1);
     for (int i = 0; i < 6; i++) { assert_true(k2[i] == ks[i]); assert_true(v2[i] == vs[i]); }
+    for (int i = 0; i < 12; i++) assert_true(km2[i] == km[i]);
+    /* means of the wrong head dim; means with an MLA latent cache */
+    assert_int_equal(kiln_kv_scales_read_json(path, 2, 3, 4, 0, k2, v2, km2, &has), KILN_ERR_FORMAT);
+    assert_non_null(strstr(kiln_last_error(), "'k_mean[0][0]' is not an array of 4 channels"));
+    assert_int_equal(kiln_kv_scales_read_json(path, 2, 3, 2, 1, k2, v2, km2, &has), KILN_ERR_FORMAT);
+    assert_non_null(strstr(kiln_last_error(), "k_mean"));
+    /* without means */
+    assert_int_equal(kiln_kv_scales_write_json(path, 2, 3, 2, ks, vs, NULL, 2.0f, "test", 123), KILN_OK);
+    assert_int_equal(kiln_kv_scales_read_json(path, 2, 3, 2, 0, k2, v2, km2, &has), KILN_OK);
+    assert_int_equal(has, 0);
     /* wrong model */
-    assert_int_equal(kiln_kv_scales_read_json(path, 3, 3, 0, k2, v2), KILN_ERR_FORMAT);
+    assert_int_equal(kiln_kv_scales_read_json(path, 3, 3, 2, 0, k2, v2, NULL, NULL), KILN_ERR_FORMAT);
     assert_non_null(strstr(kiln_last_error(), "num_layers"));
-    assert_int_equal(kiln_kv_scales_read_json(path, 2, 4, 0, k2, v2), KILN_ERR_FORMAT);
+    assert_int_equal(kiln_kv_scales_read_json(path, 2, 4, 2, 0, k2, v2, NULL, NULL), KILN_ERR_FORMAT);
     assert_non_null(strstr(kiln_last_error(), "num_kv_heads"));
     /* bad files */
     expect_error("layers.json", HDR "\"num_layers\":2,\"num_kv_heads\":3,\"k_scale\":[[1,1,1]],\"v_scale\":[[1,1,1],[1,1,1]]}", "'k_scale' has 1 layers");
@@ -295,8 +338,10 @@ static void test_scales_json(void **state) {
     expect_error("nl.json", HDR "\"num_layers\":5,\"num_kv_heads\":3,\"k_scale\":[[1,1,1],[1,1,1]],\"v_scale\":[[1,1,1],[1,1,1]]}", "'num_layers' = 5 but the model has 2");
     expect_error("fmt.json", "{\"format\":\"other\"}", "'format'");
     expect_error("trunc.json", HDR "\"num_layers\":2,", "trunc.json: line");
+    expect_error("mean.json", HDR "\"num_layers\":2,\"num_kv_heads\":3,\"k_scale\":[[1,1,1],[1,1,1]],\"v_scale\":[[1,1,1],[1,1,1]],"
+                 "\"k_mean\":[[[0,0],[0,0],[0,0]],[[0,0],[0,\"x\"],[0,0]]]}", "'k_mean[1][1][1]' is not a finite number");
     const char *names[] = {"ok.json", "layers.json", "heads.json", "neg.json", "zero.json", "str.json", "inf.json", "nan.json",
-                           "missing.json", "nl.json", "fmt.json", "trunc.json"};
+                           "missing.json", "nl.json", "fmt.json", "trunc.json", "mean.json"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", tmpdir, names[i]);
         unlink(path);
@@ -356,6 +401,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_conversion),
         cmocka_unit_test(test_bf16_conversion),
         cmocka_unit_test(test_dynamic_rule),
+        cmocka_unit_test(test_k_smoothing),
         cmocka_unit_test(test_scales_json),
         cmocka_unit_test(test_checkpoint_scales),
     };
