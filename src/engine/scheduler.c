@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "kv/kv_model.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -70,6 +71,7 @@ struct kiln_engine {
     kiln_model *m;
     kiln_engine_config cfg;
     int n_ctx, vocab, eos, pt, threads;
+    char kv_source[512];    /* where FP8 scales came from ("none" for f32 / bf16) */
     kiln_kv_pool *pool;
     kiln_pcache pc;
     kiln_forward_ws ws;
@@ -98,6 +100,8 @@ static int pages_for(const kiln_engine *e, int tokens) { return (tokens + e->pt 
 
 static void *sched_main(void *arg);
 
+#define KILN_TRY_FREE(expr, e) do { kiln_status st_ = (expr); if (st_ != KILN_OK) { kiln_engine_free(e); return st_; } } while (0)
+
 kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const kiln_engine_config *cfg, kiln_engine **out) {
     *out = NULL;
     kiln_options o;
@@ -118,15 +122,23 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
     e->threads = o.threads;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    kiln_kv_config kc = {.n_layers = m->hp.n_layers, .n_kv_heads = m->hp.n_kv_heads, .head_dim = m->hp.head_dim, .page_tokens = o.kv_page_tokens, .dtype = kiln_resolve_kv_dtype(m, o.kv_dtype), .mem_bytes = o.kv_mem_bytes};
-    if (kc.mem_bytes <= 0) {
-        /* default: every batch slot can hold a full context, capped at 4 GiB (and at least one context) */
+    /* layout, dtype, page size and FP8 scales as the session resolves them (kv/kv_model.h); the
+     * default budget differs: every batch slot can hold a full context, capped at 4 GiB (and at
+     * least one context) */
+    kiln_kv_setup su;
+    KILN_TRY_FREE(kiln_kv_setup_for_model(m, &o, e->n_ctx, 1, &su), e);
+    kiln_kv_config kc = su.cfg;
+    if (o.kv_mem_bytes <= 0) {
         int64_t pages = (int64_t)pages_for(e, e->n_ctx) * e->cfg.max_batch;
         int64_t cost = (int64_t)kiln_kv_page_cost(&kc), cap = ((int64_t)4 << 30) / cost;
         if (pages > cap) pages = cap > pages_for(e, e->n_ctx) ? cap : pages_for(e, e->n_ctx);
-        kc.mem_bytes = pages * cost;
+        kc.mem_bytes = pages * cost + (int64_t)kiln_kv_pool_fixed_bytes(&kc);
     }
-    kiln_status st = kiln_kv_pool_create(&kc, &e->pool);
+    snprintf(e->kv_source, sizeof e->kv_source, "%s", su.source);
+    kiln_status st = kiln_kv_plan_pages(&kc) >= 1 ? kiln_kv_pool_create(&kc, &e->pool)
+                                                  : kiln_fail(KILN_ERR_KV_EXHAUSTED, "--kv-mem %lld bytes is smaller than one KV page (%zu bytes)",
+                                                              (long long)kc.mem_bytes, kiln_kv_page_cost(&kc));
+    kiln_kv_setup_free(&su);
     if (st == KILN_OK) st = kiln_pcache_init(&e->pc, e->pool);
     if (st == KILN_OK) st = kiln_forward_ws_init(&e->ws, m, e->cfg.step_tokens, e->n_ctx);
     if (st == KILN_OK) {
@@ -159,6 +171,8 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
 }
 
 int kiln_engine_context(const kiln_engine *e) { return e->n_ctx; }
+const kiln_kv_pool *kiln_engine_pool(const kiln_engine *e) { return e->pool; }
+const char *kiln_engine_kv_source(const kiln_engine *e) { return e->kv_source; }
 int64_t kiln_engine_kv_capacity(const kiln_engine *e) { return kiln_kv_capacity_tokens(e->pool); }
 
 void kiln_engine_stop(kiln_engine *e) {

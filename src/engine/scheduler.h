@@ -125,4 +125,7 @@ void kiln_engine_stop(kiln_engine *e);
 void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *s);
 int kiln_engine_context(const kiln_engine *e);   /* max tokens of one sequence */
 int64_t kiln_engine_kv_capacity(const kiln_engine *e);
+/* The pool's configuration (read-only: dtype, dims, page size) and where FP8 scales came from. */
+const kiln_kv_pool *kiln_engine_pool(const kiln_engine *e);
+const char *kiln_engine_kv_source(const kiln_engine *e);
 #endif

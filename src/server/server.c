@@ -643,14 +643,19 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
     if (!so->quiet) {
         kiln_engine_stats es;
         kiln_engine_get_stats(s->eng, &es);
+        const kiln_kv_pool *pool = kiln_engine_pool(s->eng);
+        kiln_kv_dtype dt = pool->cfg.dtype;
+        const char *dtn = dt == KILN_KV_F32 ? "f32" : dt == KILN_KV_BF16 ? "bf16" : dt == KILN_KV_FP8 ? "fp8_e4m3" : "?";
         fprintf(stderr,
                 "kiln serve: model '%s' (%s, %d layers, vocab %d), context %d tokens\n"
-                "kiln serve: KV pool %d pages × %d tokens = %lld tokens; max batch %d, queue %d, step %d tokens, prefix cache %s\n"
+                "kiln serve: KV pool %s, %d pages × %d tokens = %lld tokens%s%s; max batch %d, queue %d, step %d tokens, prefix cache %s\n"
                 "kiln serve: body limit %zu bytes, request timeout %g s, API key %s\n"
                 "kiln serve: listening on http://%s:%d\n",
-                s->model_name, s->info.arch, s->info.n_layers, s->info.vocab_size, kiln_engine_context(s->eng), es.kv_pages_total, es.page_tokens,
-                (long long)es.kv_capacity_tokens, so->max_batch, so->max_queue, ec.step_tokens < so->max_batch ? so->max_batch : ec.step_tokens,
-                so->prefix_cache ? "on" : "off", so->max_body_bytes, so->request_timeout_s, s->api_key ? "required" : "off", so->host, s->port);
+                s->model_name, s->info.arch, s->info.n_layers, s->info.vocab_size, kiln_engine_context(s->eng), dtn, es.kv_pages_total,
+                es.page_tokens, (long long)es.kv_capacity_tokens, dt == KILN_KV_FP8 ? ", fp8 scales: " : "",
+                dt == KILN_KV_FP8 ? kiln_engine_kv_source(s->eng) : "", so->max_batch, so->max_queue,
+                ec.step_tokens < so->max_batch ? so->max_batch : ec.step_tokens, so->prefix_cache ? "on" : "off", so->max_body_bytes,
+                so->request_timeout_s, s->api_key ? "required" : "off", so->host, s->port);
         fflush(stderr);
     }
     *out = s;
