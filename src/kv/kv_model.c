@@ -220,8 +220,12 @@ static kiln_status setup_scales(struct kiln_model *m, const kiln_options *o, int
     if (nt < 1) { free(toks); kiln_kv_setup_free(su); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
     const char *what = m->tok ? "a built-in English text" : "a fixed pseudo-random token sequence (no tokenizer)";
     if (!run_cal) {
+        /* plan only: no scales yet, but the pool arithmetic counts the K means calibration will add */
         free(toks);
-        kiln_kv_setup_free(su);
+        free(su->k_scale); free(su->v_scale);
+        su->k_scale = su->v_scale = NULL;
+        c->k_scale = c->v_scale = NULL;
+        if (su->k_mean) c->k_mean = su->k_mean;
         snprintf(su->source, sizeof su->source, "built-in calibration at session start (%d tokens of %s, margin %g); "
                  "run `kiln calibrate` to write kv_scales.json", nt, what, (double)KILN_KV_MARGIN);
         return KILN_OK;
