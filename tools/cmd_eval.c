@@ -17,14 +17,14 @@ static const char *USAGE =
     "                 [--save-logits F | --baseline-logits F] [--max-tokens N] [--window N] [--stride N]\n"
     "                 [--max-gen N] [--threads N] [--ctx N]\n"
     "       kiln eval MODEL --matrix --task ... [--configs W/KV,...]   (default bf16/bf16,bf16/fp8,fp8/bf16,\n"
-    "                 fp8/fp8,int4/bf16,int4/fp8: one Markdown table, each row's delta against the first)\n"
+    "                 fp8/fp8,int4/bf16,int4/fp8; W may be stored: one Markdown table, each row's delta against the first)\n"
     "tasks: ";
 
 /* ---- progress bar and warnings (stderr; the bar only on a terminal) ------------------------------- */
 typedef struct {
     int tty;
     const char *label; /* configuration shown before the task in matrix runs */
-    double t0;
+    double t0, last;
     char task[64];
     int drawn;
 } ui_t;
@@ -40,7 +40,9 @@ static void ui_progress(void *ud, const char *task, long done, long total) {
         snprintf(u->task, sizeof u->task, "%s", task);
         u->t0 = kiln_now() - 1e-9;
     }
-    double el = kiln_now() - u->t0;
+    double now = kiln_now(), el = now - u->t0;
+    if (done < total && u->drawn && now - u->last < 0.1) return; /* ten redraws a second at most */
+    u->last = now;
     double frac = total > 0 ? (double)done / (double)total : 0;
     int w = 30, fill = (int)(frac * w + 0.5);
     char bar[64];
@@ -246,7 +248,7 @@ static int write_json(const char *path, json_t *j) {
 }
 
 /* ---- matrix ----------------------------------------------------------------------------------------- */
-typedef struct { char w[8]; kiln_kv_dtype kv; } cfg_t;
+typedef struct { char w[8]; kiln_kv_dtype kv; } cfg_t; /* w: "stored" = as loaded */
 
 static int parse_configs(const char *s, cfg_t **out, int *n) {
     int cap = 8, k = 0;
@@ -257,7 +259,7 @@ static int parse_configs(const char *s, cfg_t **out, int *n) {
         if (!slash) goto bad;
         *slash = 0;
         const char *kv = slash + 1;
-        if (strcmp(t, "f32") && strcmp(t, "bf16") && strcmp(t, "fp8") && strcmp(t, "int4")) goto bad;
+        if (strcmp(t, "stored") && strcmp(t, "f32") && strcmp(t, "bf16") && strcmp(t, "fp8") && strcmp(t, "int4")) goto bad;
         if (k == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
         snprintf(v[k].w, sizeof v[k].w, "%s", t);
         if (!strcmp(kv, "auto")) v[k].kv = KILN_KV_AUTO;
@@ -282,7 +284,7 @@ static int run_matrix(run_cfg *c, const char *configs, int json, const char *out
     cfg_t *cf;
     int nc;
     if (!parse_configs(configs, &cf, &nc))
-        return cli_fail_msg("eval", "option --configs: expected WEIGHTS/KV pairs like bf16/bf16,int4/fp8 (weights f32|bf16|fp8|int4, KV auto|f32|bf16|fp8)");
+        return cli_fail_msg("eval", "option --configs: expected WEIGHTS/KV pairs like bf16/bf16,int4/fp8 (weights stored|f32|bf16|fp8|int4, KV auto|f32|bf16|fp8)");
     /* kl without a given baseline: the first row writes it, the others compare against it. */
     char tmp[PATH_MAX] = "";
     int has_kl = 0;
@@ -309,7 +311,7 @@ static int run_matrix(run_cfg *c, const char *configs, int json, const char *out
         }
         run_cfg rc = *c;
         rc.p = p;
-        run_tasks(&rc, cf[r].w, rows + (size_t)r * c->n_tasks, 1, &row_err[r]);
+        run_tasks(&rc, strcmp(cf[r].w, "stored") ? cf[r].w : NULL, rows + (size_t)r * c->n_tasks, 1, &row_err[r]);
         for (int i = 0; i < c->n_tasks; i++) {
             task_res *t = &rows[(size_t)r * c->n_tasks + i];
             if (!t->key) t->key = c->tasks[i];

@@ -69,6 +69,10 @@ static kiln_status s_tokenize(void *ctx, const char *text, size_t len, int add_b
     sess_ctx *c = ctx;
     *ids = NULL;
     *n = 0;
+    kiln_model_info info;
+    kiln_model_get_info(c->m, &info);
+    if (!info.has_tokenizer) /* synthetic checkpoints: only ppl:random / kl:random work */
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "the model has no tokenizer files: only the ppl:random and kl:random tasks can run on it");
     size_t cap = len + 16, got = 0;
     for (int attempt = 0; attempt < 2; attempt++) {
         int32_t *v = malloc(cap * sizeof *v);
@@ -99,8 +103,6 @@ kiln_status eval_lm_session(eval_lm *lm, kiln_model *m, const kiln_options *o) {
     memset(lm, 0, sizeof *lm);
     kiln_model_info info;
     kiln_model_get_info(m, &info);
-    if (!info.has_tokenizer)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "the model has no tokenizer files: evaluation tasks need one");
     sess_ctx *c = calloc(1, sizeof *c);
     if (!c) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     c->m = m;

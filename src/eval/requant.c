@@ -10,6 +10,7 @@
  * (stories260K's down_proj has 172) keeps its stored format and is counted in *n_kept. */
 #include "eval/eval.h"
 #include "base/status.h"
+#include "model/arch.h"
 #include "model/model.h"
 #include "quant/quantize.h"
 #include <stdio.h>
@@ -36,6 +37,41 @@ static kiln_status requant_one(struct kiln_model *m, kiln_weight *w, kiln_wforma
     return KILN_OK;
 }
 
+/* The architectures of model/arch.h: every projection the forward pass multiplies by — attention
+ * (fused QKV or q/k/v, o; MLA's q_a, q_b or q, kv_a, o), the dense MLP (fused gate_up or
+ * gate/up/down), the routed experts and the shared experts. Kept as stored: MoE routers (routing
+ * decisions are what quantization must not move; checkpoints keep them in BF16) and MLA's kv_b,
+ * whose per-head absorbed float32 copies (built at load) are what attention reads. */
+static kiln_status requant_arch(struct kiln_model *m, kiln_wformat fmt, int *kept) {
+    kiln_arch_model *am = m->arch_state;
+    if (!am) return KILN_OK;
+    for (int l = 0; l < m->hp.n_layers; l++) {
+        kiln_arch_layer *L = &am->layers[l];
+        char name[96];
+        struct { kiln_weight *w; const char *n; } ws[] = {
+            {&L->wqkv, "self_attn.query_key_value"}, {&L->wq, "self_attn.q_proj"}, {&L->wk, "self_attn.k_proj"},
+            {&L->wv, "self_attn.v_proj"}, {&L->wo, "self_attn.o_proj"},
+            {&L->mla.wq_a, "self_attn.q_a_proj"}, {&L->mla.wq_b, "self_attn.q_b_proj"}, {&L->mla.wq, "self_attn.q_proj"},
+            {&L->mla.wkv_a, "self_attn.kv_a_proj_with_mqa"}, {&L->mla.wo, "self_attn.o_proj"},
+            {&L->w_gate_up, "mlp.gate_up_proj"}, {&L->w_gate, "mlp.gate_proj"}, {&L->w_up, "mlp.up_proj"},
+            {&L->w_down, "mlp.down_proj"},
+            {&L->moe.sh_gate, "mlp.shared_experts.gate_proj"}, {&L->moe.sh_up, "mlp.shared_experts.up_proj"},
+            {&L->moe.sh_down, "mlp.shared_experts.down_proj"},
+        };
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+            snprintf(name, sizeof name, "layer %d %s", l, ws[i].n);
+            KILN_TRY(requant_one(m, ws[i].w, fmt, name, kept));
+        }
+        if (L->is_moe && L->exp_w) /* gate[E], up[E], down[E]; moe.gate/up/down point into this array */
+            for (int e = 0; e < 3 * am->hp.moe.n_experts; e++) {
+                snprintf(name, sizeof name, "layer %d mlp.experts.%d.%s", l, e % am->hp.moe.n_experts,
+                         e < am->hp.moe.n_experts ? "gate_proj" : e < 2 * am->hp.moe.n_experts ? "up_proj" : "down_proj");
+                KILN_TRY(requant_one(m, &L->exp_w[e], fmt, name, kept));
+            }
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_model_requantize(kiln_model *m, const char *weights, int *n_kept) {
     int kept = 0;
     if (n_kept) *n_kept = 0;
@@ -46,9 +82,11 @@ kiln_status kiln_model_requantize(kiln_model *m, const char *weights, int *n_kep
     else if (strcmp(weights, "fp8") == 0) fmt = KILN_WF_FP8_BLOCK;
     else if (strcmp(weights, "int4") == 0) fmt = KILN_WF_INT4_GROUP;
     else return kiln_fail(KILN_ERR_INVALID_ARG, "--weights '%s' is not one of f32, bf16, fp8, int4", weights);
-    if (m->arch)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "--weights %s: in-memory requantization covers llama layers only so far (this model is %s)",
-                         weights, m->hp.arch);
+    if (m->arch) {
+        KILN_TRY(requant_arch(m, fmt, &kept));
+        if (n_kept) *n_kept = kept;
+        return KILN_OK;
+    }
     for (int l = 0; l < m->hp.n_layers; l++) {
         kiln_layer *L = &m->layers[l];
         kiln_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};

@@ -692,15 +692,41 @@ static kiln_status text_tokens(eval_lm *lm, const char *path, long max_tokens, i
     return st;
 }
 
+/* "random": a fixed pseudo-random token stream (BOS first when the model has one), for models
+ * without a tokenizer (synthetic checkpoints): KL between configurations stays meaningful. */
+static kiln_status random_tokens(eval_lm *lm, long max_tokens, int32_t **ids, int *n) {
+    long len = max_tokens > 0 ? max_tokens : 2048;
+    if (len > (1L << 28)) return kiln_fail(KILN_ERR_INVALID_ARG, "random text: %ld tokens is too many", len);
+    int32_t *v = malloc((size_t)len * sizeof *v);
+    if (!v) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    uint64_t x = 0x6b696c6e6576616cull; /* splitmix64, fixed seed: the same text every run */
+    for (long i = 0; i < len; i++) {
+        uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        v[i] = (int32_t)(z % (uint64_t)lm->vocab);
+    }
+    if (lm->bos >= 0) v[0] = lm->bos;
+    *ids = v;
+    *n = (int)len;
+    return KILN_OK;
+}
+
 static kiln_status run_ppl(eval_lm *lm, const char *task, const char *file, int kl, const kiln_eval_params *p, eval_results *r) {
     if (kl && !p->save_logits && !p->baseline_logits)
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s: needs --save-logits FILE (baseline run) or --baseline-logits FILE (comparison run)", task);
-    char *path;
-    KILN_TRY(text_path(p, task, file, &path));
     int32_t *tok = NULL;
     int n = 0;
-    kiln_status st = text_tokens(lm, path, p->max_tokens, &tok, &n);
-    free(path);
+    kiln_status st;
+    if (file && strcmp(file, "random") == 0) {
+        st = random_tokens(lm, p->max_tokens, &tok, &n);
+    } else {
+        char *path;
+        KILN_TRY(text_path(p, task, file, &path));
+        st = text_tokens(lm, path, p->max_tokens, &tok, &n);
+        free(path);
+    }
     if (st) return st;
     int W = p->window > 0 && p->window < lm->n_ctx ? p->window : lm->n_ctx;
     int S = p->stride > 0 ? p->stride : W / 2;
@@ -944,7 +970,7 @@ static const struct { const char *name, *file; } mc_tasks[] = {
 };
 
 const char *kiln_eval_known_tasks(void) {
-    return "ppl:FILE (FILE may be tinystories or wikitext2), kl[:FILE], arc_easy, arc_challenge, piqa, winogrande, "
+    return "ppl:FILE (FILE may be tinystories, wikitext2 or random), kl[:FILE], arc_easy, arc_challenge, piqa, winogrande, "
            "openbook_qa, mmlu, gsm8k";
 }
 

@@ -101,3 +101,26 @@ set -e
 [ $rc2 -eq 2 ] && grep -q "unknown task 'arc_medium'" "$T/unk.err" && grep -q "arc_easy" "$T/unk.err" && grep -q "gsm8k" "$T/unk.err" \
     || { echo "unknown task: rc=$rc2"; cat "$T/unk.err"; exit 1; }
 echo "bad input ok"
+
+# 5. --weights: int4 keeps stories260K's down_proj (172 input columns, not a multiple of the group
+#    of 32) as stored and says so; a synthetic MoE model (no tokenizer) is compared on kl:random
+#    with its experts requantized, and the same configuration twice gives KL 0.
+K --data-dir "$T/data" --task ppl:tinystories --max-tokens 200 --weights int4 > /dev/null 2> "$T/int4.err"
+grep -q "int4: 5 linear weights kept in the stored format" "$T/int4.err" || { cat "$T/int4.err"; exit 1; }
+"$KILN" mkmodel --arch glm4_moe --preset tiny "$T/moe" 2> /dev/null
+"$KILN" eval "$T/moe" --threads 1 --matrix --configs f32/f32,int4/fp8,f32/f32 --task kl:random --max-tokens 300 --json > "$T/moe.json" 2> "$T/moe.err" \
+    || { cat "$T/moe.err"; exit 1; }
+"$PYB" - "$T/moe.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["matrix"]
+assert [(r["weights"], r["kv_dtype"]) for r in rows] == [("f32", "f32"), ("int4", "fp8"), ("f32", "f32")]
+q, same = rows[1]["results"]["kl:random"], rows[2]["results"]["kl:random"]
+assert q["n"] == 299 and q["kl_mean"] > 0 and q["top1_agree"] < 1, q
+assert same["kl_mean"] == 0 and same["top1_agree"] == 1, same
+print("moe: int4/fp8 kl_mean %.3g, top-1 %.3f" % (q["kl_mean"], q["top1_agree"]))
+PY
+set +e
+"$KILN" eval "$T/moe" --task arc_easy --limit 1 --data-dir "$T/data" > /dev/null 2> "$T/notok.err"; rc=$?
+set -e
+[ $rc -eq 1 ] && grep -q "no tokenizer" "$T/notok.err" || { echo "tokenizer-less model: rc=$rc"; cat "$T/notok.err"; exit 1; }
+echo "weights ok"

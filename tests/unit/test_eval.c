@@ -668,6 +668,7 @@ static void test_session_truncate(void **state) {
     kiln_options o;
     kiln_options_default(&o);
     o.threads = 1;
+    o.quiet = 1;
     kiln_model *m;
     assert_int_equal(kiln_model_load(path, &o, &m), KILN_OK);
     kiln_session *a, *b;
