@@ -42,6 +42,9 @@ typedef enum { KILN_KV_AUTO = 0, KILN_KV_F32, KILN_KV_BF16, KILN_KV_FP8 } kiln_k
 typedef enum { KILN_ISA_AUTO = 0, KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX512 } kiln_isa;
 /* FP8 KV scales (see the KV block below and docs/KV.md). */
 typedef enum { KILN_KV_SCALE_STATIC = 0, KILN_KV_SCALE_DYNAMIC } kiln_kv_scale_mode;
+/* KV integrity mode (see the KV integrity block below and docs/INTEGRITY.md). DEFAULT = HEAL. */
+typedef enum { KILN_KV_INTEGRITY_DEFAULT = 0, KILN_KV_INTEGRITY_OFF, KILN_KV_INTEGRITY_DETECT, KILN_KV_INTEGRITY_HEAL,
+               KILN_KV_INTEGRITY_STRICT } kiln_kv_integrity;
 
 typedef struct kiln_options {
     int threads;            /* compute threads; 0 = all online CPUs (default 0) */
@@ -58,6 +61,10 @@ typedef struct kiln_options {
                                v_scale tensors, else kv_scales.json beside the model, else a
                                built-in calibration pass at session start (default NULL) */
     int quiet;              /* 1 = no start-up summary on stderr from kiln_session_create (default 0) */
+    /* KV integrity (issue 5). Appended fields; zero = default. */
+    kiln_kv_integrity kv_integrity; /* off | detect | heal | strict (default HEAL) */
+    const char *kv_inject_faults;   /* fault-injection SPEC for tests and demonstrations, e.g.
+                               "bitflip=10,stale=2,every=4" (see kiln_kv_inject_spec_help); NULL = none */
 } kiln_options;
 
 /* Fills *o with the defaults documented above. */
@@ -87,6 +94,12 @@ kiln_status kiln_model_describe(const kiln_model *m, FILE *f, int json);
 kiln_status kiln_model_save_hf(const kiln_model *m, const char *dir);
 /* Writes the model as a GGUF v3 file. */
 kiln_status kiln_model_save_gguf(const kiln_model *m, const char *path);
+
+/* Re-quantizes the linear layers (weights "fp8": 128×128 block FP8 E4M3; "int4": compressed-tensors
+ * pack-quantized, group 32 or 128) within scope ("all", "mlp", "experts") and writes a Hugging Face
+ * directory with quantization_config. progress=1 draws a progress line on stderr. */
+kiln_status kiln_model_quantize_save(const kiln_model *m, const char *dir, const char *weights, int group,
+                                     const char *scope, int progress);
 
 /* Synthetic checkpoints: deterministic random weights in the HF layout with real tensor names.
  * spec: "preset=tiny" or "dim=..,ffn=..,layers=..,heads=..,kv_heads=..,vocab=..,seq=.." pairs.
@@ -164,6 +177,10 @@ void kiln_kv_scales_default_path(const kiln_model *m, char *buf, size_t cap);
  * positions' KV rows are copies of the rows already stored (cyclically), so decode at that context
  * reads a realistic cache. The sequence must hold at least one token. */
 kiln_status kiln_session_kv_fill(kiln_session *s, int n_tokens);
+/* Benchmarks only: seconds one decode step's attention takes over every layer at the session's
+ * current length (fixed pseudo-random queries; the model's matmuls excluded), best of `reps`.
+ * Returns a negative value for an empty sequence. */
+double kiln_session_bench_attention(kiln_session *s, int reps);
 
 /* ---- sampling --------------------------------------------------------------------------------- */
 typedef struct kiln_sampling {
@@ -187,6 +204,56 @@ kiln_status kiln_model_check_weights(const kiln_model *m);
  * model directory, FILE.checksums.json beside a single file); write_manifest=1 (re)writes it.
  * Prints one line per mismatching or missing tensor to `report`; *n_bad receives their count. */
 kiln_status kiln_model_verify(const kiln_model *m, int write_manifest, FILE *report, int *n_bad);
+
+/* ==== KV integrity (issue 5: src/kv/integrity.[ch], src/engine/session_integrity.c, docs/INTEGRITY.md) */
+/* Every KV page slice (page × layer × K/V × KV head) carries a seal binding its identity (model,
+ * slot in the block table, positions, allocation epoch, token prefix) to its content (bytes and
+ * scales). Attention verifies each page it reads in the step it reads it, before the values are
+ * used; hand-offs (prefix reuse, copy-on-write, release) verify too. On a failure: DETECT counts and
+ * logs; HEAL drops the bad page and every later position of the sequence and recomputes them from
+ * the token history (greedy output identical to a fault-free run); STRICT fails the call with
+ * KILN_ERR_INTEGRITY. */
+typedef enum {
+    KILN_KV_FAULT_BITFLIP = 0,   /* one bit of KV data */
+    KILN_KV_FAULT_MULTIBIT,      /* 2..8 bits of one page slice's data */
+    KILN_KV_FAULT_SCALE,         /* one bit of an FP8 scale (per-page dynamic, or the static table) */
+    KILN_KV_FAULT_WRONG_PAGE,    /* a block-table entry names another live page */
+    KILN_KV_FAULT_STALE_PAGE,    /* a page is freed under its sequence and reused by another one */
+    KILN_KV_FAULT_LOST_WRITE,    /* the next row written to a page does not reach memory */
+    KILN_KV_FAULT_PARTIAL_COPY,  /* the next copy-on-write copies only part of a page */
+    KILN_KV_FAULT_KINDS
+} kiln_kv_fault;
+const char *kiln_kv_fault_name(kiln_kv_fault f);      /* "bitflip", "multibit", ... */
+const char *kiln_kv_integrity_name(kiln_kv_integrity m); /* "off", "detect", "heal", "strict" */
+/* "off" | "detect" | "heal" | "strict" → *out; KILN_ERR_INVALID_ARG otherwise. */
+kiln_status kiln_kv_integrity_parse(const char *s, kiln_kv_integrity *out);
+/* One line describing the --inject-kv-faults SPEC grammar. */
+const char *kiln_kv_inject_spec_help(void);
+
+typedef struct kiln_kv_integrity_stats {
+    kiln_kv_integrity mode;       /* resolved (never DEFAULT) */
+    uint64_t seals;               /* page slices sealed (every stored row re-seals its slice) */
+    uint64_t checks;              /* page-slice verifications (attention, stores, hand-offs, sweeps) */
+    uint64_t bytes_verified;      /* bytes hashed by those verifications */
+    uint64_t detections;          /* verifications that failed */
+    uint64_t detected[4];         /* by diagnosis: content, scale, wrong_page, stale_page */
+    uint64_t heals;               /* rollbacks (or scale-table restores) that repaired a failure */
+    uint64_t healed_positions;    /* positions recomputed by heals */
+    uint64_t strict_failures;     /* calls failed in strict mode */
+    uint64_t swept_pages;         /* idle cached pages verified by the background sweep */
+    uint64_t integrity_bytes;     /* memory the seals take */
+    /* injection campaign (zero without injection) */
+    uint64_t injected[KILN_KV_FAULT_KINDS];
+    uint64_t injected_detected[KILN_KV_FAULT_KINDS];
+    uint64_t detected_before_use[KILN_KV_FAULT_KINDS]; /* detected before any value of it was read */
+    uint64_t false_alarms;        /* detections that match no injected fault */
+} kiln_kv_integrity_stats;
+/* Counters of the session's KV pool (all zero with mode OFF). */
+void kiln_session_kv_integrity(const kiln_session *s, kiln_kv_integrity_stats *out);
+/* Injects one fault into the session's sequence now (lost writes / partial copies: on the next
+ * write / copy). seed picks the target. Returns 1 if injected, 0 if there is no target for that kind
+ * (e.g. SCALE needs FP8, WRONG_PAGE and STALE_PAGE need two full pages); errors if integrity is off. */
+kiln_status kiln_session_inject_kv_fault(kiln_session *s, kiln_kv_fault kind, uint64_t seed, int *injected);
 
 /* ==== engine / server (issue 7: src/engine/scheduler.c, src/server/, docs/SERVER.md) ========== */
 /* An OpenAI-compatible HTTP server over one model: HTTP threads parse and stream, one scheduler
@@ -270,6 +337,51 @@ kiln_status kiln_eval_check_task(const char *task);
  * results. Deterministic: the same model, options and params give the same numbers. */
 kiln_status kiln_eval_run(kiln_model *m, const kiln_options *opts, const char *task, const kiln_eval_params *p,
                           kiln_eval_metric **metrics, int *n_metrics);
+
+
+/* ==== tokenizers and chat templates (issue 9: src/tokenizer/, src/model/chat_api.c, docs/TOKENIZERS.md) */
+/* A tokenizer on its own (no weights): `kiln tokenize`, tools. */
+typedef struct kiln_tokenizer kiln_tokenizer;
+/* path: a tokenizer.json / tokenizer_config.json / tiktoken.model / llama2.c tokenizer .bin / GGUF
+ * file, a directory with tokenizer files, or a model kiln_model_load reads (its tokenizer). */
+kiln_status kiln_tokenizer_load(const char *path, kiln_tokenizer **out);
+void kiln_tokenizer_free(kiln_tokenizer *t);
+int kiln_tokenizer_vocab_size(const kiln_tokenizer *t);
+int kiln_tokenizer_bos(const kiln_tokenizer *t); /* -1 if none */
+int kiln_tokenizer_eos(const kiln_tokenizer *t); /* -1 if none */
+/* Encodes UTF-8 text; *ids is malloc'ed (free() it). add_bos: add BOS when the tokenizer's
+ * configuration does (as kiln_tokenize). parse_special: special tokens written in the text
+ * ("<|im_start|>") are those tokens (1: trusted text such as a rendered chat prompt) or plain text
+ * (0: untrusted user text). */
+kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, size_t len, int add_bos,
+                                  int parse_special, int32_t **ids, size_t *n);
+/* The bytes token id decodes to (after prev, as kiln_token_piece); NULL for an invalid id. */
+const char *kiln_tokenizer_piece(const kiln_tokenizer *t, int32_t prev, int32_t id, size_t *len);
+/* The token as the vocabulary stores it ("Ġthe", "<|im_end|>"), NULL for an invalid id. */
+const char *kiln_tokenizer_token(const kiln_tokenizer *t, int32_t id);
+int kiln_tokenizer_is_special(const kiln_tokenizer *t, int32_t id);
+/* The model's tokenizer (owned by the model), NULL if it has none. */
+const kiln_tokenizer *kiln_model_tokenizer(const kiln_model *m);
+
+/* Renders the model's own chat template (chat_template.jinja beside the model, else
+ * tokenizer_config.json chat_template — its "tool_use" variant when tools are given and it has
+ * one, else "default" — else the GGUF tokenizer.chat_template) the way Hugging Face transformers'
+ * apply_chat_template does: variables messages, tools (None when tools_json is NULL), documents
+ * (None), add_generation_prompt, the special tokens of tokenizer_config.json (bos_token,
+ * eos_token, unk_token, pad_token, additional_special_tokens), then the members of extra_json (a
+ * JSON object, e.g. {"enable_thinking": false}; may be NULL). messages_json: a JSON array of
+ * message objects ({"role", "content", "tool_calls", "reasoning_content", ...}) passed as is (tool
+ * call arguments stay strings or objects as given). *out: malloc'ed NUL-terminated text; it already
+ * holds the BOS text where the template writes it, so encode it with add_bos = 0 and
+ * parse_special = 1. Errors name the template line and construct (see docs/TOKENIZERS.md). */
+kiln_status kiln_chat_render(const kiln_model *m, const char *messages_json, const char *tools_json,
+                             int add_generation_prompt, const char *extra_json, char **out);
+/* The same without loading weights: path is a model or tokenizer directory, a
+ * tokenizer_config.json, a GGUF file, or a .jinja template file (then no special-token variables
+ * unless extra_json gives them). template_path (may be NULL) replaces the template source. */
+kiln_status kiln_chat_render_path(const char *path, const char *template_path, const char *messages_json,
+                                  const char *tools_json, int add_generation_prompt, const char *extra_json,
+                                  char **out);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
  * each head, exactly as HF's and llama.cpp's converters do, so every format runs identically. */
 #include "model/model.h"
 #include "model/arch.h"
+#include "model/export.h"
 #include "base/fp.h"
 #include "base/status.h"
 #include "format/gguf.h"
@@ -20,7 +21,7 @@
 
 int kiln_gguf_rename(const char *from, int to_hf, char *out, size_t cap);
 
-static kiln_status make_dir(const char *dir) {
+kiln_status kiln_export_make_dir(const char *dir) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return kiln_fail(KILN_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
     return KILN_OK;
 }
@@ -42,7 +43,7 @@ static int is_qk(const char *name) { return strstr(name, "self_attn.q_proj.weigh
 
 /* Prepares the tensors to write: q/k permuted when the RoPE layouts differ, GGUF block dtypes
  * dequantized to F32 for safetensors. Buffers allocated here are listed in *owned. */
-static kiln_status export_tensors(const struct kiln_model *m, kiln_rope_style target, int allow_blocks, kiln_tensor **out, void ***owned) {
+kiln_status kiln_export_tensors(const struct kiln_model *m, kiln_rope_style target, int allow_blocks, kiln_tensor **out, void ***owned) {
     const kiln_hparams *hp = &m->hp;
     kiln_tensor *ts = calloc((size_t)m->tt.n, sizeof *ts);
     void **own = calloc((size_t)m->tt.n * 2 + 1, sizeof *own);
@@ -75,7 +76,7 @@ static kiln_status export_tensors(const struct kiln_model *m, kiln_rope_style ta
     return KILN_OK;
 }
 
-static void free_owned(void **own) {
+void kiln_export_free_owned(void **own) {
     for (int k = 0; own && own[k]; k++) free(own[k]);
     free(own);
 }
@@ -108,37 +109,44 @@ static json_t *llama_config(const kiln_hparams *hp) {
     return c;
 }
 
-static kiln_status write_json(json_t *j, const char *path) {
+kiln_status kiln_export_write_json(json_t *j, const char *path) {
     int r = json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);
     return r == 0 ? KILN_OK : kiln_fail(KILN_ERR_IO, "%s: cannot write", path);
 }
 
 kiln_status kiln_model_save_hf(const kiln_model *m, const char *dir) {
-    KILN_TRY(make_dir(dir));
+    KILN_TRY(kiln_export_make_dir(dir));
     kiln_tensor *ts;
     void **own;
-    KILN_TRY(export_tensors(m, KILN_ROPE_NEOX, 0, &ts, &own));
+    KILN_TRY(kiln_export_tensors(m, KILN_ROPE_NEOX, 0, &ts, &own));
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     kiln_status st = kiln_safetensors_write(path, ts, m->tt.n);
     free(ts);
-    free_owned(own);
+    kiln_export_free_owned(own);
     KILN_TRY(st);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    KILN_TRY(kiln_export_write_json(kiln_export_config(m), path));
+    if (m->tok) KILN_TRY(kiln_tok_save_hf(m->tok, dir));
+    return KILN_OK;
+}
+
+/* config.json for a model being written: the checkpoint's own config when it came from a Hugging
+ * Face directory (every architecture-specific field kept), else a LlamaForCausalLM config. */
+json_t *kiln_export_config(const struct kiln_model *m) {
+    if (m->config) return json_deep_copy((const json_t *)m->config);
     kiln_hparams hp = m->hp;
     hp.rope_style = KILN_ROPE_NEOX;
     if (!kiln_tt_find(&m->tt, "lm_head.weight")) hp.tie_embeddings = 1;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    KILN_TRY(write_json(llama_config(&hp), path));
-    if (m->tok) KILN_TRY(kiln_tok_save_hf(m->tok, dir));
-    return KILN_OK;
+    return llama_config(&hp);
 }
 
 kiln_status kiln_model_save_gguf(const kiln_model *m, const char *path) {
     const kiln_hparams *hp = &m->hp;
     kiln_tensor *ts;
     void **own;
-    KILN_TRY(export_tensors(m, KILN_ROPE_NORM, 1, &ts, &own));
+    KILN_TRY(kiln_export_tensors(m, KILN_ROPE_NORM, 1, &ts, &own));
     kiln_gguf_writer *w = kiln_gguf_writer_new();
     kiln_gguf_set_str(w, "general.architecture", "llama");
     kiln_gguf_set_str(w, "general.name", "kiln export");
@@ -164,7 +172,7 @@ kiln_status kiln_model_save_gguf(const kiln_model *m, const char *path) {
     if (st == KILN_OK) st = kiln_gguf_write(w, path);
     kiln_gguf_writer_free(w);
     free(ts);
-    free_owned(own);
+    kiln_export_free_owned(own);
     return st;
 }
 
@@ -238,7 +246,7 @@ kiln_status kiln_mkmodel(const char *arch, const char *spec, const char *dtype, 
     llama_shape s;
     KILN_TRY(parse_spec(spec, &s));
     kiln_fp_init();
-    KILN_TRY(make_dir(out_dir));
+    KILN_TRY(kiln_export_make_dir(out_dir));
     int qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
     int n_t = 3 + 9 * s.layers;
     kiln_tensor *ts = calloc((size_t)n_t, sizeof *ts);
@@ -293,7 +301,7 @@ kiln_status kiln_mkmodel(const char *arch, const char *spec, const char *dtype, 
         hp.head_dim = s.head_dim; hp.ffn_dim = s.ffn; hp.max_seq = s.seq; hp.norm_eps = 1e-5f; hp.rope_theta = 10000.0f;
         hp.tie_embeddings = 0; hp.bos_id = 1; hp.eos_id = 2; hp.act_dtype = dt;
         snprintf(path, sizeof path, "%s/config.json", out_dir);
-        st = write_json(llama_config(&hp), path);
+        st = kiln_export_write_json(llama_config(&hp), path);
     }
 done:
     for (int i = 0; i < n_t; i++) { free(names[i]); if (i < k) free((void *)ts[i].data); }

@@ -174,7 +174,7 @@ kiln_status kiln_model_bind(struct kiln_model *m) {
     if (strcmp(hp->arch, "llama") != 0) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: architecture '%s' not supported", m->path, hp->arch);
     int64_t dim = hp->dim, q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
     KILN_TRY(bind_matrix(m, "model.embed_tokens.weight", hp->vocab, dim, &m->tok_embd));
-    if (kiln_tt_find(&m->tt, "lm_head.weight")) KILN_TRY(bind_matrix(m, "lm_head.weight", hp->vocab, dim, &m->output));
+    if (kiln_tt_find(&m->tt, "lm_head.weight") || kiln_tt_find(&m->tt, "lm_head.weight_packed")) KILN_TRY(bind_matrix(m, "lm_head.weight", hp->vocab, dim, &m->output));
     else if (hp->tie_embeddings) m->output = m->tok_embd;
     else return kiln_fail(KILN_ERR_FORMAT, "%s: missing tensor 'lm_head.weight' (and tie_word_embeddings is false)", m->path);
     KILN_TRY(bind_vector(m, "model.norm.weight", dim, &m->output_norm));
