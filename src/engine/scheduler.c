@@ -89,6 +89,7 @@ struct kiln_engine {
     pthread_cond_t cv;
     kiln_req *wait_head, *wait_tail;
     int n_waiting, closed, stopping;
+    int n_active;           /* submitted and not yet finished (queued or running) */
     uint64_t next_arrival;
     kiln_req **running;     /* [max_batch] scheduler-private, in arrival order */
     int n_running;
@@ -213,7 +214,11 @@ kiln_submit_result kiln_engine_submit(kiln_engine *e, kiln_req *r, char *why, si
     pthread_mutex_lock(&e->mu);
     kiln_submit_result res = KILN_SUBMIT_OK;
     if (e->closed) { res = KILN_SUBMIT_SHUTDOWN; snprintf(why, why_len, "the server is shutting down"); }
-    else if (e->n_waiting >= e->cfg.max_queue) { res = KILN_SUBMIT_QUEUE_FULL; snprintf(why, why_len, "the request queue is full (%d waiting)", e->n_waiting); }
+    else if (e->n_active >= e->cfg.max_batch + e->cfg.max_queue) {
+        res = KILN_SUBMIT_QUEUE_FULL;
+        snprintf(why, why_len, "the server is at capacity: %d requests running or queued (max batch %d + max queue %d)", e->n_active, e->cfg.max_batch,
+                 e->cfg.max_queue);
+    }
     else {
         r->arrival = e->next_arrival++;
         r->t_arrival = kiln_now();
@@ -223,6 +228,7 @@ kiln_submit_result kiln_engine_submit(kiln_engine *e, kiln_req *r, char *why, si
         if (e->wait_tail) e->wait_tail->next = r; else e->wait_head = r;
         e->wait_tail = r;
         e->n_waiting++;
+        e->n_active++;
         e->pub.waiting = e->n_waiting;
         pthread_cond_signal(&e->cv);
     }
@@ -267,6 +273,9 @@ static void publish_finish(kiln_engine *e, kiln_req *r, kiln_finish f, kiln_stat
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     e->acc.finished[f]++;
+    pthread_mutex_lock(&e->mu);
+    e->n_active--;
+    pthread_mutex_unlock(&e->mu);
     kiln_req_unref(r);
 }
 

@@ -81,7 +81,8 @@ void kiln_req_unref(kiln_req *r);
 
 typedef struct kiln_engine_config {
     int max_batch;        /* sequences in the running batch */
-    int max_queue;        /* waiting requests; kiln_engine_submit refuses beyond */
+    int max_queue;        /* requests beyond a full batch; kiln_engine_submit refuses when
+                             max_batch + max_queue requests are queued or running */
     int step_tokens;      /* token budget of one forward step (decodes + prefill chunks) */
     int prefix_cache;     /* 1 = reuse cached prefix pages */
 } kiln_engine_config;
@@ -108,10 +109,9 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o, const kiln_
 /* Stops the scheduler (every request still queued or running finishes with KILN_FINISH_ERROR) and
  * frees the engine. */
 void kiln_engine_free(kiln_engine *e);
-/* KILN_OK, or KILN_ERR_KV_EXHAUSTED with "queue full" when max_queue requests wait, or
- * KILN_ERR_INVALID_ARG when the request can never fit (prompt + max_tokens vs context / KV pool),
- * or KILN_ERR_UNSUPPORTED when the engine is shutting down. On success the engine holds a
- * reference of its own. */
+/* QUEUE_FULL when max_batch + max_queue requests are already queued or running, TOO_LONG when the
+ * request can never fit (prompt + max_tokens vs context / KV pool), SHUTDOWN once closed; `why`
+ * receives the reason. On success the engine holds a reference of its own. */
 typedef enum { KILN_SUBMIT_OK = 0, KILN_SUBMIT_QUEUE_FULL, KILN_SUBMIT_TOO_LONG, KILN_SUBMIT_SHUTDOWN } kiln_submit_result;
 kiln_submit_result kiln_engine_submit(kiln_engine *e, kiln_req *r, char *why, size_t why_len);
 /* Asks the scheduler to drop r as soon as possible (its pages are freed on the next step). */
