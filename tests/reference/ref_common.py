@@ -182,14 +182,20 @@ class KvMode:
     v_scale = None
     amax_k = {}            # layer → [n_kv_heads] running amax
     amax_v = {}
+    pre = {}               # (layer, 'k'/'v') → the last values offered to the cache, before rounding
+    inject = None          # (layer, 'k'/'v') → [n_kv_heads, T, d] values to use instead (an engine's cache)
 
 
 def kv_round(x, layer, which):
-    """x: [n_kv_heads, T, d] values about to be cached for layer `layer` (which = 'k' or 'v')."""
+    """x: [n_kv_heads, T, d] values about to be cached for layer `layer` (which = 'k' or 'v'), in the
+    engine's storage order. Returns what the cache would hand back."""
     am = (KvMode.amax_k if which == "k" else KvMode.amax_v)
     cur = x.abs().amax(dim=(1, 2)).tolist()
     prev = am.get(layer, [0.0] * len(cur))
     am[layer] = [max(a, b) for a, b in zip(prev, cur)]
+    KvMode.pre[(layer, which)] = x.clone()
+    if KvMode.inject is not None:
+        return KvMode.inject[(layer, which)][:, :x.shape[1], :].clone()
     if KvMode.dtype == "f32":
         return x
     if KvMode.dtype == "bf16":

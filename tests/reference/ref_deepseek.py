@@ -19,6 +19,13 @@ def _interleave(x):
     return x.view(*lead, d // 2, 2).transpose(-1, -2).reshape(*lead, d)
 
 
+def _deinterleave(x):
+    """Inverse of _interleave: [evens, odds] → adjacent pairs (the order an engine rotating adjacent
+    pairs in place stores k_pe in)."""
+    *lead, d = x.shape
+    return x.view(*lead, 2, d // 2).transpose(-1, -2).reshape(*lead, d)
+
+
 def deepseek_forward(t, cfg, ids, stats):
     if cfg.get("model_type") == "kimi_k25":
         cfg = cfg["text_config"]
@@ -64,8 +71,10 @@ def deepseek_forward(t, cfg, ids, stats):
         c = rms_norm(k_pass, t[a + "kv_a_layernorm.weight"], 1e-6)
         q_rot, k_rot = rope_(q_rot), rope_(k_rot.view(1, T, dr))
         # what an engine caches: the latent row [c, k_rot] (one KV head); round it like the cache does
-        lat = kv_round(torch.cat((c.view(1, T, r), k_rot), dim=-1), l, "k")
-        c, k_rot = lat[0, :, :r], lat[:, :, r:]
+        store = _deinterleave if interleave else (lambda z: z)
+        load = _interleave if interleave else (lambda z: z)
+        lat = kv_round(torch.cat((c.view(1, T, r), store(k_rot)), dim=-1), l, "k")
+        c, k_rot = lat[0, :, :r], load(lat[:, :, r:])
         kv = linear(c, t, a + "kv_b_proj").view(T, H, dn + dv).transpose(0, 1)
         k_pass, v = torch.split(kv, [dn, dv], dim=-1)
         k_rot = k_rot.expand(H, T, dr)
