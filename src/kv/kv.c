@@ -3,6 +3,7 @@
  * context splits (see kv.h for the layout and the scale rules, kv_isa.h for the kernel contract). */
 #include "kv/kv.h"
 #include "kv/kv_isa.h"
+#include "kv/integrity.h"
 #include "base/fp.h"
 #include "base/status.h"
 #include "kernels/gemv.h"
@@ -151,6 +152,7 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
 
 void kiln_kv_pool_free(kiln_kv_pool *p) {
     if (!p) return;
+    kiln_kv_integ_free(p);
     for (int l = 0; p->k && p->v && l < p->cfg.n_layers; l++) {
         if (p->v[l] != p->k[l]) free(p->v[l]);
         free(p->k[l]);
@@ -202,10 +204,12 @@ kiln_status kiln_kv_seq_reserve(kiln_kv_pool *p, kiln_kv_seq *s, int new_len) {
                          new_len, need, p->cfg.page_tokens, p->n_free + s->n_pages, p->n_pages, (long long)kiln_kv_capacity_tokens(p));
     KILN_TRY(grow_table(s, need));
     while (s->n_pages < need) s->pages[s->n_pages++] = take_page(p);
+    if (p->integ) kiln_kv_integ_bind(p, s); /* integrity: record each new slot's page and epoch */
     return KILN_OK;
 }
 
 void kiln_kv_seq_release(kiln_kv_pool *p, kiln_kv_seq *s) {
+    if (p->integ) kiln_kv_integ_release(p, s); /* integrity: entries checked against their binding records */
     for (int i = 0; i < s->n_pages; i++) {
         int32_t pg = s->pages[i];
         if (--p->refcount[pg] == 0) p->free_list[p->n_free++] = pg;
@@ -239,6 +243,7 @@ kiln_status kiln_kv_seq_share_prefix(kiln_kv_pool *p, kiln_kv_seq *dst, const ki
     }
     dst->n_pages = full + part;
     dst->len = n;
+    if (p->integ) kiln_kv_integ_copied(p, src, dst, n); /* integrity: the copy is sealed from the source */
     return KILN_OK;
 }
 
@@ -346,10 +351,15 @@ void kiln_kv_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, co
     const int pt = p->cfg.page_tokens, kd = p->cfg.k_dim, vd = p->cfg.v_dim;
     int32_t pg = s->pages[pos / pt];
     int off = pos % pt;
+    if (p->integ) { /* integrity: verify the rows already in the slice, then re-seal it with the new row */
+        kiln_kv_integ_before_store(p, s, layer, pos);
+        pg = s->pages[pos / pt];
+    }
     for (int h = 0; h < p->cfg.n_kv_heads; h++) {
         store_row(p, 0, layer, pg, h, off, k + (size_t)h * kd, kd);
         if (!p->cfg.v_shares_k) store_row(p, 1, layer, pg, h, off, v + (size_t)h * vd, vd);
     }
+    if (p->integ) kiln_kv_integ_after_store(p, s, layer, pos);
     if (off == pt - 1 && layer == p->cfg.n_layers - 1) p->pages[pg].flags |= KILN_KV_PAGE_SEALED;
 }
 
@@ -601,6 +611,7 @@ void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *
     }
     const kiln_kv_ktable *kt = kv_table();
     kiln_kv_attend_fn fn = kt ? kt->attend : kiln_kv_attend_scalar;
+    if (p->integ) kiln_kv_integ_begin_attend(p, layer, n, seq, pos); /* integrity: a new verification round */
     #pragma omp parallel for schedule(dynamic, 1) if (n_tasks > 1 && work > 65536.0)
     for (size_t ti = 0; ti < n_tasks; ti++) {
         kv_task *tk = &tasks[ti];
@@ -612,7 +623,11 @@ void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *
         }
         kiln_kv_span sp;
         make_span(p, layer, tk->seq, tk->kvh, scale, &sp);
-        if (tk->t1 > tk->t0) fn(&sp, rw, tk->t0, tk->t1);
+        /* integrity: each page is verified right before the kernel reads it (kv/integrity.h) */
+        if (tk->t1 > tk->t0) {
+            if (p->integ) kiln_kv_integ_attend(p, layer, tk->seq, tk->kvh, fn, &sp, rw, tk->t0, tk->t1);
+            else fn(&sp, rw, tk->t0, tk->t1);
+        }
         if (!tk->split)
             for (int r = 0; r < rw->R; r++) {
                 float inv = rw->l[r] > 0.0f ? 1.0f / rw->l[r] : 0.0f;

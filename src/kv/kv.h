@@ -81,12 +81,14 @@ typedef struct kiln_kv_pool {
     int32_t *free_list;     /* stack of free page ids */
     int n_free;
     uint32_t epoch;
+    struct kiln_kv_integ *integ; /* KV integrity state (kv/integrity.h), NULL = integrity off */
 } kiln_kv_pool;
 
 typedef struct kiln_kv_seq {
     int32_t *pages;         /* block table */
     int n_pages, cap;
     int len;                /* tokens stored */
+    struct kiln_kv_seq_integ *integ; /* KV integrity: tokens, binding records (kv/integrity.h); NULL = none yet */
 } kiln_kv_seq;
 
 /* ---- sizes (pure arithmetic on a config; no allocation) ---- */
