@@ -8,7 +8,13 @@
 /* Rolls the sequence back to its first n tokens. The pages that held positions >= n stay in the
  * sequence's block table (the next kiln_session_eval overwrites those positions before any query
  * can attend to them: attention reads positions [0, len) only), so truncating and re-extending
- * never allocates. n == 0 releases every page, like kiln_session_reset. */
+ * never allocates. n == 0 releases every page, like kiln_session_reset.
+ *
+ * Exact only when a page holds no state derived from the positions rolled back: with dynamic FP8
+ * scales a page's scale is the max over every row written to it so far (and grows only), so the
+ * rows written after a roll-back would be quantized differently from a fresh run. That case is
+ * refused with KILN_ERR_UNSUPPORTED (callers fall back to kiln_session_reset); n = 0 and n = length
+ * always work. */
 kiln_status kiln_session_truncate(kiln_session *s, int n) {
     kiln_kv_pool *pool;
     kiln_kv_seq *seq;
@@ -19,6 +25,10 @@ kiln_status kiln_session_truncate(kiln_session *s, int n) {
         kiln_session_reset(s);
         return KILN_OK;
     }
+    if (n == seq->len) return KILN_OK;
+    if (pool->dscale)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "session_truncate: a KV cache with dynamic FP8 scales cannot roll back to %d of %d tokens "
+                         "exactly (page scales keep the rolled-back rows' maxima): reset instead", n, seq->len);
     seq->len = n;
     return KILN_OK;
 }

@@ -27,8 +27,10 @@ typedef struct eval_lm {
     kiln_status (*eval)(void *ctx, const int32_t *tok, int n, float *logits);
     /* [vocab] of the last token appended by eval(..., NULL). */
     const float *(*last_logits)(void *ctx);
-    /* Keeps the first n tokens (n = 0: empty). */
+    /* Keeps the first n tokens (n = 0: empty, must always work). KILN_ERR_UNSUPPORTED for
+     * 0 < n < length when the backend cannot roll back exactly: eval_feed then starts over. */
     kiln_status (*truncate)(void *ctx, int n);
+    int no_truncate;        /* set by eval_feed after an UNSUPPORTED roll-back */
     /* Kept by eval_feed: the tokens the backend holds now, and scratch rows. */
     int32_t *hist;
     int hist_len, hist_cap;

@@ -37,9 +37,20 @@ kiln_status eval_feed(eval_lm *lm, const int32_t *tok, int n, int from, eval_row
     while (keep < lm->hist_len && keep < from && lm->hist[keep] == tok[keep]) keep++;
     if (keep < lm->hist_len) {
         /* Record the roll-back first: if the backend fails midway, hist never claims more than
-         * the backend holds. */
+         * the backend holds. A backend that cannot roll back exactly (dynamic FP8 KV scales)
+         * starts over: slower, same numbers as a fresh session. */
+        int had = lm->hist_len;
         lm->hist_len = keep;
-        KILN_TRY(lm->truncate(lm->ctx, keep));
+        if (keep > 0 && !lm->no_truncate) {
+            kiln_status st = lm->truncate(lm->ctx, keep);
+            if (st == KILN_ERR_UNSUPPORTED) lm->no_truncate = 1;
+            else if (st) return st;
+        }
+        if (keep > 0 && lm->no_truncate) keep = 0;
+        if (keep == 0 && had > 0) {
+            lm->hist_len = 0;
+            KILN_TRY(lm->truncate(lm->ctx, 0));
+        }
     }
     /* [keep, from): no rows needed, one call (only the last row is computed). */
     if (keep < from) {
