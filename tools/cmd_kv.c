@@ -5,7 +5,8 @@
  *   kiln inspect MODEL --kv [--json] [--kv-dtype ..] [--kv-mem ..] [--kv-page N] [--kv-scale ..]
  *       the KV pool a session would get: bytes per token, pages, capacity, scale source;
  *   kiln bench MODEL --kv-context 512,4096,16384 [--kv-dtype bf16,fp8] [--decode N] [--repeat R]
- *       batch-1 decode tokens/s per (context, KV dtype), the cache filled to the context;
+ *       batch-1 decode tokens/s per (context, KV dtype), the cache filled to the context, and the
+ *       time of one decode step's attention alone (all layers) at that context;
  *   kiln bench MODEL --kv-context N --quality FILE [--max-tokens N] [--kv-dtype ...]
  *       teacher-forced agreement of each KV dtype/scale mode with the first one (the reference):
  *       mean KL(P_ref ‖ P), top-1 agreement, over windows of N tokens of FILE.
@@ -398,7 +399,7 @@ int kv_bench(int argc, char **argv) {
         return cli_fail_msg("bench", msg);
     }
     kiln_session *ss[8] = {0};
-    double best[16][8];
+    double best[16][8], attn[16][8];
     int32_t prompt[8];
     for (int i = 0; i < 8; i++) prompt[i] = (int32_t)((i == 0 && info.bos_id >= 0) ? info.bos_id : (1000 + 37 * i) % info.vocab_size);
     for (int v = 0; v < nv; v++) {
@@ -412,7 +413,7 @@ int kv_bench(int argc, char **argv) {
         if (st) { rc = cli_fail_status("bench", st); goto done; }
     }
     for (int c = 0; c < n_ctx; c++)
-        for (int v = 0; v < nv; v++) best[c][v] = 0;
+        for (int v = 0; v < nv; v++) { best[c][v] = 0; attn[c][v] = 1e30; }
     for (int c = 0; c < n_ctx; c++) {
         for (int r = 0; r < repeat; r++)
             for (int v = 0; v < nv; v++) {
@@ -426,6 +427,8 @@ int kv_bench(int argc, char **argv) {
                 }
                 double tps = (double)decode / (kiln_now() - t0);
                 if (tps > best[c][v]) best[c][v] = tps;
+                double at = kiln_session_bench_attention(s, 3);
+                if (at > 0 && at < attn[c][v]) attn[c][v] = at;
             }
     }
     if (json) {
@@ -434,20 +437,22 @@ int kv_bench(int argc, char **argv) {
             for (int v = 0; v < nv; v++) {
                 kiln_kv_info in;
                 kiln_session_kv_info(ss[v], &in);
-                printf("%s{\"context\": %ld, \"kv\": \"%s\", \"tokens_per_s\": %.3f, \"kv_bytes_read_per_token\": %llu, \"vs_first\": %.4f}",
-                       c || v ? ", " : "", ctx[c], variant_name(vs[v]), best[c][v], (unsigned long long)(in.bytes_per_token * (uint64_t)ctx[c]),
-                       best[c][v] / best[c][0]);
+                printf("%s{\"context\": %ld, \"kv\": \"%s\", \"tokens_per_s\": %.3f, \"attention_ms\": %.4f, \"kv_bytes_read_per_token\": %llu, "
+                       "\"vs_first\": %.4f, \"attention_vs_first\": %.4f}",
+                       c || v ? ", " : "", ctx[c], variant_name(vs[v]), best[c][v], 1e3 * attn[c][v],
+                       (unsigned long long)(in.bytes_per_token * (uint64_t)ctx[c]), best[c][v] / best[c][0], attn[c][0] / attn[c][v]);
             }
         printf("]}\n");
     } else {
         printf("batch-1 decode, %ld tokens per run, best of %ld (variants interleaved), %s:\n", decode, repeat, model_path);
-        printf("%8s  %-12s %10s %10s %14s %8s\n", "context", "kv", "tokens/s", "ms/token", "KV MB/token", "vs first");
+        printf("%8s  %-12s %10s %10s %9s %14s %12s\n", "context", "kv", "tokens/s", "ms/token", "vs first", "attention ms", "attn speedup");
         for (int c = 0; c < n_ctx; c++)
             for (int v = 0; v < nv; v++) {
                 kiln_kv_info in;
                 kiln_session_kv_info(ss[v], &in);
-                printf("%8ld  %-12s %10.2f %10.2f %14.2f %7.3fx\n", ctx[c], variant_name(vs[v]), best[c][v], 1000.0 / best[c][v],
-                       (double)in.bytes_per_token * (double)ctx[c] / 1e6, best[c][v] / best[c][0]);
+                printf("%8ld  %-12s %10.2f %10.2f %8.3fx %14.3f %11.3fx   (%.1f MB of KV read per token)\n", ctx[c], variant_name(vs[v]), best[c][v],
+                       1000.0 / best[c][v], best[c][v] / best[c][0], 1e3 * attn[c][v], attn[c][0] / attn[c][v],
+                       (double)in.bytes_per_token * (double)ctx[c] / 1e6);
             }
     }
 done:

@@ -7,6 +7,8 @@
 #include "kiln.h"
 #include "base/status.h"
 #include "kv/kv_model.h"
+#include "kv/integrity.h"
+#include "engine/session_integrity.h"
 #include "model/forward.h"
 #include <omp.h>
 #include <stdio.h>
@@ -112,6 +114,7 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_se
     if (st != KILN_OK) { free(s); return st; }
     if (kiln_kv_plan_pages(&su.cfg) < 1) st = budget_error(&su.cfg);
     if (st == KILN_OK) st = kiln_kv_pool_create(&su.cfg, &s->pool);
+    if (st == KILN_OK) st = kiln_session_integ_attach_(s->pool, m, &o); /* KV integrity (issue 5), default heal */
     if (st == KILN_OK) fill_info(&su, s->pool->n_pages, s->n_ctx, &s->kv);
     kiln_kv_setup_free(&su);
     if (st == KILN_OK) st = kiln_forward_ws_init(&s->ws, m, SESSION_CHUNK, s->n_ctx);
@@ -138,11 +141,16 @@ kiln_status kiln_session_eval(kiln_session *s, const int32_t *tokens, int n, flo
         return kiln_fail(KILN_ERR_INVALID_ARG, "context length exceeded: %d + %d tokens > context %d", s->seq.len, n, s->n_ctx);
     KILN_TRY(kiln_kv_seq_reserve(s->pool, &s->seq, s->seq.len + n));
     int V = s->m->hp.vocab;
+    const int start = s->seq.len;
     for (int i = 0; i < n; i += SESSION_CHUNK) {
         int c = n - i < SESSION_CHUNK ? n - i : SESSION_CHUNK;
         int last = i + c == n;
         float *lg = logits ? logits + (size_t)i * V : NULL;
+        /* KV integrity: the chunk's tokens are noted (prefix identity, replay log) before it runs, and
+         * a page that failed verification in it is healed (or fails the call) before returning */
+        if (s->pool->integ) KILN_TRY(kiln_kv_integ_note(s->pool, &s->seq, s->seq.len, tokens + i, c, 1));
         KILN_TRY(kiln_forward(s->m, s->pool, &s->seq, &s->ws, tokens + i, c, lg));
+        if (s->pool->integ) KILN_TRY(kiln_session_integ_after_chunk_(s, start, i + c, n, logits));
         if (last && logits) memcpy(s->ws.logits, lg + (size_t)(c - 1) * V, (size_t)V * 4);
     }
     return KILN_OK;
@@ -155,6 +163,7 @@ kiln_status kiln_session_kv_fill(kiln_session *s, int n_tokens) {
     if (n_tokens > s->n_ctx)
         return kiln_fail(KILN_ERR_INVALID_ARG, "context length exceeded: kv_fill to %d tokens > context %d", n_tokens, s->n_ctx);
     KILN_TRY(kiln_kv_seq_reserve(s->pool, &s->seq, n_tokens));
+    if (s->pool->integ) KILN_TRY(kiln_kv_integ_note_cyclic(s->pool, &s->seq, len, n_tokens)); /* the copies' tokens */
     const kiln_kv_config *c = &s->pool->cfg;
     const int H = c->n_kv_heads;
     float *k = malloc((size_t)H * c->k_dim * sizeof *k), *v = malloc((size_t)H * c->v_dim * sizeof *v);
@@ -173,12 +182,41 @@ kiln_status kiln_session_kv_fill(kiln_session *s, int n_tokens) {
     return KILN_OK;
 }
 
+double kiln_session_bench_attention(kiln_session *s, int reps) {
+    if (s->seq.len < 1) return -1.0;
+    const kiln_kv_config *c = &s->pool->cfg;
+    const int H = s->m->hp.n_heads;
+    float *q = malloc((size_t)H * c->k_dim * sizeof *q), *out = malloc((size_t)H * c->v_dim * sizeof *out);
+    if (!q || !out) { free(q); free(out); return -1.0; }
+    uint32_t x = 12345;
+    for (int i = 0; i < H * c->k_dim; i++) { x = x * 1664525u + 1013904223u; q[i] = (float)(x >> 8) / 16777216.0f - 0.5f; }
+    kiln_kv_seq *sq = &s->seq;
+    int pos = s->seq.len - 1;
+    double best = 1e30;
+    for (int r = 0; r < (reps > 0 ? reps : 1); r++) {
+        double t0 = kiln_now();
+        for (int l = 0; l < c->n_layers; l++) kiln_kv_attend_batch(s->pool, l, 1, &sq, &pos, q, H, 0.125f, out);
+        double t = kiln_now() - t0;
+        best = t < best ? t : best;
+    }
+    free(q);
+    free(out);
+    return best;
+}
+
 const float *kiln_session_logits(const kiln_session *s) { return s->ws.logits; }
 int kiln_session_length(const kiln_session *s) { return s->seq.len; }
 void kiln_session_reset(kiln_session *s) { kiln_kv_seq_release(s->pool, &s->seq); }
 
 /* Accessor for src/engine/session_util.c (evaluation helpers such as kiln_session_truncate), which
  * cannot see this file's struct. Declared in engine/session_internal.h. */
+void kiln_session_parts_(kiln_session *s, kiln_model **m, kiln_kv_pool **pool, kiln_kv_seq **seq, kiln_forward_ws **ws) {
+    *m = s->m;
+    *pool = s->pool;
+    *seq = &s->seq;
+    *ws = &s->ws;
+}
+
 void kiln_session_kv_(kiln_session *s, kiln_kv_pool **pool, kiln_kv_seq **seq) {
     *pool = s->pool;
     *seq = &s->seq;

@@ -78,6 +78,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
     float pb[KV_MAX_ROWS][8] __attribute__((aligned(32)));
     float corr[KV_MAX_ROWS];
     int lmax = 0;
+    _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++) lmax = rw->lim[r] > lmax ? rw->lim[r] : lmax;
     if (t1 > lmax) t1 = lmax;
     for (int b0 = t0; b0 < t1;) {
@@ -92,19 +93,25 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         for (int j = 0; j < nb; j++) {
             const uint8_t *kr = kp + (size_t)j * sp->row_k;
             __m256 acc[KV_MAX_ROWS];
+            _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
             for (int c = 0; c < kfull; c++) {
                 __m256 k = deq8(kr + (size_t)c * 8 * es, DT);
+                _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rw->q[r] + 8 * c), k, acc[r]);
             }
             if (ktail) {
                 __m256 k = deq_tail(kr + (size_t)kfull * 8 * es, ktail, DT);
+                _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps(rw->q[r] + 8 * kfull, kmask), k, acc[r]);
             }
+            _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm256_store_ps(tmp[r] + 8 * j, acc[r]);
         }
+        _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++)
             for (int j = nb; j < 8; j++) _mm256_store_ps(tmp[r] + 8 * j, _mm256_setzero_ps());
+        _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++) {
             int n = rw->lim[r] - b0 < nb ? rw->lim[r] - b0 : nb;
             corr[r] = 1.0f;
@@ -121,20 +128,26 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         }
         for (int c = 0; c < vfull; c++) {
             __m256 a[KV_MAX_ROWS];
+            _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) a[r] = _mm256_mul_ps(_mm256_loadu_ps(rw->acc[r] + 8 * c), _mm256_set1_ps(corr[r]));
             for (int j = 0; j < nb; j++) {
                 __m256 v = deq8(vp + (size_t)j * sp->row_v + (size_t)c * 8 * es, DT);
+                _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(_mm256_set1_ps(pb[r][j]), v, a[r]);
             }
+            _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm256_storeu_ps(rw->acc[r] + 8 * c, a[r]);
         }
         if (vtail) {
             __m256 a[KV_MAX_ROWS];
+            _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) a[r] = _mm256_mul_ps(_mm256_maskload_ps(rw->acc[r] + 8 * vfull, vmask), _mm256_set1_ps(corr[r]));
             for (int j = 0; j < nb; j++) {
                 __m256 v = deq_tail(vp + (size_t)j * sp->row_v + (size_t)vfull * 8 * es, vtail, DT);
+                _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(_mm256_set1_ps(pb[r][j]), v, a[r]);
             }
+            _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm256_maskstore_ps(rw->acc[r] + 8 * vfull, vmask, a[r]);
         }
         b0 += nb;

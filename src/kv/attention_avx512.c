@@ -73,6 +73,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
     float pb[KV_MAX_ROWS][16] __attribute__((aligned(64)));
     float corr[KV_MAX_ROWS];
     int lmax = 0;
+    _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++) lmax = rw->lim[r] > lmax ? rw->lim[r] : lmax;
     if (t1 > lmax) t1 = lmax;
     for (int b0 = t0; b0 < t1;) {
@@ -88,17 +89,22 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         for (int j = 0; j < nb; j++) {
             const uint8_t *kr = kp + (size_t)j * sp->row_k;
             __m512 acc[KV_MAX_ROWS];
+            _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
             for (int c = 0; c < nkc; c++) {
                 __mmask16 m = c == nkc - 1 ? klast : 0xFFFF;
                 __m512 k = deq16(kr + (size_t)c * 16 * es, m, DT);
+                _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, rw->q[r] + 16 * c), k, acc[r]);
             }
+            _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm512_store_ps(tmp[r] + 16 * j, acc[r]);
         }
+        _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++)
             for (int j = nb; j < 16; j++) _mm512_store_ps(tmp[r] + 16 * j, _mm512_setzero_ps());
         /* online softmax */
+        _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++) {
             int n = rw->lim[r] - b0 < nb ? rw->lim[r] - b0 : nb;
             corr[r] = 1.0f;
@@ -117,11 +123,14 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         for (int c = 0; c < nvc; c++) {
             __mmask16 m = c == nvc - 1 ? vlast : 0xFFFF;
             __m512 a[KV_MAX_ROWS];
+            _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) a[r] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, rw->acc[r] + 16 * c), _mm512_set1_ps(corr[r]));
             for (int j = 0; j < nb; j++) {
                 __m512 v = deq16(vp + (size_t)j * sp->row_v + (size_t)c * 16 * es, m, DT);
+                _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(pb[r][j]), v, a[r]);
             }
+            _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(rw->acc[r] + 16 * c, m, a[r]);
         }
         b0 += nb;
