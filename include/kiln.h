@@ -284,6 +284,16 @@ int kiln_server_port(const kiln_server *s);
  * the rest, free everything. */
 void kiln_server_stop(kiln_server *s);
 
+/* ---- benchmarks (src/model/bench_api.c; used by `kiln bench`) ---------------------------------- */
+/* The machine's read bandwidth in GB/s (1e9 B/s) with `threads` threads (0 = all), best of a few
+ * passes over a 1 GiB buffer. */
+double kiln_memory_read_gbps(int threads);
+/* Re-quantizes the output head (lm_head) in memory too: "f32", "bf16", "fp8", "int4" (group 32). */
+kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights);
+/* Bytes of weights (data + scales) one batch-1 decode step reads; for MoE layers only the experts a
+ * token is routed to. */
+uint64_t kiln_model_decode_weight_bytes(const kiln_model *m);
+
 /* Utility: a monotonic clock in seconds. */
 double kiln_now(void);
 
