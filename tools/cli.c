@@ -108,6 +108,16 @@ int cli_common_option(args_t *a, kiln_options *o) {
         return 1;
     }
     if (strcmp(k, "--kv-scales") == 0) { o->kv_scales_path = cli_value(a); return 1; }
+    /* KV integrity (issue 5; docs/INTEGRITY.md) */
+    if (strcmp(k, "--kv-integrity") == 0) {
+        const char *s = cli_value(a);
+        if (s && kiln_kv_integrity_parse(s, &o->kv_integrity) != KILN_OK) {
+            fprintf(stderr, "kiln %s: error: option --kv-integrity: '%s' is not one of off, detect, heal, strict\n", a->cmd, s);
+            a->bad = 1;
+        }
+        return 1;
+    }
+    if (strcmp(k, "--inject-kv-faults") == 0) { o->kv_inject_faults = cli_value(a); return 1; }
     if (strcmp(k, "--isa") == 0) {
         const char *s = cli_value(a);
         if (!s) return 1;

@@ -4,6 +4,7 @@
 #define KILN_TOOLS_CLI_H
 #include "kiln.h"
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct { int argc; char **argv; int i; const char *cmd; int bad; } args_t;
 
@@ -13,10 +14,13 @@ const char *cli_value(args_t *a);                     /* the value after argv[a-
 int cli_long(args_t *a, const char *opt, const char *s, long lo, long hi, long *out);
 int cli_float(args_t *a, const char *opt, const char *s, double lo, double hi, double *out);
 int cli_mem(args_t *a, const char *s, int64_t *out);  /* 512M, 2G, 40% */
-/* --threads --kv-mem --kv-page --ctx --kv-dtype --kv-scale static|dynamic --kv-scales FILE --isa;
+/* --threads --kv-mem --kv-page --ctx --kv-dtype --kv-scale static|dynamic --kv-scales FILE --isa
+ * --kv-integrity off|detect|heal|strict --inject-kv-faults SPEC;
  * returns 1 if argv[a->i] was consumed. */
 int cli_common_option(args_t *a, kiln_options *o);
 int cli_ids(args_t *a, const char *s, int32_t **ids, int *n);
+/* One line "kv integrity: ..." with a session's counters (tools/cmd_integrity.c); nothing when off. */
+void cli_print_integrity(FILE *f, const kiln_kv_integrity_stats *st);
 
 /* Subcommands, one file each (tools/cmd_*.c). argv[0] is the subcommand name. */
 int cmd_run(int argc, char **argv);

@@ -26,4 +26,19 @@ int cmd_verify(int argc, char **argv) {
     return 0;
 }
 
+void cli_print_integrity(FILE *f, const kiln_kv_integrity_stats *st) {
+    if (st->mode == KILN_KV_INTEGRITY_OFF) return;
+    fprintf(f, "kv integrity: %s, %llu page checks (%.1f MB hashed), %llu detections", kiln_kv_integrity_name(st->mode),
+            (unsigned long long)st->checks, (double)st->bytes_verified / 1e6, (unsigned long long)st->detections);
+    if (st->detections)
+        fprintf(f, " (content %llu, scale %llu, wrong page %llu, stale page %llu)", (unsigned long long)st->detected[0],
+                (unsigned long long)st->detected[1], (unsigned long long)st->detected[2], (unsigned long long)st->detected[3]);
+    fprintf(f, ", %llu heals (%llu positions recomputed)", (unsigned long long)st->heals, (unsigned long long)st->healed_positions);
+    uint64_t inj = 0, det = 0, bu = 0;
+    for (int k = 0; k < KILN_KV_FAULT_KINDS; k++) inj += st->injected[k], det += st->injected_detected[k], bu += st->detected_before_use[k];
+    if (inj) fprintf(f, "; injected %llu, detected %llu, before use %llu, false alarms %llu", (unsigned long long)inj, (unsigned long long)det,
+                     (unsigned long long)bu, (unsigned long long)st->false_alarms);
+    fprintf(f, "\n");
+}
+
 int cmd_bench_integrity(int argc, char **argv) { (void)argc; return cli_fail_msg(argv[0], "not implemented yet"); }

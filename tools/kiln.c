@@ -35,7 +35,7 @@ int cmd_run(int argc, char **argv) {
         else { fprintf(stderr, "kiln run: error: unexpected argument '%s'\n", k); return 2; }
     }
     if (a.bad) return 2;
-    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE]");
+    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC]");
     if (prompt && tokens_arg) return cli_fail_msg("run", "give either -p or --tokens, not both");
 
     kiln_model *m;
@@ -107,6 +107,11 @@ int cmd_run(int argc, char **argv) {
     fflush(stdout);
     fprintf(stderr, "prompt: %d tokens, %.1f tokens/s | decode: %ld tokens, %.1f tokens/s\n", n_prompt,
             n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), generated, generated > 1 ? (generated - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0);
+    { /* KV integrity counters (issue 5) */
+        kiln_kv_integrity_stats is;
+        kiln_session_kv_integrity(s, &is);
+        cli_print_integrity(stderr, &is);
+    }
 out:
     if (dump && fclose(dump) != 0 && rc == 0) rc = cli_fail_msg("run", "closing the --dump-logits file failed");
     free(plog);

@@ -1056,7 +1056,8 @@ static void compact_faults(kiln_kv_pool *p, kiln_kv_integ *g) {
     int w = 0;
     for (int i = 0; i < g->n_faults; i++) {
         inj_fault *f = &g->faults[i];
-        if (f->detected || f->dropped) {
+        /* in detect mode a detected fault stays (its corruption stays and is detected again) */
+        if (f->dropped || (f->detected && g->mode != KILN_KV_INTEGRITY_DETECT)) {
             release_foreign(p, f);
             continue;
         }
@@ -1159,3 +1160,5 @@ void kiln_kv_integ_tick(kiln_kv_pool *p, kiln_kv_seq *s) {
         }
     }
 }
+
+kiln_kv_integrity kiln_kv_integ_mode(const kiln_kv_pool *p) { return p && p->integ ? p->integ->mode : KILN_KV_INTEGRITY_OFF; }

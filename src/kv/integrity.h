@@ -143,6 +143,7 @@ int kiln_kv_integ_sweep_page(kiln_kv_pool *p, int32_t page, uint64_t prefix);
 /* Physical pages whose content failed since the last call (for the prefix cache); returns n. */
 int kiln_kv_integ_take_bad_pages(kiln_kv_pool *p, int32_t *out, int cap);
 void kiln_kv_integ_stats(const kiln_kv_pool *p, kiln_kv_integrity_stats *out);
+kiln_kv_integrity kiln_kv_integ_mode(const kiln_kv_pool *p); /* OFF when the pool has no integrity state */
 
 /* ---- fault injection ---- */
 /* Injects one fault of `kind` into s now (or arms it, for lost writes and partial copies, which act
