@@ -150,6 +150,24 @@ int kiln_pcache_evict(kiln_pcache *c, int n) {
     return done;
 }
 
+int kiln_pcache_forget(kiln_pcache *c, int32_t pg) {
+    if (pg < 0 || pg >= c->n_pages || !c->cached[pg]) return 0;
+    drop(c, pg);
+    return 1;
+}
+
+int kiln_pcache_sweep(kiln_pcache *c, int n, int (*check)(void *ctx, int32_t page, uint64_t hash), void *ctx) {
+    int done = 0;
+    for (int k = 0; k < c->n_pages && done < n; k++) {
+        int32_t pg = c->sweep_cursor;
+        c->sweep_cursor = (c->sweep_cursor + 1) % c->n_pages;
+        if (!c->cached[pg] || c->pool->refcount[pg] != 1) continue;
+        done++;
+        if (!check(ctx, pg, c->hash[pg])) drop(c, pg);
+    }
+    return done;
+}
+
 void kiln_pcache_clear(kiln_pcache *c) {
     for (int pg = 0; pg < c->n_pages; pg++)
         if (c->cached[pg]) drop(c, pg);

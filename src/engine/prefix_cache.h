@@ -26,6 +26,7 @@ typedef struct kiln_pcache {
     int n_cached;
     uint64_t clock;
     uint64_t hits_pages, queried_pages, evictions;
+    int sweep_cursor;       /* next page id the idle sweep looks at */
 } kiln_pcache;
 
 kiln_status kiln_pcache_init(kiln_pcache *c, kiln_kv_pool *pool);
@@ -48,4 +49,10 @@ int kiln_pcache_idle(const kiln_pcache *c);
 int kiln_pcache_evict(kiln_pcache *c, int n);
 /* Drops every idle page (shutdown). */
 void kiln_pcache_clear(kiln_pcache *c);
+/* Removes `page` from the cache if it is listed (it failed an integrity check): the cache's
+ * reference goes; sequences that hold it keep theirs. Returns 1 if it was listed. */
+int kiln_pcache_forget(kiln_pcache *c, int32_t page);
+/* Calls check(ctx, page, chain hash) on up to n idle listed pages, round robin; a page for which
+ * check returns 0 is forgotten. Returns how many were checked. */
+int kiln_pcache_sweep(kiln_pcache *c, int n, int (*check)(void *ctx, int32_t page, uint64_t hash), void *ctx);
 #endif

@@ -9,11 +9,13 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "kv/kv_model.h"
+#include "kv/integrity.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 const double kiln_latency_bounds[16] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                         0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, INFINITY};
@@ -93,6 +95,7 @@ struct kiln_engine {
     uint64_t next_arrival;
     kiln_req **running;     /* [max_batch] scheduler-private, in arrival order */
     int n_running;
+    int32_t *bad_pages;     /* [n_pages] integrity: pages reported bad, to drop from the cache */
     kiln_engine_stats acc;  /* scheduler-private running totals */
     kiln_engine_stats pub;  /* published copy (under mu) */
 };
@@ -140,6 +143,15 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
                                                   : kiln_fail(KILN_ERR_KV_EXHAUSTED, "--kv-mem %lld bytes is smaller than one KV page (%zu bytes)",
                                                               (long long)kc.mem_bytes, kiln_kv_page_cost(&kc));
     kiln_kv_setup_free(&su);
+    /* KV integrity (kv/integrity.h): seals verified in attention and at prefix reuse; the mode and
+     * the fault-injection SPEC come from the options (default heal), as for a session */
+    if (st == KILN_OK) {
+        kiln_kv_integrity mode = o.kv_integrity == KILN_KV_INTEGRITY_DEFAULT ? KILN_KV_INTEGRITY_HEAL : o.kv_integrity;
+        if (mode == KILN_KV_INTEGRITY_OFF && o.kv_inject_faults)
+            st = kiln_fail(KILN_ERR_INVALID_ARG, "--inject-kv-faults needs --kv-integrity detect, heal or strict (it is off)");
+        else if (mode != KILN_KV_INTEGRITY_OFF)
+            st = kiln_kv_integ_attach(e->pool, mode, kiln_kv_integ_model_id(m), o.kv_inject_faults, o.quiet);
+    }
     if (st == KILN_OK) st = kiln_pcache_init(&e->pc, e->pool);
     if (st == KILN_OK) st = kiln_forward_ws_init(&e->ws, m, e->cfg.step_tokens, e->n_ctx);
     if (st == KILN_OK) {
@@ -154,7 +166,8 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
         e->running = malloc(B * sizeof *e->running);
         e->m_pages = malloc((P + 1) * sizeof *e->m_pages);
         e->m_hashes = malloc((P + 1) * sizeof *e->m_hashes);
-        if (!e->logits || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_out || !e->b_req || !e->b_cnt || !e->running || !e->m_pages || !e->m_hashes)
+        e->bad_pages = malloc((P + 1) * sizeof *e->bad_pages);
+        if (!e->bad_pages || !e->logits || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_out || !e->b_req || !e->b_cnt || !e->running || !e->m_pages || !e->m_hashes)
             st = kiln_fail(KILN_ERR_NOMEM, "out of memory for the scheduler's step buffers");
     }
     if (st == KILN_OK) {
@@ -193,7 +206,7 @@ void kiln_engine_free(kiln_engine *e) {
     kiln_kv_pool_free(e->pool);
     kiln_forward_ws_free(&e->ws);
     free(e->logits); free(e->b_tok); free(e->b_seq); free(e->b_pos); free(e->b_out); free(e->b_req); free(e->b_cnt);
-    free(e->running); free(e->m_pages); free(e->m_hashes);
+    free(e->running); free(e->m_pages); free(e->m_hashes); free(e->bad_pages);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);
@@ -352,8 +365,14 @@ static int try_admit(kiln_engine *e, kiln_req *r) {
     if (e->cfg.prefix_cache) {
         int max_pages = (r->n_toks - 1) / e->pt; /* at least one token is computed: its logits are needed */
         k = kiln_pcache_match(&e->pc, r->toks, max_pages, e->m_pages, e->m_hashes);
+        /* integrity: the sequence's tokens are its identity; each shared page must verify against it */
+        if (k > 0 && e->pool->integ && kiln_kv_integ_note(e->pool, &r->seq, 0, r->toks, k * e->pt, 0) != KILN_OK) k = 0;
         for (int i = 0; i < k; i++)
-            if (kiln_kv_seq_share_page(e->pool, &r->seq, e->m_pages[i]) != KILN_OK) { k = i; break; }
+            if (kiln_kv_seq_share_page(e->pool, &r->seq, e->m_pages[i]) != KILN_OK) {
+                kiln_pcache_forget(&e->pc, e->m_pages[i]); /* failed its seal: never offered again */
+                k = i;
+                break;
+            }
     }
     int need = pages_for(e, r->n_toks) - k;
     if (e->n_running > 0 && need + e->n_running > free_plus_idle(e)) {
@@ -484,10 +503,49 @@ static void publish_stats(kiln_engine *e, int seqs, int toks) {
     a->evictions = e->pc.evictions;
     a->pc_queried_pages = e->pc.queried_pages;
     a->pc_hit_pages = e->pc.hits_pages;
+    kiln_kv_integ_stats(e->pool, &a->integ);
     pthread_mutex_lock(&e->mu);
     e->pub = *a;
     e->pub.waiting = e->n_waiting;
     pthread_mutex_unlock(&e->mu);
+}
+
+#define HEAL_ATTEMPTS 8
+
+/* After a forward step, for a request of the step: whether attention found one of its pages bad.
+ * detect → counted, go on; heal → every position from the first bad page on (back to a logged chunk
+ * start) is dropped and recomputed in the next steps, no token this step; strict (or a heal that
+ * keeps failing) → the request fails with KILN_ERR_INTEGRITY. Returns 1 when r gets no token now. */
+static int integ_after_step(kiln_engine *e, kiln_req *r) {
+    kiln_kv_pool *p = e->pool;
+    int bad = kiln_kv_integ_bad_slot(&r->seq);
+    if (bad < 0) {
+        r->heals = 0; /* a clean step: the next failure is a new one */
+        return 0;
+    }
+    kiln_kv_integrity_stats ist;
+    kiln_kv_integ_stats(p, &ist);
+    kiln_kv_integrity mode = ist.mode;
+    if (mode == KILN_KV_INTEGRITY_DETECT) {
+        kiln_kv_integ_clear_bad(&r->seq);
+        return 0;
+    }
+    char why[256], msg[400];
+    kiln_kv_integ_describe_bad(p, &r->seq, why, sizeof why);
+    if (mode == KILN_KV_INTEGRITY_STRICT || r->heals >= HEAL_ATTEMPTS) {
+        kiln_kv_integ_count_strict(p);
+        snprintf(msg, sizeof msg, "KV integrity (%s): %s", mode == KILN_KV_INTEGRITY_STRICT ? "strict" : "heal gave up after repeated failures", why);
+        finish_running(e, r, KILN_FINISH_ERROR, KILN_ERR_INTEGRITY, msg);
+        return 1;
+    }
+    int from = kiln_kv_integ_replay_from(&r->seq, e->pt, bad);
+    if (from > r->n_computed) from = r->n_computed / e->pt * e->pt;
+    kiln_kv_integ_rollback(p, &r->seq, from / e->pt);
+    kiln_kv_integ_count_heal(p, r->n_computed - from);
+    r->n_computed = from;
+    if (r->n_hashed > from / e->pt) r->n_hashed = from / e->pt;
+    r->heals++;
+    return 1;
 }
 
 /* One scheduler step. */
@@ -546,6 +604,18 @@ static void step(kiln_engine *e) {
         for (int j = 0; j < e->b_cnt[b]; j++, t++) e->b_out[t] = (reach && j == e->b_cnt[b] - 1) ? rows : -1;
         if (reach) rows++;
     }
+    /* integrity: each sequence's tokens of this step, logged as one chunk (its identity and replay log) */
+    if (e->pool->integ)
+        for (int b = 0; b < nb; b++) {
+            kiln_req *r = e->b_req[b];
+            if (kiln_kv_integ_note(e->pool, &r->seq, r->n_computed, r->toks + r->n_computed, e->b_cnt[b], 1) != KILN_OK) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "kv integrity: %s", kiln_last_error());
+                for (int j = 0; j < nb; j++) finish_running(e, e->b_req[j], KILN_FINISH_ERROR, KILN_ERR_NOMEM, msg);
+                publish_stats(e, 0, 0);
+                return;
+            }
+        }
     kiln_batch batch = {n, e->b_tok, e->b_seq, e->b_pos, e->b_out};
     kiln_status st = kiln_forward_batch(e->m, e->pool, &e->ws, &batch, e->logits);
     e->acc.steps++;
@@ -563,21 +633,43 @@ static void step(kiln_engine *e) {
     int row = 0;
     for (int b = 0; b < nb; b++) {
         kiln_req *r = e->b_req[b];
+        int reach = r->n_computed + e->b_cnt[b] == r->n_toks, my_row = reach ? row++ : -1;
         r->n_computed += e->b_cnt[b];
+        if (e->pool->integ && integ_after_step(e, r)) continue; /* healed (recomputed later) or failed */
         register_pages(e, r);
-        if (r->n_computed != r->n_toks) continue;
-        kiln_finish f = emit_token(e, r, e->logits + (size_t)row++ * e->vocab, now);
+        if (!reach) continue;
+        kiln_finish f = emit_token(e, r, e->logits + (size_t)my_row * e->vocab, now);
         if (f != KILN_FINISH_NONE) finish_running(e, r, f, KILN_OK, NULL);
+    }
+    if (e->pool->integ) {
+        /* pages that failed a check leave the prefix cache; fault injection (tests) on its schedule */
+        int nbad = kiln_kv_integ_take_bad_pages(e->pool, e->bad_pages, e->pool->n_pages);
+        for (int i = 0; i < nbad; i++) kiln_pcache_forget(&e->pc, e->bad_pages[i]);
+        if (e->n_running > 0) kiln_kv_integ_tick(e->pool, &e->running[0]->seq);
     }
     publish_stats(e, nb, n);
 }
+
+static int sweep_check(void *ctx, int32_t page, uint64_t hash) { return kiln_kv_integ_sweep_page(ctx, page, hash); }
 
 static void *sched_main(void *arg) {
     kiln_engine *e = arg;
     if (e->threads > 0) omp_set_num_threads(e->threads);
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->stopping && e->n_running == 0 && e->n_waiting == 0) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->stopping && e->n_running == 0 && e->n_waiting == 0) {
+            if (!e->pool->integ || e->pc.n_cached == 0) { pthread_cond_wait(&e->cv, &e->mu); continue; }
+            /* idle with cached pages: verify a few of them every 200 ms (bad ones leave the cache) */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200 * 1000000;
+            if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+            if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == 0) continue;
+            pthread_mutex_unlock(&e->mu);
+            kiln_pcache_sweep(&e->pc, 32, sweep_check, e->pool);
+            publish_stats(e, 0, 0);
+            pthread_mutex_lock(&e->mu);
+        }
         if (e->stopping) break;
         pthread_mutex_unlock(&e->mu);
         step(e);

@@ -70,6 +70,7 @@ struct kiln_req {
     uint64_t *hashes;     /* [pages of n_prompt + max_tokens] chain hash of each full page */
     int n_hashed;         /* full pages hashed and offered to the prefix cache */
     int preempted;
+    int heals;            /* integrity heals since r's last clean step (gives up after 8) */
     kiln_req *prev, *next;/* waiting list */
 };
 
@@ -101,6 +102,7 @@ typedef struct kiln_engine_stats {
     uint64_t ttft_b[16], itl_b[16];
     uint64_t ttft_n, itl_n;
     double ttft_sum, itl_sum;
+    kiln_kv_integrity_stats integ; /* KV integrity counters of the pool (mode OFF: all zero) */
 } kiln_engine_stats;
 extern const double kiln_latency_bounds[16]; /* upper bounds in seconds (last = +Inf) */
 

@@ -7,7 +7,9 @@
  *   kiln_queue_depth, kiln_running_requests, kiln_batch_size (last step), kiln_batch_size_steps (histogram)
  *   kiln_kv_pages_total / _free / _used (held by requests) / _cached_idle, kiln_kv_capacity_tokens
  *   kiln_preemptions_total, kiln_prefix_cache_evictions_total, kiln_scheduler_steps_total
- *   kiln_kv_integrity_checks_total / _detections_total / _heals_total
+ *   kiln_kv_integrity_mode{mode}, kiln_kv_integrity_checks_total / _bytes_verified_total /
+ *   _detections_total / _detections_by_kind_total{kind} / _heals_total / _healed_positions_total /
+ *   _strict_failures_total / _swept_pages_total / _injected_faults_total
  *   kiln_time_to_first_token_seconds, kiln_inter_token_latency_seconds (histograms)
  *   kiln_process_peak_rss_bytes, kiln_uptime_seconds */
 #include "server/server_internal.h"
@@ -75,11 +77,27 @@ void kiln_server_metrics(kiln_server *s, kiln_sbuf *b) {
     G("kiln_kv_pages_cached_idle", "pages held only by the prefix cache (evictable)", "%d", e.kv_pages_cached_idle);
     G("kiln_kv_page_tokens", "tokens per KV page", "%d", e.page_tokens);
     G("kiln_kv_capacity_tokens", "tokens the KV pool holds", "%lld", (long long)e.kv_capacity_tokens);
-    /* HOOK (KV integrity, issue of the kv helper): these count seal checks, mismatches and heals
-     * once the pool verifies pages; until then nothing is checked and they stay 0. */
-    C("kiln_kv_integrity_checks_total", "KV page seal verifications", 0ull);
-    C("kiln_kv_integrity_detections_total", "KV page seal mismatches detected", 0ull);
-    C("kiln_kv_integrity_heals_total", "KV pages healed by recomputation", 0ull);
+    /* KV integrity (kv/integrity.h): seal checks in attention, at prefix reuse and by the idle sweep */
+    head(b, "kiln_kv_integrity_mode", "gauge", "KV integrity mode (label) of the pool");
+    kiln_sbuf_printf(b, "kiln_kv_integrity_mode{mode=\"%s\"} 1\n", kiln_kv_integrity_name(e.integ.mode));
+    C("kiln_kv_integrity_checks_total", "KV page-slice seal verifications", e.integ.checks);
+    C("kiln_kv_integrity_bytes_verified_total", "bytes hashed by those verifications", e.integ.bytes_verified);
+    C("kiln_kv_integrity_detections_total", "KV seal verifications that failed", e.integ.detections);
+    head(b, "kiln_kv_integrity_detections_by_kind_total", "counter", "failed verifications by diagnosis");
+    {
+        static const char *kinds[4] = {"content", "scale", "wrong_page", "stale_page"};
+        for (int i = 0; i < 4; i++)
+            kiln_sbuf_printf(b, "kiln_kv_integrity_detections_by_kind_total{kind=\"%s\"} %llu\n", kinds[i], (unsigned long long)e.integ.detected[i]);
+    }
+    C("kiln_kv_integrity_heals_total", "rollbacks that dropped bad KV pages and recomputed them", e.integ.heals);
+    C("kiln_kv_integrity_healed_positions_total", "positions recomputed by heals", e.integ.healed_positions);
+    C("kiln_kv_integrity_strict_failures_total", "requests failed by a KV integrity error", e.integ.strict_failures);
+    C("kiln_kv_integrity_swept_pages_total", "idle prefix-cache pages verified by the sweep", e.integ.swept_pages);
+    {
+        uint64_t inj = 0;
+        for (int i = 0; i < KILN_KV_FAULT_KINDS; i++) inj += e.integ.injected[i];
+        C("kiln_kv_integrity_injected_faults_total", "faults injected (--inject-kv-faults; tests only)", inj);
+    }
     hist(b, "kiln_time_to_first_token_seconds", "arrival to first token", e.ttft_b, e.ttft_n, e.ttft_sum);
     hist(b, "kiln_inter_token_latency_seconds", "time between consecutive tokens of a request", e.itl_b, e.itl_n, e.itl_sum);
     struct rusage ru;

@@ -273,6 +273,7 @@ static int check_finish(conn *c) {
     pthread_mutex_lock(&r->mu);
     kiln_finish f = r->n_ev == c->seen ? r->finish : KILN_FINISH_NONE;
     int timed_out = r->timed_out;
+    kiln_status err = r->err;
     char msg[256];
     snprintf(msg, sizeof msg, "%s", r->err_msg);
     pthread_mutex_unlock(&r->mu);
@@ -288,6 +289,8 @@ static int check_finish(conn *c) {
             kiln_oai_fail(&c->err, 504, "timeout_error", NULL, "timeout", "the request did not finish within %g s", c->s->o.request_timeout_s);
         } else if (atomic_load(&c->s->closing))
             kiln_oai_fail(&c->err, 503, "server_error", NULL, "server_shutting_down", "the server is shutting down");
+        else if (err == KILN_ERR_INTEGRITY)
+            kiln_oai_fail(&c->err, 500, "server_error", NULL, "kv_integrity", "%s", msg);
         else
             kiln_oai_fail(&c->err, 500, "server_error", NULL, NULL, "generation failed: %s", msg[0] ? msg : "cancelled");
         return 1;
