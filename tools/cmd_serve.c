@@ -63,7 +63,8 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
     "usage: kiln serve MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY | --api-key-file FILE] [--model-name NAME]\n" \
     "         [--max-batch 32] [--max-queue 64] [--step-tokens 256] [--no-prefix-cache] [--max-body 1M]\n" \
     "         [--request-timeout 600] [--shutdown-grace 10] [--max-connections 512]\n" \
-    "         [--kv-mem SIZE] [--kv-dtype auto|f32|bf16|fp8] [--kv-page 16] [--ctx N] [--threads N] [--isa ...]"
+    "         [--kv-mem SIZE] [--kv-dtype auto|f32|bf16|fp8] [--kv-page 16] [--ctx N] [--threads N] [--isa ...]\n" \
+    "         [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC]"
 
 int cmd_serve(int argc, char **argv) {
     args_t a = {argc, argv, 0, "serve", 0};
