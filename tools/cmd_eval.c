@@ -392,6 +392,7 @@ int cmd_eval(int argc, char **argv) {
         const char *k = argv[a.i];
         long v;
         if (cli_common_option(&a, &c.o)) continue;
+        if (!strcmp(k, "-h") || !strcmp(k, "--help")) { printf("%s%s\n", USAGE, kiln_eval_known_tasks()); return 0; }
         if (!strcmp(k, "--task") || !strcmp(k, "--tasks")) task_arg = cli_value(&a);
         else if (!strcmp(k, "--limit")) { if (cli_long(&a, k, cli_value(&a), 1, LONG_MAX / 2, &v)) c.p.limit = v; }
         else if (!strcmp(k, "--shots")) { if (cli_long(&a, k, cli_value(&a), 0, 64, &v)) c.p.shots = (int)v; }
