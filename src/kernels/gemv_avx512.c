@@ -67,8 +67,13 @@ static void scale_f32(float *x, float a, int64_t n) {
 }
 
 /* Prefetch distance in groups of 4 rows: at least ~16 KiB ahead of the loads. */
+#ifndef PF_BYTES
 #define PF_BYTES 16384
-#define PFH(a) _mm_prefetch((const char *)(a), _MM_HINT_T0)
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
+#define PFH(a) _mm_prefetch((const char *)(a), PF_HINT)
 /* The group of 4 rows starting at r prefetches the group g groups ahead only while that lies inside
  * this call's rows [r0, r1): other rows may belong to another thread (wasted bandwidth). */
 #define PFG(r) ((r) + 4 * (g + 1) <= r1 ? g : 0)
@@ -227,10 +232,10 @@ AI void fp8_rows_fast(int NR, const kiln_weight *w, const uint8_t *xp, float *y,
             const int full = ce - c >= 64;
             const __mmask64 m = full ? ~(__mmask64)0 : ((__mmask64)1 << (ce - c)) - 1;
             if (NR == 4 && pfg) {
-                _mm_prefetch((const char *)pf + 4 * c, _MM_HINT_T0);
-                _mm_prefetch((const char *)pf + 4 * c + 64, _MM_HINT_T0);
-                _mm_prefetch((const char *)pf + 4 * c + 128, _MM_HINT_T0);
-                _mm_prefetch((const char *)pf + 4 * c + 192, _MM_HINT_T0);
+                PFH((const char *)pf + 4 * c);
+                PFH((const char *)pf + 4 * c + 64);
+                PFH((const char *)pf + 4 * c + 128);
+                PFH((const char *)pf + 4 * c + 192);
             }
 #pragma GCC unroll 4
             for (int j = 0; j < NR; j++) {
