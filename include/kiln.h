@@ -254,6 +254,20 @@ void kiln_session_kv_integrity(const kiln_session *s, kiln_kv_integrity_stats *o
  * write / copy). seed picks the target. Returns 1 if injected, 0 if there is no target for that kind
  * (e.g. SCALE needs FP8, WRONG_PAGE and STALE_PAGE need two full pages); errors if integrity is off. */
 kiln_status kiln_session_inject_kv_fault(kiln_session *s, kiln_kv_fault kind, uint64_t seed, int *injected);
+/* Detection campaign on a synthetic KV pool (2 layers, 2 KV heads, 32-value rows, 16-token pages;
+ * BF16, FP8 static and dynamic for scale faults) through the real store / attention / hand-off
+ * paths, with the built-in injector: n faults of `fault` injected one at a time, each followed by
+ * one decode-style attention over every layer, then undone or healed. fault = -1: a fault-free
+ * workload until n page verifications (a page = every layer's K and V slices) have run. For
+ * `kiln bench --integrity` and the docs' figures. */
+typedef struct kiln_kv_campaign {
+    int fault;                   /* kiln_kv_fault, or -1 for the fault-free run */
+    uint64_t injected, detected, detected_before_use, false_alarms;
+    uint64_t verifications;      /* page-slice verifications run (slices per page: 2 layers × K/V × 2 heads) */
+    uint64_t page_verifications; /* verifications / slices per page */
+    double seconds;
+} kiln_kv_campaign;
+kiln_status kiln_kv_integrity_campaign(int fault, uint64_t n, uint64_t seed, kiln_kv_campaign *out);
 
 /* ==== engine / server (issue 7: src/engine/scheduler.c, src/server/, docs/SERVER.md) ========== */
 /* An OpenAI-compatible HTTP server over one model: HTTP threads parse and stream, one scheduler

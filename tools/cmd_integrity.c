@@ -41,4 +41,226 @@ void cli_print_integrity(FILE *f, const kiln_kv_integrity_stats *st) {
     fprintf(f, "\n");
 }
 
-int cmd_bench_integrity(int argc, char **argv) { (void)argc; return cli_fail_msg(argv[0], "not implemented yet"); }
+/* ---- kiln bench MODEL --integrity ----------------------------------------------------------------
+ * Cost: one session per (KV dtype, integrity mode), all in one process. Per repeat, the modes run
+ * in rotating order (drift and neighbours' load spread over all of them): time to first token of a
+ * --prompt-token prompt (prefill + the first greedy pick), then the cache is extended to --ctx
+ * positions (kiln_session_kv_fill) and --decode greedy steps are timed; then one decode step's
+ * attention alone (kiln_session_bench_attention: every page verified, as in a real step). Wall
+ * clock and process CPU time (with --threads 1 the CPU time is the work, whatever share of a core
+ * the machine granted). Medians over repeats, with min and max.
+ * Detection: kiln_kv_integrity_campaign per fault kind (--faults N bit flips, N/10 of every other
+ * kind) and a fault-free run of --clean-pages page verifications. */
+#include <stdlib.h>
+#include <time.h>
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static int argmax_(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+static int cmp_d(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
+typedef struct { double med, lo, hi; } spread;
+static spread spread_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    spread s = {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v[0], v[n - 1]};
+    return s;
+}
+
+#define MAXR 32
+typedef struct {
+    kiln_kv_dtype dt;
+    kiln_kv_integrity mode;
+    kiln_session *s;
+    double tps[MAXR], ctps[MAXR], ttft[MAXR], cttft[MAXR], attn[MAXR], cattn[MAXR];
+    double vbytes; /* bytes verified per decode step */
+} bvar;
+
+int cmd_bench_integrity(int argc, char **argv) {
+    args_t a = {argc, argv, 0, "bench", 0};
+    kiln_options o;
+    kiln_options_default(&o);
+    const char *model_path = NULL, *dts = "bf16,fp8", *modes_s = "off,detect,heal,strict";
+    long ctx = 4096, prompt = 512, decode = 8, repeat = 3, faults = 100000, clean = 1000000;
+    int json = 0, do_cost = 1, do_camp = 1;
+    for (a.i = 1; a.i < argc && !a.bad; a.i++) {
+        const char *k = argv[a.i];
+        if (strcmp(k, "--kv-dtype") == 0) { dts = cli_value(&a); continue; } /* a list here */
+        if (cli_common_option(&a, &o)) continue;
+        if (strcmp(k, "--integrity") == 0) continue;
+        else if (strcmp(k, "--ctx") == 0 || strcmp(k, "--kv-context") == 0) cli_long(&a, k, cli_value(&a), 2, 1 << 24, &ctx);
+        else if (strcmp(k, "--prompt") == 0) cli_long(&a, k, cli_value(&a), 1, 1 << 24, &prompt);
+        else if (strcmp(k, "--decode") == 0) cli_long(&a, k, cli_value(&a), 1, 100000, &decode);
+        else if (strcmp(k, "--repeat") == 0) cli_long(&a, k, cli_value(&a), 1, MAXR, &repeat);
+        else if (strcmp(k, "--modes") == 0) modes_s = cli_value(&a);
+        else if (strcmp(k, "--faults") == 0) cli_long(&a, k, cli_value(&a), 0, 100000000, &faults);
+        else if (strcmp(k, "--clean-pages") == 0) cli_long(&a, k, cli_value(&a), 0, 1000000000, &clean);
+        else if (strcmp(k, "--no-cost") == 0) do_cost = 0;
+        else if (strcmp(k, "--no-campaign") == 0) do_camp = 0;
+        else if (strcmp(k, "--json") == 0) json = 1;
+        else if (k[0] == '-' && k[1]) { fprintf(stderr, "kiln bench: error: unknown option '%s'\n", k); return 2; }
+        else if (!model_path) model_path = k;
+        else { fprintf(stderr, "kiln bench: error: unexpected argument '%s'\n", k); return 2; }
+    }
+    if (a.bad) return 2;
+    if (!model_path && do_cost)
+        return cli_fail_msg("bench", "usage: kiln bench MODEL --integrity [--ctx N (4096)] [--prompt N (512)] [--decode N (8)] [--repeat R (3)] "
+                                     "[--kv-dtype bf16,fp8] [--modes off,detect,heal,strict] [--faults N (100000)] [--clean-pages N (1000000)] "
+                                     "[--no-cost] [--no-campaign] [--threads N] [--json]");
+    if (prompt > ctx) prompt = ctx;
+    /* variants: dtype × mode; "off" first is the reference */
+    bvar vs[16];
+    int nv = 0, ndt = 0, nmode = 0;
+    kiln_kv_dtype dlist[4];
+    kiln_kv_integrity mlist[4];
+    for (const char *p = dts; p && *p && ndt < 4;) {
+        size_t n = strcspn(p, ",");
+        if (n == 4 && strncmp(p, "bf16", 4) == 0) dlist[ndt++] = KILN_KV_BF16;
+        else if (n == 3 && strncmp(p, "fp8", 3) == 0) dlist[ndt++] = KILN_KV_FP8;
+        else if (n == 3 && strncmp(p, "f32", 3) == 0) dlist[ndt++] = KILN_KV_F32;
+        else return cli_fail_msg("bench", "--kv-dtype: a comma-separated list of f32, bf16, fp8");
+        p += n + (p[n] == ',');
+    }
+    for (const char *p = modes_s; p && *p && nmode < 4;) {
+        char w[16];
+        size_t n = strcspn(p, ",");
+        snprintf(w, sizeof w, "%.*s", (int)(n < 15 ? n : 15), p);
+        if (kiln_kv_integrity_parse(w, &mlist[nmode]) != KILN_OK) return cli_fail_msg("bench", "--modes: a comma-separated list of off, detect, heal, strict");
+        nmode++;
+        p += n + (p[n] == ',');
+    }
+    if (!ndt || !nmode || mlist[0] != KILN_KV_INTEGRITY_OFF) return cli_fail_msg("bench", "--modes must start with off (the reference)");
+    int rc = 0;
+    kiln_model *m = NULL;
+    kiln_model_info info;
+    int32_t *ptoks = NULL;
+    if (do_cost) {
+        o.quiet = 1;
+        kiln_status st = kiln_model_load(model_path, &o, &m);
+        if (st) return cli_fail_status("bench", st);
+        kiln_model_get_info(m, &info);
+        if (ctx + decode + 8 > info.max_context) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "--ctx %ld + %ld decoded tokens exceeds the model's context %d", ctx, decode, info.max_context);
+            kiln_model_free(m);
+            return cli_fail_msg("bench", msg);
+        }
+        ptoks = malloc((size_t)prompt * sizeof *ptoks);
+        for (long i = 0; i < prompt; i++) ptoks[i] = (int32_t)((i == 0 && info.bos_id >= 0) ? info.bos_id : (1000 + 7919 * i) % info.vocab_size);
+        for (int d = 0; d < ndt; d++)
+            for (int k = 0; k < nmode; k++) {
+                bvar *v = &vs[nv++];
+                memset(v, 0, sizeof *v);
+                v->dt = dlist[d];
+                v->mode = mlist[k];
+                kiln_options oo = o;
+                oo.kv_dtype = v->dt;
+                oo.kv_integrity = v->mode;
+                oo.max_context = (int)(ctx + decode + 8);
+                if ((st = kiln_session_create(m, &oo, &v->s))) { rc = cli_fail_status("bench", st); goto done; }
+            }
+        for (int r = 0; r < repeat; r++)
+            for (int d = 0; d < ndt; d++)
+                for (int j = 0; j < nmode; j++) {
+                    bvar *v = &vs[d * nmode + (j + r) % nmode]; /* rotating order */
+                    kiln_session *s = v->s;
+                    kiln_status st;
+                    kiln_session_reset(s);
+                    double t0 = kiln_now(), c0 = cpu_now();
+                    if ((st = kiln_session_eval(s, ptoks, (int)prompt, NULL))) { rc = cli_fail_status("bench", st); goto done; }
+                    int32_t tok = (int32_t)argmax_(kiln_session_logits(s), info.vocab_size);
+                    v->ttft[r] = 1e3 * (kiln_now() - t0);
+                    v->cttft[r] = 1e3 * (cpu_now() - c0);
+                    if ((st = kiln_session_kv_fill(s, (int)ctx))) { rc = cli_fail_status("bench", st); goto done; }
+                    kiln_kv_integrity_stats s0, s1;
+                    kiln_session_kv_integrity(s, &s0);
+                    t0 = kiln_now();
+                    c0 = cpu_now();
+                    for (long i = 0; i < decode; i++) {
+                        if ((st = kiln_session_eval(s, &tok, 1, NULL))) { rc = cli_fail_status("bench", st); goto done; }
+                        tok = (int32_t)argmax_(kiln_session_logits(s), info.vocab_size);
+                    }
+                    v->tps[r] = (double)decode / (kiln_now() - t0);
+                    v->ctps[r] = (double)decode / (cpu_now() - c0);
+                    kiln_session_kv_integrity(s, &s1);
+                    v->vbytes = (double)(s1.bytes_verified - s0.bytes_verified) / (double)decode;
+                    double ca = cpu_now(), at = kiln_session_bench_attention(s, 1);
+                    v->attn[r] = 1e3 * at;
+                    v->cattn[r] = 1e3 * (cpu_now() - ca);
+                    if (!json) fprintf(stderr, "kiln bench: repeat %d/%ld %s %s: ttft %.0f ms, decode %.3f tokens/s\n", r + 1, repeat,
+                                       v->dt == KILN_KV_FP8 ? "fp8" : v->dt == KILN_KV_BF16 ? "bf16" : "f32", kiln_kv_integrity_name(v->mode),
+                                       v->ttft[r], v->tps[r]);
+                }
+    }
+    kiln_kv_campaign camp[KILN_KV_FAULT_KINDS + 1];
+    int ncamp = 0;
+    if (do_camp) {
+        for (int k = -1; k < KILN_KV_FAULT_KINDS; k++) {
+            uint64_t n = k < 0 ? (uint64_t)clean : k == KILN_KV_FAULT_BITFLIP ? (uint64_t)faults : (uint64_t)faults / 10;
+            if (!n) continue;
+            kiln_status st = kiln_kv_integrity_campaign(k, n, 1 + (uint64_t)k, &camp[ncamp]);
+            if (st) { rc = cli_fail_status("bench", st); goto done; }
+            ncamp++;
+        }
+    }
+    const char *dn[4] = {"auto", "f32", "bf16", "fp8"};
+    if (json) {
+        printf("{\"model\": \"%s\", \"context\": %ld, \"prompt_tokens\": %ld, \"decode_tokens\": %ld, \"repeats\": %ld, \"threads\": %d, \"modes\": [",
+               model_path ? model_path : "", ctx, prompt, decode, repeat, o.threads);
+    } else if (do_cost) {
+        printf("KV integrity cost, %s: context %ld, TTFT of a %ld-token prompt, %ld decode steps, median [min, max] of %ld repeats "
+               "(modes interleaved), threads %d\n", model_path, ctx, prompt, decode, repeat, o.threads);
+        printf("%-5s %-7s %24s %8s %26s %8s %20s %9s %14s\n", "kv", "mode", "decode tok/s", "cost", "TTFT ms", "cost", "decode tok/CPU-s", "cost",
+               "verified/token");
+    }
+    for (int d = 0; do_cost && d < ndt; d++) {
+        bvar *ref = &vs[d * nmode];
+        spread rt = spread_of(ref->tps, (int)repeat), rf = spread_of(ref->ttft, (int)repeat), rc_ = spread_of(ref->ctps, (int)repeat);
+        for (int j = 0; j < nmode; j++) {
+            bvar *v = &vs[d * nmode + j];
+            spread t = spread_of(v->tps, (int)repeat), f = spread_of(v->ttft, (int)repeat), c = spread_of(v->ctps, (int)repeat);
+            spread cf = spread_of(v->cttft, (int)repeat), at = spread_of(v->attn, (int)repeat), cat = spread_of(v->cattn, (int)repeat);
+            double dcost = 100.0 * (rt.med / t.med - 1.0), fcost = 100.0 * (f.med / rf.med - 1.0), ccost = 100.0 * (rc_.med / c.med - 1.0);
+            if (json)
+                printf("%s{\"kv_dtype\": \"%s\", \"mode\": \"%s\", \"decode_tps\": %.4f, \"decode_tps_min\": %.4f, \"decode_tps_max\": %.4f, "
+                       "\"ttft_ms\": %.2f, \"ttft_ms_min\": %.2f, \"ttft_ms_max\": %.2f, \"decode_tps_cpu\": %.4f, \"decode_tps_cpu_min\": %.4f, "
+                       "\"decode_tps_cpu_max\": %.4f, \"ttft_cpu_ms\": %.2f, \"attention_ms\": %.3f, \"attention_cpu_ms\": %.3f, "
+                       "\"decode_cost_pct\": %.3f, \"ttft_cost_pct\": %.3f, \"decode_cpu_cost_pct\": %.3f, \"verified_bytes_per_token\": %.0f}",
+                       d || j ? ", " : "", dn[v->dt], kiln_kv_integrity_name(v->mode), t.med, t.lo, t.hi, f.med, f.lo, f.hi, c.med, c.lo, c.hi,
+                       cf.med, at.med, cat.med, dcost, fcost, ccost, v->vbytes);
+            else
+                printf("%-5s %-7s %8.3f [%6.3f, %6.3f] %+7.2f%% %8.0f [%7.0f, %7.0f] %+7.2f%% %6.3f [%5.3f,%5.3f] %+7.2f%% %11.1f MB\n", dn[v->dt],
+                       kiln_kv_integrity_name(v->mode), t.med, t.lo, t.hi, j ? dcost : 0.0, f.med, f.lo, f.hi, j ? fcost : 0.0, c.med, c.lo, c.hi,
+                       j ? ccost : 0.0, v->vbytes / 1e6);
+        }
+    }
+    if (json) printf("], \"faults\": [");
+    else if (do_camp)
+        printf("\nDetection campaign (kiln_kv_integrity_campaign: synthetic pool, 2 layers x K/V x 2 KV heads per page, injected one at a time, "
+               "attention over every layer after each):\n%-12s %10s %10s %20s %13s %14s %9s\n", "fault", "injected", "detected", "detected_before_use",
+               "false_alarms", "verifications", "seconds");
+    for (int i = 0; i < ncamp; i++) {
+        const char *name = camp[i].fault < 0 ? "none" : kiln_kv_fault_name((kiln_kv_fault)camp[i].fault);
+        if (json)
+            printf("%s{\"fault\": \"%s\", \"injected\": %llu, \"detected\": %llu, \"detected_before_use\": %llu, \"false_alarms\": %llu, "
+                   "\"verifications\": %llu, \"page_verifications\": %llu, \"seconds\": %.3f}", i ? ", " : "", name,
+                   (unsigned long long)camp[i].injected, (unsigned long long)camp[i].detected, (unsigned long long)camp[i].detected_before_use,
+                   (unsigned long long)camp[i].false_alarms, (unsigned long long)camp[i].verifications, (unsigned long long)camp[i].page_verifications,
+                   camp[i].seconds);
+        else
+            printf("%-12s %10llu %10llu %20llu %13llu %14llu %9.2f%s\n", name, (unsigned long long)camp[i].injected, (unsigned long long)camp[i].detected,
+                   (unsigned long long)camp[i].detected_before_use, (unsigned long long)camp[i].false_alarms,
+                   (unsigned long long)camp[i].verifications, camp[i].seconds, camp[i].fault < 0 ? "   (fault-free; page verifications above /8)" : "");
+    }
+    if (json) printf("]}\n");
+done:
+    for (int i = 0; i < nv; i++) kiln_session_free(vs[i].s);
+    free(ptoks);
+    kiln_model_free(m);
+    return rc;
+}

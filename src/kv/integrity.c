@@ -31,6 +31,12 @@ typedef struct inj_fault {
     int layer, ukind, head;  /* static-table scale faults */
     int detected, used, dropped;
     kiln_kv_seq *foreign;    /* stale-page faults: the sequence that took the page */
+    /* undo (kiln_kv_integ_undo, campaigns): flipped bits, or the block-table entry replaced */
+    uint8_t *flip_at[8];
+    uint8_t flip_mask[8];
+    int n_flip;
+    kiln_kv_seq *victim;
+    int32_t old_page;
 } inj_fault;
 
 struct kiln_kv_integ {
@@ -340,9 +346,13 @@ static void sync_records(const kiln_kv_pool *p, const kiln_kv_seq *s, kiln_kv_se
 void kiln_kv_integ_bind(kiln_kv_pool *p, kiln_kv_seq *s) {
     kiln_kv_seq_integ *si = state(p, s);
     if (!si) return;
+    int old = si->n_rec;
     sync_records(p, s, si);
-    for (int l = 0; l < p->cfg.n_layers; l++)
-        if (si->hi[l] < s->len) si->hi[l] = s->len;
+    /* full pages shared in (prefix reuse) arrive with all their rows stored; reserved pages are empty */
+    for (int i = old; i < si->n_rec; i++)
+        if (p->refcount[s->pages[i]] > 1 && s->len >= (i + 1) * p->cfg.page_tokens)
+            for (int l = 0; l < p->cfg.n_layers; l++)
+                if (si->hi[l] < (i + 1) * p->cfg.page_tokens) si->hi[l] = (i + 1) * p->cfg.page_tokens;
 }
 
 /* ---- detection ---------------------------------------------------------------------------------- */
@@ -667,6 +677,7 @@ void kiln_kv_integ_copied(kiln_kv_pool *p, const kiln_kv_seq *src, kiln_kv_seq *
     const int pt = g->pt, slot = n / pt, rows = n % pt;
     if (si && si->n_tok > 0) kiln_kv_integ_note(p, dst, 0, si->tok, si->n_tok < n ? si->n_tok : n, 0);
     kiln_kv_integ_bind(p, dst);
+    for (int l = 0; l < g->L; l++) di->hi[l] = n; /* dst holds rows [0, n) in every layer */
     if (!rows) return;
     int32_t from = src->pages[slot], to = dst->pages[slot];
     uint64_t dbase = base_seed(g, prefix_of(di, slot, rows, pt), slot, rows, rec_epoch(p, dst, di, slot));
@@ -687,7 +698,6 @@ void kiln_kv_integ_copied(kiln_kv_pool *p, const kiln_kv_seq *src, kiln_kv_seq *
                 g->tag[u] = 0;
                 g->st.seals++;
             }
-        if (di->hi[l] > n) di->hi[l] = n;
     }
     g->page_slot[to] = slot;
 }
@@ -1080,6 +1090,7 @@ int kiln_kv_integ_inject(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_fault kind, ui
         if (!pick_unit(p, si, s->n_pages, rng, 0, &slot, &l, &uk, &h, &rows)) return 0;
         int32_t pg = s->pages[slot];
         uint64_t nbits = (uint64_t)rows * unit_row(p, uk) * 8, bits[8];
+        inj_fault f = {.kind = kind, .seq = s, .slot = slot, .page = pg, .unit = (int64_t)uidx(g, pg, l, uk, h)};
         int n = kind == KILN_KV_FAULT_BITFLIP ? 1 : 2 + (int)rng_below(rng, 7);
         for (int i = 0; i < n; i++) {
             uint64_t b;
@@ -1091,8 +1102,9 @@ int kiln_kv_integ_inject(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_fault kind, ui
             } while (dup && (uint64_t)i < nbits);
             bits[i] = b;
             flip_bit(unit_ptr(p, pg, l, uk, h), b);
+            f.flip_at[f.n_flip] = unit_ptr(p, pg, l, uk, h) + (b >> 3);
+            f.flip_mask[f.n_flip++] = (uint8_t)(1u << (b & 7));
         }
-        inj_fault f = {.kind = kind, .seq = s, .slot = slot, .page = pg, .unit = (int64_t)uidx(g, pg, l, uk, h)};
         add_fault(g, f);
         return 1;
     }
@@ -1103,7 +1115,8 @@ int kiln_kv_integ_inject(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_fault kind, ui
             if (!pick_unit(p, si, s->n_pages, rng, 0, &slot, &l, &uk, &h, &rows)) return 0;
             int32_t pg = s->pages[slot];
             flip_bit((uint8_t *)dyn_slot(p, l, pg, uk, h), bit);
-            inj_fault f = {.kind = kind, .seq = s, .slot = slot, .page = pg, .unit = (int64_t)uidx(g, pg, l, uk, h)};
+            inj_fault f = {.kind = kind, .seq = s, .slot = slot, .page = pg, .unit = (int64_t)uidx(g, pg, l, uk, h), .n_flip = 1,
+                           .flip_at = {(uint8_t *)dyn_slot(p, l, pg, uk, h) + (bit >> 3)}, .flip_mask = {(uint8_t)(1u << (bit & 7))}};
             add_fault(g, f);
         } else {
             l = (int)rng_below(rng, (uint32_t)g->L);
@@ -1125,7 +1138,7 @@ int kiln_kv_integ_inject(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_fault kind, ui
         }
         if (q < 0) return 0;
         s->pages[slot] = q;
-        inj_fault f = {.kind = kind, .seq = s, .slot = slot, .page = q, .unit = -1};
+        inj_fault f = {.kind = kind, .seq = s, .slot = slot, .page = q, .unit = -1, .victim = s, .old_page = pg};
         add_fault(g, f);
         return 1;
     }
@@ -1162,3 +1175,27 @@ void kiln_kv_integ_tick(kiln_kv_pool *p, kiln_kv_seq *s) {
 }
 
 kiln_kv_integrity kiln_kv_integ_mode(const kiln_kv_pool *p) { return p && p->integ ? p->integ->mode : KILN_KV_INTEGRITY_OFF; }
+
+int kiln_kv_integ_undo(kiln_kv_pool *p) {
+    kiln_kv_integ *g = p->integ;
+    if (!g) return 0;
+    int n = 0;
+    for (int i = 0; i < g->n_faults; i++) {
+        inj_fault *f = &g->faults[i];
+        if (f->dropped) continue;
+        if (f->n_flip) {
+            for (int j = 0; j < f->n_flip; j++) *f->flip_at[j] ^= f->flip_mask[j];
+            f->n_flip = 0;
+        } else if (f->victim) {
+            f->victim->pages[f->slot] = f->old_page;
+            f->victim = NULL;
+        } else {
+            continue;
+        }
+        if (!f->detected) g->n_undetected--;
+        f->dropped = 1;
+        if (f->seq && f->seq->integ) f->seq->integ->bad_slot = -1;
+        n++;
+    }
+    return n;
+}

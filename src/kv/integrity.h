@@ -153,6 +153,9 @@ int kiln_kv_integ_inject(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_fault kind, ui
 /* Injection schedule from the SPEC given at attach: called once per step with a sequence of the
  * step; injects when the schedule says so. */
 void kiln_kv_integ_tick(kiln_kv_pool *p, kiln_kv_seq *s);
+/* Undoes every injected bit flip and block-table change still in place (campaigns: the next fault
+ * starts from a clean pool) and clears the victims' bad slots. Returns how many were undone. */
+int kiln_kv_integ_undo(kiln_kv_pool *p);
 /* Parses a SPEC ("bitflip=10,scale=2,every=4,after=8,seed=7"; kinds: bitflip multibit scale
  * wrongpage stale lostwrite partialcopy, or all=N): KILN_ERR_INVALID_ARG naming the bad item. */
 kiln_status kiln_kv_integ_parse_spec(const char *spec, int counts[KILN_KV_FAULT_KINDS], int *every, int *after, uint64_t *seed);
