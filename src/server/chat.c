@@ -1,21 +1,67 @@
 /* chat.c — chat messages → prompt text.
  *
- * HOOK (chat templates): when the tokenizer helper's Jinja interpreter lands
- * (src/tokenizer/chat_template.h), models that ship a chat template (tokenizer_config.json
- * "chat_template", GGUF tokenizer.chat_template) are rendered with it here, with
- * add_generation_prompt = true. Until then, and for checkpoints without a template, the built-in
- * plain template below is used (docs/SERVER.md):
+ * A model that ships a chat template (chat_template.jinja, tokenizer_config.json "chat_template",
+ * GGUF tokenizer.chat_template) is rendered with it through kiln_chat_render (kiln.h: Hugging Face
+ * apply_chat_template semantics, add_generation_prompt = true, the request's chat_template_kwargs
+ * as extra variables). Checkpoints without one use the built-in plain template (docs/SERVER.md):
  *     for each message:  "<role>: <content>\n"
  *     then:              "assistant:"
- * Validation (roles, content types) is the same either way. */
+ * Validation (roles, content types) is the same either way and runs first. */
 #include "server/server_internal.h"
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *roles[] = {"system", "developer", "user", "assistant", "tool", NULL};
 
-int kiln_server_render_chat(kiln_server *s, json_t *messages, kiln_sbuf *out, kiln_oai_error *err) {
-    (void)s;
+void kiln_server_probe_template(kiln_server *s) {
+    s->has_template = 0;
+    if (!s->info.has_tokenizer) { snprintf(s->template_note, sizeof s->template_note, "none (no tokenizer)"); return; }
+    char *out = NULL;
+    kiln_status st = kiln_chat_render(s->m, "[{\"role\":\"user\",\"content\":\"Hello\"}]", NULL, 1, NULL, &out);
+    free(out);
+    if (st == KILN_OK) {
+        s->has_template = 1;
+        snprintf(s->template_note, sizeof s->template_note, "the model's own");
+    } else if (strstr(kiln_last_error(), "no chat template")) {
+        snprintf(s->template_note, sizeof s->template_note, "built-in plain (the model has none)");
+    } else {
+        snprintf(s->template_note, sizeof s->template_note, "built-in plain (the model's does not render: %.200s)", kiln_last_error());
+    }
+}
+
+static int render_model_template(kiln_server *s, json_t *messages, json_t *kwargs, kiln_sbuf *out, kiln_oai_error *err) {
+    /* text parts become one string (templates expect string content; parts are concatenated) */
+    json_t *norm = json_deep_copy(messages);
+    for (size_t i = 0; norm && i < json_array_size(norm); i++) {
+        json_t *m = json_array_get(norm, i), *c = json_object_get(m, "content");
+        if (!json_is_array(c)) continue;
+        kiln_sbuf t = {0};
+        for (size_t k = 0; k < json_array_size(c); k++) {
+            json_t *tx = json_object_get(json_array_get(c, k), "text");
+            kiln_sbuf_put(&t, json_string_value(tx), json_string_length(tx));
+        }
+        json_object_set_new(m, "content", json_stringn(t.p ? t.p : "", t.len));
+        kiln_sbuf_free(&t);
+    }
+    char *msgs = norm ? json_dumps(norm, JSON_COMPACT) : NULL, *extra = kwargs ? json_dumps(kwargs, JSON_COMPACT) : NULL, *text = NULL;
+    if (!msgs || (kwargs && !extra)) {
+        json_decref(norm); free(msgs); free(extra);
+        return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    kiln_status st = kiln_chat_render(s->m, msgs, NULL, 1, extra, &text);
+    json_decref(norm);
+    free(msgs);
+    free(extra);
+    if (st != KILN_OK) return kiln_oai_fail(err, 400, "invalid_request_error", "messages", "chat_template_error", "chat template: %s", kiln_last_error());
+    kiln_sbuf_puts(out, text);
+    free(text);
+    return 1;
+}
+
+int kiln_server_render_chat(kiln_server *s, json_t *messages, json_t *kwargs, kiln_sbuf *out, int *templated, kiln_oai_error *err) {
     char param[64];
+    *templated = 0;
     size_t n = json_array_size(messages);
     for (size_t i = 0; i < n; i++) {
         json_t *msg = json_array_get(messages, i);
@@ -51,5 +97,10 @@ int kiln_server_render_chat(kiln_server *s, json_t *messages, kiln_sbuf *out, ki
         kiln_sbuf_puts(out, "\n");
     }
     kiln_sbuf_puts(out, "assistant:");
+    if (s->has_template) {
+        out->len = 0;
+        *templated = 1;
+        return render_model_template(s, messages, kwargs, out, err);
+    }
     return 1;
 }

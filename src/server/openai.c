@@ -127,12 +127,25 @@ static int neutral_only(json_t *o, kiln_oai_error *err, int chat) {
     return 1;
 }
 
-/* Tokenizes text (BOS first when the model has one) into p->prompt. */
-static int tokenize(kiln_server *s, const char *text, size_t len, kiln_oai_params *p, const char *param, kiln_oai_error *err) {
+/* Tokenizes text (BOS first when the model has one) into p->prompt. templated: text rendered by
+ * the model's chat template, which writes BOS and special tokens itself. */
+static int tokenize(kiln_server *s, const char *text, size_t len, kiln_oai_params *p, const char *param, int templated, kiln_oai_error *err) {
     if (!s->info.has_tokenizer)
         return BADC(param, "unsupported_parameter", "this model has no tokenizer: send /v1/completions prompts as arrays of token ids");
     if (!kiln_utf8_valid(text, len)) return BAD(param, "'%s' is not valid UTF-8", param);
     size_t cap = len + 16, n = 0;
+    if (templated) {
+        int32_t *ids = NULL;
+        if (kiln_tokenizer_encode(kiln_model_tokenizer(s->m), text, len, 0, 1, &ids, &n) != KILN_OK)
+            return BAD(param, "cannot tokenize the rendered chat: %s", kiln_last_error());
+        free(p->prompt);
+        p->prompt = ids;
+        cap = n + 1; /* skip the loop below */
+        if (n == 0) return BAD(param, "the chat template rendered an empty prompt");
+        if (n > (size_t)1 << 30) return BADC(param, "context_length_exceeded", "'%s' is too long", param);
+        p->n_prompt = (int)n;
+        return 1;
+    }
     for (int tries = 0; tries < 2; tries++) {
         free(p->prompt);
         p->prompt = malloc(cap * sizeof *p->prompt);
@@ -166,12 +179,12 @@ static int token_ids(kiln_server *s, json_t *a, kiln_oai_params *p, kiln_oai_err
 static int parse_prompt(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
     json_t *v = json_object_get(o, "prompt");
     if (!v || json_is_null(v)) return BAD("prompt", "'prompt' is required");
-    if (json_is_string(v)) return tokenize(s, json_string_value(v), json_string_length(v), p, "prompt", err);
+    if (json_is_string(v)) return tokenize(s, json_string_value(v), json_string_length(v), p, "prompt", 0, err);
     if (!json_is_array(v)) return BAD("prompt", "'prompt' must be a string or an array, got %s", jtype(v));
     json_t *first = json_array_get(v, 0);
     if (first && (json_is_string(first) || json_is_array(first))) {
         if (json_array_size(v) != 1) return BADC("prompt", "unsupported_parameter", "only one prompt per request is supported (got %zu)", json_array_size(v));
-        if (json_is_string(first)) return tokenize(s, json_string_value(first), json_string_length(first), p, "prompt", err);
+        if (json_is_string(first)) return tokenize(s, json_string_value(first), json_string_length(first), p, "prompt", 0, err);
         return token_ids(s, first, p, err);
     }
     return token_ids(s, v, p, err);
@@ -271,10 +284,14 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
         if (!msgs || json_is_null(msgs)) { BAD("messages", "'messages' is required"); goto out; }
         if (!json_is_array(msgs)) { BAD("messages", "'messages' must be an array, got %s", jtype(msgs)); goto out; }
         if (json_array_size(msgs) == 0) { BAD("messages", "'messages' must not be empty"); goto out; }
+        json_t *kw = json_object_get(o, "chat_template_kwargs");
+        if (kw && json_is_null(kw)) kw = NULL;
+        if (kw && !json_is_object(kw)) { BAD("chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s", jtype(kw)); goto out; }
         kiln_sbuf text = {0};
-        int rok = kiln_server_render_chat(s, msgs, &text, err);
+        int templated = 0;
+        int rok = kiln_server_render_chat(s, msgs, kw, &text, &templated, err);
         if (rok && text.oom) rok = kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        if (rok) rok = tokenize(s, text.p ? text.p : "", text.len, p, "messages", err);
+        if (rok) rok = tokenize(s, text.p ? text.p : "", text.len, p, "messages", templated, err);
         kiln_sbuf_free(&text);
         if (!rok) goto out;
     } else if (!parse_prompt(s, o, p, err)) goto out;

@@ -612,6 +612,7 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
     kiln_engine_config ec = {so->max_batch, so->max_queue, so->step_tokens, so->prefix_cache};
     kiln_status st = kiln_engine_create(m, opts, &ec, &s->eng);
     if (st != KILN_OK) { free(s->api_key); free(s); return st; }
+    kiln_server_probe_template(s); /* before the first request can arrive */
 
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
@@ -652,12 +653,13 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
         fprintf(stderr,
                 "kiln serve: model '%s' (%s, %d layers, vocab %d), context %d tokens\n"
                 "kiln serve: KV pool %s, %d pages × %d tokens = %lld tokens%s%s; max batch %d, queue %d, step %d tokens, prefix cache %s\n"
+                "kiln serve: chat template: %s\n"
                 "kiln serve: body limit %zu bytes, request timeout %g s, API key %s\n"
                 "kiln serve: listening on http://%s:%d\n",
                 s->model_name, s->info.arch, s->info.n_layers, s->info.vocab_size, kiln_engine_context(s->eng), dtn, es.kv_pages_total,
                 es.page_tokens, (long long)es.kv_capacity_tokens, dt == KILN_KV_FP8 ? ", fp8 scales: " : "",
                 dt == KILN_KV_FP8 ? kiln_engine_kv_source(s->eng) : "", so->max_batch, so->max_queue,
-                ec.step_tokens < so->max_batch ? so->max_batch : ec.step_tokens, so->prefix_cache ? "on" : "off", so->max_body_bytes,
+                ec.step_tokens < so->max_batch ? so->max_batch : ec.step_tokens, so->prefix_cache ? "on" : "off", s->template_note, so->max_body_bytes,
                 so->request_timeout_s, s->api_key ? "required" : "off", so->host, s->port);
         fflush(stderr);
     }

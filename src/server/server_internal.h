@@ -29,6 +29,8 @@ struct kiln_server {
     atomic_ullong id_counter;
     double t_start;
     long created;
+    int has_template;            /* chat uses the model's template (else the built-in one) */
+    char template_note[320];     /* for the start-up summary */
 };
 
 /* An OpenAI error: HTTP status and the body's error object. */
@@ -61,8 +63,13 @@ typedef struct kiln_oai_params {
 int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_oai_params *p, kiln_oai_error *err);
 void kiln_oai_params_free(kiln_oai_params *p);
 
-/* Renders chat messages to prompt text (chat.c). HOOK: the model's own chat template. */
-int kiln_server_render_chat(kiln_server *s, json_t *messages, kiln_sbuf *out, kiln_oai_error *err);
+/* Renders chat messages to prompt text (chat.c): the model's own chat template when it has one
+ * (*templated = 1: the text holds its special tokens and BOS, encode with add_bos 0 and special
+ * tokens parsed), else the built-in plain template (*templated = 0). kwargs: the request's
+ * chat_template_kwargs object or NULL. */
+int kiln_server_render_chat(kiln_server *s, json_t *messages, json_t *kwargs, kiln_sbuf *out, int *templated, kiln_oai_error *err);
+/* At start: whether the model's chat template renders (sets s->has_template, s->template_note). */
+void kiln_server_probe_template(kiln_server *s);
 
 /* JSON string of arbitrary bytes (repaired to valid UTF-8). */
 json_t *kiln_json_bytes_string(const char *s, size_t n);
