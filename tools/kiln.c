@@ -65,11 +65,12 @@ int cmd_run(int argc, char **argv) {
     if ((st = kiln_session_create(m, &o, &s)) || (st = kiln_sampler_create(&sp, info.vocab_size, &smp))) { rc = cli_fail_status("run", st); goto out; }
     if (dump_path && !(dump = fopen(dump_path, "wb"))) { rc = cli_fail_msg("run", "cannot create the --dump-logits file"); goto out; }
 
-    /* Echo the prompt (without BOS) like llama2.c's run.c does, then stream the generated text. */
+    /* Echo the prompt (without BOS) like llama2.c's run.c does, then stream the generated text.
+     * Tokenizers without BOS (Qwen, GPT-2) echo from the first token. */
     if (info.has_tokenizer)
-        for (int i = 1; i < n_prompt; i++) {
+        for (int i = ids[0] == info.bos_id ? 1 : 0; i < n_prompt; i++) {
             size_t len;
-            const char *p = kiln_token_piece(m, ids[i - 1], ids[i], &len);
+            const char *p = kiln_token_piece(m, i ? ids[i - 1] : -1, ids[i], &len);
             if (p) fwrite(p, 1, len, stdout);
         }
     fflush(stdout);

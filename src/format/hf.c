@@ -124,7 +124,10 @@ kiln_status kiln_load_hf(struct kiln_model *m, const char *dir) {
     char tj[4200], tc[4200];
     snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
     snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
+    char tt[4200];
+    snprintf(tt, sizeof tt, "%s/tiktoken.model", dir);
     if (file_exists(tj)) KILN_TRY(kiln_tok_load_hf(tj, file_exists(tc) ? tc : NULL, &m->tok));
+    else if (file_exists(tt)) KILN_TRY(kiln_tok_load_tiktoken(tt, file_exists(tc) ? tc : NULL, &m->tok)); /* Kimi K2 */
     if (m->tok) {
         if (m->hp.bos_id < 0) m->hp.bos_id = kiln_tok_bos(m->tok);
         if (m->hp.eos_id < 0) m->hp.eos_id = kiln_tok_eos(m->tok);
