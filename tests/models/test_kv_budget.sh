@@ -61,6 +61,35 @@ field "$T/i.json" scale_source | grep -q "kv_scales.json (kiln calibrate; K smoo
 "$KILN" run "$T/stories260K.bin" -n 8 --temp 0 --kv-dtype fp8 2> "$T/run.err" > /dev/null
 grep -q "fp8 scales: .*kv_scales.json" "$T/run.err"
 
+# ---- checkpoint scales (vLLM convention: model.layers.N.self_attn.k_scale / v_scale) win over the
+#      built-in pass; a bad one is an error naming the tensor ----
+"$KILN" convert "$M" "$T/hf" 2>/dev/null
+add_scales() { # dir, v_scale of layer 3
+    "$PY" - "$1/model.safetensors" "$2" <<'PYEOF'
+import json, struct, sys
+path, v3 = sys.argv[1], float(sys.argv[2])
+b = open(path, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+hdr = json.loads(b[8:8 + n]); data = b[8 + n:]
+extra = b''
+for l in range(5):
+    for kind, val in (('k_scale', 0.08), ('v_scale', v3 if l == 3 else 0.01)):
+        hdr['model.layers.%d.self_attn.%s' % (l, kind)] = {'dtype': 'F32', 'shape': [], 'data_offsets': [len(data) + len(extra), len(data) + len(extra) + 4]}
+        extra += struct.pack('<f', val)
+h = json.dumps(hdr).encode(); h += b' ' * ((8 - len(h) % 8) % 8)
+open(path, 'wb').write(struct.pack('<Q', len(h)) + h + data + extra)
+PYEOF
+}
+cp -r "$T/hf" "$T/hf_bad"
+add_scales "$T/hf" 0.01
+add_scales "$T/hf_bad" -1
+"$KILN" run "$T/hf" -n 16 --temp 0 --kv-dtype fp8 > /dev/null 2> "$T/ck.err" || { cat "$T/ck.err"; exit 1; }
+grep -q "fp8 scales: checkpoint (model.layers.N.self_attn.k_scale / v_scale)" "$T/ck.err" || { cat "$T/ck.err"; exit 1; }
+set +e
+"$KILN" run "$T/hf_bad" -n 4 --kv-dtype fp8 > /dev/null 2> "$T/ck.err"; rc=$?
+set -e
+[ $rc -eq 1 ] && grep -q "tensor 'model.layers.3.self_attn.v_scale'\[0\] = -1 is not a positive finite scale" "$T/ck.err" || { echo "bad checkpoint scale: exit $rc"; cat "$T/ck.err"; exit 1; }
+
 # ---- bad kv_scales.json: clear errors naming the field ----
 bad() { # name, json text, expected message part
     printf '%s' "$2" > "$T/$1"
