@@ -323,6 +323,8 @@ kiln_status kiln_session_truncate(kiln_session *s, int n);
  * A weight whose input dimension is not a multiple of the INT4 group keeps its stored format and is
  * counted in *n_kept (may be NULL). Sessions created afterwards use the new weights. */
 kiln_status kiln_model_requantize(kiln_model *m, const char *weights, int *n_kept);
+/* The same limited to a scope: "all" (as above) or "experts" (the routed experts of MoE layers). */
+kiln_status kiln_model_requantize_scope(kiln_model *m, const char *weights, const char *scope, int *n_kept);
 
 typedef struct kiln_eval_params {
     const char *data_dir;        /* the evaluation sets (../shared/data layout); required for named tasks */
@@ -361,51 +363,6 @@ kiln_status kiln_eval_check_task(const char *task);
  * results. Deterministic: the same model, options and params give the same numbers. */
 kiln_status kiln_eval_run(kiln_model *m, const kiln_options *opts, const char *task, const kiln_eval_params *p,
                           kiln_eval_metric **metrics, int *n_metrics);
-
-
-/* ==== tokenizers and chat templates (issue 9: src/tokenizer/, src/model/chat_api.c, docs/TOKENIZERS.md) */
-/* A tokenizer on its own (no weights): `kiln tokenize`, tools. */
-typedef struct kiln_tokenizer kiln_tokenizer;
-/* path: a tokenizer.json / tokenizer_config.json / tiktoken.model / llama2.c tokenizer .bin / GGUF
- * file, a directory with tokenizer files, or a model kiln_model_load reads (its tokenizer). */
-kiln_status kiln_tokenizer_load(const char *path, kiln_tokenizer **out);
-void kiln_tokenizer_free(kiln_tokenizer *t);
-int kiln_tokenizer_vocab_size(const kiln_tokenizer *t);
-int kiln_tokenizer_bos(const kiln_tokenizer *t); /* -1 if none */
-int kiln_tokenizer_eos(const kiln_tokenizer *t); /* -1 if none */
-/* Encodes UTF-8 text; *ids is malloc'ed (free() it). add_bos: add BOS when the tokenizer's
- * configuration does (as kiln_tokenize). parse_special: special tokens written in the text
- * ("<|im_start|>") are those tokens (1: trusted text such as a rendered chat prompt) or plain text
- * (0: untrusted user text). */
-kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, size_t len, int add_bos,
-                                  int parse_special, int32_t **ids, size_t *n);
-/* The bytes token id decodes to (after prev, as kiln_token_piece); NULL for an invalid id. */
-const char *kiln_tokenizer_piece(const kiln_tokenizer *t, int32_t prev, int32_t id, size_t *len);
-/* The token as the vocabulary stores it ("Ġthe", "<|im_end|>"), NULL for an invalid id. */
-const char *kiln_tokenizer_token(const kiln_tokenizer *t, int32_t id);
-int kiln_tokenizer_is_special(const kiln_tokenizer *t, int32_t id);
-/* The model's tokenizer (owned by the model), NULL if it has none. */
-const kiln_tokenizer *kiln_model_tokenizer(const kiln_model *m);
-
-/* Renders the model's own chat template (chat_template.jinja beside the model, else
- * tokenizer_config.json chat_template — its "tool_use" variant when tools are given and it has
- * one, else "default" — else the GGUF tokenizer.chat_template) the way Hugging Face transformers'
- * apply_chat_template does: variables messages, tools (None when tools_json is NULL), documents
- * (None), add_generation_prompt, the special tokens of tokenizer_config.json (bos_token,
- * eos_token, unk_token, pad_token, additional_special_tokens), then the members of extra_json (a
- * JSON object, e.g. {"enable_thinking": false}; may be NULL). messages_json: a JSON array of
- * message objects ({"role", "content", "tool_calls", "reasoning_content", ...}) passed as is (tool
- * call arguments stay strings or objects as given). *out: malloc'ed NUL-terminated text; it already
- * holds the BOS text where the template writes it, so encode it with add_bos = 0 and
- * parse_special = 1. Errors name the template line and construct (see docs/TOKENIZERS.md). */
-kiln_status kiln_chat_render(const kiln_model *m, const char *messages_json, const char *tools_json,
-                             int add_generation_prompt, const char *extra_json, char **out);
-/* The same without loading weights: path is a model or tokenizer directory, a
- * tokenizer_config.json, a GGUF file, or a .jinja template file (then no special-token variables
- * unless extra_json gives them). template_path (may be NULL) replaces the template source. */
-kiln_status kiln_chat_render_path(const char *path, const char *template_path, const char *messages_json,
-                                  const char *tools_json, int add_generation_prompt, const char *extra_json,
-                                  char **out);
 
 
 /* ==== tokenizers and chat templates (issue 9: src/tokenizer/, src/model/chat_api.c, docs/TOKENIZERS.md) */

@@ -3,6 +3,8 @@
  * linear layer including the output head): prompt tokens/s, batch-1 decode tokens/s, weight bytes
  * read per decode token, achieved GB/s, and the machine's read bandwidth measured by the bench itself
  * with the same thread count (best of the measurements taken before each configuration).
+ * --scope experts quantizes only the routed experts of MoE models (the rest stays as stored); the bytes
+ * per token then count only the experts a token is routed to (kiln_model_decode_weight_bytes).
  * Other benchmarks: --kv-context (tools/cmd_kv.c), --integrity, --server, --tokenizer. */
 #include "cli.h"
 #include <stdio.h>
@@ -16,8 +18,8 @@ typedef struct {
     int kept;
 } bench_row;
 
-static kiln_status bench_one(const char *path, const kiln_options *o, const char *weights, int n_prompt, int n_gen, uint64_t seed,
-                             bench_row *r) {
+static kiln_status bench_one(const char *path, const kiln_options *o, const char *weights, const char *scope, int n_prompt, int n_gen,
+                             uint64_t seed, bench_row *r) {
     kiln_model *m;
     kiln_status st0 = kiln_model_load(path, o, &m);
     if (st0) return st0;
@@ -25,7 +27,8 @@ static kiln_status bench_one(const char *path, const kiln_options *o, const char
     kiln_session *s = NULL;
     int32_t *toks = NULL;
     if (strcmp(weights, "native") != 0) {
-        if ((st = kiln_model_requantize(m, weights, &r->kept)) || (st = kiln_model_requantize_head(m, weights))) goto out;
+        if ((st = kiln_model_requantize_scope(m, weights, scope, &r->kept))) goto out;
+        if (strcmp(scope, "all") == 0 && (st = kiln_model_requantize_head(m, weights))) goto out;
     }
     r->bytes_per_token = kiln_model_decode_weight_bytes(m);
     kiln_model_info info;
@@ -59,7 +62,7 @@ int cmd_bench(int argc, char **argv) {
     args_t a = {argc, argv, 0, "bench", 0};
     kiln_options o;
     kiln_options_default(&o);
-    const char *path = NULL, *weights = "f32,bf16,fp8,int4";
+    const char *path = NULL, *weights = "f32,bf16,fp8,int4", *scope = "all";
     long n_prompt = 128, n_gen = 64, seed = 1;
     int json = 0;
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
@@ -70,12 +73,13 @@ int cmd_bench(int argc, char **argv) {
         else if (strcmp(k, "--gen") == 0) cli_long(&a, k, cli_value(&a), 1, 1 << 20, &n_gen);
         else if (strcmp(k, "--seed") == 0) cli_long(&a, k, cli_value(&a), 0, 1L << 30, &seed);
         else if (strcmp(k, "--json") == 0) json = 1;
+        else if (strcmp(k, "--scope") == 0) scope = cli_value(&a);
         else if (k[0] == '-') { fprintf(stderr, "kiln bench: error: unknown option '%s'\n", k); return 2; }
         else if (!path) path = k;
         else { fprintf(stderr, "kiln bench: error: unexpected argument '%s'\n", k); return 2; }
     }
     if (a.bad) return 2;
-    if (!path) return cli_fail_msg("bench", "usage: kiln bench MODEL [--weights f32,bf16,fp8,int4|native] [--prompt N] [--gen N] [--threads N] [--json]");
+    if (!path) return cli_fail_msg("bench", "usage: kiln bench MODEL [--weights f32,bf16,fp8,int4|native] [--scope all|experts] [--prompt N] [--gen N] [--threads N] [--json]");
     char list[256];
     snprintf(list, sizeof list, "%s", weights ? weights : "");
     bench_row rows[16];
@@ -89,15 +93,15 @@ int cmd_bench(int argc, char **argv) {
         bench_row *r = &rows[n];
         memset(r, 0, sizeof *r);
         snprintf(r->weights, sizeof r->weights, "%s", w);
-        kiln_status st = bench_one(path, &o, w, (int)n_prompt, (int)n_gen, (uint64_t)seed, r);
+        kiln_status st = bench_one(path, &o, w, scope ? scope : "all", (int)n_prompt, (int)n_gen, (uint64_t)seed, r);
         if (st) return cli_fail_status("bench", st);
         if (r->gbps_measured > best_bw) best_bw = r->gbps_measured;
         if (!json) fprintf(stderr, "bench: %s done (%.1f decode tok/s)\n", w, r->decode_tps);
         n++;
     }
     if (!json) {
-        printf("model %s, prompt %ld tokens, decode %ld tokens, threads %d, measured read bandwidth %.1f GB/s\n", path, n_prompt, n_gen,
-               o.threads, best_bw);
+        printf("model %s, scope %s, prompt %ld tokens, decode %ld tokens, threads %d, measured read bandwidth %.1f GB/s\n", path, scope,
+               n_prompt, n_gen, o.threads, best_bw);
         printf("| weights | prompt tok/s | decode tok/s | weight MB/token | achieved GB/s | %% of measured | vs first |\n");
         printf("|---|---|---|---|---|---|---|\n");
     }

@@ -42,7 +42,7 @@ static kiln_status requant_one(struct kiln_model *m, kiln_weight *w, kiln_wforma
  * gate/up/down), the routed experts and the shared experts. Kept as stored: MoE routers (routing
  * decisions are what quantization must not move; checkpoints keep them in BF16) and MLA's kv_b,
  * whose per-head absorbed float32 copies (built at load) are what attention reads. */
-static kiln_status requant_arch(struct kiln_model *m, kiln_wformat fmt, int *kept) {
+static kiln_status requant_arch(struct kiln_model *m, kiln_wformat fmt, int experts_only, int *kept) {
     kiln_arch_model *am = m->arch_state;
     if (!am) return KILN_OK;
     for (int l = 0; l < m->hp.n_layers; l++) {
@@ -58,7 +58,7 @@ static kiln_status requant_arch(struct kiln_model *m, kiln_wformat fmt, int *kep
             {&L->moe.sh_gate, "mlp.shared_experts.gate_proj"}, {&L->moe.sh_up, "mlp.shared_experts.up_proj"},
             {&L->moe.sh_down, "mlp.shared_experts.down_proj"},
         };
-        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+        for (size_t i = 0; i < sizeof ws / sizeof *ws && !experts_only; i++) {
             snprintf(name, sizeof name, "layer %d %s", l, ws[i].n);
             KILN_TRY(requant_one(m, ws[i].w, fmt, name, kept));
         }
@@ -73,6 +73,10 @@ static kiln_status requant_arch(struct kiln_model *m, kiln_wformat fmt, int *kep
 }
 
 kiln_status kiln_model_requantize(kiln_model *m, const char *weights, int *n_kept) {
+    return kiln_model_requantize_scope(m, weights, "all", n_kept);
+}
+
+kiln_status kiln_model_requantize_scope(kiln_model *m, const char *weights, const char *scope, int *n_kept) {
     int kept = 0;
     if (n_kept) *n_kept = 0;
     if (!weights) return kiln_fail(KILN_ERR_INVALID_ARG, "requantize: no weight format");
@@ -82,8 +86,12 @@ kiln_status kiln_model_requantize(kiln_model *m, const char *weights, int *n_kep
     else if (strcmp(weights, "fp8") == 0) fmt = KILN_WF_FP8_BLOCK;
     else if (strcmp(weights, "int4") == 0) fmt = KILN_WF_INT4_GROUP;
     else return kiln_fail(KILN_ERR_INVALID_ARG, "--weights '%s' is not one of f32, bf16, fp8, int4", weights);
+    int experts_only = scope && strcmp(scope, "experts") == 0;
+    if (scope && !experts_only && strcmp(scope, "all") != 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--scope '%s' is not all or experts", scope);
+    if (experts_only && !m->arch) return kiln_fail(KILN_ERR_INVALID_ARG, "--scope experts: the model has no MoE experts");
     if (m->arch) {
-        KILN_TRY(requant_arch(m, fmt, &kept));
+        KILN_TRY(requant_arch(m, fmt, experts_only, &kept));
         if (n_kept) *n_kept = kept;
         return KILN_OK;
     }
