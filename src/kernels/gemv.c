@@ -190,6 +190,7 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
 /* Prepares the n activation rows (thread-shared when called before the parallel split). */
 static const uint8_t *prep(const kiln_ktable *t, const kiln_weight *w, int n, size_t *xpb) {
     *xpb = t->xprep_bytes[w->fmt] ? t->xprep_bytes[w->fmt](w) : 0;
+    if (n > 1 && t->gemm_f32 && t->dequant[w->fmt]) *xpb = 0; /* prefill via f32 tiles reads X itself */
     if (!*xpb) return NULL;
     return scratch(0, *xpb * (size_t)n);
 }

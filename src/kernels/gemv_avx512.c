@@ -287,7 +287,7 @@ AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t
 
 static void gemv_fp8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     int64_t r = r0;
-    if (w->block % 64 == 0 && !(_mm_getcsr() & 0x40 /* DAZ */)) {
+    if (xp && w->block % 64 == 0 && !(_mm_getcsr() & 0x40 /* DAZ */)) {
         /* vpshufb index k: dword i of each lane ← byte 4k + i, placed in the dword's top byte */
         __m512i sh[4];
         for (int k = 0; k < 4; k++) {

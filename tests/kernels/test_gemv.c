@@ -251,6 +251,29 @@ static void test_large_threaded(void **s) {
     kiln_kernels_select(KILN_ISA_AUTO);
 }
 
+/* With denormals-are-zero set (as -ffast-math programs do) the FP8 kernels switch to a path that
+ * never produces denormals and stay within the same bounds (the fast path's exact f32 denormals
+ * would read as 0). MXCSR is per thread: kiln_matmul_rows runs on this one. */
+static void test_fp8_daz(void **s) {
+    (void)s;
+    unsigned int old = __builtin_ia32_stmxcsr();
+    for (int k = 1; k < 3; k++) {
+        if (!kiln_cpu_supports(isas[k])) continue;
+        kiln_kernels_select(isas[k]);
+        tweight t = make_weight(KILN_WF_FP8_BLOCK, 9, 300, 128);
+        for (int i = 0; i < 9 * 300; i++) t.data[i] &= 0x87; /* exponent field 0: subnormal codes only */
+        float *X = make_x(1, 300), Y[9], R[9], B[9];
+        kiln_gemv_ref(&t.w, X, R, 0, 9);
+        elem_bounds(&t.w, X, B);
+        __builtin_ia32_ldmxcsr(old | 0x8040); /* FTZ | DAZ */
+        kiln_matmul_rows(&t.w, X, Y, 1, 0, 9);
+        __builtin_ia32_ldmxcsr(old);
+        for (int r = 0; r < 9; r++) assert_true(fabsf(Y[r] - R[r]) <= B[r]);
+        free(X); free_weight(&t);
+    }
+    kiln_kernels_select(KILN_ISA_AUTO);
+}
+
 static void test_f32_helpers(void **s) {
     (void)s;
     static const int64_t ns[] = {0, 1, 5, 16, 17, 63, 64, 65, 1000};
@@ -295,6 +318,7 @@ int main(void) {
         cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
+        cmocka_unit_test(test_fp8_daz),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
