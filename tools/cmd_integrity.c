@@ -42,13 +42,16 @@ void cli_print_integrity(FILE *f, const kiln_kv_integrity_stats *st) {
 }
 
 /* ---- kiln bench MODEL --integrity ----------------------------------------------------------------
- * Cost: one session per (KV dtype, integrity mode), all in one process. Per repeat, the modes run
- * in rotating order (drift and neighbours' load spread over all of them): time to first token of a
- * --prompt-token prompt (prefill + the first greedy pick), then the cache is extended to --ctx
- * positions (kiln_session_kv_fill) and --decode greedy steps are timed; then one decode step's
- * attention alone (kiln_session_bench_attention: every page verified, as in a real step). Wall
- * clock and process CPU time (with --threads 1 the CPU time is the work, whatever share of a core
- * the machine granted). Medians over repeats, with min and max.
+ * Cost: one session per (KV dtype, integrity mode), all in one process. Per repeat: time to first
+ * token of a --prompt-token prompt (prefill + the first greedy pick) in each mode, in rotating order;
+ * then every cache is extended (kiln_session_kv_fill) so that --decode greedy steps end at --ctx
+ * positions, and the decode steps run one token per mode in turn, each token timed (so load from
+ * other processes falls on every mode alike); then one decode step's attention alone
+ * (kiln_session_bench_attention: every page verified, as in a real step). Wall clock and process
+ * CPU time (with --threads 1 the CPU time is the work, whatever share of a core the machine
+ * granted). Decode: tokens/s of the median token, [slowest, fastest]; TTFT: median [min, max] of
+ * the repeats. "best" compares the fastest token of each mode (interference only ever slows a
+ * token down, so the minimum is the least disturbed estimate).
  * Detection: kiln_kv_integrity_campaign per fault kind (--faults N bit flips, N/10 of every other
  * kind) and a fault-free run of --clean-pages page verifications. */
 #include <stdlib.h>
@@ -65,7 +68,7 @@ static int argmax_(const float *x, int n) {
     return b;
 }
 static int cmp_d(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
-typedef struct { double med, lo, hi; } spread;
+typedef struct { double med, lo, hi; } spread; /* median, min, max */
 static spread spread_of(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     spread s = {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v[0], v[n - 1]};
@@ -77,8 +80,13 @@ typedef struct {
     kiln_kv_dtype dt;
     kiln_kv_integrity mode;
     kiln_session *s;
-    double tps[MAXR], ctps[MAXR], ttft[MAXR], cttft[MAXR], attn[MAXR], cattn[MAXR];
-    double vbytes; /* bytes verified per decode step */
+    double ttft[MAXR], cttft[MAXR], attn[MAXR], cattn[MAXR];
+    double *tw, *tc;  /* every decode token's wall / CPU seconds */
+    int n;
+    spread dtw, dtc;  /* decode tokens/s: wall, CPU */
+    int32_t tok;
+    kiln_kv_integrity_stats s0;
+    double vbytes;    /* bytes verified per decode step */
 } bvar;
 
 int cmd_bench_integrity(int argc, char **argv) {
@@ -91,9 +99,12 @@ int cmd_bench_integrity(int argc, char **argv) {
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
         const char *k = argv[a.i];
         if (strcmp(k, "--kv-dtype") == 0) { dts = cli_value(&a); continue; } /* a list here */
+        if (strcmp(k, "--ctx") == 0 || strcmp(k, "--context") == 0 || strcmp(k, "--kv-context") == 0) { /* the bench's context */
+            cli_long(&a, k, cli_value(&a), 2, 1 << 24, &ctx);
+            continue;
+        }
         if (cli_common_option(&a, &o)) continue;
         if (strcmp(k, "--integrity") == 0) continue;
-        else if (strcmp(k, "--ctx") == 0 || strcmp(k, "--kv-context") == 0) cli_long(&a, k, cli_value(&a), 2, 1 << 24, &ctx);
         else if (strcmp(k, "--prompt") == 0) cli_long(&a, k, cli_value(&a), 1, 1 << 24, &prompt);
         else if (strcmp(k, "--decode") == 0) cli_long(&a, k, cli_value(&a), 1, 100000, &decode);
         else if (strcmp(k, "--repeat") == 0) cli_long(&a, k, cli_value(&a), 1, MAXR, &repeat);
@@ -164,38 +175,56 @@ int cmd_bench_integrity(int argc, char **argv) {
                 oo.max_context = (int)(ctx + decode + 8);
                 if ((st = kiln_session_create(m, &oo, &v->s))) { rc = cli_fail_status("bench", st); goto done; }
             }
+        for (int i = 0; i < nv; i++) {
+            vs[i].tw = malloc((size_t)(repeat * decode) * sizeof(double));
+            vs[i].tc = malloc((size_t)(repeat * decode) * sizeof(double));
+            if (!vs[i].tw || !vs[i].tc) { rc = cli_fail_msg("bench", "out of memory"); goto done; }
+        }
         for (int r = 0; r < repeat; r++)
-            for (int d = 0; d < ndt; d++)
+            for (int d = 0; d < ndt; d++) {
+                bvar *vd = &vs[d * nmode];
+                kiln_status st;
+                /* time to first token, modes in rotating order; then each cache is extended so that the
+                 * decode steps end at the context */
                 for (int j = 0; j < nmode; j++) {
-                    bvar *v = &vs[d * nmode + (j + r) % nmode]; /* rotating order */
-                    kiln_session *s = v->s;
-                    kiln_status st;
-                    kiln_session_reset(s);
+                    bvar *v = &vd[(j + r) % nmode];
+                    kiln_session_reset(v->s);
                     double t0 = kiln_now(), c0 = cpu_now();
-                    if ((st = kiln_session_eval(s, ptoks, (int)prompt, NULL))) { rc = cli_fail_status("bench", st); goto done; }
-                    int32_t tok = (int32_t)argmax_(kiln_session_logits(s), info.vocab_size);
+                    if ((st = kiln_session_eval(v->s, ptoks, (int)prompt, NULL))) { rc = cli_fail_status("bench", st); goto done; }
+                    v->tok = (int32_t)argmax_(kiln_session_logits(v->s), info.vocab_size);
                     v->ttft[r] = 1e3 * (kiln_now() - t0);
                     v->cttft[r] = 1e3 * (cpu_now() - c0);
-                    if ((st = kiln_session_kv_fill(s, (int)ctx))) { rc = cli_fail_status("bench", st); goto done; }
-                    kiln_kv_integrity_stats s0, s1;
-                    kiln_session_kv_integrity(s, &s0);
-                    t0 = kiln_now();
-                    c0 = cpu_now();
-                    for (long i = 0; i < decode; i++) {
-                        if ((st = kiln_session_eval(s, &tok, 1, NULL))) { rc = cli_fail_status("bench", st); goto done; }
-                        tok = (int32_t)argmax_(kiln_session_logits(s), info.vocab_size);
+                    if (ctx - decode > prompt && (st = kiln_session_kv_fill(v->s, (int)(ctx - decode)))) { rc = cli_fail_status("bench", st); goto done; }
+                    kiln_session_kv_integrity(v->s, &v->s0);
+                }
+                /* decode: one token per mode in turn, each timed (interference hits every mode alike) */
+                for (long i = 0; i < decode; i++)
+                    for (int j = 0; j < nmode; j++) {
+                        bvar *v = &vd[(j + i + r) % nmode];
+                        double t0 = kiln_now(), c0 = cpu_now();
+                        if ((st = kiln_session_eval(v->s, &v->tok, 1, NULL))) { rc = cli_fail_status("bench", st); goto done; }
+                        v->tok = (int32_t)argmax_(kiln_session_logits(v->s), info.vocab_size);
+                        v->tw[v->n] = kiln_now() - t0;
+                        v->tc[v->n++] = cpu_now() - c0;
                     }
-                    v->tps[r] = (double)decode / (kiln_now() - t0);
-                    v->ctps[r] = (double)decode / (cpu_now() - c0);
-                    kiln_session_kv_integrity(s, &s1);
-                    v->vbytes = (double)(s1.bytes_verified - s0.bytes_verified) / (double)decode;
-                    double ca = cpu_now(), at = kiln_session_bench_attention(s, 1);
+                for (int j = 0; j < nmode; j++) {
+                    bvar *v = &vd[(j + r) % nmode];
+                    kiln_kv_integrity_stats s1;
+                    kiln_session_kv_integrity(v->s, &s1);
+                    v->vbytes = (double)(s1.bytes_verified - v->s0.bytes_verified) / (double)decode;
+                    double ca = cpu_now(), at = kiln_session_bench_attention(v->s, 1);
                     v->attn[r] = 1e3 * at;
                     v->cattn[r] = 1e3 * (cpu_now() - ca);
-                    if (!json) fprintf(stderr, "kiln bench: repeat %d/%ld %s %s: ttft %.0f ms, decode %.3f tokens/s\n", r + 1, repeat,
-                                       v->dt == KILN_KV_FP8 ? "fp8" : v->dt == KILN_KV_BF16 ? "bf16" : "f32", kiln_kv_integrity_name(v->mode),
-                                       v->ttft[r], v->tps[r]);
+                    if (!json) fprintf(stderr, "kiln bench: repeat %d/%ld %s %s: TTFT %.0f ms\n", r + 1, repeat,
+                                       v->dt == KILN_KV_FP8 ? "fp8" : v->dt == KILN_KV_BF16 ? "bf16" : "f32", kiln_kv_integrity_name(v->mode), v->ttft[r]);
                 }
+            }
+        /* per-token times → tokens/s (the median token's rate; min / max from the slowest / fastest token) */
+        for (int i = 0; i < nv; i++) {
+            spread w = spread_of(vs[i].tw, vs[i].n), c = spread_of(vs[i].tc, vs[i].n);
+            vs[i].dtw = (spread){1.0 / w.med, 1.0 / w.hi, 1.0 / w.lo};
+            vs[i].dtc = (spread){1.0 / c.med, 1.0 / c.hi, 1.0 / c.lo};
+        }
     }
     kiln_kv_campaign camp[KILN_KV_FAULT_KINDS + 1];
     int ncamp = 0;
@@ -213,30 +242,34 @@ int cmd_bench_integrity(int argc, char **argv) {
         printf("{\"model\": \"%s\", \"context\": %ld, \"prompt_tokens\": %ld, \"decode_tokens\": %ld, \"repeats\": %ld, \"threads\": %d, \"modes\": [",
                model_path ? model_path : "", ctx, prompt, decode, repeat, o.threads);
     } else if (do_cost) {
-        printf("KV integrity cost, %s: context %ld, TTFT of a %ld-token prompt, %ld decode steps, median [min, max] of %ld repeats "
-               "(modes interleaved), threads %d\n", model_path, ctx, prompt, decode, repeat, o.threads);
-        printf("%-5s %-7s %24s %8s %26s %8s %20s %9s %14s\n", "kv", "mode", "decode tok/s", "cost", "TTFT ms", "cost", "decode tok/CPU-s", "cost",
-               "verified/token");
+        printf("KV integrity cost, %s: decode at context %ld, TTFT of a %ld-token prompt, %ld decode steps; median [min, max] of %ld repeats "
+               "(modes interleaved), threads %d; cost = vs off (median; 'best' = best run vs best run, CPU time)\n", model_path, ctx, prompt, decode,
+               repeat, o.threads);
+        printf("%-5s %-7s %24s %8s %26s %8s %22s %8s %8s %11s %8s %12s\n", "kv", "mode", "decode tok/s", "cost", "TTFT ms", "cost",
+               "decode tok/CPU-s", "cost", "best", "TTFT CPU-ms", "cost", "verified/tok");
     }
     for (int d = 0; do_cost && d < ndt; d++) {
         bvar *ref = &vs[d * nmode];
-        spread rt = spread_of(ref->tps, (int)repeat), rf = spread_of(ref->ttft, (int)repeat), rc_ = spread_of(ref->ctps, (int)repeat);
+        spread rt = ref->dtw, rf = spread_of(ref->ttft, (int)repeat), rc_ = ref->dtc;
         for (int j = 0; j < nmode; j++) {
             bvar *v = &vs[d * nmode + j];
-            spread t = spread_of(v->tps, (int)repeat), f = spread_of(v->ttft, (int)repeat), c = spread_of(v->ctps, (int)repeat);
+            spread t = v->dtw, f = spread_of(v->ttft, (int)repeat), c = v->dtc;
             spread cf = spread_of(v->cttft, (int)repeat), at = spread_of(v->attn, (int)repeat), cat = spread_of(v->cattn, (int)repeat);
+            spread rcf = spread_of(ref->cttft, (int)repeat);
             double dcost = 100.0 * (rt.med / t.med - 1.0), fcost = 100.0 * (f.med / rf.med - 1.0), ccost = 100.0 * (rc_.med / c.med - 1.0);
+            double bcost = 100.0 * (rc_.hi / c.hi - 1.0), cfcost = 100.0 * (cf.med / rcf.med - 1.0), cfbest = 100.0 * (cf.lo / rcf.lo - 1.0);
             if (json)
                 printf("%s{\"kv_dtype\": \"%s\", \"mode\": \"%s\", \"decode_tps\": %.4f, \"decode_tps_min\": %.4f, \"decode_tps_max\": %.4f, "
                        "\"ttft_ms\": %.2f, \"ttft_ms_min\": %.2f, \"ttft_ms_max\": %.2f, \"decode_tps_cpu\": %.4f, \"decode_tps_cpu_min\": %.4f, "
                        "\"decode_tps_cpu_max\": %.4f, \"ttft_cpu_ms\": %.2f, \"attention_ms\": %.3f, \"attention_cpu_ms\": %.3f, "
-                       "\"decode_cost_pct\": %.3f, \"ttft_cost_pct\": %.3f, \"decode_cpu_cost_pct\": %.3f, \"verified_bytes_per_token\": %.0f}",
+                       "\"decode_cost_pct\": %.3f, \"ttft_cost_pct\": %.3f, \"decode_cpu_cost_pct\": %.3f, \"decode_cpu_best_cost_pct\": %.3f, "
+                       "\"ttft_cpu_cost_pct\": %.3f, \"ttft_cpu_best_cost_pct\": %.3f, \"ttft_cpu_ms_min\": %.2f, \"verified_bytes_per_token\": %.0f}",
                        d || j ? ", " : "", dn[v->dt], kiln_kv_integrity_name(v->mode), t.med, t.lo, t.hi, f.med, f.lo, f.hi, c.med, c.lo, c.hi,
-                       cf.med, at.med, cat.med, dcost, fcost, ccost, v->vbytes);
+                       cf.med, at.med, cat.med, dcost, fcost, ccost, bcost, cfcost, cfbest, cf.lo, v->vbytes);
             else
-                printf("%-5s %-7s %8.3f [%6.3f, %6.3f] %+7.2f%% %8.0f [%7.0f, %7.0f] %+7.2f%% %6.3f [%5.3f,%5.3f] %+7.2f%% %11.1f MB\n", dn[v->dt],
-                       kiln_kv_integrity_name(v->mode), t.med, t.lo, t.hi, j ? dcost : 0.0, f.med, f.lo, f.hi, j ? fcost : 0.0, c.med, c.lo, c.hi,
-                       j ? ccost : 0.0, v->vbytes / 1e6);
+                printf("%-5s %-7s %8.3f [%6.3f, %6.3f] %+7.2f%% %8.0f [%7.0f, %7.0f] %+7.2f%% %6.3f [%6.3f,%6.3f] %+7.2f%% %+7.2f%% %11.0f %+7.2f%% %9.1f MB\n",
+                       dn[v->dt], kiln_kv_integrity_name(v->mode), t.med, t.lo, t.hi, j ? dcost : 0.0, f.med, f.lo, f.hi, j ? fcost : 0.0, c.med, c.lo,
+                       c.hi, j ? ccost : 0.0, j ? bcost : 0.0, cf.med, j ? cfcost : 0.0, v->vbytes / 1e6);
         }
     }
     if (json) printf("], \"faults\": [");
@@ -259,7 +292,11 @@ int cmd_bench_integrity(int argc, char **argv) {
     }
     if (json) printf("]}\n");
 done:
-    for (int i = 0; i < nv; i++) kiln_session_free(vs[i].s);
+    for (int i = 0; i < nv; i++) {
+        kiln_session_free(vs[i].s);
+        free(vs[i].tw);
+        free(vs[i].tc);
+    }
     free(ptoks);
     kiln_model_free(m);
     return rc;

@@ -217,7 +217,7 @@ static uint64_t master_checksum(const kiln_kv_integ *g) {
 
 static void free_seq_state(kiln_kv_seq_integ *si) {
     if (!si) return;
-    free(si->tok); free(si->chain); free(si->rec_page); free(si->rec_epoch); free(si->hi); free(si->chunk);
+    free(si->tok); free(si->chain); free(si->rec_page); free(si->rec_epoch); free(si->hi); free(si->chunk); free(si->ver_hi); free(si->base);
     free(si);
 }
 
@@ -317,8 +317,12 @@ static int grow(void **v, int *cap, int need, size_t elem) {
 static kiln_kv_seq_integ *state(kiln_kv_pool *p, kiln_kv_seq *s) {
     if (s->integ) return s->integ;
     kiln_kv_seq_integ *si = calloc(1, sizeof *si);
-    if (si) si->hi = calloc((size_t)p->cfg.n_layers, sizeof *si->hi);
-    if (!si || !si->hi) {
+    if (si) {
+        si->hi = calloc((size_t)p->cfg.n_layers, sizeof *si->hi);
+        si->ver_hi = calloc((size_t)p->cfg.n_kv_heads, sizeof *si->ver_hi);
+    }
+    if (!si || !si->hi || !si->ver_hi) {
+        if (si) { free(si->hi); free(si->ver_hi); }
         free(si);
         return NULL;
     }
@@ -612,6 +616,7 @@ static void rewind_to(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_seq_integ *si, in
     }
     for (int l = 0; l < g->L; l++)
         if (si->hi[l] > q) si->hi[l] = q;
+    if (si->n_base > q / pt) si->n_base = q / pt;
     if (si->n_tok > q) si->n_tok = q;
     if (si->n_chain > q / pt) si->n_chain = q / pt;
     while (si->n_chunk > 0 && si->chunk[si->n_chunk - 1] >= q) si->n_chunk--;
@@ -747,8 +752,20 @@ void kiln_kv_integ_begin_attend(const kiln_kv_pool *cp, int layer, int n, kiln_k
             sync_records(p, seq[i], si);
             si->att_gen = g->gen;
             si->att_hi = 0;
+            memset(si->ver_hi, 0, (size_t)g->H * sizeof *si->ver_hi);
         }
         if (si->att_hi < pos[i] + 1) si->att_hi = pos[i] + 1;
+    }
+    /* identity seeds of the full slots, once (they do not depend on layer or head) */
+    for (int i = 0; i < n; i++) {
+        kiln_kv_seq_integ *si = seq[i]->integ;
+        if (!si || (i > 0 && seq[i] == seq[i - 1])) continue;
+        int full = si->att_hi / g->pt;
+        if (full > si->n_rec) full = si->n_rec;
+        if (full > si->n_chain) full = si->n_chain;
+        if (si->n_base >= full || !grow((void **)&si->base, &si->cap_base, full, sizeof *si->base)) continue;
+        for (int k = si->n_base; k < full; k++) si->base[k] = base_seed(g, si->chain[k], k, g->pt, si->rec_epoch[k]);
+        si->n_base = full;
     }
     check_params(p, g, layer, seq, n);
 }
@@ -774,7 +791,7 @@ static inline int check_unit(kiln_kv_integ *g, const kiln_kv_pool *p, const kiln
                              int n_rows, uint64_t base, uint64_t *checks, uint64_t *bytes) {
     size_t u = uidx(g, pg, l, kind, h);
     uint64_t seed = unit_seed(base, l, kind, h, param_bits(p, l, pg, kind, h));
-    uint64_t ok = mix64(seed ^ g->gen_key), t = __atomic_load_n(&g->tag[u], __ATOMIC_RELAXED);
+    uint64_t ok = seed ^ g->gen_key, t = __atomic_load_n(&g->tag[u], __ATOMIC_RELAXED);
     if (t == ok) return 1;
     if (t == (ok ^ TAG_BAD)) return 0;
     size_t nb = (size_t)n_rows * unit_row(p, kind);
@@ -800,20 +817,27 @@ void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s
     if (t1 > si->att_hi) t1 = si->att_hi;
     const int pt = g->pt, detect_only = g->mode == KILN_KV_INTEGRITY_DETECT;
     uint64_t checks = 0, bytes = 0;
-    int run0 = t0;
+    int run0 = t0, all_good = 1;
+    /* slots [0, vh) were verified good in this call already (the tiles of a prefill chunk all read
+     * the sequence from position 0): nothing to check there */
+    const int vh = __atomic_load_n(&si->ver_hi[kvh], __ATOMIC_RELAXED);
     for (int b = t0; b < t1;) {
         const int slot = b / pt, n_rows = (slot + 1) * pt <= si->att_hi ? pt : si->att_hi - slot * pt;
         int pe = (slot + 1) * pt < t1 ? (slot + 1) * pt : t1;
         int32_t pg = s->pages[slot];
         int good;
-        if (pg < 0 || pg >= p->n_pages) { /* never dereference a block-table entry out of the pool */
+        if (slot < vh) {
+            good = 1;
+        } else if (pg < 0 || pg >= p->n_pages) { /* never dereference a block-table entry out of the pool */
             on_detect(g, p, s, slot, pg, -1, layer, 0, kvh, KILN_KV_DETECT_WRONG_PAGE, "attention");
             good = -1;
         } else {
-            uint64_t base = base_seed(g, prefix_of(si, slot, n_rows, pt), slot, n_rows, rec_epoch(p, s, si, slot));
+            uint64_t base = n_rows == pt && slot < si->n_base ? si->base[slot]
+                                                              : base_seed(g, prefix_of(si, slot, n_rows, pt), slot, n_rows, rec_epoch(p, s, si, slot));
             good = check_unit(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, &checks, &bytes);
             if (g->nk > 1) good &= check_unit(g, p, s, slot, pg, layer, 1, kvh, n_rows, base, &checks, &bytes);
         }
+        all_good &= good == 1;
         if (good < 0 || (!good && !detect_only)) { /* the kernel never reads this page */
             if (run0 < b) {
                 if (g->n_undetected) note_use(g, s, layer, kvh, run0, b);
@@ -826,6 +850,10 @@ void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s
             run0 = pe;
         }
         b = pe;
+    }
+    if (t0 == 0 && all_good && t1 > 0) { /* publish: slots [0, ceil(t1 / pt)) are good in this call */
+        int nv = (t1 + pt - 1) / pt, cur = __atomic_load_n(&si->ver_hi[kvh], __ATOMIC_RELAXED);
+        while (cur < nv && !__atomic_compare_exchange_n(&si->ver_hi[kvh], &cur, nv, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
     }
     add(&g->st.checks, checks);
     add(&g->st.bytes_verified, bytes);
@@ -865,6 +893,7 @@ void kiln_kv_integ_rollback(kiln_kv_pool *p, kiln_kv_seq *s, int slot) {
     if (s->len > slot * pt) s->len = slot * pt;
     if (!si) return;
     if (si->n_rec > slot) si->n_rec = slot;
+    if (si->n_base > slot) si->n_base = slot;
     for (int l = 0; l < g->L; l++)
         if (si->hi[l] > slot * pt) si->hi[l] = slot * pt;
     while (si->n_chunk > 0 && si->chunk[si->n_chunk - 1] >= slot * pt) si->n_chunk--;
@@ -1054,6 +1083,7 @@ static int inject_partial_copy(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_seq_inte
     s->pages[slot] = to;
     si->rec_page[slot] = to;
     si->rec_epoch[slot] = ep_to;
+    if (si->n_base > slot) si->n_base = slot;
     kiln_kv_page_unref(p, from);
     if (cut == nb) return 0; /* the copy happened to be complete: no fault */
     inj_fault f = {.kind = KILN_KV_FAULT_PARTIAL_COPY, .seq = s, .slot = slot, .page = to, .unit = (int64_t)uidx(g, to, l0, k0, h0)};

@@ -76,6 +76,9 @@ typedef struct kiln_kv_seq_integ {
     int n_chunk, cap_chunk;
     uint64_t att_gen;        /* attention call this sequence was last seen in ... */
     int att_hi;              /* ... and the positions [0, att_hi) it reads there */
+    int *ver_hi;             /* [n_kv_heads] slots [0, ver_hi) verified good in that call (prefill tiles skip them) */
+    uint64_t *base;          /* [n_base] identity seeds of full slots (same in every layer and head) */
+    int n_base, cap_base;
     int bad_slot;            /* first slot that failed verification since the last clear (-1 none) */
     int bad_kind;            /* diagnosis of that failure (KILN_KV_DETECT_*) */
 } kiln_kv_seq_integ;
