@@ -247,6 +247,8 @@ typedef struct kiln_kv_integrity_stats {
     uint64_t injected_detected[KILN_KV_FAULT_KINDS];
     uint64_t detected_before_use[KILN_KV_FAULT_KINDS]; /* detected before any value of it was read */
     uint64_t false_alarms;        /* detections that match no injected fault */
+    uint64_t integrity_ns;        /* time spent in integrity code (hashing, seeds, bookkeeping; the
+                                     attention kernels it wraps excluded), summed over threads */
 } kiln_kv_integrity_stats;
 /* Counters of the session's KV pool (all zero with mode OFF). */
 void kiln_session_kv_integrity(const kiln_session *s, kiln_kv_integrity_stats *out);

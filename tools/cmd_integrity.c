@@ -33,7 +33,8 @@ void cli_print_integrity(FILE *f, const kiln_kv_integrity_stats *st) {
     if (st->detections)
         fprintf(f, " (content %llu, scale %llu, wrong page %llu, stale page %llu)", (unsigned long long)st->detected[0],
                 (unsigned long long)st->detected[1], (unsigned long long)st->detected[2], (unsigned long long)st->detected[3]);
-    fprintf(f, ", %llu heals (%llu positions recomputed)", (unsigned long long)st->heals, (unsigned long long)st->healed_positions);
+    fprintf(f, ", %llu heals (%llu positions recomputed), %.1f ms in integrity code", (unsigned long long)st->heals,
+            (unsigned long long)st->healed_positions, (double)st->integrity_ns / 1e6);
     uint64_t inj = 0, det = 0, bu = 0;
     for (int k = 0; k < KILN_KV_FAULT_KINDS; k++) inj += st->injected[k], det += st->injected_detected[k], bu += st->detected_before_use[k];
     if (inj) fprintf(f, "; injected %llu, detected %llu, before use %llu, false alarms %llu", (unsigned long long)inj, (unsigned long long)det,
@@ -87,6 +88,8 @@ typedef struct {
     int32_t tok;
     kiln_kv_integrity_stats s0;
     double vbytes;    /* bytes verified per decode step */
+    double ins_tok;   /* ms in integrity code per decode step */
+    double ins_ttft[MAXR]; /* ms in integrity code during the prompt */
 } bvar;
 
 int cmd_bench_integrity(int argc, char **argv) {
@@ -189,11 +192,15 @@ int cmd_bench_integrity(int argc, char **argv) {
                 for (int j = 0; j < nmode; j++) {
                     bvar *v = &vd[(j + r) % nmode];
                     kiln_session_reset(v->s);
+                    kiln_kv_integrity_stats p0, p1;
+                    kiln_session_kv_integrity(v->s, &p0);
                     double t0 = kiln_now(), c0 = cpu_now();
                     if ((st = kiln_session_eval(v->s, ptoks, (int)prompt, NULL))) { rc = cli_fail_status("bench", st); goto done; }
                     v->tok = (int32_t)argmax_(kiln_session_logits(v->s), info.vocab_size);
                     v->ttft[r] = 1e3 * (kiln_now() - t0);
                     v->cttft[r] = 1e3 * (cpu_now() - c0);
+                    kiln_session_kv_integrity(v->s, &p1);
+                    v->ins_ttft[r] = (double)(p1.integrity_ns - p0.integrity_ns) / 1e6;
                     if (ctx - decode > prompt && (st = kiln_session_kv_fill(v->s, (int)(ctx - decode)))) { rc = cli_fail_status("bench", st); goto done; }
                     kiln_session_kv_integrity(v->s, &v->s0);
                 }
@@ -212,6 +219,7 @@ int cmd_bench_integrity(int argc, char **argv) {
                     kiln_kv_integrity_stats s1;
                     kiln_session_kv_integrity(v->s, &s1);
                     v->vbytes = (double)(s1.bytes_verified - v->s0.bytes_verified) / (double)decode;
+                    v->ins_tok = (double)(s1.integrity_ns - v->s0.integrity_ns) / 1e6 / (double)decode;
                     double ca = cpu_now(), at = kiln_session_bench_attention(v->s, 1);
                     v->attn[r] = 1e3 * at;
                     v->cattn[r] = 1e3 * (cpu_now() - ca);
@@ -245,8 +253,8 @@ int cmd_bench_integrity(int argc, char **argv) {
         printf("KV integrity cost, %s: decode at context %ld, TTFT of a %ld-token prompt, %ld decode steps; median [min, max] of %ld repeats "
                "(modes interleaved), threads %d; cost = vs off (median; 'best' = best run vs best run, CPU time)\n", model_path, ctx, prompt, decode,
                repeat, o.threads);
-        printf("%-5s %-7s %24s %8s %26s %8s %22s %8s %8s %11s %8s %12s\n", "kv", "mode", "decode tok/s", "cost", "TTFT ms", "cost",
-               "decode tok/CPU-s", "cost", "best", "TTFT CPU-ms", "cost", "verified/tok");
+        printf("%-5s %-7s %24s %8s %26s %8s %22s %8s %8s %11s %8s %12s %18s %18s\n", "kv", "mode", "decode tok/s", "cost", "TTFT ms", "cost",
+               "decode tok/CPU-s", "cost", "best", "TTFT CPU-ms", "cost", "verified/tok", "integrity ms/tok", "integrity ms/TTFT");
     }
     for (int d = 0; do_cost && d < ndt; d++) {
         bvar *ref = &vs[d * nmode];
@@ -255,6 +263,7 @@ int cmd_bench_integrity(int argc, char **argv) {
             bvar *v = &vs[d * nmode + j];
             spread t = v->dtw, f = spread_of(v->ttft, (int)repeat), c = v->dtc;
             spread cf = spread_of(v->cttft, (int)repeat), at = spread_of(v->attn, (int)repeat), cat = spread_of(v->cattn, (int)repeat);
+            spread ins_f = spread_of(v->ins_ttft, (int)repeat);
             spread rcf = spread_of(ref->cttft, (int)repeat);
             double dcost = 100.0 * (rt.med / t.med - 1.0), fcost = 100.0 * (f.med / rf.med - 1.0), ccost = 100.0 * (rc_.med / c.med - 1.0);
             double bcost = 100.0 * (rc_.hi / c.hi - 1.0), cfcost = 100.0 * (cf.med / rcf.med - 1.0), cfbest = 100.0 * (cf.lo / rcf.lo - 1.0);
@@ -263,13 +272,17 @@ int cmd_bench_integrity(int argc, char **argv) {
                        "\"ttft_ms\": %.2f, \"ttft_ms_min\": %.2f, \"ttft_ms_max\": %.2f, \"decode_tps_cpu\": %.4f, \"decode_tps_cpu_min\": %.4f, "
                        "\"decode_tps_cpu_max\": %.4f, \"ttft_cpu_ms\": %.2f, \"attention_ms\": %.3f, \"attention_cpu_ms\": %.3f, "
                        "\"decode_cost_pct\": %.3f, \"ttft_cost_pct\": %.3f, \"decode_cpu_cost_pct\": %.3f, \"decode_cpu_best_cost_pct\": %.3f, "
-                       "\"ttft_cpu_cost_pct\": %.3f, \"ttft_cpu_best_cost_pct\": %.3f, \"ttft_cpu_ms_min\": %.2f, \"verified_bytes_per_token\": %.0f}",
+                       "\"ttft_cpu_cost_pct\": %.3f, \"ttft_cpu_best_cost_pct\": %.3f, \"ttft_cpu_ms_min\": %.2f, \"verified_bytes_per_token\": %.0f, "
+                       "\"integrity_ms_per_token\": %.4f, \"integrity_pct_of_token\": %.4f, \"integrity_ms_ttft\": %.3f, \"integrity_pct_of_ttft\": %.4f}",
                        d || j ? ", " : "", dn[v->dt], kiln_kv_integrity_name(v->mode), t.med, t.lo, t.hi, f.med, f.lo, f.hi, c.med, c.lo, c.hi,
-                       cf.med, at.med, cat.med, dcost, fcost, ccost, bcost, cfcost, cfbest, cf.lo, v->vbytes);
+                       cf.med, at.med, cat.med, dcost, fcost, ccost, bcost, cfcost, cfbest, cf.lo, v->vbytes, v->ins_tok,
+                       100.0 * v->ins_tok / (1e3 / t.hi), ins_f.med, 100.0 * ins_f.med / f.lo);
             else
-                printf("%-5s %-7s %8.3f [%6.3f, %6.3f] %+7.2f%% %8.0f [%7.0f, %7.0f] %+7.2f%% %6.3f [%6.3f,%6.3f] %+7.2f%% %+7.2f%% %11.0f %+7.2f%% %9.1f MB\n",
+                printf("%-5s %-7s %8.3f [%6.3f, %6.3f] %+7.2f%% %8.0f [%7.0f, %7.0f] %+7.2f%% %6.3f [%6.3f,%6.3f] %+7.2f%% %+7.2f%% %11.0f %+7.2f%% %9.1f MB "
+                       "%7.3f (%5.2f%%) %8.1f (%5.2f%%)\n",
                        dn[v->dt], kiln_kv_integrity_name(v->mode), t.med, t.lo, t.hi, j ? dcost : 0.0, f.med, f.lo, f.hi, j ? fcost : 0.0, c.med, c.lo,
-                       c.hi, j ? ccost : 0.0, j ? bcost : 0.0, cf.med, j ? cfcost : 0.0, v->vbytes / 1e6);
+                       c.hi, j ? ccost : 0.0, j ? bcost : 0.0, cf.med, j ? cfcost : 0.0, v->vbytes / 1e6, v->ins_tok, 100.0 * v->ins_tok / (1e3 / t.hi),
+                       ins_f.med, 100.0 * ins_f.med / f.lo);
         }
     }
     if (json) printf("], \"faults\": [");

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <x86intrin.h>
 #include <xxhash.h>
 #include <xxh_x86dispatch.h>
 
@@ -52,6 +54,7 @@ struct kiln_kv_integ {
     size_t n_ks, n_vs, n_km;
     uint64_t master_sum;
     kiln_kv_integrity_stats st; /* counters (relaxed atomics on the hot ones) */
+    uint64_t cycles;         /* TSC cycles spent in integrity code (→ st.integrity_ns) */
     pthread_mutex_t mu;      /* detection log, bad pages, fault list */
     int quiet, logged;
     int32_t bad_pages[64];
@@ -84,6 +87,23 @@ static inline uint64_t rng_next(uint64_t *s) { /* xorshift64* */
 }
 static inline uint32_t rng_below(uint64_t *s, uint32_t n) { return n ? (uint32_t)((rng_next(s) >> 32) % n) : 0; }
 static inline void add(uint64_t *c, uint64_t v) { __atomic_fetch_add(c, v, __ATOMIC_RELAXED); }
+
+/* Time accounting of the integrity code itself: the TSC (a few cycles to read), converted with a
+ * rate calibrated once per process against the monotonic clock (1 ms). */
+static inline uint64_t tsc(void) { return __rdtsc(); }
+static double tsc_ns_per_cycle(void) {
+    static double r;
+    if (r > 0) return r;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    uint64_t c0 = tsc();
+    do clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec) < 1e6);
+    uint64_t c1 = tsc();
+    double ns = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+    r = c1 > c0 ? ns / (double)(c1 - c0) : 1.0;
+    return r;
+}
 
 static inline size_t uidx(const kiln_kv_integ *g, int32_t pg, int l, int kind, int h) {
     return (((size_t)pg * (size_t)g->L + (size_t)l) * (size_t)g->nk + (size_t)kind) * (size_t)g->H + (size_t)h;
@@ -237,6 +257,7 @@ kiln_status kiln_kv_integ_attach(kiln_kv_pool *p, kiln_kv_integrity mode, uint64
     g->n_pages = p->n_pages;
     g->model_seed = mix64(mix64(model_id ^ 0x6b696c6e5345414cull) ^ (uint64_t)g->pt);
     g->quiet = quiet;
+    tsc_ns_per_cycle();
     pthread_mutex_init(&g->mu, NULL);
     size_t units = (size_t)p->n_pages * (size_t)g->L * (size_t)g->nk * (size_t)g->H;
     g->seal = calloc(units, sizeof *g->seal);
@@ -486,7 +507,13 @@ static inline uint32_t rec_epoch(const kiln_kv_pool *p, const kiln_kv_seq *s, co
 }
 
 /* ---- stores ------------------------------------------------------------------------------------- */
+static void before_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos);
 void kiln_kv_integ_before_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos) {
+    uint64_t t0 = tsc();
+    before_store(p, cs, l, pos);
+    add(&p->integ->cycles, tsc() - t0);
+}
+static void before_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos) {
     kiln_kv_integ *g = p->integ;
     kiln_kv_seq *s = (kiln_kv_seq *)cs;
     kiln_kv_seq_integ *si = state(p, s);
@@ -540,7 +567,13 @@ static void add_fault(kiln_kv_integ *g, inj_fault f) {
     pthread_mutex_unlock(&g->mu);
 }
 
+static void after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos);
 void kiln_kv_integ_after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos) {
+    uint64_t t0 = tsc();
+    after_store(p, cs, l, pos);
+    add(&p->integ->cycles, tsc() - t0);
+}
+static void after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos) {
     kiln_kv_integ *g = p->integ;
     kiln_kv_seq *s = (kiln_kv_seq *)cs;
     kiln_kv_seq_integ *si = s->integ;
@@ -622,7 +655,14 @@ static void rewind_to(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_seq_integ *si, in
     while (si->n_chunk > 0 && si->chunk[si->n_chunk - 1] >= q) si->n_chunk--;
 }
 
+static kiln_status note(kiln_kv_pool *p, kiln_kv_seq *s, int first, const int32_t *toks, int n, int log_chunk);
 kiln_status kiln_kv_integ_note(kiln_kv_pool *p, kiln_kv_seq *s, int first, const int32_t *toks, int n, int log_chunk) {
+    uint64_t t0 = tsc();
+    kiln_status st = note(p, s, first, toks, n, log_chunk);
+    if (p->integ) add(&p->integ->cycles, tsc() - t0);
+    return st;
+}
+static kiln_status note(kiln_kv_pool *p, kiln_kv_seq *s, int first, const int32_t *toks, int n, int log_chunk) {
     kiln_kv_seq_integ *si = state(p, s);
     if (!si) return kiln_fail(KILN_ERR_NOMEM, "out of memory (kv integrity state)");
     if (first < 0 || first > si->n_tok)
@@ -743,6 +783,7 @@ void kiln_kv_integ_release(kiln_kv_pool *p, kiln_kv_seq *s) {
 void kiln_kv_integ_begin_attend(const kiln_kv_pool *cp, int layer, int n, kiln_kv_seq *const *seq, const int *pos) {
     kiln_kv_pool *p = (kiln_kv_pool *)cp;
     kiln_kv_integ *g = p->integ;
+    uint64_t t0 = tsc();
     g->gen++;
     g->gen_key = mix64(g->gen * 0x9e3779b97f4a7c15ull + 0x41545445ull);
     for (int i = 0; i < n; i++) {
@@ -768,6 +809,7 @@ void kiln_kv_integ_begin_attend(const kiln_kv_pool *cp, int layer, int n, kiln_k
         si->n_base = full;
     }
     check_params(p, g, layer, seq, n);
+    add(&g->cycles, tsc() - t0);
 }
 
 /* The positions of a kernel call over [a, b) read pending injected faults that were not detected
@@ -816,7 +858,7 @@ void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s
     if (t1 > lmax) t1 = lmax;
     if (t1 > si->att_hi) t1 = si->att_hi;
     const int pt = g->pt, detect_only = g->mode == KILN_KV_INTEGRITY_DETECT;
-    uint64_t checks = 0, bytes = 0;
+    uint64_t checks = 0, bytes = 0, c_start = tsc(), c_fn = 0;
     int run0 = t0, all_good = 1;
     /* slots [0, vh) were verified good in this call already (the tiles of a prefill chunk all read
      * the sequence from position 0): nothing to check there */
@@ -841,12 +883,16 @@ void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s
         if (good < 0 || (!good && !detect_only)) { /* the kernel never reads this page */
             if (run0 < b) {
                 if (g->n_undetected) note_use(g, s, layer, kvh, run0, b);
+                uint64_t c = tsc();
                 fn(sp, rw, run0, b);
+                c_fn += tsc() - c;
             }
             run0 = pe;
         } else if (pe - run0 >= g->group_tokens || pe == t1) {
             if (g->n_undetected) note_use(g, s, layer, kvh, run0, pe);
+            uint64_t c = tsc();
             fn(sp, rw, run0, pe);
+            c_fn += tsc() - c;
             run0 = pe;
         }
         b = pe;
@@ -857,6 +903,7 @@ void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s
     }
     add(&g->st.checks, checks);
     add(&g->st.bytes_verified, bytes);
+    add(&g->cycles, tsc() - c_start - c_fn);
 }
 
 /* ---- callers ------------------------------------------------------------------------------------ */
@@ -966,6 +1013,7 @@ void kiln_kv_integ_stats(const kiln_kv_pool *p, kiln_kv_integrity_stats *out) {
     if (!g) return;
     pthread_mutex_lock(&g->mu);
     *out = g->st;
+    out->integrity_ns = (uint64_t)((double)__atomic_load_n(&g->cycles, __ATOMIC_RELAXED) * tsc_ns_per_cycle());
     pthread_mutex_unlock(&g->mu);
 }
 
