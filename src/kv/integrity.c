@@ -863,7 +863,16 @@ void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s
     /* slots [0, vh) were verified good in this call already (the tiles of a prefill chunk all read
      * the sequence from position 0): nothing to check there */
     const int vh = __atomic_load_n(&si->ver_hi[kvh], __ATOMIC_RELAXED);
-    for (int b = t0; b < t1;) {
+    int b = t0;
+    if (vh * pt > t0 && t1 > t0) { /* the verified prefix in one kernel call, as without integrity */
+        int e = vh * pt < t1 ? vh * pt : t1;
+        if (g->n_undetected) note_use(g, s, layer, kvh, t0, e);
+        uint64_t c = tsc();
+        fn(sp, rw, t0, e);
+        c_fn += tsc() - c;
+        run0 = b = e;
+    }
+    while (b < t1) {
         const int slot = b / pt, n_rows = (slot + 1) * pt <= si->att_hi ? pt : si->att_hi - slot * pt;
         int pe = (slot + 1) * pt < t1 ? (slot + 1) * pt : t1;
         int32_t pg = s->pages[slot];
@@ -874,6 +883,17 @@ void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s
             on_detect(g, p, s, slot, pg, -1, layer, 0, kvh, KILN_KV_DETECT_WRONG_PAGE, "attention");
             good = -1;
         } else {
+            /* the next page's slices start loading while this one is hashed (each slice is a few KB
+             * in its own 4 KB page, which the hardware prefetcher does not run ahead into) */
+            if (pe < t1) {
+                int32_t nx = s->pages[slot + 1];
+                if (nx >= 0 && nx < p->n_pages)
+                    for (int kind = 0; kind < g->nk; kind++) {
+                        const char *a = (const char *)unit_ptr(p, nx, layer, kind, kvh);
+                        size_t nb = (size_t)pt * unit_row(p, kind);
+                        for (size_t o = 0; o < nb; o += 64) __builtin_prefetch(a + o, 0, 3);
+                    }
+            }
             uint64_t base = n_rows == pt && slot < si->n_base ? si->base[slot]
                                                               : base_seed(g, prefix_of(si, slot, n_rows, pt), slot, n_rows, rec_epoch(p, s, si, slot));
             good = check_unit(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, &checks, &bytes);
