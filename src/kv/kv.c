@@ -130,9 +130,10 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
         if (ok) memcpy(p->k_mean, cfg->k_mean, nm * sizeof(float));
         for (size_t i = 0; ok && i < nm; i++)
             if (!isfinite(p->k_mean[i])) {
+                size_t kd = (size_t)p->cfg.k_dim; /* read before the pool is freed */
                 kiln_kv_pool_free(p);
                 return kiln_fail(KILN_ERR_INVALID_ARG, "kv: K mean of layer %d, KV head %d, channel %d is not finite",
-                                 (int)(i / ((size_t)H * p->cfg.k_dim)), (int)(i / p->cfg.k_dim % H), (int)(i % p->cfg.k_dim));
+                                 (int)(i / ((size_t)H * kd)), (int)(i / kd % H), (int)(i % kd));
             }
     }
     p->cfg.k_mean = NULL;
