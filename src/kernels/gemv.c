@@ -237,24 +237,23 @@ void kiln_matmul(const kiln_weight *w, const float *X, float *Y, int n) {
             #pragma omp for schedule(static)
             for (int i = 0; i < n; i++) t->xprep[w->fmt](w, X + (size_t)i * w->cols, xp + (size_t)i * xpb);
         }
-        /* Contiguous row chunks (multiples of 4 rows, ~256 KiB of weights each) handed out
-         * dynamically: each thread streams its own memory, and a thread slowed by other work on
-         * the machine does not hold the others back. Few chunks: one contiguous range per thread. */
-        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        int64_t chunk = (int64_t)(((size_t)256 << 10) / (w->row_bytes ? w->row_bytes : 1)) & ~(int64_t)3;
+        /* Contiguous row chunks (multiples of 4 rows, at most ~256 KiB of weights each, and at
+         * least 4 per thread) handed out dynamically: each thread streams its own memory, and a
+         * thread that wakes late or is slowed by other work on the machine (2 shared vCPUs, passive
+         * OpenMP waits) does not hold the others back: the first thread in takes its chunks.
+         * A fixed half per thread made every small matmul (k/v projections) wait for the later
+         * thread's wake-up. */
+        const int nth = omp_get_num_threads();
+        int64_t chunk = (int64_t)(((size_t)256 << 10) / (w->row_bytes ? w->row_bytes : 1));
+        int64_t even = (w->rows + 4 * (int64_t)nth - 1) / (4 * (int64_t)nth);
+        if (chunk > even) chunk = even;
+        chunk = (chunk + 3) & ~(int64_t)3;
         if (chunk < 16) chunk = 16;
         int64_t nchunks = (w->rows + chunk - 1) / chunk;
-        if (nchunks >= 4 * (int64_t)nth) {
-            #pragma omp for schedule(dynamic, 1) nowait
-            for (int64_t c = 0; c < nchunks; c++) {
-                int64_t r0 = c * chunk, r1 = r0 + chunk < w->rows ? r0 + chunk : w->rows;
-                rows_impl(t, w, X, xp, xpb, Y, n, r0, r1);
-            }
-        } else {
-            int64_t q = (w->rows + 3) / 4;
-            int64_t r0 = 4 * (q * tid / nth), r1 = 4 * (q * (tid + 1) / nth);
-            if (r1 > w->rows) r1 = w->rows;
-            if (r0 < r1) rows_impl(t, w, X, xp, xpb, Y, n, r0, r1);
+        #pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t c = 0; c < nchunks; c++) {
+            int64_t r0 = c * chunk, r1 = r0 + chunk < w->rows ? r0 + chunk : w->rows;
+            rows_impl(t, w, X, xp, xpb, Y, n, r0, r1);
         }
     }
 }

@@ -74,9 +74,11 @@ static void scale_f32(float *x, float a, int64_t n) {
 #define PF_HINT _MM_HINT_T0
 #endif
 #define PFH(a) _mm_prefetch((const char *)(a), PF_HINT)
-/* The group of 4 rows starting at r prefetches the group g groups ahead only while that lies inside
- * this call's rows [r0, r1): other rows may belong to another thread (wasted bandwidth). */
-#define PFG(r) ((r) + 4 * (g + 1) <= r1 ? g : 0)
+/* The group of 4 rows starting at r prefetches the group g groups ahead while that lies inside the
+ * weight, also past this call's rows [r0, r1): the driver's row chunks are small, and the chunk
+ * after this one is most often read next by this thread (or, taken by the other one, found in this
+ * core's cache rather than DRAM); stopping at r1 left the last PF_BYTES of every chunk unprefetched. */
+#define PFG(r) ((r) + 4 * (g + 1) <= w->rows ? g : 0)
 AI int64_t pf_groups(size_t row_bytes) {
     int64_t g = (int64_t)(PF_BYTES / (4 * (row_bytes ? row_bytes : 1)));
     return g < 1 ? 1 : g;
