@@ -90,6 +90,7 @@ typedef struct {
     double vbytes;    /* bytes verified per decode step */
     double ins_tok;   /* ms in integrity code per decode step */
     double ins_ttft[MAXR]; /* ms in integrity code during the prompt */
+    double pair_cost; /* median over decode tokens of (CPU time / the off token next to it) − 1, % */
 } bvar;
 
 int cmd_bench_integrity(int argc, char **argv) {
@@ -227,6 +228,16 @@ int cmd_bench_integrity(int argc, char **argv) {
                                        v->dt == KILN_KV_FP8 ? "fp8" : v->dt == KILN_KV_BF16 ? "bf16" : "f32", kiln_kv_integrity_name(v->mode), v->ttft[r]);
                 }
             }
+        /* paired cost: each mode's k-th token against the off session's k-th token, which ran right
+         * next to it (the median ratio cancels load that changes slowly) */
+        for (int i = 0; i < nv; i++) {
+            bvar *ref = &vs[i / nmode * nmode];
+            double *rr = malloc((size_t)vs[i].n * sizeof *rr);
+            if (!rr) { rc = cli_fail_msg("bench", "out of memory"); goto done; }
+            for (int k = 0; k < vs[i].n; k++) rr[k] = vs[i].tc[k] / ref->tc[k];
+            vs[i].pair_cost = 100.0 * (spread_of(rr, vs[i].n).med - 1.0);
+            free(rr);
+        }
         /* per-token times → tokens/s (the median token's rate; min / max from the slowest / fastest token) */
         for (int i = 0; i < nv; i++) {
             spread w = spread_of(vs[i].tw, vs[i].n), c = spread_of(vs[i].tc, vs[i].n);
@@ -253,8 +264,8 @@ int cmd_bench_integrity(int argc, char **argv) {
         printf("KV integrity cost, %s: decode at context %ld, TTFT of a %ld-token prompt, %ld decode steps; median [min, max] of %ld repeats "
                "(modes interleaved), threads %d; cost = vs off (median; 'best' = best run vs best run, CPU time)\n", model_path, ctx, prompt, decode,
                repeat, o.threads);
-        printf("%-5s %-7s %24s %8s %26s %8s %22s %8s %8s %11s %8s %12s %18s %18s\n", "kv", "mode", "decode tok/s", "cost", "TTFT ms", "cost",
-               "decode tok/CPU-s", "cost", "best", "TTFT CPU-ms", "cost", "verified/tok", "integrity ms/tok", "integrity ms/TTFT");
+        printf("%-5s %-7s %24s %8s %26s %8s %22s %8s %8s %8s %11s %8s %12s %18s %18s\n", "kv", "mode", "decode tok/s", "cost", "TTFT ms", "cost",
+               "decode tok/CPU-s", "cost", "best", "paired", "TTFT CPU-ms", "cost", "verified/tok", "integrity ms/tok", "integrity ms/TTFT");
     }
     for (int d = 0; do_cost && d < ndt; d++) {
         bvar *ref = &vs[d * nmode];
@@ -273,15 +284,15 @@ int cmd_bench_integrity(int argc, char **argv) {
                        "\"decode_tps_cpu_max\": %.4f, \"ttft_cpu_ms\": %.2f, \"attention_ms\": %.3f, \"attention_cpu_ms\": %.3f, "
                        "\"decode_cost_pct\": %.3f, \"ttft_cost_pct\": %.3f, \"decode_cpu_cost_pct\": %.3f, \"decode_cpu_best_cost_pct\": %.3f, "
                        "\"ttft_cpu_cost_pct\": %.3f, \"ttft_cpu_best_cost_pct\": %.3f, \"ttft_cpu_ms_min\": %.2f, \"verified_bytes_per_token\": %.0f, "
-                       "\"integrity_ms_per_token\": %.4f, \"integrity_pct_of_token\": %.4f, \"integrity_ms_ttft\": %.3f, \"integrity_pct_of_ttft\": %.4f}",
+                       "\"decode_cpu_paired_cost_pct\": %.3f, \"integrity_ms_per_token\": %.4f, \"integrity_pct_of_token\": %.4f, \"integrity_ms_ttft\": %.3f, \"integrity_pct_of_ttft\": %.4f}",
                        d || j ? ", " : "", dn[v->dt], kiln_kv_integrity_name(v->mode), t.med, t.lo, t.hi, f.med, f.lo, f.hi, c.med, c.lo, c.hi,
-                       cf.med, at.med, cat.med, dcost, fcost, ccost, bcost, cfcost, cfbest, cf.lo, v->vbytes, v->ins_tok,
+                       cf.med, at.med, cat.med, dcost, fcost, ccost, bcost, cfcost, cfbest, cf.lo, v->vbytes, v->pair_cost, v->ins_tok,
                        100.0 * v->ins_tok / (1e3 / t.hi), ins_f.med, 100.0 * ins_f.med / f.lo);
             else
-                printf("%-5s %-7s %8.3f [%6.3f, %6.3f] %+7.2f%% %8.0f [%7.0f, %7.0f] %+7.2f%% %6.3f [%6.3f,%6.3f] %+7.2f%% %+7.2f%% %11.0f %+7.2f%% %9.1f MB "
-                       "%7.3f (%5.2f%%) %8.1f (%5.2f%%)\n",
+                printf("%-5s %-7s %8.3f [%6.3f, %6.3f] %+7.2f%% %8.0f [%7.0f, %7.0f] %+7.2f%% %6.3f [%6.3f,%6.3f] %+7.2f%% %+7.2f%% %+7.2f%% %11.0f %+7.2f%% "
+                       "%9.1f MB %7.3f (%5.2f%%) %8.1f (%5.2f%%)\n",
                        dn[v->dt], kiln_kv_integrity_name(v->mode), t.med, t.lo, t.hi, j ? dcost : 0.0, f.med, f.lo, f.hi, j ? fcost : 0.0, c.med, c.lo,
-                       c.hi, j ? ccost : 0.0, j ? bcost : 0.0, cf.med, j ? cfcost : 0.0, v->vbytes / 1e6, v->ins_tok, 100.0 * v->ins_tok / (1e3 / t.hi),
+                       c.hi, j ? ccost : 0.0, j ? bcost : 0.0, j ? v->pair_cost : 0.0, cf.med, j ? cfcost : 0.0, v->vbytes / 1e6, v->ins_tok, 100.0 * v->ins_tok / (1e3 / t.hi),
                        ins_f.med, 100.0 * ins_f.med / f.lo);
         }
     }

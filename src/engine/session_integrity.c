@@ -95,7 +95,6 @@ kiln_status kiln_session_integ_after_chunk_(kiln_session *s, int start, int done
     }
     /* pages past this chunk were released by a rollback: the rest of the call needs them again */
     KILN_TRY(kiln_kv_seq_reserve(pool, seq, start + n));
-    if (done == n) kiln_kv_integ_tick(pool, seq);
     return KILN_OK;
 }
 
