@@ -142,7 +142,7 @@ kiln_status kiln_session_eval(kiln_session *s, const int32_t *tokens, int n, flo
     KILN_TRY(kiln_kv_seq_reserve(s->pool, &s->seq, s->seq.len + n));
     int V = s->m->hp.vocab;
     const int start = s->seq.len;
-    if (s->pool->integ) kiln_kv_integ_tick(s->pool, &s->seq); /* fault injection schedule: read by this call */
+    if (s->pool->integ) kiln_session_integ_begin_call_(s, n); /* fault-injection schedule; multi-chunk call scope */
     for (int i = 0; i < n; i += SESSION_CHUNK) {
         int c = n - i < SESSION_CHUNK ? n - i : SESSION_CHUNK;
         int last = i + c == n;

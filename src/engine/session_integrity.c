@@ -48,7 +48,32 @@ static kiln_status replay(kiln_model *m, kiln_kv_pool *pool, kiln_kv_seq *seq, k
     return KILN_OK;
 }
 
+void kiln_session_integ_begin_call_(kiln_session *s, int n) {
+    kiln_model *m;
+    kiln_kv_pool *pool;
+    kiln_kv_seq *seq;
+    kiln_forward_ws *ws;
+    kiln_session_parts_(s, &m, &pool, &seq, &ws);
+    kiln_kv_integ_call_end(pool); /* a call that failed half-way left its scope open */
+    kiln_kv_integ_tick(pool, seq);
+    if (n > ws->chunk) kiln_kv_integ_call_begin(pool);
+}
+
+static kiln_status after_chunk(kiln_session *s, int start, int done, int n, float *logits);
 kiln_status kiln_session_integ_after_chunk_(kiln_session *s, int start, int done, int n, float *logits) {
+    kiln_status st = after_chunk(s, start, done, n, logits);
+    if (st != KILN_OK || done == n) {
+        kiln_model *m;
+        kiln_kv_pool *pool;
+        kiln_kv_seq *seq;
+        kiln_forward_ws *ws;
+        kiln_session_parts_(s, &m, &pool, &seq, &ws);
+        kiln_kv_integ_call_end(pool);
+    }
+    return st;
+}
+
+static kiln_status after_chunk(kiln_session *s, int start, int done, int n, float *logits) {
     kiln_model *m;
     kiln_kv_pool *pool;
     kiln_kv_seq *seq;
@@ -56,7 +81,10 @@ kiln_status kiln_session_integ_after_chunk_(kiln_session *s, int start, int done
     kiln_session_parts_(s, &m, &pool, &seq, &ws);
     const int pt = pool->cfg.page_tokens, end = start + done;
     const kiln_kv_integrity mode = kiln_kv_integ_mode(pool);
+    /* a multi-chunk call verified each slice once: all of them again before its logits go out */
+    const int final = done == n && kiln_kv_integ_in_call(pool);
     for (int attempt = 0;; attempt++) {
+        if (final) kiln_kv_integ_verify_seq(pool, seq);
         int bad = kiln_kv_integ_bad_slot(seq);
         if (bad < 0) break;
         if (mode == KILN_KV_INTEGRITY_DETECT) {

@@ -48,6 +48,7 @@ struct kiln_kv_integ {
     uint64_t *seal, *tag;
     int32_t *page_slot;
     uint64_t gen, gen_key;
+    uint64_t call_key;       /* != 0 inside a multi-chunk call: tags last for the whole call */
     int group_tokens;        /* positions verified before each kernel call (L1/L2-sized) */
     /* pool-wide parameters: master copy [k_scale L·H][v_scale L·H][k_mean L·H·kd] */
     float *master;
@@ -785,7 +786,7 @@ void kiln_kv_integ_begin_attend(const kiln_kv_pool *cp, int layer, int n, kiln_k
     kiln_kv_integ *g = p->integ;
     uint64_t t0 = tsc();
     g->gen++;
-    g->gen_key = mix64(g->gen * 0x9e3779b97f4a7c15ull + 0x41545445ull);
+    g->gen_key = g->call_key ? g->call_key : mix64(g->gen * 0x9e3779b97f4a7c15ull + 0x41545445ull);
     for (int i = 0; i < n; i++) {
         kiln_kv_seq_integ *si = state(p, seq[i]);
         if (!si) continue;
@@ -1296,4 +1297,49 @@ int kiln_kv_integ_undo(kiln_kv_pool *p) {
         n++;
     }
     return n;
+}
+
+/* ---- multi-chunk calls ---------------------------------------------------------------------------- */
+void kiln_kv_integ_call_begin(kiln_kv_pool *p) {
+    kiln_kv_integ *g = p->integ;
+    if (!g) return;
+    g->gen++;
+    g->call_key = mix64(g->gen * 0x9e3779b97f4a7c15ull + 0x43414c4cull) | 1;
+}
+
+int kiln_kv_integ_in_call(const kiln_kv_pool *p) { return p->integ && p->integ->call_key != 0; }
+
+void kiln_kv_integ_call_end(kiln_kv_pool *p) {
+    if (p->integ) p->integ->call_key = 0;
+}
+
+int kiln_kv_integ_verify_seq(kiln_kv_pool *p, kiln_kv_seq *s) {
+    kiln_kv_integ *g = p->integ;
+    kiln_kv_seq_integ *si = g ? state(p, s) : NULL;
+    if (!si) return 1;
+    uint64_t t0 = tsc();
+    sync_records(p, s, si);
+    const int pt = g->pt;
+    int good = 1;
+    for (int l = 0; l < g->L; l++) {
+        const int slots = (si->hi[l] + pt - 1) / pt < s->n_pages ? (si->hi[l] + pt - 1) / pt : s->n_pages;
+        for (int slot = 0; slot < slots; slot++) {
+            int32_t pg = s->pages[slot];
+            int rows = cov_of(si, l, slot, pt);
+            if (pg < 0 || pg >= p->n_pages) {
+                on_detect(g, p, s, slot, pg, -1, l, 0, 0, KILN_KV_DETECT_WRONG_PAGE, "end of call");
+                good = 0;
+                continue;
+            }
+            uint64_t base = rows == pt && slot < si->n_base ? si->base[slot] : base_seed(g, prefix_of(si, slot, rows, pt), slot, rows, rec_epoch(p, s, si, slot));
+            for (int kind = 0; kind < g->nk; kind++)
+                for (int h = 0; h < g->H; h++)
+                    if (!verify_unit(g, p, pg, l, kind, h, rows, unit_seed(base, l, kind, h, param_bits(p, l, pg, kind, h)))) {
+                        on_detect(g, p, s, slot, pg, (int64_t)uidx(g, pg, l, kind, h), l, kind, h, diagnose(p, s, si, slot), "end of call");
+                        good = 0;
+                    }
+        }
+    }
+    add(&g->cycles, tsc() - t0);
+    return good;
 }

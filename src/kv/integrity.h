@@ -148,6 +148,18 @@ int kiln_kv_integ_take_bad_pages(kiln_kv_pool *p, int32_t *out, int cap);
 void kiln_kv_integ_stats(const kiln_kv_pool *p, kiln_kv_integrity_stats *out);
 kiln_kv_integrity kiln_kv_integ_mode(const kiln_kv_pool *p); /* OFF when the pool has no integrity state */
 
+/* ---- multi-chunk calls (a prompt run in several forward chunks, docs/INTEGRITY.md) ----
+ * Between call_begin and call_end, a slice verified once against an identity is not hashed again
+ * in later chunks of the call (a prefill would otherwise re-hash the whole cache at every chunk:
+ * quadratic in the prompt length); instead kiln_kv_integ_verify_seq re-verifies every slice of the
+ * sequence after the last chunk, before the call returns logits, so a page corrupted between two
+ * chunks is still detected before any token computed from it is emitted. */
+void kiln_kv_integ_call_begin(kiln_kv_pool *p);
+int kiln_kv_integ_in_call(const kiln_kv_pool *p);
+void kiln_kv_integ_call_end(kiln_kv_pool *p);
+/* Every stored slice of s in every layer; failures are detections (bad slot set). 1 = all good. */
+int kiln_kv_integ_verify_seq(kiln_kv_pool *p, kiln_kv_seq *s);
+
 /* ---- fault injection ---- */
 /* Injects one fault of `kind` into s now (or arms it, for lost writes and partial copies, which act
  * on the next store / copy). rng: xorshift state. Returns 1 if a fault was injected or armed, 0 if

@@ -450,12 +450,39 @@ static void test_no_false_alarms(void **state) {
     assert_true(pages_verified >= 1000000);
 }
 
+/* ---- a multi-chunk call: slices hashed once per call, all re-verified at its end ---- */
+static void test_call_scope(void **state) {
+    (void)state;
+    rig r = make_rig(KILN_KV_BF16, KILN_KV_SCALE_STATIC, 2);
+    tseq a;
+    memset(&a, 0, sizeof a);
+    append(&r, &a, 4 * PT);
+    kiln_kv_integrity_stats s0, s1, s2;
+    kiln_kv_integ_call_begin(r.p);
+    assert_int_equal(attend(&r, &a, -1, NULL), -1);
+    kiln_kv_integ_stats(r.p, &s0);
+    assert_int_equal(attend(&r, &a, -1, NULL), -1); /* same call: nothing hashed again */
+    kiln_kv_integ_stats(r.p, &s1);
+    assert_int_equal(s1.checks, s0.checks);
+    uint8_t *b = slice(&r, a.s.pages[1], 1, 1, 0);
+    b[5] ^= 0x10; /* corrupted between two chunks of the call */
+    assert_int_equal(kiln_kv_integ_verify_seq(r.p, &a.s), 0); /* the end-of-call pass catches it */
+    assert_int_equal(kiln_kv_integ_bad_slot(&a.s), 1);
+    kiln_kv_integ_stats(r.p, &s2);
+    assert_int_equal(s2.checks - s1.checks, (uint64_t)(4 * L_ * 2 * 2)); /* every slice of every page */
+    kiln_kv_integ_call_end(r.p);
+    b[5] ^= 0x10;
+    kiln_kv_integ_clear_bad(&a.s);
+    assert_int_equal(attend(&r, &a, -1, NULL), -1); /* outside the call: hashed again, clean */
+    free_rig(&r, &a, 1);
+}
+
 int main(void) {
     kiln_kernels_select(KILN_ISA_AUTO);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bitflips_data),  cmocka_unit_test(test_bitflips_scales), cmocka_unit_test(test_wrong_page),
         cmocka_unit_test(test_stale_page),     cmocka_unit_test(test_lost_write),      cmocka_unit_test(test_partial_copy),
-        cmocka_unit_test(test_no_false_alarms),
+        cmocka_unit_test(test_no_false_alarms), cmocka_unit_test(test_call_scope),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
