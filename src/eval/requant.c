@@ -33,6 +33,9 @@ static kiln_status requant_one(struct kiln_model *m, kiln_weight *w, kiln_wforma
     if (st) return kiln_fail(st, "requantize %s to %s: %s", name, kiln_wformat_name(fmt), kiln_last_error());
     if (!kiln_model_own(m, data)) { free(scales); return kiln_fail(KILN_ERR_NOMEM, "requantize %s: out of memory", name); }
     if (scales && !kiln_model_own(m, scales)) return kiln_fail(KILN_ERR_NOMEM, "requantize %s: out of memory", name);
+    /* kiln owns these bytes, so the GEMV's 4-row tile layout costs one permutation here (gemv.h);
+     * a failed scratch allocation just leaves the weight in checkpoint order. */
+    if (kiln_weight_prefers_tiled(&nw)) (void)kiln_weight_tile(&nw, data, scales);
     *w = nw;
     return KILN_OK;
 }

@@ -149,10 +149,47 @@ static int64_t prefill_block_rows(const kiln_weight *w) {
     return rb < 4 ? 4 : rb > 32 ? 32 : rb;
 }
 
+/* A tiled weight (gemv.h) under kernels that read only the checkpoint layout: each row group is
+ * gathered back into that layout in scratch and multiplied as a small weight of its own. */
+static void rows_gathered(const kiln_ktable *t, const kiln_weight *w, const float *X, const uint8_t *xp,
+                          size_t xpb, float *Y, int n, int64_t r0, int64_t r1) {
+    const int64_t cols = w->cols, rows = w->rows;
+    const size_t sbytes = w->fmt == KILN_WF_INT4_GROUP ? 8 * (size_t)(cols / w->block) : 0;
+    uint8_t *buf = scratch(1, 4 * w->row_bytes + sbytes);
+    uint16_t *sbuf = buf ? (uint16_t *)(buf + 4 * w->row_bytes) : NULL;
+    for (int64_t r = r0; r < r1;) {
+        const int64_t e = (r | 3) + 1 < r1 ? (r | 3) + 1 : r1; /* up to the end of r's group */
+        if (!buf) { /* out of memory: the reference reads tiled rows itself */
+            for (int i = 0; i < n; i++) kiln_gemv_ref(w, X + (size_t)i * cols, Y + (size_t)i * rows + r, r, e);
+            r = e;
+            continue;
+        }
+        kiln_weight v = *w;
+        v.tiled = 0;
+        v.rows = e - r;
+        v.data = buf;
+        for (int64_t k = r; k < e; k++) kiln_weight_row_gather(w, k, buf + (size_t)(k - r) * w->row_bytes);
+        if (w->fmt == KILN_WF_INT4_GROUP) { /* bf16 [rows, cols / group], gathered too */
+            const int64_t ng = cols / w->block;
+            for (int64_t k = r; k < e; k++)
+                for (int64_t gi = 0; gi < ng; gi++) sbuf[(k - r) * ng + gi] = ((const uint16_t *)w->scales)[kiln_weight_int4_scale_index(w, k, gi)];
+            v.scales = sbuf;
+        } else /* FP8: f32 [rows / B, cols / B]; the group's rows share one block row (B % 4 == 0) */
+            v.scales = (const float *)w->scales + (size_t)(r / w->block) * (size_t)((cols + w->block - 1) / w->block);
+        for (int i = 0; i < n; i++)
+            t->gemv[w->fmt](&v, X + (size_t)i * cols, xp ? xp + (size_t)i * xpb : NULL, Y + (size_t)i * rows + r, 0, e - r);
+        r = e;
+    }
+}
+
 /* Rows [r0, r1) of Y for all n rows of X, on this thread. xp: n prepared rows of xpb bytes. */
 static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X, const uint8_t *xp,
                       size_t xpb, float *Y, int n, int64_t r0, int64_t r1) {
     const int64_t cols = w->cols, rows = w->rows;
+    if (t && w->tiled && !(t->tiled_mask & (1u << w->fmt))) {
+        rows_gathered(t, w, X, xp, xpb, Y, n, r0, r1);
+        return;
+    }
     if (!t) {
         for (int i = 0; i < n; i++) kiln_gemv_ref(w, X + (size_t)i * cols, Y + (size_t)i * rows + r0, r0, r1);
         return;

@@ -29,6 +29,9 @@ typedef struct kiln_ktable {
     /* Reads bytes (a multiple of 256, p 64-byte aligned) with the widest loads; returns a value
      * that depends on every byte (so the reads cannot be optimised away). For membw.c. */
     uint64_t (*read_sum)(const void *p, size_t bytes);
+    /* Bit (1 << fmt): this table's gemv and dequant for fmt read the 4-row tile layout (gemv.h)
+     * directly; for other formats the driver hands them untiled copies of row groups. */
+    unsigned tiled_mask;
 } kiln_ktable;
 /* The table of the current ISA (NULL = scalar), for membw.c. */
 const kiln_ktable *kiln_ktable_current(void);

@@ -9,14 +9,19 @@ static float scale_at(const kiln_weight *w, int64_t r, int64_t c) {
         int64_t sc_cols = (w->cols + w->block - 1) / w->block;
         return ((const float *)w->scales)[(r / w->block) * sc_cols + c / w->block];
     }
-    /* INT4_GROUP: bf16 [rows, cols/group] */
+    /* INT4_GROUP: bf16 [rows, cols/group] (tile layout: gemv.h) */
     uint16_t h;
-    memcpy(&h, (const uint8_t *)w->scales + 2 * (r * (w->cols / w->block) + c / w->block), 2);
+    memcpy(&h, (const uint8_t *)w->scales + 2 * kiln_weight_int4_scale_index(w, r, c / w->block), 2);
     return kiln_bf16_to_f32(h);
 }
 
 void kiln_weight_row_f32(const kiln_weight *w, int64_t r, float *out) {
+    uint8_t gathered[w->tiled ? w->row_bytes : 1];
     const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+    if (w->tiled) {
+        kiln_weight_row_gather(w, r, gathered);
+        row = gathered;
+    }
     int64_t n = w->cols;
     switch (w->fmt) {
     case KILN_WF_F32: memcpy(out, row, (size_t)n * 4); break;

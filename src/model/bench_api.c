@@ -24,6 +24,7 @@ kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights) {
     KILN_TRY(kiln_quantize_weight(&m->output, fmt, group, &q, &d, &s));
     if (!kiln_model_own(m, d)) { free(s); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
     if (s && !kiln_model_own(m, s)) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (kiln_weight_prefers_tiled(&q)) (void)kiln_weight_tile(&q, d, s); /* as requant.c does */
     m->output = q; /* the embedding lookup keeps reading tok_embd */
     return KILN_OK;
 }

@@ -52,8 +52,8 @@ kiln_status kiln_mla_absorb(struct kiln_model *m, const kiln_mla_cfg *c, kiln_ml
             for (int j = 0; j < r; j++) uk_h[(size_t)j * dn + i] = row[j];
         }
         for (int i = 0; i < dv; i++) kiln_weight_row_f32(&L->wkv_b, (int64_t)h * (dn + dv) + dn + i, uv_h + (size_t)i * r);
-        L->ukt[h] = (kiln_weight){KILN_WF_F32, r, dn, (const uint8_t *)uk_h, (size_t)dn * sizeof(float), NULL, 0};
-        L->uv[h] = (kiln_weight){KILN_WF_F32, dv, r, (const uint8_t *)uv_h, (size_t)r * sizeof(float), NULL, 0};
+        L->ukt[h] = (kiln_weight){.fmt = KILN_WF_F32, .rows = r, .cols = dn, .data = (const uint8_t *)uk_h, .row_bytes = (size_t)dn * sizeof(float)};
+        L->uv[h] = (kiln_weight){.fmt = KILN_WF_F32, .rows = dv, .cols = r, .data = (const uint8_t *)uv_h, .row_bytes = (size_t)r * sizeof(float)};
     }
     free(row);
     return KILN_OK;

@@ -153,6 +153,35 @@ static void check_out(const char *what, kiln_isa isa, const tweight *t, int n, c
         }
 }
 
+/* When set, check_case multiplies by the weight in the 4-row tile layout (gemv.h), against the
+ * reference and bounds computed on the checkpoint layout before tiling. */
+static int tile_mode;
+
+/* Tiles t in place and checks that the permutation is undone exactly by the row/scale readers. */
+static void tile_and_check(tweight *t) {
+    const kiln_weight orig = t->w;
+    const size_t rb = orig.row_bytes;
+    uint8_t *copy = malloc(rb * (size_t)orig.rows), *row = malloc(rb);
+    assert_non_null(copy); assert_non_null(row);
+    memcpy(copy, t->data, rb * (size_t)orig.rows);
+    const int64_t ng = orig.fmt == KILN_WF_INT4_GROUP ? orig.cols / orig.block : 0;
+    uint16_t *scopy = malloc(2 * (size_t)(orig.rows * ng) + 2);
+    assert_non_null(scopy);
+    if (ng) memcpy(scopy, t->scales, 2 * (size_t)(orig.rows * ng));
+    assert_int_equal(kiln_weight_tile(&t->w, t->data, t->scales), 0);
+    assert_int_equal(t->w.tiled, orig.rows >= 4);
+    for (int64_t r = 0; r < orig.rows; r++) {
+        kiln_weight_row_gather(&t->w, r, row);
+        assert_memory_equal(row, copy + (size_t)r * rb, rb);
+        for (int64_t g = 0; g < ng; g++) {
+            uint16_t v;
+            memcpy(&v, t->scales + 2 * kiln_weight_int4_scale_index(&t->w, r, g), 2);
+            assert_int_equal(v, scopy[r * ng + g]);
+        }
+    }
+    free(copy); free(row); free(scopy);
+}
+
 /* One case: all n rows of X through kiln_matmul (threaded) and kiln_matmul_rows (a sub-range). */
 static void check_case(kiln_isa isa, kiln_wformat f, int64_t rows, int64_t cols, int block, int n) {
     tweight t = make_weight(f, rows, cols, block);
@@ -164,6 +193,7 @@ static void check_case(kiln_isa isa, kiln_wformat f, int64_t rows, int64_t cols,
         kiln_gemv_ref(&t.w, X + (size_t)i * cols, R + (size_t)i * rows, 0, rows);
         elem_bounds(&t.w, X + (size_t)i * cols, B + (size_t)i * rows);
     }
+    if (tile_mode) tile_and_check(&t);
     for (size_t i = 0; i < ny + 16; i++) Y[i] = NAN;
     kiln_matmul(&t.w, X, Y, n);
     check_out("matmul", isa, &t, n, Y, R, B, 0, rows);
@@ -218,6 +248,45 @@ static void test_bf16(void **s) { (void)s; int64_t c[] = {1, 7, 16, 33, 100, 300
  * (a partial block at the bottom). */
 static void test_fp8(void **s) { (void)s; int64_t c[] = {1, 13, 128, 200, 300, 520}; int b[] = {128}; run_format(KILN_WF_FP8_BLOCK, c, 6, b, 1); }
 static void test_int4(void **s) { (void)s; int64_t c[] = {32, 96, 128, 160, 288, 384, 640}; int b[] = {32, 128}; run_format(KILN_WF_INT4_GROUP, c, 7, b, 2); }
+/* The tile layout (FP8, INT4 g32/g128; rows not multiples of 4, column tails inside the last
+ * 64-byte chunk, sub-ranges starting inside a tile group) on every ISA: the AVX-512 kernels read it
+ * directly, the others through gathered row groups, the reference through kiln_weight_row_f32. */
+static void test_tiled(void **s) {
+    (void)s;
+    tile_mode = 1;
+    int64_t c8[] = {64, 200, 300, 520};
+    int b8[] = {128, 64};
+    run_format(KILN_WF_FP8_BLOCK, c8, 4, b8, 2);
+    int64_t c4[] = {32, 96, 128, 160, 288, 640};
+    int b4[] = {32, 128};
+    run_format(KILN_WF_INT4_GROUP, c4, 6, b4, 2);
+    /* several MiB, threaded: row chunks and the prefetch running ahead over tile groups */
+    for (int k = 1; k < 3; k++) {
+        if (!kiln_cpu_supports(isas[k])) continue;
+        kiln_kernels_select(isas[k]);
+        check_case(isas[k], KILN_WF_FP8_BLOCK, 2102, 1000, 128, 1);
+        check_case(isas[k], KILN_WF_INT4_GROUP, 4202, 1056, 32, 1);
+        check_case(isas[k], KILN_WF_INT4_GROUP, 4202, 1024, 128, 3);
+    }
+    /* DAZ: the AVX-512 FP8 general path gathers tiled rows */
+    unsigned int old = __builtin_ia32_stmxcsr();
+    for (int k = 1; k < 3; k++) {
+        if (!kiln_cpu_supports(isas[k])) continue;
+        kiln_kernels_select(isas[k]);
+        tweight t = make_weight(KILN_WF_FP8_BLOCK, 9, 300, 128);
+        float *X = make_x(1, 300), Y[9], R[9], B[9];
+        kiln_gemv_ref(&t.w, X, R, 0, 9);
+        elem_bounds(&t.w, X, B);
+        tile_and_check(&t);
+        __builtin_ia32_ldmxcsr(old | 0x8040);
+        kiln_matmul_rows(&t.w, X, Y, 1, 0, 9);
+        __builtin_ia32_ldmxcsr(old);
+        for (int r = 0; r < 9; r++) assert_true(fabsf(Y[r] - R[r]) <= B[r]);
+        free(X); free_weight(&t);
+    }
+    kiln_kernels_select(KILN_ISA_AUTO);
+    tile_mode = 0;
+}
 static void test_q8_0(void **s) { (void)s; int64_t c[] = {32, 96, 288}; int b[] = {32}; run_format(KILN_WF_Q8_0, c, 3, b, 1); }
 static void test_q4_0(void **s) { (void)s; int64_t c[] = {32, 96, 288}; int b[] = {32}; run_format(KILN_WF_Q4_0, c, 3, b, 1); }
 
@@ -318,7 +387,7 @@ int main(void) {
         cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
-        cmocka_unit_test(test_fp8_daz),
+        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,75 @@
+/* tile.c — the 4-row tile layout of kiln_weight (see gemv.h): the permutation, its inverse for one
+ * row, and the policy of which weights get it. */
+#include "kernels/gemv.h"
+#include "kernels/gemv_isa.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* Offset of byte b of row j (0..3) inside its 4-row group, tile layout. */
+static size_t tiled_offset(size_t rb, int j, size_t b) {
+    const size_t n = rb / 64, t = rb % 64;
+    if (b < 64 * n) return 256 * (b / 64) + 64 * (size_t)j + b % 64;
+    return 256 * n + t * (size_t)j + (b - 64 * n);
+}
+
+void kiln_weight_row_gather(const kiln_weight *w, int64_t r, uint8_t *out) {
+    const size_t rb = w->row_bytes;
+    if (!w->tiled || r >= (w->rows & ~(int64_t)3)) {
+        memcpy(out, w->data + (size_t)r * rb, rb);
+        return;
+    }
+    const uint8_t *g = w->data + (size_t)(r & ~(int64_t)3) * rb;
+    const int j = (int)(r & 3);
+    const size_t n = rb / 64, t = rb % 64;
+    for (size_t k = 0; k < n; k++) memcpy(out + 64 * k, g + 256 * k + 64 * (size_t)j, 64);
+    if (t) memcpy(out + 64 * n, g + 256 * n + t * (size_t)j, t);
+}
+
+int64_t kiln_weight_int4_scale_index(const kiln_weight *w, int64_t r, int64_t gi) {
+    const int64_t ng = w->cols / w->block;
+    if (!w->tiled || r >= (w->rows & ~(int64_t)3)) return r * ng + gi;
+    const int64_t u = w->block <= 128 ? 128 / w->block : 1, nb = ng / u, tg = ng % u, j = r & 3;
+    const int64_t base = (r & ~(int64_t)3) * ng;
+    if (gi < nb * u) return base + 4 * (gi / u) * u + j * u + gi % u;
+    return base + 4 * nb * u + j * tg + (gi - nb * u);
+}
+
+int kiln_weight_tile(kiln_weight *w, uint8_t *data, void *scales) {
+    if (w->tiled || w->rows < 4) return 0;
+    const size_t rb = w->row_bytes;
+    const int int4 = w->fmt == KILN_WF_INT4_GROUP;
+    const int64_t ng = int4 ? w->cols / w->block : 0;
+    uint8_t *tmp = malloc(4 * rb);
+    uint16_t *stmp = int4 ? malloc(sizeof *stmp * 4 * (size_t)ng) : NULL;
+    if (!tmp || (int4 && !stmp)) { free(tmp); free(stmp); return -1; }
+    for (int64_t q = 0; q < w->rows / 4; q++) {
+        uint8_t *g = data + (size_t)q * 4 * rb;
+        memcpy(tmp, g, 4 * rb);
+        for (int j = 0; j < 4; j++)
+            for (size_t b = 0; b < rb; b += 64) {
+                size_t len = rb - b < 64 ? rb - b : 64;
+                memcpy(g + tiled_offset(rb, j, b), tmp + (size_t)j * rb + b, len);
+            }
+    }
+    if (int4) {
+        kiln_weight t = *w;
+        t.tiled = 1;
+        uint16_t *S = scales;
+        for (int64_t q = 0; q < w->rows / 4; q++) {
+            memcpy(stmp, S + 4 * q * ng, sizeof *stmp * 4 * (size_t)ng);
+            for (int64_t j = 0; j < 4; j++)
+                for (int64_t gi = 0; gi < ng; gi++) S[kiln_weight_int4_scale_index(&t, 4 * q + j, gi)] = stmp[j * ng + gi];
+        }
+    }
+    free(tmp);
+    free(stmp);
+    w->tiled = 1;
+    return 0;
+}
+
+int kiln_weight_prefers_tiled(const kiln_weight *w) {
+    const kiln_ktable *t = kiln_ktable_current();
+    if (!t || !(t->tiled_mask & (1u << w->fmt)) || w->rows < 4 || !kiln_matmul_is_fast(w)) return 0;
+    if (w->fmt == KILN_WF_FP8_BLOCK) return w->block % 64 == 0; /* the fast FP8 kernel's blocks */
+    return 1;
+}
