@@ -224,10 +224,16 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
     }
 }
 
-/* Prepares the n activation rows (thread-shared when called before the parallel split). */
-static const uint8_t *prep(const kiln_ktable *t, const kiln_weight *w, int n, size_t *xpb) {
+/* Bytes of one prepared activation row for w (0: the kernel reads X itself). */
+static void prep_size(const kiln_ktable *t, const kiln_weight *w, int n, size_t *xpb) {
     *xpb = t->xprep_bytes[w->fmt] ? t->xprep_bytes[w->fmt](w) : 0;
     if (n > 1 && t->gemm_f32 && t->dequant[w->fmt]) *xpb = 0; /* prefill via f32 tiles reads X itself */
+    *xpb = (*xpb + 63) & ~(size_t)63; /* each prepared row 64-byte aligned (the kernels' loads) */
+}
+
+/* Prepares the n activation rows (thread-shared when called before the parallel split). */
+static const uint8_t *prep(const kiln_ktable *t, const kiln_weight *w, int n, size_t *xpb) {
+    prep_size(t, w, n, xpb);
     if (!*xpb) return NULL;
     return scratch(0, *xpb * (size_t)n);
 }
@@ -247,52 +253,92 @@ void kiln_matmul_rows(const kiln_weight *w, const float *X, float *Y, int n, int
     rows_impl(t, w, X, xp, xpb, Y, n, r0, r1);
 }
 
-void kiln_matmul(const kiln_weight *w, const float *X, float *Y, int n) {
-    if (n <= 0 || w->rows <= 0) return;
-    const kiln_ktable *t = table();
-    if (!fast_ok(t, w)) t = NULL;
-    size_t xpb = 0;
-    uint8_t *xp = NULL;
-    if (t) {
-        xp = (uint8_t *)prep(t, w, n, &xpb);
-        if (xpb && !xp) t = NULL;
+/* Row chunks of one weight: contiguous, multiples of 4 rows, at most ~256 KiB of weights each and
+ * at least 4 per thread, handed out dynamically: each thread streams its own memory, and a thread
+ * that wakes late or is slowed by other work on the machine (2 shared vCPUs, passive OpenMP waits)
+ * does not hold the others back: the first thread in takes its chunks. A fixed half per thread
+ * made every small matmul (k/v projections) wait for the later thread's wake-up. */
+static int64_t chunk_rows(const kiln_weight *w, int nth) {
+    int64_t chunk = (int64_t)(((size_t)256 << 10) / (w->row_bytes ? w->row_bytes : 1));
+    int64_t even = (w->rows + 4 * (int64_t)nth - 1) / (4 * (int64_t)nth);
+    if (chunk > even) chunk = even;
+    chunk = (chunk + 3) & ~(int64_t)3;
+    return chunk < 16 ? 16 : chunk;
+}
+
+#define MANY_MAX 8
+void kiln_matmul_many(const kiln_weight *const *ws, float *const *Ys, int nw, const float *X, int n) {
+    if (n <= 0 || nw <= 0) return;
+    if (nw > MANY_MAX) {
+        for (int k = 0; k < nw; k += MANY_MAX) kiln_matmul_many(ws + k, Ys + k, nw - k < MANY_MAX ? nw - k : MANY_MAX, X, n);
+        return;
+    }
+    const kiln_ktable *tab = table();
+    const kiln_ktable *t[MANY_MAX];
+    size_t xpb[MANY_MAX], xoff[MANY_MAX], xtot = 0;
+    double work = 0;
+    int64_t max_nt = 0;
+    for (int k = 0; k < nw; k++) {
+        const kiln_weight *w = ws[k];
+        t[k] = fast_ok(tab, w) ? tab : NULL;
+        xpb[k] = 0;
+        if (t[k]) {
+            prep_size(t[k], w, n, &xpb[k]);
+            xoff[k] = xtot;
+            xtot += (xpb[k] * (size_t)n + 63) & ~(size_t)63;
+        }
+        work += (double)w->rows * (double)w->cols * n;
+        max_nt += (w->rows + 3) / 4;
+    }
+    uint8_t *xp_all = xtot ? scratch(0, xtot) : NULL;
+    const uint8_t *xp[MANY_MAX];
+    for (int k = 0; k < nw; k++) {
+        xp[k] = NULL;
+        if (xpb[k] && !xp_all) t[k] = NULL; /* out of memory: the reference needs no scratch */
+        else if (xpb[k]) xp[k] = xp_all + xoff[k];
     }
     int nt = omp_get_max_threads();
-    double work = (double)w->rows * (double)w->cols * n;
     if (work < 65536.0) nt = 1; /* below ~20 µs of work the fork/join costs more than it saves */
-    int64_t max_nt = (w->rows + 3) / 4;
     if (nt > max_nt) nt = (int)max_nt;
     if (nt < 1) nt = 1;
-    /* Decode: the single activation row is prepared before the fork (no barrier inside the region);
-     * prefill: the n rows are prepared in parallel. */
-    const int par_prep = xpb && n >= 4;
-    if (xpb && !par_prep)
-        for (int i = 0; i < n; i++) t->xprep[w->fmt](w, X + (size_t)i * w->cols, xp + (size_t)i * xpb);
+    /* Decode: the activation is prepared before the fork (no barrier inside the region); prefill:
+     * the n rows are prepared in parallel. */
+    const int par_prep = n >= 4;
+    if (!par_prep)
+        for (int k = 0; k < nw; k++)
+            for (int i = 0; xpb[k] && i < n; i++)
+                t[k]->xprep[ws[k]->fmt](ws[k], X + (size_t)i * ws[k]->cols, (uint8_t *)xp[k] + (size_t)i * xpb[k]);
     #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        if (par_prep) {
-            #pragma omp for schedule(static)
-            for (int i = 0; i < n; i++) t->xprep[w->fmt](w, X + (size_t)i * w->cols, xp + (size_t)i * xpb);
-        }
-        /* Contiguous row chunks (multiples of 4 rows, at most ~256 KiB of weights each, and at
-         * least 4 per thread) handed out dynamically: each thread streams its own memory, and a
-         * thread that wakes late or is slowed by other work on the machine (2 shared vCPUs, passive
-         * OpenMP waits) does not hold the others back: the first thread in takes its chunks.
-         * A fixed half per thread made every small matmul (k/v projections) wait for the later
-         * thread's wake-up. */
         const int nth = omp_get_num_threads();
-        int64_t chunk = (int64_t)(((size_t)256 << 10) / (w->row_bytes ? w->row_bytes : 1));
-        int64_t even = (w->rows + 4 * (int64_t)nth - 1) / (4 * (int64_t)nth);
-        if (chunk > even) chunk = even;
-        chunk = (chunk + 3) & ~(int64_t)3;
-        if (chunk < 16) chunk = 16;
-        int64_t nchunks = (w->rows + chunk - 1) / chunk;
+        if (par_prep)
+            for (int k = 0; k < nw; k++) {
+                if (!xpb[k]) continue;
+                #pragma omp for schedule(static)
+                for (int i = 0; i < n; i++) t[k]->xprep[ws[k]->fmt](ws[k], X + (size_t)i * ws[k]->cols, (uint8_t *)xp[k] + (size_t)i * xpb[k]);
+            }
+        /* The chunks of all nw weights in one dynamic loop: one fork/join for the q/k/v or gate/up
+         * projections of a decode step instead of one each. */
+        int64_t chunk[MANY_MAX], first[MANY_MAX + 1];
+        first[0] = 0;
+        for (int k = 0; k < nw; k++) {
+            chunk[k] = chunk_rows(ws[k], nth);
+            first[k + 1] = first[k] + (ws[k]->rows + chunk[k] - 1) / chunk[k];
+        }
         #pragma omp for schedule(dynamic, 1) nowait
-        for (int64_t c = 0; c < nchunks; c++) {
-            int64_t r0 = c * chunk, r1 = r0 + chunk < w->rows ? r0 + chunk : w->rows;
-            rows_impl(t, w, X, xp, xpb, Y, n, r0, r1);
+        for (int64_t c = 0; c < first[nw]; c++) {
+            int k = 0;
+            while (c >= first[k + 1]) k++;
+            const kiln_weight *w = ws[k];
+            int64_t r0 = (c - first[k]) * chunk[k], r1 = r0 + chunk[k] < w->rows ? r0 + chunk[k] : w->rows;
+            rows_impl(t[k], w, X, xp[k], xpb[k], Ys[k], n, r0, r1);
         }
     }
+}
+
+void kiln_matmul(const kiln_weight *w, const float *X, float *Y, int n) {
+    if (n <= 0 || w->rows <= 0) return;
+    kiln_matmul_many(&w, &Y, 1, X, n);
 }
 
 /* ---- f32 helpers --------------------------------------------------------------------------------- */

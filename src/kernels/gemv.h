@@ -91,6 +91,10 @@ void kiln_axpy_f32(float a, const float *x, float *y, int64_t n);
 float kiln_dot_f32_ref(const float *a, const float *b, int64_t n);
 void kiln_axpy_f32_ref(float a, const float *x, float *y, int64_t n);
 
+/* kiln_matmul for nw weights that read the same X (rows of X: the common cols): Y_k = X · W_kᵀ,
+ * all in one parallel region (a decode step's q/k/v or gate/up projections: one fork/join). */
+void kiln_matmul_many(const kiln_weight *const *ws, float *const *Ys, int nw, const float *X, int n);
+
 /* Single-threaded form of kiln_matmul for callers that thread themselves (e.g. over MoE experts):
  * Y[i * w->rows + r] for rows r in [r0, r1) and i in [0, n); other entries of Y are untouched. */
 void kiln_matmul_rows(const kiln_weight *w, const float *X, float *Y, int n, int64_t r0, int64_t r1);

@@ -100,9 +100,11 @@ kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, k
     for (int l = 0; l < hp->n_layers; l++) {
         const kiln_layer *L = &m->layers[l];
         for (int i = 0; i < n; i++) kiln_rmsnorm(ws->xb + (size_t)i * dim, ws->x + (size_t)i * dim, L->attn_norm, dim, hp->norm_eps);
-        kiln_matmul(&L->wq, ws->xb, ws->q, n);
-        kiln_matmul(&L->wk, ws->xb, ws->k, n);
-        kiln_matmul(&L->wv, ws->xb, ws->v, n);
+        { /* one parallel region for the three projections of the same input */
+            const kiln_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
+            float *y3[3] = {ws->q, ws->k, ws->v};
+            kiln_matmul_many(w3, y3, 3, ws->xb, n);
+        }
         for (int i = 0; i < n; i++) {
             const float *rope = ws->rope + (size_t)i * hp->rotary_dim;
             rope_apply(ws->q + (size_t)i * qd, H, hd, hp->rotary_dim, hp->rope_style, rope);
@@ -115,8 +117,11 @@ kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, k
         kiln_matmul(&L->wo, ws->ao, ws->xb, n);
         for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += ws->xb[j];
         for (int i = 0; i < n; i++) kiln_rmsnorm(ws->xb + (size_t)i * dim, ws->x + (size_t)i * dim, L->ffn_norm, dim, hp->norm_eps);
-        kiln_matmul(&L->w_gate, ws->xb, ws->hb, n);
-        kiln_matmul(&L->w_up, ws->xb, ws->hb2, n);
+        {
+            const kiln_weight *w2[2] = {&L->w_gate, &L->w_up};
+            float *y2[2] = {ws->hb, ws->hb2};
+            kiln_matmul_many(w2, y2, 2, ws->xb, n);
+        }
         for (size_t j = 0; j < (size_t)n * ffn; j++) {
             float g = ws->hb[j];
             ws->hb[j] = g / (1.0f + expf(-g)) * ws->hb2[j];

@@ -287,6 +287,41 @@ static void test_tiled(void **s) {
     kiln_kernels_select(KILN_ISA_AUTO);
     tile_mode = 0;
 }
+/* kiln_matmul_many: weights of different formats, shapes and layouts sharing one X, in one call,
+ * each against its own reference (n = 1 decode and n = 5 prefill), on every ISA. */
+static void test_matmul_many(void **s) {
+    (void)s;
+    const int64_t cols = 384;
+    for (int k = 0; k < 3; k++) {
+        if (!kiln_cpu_supports(isas[k])) continue;
+        kiln_kernels_select(isas[k]);
+        for (int n = 1; n <= 5; n += 4) {
+            tweight t[4] = {make_weight(KILN_WF_INT4_GROUP, 130, cols, 32), make_weight(KILN_WF_FP8_BLOCK, 33, cols, 128),
+                            make_weight(KILN_WF_BF16, 7, cols, 0), make_weight(KILN_WF_INT4_GROUP, 5, cols, 96)};
+            float *X = make_x(n, cols), *Y[4], *R[4], *B[4];
+            const kiln_weight *ws[4];
+            for (int w = 0; w < 4; w++) {
+                const int64_t rows = t[w].w.rows;
+                Y[w] = malloc(sizeof(float) * (size_t)(n * rows)); R[w] = malloc(sizeof(float) * (size_t)(n * rows));
+                B[w] = malloc(sizeof(float) * (size_t)(n * rows));
+                for (int i = 0; i < n; i++) {
+                    kiln_gemv_ref(&t[w].w, X + (size_t)i * cols, R[w] + (size_t)i * rows, 0, rows);
+                    elem_bounds(&t[w].w, X + (size_t)i * cols, B[w] + (size_t)i * rows);
+                }
+                for (int64_t i = 0; i < n * rows; i++) Y[w][i] = NAN;
+                ws[w] = &t[w].w;
+            }
+            tile_and_check(&t[0]);
+            kiln_matmul_many(ws, Y, 4, X, n);
+            for (int w = 0; w < 4; w++) {
+                check_out("matmul_many", isas[k], &t[w], n, Y[w], R[w], B[w], 0, t[w].w.rows);
+                free(Y[w]); free(R[w]); free(B[w]); free_weight(&t[w]);
+            }
+            free(X);
+        }
+    }
+    kiln_kernels_select(KILN_ISA_AUTO);
+}
 static void test_q8_0(void **s) { (void)s; int64_t c[] = {32, 96, 288}; int b[] = {32}; run_format(KILN_WF_Q8_0, c, 3, b, 1); }
 static void test_q4_0(void **s) { (void)s; int64_t c[] = {32, 96, 288}; int b[] = {32}; run_format(KILN_WF_Q4_0, c, 3, b, 1); }
 
@@ -387,7 +422,7 @@ int main(void) {
         cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
-        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled),
+        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_matmul_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
