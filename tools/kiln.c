@@ -237,7 +237,12 @@ int main(int argc, char **argv) {
      * libgomp reads OMP_WAIT_POLICY once, when it is loaded, so kiln re-executes itself with the
      * variable set. Why: on shared or virtualized machines with few cores (the 2-vCPU machines kiln is
      * developed and tested on), spin-waiting threads burn the time slices the working threads need;
-     * measured on bench-500m INT4 decode under load: 1.4 tokens/s spinning vs 14.8 passive. */
+     * measured on bench-500m INT4 decode under load: 1.4 tokens/s spinning vs 14.8 passive.
+     * Re-measured (this session, bench-500m INT4, 2 vCPUs): idle machine 94–99 tok/s passive vs
+     * 97–111 with GOMP_SPINCOUNT=30000 (a futex wake-up per parallel region is the difference);
+     * with one busy process beside it 55–59 passive vs 22–23 spin-then-sleep. Passive stays the
+     * default because it never collapses; on a dedicated machine set GOMP_SPINCOUNT=30000 (or
+     * OMP_WAIT_POLICY=active) for the extra 5–10% (docs/BENCHMARKS.md). */
     if (!getenv("OMP_WAIT_POLICY") && setenv("OMP_WAIT_POLICY", "passive", 1) == 0) execv("/proc/self/exe", argv);
     if (argc < 2) return usage();
     const char *c = argv[1];
