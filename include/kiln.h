@@ -65,6 +65,10 @@ typedef struct kiln_options {
     kiln_kv_integrity kv_integrity; /* off | detect | heal | strict (default HEAL) */
     const char *kv_inject_faults;   /* fault-injection SPEC for tests and demonstrations, e.g.
                                "bitflip=10,stale=2,every=4" (see kiln_kv_inject_spec_help); NULL = none */
+    /* Weights (issue 3). Appended field; zero = default. */
+    int no_repack;          /* 1 = compute on FP8/INT4 weights in their memory-mapped checkpoint layout;
+                               0 (default) = at the first session, copy them into the 4-row tile layout
+                               the AVX-512 GEMV reads as one stream (same bytes; docs/FORMATS.md) */
 } kiln_options;
 
 /* Fills *o with the defaults documented above. */

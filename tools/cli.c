@@ -84,6 +84,7 @@ bad:
 int cli_common_option(args_t *a, kiln_options *o) {
     const char *k = a->argv[a->i];
     long v;
+    if (strcmp(k, "--no-repack") == 0) { o->no_repack = 1; return 1; }
     if (strcmp(k, "--threads") == 0) { if (cli_long(a, k, cli_value(a), 0, 1024, &v)) o->threads = (int)v; return 1; }
     if (strcmp(k, "--kv-mem") == 0) { cli_mem(a, cli_value(a), &o->kv_mem_bytes); return 1; }
     if (strcmp(k, "--kv-page") == 0) { if (cli_long(a, k, cli_value(a), 1, 4096, &v)) o->kv_page_tokens = (int)v; return 1; }

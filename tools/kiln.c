@@ -35,7 +35,7 @@ int cmd_run(int argc, char **argv) {
         else { fprintf(stderr, "kiln run: error: unexpected argument '%s'\n", k); return 2; }
     }
     if (a.bad) return 2;
-    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC]");
+    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--no-repack] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC]");
     if (prompt && tokens_arg) return cli_fail_msg("run", "give either -p or --tokens, not both");
 
     kiln_model *m;
@@ -210,7 +210,7 @@ static int usage(void) {
     fprintf(stderr,
             "kiln — LLM inference engine\n"
             "usage: kiln <command> [options]\n"
-            "  run MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
+            "  run MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--no-repack]\n"
             "            [--tokens ID,...] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE]\n"
             "  inspect MODEL [--json] [--kv [--kv-dtype ...] [--kv-mem ...]]\n"
             "  convert IN OUT [--format hf|gguf]\n"

@@ -114,6 +114,7 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
     if (cfg->max_queue < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--max-queue %d is negative", cfg->max_queue);
     if (o.kv_page_tokens <= 0) o.kv_page_tokens = 16;
     kiln_kernels_select(o.isa);
+    kiln_model_prepare_compute(m, &o);
     kiln_engine *e = calloc(1, sizeof *e);
     if (!e) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     e->m = m;

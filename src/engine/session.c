@@ -103,6 +103,7 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_se
     if (o.kv_page_tokens <= 0) o.kv_page_tokens = 16;
     if (o.threads > 0) omp_set_num_threads(o.threads);
     kiln_kernels_select(o.isa);
+    kiln_model_prepare_compute(m, &o);
     kiln_session *s = calloc(1, sizeof *s);
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     s->m = m;

@@ -45,25 +45,39 @@ static kiln_status requant_one(struct kiln_model *m, kiln_weight *w, kiln_wforma
  * gate/up/down), the routed experts and the shared experts. Kept as stored: MoE routers (routing
  * decisions are what quantization must not move; checkpoints keep them in BF16) and MLA's kv_b,
  * whose per-head absorbed float32 copies (built at load) are what attention reads. */
+/* The linear weights of one arch layer that the forward pass multiplies by (see requant_arch),
+ * with their checkpoint names; returns how many (≤ ARCH_LINEARS). */
+#define ARCH_LINEARS 17
+static int arch_layer_linears(kiln_arch_layer *L, kiln_weight **w, const char **n) {
+    kiln_weight *ws[ARCH_LINEARS] = {&L->wqkv, &L->wq, &L->wk, &L->wv, &L->wo, &L->mla.wq_a, &L->mla.wq_b, &L->mla.wq,
+                                     &L->mla.wkv_a, &L->mla.wo, &L->w_gate_up, &L->w_gate, &L->w_up, &L->w_down,
+                                     &L->moe.sh_gate, &L->moe.sh_up, &L->moe.sh_down};
+    static const char *names[ARCH_LINEARS] = {
+        "self_attn.query_key_value", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "self_attn.q_a_proj", "self_attn.q_b_proj", "self_attn.q_proj", "self_attn.kv_a_proj_with_mqa", "self_attn.o_proj",
+        "mlp.gate_up_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+        "mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj", "mlp.shared_experts.down_proj"};
+    for (int i = 0; i < ARCH_LINEARS; i++) { w[i] = ws[i]; if (n) n[i] = names[i]; }
+    return ARCH_LINEARS;
+}
+
+/* The architectures of model/arch.h: every projection the forward pass multiplies by — attention
+ * (fused QKV or q/k/v, o; MLA's q_a, q_b or q, kv_a, o), the dense MLP (fused gate_up or
+ * gate/up/down), the routed experts and the shared experts. Kept as stored: MoE routers (routing
+ * decisions are what quantization must not move; checkpoints keep them in BF16) and MLA's kv_b,
+ * whose per-head absorbed float32 copies (built at load) are what attention reads. */
 static kiln_status requant_arch(struct kiln_model *m, kiln_wformat fmt, int experts_only, int *kept) {
     kiln_arch_model *am = m->arch_state;
     if (!am) return KILN_OK;
     for (int l = 0; l < m->hp.n_layers; l++) {
         kiln_arch_layer *L = &am->layers[l];
         char name[96];
-        struct { kiln_weight *w; const char *n; } ws[] = {
-            {&L->wqkv, "self_attn.query_key_value"}, {&L->wq, "self_attn.q_proj"}, {&L->wk, "self_attn.k_proj"},
-            {&L->wv, "self_attn.v_proj"}, {&L->wo, "self_attn.o_proj"},
-            {&L->mla.wq_a, "self_attn.q_a_proj"}, {&L->mla.wq_b, "self_attn.q_b_proj"}, {&L->mla.wq, "self_attn.q_proj"},
-            {&L->mla.wkv_a, "self_attn.kv_a_proj_with_mqa"}, {&L->mla.wo, "self_attn.o_proj"},
-            {&L->w_gate_up, "mlp.gate_up_proj"}, {&L->w_gate, "mlp.gate_proj"}, {&L->w_up, "mlp.up_proj"},
-            {&L->w_down, "mlp.down_proj"},
-            {&L->moe.sh_gate, "mlp.shared_experts.gate_proj"}, {&L->moe.sh_up, "mlp.shared_experts.up_proj"},
-            {&L->moe.sh_down, "mlp.shared_experts.down_proj"},
-        };
-        for (size_t i = 0; i < sizeof ws / sizeof *ws && !experts_only; i++) {
-            snprintf(name, sizeof name, "layer %d %s", l, ws[i].n);
-            KILN_TRY(requant_one(m, ws[i].w, fmt, name, kept));
+        kiln_weight *ws[ARCH_LINEARS];
+        const char *names[ARCH_LINEARS];
+        int nw = arch_layer_linears(L, ws, names);
+        for (int i = 0; i < nw && !experts_only; i++) {
+            snprintf(name, sizeof name, "layer %d %s", l, names[i]);
+            KILN_TRY(requant_one(m, ws[i], fmt, name, kept));
         }
         if (L->is_moe && L->exp_w) /* gate[E], up[E], down[E]; moe.gate/up/down point into this array */
             for (int e = 0; e < 3 * am->hp.moe.n_experts; e++) {
@@ -73,6 +87,50 @@ static kiln_status requant_arch(struct kiln_model *m, kiln_wformat fmt, int expe
             }
     }
     return KILN_OK;
+}
+
+/* One quantized weight still in the mapped checkpoint → an owned copy in the tile layout
+ * (kernels/gemv.h). Best effort: without memory it stays as it is (correct, only slower). */
+static void repack_one(struct kiln_model *m, kiln_weight *w, uint64_t *bytes) {
+    if (!w->data || w->tiled || !kiln_weight_prefers_tiled(w)) return;
+    const size_t db = (size_t)w->rows * w->row_bytes;
+    const size_t sb = w->fmt == KILN_WF_INT4_GROUP ? 2 * (size_t)w->rows * (size_t)(w->cols / w->block) : 0;
+    uint8_t *d = malloc(db);
+    void *s = sb ? malloc(sb) : NULL;
+    if (!d || (sb && !s)) { free(d); free(s); return; }
+    memcpy(d, w->data, db);
+    if (sb) memcpy(s, w->scales, sb);
+    kiln_weight nw = *w;
+    nw.data = d;
+    if (sb) nw.scales = s;
+    if (kiln_weight_tile(&nw, d, s) != 0) { free(d); free(s); return; }
+    if (!kiln_model_own(m, d)) { free(s); return; }
+    if (s && !kiln_model_own(m, s)) return; /* d is owned (freed with the model); w unchanged */
+    *w = nw;
+    *bytes += db + sb;
+}
+
+uint64_t kiln_model_repack(kiln_model *m) {
+    uint64_t bytes = 0;
+    if (m->arch) {
+        kiln_arch_model *am = m->arch_state;
+        for (int l = 0; am && l < m->hp.n_layers; l++) {
+            kiln_arch_layer *L = &am->layers[l];
+            kiln_weight *ws[ARCH_LINEARS];
+            int nw = arch_layer_linears(L, ws, NULL);
+            for (int i = 0; i < nw; i++) repack_one(m, ws[i], &bytes);
+            if (L->is_moe && L->exp_w)
+                for (int e = 0; e < 3 * am->hp.moe.n_experts; e++) repack_one(m, &L->exp_w[e], &bytes);
+        }
+    } else {
+        for (int l = 0; l < m->hp.n_layers; l++) {
+            kiln_layer *L = &m->layers[l];
+            kiln_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (int i = 0; i < 7; i++) repack_one(m, ws[i], &bytes);
+        }
+    }
+    repack_one(m, &m->output, &bytes);
+    return bytes;
 }
 
 kiln_status kiln_model_requantize(kiln_model *m, const char *weights, int *n_kept) {
@@ -111,4 +169,12 @@ kiln_status kiln_model_requantize_scope(kiln_model *m, const char *weights, cons
     }
     if (n_kept) *n_kept = kept;
     return KILN_OK;
+}
+
+void kiln_model_prepare_compute(kiln_model *m, const kiln_options *opts) {
+    if (m->repacked || (opts && opts->no_repack)) return;
+    m->repacked = 1;
+    uint64_t b = kiln_model_repack(m);
+    if (b && !(opts && opts->quiet))
+        fprintf(stderr, "kiln: %.1f MB of FP8/INT4 weights copied into the GEMV tile layout (--no-repack: compute on the mapped file)\n", (double)b / 1e6);
 }

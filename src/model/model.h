@@ -60,7 +60,17 @@ struct kiln_model {
     const struct kiln_arch *arch;
     void *arch_state;         /* struct kiln_arch_model (owned via kiln_model_own) */
     int n_owned, cap_owned;
+    int repacked;             /* kiln_model_repack has run (once, at the first session or engine) */
 };
+
+/* Copies the FP8/INT4 linear weights still in the mapped checkpoint layout into owned buffers in the
+ * GEMV's 4-row tile layout (kernels/gemv.h) where the current ISA's kernels read that faster
+ * (src/eval/requant.c). Returns the bytes copied (0: nothing to do). Best effort: a weight that
+ * cannot be copied stays as it is. */
+uint64_t kiln_model_repack(struct kiln_model *m);
+/* At the first session or engine of a model, unless opts->no_repack: kiln_model_repack, announced
+ * on stderr unless opts->quiet. */
+void kiln_model_prepare_compute(struct kiln_model *m, const kiln_options *opts);
 
 /* Registers a malloc'ed buffer to be freed with the model; returns it (NULL on failure, with p freed). */
 void *kiln_model_own(struct kiln_model *m, void *p);
