@@ -391,9 +391,10 @@ static void gqa(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_a
             memcpy(w->v + (size_t)i * kvd, src + qd + kvd, (size_t)kvd * 4);
         }
     } else {
-        kiln_matmul(&L->wq, ws->xb, w->q, n);
-        kiln_matmul(&L->wk, ws->xb, w->k, n);
-        kiln_matmul(&L->wv, ws->xb, w->v, n);
+        /* one parallel region for the three projections of the same input */
+        const kiln_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
+        float *y3[3] = {w->q, w->k, w->v};
+        kiln_matmul_many(w3, y3, 3, ws->xb, n);
     }
     add_bias(w->q, L->bq, n, qd);
     add_bias(w->k, L->bk, n, kvd);
@@ -401,8 +402,8 @@ static void gqa(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_a
     for (int i = 0; i < n; i++) {
         float *q = w->q + (size_t)i * qd, *k = w->k + (size_t)i * kvd;
         if (ah->qk_norm) {
-            for (int h = 0; h < H; h++) kiln_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm, hd, hp->norm_eps);
-            for (int h = 0; h < KV; h++) kiln_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, hp->norm_eps);
+            kiln_rmsnorm_rows(q, q, L->q_norm, H, hd, hp->norm_eps); /* per head */
+            kiln_rmsnorm_rows(k, k, L->k_norm, KV, hd, hp->norm_eps);
         }
         const float *cs = w->cs + (size_t)i * ah->rope.rot_dim;
         kiln_rope_apply(&ah->rope, q, H, hd, cs);
@@ -425,8 +426,9 @@ static void mlp(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_a
         }
         kiln_matmul(&L->w_down, w->hb2, w->tmp, n);
     } else {
-        kiln_matmul(&L->w_gate, X, w->hb, n);
-        kiln_matmul(&L->w_up, X, w->hb2, n);
+        const kiln_weight *w2[2] = {&L->w_gate, &L->w_up};
+        float *y2[2] = {w->hb, w->hb2};
+        kiln_matmul_many(w2, y2, 2, X, n);
         for (size_t j = 0; j < (size_t)n * F; j++) w->hb[j] = w->hb[j] / (1.0f + expf(-w->hb[j])) * w->hb2[j];
         kiln_matmul(&L->w_down, w->hb, w->tmp, n);
     }
@@ -439,40 +441,22 @@ kiln_status kiln_arch_forward(const struct kiln_model *m, kiln_kv_pool *pool, ki
     arch_ws *w = ws->arch_ws;
     const int dim = hp->dim, n = b->n, rot = ah->rope.rot_dim;
     if (!w) return kiln_fail(KILN_ERR_INTERNAL, "forward: %s scratch not initialised", hp->arch);
-    if (n < 1 || n > ws->chunk) return kiln_fail(KILN_ERR_INTERNAL, "forward: batch of %d tokens (max %d)", n, ws->chunk);
-    for (int i = 0; i < n; i++) {
-        if (b->tokens[i] < 0 || b->tokens[i] >= hp->vocab)
-            return kiln_fail(KILN_ERR_INVALID_ARG, "token id %d at position %d is out of range [0, %d)", b->tokens[i], b->pos[i], hp->vocab);
-        if (b->pos[i] < 0 || b->pos[i] >= ws->n_ctx_max)
-            return kiln_fail(KILN_ERR_INVALID_ARG, "context length exceeded: position %d >= %d", b->pos[i], ws->n_ctx_max);
-        kiln_weight_row_f32(&m->tok_embd, b->tokens[i], ws->x + (size_t)i * dim);
-        kiln_rope_table(&ah->rope, b->pos[i], w->cs + (size_t)i * rot);
-    }
+    KILN_TRY(kiln_forward_embed(m, ws, b));
+    for (int i = 0; i < n; i++) kiln_rope_table(&ah->rope, b->pos[i], w->cs + (size_t)i * rot);
     for (int l = 0; l < hp->n_layers; l++) {
         const kiln_arch_layer *L = &am->layers[l];
-        for (int i = 0; i < n; i++) kiln_rmsnorm(ws->xb + (size_t)i * dim, ws->x + (size_t)i * dim, L->attn_norm, dim, hp->norm_eps);
+        kiln_rmsnorm_rows(ws->xb, ws->x, L->attn_norm, n, dim, hp->norm_eps);
         if (ah->attn == KILN_ATTN_MLA)
             KILN_TRY(kiln_mla_forward(&ah->mla, &L->mla, &ah->rope, pool, l, b->seq, b->pos, ws->xb, n, w->cs, ws->att, w->tmp, &w->mla));
         else gqa(m, ah, L, pool, l, ws, w, b);
-        if (L->post_attn_norm)
-            for (int i = 0; i < n; i++) kiln_rmsnorm(w->tmp + (size_t)i * dim, w->tmp + (size_t)i * dim, L->post_attn_norm, dim, hp->norm_eps);
+        if (L->post_attn_norm) kiln_rmsnorm_rows(w->tmp, w->tmp, L->post_attn_norm, n, dim, hp->norm_eps);
         for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += w->tmp[j];
-        for (int i = 0; i < n; i++) kiln_rmsnorm(ws->xb + (size_t)i * dim, ws->x + (size_t)i * dim, L->ffn_norm, dim, hp->norm_eps);
+        kiln_rmsnorm_rows(ws->xb, ws->x, L->ffn_norm, n, dim, hp->norm_eps);
         if (L->is_moe) KILN_TRY(kiln_moe_forward(&ah->moe, &L->moe, ws->xb, n, w->tmp, &w->moe));
         else mlp(m, ah, L, w, ws->xb, n);
-        if (L->post_ffn_norm)
-            for (int i = 0; i < n; i++) kiln_rmsnorm(w->tmp + (size_t)i * dim, w->tmp + (size_t)i * dim, L->post_ffn_norm, dim, hp->norm_eps);
+        if (L->post_ffn_norm) kiln_rmsnorm_rows(w->tmp, w->tmp, L->post_ffn_norm, n, dim, hp->norm_eps);
         for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += w->tmp[j];
     }
-    for (int i = 0; i < n; i++)
-        if (b->seq[i]->len < b->pos[i] + 1) b->seq[i]->len = b->pos[i] + 1;
-    int n_out = 0;
-    for (int i = 0; i < n; i++) {
-        int r = b->out_row ? b->out_row[i] : i;
-        if (r < 0) continue;
-        kiln_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)i * dim, m->output_norm, dim, hp->norm_eps);
-        if (r + 1 > n_out) n_out = r + 1;
-    }
-    if (n_out > 0) kiln_matmul(&m->output, ws->xb, logits, n_out);
+    kiln_forward_head(m, ws, b, logits);
     return KILN_OK;
 }

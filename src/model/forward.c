@@ -16,6 +16,42 @@ void kiln_rmsnorm(float *out, const float *x, const float *w, int n, float eps) 
     for (int i = 0; i < n; i++) out[i] = w[i] * (ss * x[i]);
 }
 
+void kiln_rmsnorm_rows(float *out, const float *x, const float *w, int n_rows, int n, float eps) {
+    for (int i = 0; i < n_rows; i++) kiln_rmsnorm(out + (size_t)i * n, x + (size_t)i * n, w, n, eps);
+}
+
+/* ---- the ends shared with the arch forward (model/arch.h) ---- */
+
+kiln_status kiln_forward_embed(const struct kiln_model *m, kiln_forward_ws *ws, const kiln_batch *b) {
+    const kiln_hparams *hp = &m->hp;
+    const int n = b->n;
+    if (n < 1 || n > ws->chunk) return kiln_fail(KILN_ERR_INTERNAL, "forward: batch of %d tokens (max %d)", n, ws->chunk);
+    for (int i = 0; i < n; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= hp->vocab)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "token id %d at position %d is out of range [0, %d)", b->tokens[i], b->pos[i], hp->vocab);
+        if (b->pos[i] < 0 || b->pos[i] >= ws->n_ctx_max)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "context length exceeded: position %d >= %d", b->pos[i], ws->n_ctx_max);
+        kiln_weight_row_f32(&m->tok_embd, b->tokens[i], ws->x + (size_t)i * hp->dim);
+    }
+    return KILN_OK;
+}
+
+void kiln_forward_head(const struct kiln_model *m, kiln_forward_ws *ws, const kiln_batch *b, float *logits) {
+    const kiln_hparams *hp = &m->hp;
+    const int dim = hp->dim, n = b->n;
+    for (int i = 0; i < n; i++)
+        if (b->seq[i]->len < b->pos[i] + 1) b->seq[i]->len = b->pos[i] + 1;
+    /* Final norm and LM head only for the rows that want logits, gathered into xb (out_row order). */
+    int n_out = 0;
+    for (int i = 0; i < n; i++) {
+        int r = b->out_row ? b->out_row[i] : i;
+        if (r < 0) continue;
+        kiln_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)i * dim, m->output_norm, dim, hp->norm_eps);
+        if (r + 1 > n_out) n_out = r + 1;
+    }
+    if (n_out > 0) kiln_matmul(&m->output, ws->xb, logits, n_out);
+}
+
 kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m, int chunk, int n_ctx_max) {
     const kiln_hparams *hp = &m->hp;
     memset(ws, 0, sizeof *ws);
@@ -87,19 +123,12 @@ kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, k
     const kiln_hparams *hp = &m->hp;
     const int dim = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, ffn = hp->ffn_dim;
     const int qd = H * hd, kvd = KV * hd, n = b->n;
-    if (n < 1 || n > ws->chunk) return kiln_fail(KILN_ERR_INTERNAL, "forward: batch of %d tokens (max %d)", n, ws->chunk);
-    for (int i = 0; i < n; i++) {
-        if (b->tokens[i] < 0 || b->tokens[i] >= hp->vocab)
-            return kiln_fail(KILN_ERR_INVALID_ARG, "token id %d at position %d is out of range [0, %d)", b->tokens[i], b->pos[i], hp->vocab);
-        if (b->pos[i] < 0 || b->pos[i] >= ws->n_ctx_max)
-            return kiln_fail(KILN_ERR_INVALID_ARG, "context length exceeded: position %d >= %d", b->pos[i], ws->n_ctx_max);
-        kiln_weight_row_f32(&m->tok_embd, b->tokens[i], ws->x + (size_t)i * dim);
-        rope_table(ws->rope + (size_t)i * hp->rotary_dim, b->pos[i], hp->rotary_dim, hp->rope_theta);
-    }
+    KILN_TRY(kiln_forward_embed(m, ws, b));
+    for (int i = 0; i < n; i++) rope_table(ws->rope + (size_t)i * hp->rotary_dim, b->pos[i], hp->rotary_dim, hp->rope_theta);
     const float scale = 1.0f / sqrtf((float)hd);
     for (int l = 0; l < hp->n_layers; l++) {
         const kiln_layer *L = &m->layers[l];
-        for (int i = 0; i < n; i++) kiln_rmsnorm(ws->xb + (size_t)i * dim, ws->x + (size_t)i * dim, L->attn_norm, dim, hp->norm_eps);
+        kiln_rmsnorm_rows(ws->xb, ws->x, L->attn_norm, n, dim, hp->norm_eps);
         { /* one parallel region for the three projections of the same input */
             const kiln_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
             float *y3[3] = {ws->q, ws->k, ws->v};
@@ -116,7 +145,7 @@ kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, k
         kiln_kv_attend_batch(pool, l, n, b->seq, b->pos, ws->q, H, scale, ws->ao);
         kiln_matmul(&L->wo, ws->ao, ws->xb, n);
         for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += ws->xb[j];
-        for (int i = 0; i < n; i++) kiln_rmsnorm(ws->xb + (size_t)i * dim, ws->x + (size_t)i * dim, L->ffn_norm, dim, hp->norm_eps);
+        kiln_rmsnorm_rows(ws->xb, ws->x, L->ffn_norm, n, dim, hp->norm_eps);
         {
             const kiln_weight *w2[2] = {&L->w_gate, &L->w_up};
             float *y2[2] = {ws->hb, ws->hb2};
@@ -129,17 +158,7 @@ kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, k
         kiln_matmul(&L->w_down, ws->hb, ws->xb, n);
         for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += ws->xb[j];
     }
-    for (int i = 0; i < n; i++)
-        if (b->seq[i]->len < b->pos[i] + 1) b->seq[i]->len = b->pos[i] + 1;
-    /* Final norm and LM head only for the rows that want logits, gathered into xb (out_row order). */
-    int n_out = 0;
-    for (int i = 0; i < n; i++) {
-        int r = b->out_row ? b->out_row[i] : i;
-        if (r < 0) continue;
-        kiln_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)i * dim, m->output_norm, dim, hp->norm_eps);
-        if (r + 1 > n_out) n_out = r + 1;
-    }
-    if (n_out > 0) kiln_matmul(&m->output, ws->xb, logits, n_out);
+    kiln_forward_head(m, ws, b, logits);
     return KILN_OK;
 }
 

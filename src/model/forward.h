@@ -53,4 +53,14 @@ kiln_status kiln_forward(const struct kiln_model *m, kiln_kv_pool *pool, kiln_kv
 
 /* RMSNorm reference: out[i] = x[i] / sqrt(mean(x²) + eps) · w[i]. */
 void kiln_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+/* kiln_rmsnorm over n_rows consecutive rows of n floats (out may equal x). */
+void kiln_rmsnorm_rows(float *out, const float *x, const float *w, int n_rows, int n, float eps);
+
+/* The two ends every forward pass shares (the llama path in forward.c and model/arch.h's):
+ * kiln_forward_embed checks the batch (1..chunk tokens, ids in [0, vocab), positions below
+ * n_ctx_max) and writes each token's embedding row to ws->x [n, dim]; kiln_forward_head, after the
+ * last layer, sets each sequence's len to max(len, pos + 1), RMSNorms the rows of ws->x that want
+ * logits into ws->xb in out_row order and runs the LM head over them into logits [rows, vocab]. */
+kiln_status kiln_forward_embed(const struct kiln_model *m, kiln_forward_ws *ws, const kiln_batch *b);
+void kiln_forward_head(const struct kiln_model *m, kiln_forward_ws *ws, const kiln_batch *b, float *logits);
 #endif

@@ -72,19 +72,19 @@ kiln_status kiln_mla_forward(const kiln_mla_cfg *c, const kiln_mla_layer *L, con
      * latent row (v_shares_k), the whole row when V is stored as a separate copy; only the first r
      * (the c part) are used. */
     const int ostride = pool->cfg.v_dim;
+    /* the query down-projection (or the full query projection without q LoRA) and the latent
+     * projection read the same X: one parallel region */
+    {
+        const kiln_weight *w2[2] = {c->q_lora_rank > 0 ? &L->wq_a : &L->wq, &L->wkv_a};
+        float *y2[2] = {c->q_lora_rank > 0 ? ws->qa : ws->q, ws->kva};
+        kiln_matmul_many(w2, y2, 2, X, n);
+    }
     /* queries */
     if (c->q_lora_rank > 0) {
-        kiln_matmul(&L->wq_a, X, ws->qa, n);
-        for (int i = 0; i < n; i++) {
-            float *p = ws->qa + (size_t)i * c->q_lora_rank;
-            kiln_rmsnorm(p, p, L->q_a_norm, c->q_lora_rank, c->lora_eps);
-        }
+        kiln_rmsnorm_rows(ws->qa, ws->qa, L->q_a_norm, n, c->q_lora_rank, c->lora_eps);
         kiln_matmul(&L->wq_b, ws->qa, ws->q, n);
-    } else {
-        kiln_matmul(&L->wq, X, ws->q, n);
     }
     /* latents */
-    kiln_matmul(&L->wkv_a, X, ws->kva, n);
     for (int i = 0; i < n; i++) {
         const float *src = ws->kva + (size_t)i * row;
         float *lat = ws->lat + (size_t)i * row;

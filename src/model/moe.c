@@ -126,8 +126,9 @@ static void run_expert(const kiln_moe_cfg *c, const kiln_moe_layer *L, int e, in
         swiglu(h, u, (size_t)cnt * c->ffn);
         kiln_matmul_rows(&L->down[e], h, y, cnt, 0, c->dim);
     } else {
-        kiln_matmul(&L->gate[e], x, h, cnt);
-        kiln_matmul(&L->up[e], x, u, cnt);
+        const kiln_weight *w2[2] = {&L->gate[e], &L->up[e]};
+        float *y2[2] = {h, u};
+        kiln_matmul_many(w2, y2, 2, x, cnt);
         swiglu(h, u, (size_t)cnt * c->ffn);
         kiln_matmul(&L->down[e], h, y, cnt);
     }
@@ -186,8 +187,9 @@ kiln_status kiln_moe_forward(const kiln_moe_cfg *c, const kiln_moe_layer *L, con
     }
     /* 5. shared experts over every token */
     if (c->shared_ffn > 0) {
-        kiln_matmul(&L->sh_gate, X, ws->sh, n);
-        kiln_matmul(&L->sh_up, X, ws->su, n);
+        const kiln_weight *w2[2] = {&L->sh_gate, &L->sh_up};
+        float *y2[2] = {ws->sh, ws->su};
+        kiln_matmul_many(w2, y2, 2, X, n);
         swiglu(ws->sh, ws->su, (size_t)n * c->shared_ffn);
         kiln_matmul(&L->sh_down, ws->sh, ws->sy, n);
         for (size_t j = 0; j < (size_t)n * D; j++) Y[j] += ws->sy[j];
