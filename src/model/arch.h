@@ -107,6 +107,15 @@ kiln_arch_model *kiln_arch_state_new(struct kiln_model *m);
 kiln_status kiln_arch_read_common(struct kiln_model *m, json_t *cfg, const char *file, const char *eps_key);
 /* rope_theta from the top level or rope_parameters; partial_rotary_factor likewise (default def_partial). */
 kiln_status kiln_arch_read_rope(json_t *cfg, const char *file, double def_theta, double def_partial, double *theta, double *partial);
+/* The Llama-style GQA fields of glm4 and glm4_moe: kiln_arch_read_common (rms_norm_eps),
+ * intermediate_size, num_key_value_heads (default num_attention_heads), head_dim (default
+ * hidden_size / heads), attention_bias (default def_bias), rope theta (default 10000) and
+ * *rot = head_dim · partial_rotary_factor (default 0.5); layer prefix "model.". */
+kiln_status kiln_arch_read_gqa(struct kiln_model *m, json_t *cfg, const char *file, int def_bias, double *theta, int *rot);
+/* Checks heads % kv_heads and the rotary width (even, 2..head_dim), reads YaRN, builds the RoPE
+ * tables (style from m->hp.rope_style) and sets the GQA attention fields (scale 1/sqrt(head_dim),
+ * V rows of head_dim). */
+kiln_status kiln_arch_finish_gqa(struct kiln_model *m, json_t *cfg, const char *file, double theta, int rot);
 /* rope_scaling / rope_parameters of type "yarn" → y (y->enabled = 0 when absent or default). */
 kiln_status kiln_arch_read_yarn(json_t *cfg, const char *file, kiln_yarn *y);
 /* MoE fields shared by glm4_moe and the deepseek family. */
@@ -120,6 +129,9 @@ kiln_status kiln_arch_bind_ends(struct kiln_model *m, const char *embd, const ch
 /* A MoE block at `p` ("model.layers.3.mlp."): router, correction bias, experts, shared experts;
  * checks that the tensors hold exactly n_routed_experts experts. */
 kiln_status kiln_arch_bind_moe(struct kiln_model *m, const char *p, kiln_arch_layer *L);
+/* Llama-named attention at `p` ("model.layers.3.self_attn."): q/k/v/o_proj, and the q/k/v biases
+ * when attn_bias is set. */
+kiln_status kiln_arch_bind_self_attn(struct kiln_model *m, const char *p, kiln_arch_layer *L);
 /* A dense SwiGLU MLP at `p` with gate_proj / up_proj / down_proj of width ffn. */
 kiln_status kiln_arch_bind_mlp(struct kiln_model *m, const char *p, int64_t ffn, kiln_arch_layer *L);
 #endif

@@ -97,6 +97,40 @@ kiln_status kiln_arch_read_rope(json_t *cfg, const char *file, double def_theta,
     return KILN_OK;
 }
 
+kiln_status kiln_arch_read_gqa(struct kiln_model *m, json_t *cfg, const char *file, int def_bias, double *theta, int *rot) {
+    kiln_hparams *hp = &m->hp;
+    kiln_arch_hp *ah = &((kiln_arch_model *)m->arch_state)->hp;
+    KILN_TRY(kiln_arch_read_common(m, cfg, file, "rms_norm_eps"));
+    KILN_TRY(kiln_cfg_int(cfg, file, "intermediate_size", 1, 1 << 22, &hp->ffn_dim));
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, "num_key_value_heads", 1, 4096, hp->n_heads, &hp->n_kv_heads));
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, "head_dim", 2, 1 << 16, hp->dim / hp->n_heads, &hp->head_dim));
+    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "attention_bias", def_bias, &ah->attn_bias));
+    double partial;
+    KILN_TRY(kiln_arch_read_rope(cfg, file, 10000.0, 0.5, theta, &partial));
+    *rot = (int)(hp->head_dim * partial);
+    snprintf(ah->prefix, sizeof ah->prefix, "model.");
+    return KILN_OK;
+}
+
+kiln_status kiln_arch_finish_gqa(struct kiln_model *m, json_t *cfg, const char *file, double theta, int rot) {
+    kiln_hparams *hp = &m->hp;
+    kiln_arch_hp *ah = &((kiln_arch_model *)m->arch_state)->hp;
+    if (hp->n_heads % hp->n_kv_heads)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: %d attention heads is not a multiple of %d key/value heads", file, hp->n_heads, hp->n_kv_heads);
+    if (rot < 2 || rot % 2 || rot > hp->head_dim)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: rotary dimension %d (head_dim %d × partial_rotary_factor) must be even and <= head_dim", file, rot,
+                         hp->head_dim);
+    KILN_TRY(kiln_arch_read_yarn(cfg, file, &ah->yarn));
+    KILN_TRY(kiln_rope_init(&ah->rope, rot, (float)theta, hp->rope_style, &ah->yarn));
+    ah->attn = KILN_ATTN_GQA;
+    ah->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->rope_theta = (float)theta;
+    hp->rotary_dim = rot;
+    hp->kv_v_dim = hp->head_dim;
+    hp->kv_v_shares_k = 0;
+    return KILN_OK;
+}
+
 static kiln_status num_field(json_t *o, const char *file, const char *obj, const char *key, double def, double *out) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) { *out = def; return KILN_OK; }
@@ -238,6 +272,24 @@ kiln_status kiln_arch_bind_ends(struct kiln_model *m, const char *embd, const ch
     else if (hp->tie_embeddings) m->output = m->tok_embd;
     else return kiln_fail(KILN_ERR_FORMAT, "%s: missing tensor '%s' (and tie_word_embeddings is false)", m->path, hw);
     return kiln_arch_vec(m, norm, hp->dim, &m->output_norm);
+}
+
+kiln_status kiln_arch_bind_self_attn(struct kiln_model *m, const char *p, kiln_arch_layer *L) {
+    const kiln_hparams *hp = &m->hp;
+    const int64_t D = hp->dim, qd = (int64_t)hp->n_heads * hp->head_dim, kvd = (int64_t)hp->n_kv_heads * hp->head_dim;
+    char n[256];
+#define P(s) (snprintf(n, sizeof n, "%s%s", p, s), n)
+    KILN_TRY(kiln_bind_linear(m, P("q_proj"), qd, D, &L->wq));
+    KILN_TRY(kiln_bind_linear(m, P("k_proj"), kvd, D, &L->wk));
+    KILN_TRY(kiln_bind_linear(m, P("v_proj"), kvd, D, &L->wv));
+    KILN_TRY(kiln_bind_linear(m, P("o_proj"), D, qd, &L->wo));
+    if (((const kiln_arch_model *)m->arch_state)->hp.attn_bias) {
+        KILN_TRY(kiln_arch_vec(m, P("q_proj.bias"), qd, &L->bq));
+        KILN_TRY(kiln_arch_vec(m, P("k_proj.bias"), kvd, &L->bk));
+        KILN_TRY(kiln_arch_vec(m, P("v_proj.bias"), kvd, &L->bv));
+    }
+#undef P
+    return KILN_OK;
 }
 
 static int linear_exists(struct kiln_model *m, const char *prefix) {

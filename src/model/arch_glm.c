@@ -18,7 +18,6 @@
 #include "model/arch.h"
 #include "base/status.h"
 #include "format/hfconfig.h"
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,50 +28,25 @@ static kiln_status req_bool(json_t *cfg, const char *file, const char *key, int 
     return KILN_OK;
 }
 
-static kiln_status finish_gqa(struct kiln_model *m, kiln_arch_hp *ah, const char *file, double theta, int rot) {
-    kiln_hparams *hp = &m->hp;
-    if (hp->n_heads % hp->n_kv_heads)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: %d attention heads is not a multiple of %d key/value heads", file, hp->n_heads, hp->n_kv_heads);
-    if (rot < 2 || rot % 2 || rot > hp->head_dim)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: rotary dimension %d (head_dim %d × partial_rotary_factor) must be even and <= head_dim", file, rot,
-                         hp->head_dim);
-    KILN_TRY(kiln_arch_read_yarn((json_t *)m->config, file, &ah->yarn));
-    KILN_TRY(kiln_rope_init(&ah->rope, rot, (float)theta, hp->rope_style, &ah->yarn));
-    ah->attn = KILN_ATTN_GQA;
-    ah->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
-    hp->rope_theta = (float)theta;
-    hp->rotary_dim = rot;
-    hp->kv_v_dim = hp->head_dim;
-    hp->kv_v_shares_k = 0;
-    return KILN_OK;
-}
-
 /* ---- glm4 ---------------------------------------------------------------------------------------- */
 
 static kiln_status glm4_read(struct kiln_model *m, json_t *cfg, const char *file) {
-    kiln_hparams *hp = &m->hp;
     kiln_arch_model *am = kiln_arch_state_new(m);
     if (!am) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_arch_hp *ah = &am->hp;
-    KILN_TRY(kiln_arch_read_common(m, cfg, file, "rms_norm_eps"));
-    KILN_TRY(kiln_cfg_int(cfg, file, "intermediate_size", 1, 1 << 22, &hp->ffn_dim));
-    KILN_TRY(kiln_cfg_int_opt(cfg, file, "num_key_value_heads", 1, 4096, hp->n_heads, &hp->n_kv_heads));
-    KILN_TRY(kiln_cfg_int_opt(cfg, file, "head_dim", 2, 1 << 16, hp->dim / hp->n_heads, &hp->head_dim));
-    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "attention_bias", 1, &ah->attn_bias));
-    double theta, partial;
-    KILN_TRY(kiln_arch_read_rope(cfg, file, 10000.0, 0.5, &theta, &partial));
-    snprintf(ah->prefix, sizeof ah->prefix, "model.");
+    double theta;
+    int rot;
+    KILN_TRY(kiln_arch_read_gqa(m, cfg, file, 1, &theta, &rot));
     ah->post_norms = 1;
     ah->ffn_fused = 1;
-    hp->rope_style = KILN_ROPE_NORM; /* Glm4's rotate_half pairs x[0::2] with x[1::2] */
-    return finish_gqa(m, ah, file, theta, (int)(hp->head_dim * partial));
+    m->hp.rope_style = KILN_ROPE_NORM; /* Glm4's rotate_half pairs x[0::2] with x[1::2] */
+    return kiln_arch_finish_gqa(m, cfg, file, theta, rot);
 }
 
 static kiln_status glm4_bind(struct kiln_model *m) {
     kiln_hparams *hp = &m->hp;
     kiln_arch_model *am = m->arch_state;
-    kiln_arch_hp *ah = &am->hp;
-    const int64_t D = hp->dim, qd = (int64_t)hp->n_heads * hp->head_dim, kvd = (int64_t)hp->n_kv_heads * hp->head_dim;
+    const int64_t D = hp->dim;
     KILN_TRY(kiln_arch_bind_ends(m, "model.embed_tokens.weight", "model.norm.weight", "lm_head"));
     am->layers = kiln_model_own(m, calloc((size_t)hp->n_layers, sizeof *am->layers));
     if (!am->layers) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
@@ -84,15 +58,7 @@ static kiln_status glm4_bind(struct kiln_model *m) {
         KILN_TRY(kiln_arch_vec(m, P("post_self_attn_layernorm.weight"), D, &L->post_attn_norm));
         KILN_TRY(kiln_arch_vec(m, P("post_attention_layernorm.weight"), D, &L->ffn_norm));
         KILN_TRY(kiln_arch_vec(m, P("post_mlp_layernorm.weight"), D, &L->post_ffn_norm));
-        KILN_TRY(kiln_bind_linear(m, P("self_attn.q_proj"), qd, D, &L->wq));
-        KILN_TRY(kiln_bind_linear(m, P("self_attn.k_proj"), kvd, D, &L->wk));
-        KILN_TRY(kiln_bind_linear(m, P("self_attn.v_proj"), kvd, D, &L->wv));
-        KILN_TRY(kiln_bind_linear(m, P("self_attn.o_proj"), D, qd, &L->wo));
-        if (ah->attn_bias) {
-            KILN_TRY(kiln_arch_vec(m, P("self_attn.q_proj.bias"), qd, &L->bq));
-            KILN_TRY(kiln_arch_vec(m, P("self_attn.k_proj.bias"), kvd, &L->bk));
-            KILN_TRY(kiln_arch_vec(m, P("self_attn.v_proj.bias"), kvd, &L->bv));
-        }
+        KILN_TRY(kiln_arch_bind_self_attn(m, P("self_attn."), L));
         KILN_TRY(kiln_bind_linear(m, P("mlp.gate_up_proj"), 2 * (int64_t)hp->ffn_dim, D, &L->w_gate_up));
         KILN_TRY(kiln_bind_linear(m, P("mlp.down_proj"), D, hp->ffn_dim, &L->w_down));
     }
@@ -131,7 +97,7 @@ static kiln_status chatglm_read(struct kiln_model *m, json_t *cfg, const char *f
     ah->ffn_fused = 1;
     hp->rope_style = KILN_ROPE_NORM; /* apply_rotary_pos_emb pairs (x[2i], x[2i+1]) */
     /* The RotaryEmbedding is built with dim = kv_channels / 2 and base 10000 · rope_ratio. */
-    return finish_gqa(m, ah, file, 10000.0 * ratio, hp->head_dim / 2);
+    return kiln_arch_finish_gqa(m, cfg, file, 10000.0 * ratio, hp->head_dim / 2);
 }
 
 static kiln_status chatglm_bind(struct kiln_model *m) {

@@ -13,48 +13,26 @@
 #include "model/arch.h"
 #include "base/status.h"
 #include "format/hfconfig.h"
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 static kiln_status glm4_moe_read(struct kiln_model *m, json_t *cfg, const char *file) {
-    kiln_hparams *hp = &m->hp;
     kiln_arch_model *am = kiln_arch_state_new(m);
     if (!am) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-    kiln_arch_hp *ah = &am->hp;
-    KILN_TRY(kiln_arch_read_common(m, cfg, file, "rms_norm_eps"));
-    KILN_TRY(kiln_cfg_int(cfg, file, "intermediate_size", 1, 1 << 22, &hp->ffn_dim));
-    KILN_TRY(kiln_cfg_int_opt(cfg, file, "num_key_value_heads", 1, 4096, hp->n_heads, &hp->n_kv_heads));
-    KILN_TRY(kiln_cfg_int_opt(cfg, file, "head_dim", 2, 1 << 16, hp->dim / hp->n_heads, &hp->head_dim));
-    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "attention_bias", 0, &ah->attn_bias));
-    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "use_qk_norm", 0, &ah->qk_norm));
-    if (hp->n_heads % hp->n_kv_heads)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: field 'num_attention_heads' = %d is not a multiple of 'num_key_value_heads' = %d", file,
-                         hp->n_heads, hp->n_kv_heads);
-    double theta, partial;
-    KILN_TRY(kiln_arch_read_rope(cfg, file, 10000.0, 0.5, &theta, &partial));
-    int rot = (int)(hp->head_dim * partial);
-    if (rot < 2 || rot % 2)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: rotary dimension %d (head_dim %d × partial_rotary_factor %g) must be even", file, rot, hp->head_dim,
-                         partial);
-    KILN_TRY(kiln_arch_read_yarn(cfg, file, &ah->yarn));
-    hp->rope_style = KILN_ROPE_NEOX;
-    KILN_TRY(kiln_rope_init(&ah->rope, rot, (float)theta, hp->rope_style, &ah->yarn));
-    KILN_TRY(kiln_arch_read_moe(m, cfg, file));
-    snprintf(ah->prefix, sizeof ah->prefix, "model.");
-    ah->attn = KILN_ATTN_GQA;
-    ah->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
-    hp->rope_theta = (float)theta;
-    hp->rotary_dim = rot;
-    hp->kv_v_dim = hp->head_dim;
-    return KILN_OK;
+    double theta;
+    int rot;
+    KILN_TRY(kiln_arch_read_gqa(m, cfg, file, 0, &theta, &rot));
+    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "use_qk_norm", 0, &am->hp.qk_norm));
+    m->hp.rope_style = KILN_ROPE_NEOX;
+    KILN_TRY(kiln_arch_finish_gqa(m, cfg, file, theta, rot));
+    return kiln_arch_read_moe(m, cfg, file);
 }
 
 static kiln_status glm4_moe_bind(struct kiln_model *m) {
     kiln_hparams *hp = &m->hp;
     kiln_arch_model *am = m->arch_state;
     kiln_arch_hp *ah = &am->hp;
-    const int64_t D = hp->dim, hd = hp->head_dim, qd = (int64_t)hp->n_heads * hd, kvd = (int64_t)hp->n_kv_heads * hd;
+    const int64_t D = hp->dim, hd = hp->head_dim;
     KILN_TRY(kiln_arch_bind_ends(m, "model.embed_tokens.weight", "model.norm.weight", "lm_head"));
     am->layers = kiln_model_own(m, calloc((size_t)hp->n_layers, sizeof *am->layers));
     if (!am->layers) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
@@ -64,15 +42,7 @@ static kiln_status glm4_moe_bind(struct kiln_model *m) {
         kiln_arch_layer *L = &am->layers[l];
         KILN_TRY(kiln_arch_vec(m, P("input_layernorm.weight"), D, &L->attn_norm));
         KILN_TRY(kiln_arch_vec(m, P("post_attention_layernorm.weight"), D, &L->ffn_norm));
-        KILN_TRY(kiln_bind_linear(m, P("self_attn.q_proj"), qd, D, &L->wq));
-        KILN_TRY(kiln_bind_linear(m, P("self_attn.k_proj"), kvd, D, &L->wk));
-        KILN_TRY(kiln_bind_linear(m, P("self_attn.v_proj"), kvd, D, &L->wv));
-        KILN_TRY(kiln_bind_linear(m, P("self_attn.o_proj"), D, qd, &L->wo));
-        if (ah->attn_bias) {
-            KILN_TRY(kiln_arch_vec(m, P("self_attn.q_proj.bias"), qd, &L->bq));
-            KILN_TRY(kiln_arch_vec(m, P("self_attn.k_proj.bias"), kvd, &L->bk));
-            KILN_TRY(kiln_arch_vec(m, P("self_attn.v_proj.bias"), kvd, &L->bv));
-        }
+        KILN_TRY(kiln_arch_bind_self_attn(m, P("self_attn."), L));
         if (ah->qk_norm) {
             KILN_TRY(kiln_arch_vec(m, P("self_attn.q_norm.weight"), hd, &L->q_norm));
             KILN_TRY(kiln_arch_vec(m, P("self_attn.k_norm.weight"), hd, &L->k_norm));
