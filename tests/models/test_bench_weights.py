@@ -1,0 +1,43 @@
+"""kiln bench --weights: one JSON object per configuration with the issue's fields; the weight bytes
+read per decode token match the checkpoint conventions computed here independently from the model
+shape (BF16: 2 B/weight; FP8: 1 B/weight + f32 scale per 128x128 block; INT4 g32: 0.5 B/weight +
+bf16 scale per 32), for every linear layer and the output head; achieved GB/s is bytes x tokens/s."""
+import json, math, os, shutil, subprocess, sys, tempfile
+
+KILN = os.environ.get("KILN", "./kiln")
+
+
+def run(*args):
+    p = subprocess.run([KILN, *args], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"kiln {' '.join(args)} failed: {p.stderr}")
+    return p
+
+
+def main():
+    t = tempfile.mkdtemp()
+    try:
+        dim, ffn, layers, heads, kvh, vocab = 128, 256, 2, 4, 2, 320
+        run("mkmodel", "--arch", "llama", "--dim", str(dim), "--ffn", str(ffn), "--layers", str(layers), "--heads", str(heads),
+            "--kv-heads", str(kvh), "--vocab", str(vocab), "--seq", "64", "--dtype", "bf16", f"{t}/m")
+        out = run("bench", f"{t}/m", "--weights", "bf16,fp8,int4", "--prompt", "4", "--gen", "4", "--repeat", "2", "--threads", "1", "--json").stdout
+        rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+        assert [r["weights"] for r in rows] == ["bf16", "fp8", "int4"], out
+        hd = dim // heads
+        mats = [(dim, dim), (kvh * hd, dim), (kvh * hd, dim), (dim, dim), (ffn, dim), (ffn, dim), (dim, ffn)] * layers + [(vocab, dim)]
+        want = {
+            "bf16": sum(2 * r * c for r, c in mats),
+            "fp8": sum(r * c + 4 * math.ceil(r / 128) * math.ceil(c / 128) for r, c in mats),
+            "int4": sum(r * c // 2 + 2 * r * (c // 32) for r, c in mats),
+        }
+        for r in rows:
+            for k in ("prompt_tps", "decode_tps", "weight_bytes_per_token", "achieved_gbps", "measured_gbps"):
+                assert k in r and r[k] > 0, (k, r)
+            assert r["weight_bytes_per_token"] == want[r["weights"]], (r["weights"], r["weight_bytes_per_token"], want[r["weights"]])
+            assert abs(r["achieved_gbps"] - r["weight_bytes_per_token"] * r["decode_tps"] / 1e9) <= 1e-3 * r["achieved_gbps"] + 1e-3, r
+        print("ok")
+    finally:
+        shutil.rmtree(t, ignore_errors=True)
+
+
+main()
