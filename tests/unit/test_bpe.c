@@ -21,24 +21,7 @@
 
 #include "format/gguf.h"
 #include "tokenizer/bpe.h"
-
-static const char *shared_dir(void) {
-    const char *s = getenv("SHARED");
-    return s && *s ? s : "../shared";
-}
-
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    *n = fread(buf, 1, (size_t)len, f);
-    buf[*n] = 0;
-    fclose(f);
-    return buf;
-}
+#include "testutil.h"
 
 static char *tmp_path(const char *name) {
     static char dir[512];
@@ -52,48 +35,15 @@ static char *tmp_path(const char *name) {
     return p;
 }
 
-/* llama.cpp test-tokenizer-0 format: the .inp file holds strings each followed by
- * "\n__ggml_vocab_test__\n"; the .out file one line per string with " id id id". Returns cases. */
-static int check_vectors(const kiln_bpe *b, const char *name) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tokenizers/gguf-vocab/%s.inp", shared_dir(), name);
-    size_t ni, no;
-    char *inp = slurp(path, &ni);
-    snprintf(path, sizeof path, "%s/tokenizers/gguf-vocab/%s.out", shared_dir(), name);
-    char *out = slurp(path, &no);
-    assert_non_null(inp);
-    assert_non_null(out);
-    const char *sep = "\n__ggml_vocab_test__\n";
-    char *p = inp, *op = out;
-    int cases = 0, fails = 0;
-    for (char *e; (e = strstr(p, sep)); p = e + strlen(sep), cases++) {
-        char *nl = strchr(op, '\n');
-        assert_non_null(nl);
-        *nl = 0;
-        int32_t *ids;
-        size_t n;
-        assert_int_equal(kiln_bpe_encode(b, p, (size_t)(e - p), 0, &ids, &n), KILN_OK);
-        char got[16384];
-        size_t g = 0;
-        got[0] = 0;
-        for (size_t i = 0; i < n && g < sizeof got - 16; i++) g += (size_t)sprintf(got + g, " %d", ids[i]);
-        if (strcmp(got, op)) {
-            print_error("%s case %d '%.*s'\n  expected:%s\n  got:     %s\n", name, cases, (int)(e - p), p, op, got);
-            fails++;
-        }
-        free(ids);
-        op = nl + 1;
-    }
-    free(inp);
-    free(out);
-    assert_int_equal(fails, 0);
-    assert_true(cases >= 40);
-    return cases;
+/* llama.cpp's vocabulary test vectors (testutil.h) through kiln_bpe_encode, special tokens not parsed. */
+static kiln_status bpe_encode(const void *b, const char *text, size_t len, int32_t **ids, size_t *n) {
+    return kiln_bpe_encode(b, text, len, 0, ids, n);
 }
+static int check_vectors(const kiln_bpe *b, const char *name) { return test_vocab_vectors(b, bpe_encode, name); }
 
 static kiln_bpe *load_gguf_vocab(const char *name, kiln_gguf **g) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/tokenizers/gguf-vocab/ggml-vocab-%s.gguf", shared_dir(), name);
+    snprintf(path, sizeof path, "%s/tokenizers/gguf-vocab/ggml-vocab-%s.gguf", test_shared_dir(), name);
     if (kiln_gguf_open(path, NULL, g) != KILN_OK) fail_msg("%s: %s", path, kiln_last_error());
     kiln_bpe *b = NULL;
     if (kiln_bpe_load_gguf(*g, &b) != KILN_OK) fail_msg("%s", kiln_last_error());
@@ -152,8 +102,8 @@ static void test_gguf_metadata(void **state) {
 static void test_qwen2_vectors(void **state) {
     (void)state;
     char tj[1024], tc[1024];
-    snprintf(tj, sizeof tj, "%s/tokenizers/qwen3/tokenizer.json", shared_dir());
-    snprintf(tc, sizeof tc, "%s/tokenizers/qwen3/tokenizer_config.json", shared_dir());
+    snprintf(tj, sizeof tj, "%s/tokenizers/qwen3/tokenizer.json", test_shared_dir());
+    snprintf(tc, sizeof tc, "%s/tokenizers/qwen3/tokenizer_config.json", test_shared_dir());
     kiln_bpe *b;
     if (kiln_bpe_load_hf_json(tj, tc, &b) != KILN_OK) fail_msg("%s", kiln_last_error());
     check_vectors(b, "ggml-vocab-qwen2.gguf");
@@ -179,8 +129,8 @@ static void test_qwen2_vectors(void **state) {
 static void test_deepseek_v3_config(void **state) {
     (void)state;
     char tj[1024], tc[1024];
-    snprintf(tj, sizeof tj, "%s/tokenizers/deepseek-v3/tokenizer.json", shared_dir());
-    snprintf(tc, sizeof tc, "%s/tokenizers/deepseek-v3/tokenizer_config.json", shared_dir());
+    snprintf(tj, sizeof tj, "%s/tokenizers/deepseek-v3/tokenizer.json", test_shared_dir());
+    snprintf(tc, sizeof tc, "%s/tokenizers/deepseek-v3/tokenizer_config.json", test_shared_dir());
     kiln_bpe *b;
     if (kiln_bpe_load_hf_json(tj, tc, &b) != KILN_OK) fail_msg("%s", kiln_last_error());
     /* tokenizer.json added_tokens: id 0 = <｜begin▁of▁sentence｜>, 1 = <｜end▁of▁sentence｜>;
@@ -233,7 +183,7 @@ static void test_tiktoken_gpt2(void **state) {
         cp_byte[vis ? bt : 256 + extra++] = bt;
     }
     char path[1024];
-    snprintf(path, sizeof path, "%s/tokenizers/gguf-vocab/ggml-vocab-gpt-2.gguf", shared_dir());
+    snprintf(path, sizeof path, "%s/tokenizers/gguf-vocab/ggml-vocab-gpt-2.gguf", test_shared_dir());
     kiln_gguf *g;
     assert_int_equal(kiln_gguf_open(path, NULL, &g), KILN_OK);
     kiln_gguf_type et;

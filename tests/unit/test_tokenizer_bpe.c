@@ -17,24 +17,7 @@
 
 #include "format/gguf.h"
 #include "tokenizer/tokenizer.h"
-
-static const char *shared_dir(void) {
-    const char *s = getenv("SHARED");
-    return s && *s ? s : "../shared";
-}
-
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)sz + 1);
-    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) { buf[sz] = 0; *n = (size_t)sz; }
-    return buf;
-}
+#include "testutil.h"
 
 static const char *tmp_dir(void) {
     static char dir[512];
@@ -51,48 +34,16 @@ static int exists(const char *p) {
     return stat(p, &st) == 0;
 }
 
-/* llama.cpp test-tokenizer-0 vectors (strings separated by "\n__ggml_vocab_test__\n"; one line of
- * " id id ..." each, no BOS) through kiln_tok_encode with add_bos = 0. */
-static void check_vectors(const kiln_tokenizer *t, const char *name) {
-    char path[1024];
-    size_t ni, no;
-    snprintf(path, sizeof path, "%s/tokenizers/gguf-vocab/%s.inp", shared_dir(), name);
-    char *inp = slurp(path, &ni);
-    snprintf(path, sizeof path, "%s/tokenizers/gguf-vocab/%s.out", shared_dir(), name);
-    char *out = slurp(path, &no);
-    assert_non_null(inp);
-    assert_non_null(out);
-    const char *sep = "\n__ggml_vocab_test__\n";
-    char *p = inp, *op = out;
-    int cases = 0, fails = 0;
-    for (char *e; (e = strstr(p, sep)); p = e + strlen(sep), cases++) {
-        char *nl = strchr(op, '\n');
-        assert_non_null(nl);
-        *nl = 0;
-        int32_t *ids;
-        size_t n;
-        assert_int_equal(kiln_tok_encode(t, p, (size_t)(e - p), 0, &ids, &n), KILN_OK);
-        char got[16384];
-        size_t g = 0;
-        got[0] = 0;
-        for (size_t i = 0; i < n && g < sizeof got - 16; i++) g += (size_t)sprintf(got + g, " %d", ids[i]);
-        if (strcmp(got, op)) {
-            print_error("%s case %d\n  expected:%s\n  got:     %s\n", name, cases, op, got);
-            fails++;
-        }
-        free(ids);
-        op = nl + 1;
-    }
-    free(inp);
-    free(out);
-    assert_int_equal(fails, 0);
-    assert_true(cases >= 40);
+/* llama.cpp's vocabulary test vectors (testutil.h) through kiln_tok_encode with add_bos = 0. */
+static kiln_status tok_encode(const void *t, const char *text, size_t len, int32_t **ids, size_t *n) {
+    return kiln_tok_encode(t, text, len, 0, ids, n);
 }
+static void check_vectors(const kiln_tokenizer *t, const char *name) { test_vocab_vectors(t, tok_encode, name); }
 
 static kiln_tokenizer *load_shared(const char *name) {
     char tj[1024], tc[1024];
-    snprintf(tj, sizeof tj, "%s/tokenizers/%s/tokenizer.json", shared_dir(), name);
-    snprintf(tc, sizeof tc, "%s/tokenizers/%s/tokenizer_config.json", shared_dir(), name);
+    snprintf(tj, sizeof tj, "%s/tokenizers/%s/tokenizer.json", test_shared_dir(), name);
+    snprintf(tc, sizeof tc, "%s/tokenizers/%s/tokenizer_config.json", test_shared_dir(), name);
     kiln_tokenizer *t = NULL;
     if (kiln_tok_load_hf(tj, tc, &t) != KILN_OK) fail_msg("%s", kiln_last_error());
     return t;
@@ -162,13 +113,13 @@ static void test_load_path(void **state) {
     char p[1024];
     const char *const forms[] = {"qwen3/tokenizer.json", "qwen3", "qwen3/tokenizer_config.json"};
     for (int i = 0; i < 3; i++) {
-        snprintf(p, sizeof p, "%s/tokenizers/%s", shared_dir(), forms[i]);
+        snprintf(p, sizeof p, "%s/tokenizers/%s", test_shared_dir(), forms[i]);
         kiln_tokenizer *t;
         if (kiln_tok_load_path(p, &t) != KILN_OK) fail_msg("%s: %s", forms[i], kiln_last_error());
         assert_int_equal(kiln_tok_eos(t), 151645); /* tokenizer_config.json was found beside it */
         kiln_tok_free(t);
     }
-    snprintf(p, sizeof p, "%s/tokenizers/gguf-vocab/ggml-vocab-gpt-2.gguf", shared_dir());
+    snprintf(p, sizeof p, "%s/tokenizers/gguf-vocab/ggml-vocab-gpt-2.gguf", test_shared_dir());
     kiln_tokenizer *t;
     if (kiln_tok_load_path(p, &t) != KILN_OK) fail_msg("%s", kiln_last_error());
     check_vectors(t, "ggml-vocab-gpt-2.gguf");
@@ -218,10 +169,10 @@ static void test_save_roundtrip(void **state) {
     assert_int_equal(kiln_tok_save_hf(t, dir), KILN_OK);
     kiln_tok_free(t);
     char a[1200], b[1200];
-    snprintf(a, sizeof a, "%s/tokenizers/deepseek-v3/tokenizer.json", shared_dir());
+    snprintf(a, sizeof a, "%s/tokenizers/deepseek-v3/tokenizer.json", test_shared_dir());
     snprintf(b, sizeof b, "%s/tokenizer.json", dir);
     size_t na, nb;
-    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    char *x = test_slurp(a, &na), *y = test_slurp(b, &nb);
     assert_non_null(y);
     assert_int_equal(na, nb);
     assert_memory_equal(x, y, na);
