@@ -172,39 +172,56 @@ static void tlist_free(tlist *t) {
 #define NORM(nm, r) add_t(t, nm, r, 0, 0.1, 1.0, 0)
 #define BIAS(nm, r) add_t(t, nm, r, 0, 0.1, 0.0, 0)
 
-static void add_moe(tlist *t, const ashape *s, const char *p) {
+/* A SwiGLU MLP of width ffn at `p` ("model.layers.3.mlp.", "...mlp.experts.5.", "...mlp.shared_experts."):
+ * gate_proj [ffn, dim], up_proj [ffn, dim], down_proj [dim, ffn]. */
+static void add_swiglu(tlist *t, const char *p, int ffn, int dim) {
     char n[192];
+    snprintf(n, sizeof n, "%sgate_proj.weight", p);
+    W(n, ffn, dim);
+    snprintf(n, sizeof n, "%sup_proj.weight", p);
+    W(n, ffn, dim);
+    snprintf(n, sizeof n, "%sdown_proj.weight", p);
+    W(n, dim, ffn);
+}
+
+static void add_moe(tlist *t, const ashape *s, const char *p) {
+    char n[128];
     snprintf(n, sizeof n, "%sgate.weight", p);
     W(n, s->experts, s->dim);
     snprintf(n, sizeof n, "%sgate.e_score_correction_bias", p);
     add_t(t, n, s->experts, 0, 0.1 / 1.7320508, 0.1, 1); /* uniform [0, 0.2], float32 as released */
     for (int e = 0; e < s->experts; e++) {
-        snprintf(n, sizeof n, "%sexperts.%d.gate_proj.weight", p, e);
-        W(n, s->moe_ffn, s->dim);
-        snprintf(n, sizeof n, "%sexperts.%d.up_proj.weight", p, e);
-        W(n, s->moe_ffn, s->dim);
-        snprintf(n, sizeof n, "%sexperts.%d.down_proj.weight", p, e);
-        W(n, s->dim, s->moe_ffn);
+        snprintf(n, sizeof n, "%sexperts.%d.", p, e);
+        add_swiglu(t, n, s->moe_ffn, s->dim);
     }
     if (s->shared) {
-        int sf = s->moe_ffn * s->shared;
-        snprintf(n, sizeof n, "%sshared_experts.gate_proj.weight", p);
-        W(n, sf, s->dim);
-        snprintf(n, sizeof n, "%sshared_experts.up_proj.weight", p);
-        W(n, sf, s->dim);
-        snprintf(n, sizeof n, "%sshared_experts.down_proj.weight", p);
-        W(n, s->dim, sf);
+        snprintf(n, sizeof n, "%sshared_experts.", p);
+        add_swiglu(t, n, s->moe_ffn * s->shared, s->dim);
     }
 }
 
-static void add_mlp(tlist *t, const ashape *s, const char *p) {
+/* Layer l's feed-forward block: MoE or dense SwiGLU at model.layers.<l>.mlp. */
+static void add_ffn(tlist *t, const ashape *s, int l, int moe) {
+    char n[64];
+    snprintf(n, sizeof n, "model.layers.%d.mlp.", l);
+    if (moe) add_moe(t, s, n);
+    else add_swiglu(t, n, s->ffn, s->dim);
+}
+
+/* Llama-named q/k/v projections of layer l, with their biases when attn_bias is set. */
+static void add_qkv(tlist *t, const ashape *s, int l) {
+    const int qd = s->heads * s->head_dim, kvd = s->kv_heads * s->head_dim;
     char n[192];
-    snprintf(n, sizeof n, "%sgate_proj.weight", p);
-    W(n, s->ffn, s->dim);
-    snprintf(n, sizeof n, "%sup_proj.weight", p);
-    W(n, s->ffn, s->dim);
-    snprintf(n, sizeof n, "%sdown_proj.weight", p);
-    W(n, s->dim, s->ffn);
+#define P(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
+    W(P("self_attn.q_proj.weight"), qd, s->dim);
+    W(P("self_attn.k_proj.weight"), kvd, s->dim);
+    W(P("self_attn.v_proj.weight"), kvd, s->dim);
+    if (s->attn_bias) {
+        BIAS(P("self_attn.q_proj.bias"), qd);
+        BIAS(P("self_attn.k_proj.bias"), kvd);
+        BIAS(P("self_attn.v_proj.bias"), kvd);
+    }
+#undef P
 }
 
 /* MTP (next-n) block l: the extra projections around a full decoder layer (written by the callers). */
@@ -222,80 +239,63 @@ static void add_mtp_extras(tlist *t, const ashape *s, int l, int with_head) {
 #undef M
 }
 
-static void tensors_glm(tlist *t, const ashape *s, int chatglm) {
+/* chatglm's remote-code layout (all of its tensors). */
+static void tensors_chatglm(tlist *t, const ashape *s) {
     const int qd = s->heads * s->head_dim, kvd = s->kv_heads * s->head_dim;
     char n[192];
-    if (chatglm) {
-        add_t(t, "transformer.embedding.word_embeddings.weight", s->vocab, s->dim, 1.0, 0.0, 0);
-        /* the remote code's RotaryEmbedding buffer (persistent): loaders ignore it */
-        int rot = s->head_dim / 2;
-        float *f = NULL;
-        add_t(t, "transformer.rotary_pos_emb.inv_freq", rot / 2, 0, 0.0, 0.0, 1);
-        if (t->st == KILN_OK) {
-            f = (float *)t->v[t->n - 1].data;
-            for (int i = 0; i < rot / 2; i++) f[i] = 1.0f / powf((float)s->theta, (float)(2 * i) / (float)rot);
-        }
-        for (int l = 0; l < s->layers; l++) {
-#define P(fmt) (snprintf(n, sizeof n, "transformer.encoder.layers.%d." fmt, l), n)
-            NORM(P("input_layernorm.weight"), s->dim);
-            W(P("self_attention.query_key_value.weight"), qd + 2 * kvd, s->dim);
-            BIAS(P("self_attention.query_key_value.bias"), qd + 2 * kvd);
-            W(P("self_attention.dense.weight"), s->dim, qd);
-            NORM(P("post_attention_layernorm.weight"), s->dim);
-            W(P("mlp.dense_h_to_4h.weight"), 2 * s->ffn, s->dim);
-            W(P("mlp.dense_4h_to_h.weight"), s->dim, s->ffn);
-#undef P
-        }
-        NORM("transformer.encoder.final_layernorm.weight", s->dim);
-        W("transformer.output_layer.weight", s->vocab, s->dim);
-        return;
+    add_t(t, "transformer.embedding.word_embeddings.weight", s->vocab, s->dim, 1.0, 0.0, 0);
+    /* the remote code's RotaryEmbedding buffer (persistent): loaders ignore it */
+    int rot = s->head_dim / 2;
+    float *f = NULL;
+    add_t(t, "transformer.rotary_pos_emb.inv_freq", rot / 2, 0, 0.0, 0.0, 1);
+    if (t->st == KILN_OK) {
+        f = (float *)t->v[t->n - 1].data;
+        for (int i = 0; i < rot / 2; i++) f[i] = 1.0f / powf((float)s->theta, (float)(2 * i) / (float)rot);
     }
-    add_t(t, "model.embed_tokens.weight", s->vocab, s->dim, 1.0, 0.0, 0);
     for (int l = 0; l < s->layers; l++) {
-#define P(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
+#define P(fmt) (snprintf(n, sizeof n, "transformer.encoder.layers.%d." fmt, l), n)
         NORM(P("input_layernorm.weight"), s->dim);
-        W(P("self_attn.q_proj.weight"), qd, s->dim);
-        W(P("self_attn.k_proj.weight"), kvd, s->dim);
-        W(P("self_attn.v_proj.weight"), kvd, s->dim);
-        if (s->attn_bias) {
-            BIAS(P("self_attn.q_proj.bias"), qd);
-            BIAS(P("self_attn.k_proj.bias"), kvd);
-            BIAS(P("self_attn.v_proj.bias"), kvd);
-        }
-        W(P("self_attn.o_proj.weight"), s->dim, qd);
-        NORM(P("post_self_attn_layernorm.weight"), s->dim);
+        W(P("self_attention.query_key_value.weight"), qd + 2 * kvd, s->dim);
+        BIAS(P("self_attention.query_key_value.bias"), qd + 2 * kvd);
+        W(P("self_attention.dense.weight"), s->dim, qd);
         NORM(P("post_attention_layernorm.weight"), s->dim);
-        W(P("mlp.gate_up_proj.weight"), 2 * s->ffn, s->dim);
-        W(P("mlp.down_proj.weight"), s->dim, s->ffn);
-        NORM(P("post_mlp_layernorm.weight"), s->dim);
+        W(P("mlp.dense_h_to_4h.weight"), 2 * s->ffn, s->dim);
+        W(P("mlp.dense_4h_to_h.weight"), s->dim, s->ffn);
 #undef P
     }
-    NORM("model.norm.weight", s->dim);
-    W("lm_head.weight", s->vocab, s->dim);
+    NORM("transformer.encoder.final_layernorm.weight", s->dim);
+    W("transformer.output_layer.weight", s->vocab, s->dim);
+}
+
+static void layer_glm4(tlist *t, const ashape *s, int l, int moe) {
+    const int qd = s->heads * s->head_dim;
+    char n[192];
+    (void)moe;
+#define P(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
+    NORM(P("input_layernorm.weight"), s->dim);
+    add_qkv(t, s, l);
+    W(P("self_attn.o_proj.weight"), s->dim, qd);
+    NORM(P("post_self_attn_layernorm.weight"), s->dim);
+    NORM(P("post_attention_layernorm.weight"), s->dim);
+    W(P("mlp.gate_up_proj.weight"), 2 * s->ffn, s->dim);
+    W(P("mlp.down_proj.weight"), s->dim, s->ffn);
+    NORM(P("post_mlp_layernorm.weight"), s->dim);
+#undef P
 }
 
 static void layer_glm4_moe(tlist *t, const ashape *s, int l, int moe) {
-    const int qd = s->heads * s->head_dim, kvd = s->kv_heads * s->head_dim;
+    const int qd = s->heads * s->head_dim;
     char n[192];
 #define P(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
     NORM(P("input_layernorm.weight"), s->dim);
-    W(P("self_attn.q_proj.weight"), qd, s->dim);
-    W(P("self_attn.k_proj.weight"), kvd, s->dim);
-    W(P("self_attn.v_proj.weight"), kvd, s->dim);
-    if (s->attn_bias) {
-        BIAS(P("self_attn.q_proj.bias"), qd);
-        BIAS(P("self_attn.k_proj.bias"), kvd);
-        BIAS(P("self_attn.v_proj.bias"), kvd);
-    }
+    add_qkv(t, s, l);
     if (s->qk_norm) {
         NORM(P("self_attn.q_norm.weight"), s->head_dim);
         NORM(P("self_attn.k_norm.weight"), s->head_dim);
     }
     W(P("self_attn.o_proj.weight"), s->dim, qd);
     NORM(P("post_attention_layernorm.weight"), s->dim);
-    snprintf(n, sizeof n, "model.layers.%d.mlp.", l);
-    if (moe) add_moe(t, s, n);
-    else add_mlp(t, s, n);
+    add_ffn(t, s, l, moe);
 #undef P
 }
 
@@ -316,9 +316,7 @@ static void layer_mla(tlist *t, const ashape *s, int l, int moe) {
     W(P("self_attn.kv_b_proj.weight"), H * (s->nope + s->v), s->kv_lora);
     W(P("self_attn.o_proj.weight"), s->dim, H * s->v);
     NORM(P("post_attention_layernorm.weight"), s->dim);
-    snprintf(n, sizeof n, "model.layers.%d.mlp.", l);
-    if (moe) add_moe(t, s, n);
-    else add_mlp(t, s, n);
+    add_ffn(t, s, l, moe);
 #undef P
 }
 
@@ -388,25 +386,20 @@ static json_t *config(const ashape *s, const char *dtype) {
         SI("max_position_embeddings", s->seq);
         SB("tie_word_embeddings", 0);
         SR("attention_dropout", 0.0);
-        if (!strcmp(a, "glm4")) {
-            json_object_set_new(c, "architectures", jarch("Glm4ForCausalLM"));
-            SS("model_type", "glm4");
+        if (!strcmp(a, "glm4") || !strcmp(a, "glm4_moe")) {
+            const int moe = !strcmp(a, "glm4_moe");
+            json_object_set_new(c, "architectures", jarch(moe ? "Glm4MoeForCausalLM" : "Glm4ForCausalLM"));
+            SS("model_type", a);
             SI("head_dim", s->head_dim);
             SB("attention_bias", s->attn_bias);
+            if (moe) SB("use_qk_norm", s->qk_norm);
             SR("partial_rotary_factor", s->partial);
             SR("rms_norm_eps", 1e-05);
             SR("rope_theta", s->theta);
-        } else if (!strcmp(a, "glm4_moe")) {
-            json_object_set_new(c, "architectures", jarch("Glm4MoeForCausalLM"));
-            SS("model_type", "glm4_moe");
-            SI("head_dim", s->head_dim);
-            SB("attention_bias", s->attn_bias);
-            SB("use_qk_norm", s->qk_norm);
-            SR("partial_rotary_factor", s->partial);
-            SR("rms_norm_eps", 1e-05);
-            SR("rope_theta", s->theta);
-            json_object_set_new(c, "rope_scaling", json_null());
-            moe_fields(c, s);
+            if (moe) {
+                json_object_set_new(c, "rope_scaling", json_null());
+                moe_fields(c, s);
+            }
         } else { /* MLA */
             int lite = !strcmp(a, "glm4_moe_lite");
             json_object_set_new(c, "architectures", jarch(lite ? "Glm4MoeLiteForCausalLM" : "DeepseekV3ForCausalLM"));
@@ -467,22 +460,19 @@ kiln_status kiln_mkmodel_arch(const char *arch, const char *spec, const char *dt
     tlist tl = {0}, *t = &tl;
     tl.dt = dt;
     tl.seed = seed;
-    char n[192];
-    if (!strcmp(arch, "chatglm") || !strcmp(arch, "glm4")) {
-        tensors_glm(t, &s, !strcmp(arch, "chatglm"));
-    } else {
+    if (!strcmp(arch, "chatglm")) {
+        tensors_chatglm(t, &s);
+    } else { /* Llama-style names: embedding, layers (+ MTP layers), final norm, head */
         add_t(t, "model.embed_tokens.weight", s.vocab, s.dim, 1.0, 0.0, 0);
-        int mla = is_mla(arch);
+        const int mla = is_mla(arch);
+        void (*layer)(tlist *, const ashape *, int, int) = mla ? layer_mla : !strcmp(arch, "glm4") ? layer_glm4 : layer_glm4_moe;
         for (int l = 0; l < s.layers + s.nextn; l++) {
-            int moe = l >= s.first_dense;
-            if (mla) layer_mla(t, &s, l, moe);
-            else layer_glm4_moe(t, &s, l, moe);
+            layer(t, &s, l, l >= s.first_dense);
             if (l >= s.layers) add_mtp_extras(t, &s, l, mla);
         }
         NORM("model.norm.weight", s.dim);
         W("lm_head.weight", s.vocab, s.dim);
     }
-    (void)n;
     kiln_status st = tl.st;
     char path[4200];
     if (st == KILN_OK) {
