@@ -656,22 +656,36 @@ static kiln_status parse_pattern(kiln_bpe *b, json_t *o, const char *field, int 
                      b->name, field);
 }
 
-static kiln_status parse_pretok(kiln_bpe *b, json_t *o, const char *field, int depth) {
+typedef kiln_status (*parse_fn)(kiln_bpe *b, json_t *o, const char *field, int depth);
+
+/* What the pre-tokenizer and normalizer parsers share: the nesting limit, an object with a
+ * "type"; a "Sequence" runs `self` over each element of its array `list_key` and sets *done. */
+static kiln_status parse_type(kiln_bpe *b, json_t *o, const char *field, int depth, const char *list_key, parse_fn self,
+                              const char **type, int *done) {
+    *done = 0;
     if (depth > 8) return kiln_fail(KILN_ERR_FORMAT, "%s: %s: nested too deeply", b->name, field);
     if (!json_is_object(o)) return kiln_fail(KILN_ERR_FORMAT, "%s: %s: expected an object", b->name, field);
-    const char *type = jstr(o, "type");
+    *type = jstr(o, "type");
+    if (!*type) return kiln_fail(KILN_ERR_FORMAT, "%s: %s.type: missing", b->name, field);
+    if (strcmp(*type, "Sequence")) return KILN_OK;
+    json_t *arr = json_object_get(o, list_key);
+    if (!json_is_array(arr))
+        return kiln_fail(KILN_ERR_FORMAT, "%s: %s.%s: expected an array", b->name, field, list_key);
     char f[256];
-    if (!type) return kiln_fail(KILN_ERR_FORMAT, "%s: %s.type: missing", b->name, field);
-    if (!strcmp(type, "Sequence")) {
-        json_t *arr = json_object_get(o, "pretokenizers");
-        if (!json_is_array(arr))
-            return kiln_fail(KILN_ERR_FORMAT, "%s: %s.pretokenizers: expected an array", b->name, field);
-        for (size_t i = 0; i < json_array_size(arr); i++) {
-            snprintf(f, sizeof f, "%s.pretokenizers[%zu]", field, i);
-            KILN_TRY(parse_pretok(b, json_array_get(arr, i), f, depth + 1));
-        }
-        return KILN_OK;
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        snprintf(f, sizeof f, "%s.%s[%zu]", field, list_key, i);
+        KILN_TRY(self(b, json_array_get(arr, i), f, depth + 1));
     }
+    *done = 1;
+    return KILN_OK;
+}
+
+static kiln_status parse_pretok(kiln_bpe *b, json_t *o, const char *field, int depth) {
+    const char *type;
+    int done;
+    KILN_TRY(parse_type(b, o, field, depth, "pretokenizers", parse_pretok, &type, &done));
+    if (done) return KILN_OK;
+    char f[256];
     if (!strcmp(type, "Split")) {
         bpe_step st = {PT_SPLIT, SB_ISOLATED, jbool(o, "invert", 0), 0, -1};
         const char *beh = jstr(o, "behavior");
@@ -711,21 +725,10 @@ static kiln_status parse_pretok(kiln_bpe *b, json_t *o, const char *field, int d
 }
 
 static kiln_status parse_normalizer(kiln_bpe *b, json_t *o, const char *field, int depth) {
-    if (depth > 8) return kiln_fail(KILN_ERR_FORMAT, "%s: %s: nested too deeply", b->name, field);
-    if (!json_is_object(o)) return kiln_fail(KILN_ERR_FORMAT, "%s: %s: expected an object", b->name, field);
-    const char *type = jstr(o, "type");
-    char f[256];
-    if (!type) return kiln_fail(KILN_ERR_FORMAT, "%s: %s.type: missing", b->name, field);
-    if (!strcmp(type, "Sequence")) {
-        json_t *arr = json_object_get(o, "normalizers");
-        if (!json_is_array(arr))
-            return kiln_fail(KILN_ERR_FORMAT, "%s: %s.normalizers: expected an array", b->name, field);
-        for (size_t i = 0; i < json_array_size(arr); i++) {
-            snprintf(f, sizeof f, "%s.normalizers[%zu]", field, i);
-            KILN_TRY(parse_normalizer(b, json_array_get(arr, i), f, depth + 1));
-        }
-        return KILN_OK;
-    }
+    const char *type;
+    int done;
+    KILN_TRY(parse_type(b, o, field, depth, "normalizers", parse_normalizer, &type, &done));
+    if (done) return KILN_OK;
     if (b->n_norms >= BPE_MAX_STEPS)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: %s: too many normalizers", b->name, field);
     bpe_norm *nm = &b->norms[b->n_norms];
