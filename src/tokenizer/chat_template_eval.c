@@ -613,6 +613,17 @@ static void assign(ct_ctx *c, ct_scope *s, const ct_node *target, ct_val v) {
     for (int i = 0; i < target->n; i++) scope_set(c, s, target->list[i]->name, target->list[i]->name_len, l.u.l->v[i]);
 }
 
+/* The target of {% set %} (either form): ns.attr on a namespace(), or what assign binds. */
+static void assign_set(ct_ctx *c, ct_scope *s, const ct_node *target, ct_val v) {
+    if (target->kind != E_NSREF) {
+        assign(c, s, target, v);
+        return;
+    }
+    ct_val *ns = scope_find(s, target->ns, strlen(target->ns));
+    if (!ns || ns->t != CT_NS) ct_fail(c, KILN_ERR_INVALID_ARG, "cannot assign attribute on non-namespace object '%s'", target->ns);
+    ct_dict_set(&c->arena, ns->u.d, ct_str(target->name, target->name_len), v);
+}
+
 /* Renders body into a string in a child scope (block set, filter block). */
 static ct_val render_to_string(ct_ctx *c, ct_scope *s, ct_node *const *body, int n) {
     ct_buf out = {&c->arena, NULL, 0, 0}, *saved = c->out;
@@ -690,27 +701,13 @@ static int exec_stmt(ct_ctx *c, ct_scope *s, const ct_node *x) {
     case N_SET: {
         ct_val v = eval(c, s, x->a);
         c->line = x->line;
-        if (x->b->kind == E_NSREF) {
-            ct_val *ns = scope_find(s, x->b->ns, strlen(x->b->ns));
-            if (!ns || ns->t != CT_NS)
-                ct_fail(c, KILN_ERR_INVALID_ARG, "cannot assign attribute on non-namespace object '%s'", x->b->ns);
-            ct_dict_set(&c->arena, ns->u.d, ct_str(x->b->name, x->b->name_len), v);
-        } else {
-            assign(c, s, x->b, v);
-        }
+        assign_set(c, s, x->b, v);
         return X_NORMAL;
     }
     case N_SET_BLOCK: {
         ct_val v = apply_filters(c, s, x->a, render_to_string(c, s, x->list, x->n));
         c->line = x->line;
-        if (x->b->kind == E_NSREF) {
-            ct_val *ns = scope_find(s, x->b->ns, strlen(x->b->ns));
-            if (!ns || ns->t != CT_NS)
-                ct_fail(c, KILN_ERR_INVALID_ARG, "cannot assign attribute on non-namespace object '%s'", x->b->ns);
-            ct_dict_set(&c->arena, ns->u.d, ct_str(x->b->name, x->b->name_len), v);
-        } else {
-            assign(c, s, x->b, v);
-        }
+        assign_set(c, s, x->b, v);
         return X_NORMAL;
     }
     case N_MACRO: {
