@@ -605,17 +605,26 @@ static void parse_call_args(parser *p, ct_node *x) {
     x->nnames = x->n2 = nkw;
 }
 
+/* The name of a filter or test (`what`) applied to x: an E_FILTER / E_TEST node (at `line`, or the
+ * name's line when line < 0) whose fid is lookup(name); dotted and unknown names are rejected. */
+static ct_node *filter_or_test(parser *p, int kind, const char *what, int (*lookup)(const char *, size_t), ct_node *x, int line) {
+    char want[32];
+    snprintf(want, sizeof want, "a %s name", what);
+    tok *t = expect_type(p, TK_NAME, want);
+    if (is_op(cur(p), O_DOT)) pfail(p, KILN_ERR_UNSUPPORTED, t->line, "unsupported construct '%s %.*s.'", what, (int)t->n, t->s);
+    ct_node *f = node(p, kind, line < 0 ? t->line : line);
+    f->a = x;
+    f->name = ct_strndup(p->a, t->s, t->n);
+    f->name_len = t->n;
+    f->fid = lookup(t->s, t->n);
+    if (f->fid < 0) pfail(p, KILN_ERR_UNSUPPORTED, t->line, "unsupported construct '%s %.*s'", what, (int)t->n, t->s);
+    return f;
+}
+
 static ct_node *parse_filter(parser *p, ct_node *x, int start_inline) {
     while (is_op(cur(p), O_PIPE) || start_inline) {
         if (!start_inline) advance(p);
-        tok *t = expect_type(p, TK_NAME, "a filter name");
-        if (is_op(cur(p), O_DOT)) pfail(p, KILN_ERR_UNSUPPORTED, t->line, "unsupported construct 'filter %.*s.'", (int)t->n, t->s);
-        ct_node *f = node(p, E_FILTER, t->line);
-        f->a = x;
-        f->name = ct_strndup(p->a, t->s, t->n);
-        f->name_len = t->n;
-        f->fid = ct_filter_id(t->s, t->n);
-        if (f->fid < 0) pfail(p, KILN_ERR_UNSUPPORTED, t->line, "unsupported construct 'filter %.*s'", (int)t->n, t->s);
+        ct_node *f = filter_or_test(p, E_FILTER, "filter", ct_filter_id, x, -1);
         if (is_op(cur(p), O_LPAREN)) parse_call_args(p, f);
         x = f;
         start_inline = 0;
@@ -630,14 +639,7 @@ static ct_node *parse_test(parser *p, ct_node *x) {
         advance(p);
         negated = 1;
     }
-    tok *t = expect_type(p, TK_NAME, "a test name");
-    if (is_op(cur(p), O_DOT)) pfail(p, KILN_ERR_UNSUPPORTED, t->line, "unsupported construct 'test %.*s.'", (int)t->n, t->s);
-    ct_node *e = node(p, E_TEST, is->line);
-    e->a = x;
-    e->name = ct_strndup(p->a, t->s, t->n);
-    e->name_len = t->n;
-    e->fid = ct_test_id(t->s, t->n);
-    if (e->fid < 0) pfail(p, KILN_ERR_UNSUPPORTED, t->line, "unsupported construct 'test %.*s'", (int)t->n, t->s);
+    ct_node *e = filter_or_test(p, E_TEST, "test", ct_test_id, x, is->line);
     tok *c = cur(p);
     if (is_op(c, O_LPAREN)) {
         parse_call_args(p, e);
@@ -721,16 +723,21 @@ static ct_node *parse_subscript(parser *p, ct_node *x) {
     return g;
 }
 
+/* fn(args...) at `line` (the current token is the '('). */
+static ct_node *parse_call(parser *p, ct_node *fn, int line) {
+    ct_node *c = node(p, E_CALL, line);
+    c->a = fn;
+    parse_call_args(p, c);
+    return c;
+}
+
 static ct_node *parse_postfix(parser *p, ct_node *x) {
     for (;;) {
         tok *t = cur(p);
         if (is_op(t, O_DOT) || is_op(t, O_LBRACKET)) {
             x = parse_subscript(p, x);
         } else if (is_op(t, O_LPAREN)) {
-            ct_node *c = node(p, E_CALL, t->line);
-            c->a = x;
-            parse_call_args(p, c);
-            x = c;
+            x = parse_call(p, x, t->line);
         } else {
             return x;
         }
@@ -745,10 +752,7 @@ static ct_node *parse_filter_expr(parser *p, ct_node *x) {
         } else if (is_name(t, "is")) {
             x = parse_test(p, x);
         } else if (is_op(t, O_LPAREN)) {
-            ct_node *c = node(p, E_CALL, t->line);
-            c->a = x;
-            parse_call_args(p, c);
-            x = c;
+            x = parse_call(p, x, t->line);
         } else {
             return x;
         }
@@ -854,25 +858,31 @@ static ct_node *binop(parser *p, int op, ct_node *l, ct_node *r, int line) {
     return x;
 }
 
-static ct_node *parse_pow(parser *p) {
-    ct_node *l = parse_unary(p, 1);
-    while (is_op(cur(p), O_POW)) {
-        int line = advance(p)->line;
-        l = binop(p, OP_POW, l, parse_unary(p, 1), line);
+/* One precedence level of binary operators, left-associative: operand (op operand)*, where the
+ * token operators tok_ops[i] make E_BINOP nodes of node_ops[i]. */
+static ct_node *parse_binops(parser *p, ct_node *(*operand)(parser *), const int *tok_ops, const int *node_ops, int n_ops) {
+    ct_node *l = operand(p);
+    for (;;) {
+        tok *t = cur(p);
+        int op = -1;
+        for (int i = 0; i < n_ops && op < 0; i++)
+            if (is_op(t, tok_ops[i])) op = node_ops[i];
+        if (op < 0) return l;
+        advance(p);
+        l = binop(p, op, l, operand(p), t->line);
     }
-    return l;
+}
+
+static ct_node *parse_unary_filtered(parser *p) { return parse_unary(p, 1); }
+
+static ct_node *parse_pow(parser *p) {
+    static const int t[] = {O_POW}, o[] = {OP_POW};
+    return parse_binops(p, parse_unary_filtered, t, o, 1);
 }
 
 static ct_node *parse_math2(parser *p) {
-    ct_node *l = parse_pow(p);
-    for (;;) {
-        tok *t = cur(p);
-        int op = is_op(t, O_MUL) ? OP_MUL : is_op(t, O_DIV) ? OP_DIV : is_op(t, O_FLOORDIV) ? OP_FLOORDIV
-                 : is_op(t, O_MOD) ? OP_MOD : -1;
-        if (op < 0) return l;
-        advance(p);
-        l = binop(p, op, l, parse_pow(p), t->line);
-    }
+    static const int t[] = {O_MUL, O_DIV, O_FLOORDIV, O_MOD}, o[] = {OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD};
+    return parse_binops(p, parse_pow, t, o, 4);
 }
 
 static ct_node *parse_concat(parser *p) {
@@ -892,14 +902,8 @@ static ct_node *parse_concat(parser *p) {
 }
 
 static ct_node *parse_math1(parser *p) {
-    ct_node *l = parse_concat(p);
-    for (;;) {
-        tok *t = cur(p);
-        int op = is_op(t, O_ADD) ? OP_ADD : is_op(t, O_SUB) ? OP_SUB : -1;
-        if (op < 0) return l;
-        advance(p);
-        l = binop(p, op, l, parse_concat(p), t->line);
-    }
+    static const int t[] = {O_ADD, O_SUB}, o[] = {OP_ADD, OP_SUB};
+    return parse_binops(p, parse_concat, t, o, 2);
 }
 
 static ct_node *parse_compare(parser *p) {
@@ -949,29 +953,21 @@ static ct_node *parse_not(parser *p) {
     return parse_compare(p);
 }
 
-static ct_node *parse_and(parser *p) {
-    ct_node *l = parse_not(p);
-    while (is_name(cur(p), "and")) {
+/* operand (keyword operand)*, left-associative: E_AND / E_OR nodes with a, b. */
+static ct_node *parse_logic(parser *p, const char *keyword, int kind, ct_node *(*operand)(parser *)) {
+    ct_node *l = operand(p);
+    while (is_name(cur(p), keyword)) {
         int line = advance(p)->line;
-        ct_node *x = node(p, E_AND, line);
+        ct_node *x = node(p, kind, line);
         x->a = l;
-        x->b = parse_not(p);
+        x->b = operand(p);
         l = x;
     }
     return l;
 }
 
-static ct_node *parse_or(parser *p) {
-    ct_node *l = parse_and(p);
-    while (is_name(cur(p), "or")) {
-        int line = advance(p)->line;
-        ct_node *x = node(p, E_OR, line);
-        x->a = l;
-        x->b = parse_and(p);
-        l = x;
-    }
-    return l;
-}
+static ct_node *parse_and(parser *p) { return parse_logic(p, "and", E_AND, parse_not); }
+static ct_node *parse_or(parser *p) { return parse_logic(p, "or", E_OR, parse_and); }
 
 static ct_node *parse_condexpr(parser *p) {
     int line = cur(p)->line;
@@ -1043,6 +1039,20 @@ static nvec parse_statements(parser *p, const char *const *end_tokens, int drop_
     return body;
 }
 
+/* Statements up to one of end_tokens (dropped when drop_needle) into x->list / x->n. */
+static void parse_body(parser *p, ct_node *x, const char *const *end_tokens, int drop_needle) {
+    nvec body = parse_statements(p, end_tokens, drop_needle);
+    x->list = body.v;
+    x->n = body.n;
+}
+
+/* The same into x->list2 / x->n2 (an else branch). */
+static void parse_else_body(parser *p, ct_node *x, const char *const *end_tokens) {
+    nvec body = parse_statements(p, end_tokens, 1);
+    x->list2 = body.v;
+    x->n2 = body.n;
+}
+
 static ct_node *name_target(parser *p) {
     tok *t = expect_type(p, TK_NAME, "a name");
     ct_node *x = node(p, E_NAME, t->line);
@@ -1092,23 +1102,15 @@ static ct_node *parse_statement(parser *p) {
         }
         if (is_name(cur(p), "recursive"))
             pfail(p, KILN_ERR_UNSUPPORTED, cur(p)->line, "unsupported construct '{%% for ... recursive %%}'");
-        nvec body = parse_statements(p, END_FOR, 0);
-        x->list = body.v;
-        x->n = body.n;
-        if (is_name(advance(p), "else")) {
-            nvec eb = parse_statements(p, END_FOR2, 1);
-            x->list2 = eb.v;
-            x->n2 = eb.n;
-        }
+        parse_body(p, x, END_FOR, 0);
+        if (is_name(advance(p), "else")) parse_else_body(p, x, END_FOR2);
     } else if (is_name(t, "if")) {
         advance(p);
         x = node(p, N_IF, line);
         ct_node *cur_if = x;
         for (;;) {
             cur_if->a = parse_tuple(p, 0, 0, NULL, 0);
-            nvec body = parse_statements(p, END_IF, 0);
-            cur_if->list = body.v;
-            cur_if->n = body.n;
+            parse_body(p, cur_if, END_IF, 0);
             tok *e = advance(p);
             if (is_name(e, "elif")) {
                 ct_node *nx = node(p, N_IF, e->line);
@@ -1118,11 +1120,7 @@ static ct_node *parse_statement(parser *p) {
                 cur_if = nx;
                 continue;
             }
-            if (is_name(e, "else")) {
-                nvec eb = parse_statements(p, END_IF2, 1);
-                cur_if->list2 = eb.v;
-                cur_if->n2 = eb.n;
-            }
+            if (is_name(e, "else")) parse_else_body(p, cur_if, END_IF2);
             break;
         }
     } else if (is_name(t, "set")) {
@@ -1148,9 +1146,7 @@ static ct_node *parse_statement(parser *p) {
             x = node(p, N_SET_BLOCK, line);
             x->b = target;
             if (is_op(cur(p), O_PIPE)) x->a = parse_filter(p, NULL, 0);
-            nvec body = parse_statements(p, END_SET, 1);
-            x->list = body.v;
-            x->n = body.n;
+            parse_body(p, x, END_SET, 1);
         }
     } else if (is_name(t, "macro")) {
         advance(p);
@@ -1183,25 +1179,19 @@ static ct_node *parse_statement(parser *p) {
         x->nnames = np;
         x->list2 = defs.v;
         x->n2 = defs.n;
-        nvec body = parse_statements(p, END_MACRO, 1);
-        x->list = body.v;
-        x->n = body.n;
+        parse_body(p, x, END_MACRO, 1);
     } else if (is_name(t, "break") || is_name(t, "continue")) {
         advance(p);
         x = node(p, is_name(t, "break") ? N_BREAK : N_CONTINUE, line);
     } else if (is_name(t, "generation")) {
         advance(p);
         x = node(p, N_BLOCK, line);
-        nvec body = parse_statements(p, END_GEN, 1);
-        x->list = body.v;
-        x->n = body.n;
+        parse_body(p, x, END_GEN, 1);
     } else if (is_name(t, "filter")) {
         advance(p);
         x = node(p, N_FILTER_BLOCK, line);
         x->a = parse_filter(p, NULL, 1);
-        nvec body = parse_statements(p, END_FILTER, 1);
-        x->list = body.v;
-        x->n = body.n;
+        parse_body(p, x, END_FILTER, 1);
     } else if (is_name(t, "with")) {
         advance(p);
         x = node(p, N_WITH, line);
@@ -1217,9 +1207,7 @@ static ct_node *parse_statement(parser *p) {
         x->names = ct_alloc(p->a, (size_t)(targets.n ? targets.n : 1) * sizeof *x->names);
         for (int i = 0; i < targets.n; i++) x->names[i] = targets.v[i]->name;
         x->nnames = targets.n;
-        nvec body = parse_statements(p, END_WITH, 1);
-        x->list = body.v;
-        x->n = body.n;
+        parse_body(p, x, END_WITH, 1);
     } else if (is_name(t, "print")) {
         advance(p);
         x = node(p, N_PRINT, line);
