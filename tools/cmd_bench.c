@@ -96,15 +96,16 @@ int cmd_bench(int argc, char **argv) {
         else { fprintf(stderr, "kiln bench: error: unexpected argument '%s'\n", k); return 2; }
     }
     if (a.bad) return 2;
-    if (!path) return cli_fail_msg("bench", "usage: kiln bench MODEL [--weights f32,bf16,fp8,int4|native] [--scope all|experts] [--prompt N] [--gen N] [--repeat R] [--threads N] [--json]");
+    if (!path) return cli_fail_msg("bench", "usage: kiln bench MODEL [--weights f32,bf16,fp8,int4,int4-g128|native] [--scope all|experts] [--prompt N] [--gen N] [--repeat R] [--threads N] [--json]");
     char list[256];
     snprintf(list, sizeof list, "%s", weights ? weights : "");
     bench_row rows[16];
     int n = 0;
     double best_bw = 0;
     for (char *w = strtok(list, ","); w && n < 16; w = strtok(NULL, ",")) {
-        if (strcmp(w, "f32") && strcmp(w, "bf16") && strcmp(w, "fp8") && strcmp(w, "int4") && strcmp(w, "native")) {
-            fprintf(stderr, "kiln bench: error: option --weights: '%s' is not one of f32, bf16, fp8, int4, native\n", w);
+        if (strcmp(w, "f32") && strcmp(w, "bf16") && strcmp(w, "fp8") && strcmp(w, "int4") && strcmp(w, "int4-g32") && strcmp(w, "int4-g128") &&
+            strcmp(w, "native")) {
+            fprintf(stderr, "kiln bench: error: option --weights: '%s' is not one of f32, bf16, fp8, int4 (= int4-g32), int4-g128, native\n", w);
             return 2;
         }
         memset(&rows[n], 0, sizeof rows[n]);

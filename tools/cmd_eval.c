@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 static const char *USAGE =
-    "usage: kiln eval MODEL --task NAME[,NAME...] [--limit N] [--shots K] [--weights f32|bf16|fp8|int4]\n"
+    "usage: kiln eval MODEL --task NAME[,NAME...] [--limit N] [--shots K] [--weights f32|bf16|fp8|int4|int4-g128]\n"
     "                 [--kv-dtype auto|f32|bf16|fp8] [--json] [--out results.json] [--data-dir DIR] [--strict]\n"
     "                 [--save-logits F | --baseline-logits F] [--max-tokens N] [--window N] [--stride N]\n"
     "                 [--max-gen N] [--threads N] [--ctx N]\n"
@@ -248,7 +248,7 @@ static int write_json(const char *path, json_t *j) {
 }
 
 /* ---- matrix ----------------------------------------------------------------------------------------- */
-typedef struct { char w[8]; kiln_kv_dtype kv; } cfg_t; /* w: "stored" = as loaded */
+typedef struct { char w[16]; kiln_kv_dtype kv; } cfg_t; /* w: "stored" = as loaded */
 
 static int parse_configs(const char *s, cfg_t **out, int *n) {
     int cap = 8, k = 0;
@@ -259,7 +259,9 @@ static int parse_configs(const char *s, cfg_t **out, int *n) {
         if (!slash) goto bad;
         *slash = 0;
         const char *kv = slash + 1;
-        if (strcmp(t, "stored") && strcmp(t, "f32") && strcmp(t, "bf16") && strcmp(t, "fp8") && strcmp(t, "int4")) goto bad;
+        if (strcmp(t, "stored") && strcmp(t, "f32") && strcmp(t, "bf16") && strcmp(t, "fp8") && strcmp(t, "int4") && strcmp(t, "int4-g32") &&
+            strcmp(t, "int4-g128"))
+            goto bad;
         if (k == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
         snprintf(v[k].w, sizeof v[k].w, "%s", t);
         if (!strcmp(kv, "auto")) v[k].kv = KILN_KV_AUTO;
@@ -284,7 +286,7 @@ static int run_matrix(run_cfg *c, const char *configs, int json, const char *out
     cfg_t *cf;
     int nc;
     if (!parse_configs(configs, &cf, &nc))
-        return cli_fail_msg("eval", "option --configs: expected WEIGHTS/KV pairs like bf16/bf16,int4/fp8 (weights stored|f32|bf16|fp8|int4, KV auto|f32|bf16|fp8)");
+        return cli_fail_msg("eval", "option --configs: expected WEIGHTS/KV pairs like bf16/bf16,int4/fp8 (weights stored|f32|bf16|fp8|int4|int4-g128, KV auto|f32|bf16|fp8)");
     /* kl without a given baseline: the first row writes it, the others compare against it. */
     char tmp[PATH_MAX] = "";
     int has_kl = 0;
@@ -418,8 +420,9 @@ int cmd_eval(int argc, char **argv) {
         fprintf(stderr, "kiln eval: error: %s%s\n", USAGE, kiln_eval_known_tasks());
         return 2;
     }
-    if (weights && strcmp(weights, "f32") && strcmp(weights, "bf16") && strcmp(weights, "fp8") && strcmp(weights, "int4")) {
-        fprintf(stderr, "kiln eval: error: option --weights: '%s' is not one of f32, bf16, fp8, int4\n", weights);
+    if (weights && strcmp(weights, "f32") && strcmp(weights, "bf16") && strcmp(weights, "fp8") && strcmp(weights, "int4") &&
+        strcmp(weights, "int4-g32") && strcmp(weights, "int4-g128")) {
+        fprintf(stderr, "kiln eval: error: option --weights: '%s' is not one of f32, bf16, fp8, int4 (= int4-g32), int4-g128\n", weights);
         return 2;
     }
     if (matrix && weights) return cli_fail_msg("eval", "--matrix sets the weights of each row itself: drop --weights (or use --configs)");

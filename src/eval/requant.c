@@ -6,8 +6,9 @@
  * Embeddings and the output head keep their stored dtype (the usual practice of weight-only
  * quantization: Kimi K2's INT4 release keeps lm_head in BF16).
  *
- * INT4 needs the input dimension to be a multiple of the group (32): a weight whose columns are not
- * (stories260K's down_proj has 172) keeps its stored format and is counted in *n_kept. */
+ * INT4 (`int4` = `int4-g32`, or `int4-g128`) needs the input dimension to be a multiple of the group:
+ * a weight whose columns are not (stories260K's down_proj has 172; none of its layers divide by 128)
+ * keeps its stored format and is counted in *n_kept. */
 #include "eval/eval.h"
 #include "base/status.h"
 #include "model/arch.h"
@@ -17,18 +18,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define INT4_GROUP 32
 #define FP8_BLOCK 128
 
-static kiln_status requant_one(struct kiln_model *m, kiln_weight *w, kiln_wformat fmt, const char *name, int *n_kept) {
-    if (!w->data || w->fmt == fmt) return KILN_OK;
-    if (fmt == KILN_WF_INT4_GROUP && (w->cols % INT4_GROUP) != 0) {
+static kiln_status requant_one(struct kiln_model *m, kiln_weight *w, kiln_wformat fmt, int group, const char *name, int *n_kept) {
+    if (!w->data || (w->fmt == fmt && (fmt != KILN_WF_INT4_GROUP || w->block == group))) return KILN_OK;
+    if (fmt == KILN_WF_INT4_GROUP && (w->cols % group) != 0) {
         (*n_kept)++;
         return KILN_OK;
     }
     kiln_weight nw;
     void *data = NULL, *scales = NULL;
-    kiln_status st = kiln_quantize_weight(w, fmt, fmt == KILN_WF_INT4_GROUP ? INT4_GROUP : fmt == KILN_WF_FP8_BLOCK ? FP8_BLOCK : 0,
+    kiln_status st = kiln_quantize_weight(w, fmt, fmt == KILN_WF_INT4_GROUP ? group : fmt == KILN_WF_FP8_BLOCK ? FP8_BLOCK : 0,
                                           &nw, &data, &scales);
     if (st) return kiln_fail(st, "requantize %s to %s: %s", name, kiln_wformat_name(fmt), kiln_last_error());
     if (!kiln_model_own(m, data)) { free(scales); return kiln_fail(KILN_ERR_NOMEM, "requantize %s: out of memory", name); }
@@ -66,7 +66,7 @@ static int arch_layer_linears(kiln_arch_layer *L, kiln_weight **w, const char **
  * gate/up/down), the routed experts and the shared experts. Kept as stored: MoE routers (routing
  * decisions are what quantization must not move; checkpoints keep them in BF16) and MLA's kv_b,
  * whose per-head absorbed float32 copies (built at load) are what attention reads. */
-static kiln_status requant_arch(struct kiln_model *m, kiln_wformat fmt, int experts_only, int *kept) {
+static kiln_status requant_arch(struct kiln_model *m, kiln_wformat fmt, int group, int experts_only, int *kept) {
     kiln_arch_model *am = m->arch_state;
     if (!am) return KILN_OK;
     for (int l = 0; l < m->hp.n_layers; l++) {
@@ -77,13 +77,13 @@ static kiln_status requant_arch(struct kiln_model *m, kiln_wformat fmt, int expe
         int nw = arch_layer_linears(L, ws, names);
         for (int i = 0; i < nw && !experts_only; i++) {
             snprintf(name, sizeof name, "layer %d %s", l, names[i]);
-            KILN_TRY(requant_one(m, ws[i], fmt, name, kept));
+            KILN_TRY(requant_one(m, ws[i], fmt, group, name, kept));
         }
         if (L->is_moe && L->exp_w) /* gate[E], up[E], down[E]; moe.gate/up/down point into this array */
             for (int e = 0; e < 3 * am->hp.moe.n_experts; e++) {
                 snprintf(name, sizeof name, "layer %d mlp.experts.%d.%s", l, e % am->hp.moe.n_experts,
                          e < am->hp.moe.n_experts ? "gate_proj" : e < 2 * am->hp.moe.n_experts ? "up_proj" : "down_proj");
-                KILN_TRY(requant_one(m, &L->exp_w[e], fmt, name, kept));
+                KILN_TRY(requant_one(m, &L->exp_w[e], fmt, group, name, kept));
             }
     }
     return KILN_OK;
@@ -142,17 +142,19 @@ kiln_status kiln_model_requantize_scope(kiln_model *m, const char *weights, cons
     if (n_kept) *n_kept = 0;
     if (!weights) return kiln_fail(KILN_ERR_INVALID_ARG, "requantize: no weight format");
     kiln_wformat fmt;
+    int group = 32; /* INT4: the compressed-tensors group along the input dimension (int4 = int4-g32) */
     if (strcmp(weights, "f32") == 0) fmt = KILN_WF_F32;
     else if (strcmp(weights, "bf16") == 0) fmt = KILN_WF_BF16;
     else if (strcmp(weights, "fp8") == 0) fmt = KILN_WF_FP8_BLOCK;
-    else if (strcmp(weights, "int4") == 0) fmt = KILN_WF_INT4_GROUP;
-    else return kiln_fail(KILN_ERR_INVALID_ARG, "--weights '%s' is not one of f32, bf16, fp8, int4", weights);
+    else if (strcmp(weights, "int4") == 0 || strcmp(weights, "int4-g32") == 0) fmt = KILN_WF_INT4_GROUP;
+    else if (strcmp(weights, "int4-g128") == 0) { fmt = KILN_WF_INT4_GROUP; group = 128; }
+    else return kiln_fail(KILN_ERR_INVALID_ARG, "--weights '%s' is not one of f32, bf16, fp8, int4 (= int4-g32), int4-g128", weights);
     int experts_only = scope && strcmp(scope, "experts") == 0;
     if (scope && !experts_only && strcmp(scope, "all") != 0)
         return kiln_fail(KILN_ERR_INVALID_ARG, "--scope '%s' is not all or experts", scope);
     if (experts_only && !m->arch) return kiln_fail(KILN_ERR_INVALID_ARG, "--scope experts: the model has no MoE experts");
     if (m->arch) {
-        KILN_TRY(requant_arch(m, fmt, experts_only, &kept));
+        KILN_TRY(requant_arch(m, fmt, group, experts_only, &kept));
         if (n_kept) *n_kept = kept;
         return KILN_OK;
     }
@@ -164,7 +166,7 @@ kiln_status kiln_model_requantize_scope(kiln_model *m, const char *weights, cons
         for (int i = 0; i < 7; i++) {
             char name[96];
             snprintf(name, sizeof name, "model.layers.%d.%s", l, names[i]);
-            KILN_TRY(requant_one(m, ws[i], fmt, name, &kept));
+            KILN_TRY(requant_one(m, ws[i], fmt, group, name, &kept));
         }
     }
     if (n_kept) *n_kept = kept;

@@ -16,9 +16,11 @@ kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights) {
     if (strcmp(weights, "f32") == 0) fmt = KILN_WF_F32;
     else if (strcmp(weights, "bf16") == 0) fmt = KILN_WF_BF16;
     else if (strcmp(weights, "fp8") == 0) { fmt = KILN_WF_FP8_BLOCK; group = 128; }
-    else if (strcmp(weights, "int4") == 0) { fmt = KILN_WF_INT4_GROUP; group = 32; }
-    else return kiln_fail(KILN_ERR_INVALID_ARG, "--weights '%s' is not one of f32, bf16, fp8, int4", weights);
-    if (m->output.fmt == fmt || (fmt == KILN_WF_INT4_GROUP && m->output.cols % group)) return KILN_OK;
+    else if (strcmp(weights, "int4") == 0 || strcmp(weights, "int4-g32") == 0) { fmt = KILN_WF_INT4_GROUP; group = 32; }
+    else if (strcmp(weights, "int4-g128") == 0) { fmt = KILN_WF_INT4_GROUP; group = 128; }
+    else return kiln_fail(KILN_ERR_INVALID_ARG, "--weights '%s' is not one of f32, bf16, fp8, int4 (= int4-g32), int4-g128", weights);
+    if ((m->output.fmt == fmt && (fmt != KILN_WF_INT4_GROUP || m->output.block == group)) || (fmt == KILN_WF_INT4_GROUP && m->output.cols % group))
+        return KILN_OK;
     kiln_weight q;
     void *d = NULL, *s = NULL;
     KILN_TRY(kiln_quantize_weight(&m->output, fmt, group, &q, &d, &s));
