@@ -95,8 +95,8 @@ static void repack_one(struct kiln_model *m, kiln_weight *w, uint64_t *bytes) {
     if (!w->data || w->tiled || !kiln_weight_prefers_tiled(w)) return;
     const size_t db = (size_t)w->rows * w->row_bytes;
     const size_t sb = w->fmt == KILN_WF_INT4_GROUP ? 2 * (size_t)w->rows * (size_t)(w->cols / w->block) : 0;
-    uint8_t *d = malloc(db);
-    void *s = sb ? malloc(sb) : NULL;
+    uint8_t *d = kiln_alloc64(db);
+    void *s = sb ? kiln_alloc64(sb) : NULL;
     if (!d || (sb && !s)) { free(d); free(s); return; }
     memcpy(d, w->data, db);
     if (sb) memcpy(s, w->scales, sb);

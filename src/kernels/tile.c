@@ -67,6 +67,8 @@ int kiln_weight_tile(kiln_weight *w, uint8_t *data, void *scales) {
     return 0;
 }
 
+void *kiln_alloc64(size_t n) { return aligned_alloc(64, (n + 63) & ~(size_t)63); }
+
 int kiln_weight_prefers_tiled(const kiln_weight *w) {
     const kiln_ktable *t = kiln_ktable_current();
     if (!t || !(t->tiled_mask & (1u << w->fmt)) || w->rows < 4 || !kiln_matmul_is_fast(w)) return 0;
