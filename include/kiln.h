@@ -308,11 +308,18 @@ void kiln_server_stop(kiln_server *s);
 /* The machine's read bandwidth in GB/s (1e9 B/s) with `threads` threads (0 = all), best of a few
  * passes over a 1 GiB buffer. */
 double kiln_memory_read_gbps(int threads);
-/* Re-quantizes the output head (lm_head) in memory too: "f32", "bf16", "fp8", "int4" (group 32). */
+/* Re-quantizes the output head (lm_head) in memory too: "f32", "bf16", "fp8", "int4" (group 32),
+ * "int4-g128". */
 kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights);
 /* Bytes of weights (data + scales) one batch-1 decode step reads; for MoE layers only the experts a
  * token is routed to. */
 uint64_t kiln_model_decode_weight_bytes(const kiln_model *m);
+/* The linear layers of one batch-1 decode step alone, replayed with the forward pass's own calls
+ * (Llama-architecture models: q/k/v and gate/up each in one call, o, down, the output head) on a
+ * fixed activation: seconds per step, the best of `reps`. What the GEMV kernels reach without the
+ * rest of a step (attention, norms, thread wake-ups between them). 0 for other architectures or
+ * when scratch memory cannot be had. */
+double kiln_model_bench_linear_step(const kiln_model *m, int reps);
 
 /* Utility: a monotonic clock in seconds. */
 double kiln_now(void);

@@ -13,7 +13,7 @@
 
 typedef struct {
     char weights[16];
-    double prompt_tps, decode_tps;
+    double prompt_tps, decode_tps, linear_tps;
     unsigned long long bytes_per_token;
     int kept;
     /* live state between rounds */
@@ -128,7 +128,11 @@ int cmd_bench(int argc, char **argv) {
         for (int i = 0; i < n && !rc; i++) {
             kiln_status st = bench_window(&rows[i], (int)n_gen);
             if (st) rc = cli_fail_status("bench", st);
-            else if (!json && r == repeat - 1) fprintf(stderr, "bench: %s done (%.1f decode tok/s)\n", rows[i].weights, rows[i].decode_tps);
+            else {
+                double ls = kiln_model_bench_linear_step(rows[i].m, 3);
+                if (ls > 0 && 1.0 / ls > rows[i].linear_tps) rows[i].linear_tps = 1.0 / ls;
+                if (!json && r == repeat - 1) fprintf(stderr, "bench: %s done (%.1f decode tok/s)\n", rows[i].weights, rows[i].decode_tps);
+            }
         }
     }
     for (int i = 0; i < n; i++) bench_close(&rows[i]);
@@ -136,18 +140,24 @@ int cmd_bench(int argc, char **argv) {
     if (!json) {
         printf("model %s, scope %s, prompt %ld tokens, decode %ld tokens (best of %ld windows), threads %d, measured read bandwidth %.1f GB/s\n",
                path, scope, n_prompt, n_gen, repeat, o.threads, best_bw);
-        printf("| weights | prompt tok/s | decode tok/s | weight MB/token | achieved GB/s | %% of measured | vs first |\n");
-        printf("|---|---|---|---|---|---|---|\n");
+        printf("| weights | prompt tok/s | decode tok/s | weight MB/token | achieved GB/s | %% of measured | vs first | linear layers only: steps/s, %% of measured |\n");
+        printf("|---|---|---|---|---|---|---|---|\n");
     }
     for (int i = 0; i < n; i++) {
         bench_row *r = &rows[i];
-        double achieved = (double)r->bytes_per_token * r->decode_tps / 1e9;
+        double achieved = (double)r->bytes_per_token * r->decode_tps / 1e9, lin = (double)r->bytes_per_token * r->linear_tps / 1e9;
         if (json)
             printf("{\"weights\": \"%s\", \"prompt_tps\": %.3f, \"decode_tps\": %.3f, \"weight_bytes_per_token\": %llu, "
-                   "\"achieved_gbps\": %.3f, \"measured_gbps\": %.3f, \"roofline_fraction\": %.4f, \"layers_kept\": %d}\n",
-                   r->weights, r->prompt_tps, r->decode_tps, r->bytes_per_token, achieved, best_bw, achieved / best_bw, r->kept);
+                   "\"achieved_gbps\": %.3f, \"measured_gbps\": %.3f, \"roofline_fraction\": %.4f, \"layers_kept\": %d, "
+                   "\"linear_only_tps\": %.3f, \"linear_only_roofline_fraction\": %.4f}\n",
+                   r->weights, r->prompt_tps, r->decode_tps, r->bytes_per_token, achieved, best_bw, achieved / best_bw, r->kept,
+                   r->linear_tps, lin / best_bw);
+        else if (r->linear_tps > 0)
+            printf("| %s | %.1f | %.2f | %.1f | %.2f | %.0f%% | %.2fx | %.2f, %.0f%% |\n", r->weights, r->prompt_tps, r->decode_tps,
+                   r->bytes_per_token / 1e6, achieved, 100 * achieved / best_bw, r->decode_tps / rows[0].decode_tps, r->linear_tps,
+                   100 * lin / best_bw);
         else
-            printf("| %s | %.1f | %.2f | %.1f | %.2f | %.0f%% | %.2fx |\n", r->weights, r->prompt_tps, r->decode_tps,
+            printf("| %s | %.1f | %.2f | %.1f | %.2f | %.0f%% | %.2fx | — |\n", r->weights, r->prompt_tps, r->decode_tps,
                    r->bytes_per_token / 1e6, achieved, 100 * achieved / best_bw, r->decode_tps / rows[0].decode_tps);
     }
     return 0;

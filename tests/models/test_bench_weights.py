@@ -1,7 +1,7 @@
 """kiln bench --weights: one JSON object per configuration with the issue's fields; the weight bytes
 read per decode token match the checkpoint conventions computed here independently from the model
 shape (BF16: 2 B/weight; FP8: 1 B/weight + f32 scale per 128x128 block; INT4 g32: 0.5 B/weight +
-bf16 scale per 32), for every linear layer and the output head; achieved GB/s is bytes x tokens/s."""
+bf16 scale per 32), for every linear layer and the output head; achieved GB/s is bytes x tokens/s; the linear-layers-only replay is reported."""
 import json, math, os, shutil, subprocess, sys, tempfile
 
 KILN = os.environ.get("KILN", "./kiln")
@@ -31,7 +31,7 @@ def main():
             "int4": sum(r * c // 2 + 2 * r * (c // 32) for r, c in mats),
         }
         for r in rows:
-            for k in ("prompt_tps", "decode_tps", "weight_bytes_per_token", "achieved_gbps", "measured_gbps"):
+            for k in ("prompt_tps", "decode_tps", "weight_bytes_per_token", "achieved_gbps", "measured_gbps", "linear_only_tps"):
                 assert k in r and r[k] > 0, (k, r)
             assert r["weight_bytes_per_token"] == want[r["weights"]], (r["weights"], r["weight_bytes_per_token"], want[r["weights"]])
             assert abs(r["achieved_gbps"] - r["weight_bytes_per_token"] * r["decode_tps"] / 1e9) <= 1e-3 * r["achieved_gbps"] + 1e-3, r
