@@ -14,6 +14,7 @@ echo "== weights: batch-1 decode per weight format vs the measured read bandwidt
 "$K" bench "$D/bench-500m" --weights bf16,fp8,int4 --prompt 32 --gen "$GEN" --repeat 3
 echo "== KV cache: FP8 vs BF16 decode at 512 / 4,096 / 16,384 tokens of context =="
 "$K" bench "$D/bench-500m" --kv-context 512,4096,16384 --kv-dtype bf16,fp8 --decode 4 --repeat 8
+"$K" bench "$D/bench-500m" --kv-context 512,4096,16384 --kv-dtype bf16,fp8 --decode 4 --repeat 8 --weights int4
 echo "== KV integrity: cost of each mode vs off, detection campaign =="
 "$K" bench "$D/bench-500m" --integrity || echo "(integrity bench unavailable)"
 echo "== server: output tokens/s at concurrency 1, 4, 16 =="

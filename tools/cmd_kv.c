@@ -358,7 +358,7 @@ int kv_bench(int argc, char **argv) {
     args_t a = {argc, argv, 0, "bench", 0};
     kiln_options o;
     kiln_options_default(&o);
-    const char *model_path = NULL, *quality = NULL, *dts = NULL;
+    const char *model_path = NULL, *quality = NULL, *dts = NULL, *weights = NULL;
     long ctx[16], n_ctx = 0, decode = 16, repeat = 3, max_tokens = 20000;
     int json = 0;
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
@@ -369,6 +369,7 @@ int kv_bench(int argc, char **argv) {
         else if (strcmp(k, "--decode") == 0) cli_long(&a, k, cli_value(&a), 1, 100000, &decode);
         else if (strcmp(k, "--repeat") == 0) cli_long(&a, k, cli_value(&a), 1, 1000, &repeat);
         else if (strcmp(k, "--quality") == 0) quality = cli_value(&a);
+        else if (strcmp(k, "--weights") == 0) weights = cli_value(&a); /* one format: the weights the KV variants share */
         else if (strcmp(k, "--max-tokens") == 0) cli_long(&a, k, cli_value(&a), 2, 1L << 30, &max_tokens);
         else if (strcmp(k, "--json") == 0) json = 1;
         else if (strcmp(k, "--kv") == 0) continue;
@@ -380,12 +381,19 @@ int kv_bench(int argc, char **argv) {
     int nv = parse_variants(&a, dts ? dts : quality ? "bf16,fp8,fp8-dynamic" : "bf16,fp8", vs, 8);
     if (a.bad) return 2;
     if (!model_path || !n_ctx || nv < 1)
-        return cli_fail_msg("bench", "usage: kiln bench MODEL --kv-context N[,N...] [--kv-dtype bf16,fp8[,fp8-dynamic]] [--decode N (16)] [--repeat R (3)] [--threads N] [--json]\n"
+        return cli_fail_msg("bench", "usage: kiln bench MODEL --kv-context N[,N...] [--kv-dtype bf16,fp8[,fp8-dynamic]] [--decode N (16)] [--repeat R (3)] [--weights FMT] [--threads N] [--json]\n"
                                      "       kiln bench MODEL --kv-context N --quality FILE [--max-tokens N (20000)] [--kv-dtype REF,TEST,...]");
     o.quiet = 1;
     kiln_model *m;
     kiln_status st = kiln_model_load(model_path, &o, &m);
     if (st) return cli_fail_status("bench", st);
+    if (weights) { /* every linear layer and the head, as `kiln bench --weights` does */
+        int kept = 0;
+        if ((st = kiln_model_requantize(m, weights, &kept)) || (st = kiln_model_requantize_head(m, weights))) {
+            kiln_model_free(m);
+            return cli_fail_status("bench", st);
+        }
+    }
     kiln_model_info info;
     kiln_model_get_info(m, &info);
     int rc = 0;
