@@ -192,12 +192,33 @@ typedef struct kiln_sampling {
     int top_k;         /* 0 = off (default 0) */
     float top_p;       /* 1.0 = off (default 1.0) */
     uint64_t seed;     /* default 42 */
+    /* Logit processors (appended; 0 / NULL = off, so a zero-initialised tail keeps the old
+     * behaviour bit for bit). Applied to the logits before temperature / top-k / top-p and before
+     * greedy, in vLLM's order: logit bias, repetition penalty, frequency and presence penalty. */
+    float presence_penalty;    /* logit[t] -= presence_penalty if t was generated (OpenAI [-2, 2]) */
+    float frequency_penalty;   /* logit[t] -= frequency_penalty × times t was generated */
+    float repetition_penalty;  /* HF / vLLM, over prompt AND generated tokens: logit > 0 ? logit / p
+                                  : logit × p; 0 or 1 = off (the prompt: kiln_sampler_prompt) */
+    int n_logit_bias;          /* entries of logit_bias_ids / logit_bias (copied at create) */
+    const int32_t *logit_bias_ids; /* token ids in [0, vocab) */
+    const float *logit_bias;   /* added to those tokens' logits */
 } kiln_sampling;
-void kiln_sampling_default(kiln_sampling *p);
+void kiln_sampling_default(kiln_sampling *p); /* zeroes the whole struct first */
 typedef struct kiln_sampler kiln_sampler;
 kiln_status kiln_sampler_create(const kiln_sampling *p, int vocab, kiln_sampler **out);
 void kiln_sampler_free(kiln_sampler *s);
+/* Samples the next token. With logit processors on it works on a copy of the logits and records
+ * the token as generated (as kiln_sample_applied does). */
 int32_t kiln_sample(kiln_sampler *s, const float *logits);
+/* The prompt tokens the repetition penalty also covers (no-op without it). */
+kiln_status kiln_sampler_prompt(kiln_sampler *s, const int32_t *ids, size_t n);
+/* Applies the logit processors in place; touches only the biased tokens and the tokens seen so
+ * far (prompt and generated), not the whole vocabulary. No-op when none is on. */
+void kiln_sampler_apply(kiln_sampler *s, float *logits);
+/* Samples from logits already passed through kiln_sampler_apply and records the token. */
+int32_t kiln_sample_applied(kiln_sampler *s, const float *logits);
+/* Records a generated token (counts for the presence / frequency / repetition penalties). */
+void kiln_sampler_accept(kiln_sampler *s, int32_t id);
 
 /* ---- weight integrity ------------------------------------------------------------------------ */
 /* Every tensor gets an XXH3-64 checksum of its bytes at load. kiln_model_check_weights recomputes

@@ -40,7 +40,9 @@ kiln_status kiln_req_create(const int32_t *prompt, int n_prompt, int max_tokens,
     if (!r->toks || !r->ev || !r->hashes || (top_logprobs > 0 && (!r->top_ids || !r->top_lp)))
         st = kiln_fail(KILN_ERR_NOMEM, "out of memory for a request of %zu tokens", total);
     if (st == KILN_OK) st = kiln_sampler_create(sp, vocab, &r->sampler);
+    if (st == KILN_OK) st = kiln_sampler_prompt(r->sampler, prompt, (size_t)n_prompt); /* repetition penalty */
     if (st != KILN_OK) {
+        kiln_sampler_free(r->sampler);
         free(r->toks); free(r->ev); free(r->hashes); free(r->top_ids); free(r->top_lp);
         free(r);
         return st;
@@ -449,6 +451,9 @@ static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now
     float lp = 0;
     int32_t tids[KILN_MAX_TOP_LOGPROBS];
     float tlp[KILN_MAX_TOP_LOGPROBS];
+    /* logit bias and penalties first (in place, only the tokens they touch): logprobs describe
+     * the distribution actually sampled from, before temperature / top-k / top-p */
+    kiln_sampler_apply(r->sampler, lg);
     if (K >= 0) {
         float mx = -INFINITY;
         for (int i = 0; i < V; i++) if (lg[i] > mx) mx = lg[i];
@@ -464,12 +469,12 @@ static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now
         }
         for (int i = 0; i < nt; i++) tlp[i] = lg[tids[i]] - lse;
         if (r->ignore_eos && e->eos >= 0) lg[e->eos] = -INFINITY;
-        int32_t tok = kiln_sample(r->sampler, lg);
+        int32_t tok = kiln_sample_applied(r->sampler, lg);
         lp = (tok == e->eos && r->ignore_eos) ? -INFINITY : lg[tok] - lse;
         r->toks[r->n_toks] = tok;
     } else {
         if (r->ignore_eos && e->eos >= 0) lg[e->eos] = -INFINITY;
-        r->toks[r->n_toks] = kiln_sample(r->sampler, lg);
+        r->toks[r->n_toks] = kiln_sample_applied(r->sampler, lg);
     }
     int32_t tok = r->toks[r->n_toks++];
     pthread_mutex_lock(&r->mu);

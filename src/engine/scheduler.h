@@ -33,7 +33,7 @@ typedef enum {
 
 typedef struct kiln_token_event {
     int32_t id;
-    float logprob;                       /* log-softmax of the raw logits (when logprobs wanted) */
+    float logprob;                       /* log-softmax of the logits after bias / penalties (when logprobs wanted) */
     double t;                            /* kiln_now() when sampled */
 } kiln_token_event;
 

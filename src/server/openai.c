@@ -95,13 +95,6 @@ static int opt_num(json_t *o, const char *k, double lo, double hi, double *out, 
 
 /* Parameters kiln does not implement: accepted only at their neutral value. */
 static int neutral_only(json_t *o, kiln_oai_error *err, int chat) {
-    static const char *zero_nums[] = {"presence_penalty", "frequency_penalty", NULL};
-    for (int i = 0; zero_nums[i]; i++) {
-        json_t *v = json_object_get(o, zero_nums[i]);
-        if (!v || json_is_null(v)) continue;
-        if (!json_is_number(v)) return BAD(zero_nums[i], "'%s' must be a number, got %s", zero_nums[i], jtype(v));
-        if (json_number_value(v) != 0) return BADC(zero_nums[i], "unsupported_parameter", "'%s' is not supported by this server (only 0)", zero_nums[i]);
-    }
     json_t *v = json_object_get(o, "logit_bias");
     if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0))
         return BADC("logit_bias", "unsupported_parameter", "'logit_bias' is not supported by this server");
@@ -251,6 +244,14 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
     if (!opt_int(o, "seed", INT64_MIN, INT64_MAX, &iv, &present, err)) goto out;
     if (present) p->sp.seed = (uint64_t)iv;
     else p->sp.seed = (uint64_t)atomic_fetch_add(&s->id_counter, 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
+    /* penalties (OpenAI ranges; repetition_penalty is vLLM's extension) */
+    if (!opt_num(o, "presence_penalty", -2, 2, &dv, &present, err)) goto out;
+    if (present) p->sp.presence_penalty = (float)dv;
+    if (!opt_num(o, "frequency_penalty", -2, 2, &dv, &present, err)) goto out;
+    if (present) p->sp.frequency_penalty = (float)dv;
+    if (!opt_num(o, "repetition_penalty", 0, 1e6, &dv, &present, err)) goto out;
+    if (present && !(dv > 0)) { BADC("repetition_penalty", "invalid_value", "'repetition_penalty' is %g; it must be > 0", dv); goto out; }
+    if (present) p->sp.repetition_penalty = (float)dv;
     if (!opt_bool(o, "ignore_eos", &p->ignore_eos, &present, err)) goto out;
     if (!parse_stop(o, p, err)) goto out;
     /* logprobs */
