@@ -95,10 +95,8 @@ static int opt_num(json_t *o, const char *k, double lo, double hi, double *out, 
 
 /* Parameters kiln does not implement: accepted only at their neutral value. */
 static int neutral_only(json_t *o, kiln_oai_error *err, int chat) {
-    json_t *v = json_object_get(o, "logit_bias");
-    if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0))
-        return BADC("logit_bias", "unsupported_parameter", "'logit_bias' is not supported by this server");
     static const char *absent[] = {"tools", "functions", "tool_choice", "function_call", "suffix", "audio", "prediction", NULL};
+    json_t *v;
     for (int i = 0; absent[i]; i++) {
         v = json_object_get(o, absent[i]);
         if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0) && !(json_is_string(v) && strcmp(json_string_value(v), "none") == 0))
@@ -183,6 +181,48 @@ static int parse_prompt(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_
     return token_ids(s, v, p, err);
 }
 
+/* logit_bias: {"token id": bias, ...} (OpenAI): ids in [0, vocab), biases in [-100, 100], at most
+ * KILN_MAX_LOGIT_BIAS entries; added to the logits before sampling (src/engine/sampler.c). */
+static int parse_logit_bias(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
+    json_t *v = json_object_get(o, "logit_bias");
+    if (!v || json_is_null(v)) return 1;
+    if (!json_is_object(v)) return BAD("logit_bias", "'logit_bias' must be an object mapping token ids to numbers, got %s", jtype(v));
+    size_t n = json_object_size(v);
+    if (n == 0) return 1;
+    if (n > KILN_MAX_LOGIT_BIAS)
+        return BADC("logit_bias", "invalid_value", "'logit_bias' has %zu entries; at most %d are allowed", n, KILN_MAX_LOGIT_BIAS);
+    p->bias_ids = malloc(n * sizeof *p->bias_ids);
+    p->bias_vals = malloc(n * sizeof *p->bias_vals);
+    if (!p->bias_ids || !p->bias_vals) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    const char *key;
+    json_t *x;
+    int k = 0;
+    json_object_foreach(v, key, x) {
+        /* the key: a decimal integer, nothing else (no sign, blanks or fraction) */
+        const char *q = key;
+        long long id = 0;
+        int ok = *q != 0;
+        for (; *q && ok; q++) {
+            if (*q < '0' || *q > '9' || id > INT32_MAX) ok = 0;
+            else id = id * 10 + (*q - '0');
+        }
+        if (!ok || id >= s->info.vocab_size)
+            return BADC("logit_bias", "invalid_value", "'logit_bias' key '%.64s' is not a token id in [0, %d)", key, s->info.vocab_size);
+        if (!json_is_number(x))
+            return BAD("logit_bias", "'logit_bias'['%s'] must be a number, got %s", key, jtype(x));
+        double b = json_number_value(x);
+        if (!(b >= -100 && b <= 100))
+            return BADC("logit_bias", "invalid_value", "'logit_bias'['%s'] is %g; it must be in [-100, 100]", key, b);
+        p->bias_ids[k] = (int32_t)id;
+        p->bias_vals[k] = (float)b;
+        k++;
+    }
+    p->sp.n_logit_bias = k;
+    p->sp.logit_bias_ids = p->bias_ids;
+    p->sp.logit_bias = p->bias_vals;
+    return 1;
+}
+
 static int parse_stop(json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
     json_t *v = json_object_get(o, "stop");
     if (!v || json_is_null(v)) return 1;
@@ -252,6 +292,7 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
     if (!opt_num(o, "repetition_penalty", 0, 1e6, &dv, &present, err)) goto out;
     if (present && !(dv > 0)) { BADC("repetition_penalty", "invalid_value", "'repetition_penalty' is %g; it must be > 0", dv); goto out; }
     if (present) p->sp.repetition_penalty = (float)dv;
+    if (!parse_logit_bias(s, o, p, err)) goto out;
     if (!opt_bool(o, "ignore_eos", &p->ignore_eos, &present, err)) goto out;
     if (!parse_stop(o, p, err)) goto out;
     /* logprobs */
@@ -317,6 +358,11 @@ out:
 void kiln_oai_params_free(kiln_oai_params *p) {
     for (int i = 0; i < p->n_stops; i++) free(p->stops[i]);
     free(p->prompt);
+    free(p->bias_ids);
+    free(p->bias_vals);
     p->prompt = NULL;
+    p->bias_ids = NULL;
+    p->bias_vals = NULL;
+    p->sp.n_logit_bias = 0;
     p->n_stops = 0;
 }

@@ -57,7 +57,10 @@ typedef struct kiln_oai_params {
     int top_logprobs;         /* alternatives per token (0..20) */
     int32_t *prompt;          /* token ids, BOS included when the model has one */
     int n_prompt;
+    int32_t *bias_ids;        /* logit_bias (sp.logit_bias_ids / sp.logit_bias point here) */
+    float *bias_vals;
 } kiln_oai_params;
+#define KILN_MAX_LOGIT_BIAS 300 /* OpenAI's limit */
 
 /* Parses and validates a request body (any failure → 0 with *err filled). */
 int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_oai_params *p, kiln_oai_error *err);

@@ -1,8 +1,8 @@
 // test_server_sampling.mjs — the sampling parameters beyond temperature / top_p, through the
 // official `openai` client on stories260K: presence / frequency penalty (OpenAI semantics: output
 // tokens only) checked step by step against the model's raw distribution (the same server without
-// penalties, fed the generated ids as a prompt), vLLM's repetition_penalty, logit_bias, n > 1, and
-// the 400s for bad values.
+// penalties, fed the generated ids as a prompt), vLLM's repetition_penalty, logit_bias, and the
+// 400s for bad values.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -116,6 +116,26 @@ test('penalties at 0 and repetition_penalty 1 leave seeded sampling unchanged', 
   assert.equal(a.choices[0].text, b.choices[0].text);
 });
 
+test('logit_bias +100 forces a token at temperature 0 (completions and chat)', async () => {
+  const id = idOf(' do');
+  const g = await greedy(PROMPT, { logit_bias: { [id]: 100 } });
+  assert.deepEqual(g.tokens, Array(N).fill(' do'));
+  for (const lp of g.lps) assert.ok(lp > -1e-3, `the forced token's logprob is ~0 (${lp})`);
+  const c = await ai.chat.completions.create({ model: MODEL_ID, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 5, temperature: 0, logit_bias: { [id]: 100 } });
+  assert.equal(c.choices[0].message.content, ' do do do do do');
+});
+
+test('logit_bias -100 bans the greedy token: the first token becomes the raw runner-up', async () => {
+  const base = await greedy(PROMPT);
+  const ranked = Object.entries(base.tops[0]).sort((a, b) => b[1] - a[1]);
+  assert.equal(ranked[0][0], base.tokens[0]);
+  const g = await greedy(PROMPT, { logit_bias: { [idOf(base.tokens[0])]: -100 } });
+  assert.equal(g.tokens[0], ranked[1][0]);
+  assert.ok(!g.tokens.includes(base.tokens[0]), 'the banned token never appears');
+  // a small bias that keeps the order changes nothing; an empty object is no bias
+  assert.equal((await greedy(PROMPT, { logit_bias: {} })).text, base.text);
+});
+
 const C = '/v1/completions', CH = '/v1/chat/completions';
 const good = { model: MODEL_ID, prompt: 'Hi', max_tokens: 2 };
 const chat = { model: MODEL_ID, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2 };
@@ -126,6 +146,15 @@ const bad = [
   ['frequency_penalty a string', CH, { ...chat, frequency_penalty: '1' }, 'frequency_penalty', 'number'],
   ['repetition_penalty 0', C, { ...good, repetition_penalty: 0 }, 'repetition_penalty', '0'],
   ['repetition_penalty -1', CH, { ...chat, repetition_penalty: -1 }, 'repetition_penalty', '-1'],
+  ['logit_bias not an object', C, { ...good, logit_bias: [1, 2] }, 'logit_bias', 'object'],
+  ['logit_bias key not an integer', CH, { ...chat, logit_bias: { abc: 1 } }, 'logit_bias', 'abc'],
+  ['logit_bias key negative', C, { ...good, logit_bias: { '-1': 1 } }, 'logit_bias', '-1'],
+  ['logit_bias key a fraction', C, { ...good, logit_bias: { '1.5': 1 } }, 'logit_bias', '1.5'],
+  ['logit_bias key = vocab', C, { ...good, logit_bias: { 512: 1 } }, 'logit_bias', '512'],
+  ['logit_bias value 101', CH, { ...chat, logit_bias: { 5: 101 } }, 'logit_bias', '101'],
+  ['logit_bias value -100.5', C, { ...good, logit_bias: { 5: -100.5 } }, 'logit_bias', '-100.5'],
+  ['logit_bias value a string', C, { ...good, logit_bias: { 5: 'x' } }, 'logit_bias', 'number'],
+  ['logit_bias 301 entries', C, { ...good, logit_bias: Object.fromEntries([...Array(301).keys()].map((i) => [i, 1])) }, 'logit_bias', '301'],
 ];
 for (const [name, route, body, param, inMsg] of bad) {
   test(`400: ${name}`, async () => {
