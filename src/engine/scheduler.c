@@ -62,6 +62,7 @@ kiln_status kiln_req_create(const int32_t *prompt, int n_prompt, int max_tokens,
 
 void kiln_req_unref(kiln_req *r) {
     if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
+    kiln_req_unref(r->share_from);
     kiln_sampler_free(r->sampler);
     free(r->toks); free(r->ev); free(r->hashes); free(r->top_ids); free(r->top_lp);
     free(r->seq.pages);
@@ -395,12 +396,23 @@ static int try_admit(kiln_engine *e, kiln_req *r) {
     return 1;
 }
 
+/* n > 1: a sibling waits (at the head of the queue) until the first choice has computed the shared
+ * prompt and offered its full pages to the prefix cache, or has ended. The first choice arrived
+ * earlier, so it is running or ahead in the queue: the wait always ends. */
+static int sibling_ready(const kiln_engine *e, const kiln_req *r) {
+    const kiln_req *f = r->share_from;
+    if (!f || !e->cfg.prefix_cache || atomic_load(&f->cancel) || f->finish != KILN_FINISH_NONE) return 1;
+    for (int i = 0; i < e->n_running; i++)
+        if (e->running[i] == f) return f->n_computed >= f->n_prompt;
+    return 1; /* not running (cannot happen while it is ahead in the queue): do not wait */
+}
+
 static void admit(kiln_engine *e) {
     while (e->n_running < e->cfg.max_batch) {
         pthread_mutex_lock(&e->mu);
         kiln_req *r = e->wait_head;
         pthread_mutex_unlock(&e->mu);
-        if (!r || !try_admit(e, r)) return;
+        if (!r || !sibling_ready(e, r) || !try_admit(e, r)) return;
         pthread_mutex_lock(&e->mu);
         wait_unlink(e, r);
         pthread_mutex_unlock(&e->mu);

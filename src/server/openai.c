@@ -263,8 +263,8 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
     }
     if (!neutral_only(o, err, chat)) goto out;
     /* n */
-    if (!opt_int(o, "n", 1, 1 << 20, &iv, &present, err)) goto out;
-    if (present && iv != 1) { BADC("n", "unsupported_parameter", "only n = 1 is supported (got %lld)", iv); goto out; }
+    if (!opt_int(o, "n", 1, KILN_MAX_N, &iv, &present, err)) goto out;
+    p->n = present ? (int)iv : 1;
     /* stream, stream_options */
     if (!opt_bool(o, "stream", &p->stream, &present, err)) goto out;
     json_t *so = json_object_get(o, "stream_options");

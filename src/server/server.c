@@ -42,6 +42,19 @@ void kiln_server_options_default(kiln_server_options *o) {
 /* ---- per-connection state -------------------------------------------------------------------------- */
 enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS };
 
+/* One choice of a completion (n > 1: one per choice, each its own engine request). */
+typedef struct choice {
+    kiln_req *r;
+    kiln_detok dt;
+    int seen;                 /* events of r consumed */
+    int32_t prev;             /* previous token (for the piece of the next) */
+    int n_out;                /* completion tokens counted */
+    const char *finish;       /* "stop" / "length" once known */
+    int cancel_sent;          /* we cancelled r (disconnect, stop string, a failed sibling) */
+    size_t text_offset;
+    json_t *lp;               /* non-streaming logprobs accumulator */
+} choice;
+
 typedef struct conn {
     kiln_server *s;
     struct MHD_Connection *mc;
@@ -49,47 +62,54 @@ typedef struct conn {
     kiln_sbuf body;
     int too_large;
     /* a completion in progress */
-    kiln_req *r;
     kiln_oai_params p;
     int have_params;
-    kiln_detok dt;
-    int seen;                 /* events of r consumed */
-    int32_t prev;             /* previous token (for the piece of the next) */
-    int n_out;                /* completion tokens counted */
-    const char *finish;       /* "stop" / "length" once known */
-    int failed;               /* the request ended in an error */
-    int cancel_sent;          /* we cancelled r (disconnect seen, stop string) */
+    choice ch[KILN_MAX_N];
+    int n_ch;
+    int failed;               /* the request ended in an error (any choice) */
     kiln_oai_error err;
     char id[48];
     long created;
-    size_t text_offset;
-    json_t *lp;               /* non-streaming logprobs accumulator */
     /* streaming output */
     kiln_sbuf out;
     size_t out_off;
     int stream_started, stream_done;
 } conn;
 
+/* Cancels every choice's request not cancelled yet (a failed sibling, a disconnect). */
+static void cancel_all(conn *c) {
+    for (int i = 0; i < c->n_ch; i++)
+        if (c->ch[i].r && !c->ch[i].cancel_sent) {
+            kiln_engine_cancel(c->s->eng, c->ch[i].r);
+            c->ch[i].cancel_sent = 1;
+        }
+}
+
 static void conn_unref(conn *c) {
     if (atomic_fetch_sub(&c->refs, 1) != 1) return;
-    if (c->r) {
-        if (c->s->eng) {
-            pthread_mutex_lock(&c->r->mu);
-            int running = c->r->finish == KILN_FINISH_NONE;
-            pthread_mutex_unlock(&c->r->mu);
-            /* the connection ended before the request: the client went away mid-response */
-            if (running && !c->cancel_sent) {
-                kiln_engine_cancel(c->s->eng, c->r);
-                atomic_fetch_add(&c->s->disconnects, 1);
+    int gone = 0;
+    for (int i = 0; i < c->n_ch; i++) {
+        choice *h = &c->ch[i];
+        if (h->r) {
+            if (c->s->eng) {
+                pthread_mutex_lock(&h->r->mu);
+                int running = h->r->finish == KILN_FINISH_NONE;
+                pthread_mutex_unlock(&h->r->mu);
+                /* the connection ended before the request: the client went away mid-response */
+                if (running && !h->cancel_sent) {
+                    kiln_engine_cancel(c->s->eng, h->r);
+                    gone = 1;
+                }
             }
+            kiln_req_unref(h->r);
         }
-        kiln_req_unref(c->r);
+        kiln_detok_free(&h->dt);
+        json_decref(h->lp);
     }
+    if (gone) atomic_fetch_add(&c->s->disconnects, 1);
     if (c->have_params) kiln_oai_params_free(&c->p);
-    kiln_detok_free(&c->dt);
     kiln_sbuf_free(&c->body);
     kiln_sbuf_free(&c->out);
-    json_decref(c->lp);
     free(c);
 }
 
@@ -149,29 +169,38 @@ static int client_gone(conn *c) {
     return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* Waits until the request has events past c->seen or has finished. Returns 0, or -1 when the
- * client disconnected (the request is cancelled). */
+/* Waits until some unfinished choice has events past its `seen` or has finished. Returns 0, or
+ * -1 when the client disconnected (every choice is cancelled). The n choices step in the same
+ * batches, so it sleeps on the one furthest behind; the 50 ms timeout bounds any other's delay. */
 static int wait_output(conn *c) {
-    kiln_req *r = c->r;
-    pthread_mutex_lock(&r->mu);
-    while (r->n_ev == c->seen && r->finish == KILN_FINISH_NONE) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000;
-        if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
-        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-        if (r->n_ev != c->seen || r->finish != KILN_FINISH_NONE) break;
-        pthread_mutex_unlock(&r->mu);
-        if (client_gone(c)) {
-            kiln_engine_cancel(c->s->eng, r);
-            c->cancel_sent = 1;
+    for (int waited = 0;; waited = 1) {
+        choice *lag = NULL;
+        for (int i = 0; i < c->n_ch; i++) {
+            choice *h = &c->ch[i];
+            if (h->finish) continue;
+            pthread_mutex_lock(&h->r->mu);
+            int news = h->r->n_ev != h->seen || h->r->finish != KILN_FINISH_NONE;
+            pthread_mutex_unlock(&h->r->mu);
+            if (news) return 0;
+            if (!lag || h->seen < lag->seen) lag = h;
+        }
+        if (!lag) return 0;
+        if (waited && client_gone(c)) {
+            cancel_all(c);
             atomic_fetch_add(&c->s->disconnects, 1);
             return -1;
         }
+        kiln_req *r = lag->r;
         pthread_mutex_lock(&r->mu);
+        if (r->n_ev == lag->seen && r->finish == KILN_FINISH_NONE) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000000;
+            if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        }
+        pthread_mutex_unlock(&r->mu);
     }
-    pthread_mutex_unlock(&r->mu);
-    return 0;
 }
 
 /* ---- generation: events → text, logprobs, finish ----------------------------------------------------------- */
@@ -192,10 +221,10 @@ static const char *piece_of(conn *c, int32_t prev, int32_t id, size_t *len, char
     return p;
 }
 
-/* The logprobs entry of event k (chat: one element of "content"; completions: appended to the
- * four parallel arrays of lpobj). */
-static void logprob_entry(conn *c, int k, const char *piece, size_t plen, json_t *dst) {
-    kiln_req *r = c->r;
+/* The logprobs entry of choice h's event k (chat: one element of "content"; completions: appended
+ * to the four parallel arrays of lpobj). */
+static void logprob_entry(conn *c, choice *h, int k, const char *piece, size_t plen, json_t *dst) {
+    kiln_req *r = h->r;
     int K = c->p.top_logprobs;
     double lp = r->ev[k].logprob;
     json_t *lpv = isfinite(lp) ? json_real(lp) : json_real(-9999.0);
@@ -209,7 +238,7 @@ static void logprob_entry(conn *c, int k, const char *piece, size_t plen, json_t
             int32_t id = r->top_ids[(size_t)k * K + i];
             size_t l;
             char tmp[32];
-            const char *pp = piece_of(c, c->prev, id, &l, tmp, sizeof tmp);
+            const char *pp = piece_of(c, h->prev, id, &l, tmp, sizeof tmp);
             json_t *t = json_object();
             json_object_set_new(t, "token", kiln_json_bytes_string(pp, l));
             json_object_set_new(t, "logprob", json_real(r->top_lp[(size_t)k * K + i]));
@@ -226,13 +255,13 @@ static void logprob_entry(conn *c, int k, const char *piece, size_t plen, json_t
             int32_t id = r->top_ids[(size_t)k * K + i];
             size_t l;
             char tmp[32];
-            const char *pp = piece_of(c, c->prev, id, &l, tmp, sizeof tmp);
+            const char *pp = piece_of(c, h->prev, id, &l, tmp, sizeof tmp);
             json_t *key = kiln_json_bytes_string(pp, l);
             json_object_set_new(tops, json_string_value(key), json_real(r->top_lp[(size_t)k * K + i]));
             json_decref(key);
         }
         json_array_append_new(json_object_get(dst, "top_logprobs"), tops);
-        json_array_append_new(json_object_get(dst, "text_offset"), json_integer((json_int_t)c->text_offset));
+        json_array_append_new(json_object_get(dst, "text_offset"), json_integer((json_int_t)h->text_offset));
     }
 }
 
@@ -241,37 +270,38 @@ static json_t *new_logprobs(int chat) {
     return json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
 }
 
-/* Consumes one event: its text goes into the detokenizer, its logprobs into lp_dst. Returns 1
- * when the generation is over from the client's point of view (a stop string matched). */
-static int consume_event(conn *c, int k, json_t *lp_dst) {
-    kiln_req *r = c->r;
+/* Consumes one event of choice h: its text goes into the detokenizer, its logprobs into lp_dst.
+ * Returns 1 when the choice is over from the client's point of view (a stop string matched). */
+static int consume_event(conn *c, choice *h, int k, json_t *lp_dst) {
+    kiln_req *r = h->r;
     int32_t id = r->ev[k].id;
     size_t len = 0;
     char tmp[32];
     const char *piece = "";
     int eos = id == c->s->info.eos_id && !c->p.ignore_eos;
-    if (!eos) piece = piece_of(c, c->prev, id, &len, tmp, sizeof tmp);
-    if (c->p.logprobs && lp_dst) logprob_entry(c, k, piece, len, lp_dst);
-    c->text_offset += len;
-    c->prev = id;
-    c->n_out++;
-    c->seen = k + 1;
-    if (kiln_detok_push(&c->dt, piece, len)) {
-        c->finish = "stop";
+    if (!eos) piece = piece_of(c, h->prev, id, &len, tmp, sizeof tmp);
+    if (c->p.logprobs && lp_dst) logprob_entry(c, h, k, piece, len, lp_dst);
+    h->text_offset += len;
+    h->prev = id;
+    h->n_out++;
+    h->seen = k + 1;
+    if (kiln_detok_push(&h->dt, piece, len)) {
+        h->finish = "stop";
         atomic_fetch_add(&c->s->stop_strings, 1);
-        c->cancel_sent = 1;
+        h->cancel_sent = 1;
         kiln_engine_cancel(c->s->eng, r); /* frees the pages now; later tokens are not wanted */
         return 1;
     }
     return 0;
 }
 
-/* After all events are consumed: how the request ended. Returns 1 if it is over. */
-static int check_finish(conn *c) {
-    kiln_req *r = c->r;
-    if (c->finish) return 1;
+/* After all of h's events are consumed: how it ended. Returns 1 if it is over (c->failed when it
+ * failed: the whole request fails then). */
+static int check_finish(conn *c, choice *h) {
+    kiln_req *r = h->r;
+    if (h->finish) return 1;
     pthread_mutex_lock(&r->mu);
-    kiln_finish f = r->n_ev == c->seen ? r->finish : KILN_FINISH_NONE;
+    kiln_finish f = r->n_ev == h->seen ? r->finish : KILN_FINISH_NONE;
     int timed_out = r->timed_out;
     kiln_status err = r->err;
     char msg[256];
@@ -279,8 +309,8 @@ static int check_finish(conn *c) {
     pthread_mutex_unlock(&r->mu);
     switch (f) {
     case KILN_FINISH_NONE: return 0;
-    case KILN_FINISH_STOP: c->finish = "stop"; return 1;
-    case KILN_FINISH_LENGTH: c->finish = "length"; return 1;
+    case KILN_FINISH_STOP: h->finish = "stop"; return 1;
+    case KILN_FINISH_LENGTH: h->finish = "length"; return 1;
     case KILN_FINISH_CANCELLED:
     case KILN_FINISH_ERROR:
         c->failed = 1;
@@ -298,13 +328,32 @@ static int check_finish(conn *c) {
     return 1;
 }
 
+/* Consumes what choice h has now (each event's logprobs into lp_for(k), or h->lp when lp_for is
+ * NULL; each event's released text handed to emit when given). Returns 1 when h is over. */
+static int drain_choice(conn *c, choice *h, void (*emit)(conn *, int, choice *, json_t *)) {
+    pthread_mutex_lock(&h->r->mu);
+    int n = h->r->n_ev;
+    pthread_mutex_unlock(&h->r->mu);
+    int over = 0;
+    for (int k = h->seen; k < n && !over; k++) {
+        if (!emit) { over = consume_event(c, h, k, h->lp); continue; }
+        json_t *lp = c->p.logprobs ? new_logprobs(c->p.chat) : NULL;
+        over = consume_event(c, h, k, lp);
+        emit(c, (int)(h - c->ch), h, lp);
+    }
+    return over || check_finish(c, h);
+}
+
+/* usage: the prompt counted once, completion tokens summed over the choices (OpenAI); cached
+ * tokens are those of the first choice's prompt. */
 static json_t *usage_json(conn *c) {
-    int cached;
-    pthread_mutex_lock(&c->r->mu);
-    cached = c->r->cached_tokens > 0 ? c->r->cached_tokens : 0;
-    pthread_mutex_unlock(&c->r->mu);
-    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", c->p.n_prompt, "completion_tokens", c->n_out, "total_tokens",
-                     c->p.n_prompt + c->n_out, "prompt_tokens_details", "cached_tokens", cached, "completion_tokens_details",
+    int cached, out = 0;
+    pthread_mutex_lock(&c->ch[0].r->mu);
+    cached = c->ch[0].r->cached_tokens > 0 ? c->ch[0].r->cached_tokens : 0;
+    pthread_mutex_unlock(&c->ch[0].r->mu);
+    for (int i = 0; i < c->n_ch; i++) out += c->ch[i].n_out;
+    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", c->p.n_prompt, "completion_tokens", out, "total_tokens",
+                     c->p.n_prompt + out, "prompt_tokens_details", "cached_tokens", cached, "completion_tokens_details",
                      "reasoning_tokens", 0);
 }
 
@@ -315,28 +364,33 @@ static json_t *envelope(conn *c, const char *object) {
 
 /* ---- non-streaming ------------------------------------------------------------------------------------------- */
 static enum MHD_Result run_blocking(conn *c) {
-    if (c->p.logprobs) c->lp = new_logprobs(c->p.chat);
+    if (c->p.logprobs)
+        for (int i = 0; i < c->n_ch; i++) c->ch[i].lp = new_logprobs(c->p.chat);
     for (;;) {
         if (wait_output(c) < 0) return MHD_NO; /* the client is gone: close */
-        pthread_mutex_lock(&c->r->mu);
-        int n = c->r->n_ev;
-        pthread_mutex_unlock(&c->r->mu);
-        int over = 0;
-        for (int k = c->seen; k < n && !over; k++) over = consume_event(c, k, c->lp);
-        if (over || check_finish(c)) break;
+        int all = 1;
+        for (int i = 0; i < c->n_ch && !c->failed; i++)
+            if (!c->ch[i].finish && !drain_choice(c, &c->ch[i], NULL)) all = 0;
+        if (c->failed) { cancel_all(c); break; }
+        if (all) break;
     }
     if (c->failed) return send_error(c, &c->err);
-    kiln_sbuf text = {0};
-    kiln_detok_take(&c->dt, 1, &text);
     json_t *res = envelope(c, c->p.chat ? "chat.completion" : "text_completion");
-    json_t *choice = json_pack("{s:i}", "index", 0);
-    json_t *t = json_stringn(text.p ? text.p : "", text.len);
-    kiln_sbuf_free(&text);
-    if (c->p.chat) json_object_set_new(choice, "message", json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", t, "refusal"));
-    else json_object_set_new(choice, "text", t);
-    json_object_set_new(choice, "logprobs", c->lp ? json_incref(c->lp) : json_null());
-    json_object_set_new(choice, "finish_reason", json_string(c->finish));
-    json_object_set_new(res, "choices", json_pack("[o]", choice));
+    json_t *choices = json_array();
+    for (int i = 0; i < c->n_ch; i++) {
+        choice *h = &c->ch[i];
+        kiln_sbuf text = {0};
+        kiln_detok_take(&h->dt, 1, &text);
+        json_t *ch = json_pack("{s:i}", "index", i);
+        json_t *t = json_stringn(text.p ? text.p : "", text.len);
+        kiln_sbuf_free(&text);
+        if (c->p.chat) json_object_set_new(ch, "message", json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", t, "refusal"));
+        else json_object_set_new(ch, "text", t);
+        json_object_set_new(ch, "logprobs", h->lp ? json_incref(h->lp) : json_null());
+        json_object_set_new(ch, "finish_reason", json_string(h->finish));
+        json_array_append_new(choices, ch);
+    }
+    json_object_set_new(res, "choices", choices);
     json_object_set_new(res, "usage", usage_json(c));
     return send_json(c, 200, res, 0);
 }
@@ -351,9 +405,9 @@ static void sse(conn *c, json_t *j) {
     free(txt);
 }
 
-static json_t *chunk(conn *c, const char *text, size_t n, json_t *lp, const char *finish, int role) {
+static json_t *chunk(conn *c, int index, const char *text, size_t n, json_t *lp, const char *finish, int role) {
     json_t *j = envelope(c, c->p.chat ? "chat.completion.chunk" : "text_completion");
-    json_t *choice = json_pack("{s:i}", "index", 0);
+    json_t *choice = json_pack("{s:i}", "index", index);
     if (c->p.chat) {
         json_t *delta = json_object();
         if (role) json_object_set_new(delta, "role", json_string("assistant"));
@@ -369,44 +423,51 @@ static json_t *chunk(conn *c, const char *text, size_t n, json_t *lp, const char
     return j;
 }
 
-/* Fills c->out with the next SSE events; returns -1 when the client is gone. */
+/* One event of choice `index` consumed: the text it released (and its logprobs) as a chunk. */
+static void emit_event(conn *c, int index, choice *h, json_t *lp) {
+    kiln_sbuf text = {0};
+    kiln_detok_take(&h->dt, 0, &text);
+    if (text.len || lp) sse(c, chunk(c, index, text.p ? text.p : "", text.len, lp, NULL, 0));
+    kiln_sbuf_free(&text);
+}
+
+/* Fills c->out with the next SSE events; returns -1 when the client is gone. Each choice streams
+ * its own chunks (its `index`) and its own finish chunk; the usage chunk and [DONE] come after
+ * the last choice ends. */
 static int stream_produce(conn *c) {
     if (!c->stream_started) {
         c->stream_started = 1;
-        if (c->p.chat) { sse(c, chunk(c, "", 0, NULL, NULL, 1)); return 0; }
+        if (c->p.chat) {
+            for (int i = 0; i < c->n_ch; i++) sse(c, chunk(c, i, "", 0, NULL, NULL, 1));
+            return 0;
+        }
     }
     if (wait_output(c) < 0) return -1;
-    pthread_mutex_lock(&c->r->mu);
-    int n = c->r->n_ev;
-    pthread_mutex_unlock(&c->r->mu);
-    int over = 0;
-    kiln_sbuf text = {0};
-    for (int k = c->seen; k < n && !over; k++) {
-        json_t *lp = c->p.logprobs ? new_logprobs(c->p.chat) : NULL;
-        over = consume_event(c, k, lp);
-        text.len = 0;
-        kiln_detok_take(&c->dt, 0, &text);
-        if (text.len || lp) sse(c, chunk(c, text.p ? text.p : "", text.len, lp, NULL, 0));
+    int all = 1;
+    for (int i = 0; i < c->n_ch && !c->failed; i++) {
+        choice *h = &c->ch[i];
+        if (h->finish) continue;
+        if (!drain_choice(c, h, emit_event)) { all = 0; continue; }
+        if (c->failed) break;
+        kiln_sbuf text = {0};
+        kiln_detok_take(&h->dt, 1, &text);
+        if (text.len) sse(c, chunk(c, i, text.p, text.len, NULL, NULL, 0));
+        kiln_sbuf_free(&text);
+        sse(c, chunk(c, i, c->p.chat ? NULL : "", 0, NULL, h->finish, 0));
     }
-    if (over || check_finish(c)) {
-        if (c->failed) {
-            sse(c, kiln_oai_error_json(&c->err));
-        } else {
-            text.len = 0;
-            kiln_detok_take(&c->dt, 1, &text);
-            if (text.len) sse(c, chunk(c, text.p, text.len, NULL, NULL, 0));
-            sse(c, chunk(c, c->p.chat ? NULL : "", 0, NULL, c->finish, 0));
-            if (c->p.include_usage) {
-                json_t *u = envelope(c, c->p.chat ? "chat.completion.chunk" : "text_completion");
-                json_object_set_new(u, "choices", json_array());
-                json_object_set_new(u, "usage", usage_json(c));
-                sse(c, u);
-            }
-        }
+    if (c->failed) {
+        cancel_all(c);
+        sse(c, kiln_oai_error_json(&c->err));
+    } else if (all && c->p.include_usage) {
+        json_t *u = envelope(c, c->p.chat ? "chat.completion.chunk" : "text_completion");
+        json_object_set_new(u, "choices", json_array());
+        json_object_set_new(u, "usage", usage_json(c));
+        sse(c, u);
+    }
+    if (c->failed || all) {
         kiln_sbuf_puts(&c->out, "data: [DONE]\n\n");
         c->stream_done = 1;
     }
-    kiln_sbuf_free(&text);
     return 0;
 }
 
@@ -427,28 +488,48 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) { conn_unref(cls); }
 
 /* ---- completions ------------------------------------------------------------------------------------------------------ */
+/* n > 1: n engine requests for the same prompt (choice i samples with seed + i; the siblings wait
+ * for the first choice's prompt pages in the prefix cache). All are submitted or none is. */
 static enum MHD_Result handle_completion(conn *c, int chat) {
     kiln_server *s = c->s;
     kiln_oai_error err;
     if (atomic_load(&s->closing)) return fail(c, 503, "server_error", NULL, "server_shutting_down", "the server is shutting down");
     if (!kiln_oai_parse(s, c->body.p ? c->body.p : "", c->body.len, chat, &c->p, &err)) return send_error(c, &err);
     c->have_params = 1;
-    kiln_status st = kiln_req_create(c->p.prompt, c->p.n_prompt, c->p.max_tokens, &c->p.sp, s->info.vocab_size,
-                                     c->p.logprobs ? c->p.top_logprobs : -1, &c->r);
-    if (st != KILN_OK) return fail(c, 500, "server_error", NULL, NULL, kiln_last_error());
-    c->r->ignore_eos = c->p.ignore_eos;
-    c->r->deadline = s->o.request_timeout_s > 0 ? kiln_now() + s->o.request_timeout_s : 0;
-    for (int i = 0; i < c->p.n_stops; i++) {
-        c->dt.stops[i] = c->p.stops[i];
-        c->dt.stop_len[i] = strlen(c->p.stops[i]);
+    c->n_ch = c->p.n;
+    double deadline = s->o.request_timeout_s > 0 ? kiln_now() + s->o.request_timeout_s : 0;
+    for (int i = 0; i < c->n_ch; i++) {
+        choice *h = &c->ch[i];
+        h->cancel_sent = 1; /* until submitted: nothing to cancel */
+        kiln_sampling sp = c->p.sp;
+        sp.seed = c->p.sp.seed + (uint64_t)i;
+        kiln_status st = kiln_req_create(c->p.prompt, c->p.n_prompt, c->p.max_tokens, &sp, s->info.vocab_size,
+                                         c->p.logprobs ? c->p.top_logprobs : -1, &h->r);
+        if (st != KILN_OK) { c->n_ch = i; return fail(c, 500, "server_error", NULL, NULL, kiln_last_error()); }
+        h->r->ignore_eos = c->p.ignore_eos;
+        h->r->deadline = deadline;
+        if (i > 0) {
+            atomic_fetch_add(&c->ch[0].r->refs, 1);
+            h->r->share_from = c->ch[0].r;
+        }
+        for (int k = 0; k < c->p.n_stops; k++) {
+            h->dt.stops[k] = c->p.stops[k];
+            h->dt.stop_len[k] = strlen(c->p.stops[k]);
+        }
+        h->dt.n_stops = c->p.n_stops;
+        h->prev = c->p.prompt[c->p.n_prompt - 1];
     }
-    c->dt.n_stops = c->p.n_stops;
-    c->prev = c->p.prompt[c->p.n_prompt - 1];
     c->created = (long)time(NULL);
     snprintf(c->id, sizeof c->id, "%s%016llx", chat ? "chatcmpl-" : "cmpl-",
              (unsigned long long)(atomic_fetch_add(&s->id_counter, 1) * 0x9E3779B97F4A7C15ull ^ (unsigned long long)s->created));
     char why[256];
-    switch (kiln_engine_submit(s->eng, c->r, why, sizeof why)) {
+    kiln_submit_result res = KILN_SUBMIT_OK;
+    for (int i = 0; i < c->n_ch && res == KILN_SUBMIT_OK; i++) {
+        res = kiln_engine_submit(s->eng, c->ch[i].r, why, sizeof why);
+        if (res == KILN_SUBMIT_OK) c->ch[i].cancel_sent = 0;
+    }
+    if (res != KILN_SUBMIT_OK) cancel_all(c); /* the choices already queued */
+    switch (res) {
     case KILN_SUBMIT_OK: break;
     case KILN_SUBMIT_QUEUE_FULL: return fail(c, 429, "rate_limit_error", NULL, "rate_limit_exceeded", why);
     case KILN_SUBMIT_TOO_LONG: return fail(c, 400, "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded", why);
@@ -575,7 +656,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)cls; (void)toe;
     conn *c = *con_cls;
-    if (c && c->r) MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)KILN_IDLE_TIMEOUT_S);
+    if (c && c->n_ch > 0) MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)KILN_IDLE_TIMEOUT_S);
     *con_cls = NULL;
     if (c) conn_unref(c);
 }

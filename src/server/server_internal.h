@@ -50,6 +50,7 @@ json_t *kiln_oai_error_json(const kiln_oai_error *e);
 typedef struct kiln_oai_params {
     int chat, stream, include_usage, ignore_eos;
     int max_tokens;           /* resolved (>= 1) */
+    int n;                    /* choices (1..KILN_MAX_N) */
     kiln_sampling sp;
     char *stops[KILN_MAX_STOPS];
     int n_stops;
@@ -61,6 +62,7 @@ typedef struct kiln_oai_params {
     float *bias_vals;
 } kiln_oai_params;
 #define KILN_MAX_LOGIT_BIAS 300 /* OpenAI's limit */
+#define KILN_MAX_N 16           /* choices per request (n) */
 
 /* Parses and validates a request body (any failure → 0 with *err filled). */
 int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_oai_params *p, kiln_oai_error *err);

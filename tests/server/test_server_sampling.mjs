@@ -1,14 +1,15 @@
 // test_server_sampling.mjs — the sampling parameters beyond temperature / top_p, through the
 // official `openai` client on stories260K: presence / frequency penalty (OpenAI semantics: output
 // tokens only) checked step by step against the model's raw distribution (the same server without
-// penalties, fed the generated ids as a prompt), vLLM's repetition_penalty, logit_bias, and the
+// penalties, fed the generated ids as a prompt), vLLM's repetition_penalty, logit_bias, n > 1
+// (choices, indices, usage, seeds, streaming, prefix sharing, cancellation, queue full) and the
 // 400s for bad values.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { startServer, client, raw, KILN, MODEL, MODEL_ID } from './lib.mjs';
+import { startServer, client, raw, metrics, waitMetrics, KILN, MODEL, MODEL_ID } from './lib.mjs';
 
 const srv = await startServer();
 const ai = client(srv);
@@ -136,6 +137,126 @@ test('logit_bias -100 bans the greedy token: the first token becomes the raw run
   assert.equal((await greedy(PROMPT, { logit_bias: {} })).text, base.text);
 });
 
+// ---- n > 1 ----
+async function streamChoices(stream) {
+  const text = {}, finish = {}, role = {};
+  let usage = null;
+  for await (const ch of stream) {
+    if (ch.usage) usage = ch.usage;
+    for (const c of ch.choices) {
+      text[c.index] = (text[c.index] ?? '') + (c.delta ? (c.delta.content ?? '') : (c.text ?? ''));
+      if (c.delta?.role) role[c.index] = (role[c.index] ?? 0) + 1;
+      if (c.finish_reason) { assert.equal(finish[c.index], undefined, `one finish_reason for choice ${c.index}`); finish[c.index] = c.finish_reason; }
+    }
+  }
+  return { text, finish, role, usage };
+}
+
+test('n = 3 at temperature 0: three identical choices, index 0..2, usage counts the prompt once', async () => {
+  const one = await ai.completions.create({ model: MODEL_ID, prompt: PROMPT, max_tokens: 12, temperature: 0 });
+  const r = await ai.completions.create({ model: MODEL_ID, prompt: PROMPT, max_tokens: 12, temperature: 0, n: 3, logprobs: 2 });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  for (const c of r.choices) {
+    assert.equal(c.text, one.choices[0].text);
+    assert.equal(c.finish_reason, 'length');
+    assert.equal(c.logprobs.tokens.length, 12);
+  }
+  assert.equal(r.usage.prompt_tokens, one.usage.prompt_tokens);
+  assert.equal(r.usage.completion_tokens, 3 * one.usage.completion_tokens);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  const msgs = [{ role: 'user', content: 'Hi' }];
+  const c1 = await ai.chat.completions.create({ model: MODEL_ID, messages: msgs, max_tokens: 10, temperature: 0 });
+  const c3 = await ai.chat.completions.create({ model: MODEL_ID, messages: msgs, max_tokens: 10, temperature: 0, n: 3 });
+  assert.deepEqual(c3.choices.map((c) => c.index), [0, 1, 2]);
+  for (const c of c3.choices) assert.equal(c.message.content, c1.choices[0].message.content);
+  assert.equal(c3.usage.prompt_tokens, c1.usage.prompt_tokens);
+  assert.equal(c3.usage.completion_tokens, 3 * c1.usage.completion_tokens);
+});
+
+test('n = 2 with a seed: reproducible, and choice i is the n = 1 request with seed + i', async () => {
+  const req = { model: MODEL_ID, prompt: PROMPT, max_tokens: 30, temperature: 1, seed: 4242 };
+  const a = await ai.completions.create({ ...req, n: 2 });
+  const b = await ai.completions.create({ ...req, n: 2 });
+  assert.deepEqual(a.choices.map((c) => c.text), b.choices.map((c) => c.text));
+  assert.notEqual(a.choices[0].text, a.choices[1].text, 'the two choices sample differently');
+  for (let i = 0; i < 2; i++) {
+    const single = await ai.completions.create({ ...req, seed: 4242 + i });
+    assert.equal(a.choices[i].text, single.choices[0].text, `choice ${i} = seed + ${i}`);
+  }
+  // chat, streaming: the same texts as non-streaming
+  const msgs = [{ role: 'user', content: 'Tell me a story' }];
+  const ns = await ai.chat.completions.create({ model: MODEL_ID, messages: msgs, max_tokens: 25, temperature: 1, seed: 9, n: 2 });
+  const st = await streamChoices(await ai.chat.completions.create({ model: MODEL_ID, messages: msgs, max_tokens: 25, temperature: 1, seed: 9, n: 2, stream: true, stream_options: { include_usage: true } }));
+  for (let i = 0; i < 2; i++) {
+    assert.equal(st.text[i], ns.choices[i].message.content);
+    assert.equal(st.finish[i], ns.choices[i].finish_reason);
+    assert.equal(st.role[i], 1, 'one role chunk per choice');
+  }
+  assert.deepEqual(st.usage, ns.usage);
+});
+
+test('n = 3 streaming completions: each index streams its own text and finish; usage once at the end', async () => {
+  const ns = await ai.completions.create({ model: MODEL_ID, prompt: PROMPT, max_tokens: 20, temperature: 0.8, seed: 5, n: 3, stop: ['.'] });
+  const st = await streamChoices(await ai.completions.create({ model: MODEL_ID, prompt: PROMPT, max_tokens: 20, temperature: 0.8, seed: 5, n: 3, stop: ['.'], stream: true, stream_options: { include_usage: true } }));
+  assert.deepEqual(Object.keys(st.text).sort(), ['0', '1', '2']);
+  for (let i = 0; i < 3; i++) {
+    assert.equal(st.text[i], ns.choices[i].text);
+    assert.equal(st.finish[i], ns.choices[i].finish_reason);
+    assert.ok(!st.text[i].includes('.'));
+  }
+  assert.equal(st.usage.completion_tokens, ns.usage.completion_tokens);
+  assert.equal(st.usage.prompt_tokens, ns.usage.prompt_tokens);
+});
+
+test('n = 3: the siblings reuse the first choice\'s prompt pages from the prefix cache', async () => {
+  const prompt = 'The purple kangaroo hopped over seven sleepy turtles while a tiny robot sang about lemons and the moon, and everyone laughed at the silly noisy parade in the big green park';
+  const P = promptIds(prompt).length;
+  assert.ok(P > 33, `prompt of ${P} tokens spans full pages`);
+  const before = await metrics(srv);
+  const r = await ai.completions.create({ model: MODEL_ID, prompt, max_tokens: 4, temperature: 0, n: 3 });
+  assert.equal(r.choices.length, 3);
+  const after = await metrics(srv);
+  const pages = Math.floor((P - 1) / 16); // full pages a request can reuse (one prompt token is always computed)
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0, 'the first choice computed the prompt');
+  assert.equal(after['kiln_prefix_cache_hit_tokens_total'] - before['kiln_prefix_cache_hit_tokens_total'], 2 * pages * 16, 'each sibling reused every full prompt page');
+  assert.equal(after['kiln_prompt_tokens_total'] - before['kiln_prompt_tokens_total'], 3 * P);
+});
+
+test('n = 3: a client that disconnects mid-stream cancels all three; pages freed', async () => {
+  const before = await metrics(srv);
+  const ctl = new AbortController();
+  const res = await fetch(`${srv.base}/completions`, {
+    method: 'POST', signal: ctl.signal, headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL_ID, prompt: PROMPT, max_tokens: 480, temperature: 0, ignore_eos: true, stream: true, n: 3 }),
+  });
+  assert.equal(res.status, 200);
+  const reader = res.body.getReader();
+  await reader.read();
+  ctl.abort();
+  const key = 'kiln_requests_finished_total{reason="cancelled"}';
+  const m = await waitMetrics(srv, (x) => x[key] - before[key] === 3, 5000);
+  assert.equal(m['kiln_kv_pages_used'], 0, 'pages freed');
+  assert.equal(m['kiln_client_disconnects_total'] - before['kiln_client_disconnects_total'], 1, 'one disconnect');
+  assert.equal(m['kiln_requests_finished_total{reason="length"}'], before['kiln_requests_finished_total{reason="length"}']);
+});
+
+test('n larger than the free queue: 429 for the whole request, nothing left queued', async () => {
+  const small = await startServer(['--max-batch', '1', '--max-queue', '1']);
+  try {
+    const r = await raw(small, '/v1/completions', { body: JSON.stringify({ model: MODEL_ID, prompt: 'Hi', max_tokens: 4, n: 3 }) });
+    assert.equal(r.status, 429);
+    assert.equal(r.json.error.code, 'rate_limit_exceeded');
+    assert.equal(r.headers.get('retry-after'), '1');
+    const m = await waitMetrics(small, (x) => x['kiln_running_requests'] === 0 && x['kiln_queue_depth'] === 0, 3000);
+    assert.equal(m['kiln_kv_pages_used'], 0);
+    const ok = await client(small).completions.create({ model: MODEL_ID, prompt: 'Hi', max_tokens: 4, temperature: 0, n: 2 });
+    assert.equal(ok.choices.length, 2);
+    assert.equal(ok.usage.completion_tokens, 8);
+  } finally {
+    assert.equal(await small.stop(), 0);
+  }
+});
+
 const C = '/v1/completions', CH = '/v1/chat/completions';
 const good = { model: MODEL_ID, prompt: 'Hi', max_tokens: 2 };
 const chat = { model: MODEL_ID, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2 };
@@ -155,6 +276,9 @@ const bad = [
   ['logit_bias value -100.5', C, { ...good, logit_bias: { 5: -100.5 } }, 'logit_bias', '-100.5'],
   ['logit_bias value a string', C, { ...good, logit_bias: { 5: 'x' } }, 'logit_bias', 'number'],
   ['logit_bias 301 entries', C, { ...good, logit_bias: Object.fromEntries([...Array(301).keys()].map((i) => [i, 1])) }, 'logit_bias', '301'],
+  ['n 17', C, { ...good, n: 17 }, 'n', '17'],
+  ['n 0 (chat)', CH, { ...chat, n: 0 }, 'n', '0'],
+  ['n 2.5', C, { ...good, n: 2.5 }, 'n', 'integer'],
 ];
 for (const [name, route, body, param, inMsg] of bad) {
   test(`400: ${name}`, async () => {
