@@ -85,8 +85,31 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         const uint8_t *vp = sp->vbase + (size_t)pg * sp->page_v + sp->head_v + (size_t)o0 * sp->row_v;
         float km = sp->kmul * fp8f * (sp->dyn_k ? sp->dyn_k[(size_t)pg * sp->dyn_stride] : 1.0f);
         float vm = sp->vmul * fp8f * (sp->dyn_v ? sp->dyn_v[(size_t)pg * sp->dyn_stride] : 1.0f);
-        /* QK */
-        for (int j = 0; j < nb; j++) {
+        /* QK, two key rows at a time: each 16-value slice of a query row is loaded once for both
+         * (the loads of q, not the arithmetic, bound this loop: R of them per key slice). */
+        int j = 0;
+        for (; j + 2 <= nb; j += 2) {
+            const uint8_t *kr0 = kp + (size_t)j * sp->row_k, *kr1 = kr0 + sp->row_k;
+            __m512 acc0[KV_MAX_ROWS], acc1[KV_MAX_ROWS];
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < R; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+            for (int c = 0; c < nkc; c++) {
+                __mmask16 m = c == nkc - 1 ? klast : 0xFFFF;
+                __m512 k0 = deq16(kr0 + (size_t)c * 16 * es, m, DT), k1 = deq16(kr1 + (size_t)c * 16 * es, m, DT);
+                _Pragma("GCC unroll 8")
+                for (int r = 0; r < R; r++) {
+                    __m512 q = _mm512_maskz_loadu_ps(m, rw->q[r] + 16 * c);
+                    acc0[r] = _mm512_fmadd_ps(q, k0, acc0[r]);
+                    acc1[r] = _mm512_fmadd_ps(q, k1, acc1[r]);
+                }
+            }
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < R; r++) {
+                _mm512_store_ps(tmp[r] + 16 * j, acc0[r]);
+                _mm512_store_ps(tmp[r] + 16 * (j + 1), acc1[r]);
+            }
+        }
+        for (; j < nb; j++) {
             const uint8_t *kr = kp + (size_t)j * sp->row_k;
             __m512 acc[KV_MAX_ROWS];
             _Pragma("GCC unroll 8")
