@@ -28,6 +28,12 @@ int cmd_run(int argc, char **argv) {
         else if (strcmp(k, "--top-k") == 0) { if (cli_long(&a, k, cli_value(&a), 0, 1 << 24, &lv)) sp.top_k = (int)lv; }
         else if (strcmp(k, "--top-p") == 0) { if (cli_float(&a, k, cli_value(&a), 1e-9, 1, &dv)) sp.top_p = (float)dv; }
         else if (strcmp(k, "--seed") == 0) { if (cli_long(&a, k, cli_value(&a), 0, 0x7fffffffL, &lv)) sp.seed = (uint64_t)lv; }
+        /* penalties with the server's (OpenAI / vLLM) semantics and ranges: docs/SERVER.md */
+        else if (strcmp(k, "--presence-penalty") == 0) { if (cli_float(&a, k, cli_value(&a), -2, 2, &dv)) sp.presence_penalty = (float)dv; }
+        else if (strcmp(k, "--frequency-penalty") == 0) { if (cli_float(&a, k, cli_value(&a), -2, 2, &dv)) sp.frequency_penalty = (float)dv; }
+        else if (strcmp(k, "--repeat-penalty") == 0 || strcmp(k, "--repetition-penalty") == 0) {
+            if (cli_float(&a, k, cli_value(&a), 1e-6, 1e6, &dv)) sp.repetition_penalty = (float)dv;
+        }
         else if (strcmp(k, "--tokens") == 0) tokens_arg = cli_value(&a);
         else if (strcmp(k, "--dump-logits") == 0) dump_path = cli_value(&a);
         else if (k[0] == '-' && k[1]) { fprintf(stderr, "kiln run: error: unknown option '%s'\n", k); return 2; }
@@ -35,7 +41,7 @@ int cmd_run(int argc, char **argv) {
         else { fprintf(stderr, "kiln run: error: unexpected argument '%s'\n", k); return 2; }
     }
     if (a.bad) return 2;
-    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--no-repack] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC]");
+    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X] [--threads N] [--no-repack] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC]");
     if (prompt && tokens_arg) return cli_fail_msg("run", "give either -p or --tokens, not both");
 
     kiln_model *m;
@@ -62,7 +68,11 @@ int cmd_run(int argc, char **argv) {
         if (n == 0) { rc = cli_fail_msg("run", "the model has no BOS token and the prompt is empty"); goto out; }
         n_prompt = (int)n;
     }
-    if ((st = kiln_session_create(m, &o, &s)) || (st = kiln_sampler_create(&sp, info.vocab_size, &smp))) { rc = cli_fail_status("run", st); goto out; }
+    if ((st = kiln_session_create(m, &o, &s)) || (st = kiln_sampler_create(&sp, info.vocab_size, &smp)) ||
+        (st = kiln_sampler_prompt(smp, ids, (size_t)n_prompt))) { /* the prompt: repetition penalty */
+        rc = cli_fail_status("run", st);
+        goto out;
+    }
     if (dump_path && !(dump = fopen(dump_path, "wb"))) { rc = cli_fail_msg("run", "cannot create the --dump-logits file"); goto out; }
 
     /* Echo the prompt (without BOS) like llama2.c's run.c does, then stream the generated text.
@@ -211,6 +221,7 @@ static int usage(void) {
             "kiln — LLM inference engine\n"
             "usage: kiln <command> [options]\n"
             "  run MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--no-repack]\n"
+            "            [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X]\n"
             "            [--tokens ID,...] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE]\n"
             "  inspect MODEL [--json] [--kv [--kv-dtype ...] [--kv-mem ...]]\n"
             "  convert IN OUT [--format hf|gguf]\n"

@@ -75,6 +75,8 @@ expect_error "safetensors header length past end" "header length" "$KILN" inspec
 # prompts and options
 expect_error "non-UTF-8 prompt" "UTF-8" "$KILN" run "$M" -p $'Once \xff\xfe upon' -n 4
 expect_error "token id out of range" "token id 9999" "$KILN" run "$M" --tokens 1,9999 -n 2
+expect_error "frequency penalty out of range" "option --frequency-penalty: '3' is not a number in [-2, 2]" "$KILN" run "$M" --tokens 1 -n 2 --frequency-penalty 3
+expect_error "repeat penalty not positive" "option --repeat-penalty" "$KILN" run "$M" --tokens 1 -n 2 --repeat-penalty 0
 expect_error "bad -n value" "option -n" "$KILN" run "$M" -n -5
 expect_error "missing model" "no such file" "$KILN" run "$T/nope" -n 1
 [ $fails -eq 0 ] || { echo "$fails bad-input cases failed"; exit 1; }
