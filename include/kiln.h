@@ -223,7 +223,9 @@ void kiln_sampler_accept(kiln_sampler *s, int32_t id);
 /* ---- weight integrity ------------------------------------------------------------------------ */
 /* Every tensor gets an XXH3-64 checksum of its bytes at load. kiln_model_check_weights recomputes
  * them over the memory the kernels read (a RAM bit flip or a modified mapped file shows up as a
- * mismatch); on a mismatch it returns KILN_ERR_INTEGRITY naming the tensor. */
+ * mismatch); on a mismatch it returns KILN_ERR_INTEGRITY naming the tensor. Weights the kernels read
+ * from owned copies instead (requantized in memory, or FP8/INT4 repacked into the GEMV tile layout
+ * at the first session) are checksummed when made and re-checked too, named as such. */
 kiln_status kiln_model_check_weights(const kiln_model *m);
 /* Compares the load-time checksums with the manifest beside the model (kiln.checksums.json in a
  * model directory, FILE.checksums.json beside a single file); write_manifest=1 (re)writes it.

@@ -37,6 +37,11 @@ static kiln_status requant_one(struct kiln_model *m, kiln_weight *w, kiln_wforma
      * a failed scratch allocation just leaves the weight in checkpoint order. */
     if (kiln_weight_prefers_tiled(&nw)) (void)kiln_weight_tile(&nw, data, scales);
     *w = nw;
+    /* the bytes the kernels now read instead of the checksummed tensors: checked with them */
+    char sn[140];
+    (void)kiln_model_note_copy(m, name, data, (size_t)nw.rows * nw.row_bytes);
+    snprintf(sn, sizeof sn, "%s (scales)", name);
+    if (scales) (void)kiln_model_note_copy(m, sn, scales, kiln_weight_bytes(&nw) - (size_t)nw.rows * nw.row_bytes);
     return KILN_OK;
 }
 
@@ -91,7 +96,7 @@ static kiln_status requant_arch(struct kiln_model *m, kiln_wformat fmt, int grou
 
 /* One quantized weight still in the mapped checkpoint → an owned copy in the tile layout
  * (kernels/gemv.h). Best effort: without memory it stays as it is (correct, only slower). */
-static void repack_one(struct kiln_model *m, kiln_weight *w, uint64_t *bytes) {
+static void repack_one(struct kiln_model *m, kiln_weight *w, const char *name, uint64_t *bytes) {
     if (!w->data || w->tiled || !kiln_weight_prefers_tiled(w)) return;
     const size_t db = (size_t)w->rows * w->row_bytes;
     const size_t sb = w->fmt == KILN_WF_INT4_GROUP ? 2 * (size_t)w->rows * (size_t)(w->cols / w->block) : 0;
@@ -108,28 +113,46 @@ static void repack_one(struct kiln_model *m, kiln_weight *w, uint64_t *bytes) {
     if (s && !kiln_model_own(m, s)) return; /* d is owned (freed with the model); w unchanged */
     *w = nw;
     *bytes += db + sb;
+    char sn[140];
+    (void)kiln_model_note_copy(m, name, d, db);
+    snprintf(sn, sizeof sn, "%s (scales)", name);
+    if (s) (void)kiln_model_note_copy(m, sn, s, sb);
 }
 
 uint64_t kiln_model_repack(kiln_model *m) {
     uint64_t bytes = 0;
+    char name[160];
     if (m->arch) {
         kiln_arch_model *am = m->arch_state;
         for (int l = 0; am && l < m->hp.n_layers; l++) {
             kiln_arch_layer *L = &am->layers[l];
             kiln_weight *ws[ARCH_LINEARS];
-            int nw = arch_layer_linears(L, ws, NULL);
-            for (int i = 0; i < nw; i++) repack_one(m, ws[i], &bytes);
+            const char *names[ARCH_LINEARS];
+            int nw = arch_layer_linears(L, ws, names);
+            for (int i = 0; i < nw; i++) {
+                snprintf(name, sizeof name, "model.layers.%d.%s", l, names[i]);
+                repack_one(m, ws[i], name, &bytes);
+            }
             if (L->is_moe && L->exp_w)
-                for (int e = 0; e < 3 * am->hp.moe.n_experts; e++) repack_one(m, &L->exp_w[e], &bytes);
+                for (int e = 0; e < 3 * am->hp.moe.n_experts; e++) {
+                    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.%s", l, e % am->hp.moe.n_experts,
+                             e < am->hp.moe.n_experts ? "gate_proj" : e < 2 * am->hp.moe.n_experts ? "up_proj" : "down_proj");
+                    repack_one(m, &L->exp_w[e], name, &bytes);
+                }
         }
     } else {
+        static const char *names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                      "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
         for (int l = 0; l < m->hp.n_layers; l++) {
             kiln_layer *L = &m->layers[l];
             kiln_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (int i = 0; i < 7; i++) repack_one(m, ws[i], &bytes);
+            for (int i = 0; i < 7; i++) {
+                snprintf(name, sizeof name, "model.layers.%d.%s", l, names[i]);
+                repack_one(m, ws[i], name, &bytes);
+            }
         }
     }
-    repack_one(m, &m->output, &bytes);
+    repack_one(m, &m->output, "lm_head", &bytes);
     return bytes;
 }
 

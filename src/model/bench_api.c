@@ -28,6 +28,8 @@ kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights) {
     if (s && !kiln_model_own(m, s)) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     if (kiln_weight_prefers_tiled(&q)) (void)kiln_weight_tile(&q, d, s); /* as requant.c does */
     m->output = q; /* the embedding lookup keeps reading tok_embd */
+    (void)kiln_model_note_copy(m, "lm_head", d, (size_t)q.rows * q.row_bytes);
+    if (s) (void)kiln_model_note_copy(m, "lm_head (scales)", s, kiln_weight_bytes(&q) - (size_t)q.rows * q.row_bytes);
     return KILN_OK;
 }
 

@@ -15,7 +15,27 @@ void kiln_model_compute_checksums(struct kiln_model *m) {
     for (int i = 0; i < m->tt.n; i++) m->tt.v[i].checksum = XXH3_64bits(m->tt.v[i].data, m->tt.v[i].nbytes);
 }
 
+int kiln_model_note_copy(struct kiln_model *m, const char *name, const void *data, size_t nbytes) {
+    if (m->n_copies == m->cap_copies) {
+        int cap = m->cap_copies ? 2 * m->cap_copies : 64;
+        struct kiln_checked_copy *c = realloc(m->copies, sizeof *c * (size_t)cap);
+        if (!c) return -1;
+        m->copies = c;
+        m->cap_copies = cap;
+    }
+    struct kiln_checked_copy *c = &m->copies[m->n_copies++];
+    c->data = data;
+    c->nbytes = nbytes;
+    c->checksum = XXH3_64bits(data, nbytes);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    return 0;
+}
+
 kiln_status kiln_model_check_weights(const kiln_model *m) {
+    for (int i = 0; i < m->n_copies; i++) /* the bytes the kernels actually read (repacked FP8/INT4) */
+        if (XXH3_64bits(m->copies[i].data, m->copies[i].nbytes) != m->copies[i].checksum)
+            return kiln_fail(KILN_ERR_INTEGRITY, "%s: the in-memory tile-layout copy of '%s' no longer matches its checksum %016llx (weights corrupted in memory)",
+                             m->path, m->copies[i].name, (unsigned long long)m->copies[i].checksum);
     int bad = -1;
     #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < m->tt.n; i++)

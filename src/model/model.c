@@ -98,6 +98,7 @@ kiln_status kiln_model_load(const char *path, const kiln_options *opts, kiln_mod
 void kiln_model_free(kiln_model *m) {
     if (!m) return;
     free(m->layers);
+    free(m->copies);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     if (m->tok) kiln_tok_free(m->tok);

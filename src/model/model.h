@@ -61,6 +61,10 @@ struct kiln_model {
     void *arch_state;         /* struct kiln_arch_model (owned via kiln_model_own) */
     int n_owned, cap_owned;
     int repacked;             /* kiln_model_repack has run (once, at the first session or engine) */
+    /* Owned copies the kernels compute on instead of the mapped tensors (the FP8/INT4 repack), with
+     * their checksums: kiln_model_check_weights re-checks them too. */
+    struct kiln_checked_copy { const void *data; size_t nbytes; uint64_t checksum; char name[120]; } *copies;
+    int n_copies, cap_copies;
 };
 
 /* Copies the FP8/INT4 linear weights still in the mapped checkpoint layout into owned buffers in the
@@ -71,6 +75,10 @@ uint64_t kiln_model_repack(struct kiln_model *m);
 /* At the first session or engine of a model, unless opts->no_repack: kiln_model_repack, announced
  * on stderr unless opts->quiet. */
 void kiln_model_prepare_compute(struct kiln_model *m, const kiln_options *opts);
+
+/* Records an owned copy of weight bytes (name for errors) with its checksum now; 0, or -1 without
+ * memory (the copy then goes unchecked). */
+int kiln_model_note_copy(struct kiln_model *m, const char *name, const void *data, size_t nbytes);
 
 /* Registers a malloc'ed buffer to be freed with the model; returns it (NULL on failure, with p freed). */
 void *kiln_model_own(struct kiln_model *m, void *p);
