@@ -43,6 +43,11 @@ typedef enum { KILN_ISA_AUTO = 0, KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX51
 /* FP8 KV scales (see the KV block below and docs/KV.md). */
 typedef enum { KILN_KV_SCALE_STATIC = 0, KILN_KV_SCALE_DYNAMIC } kiln_kv_scale_mode;
 /* KV integrity mode (see the KV integrity block below and docs/INTEGRITY.md). DEFAULT = HEAL. */
+/* FP8 K smoothing (docs/KV.md): DEFAULT = the mean of the stored (post-RoPE) keys when calibrated
+ * scales carry one; PREROPE = the mean of the pre-RoPE keys, rotated to each key's position (Llama
+ * RoPE over the whole head, FP8 static scales; attention adds q·R(pos)·mean back to each score);
+ * OFF = no smoothing (means in a scales file are refused). */
+typedef enum { KILN_KV_SMOOTH_DEFAULT = 0, KILN_KV_SMOOTH_PREROPE, KILN_KV_SMOOTH_OFF } kiln_kv_smooth;
 typedef enum { KILN_KV_INTEGRITY_DEFAULT = 0, KILN_KV_INTEGRITY_OFF, KILN_KV_INTEGRITY_DETECT, KILN_KV_INTEGRITY_HEAL,
                KILN_KV_INTEGRITY_STRICT } kiln_kv_integrity;
 
@@ -69,6 +74,8 @@ typedef struct kiln_options {
     int no_repack;          /* 1 = compute on FP8/INT4 weights in their memory-mapped checkpoint layout;
                                0 (default) = at the first session, copy them into the 4-row tile layout
                                the AVX-512 GEMV reads as one stream (same bytes; docs/FORMATS.md) */
+    /* FP8 K smoothing. Appended field; zero = default (post-RoPE mean when calibrated). */
+    kiln_kv_smooth kv_smooth;
 } kiln_options;
 
 /* Fills *o with the defaults documented above. */
@@ -165,7 +172,9 @@ kiln_status kiln_kv_measure_amax(kiln_model *m, const kiln_options *opts, const 
                                  int window, float *kamax, float *vamax);
 /* The same pass, also returning the K smoothing statistics (docs/KV.md): kmean [n_layers ×
  * n_kv_heads × head_dim] per-channel mean of K, and kamax_centered [n_layers × n_kv_heads] the amax
- * of K − kmean. kmean / kamax_centered may be NULL. */
+ * of K − kmean. kmean / kamax_centered may be NULL. With opts->kv_smooth = PREROPE (Llama RoPE over
+ * the whole head only) kmean is the mean of the keys before RoPE and kamax_centered the amax of
+ * K − R(pos)·kmean (two passes over the tokens). */
 kiln_status kiln_kv_measure_stats(kiln_model *m, const kiln_options *opts, const int32_t *tokens, size_t n,
                                   int window, float *kamax, float *vamax, float *kmean, float *kamax_centered);
 /* Writes a kv_scales.json: per layer and KV head, scale = max(amax, 1e-6) × margin / 448 for K and
@@ -174,6 +183,11 @@ kiln_status kiln_kv_measure_stats(kiln_model *m, const kiln_options *opts, const
 kiln_status kiln_kv_scales_write(const kiln_model *m, const char *path, const float *kamax, const float *vamax,
                                  const float *kmean, const float *kamax_centered, float margin, const char *source,
                                  uint64_t n_tokens);
+/* The same with the K smoothing mode recorded in the file's "k_smooth" field ("post" or "prerope";
+ * kmean then holds the pre-RoPE means kiln_kv_measure_stats returns under opts->kv_smooth = PREROPE). */
+kiln_status kiln_kv_scales_write_mode(const kiln_model *m, const char *path, const float *kamax, const float *vamax,
+                                      const float *kmean, const float *kamax_centered, float margin, const char *source,
+                                      uint64_t n_tokens, kiln_kv_smooth mode);
 /* The default kv_scales.json path beside the model (its directory). */
 void kiln_kv_scales_default_path(const kiln_model *m, char *buf, size_t cap);
 

@@ -109,6 +109,15 @@ int cli_common_option(args_t *a, kiln_options *o) {
         return 1;
     }
     if (strcmp(k, "--kv-scales") == 0) { o->kv_scales_path = cli_value(a); return 1; }
+    if (strcmp(k, "--kv-smooth") == 0) {
+        const char *s = cli_value(a);
+        if (!s) return 1;
+        if (strcmp(s, "post") == 0) o->kv_smooth = KILN_KV_SMOOTH_DEFAULT;
+        else if (strcmp(s, "prerope") == 0) o->kv_smooth = KILN_KV_SMOOTH_PREROPE;
+        else if (strcmp(s, "off") == 0) o->kv_smooth = KILN_KV_SMOOTH_OFF;
+        else { fprintf(stderr, "kiln %s: error: option --kv-smooth: '%s' is not one of post, prerope, off\n", a->cmd, s); a->bad = 1; }
+        return 1;
+    }
     /* KV integrity (issue 5; docs/INTEGRITY.md) */
     if (strcmp(k, "--kv-integrity") == 0) {
         const char *s = cli_value(a);

@@ -127,7 +127,10 @@ int cmd_calibrate(int argc, char **argv) {
     }
     if (a.bad) return 2;
     if (!model_path || !data)
-        return cli_fail_msg("calibrate", "usage: kiln calibrate MODEL --data FILE [--out PATH] [--margin M (2)] [--max-tokens N (8192)] [--no-smooth] [--ctx N] [--threads N]");
+        return cli_fail_msg("calibrate", "usage: kiln calibrate MODEL --data FILE [--out PATH] [--margin M (2)] [--max-tokens N (8192)] [--no-smooth] [--kv-smooth post|prerope|off] [--ctx N] [--threads N]");
+    if (!smooth && o.kv_smooth == KILN_KV_SMOOTH_PREROPE)
+        return cli_fail_msg("calibrate", "--no-smooth and --kv-smooth prerope contradict each other");
+    if (o.kv_smooth == KILN_KV_SMOOTH_OFF) smooth = 0;
     kiln_model *m;
     kiln_status st = kiln_model_load(model_path, &o, &m);
     if (st) return cli_fail_status("calibrate", st);
@@ -152,7 +155,7 @@ int cmd_calibrate(int argc, char **argv) {
     else kiln_kv_scales_default_path(m, path, sizeof path);
     char src[4200];
     snprintf(src, sizeof src, "kiln calibrate --data %s", data);
-    st = kiln_kv_scales_write(m, path, ka, va, smooth ? km : NULL, kc, (float)margin, src, n);
+    st = kiln_kv_scales_write_mode(m, path, ka, va, smooth ? km : NULL, kc, (float)margin, src, n, o.kv_smooth);
     if (st) { rc = cli_fail_status("calibrate", st); goto done; }
     float kmin = INFINITY, kmax = 0, vmin = INFINITY, vmax = 0;
     for (size_t i = 0; i < nlh; i++) {
@@ -300,6 +303,10 @@ static int kv_quality(kiln_model *m, const kiln_options *base, const char *file,
         o.kv_dtype = vs[v].dt;
         o.kv_scale_mode = vs[v].mode;
         o.max_context = (int)window;
+        /* --kv-smooth prerope is for static FP8 pools: the BF16 / F32 reference and dynamic variants
+         * run without it (they have no key means) */
+        if (o.kv_smooth == KILN_KV_SMOOTH_PREROPE && (o.kv_dtype != KILN_KV_FP8 || o.kv_scale_mode == KILN_KV_SCALE_DYNAMIC))
+            o.kv_smooth = KILN_KV_SMOOTH_DEFAULT;
         kiln_status st = kiln_session_create(m, &o, &ss[v]);
         if (st) { rc = cli_fail_status("bench", st); goto done; }
         lg[v] = malloc((size_t)window * (size_t)info.vocab_size * sizeof(float));

@@ -68,7 +68,10 @@ AI float hadd8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT) {
+/* PR = 1: pre-RoPE K smoothing (static FP8 only), as in attention_avx512.c: the correction's
+ * coefficients, divided by the block factor km, are accumulated with the position's cos/sin row into
+ * the QK accumulators. PR = 0 is the plain kernel, unchanged. */
+AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR) {
     const int pt = sp->page_tokens, kd = sp->k_dim, vd = sp->v_dim;
     const size_t es = DT == KILN_KV_F32 ? 4 : DT == KILN_KV_BF16 ? 2 : 1;
     const float fp8f = DT == KILN_KV_FP8 ? 256.0f : 1.0f;
@@ -77,6 +80,12 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
     float tmp[KV_MAX_ROWS][64] __attribute__((aligned(32)));
     float pb[KV_MAX_ROWS][8] __attribute__((aligned(32)));
     float corr[KV_MAX_ROWS];
+    float qcs[PR ? KV_MAX_ROWS : 1][PR ? 256 : 8] __attribute__((aligned(32)));
+    if (PR) {
+        const float inv = 1.0f / (sp->kmul * fp8f);
+        for (int r = 0; r < R; r++)
+            for (int d = 0; d < kd; d++) qcs[r][d] = rw->qc[r][d] * inv;
+    }
     int lmax = 0;
     _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++) lmax = rw->lim[r] > lmax ? rw->lim[r] : lmax;
@@ -104,6 +113,17 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
                 __m256 k = deq_tail(kr + (size_t)kfull * 8 * es, ktail, DT);
                 _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps(rw->q[r] + 8 * kfull, kmask), k, acc[r]);
+            }
+            if (PR) {
+                const float *cs = sp->rope_cs + (size_t)(b0 + j) * kd;
+                for (int c = 0; c < kfull; c++) {
+                    __m256 cv = _mm256_loadu_ps(cs + 8 * c);
+                    for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_load_ps(qcs[r] + 8 * c), cv, acc[r]);
+                }
+                if (ktail) {
+                    __m256 cv = _mm256_maskload_ps(cs + 8 * kfull, kmask);
+                    for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps(qcs[r] + 8 * kfull, kmask), cv, acc[r]);
+                }
             }
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm256_store_ps(tmp[r] + 8 * j, acc[r]);
@@ -157,9 +177,12 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
 #define INST(R)                                                                                              \
     static void attend_r##R(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {                     \
         switch (sp->dtype) {                                                                                 \
-        case KILN_KV_F32: attend_impl(sp, rw, t0, t1, R, KILN_KV_F32); break;                                \
-        case KILN_KV_BF16: attend_impl(sp, rw, t0, t1, R, KILN_KV_BF16); break;                              \
-        default: attend_impl(sp, rw, t0, t1, R, KILN_KV_FP8); break;                                         \
+        case KILN_KV_F32: attend_impl(sp, rw, t0, t1, R, KILN_KV_F32, 0); break;                             \
+        case KILN_KV_BF16: attend_impl(sp, rw, t0, t1, R, KILN_KV_BF16, 0); break;                           \
+        default:                                                                                             \
+            if (sp->rope_cs) attend_impl(sp, rw, t0, t1, R, KILN_KV_FP8, 1);                                 \
+            else attend_impl(sp, rw, t0, t1, R, KILN_KV_FP8, 0);                                             \
+            break;                                                                                           \
         }                                                                                                    \
     }
 INST(1) INST(2) INST(3) INST(4) INST(5) INST(6) INST(7) INST(8)

@@ -62,7 +62,11 @@ AI __m512 hsum16(const float *t) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(c0, c1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(c0, c1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT) {
+/* PR = 1: pre-RoPE K smoothing (static FP8 only): the correction q·R(t)μ × scale (kv_isa.h) is
+ * accumulated into the same 16-lane QK accumulators as one more kd-long dot product, with its
+ * coefficients divided by the block factor km that multiplies the accumulated sum. PR = 0 is the
+ * plain kernel, unchanged. */
+AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR) {
     const int pt = sp->page_tokens, kd = sp->k_dim, vd = sp->v_dim;
     const size_t es = DT == KILN_KV_F32 ? 4 : DT == KILN_KV_BF16 ? 2 : 1;
     const float fp8f = DT == KILN_KV_FP8 ? 256.0f : 1.0f;
@@ -72,6 +76,12 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
     float tmp[KV_MAX_ROWS][256] __attribute__((aligned(64)));
     float pb[KV_MAX_ROWS][16] __attribute__((aligned(64)));
     float corr[KV_MAX_ROWS];
+    float qcs[PR ? KV_MAX_ROWS : 1][PR ? 256 : 16] __attribute__((aligned(64)));
+    if (PR) {
+        const float inv = 1.0f / (sp->kmul * fp8f);
+        for (int r = 0; r < R; r++)
+            for (int d = 0; d < kd; d++) qcs[r][d] = rw->qc[r][d] * inv;
+    }
     int lmax = 0;
     _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++) lmax = rw->lim[r] > lmax ? rw->lim[r] : lmax;
@@ -103,6 +113,18 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
                     acc1[r] = _mm512_fmadd_ps(q, k1, acc1[r]);
                 }
             }
+            if (PR) {
+                const float *cs0 = sp->rope_cs + (size_t)(b0 + j) * kd, *cs1 = cs0 + kd;
+                for (int c = 0; c < nkc; c++) {
+                    __mmask16 m = c == nkc - 1 ? klast : 0xFFFF;
+                    __m512 c0 = _mm512_maskz_loadu_ps(m, cs0 + 16 * c), c1 = _mm512_maskz_loadu_ps(m, cs1 + 16 * c);
+                    for (int r = 0; r < R; r++) {
+                        __m512 q = _mm512_maskz_loadu_ps(m, qcs[r] + 16 * c);
+                        acc0[r] = _mm512_fmadd_ps(q, c0, acc0[r]);
+                        acc1[r] = _mm512_fmadd_ps(q, c1, acc1[r]);
+                    }
+                }
+            }
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) {
                 _mm512_store_ps(tmp[r] + 16 * j, acc0[r]);
@@ -119,6 +141,14 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
                 __m512 k = deq16(kr + (size_t)c * 16 * es, m, DT);
                 _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, rw->q[r] + 16 * c), k, acc[r]);
+            }
+            if (PR) {
+                const float *cs = sp->rope_cs + (size_t)(b0 + j) * kd;
+                for (int c = 0; c < nkc; c++) {
+                    __mmask16 m = c == nkc - 1 ? klast : 0xFFFF;
+                    __m512 cv = _mm512_maskz_loadu_ps(m, cs + 16 * c);
+                    for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qcs[r] + 16 * c), cv, acc[r]);
+                }
             }
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm512_store_ps(tmp[r] + 16 * j, acc[r]);
@@ -163,9 +193,12 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
 #define INST(R)                                                                                              \
     static void attend_r##R(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {                     \
         switch (sp->dtype) {                                                                                 \
-        case KILN_KV_F32: attend_impl(sp, rw, t0, t1, R, KILN_KV_F32); break;                                \
-        case KILN_KV_BF16: attend_impl(sp, rw, t0, t1, R, KILN_KV_BF16); break;                              \
-        default: attend_impl(sp, rw, t0, t1, R, KILN_KV_FP8); break;                                         \
+        case KILN_KV_F32: attend_impl(sp, rw, t0, t1, R, KILN_KV_F32, 0); break;                             \
+        case KILN_KV_BF16: attend_impl(sp, rw, t0, t1, R, KILN_KV_BF16, 0); break;                           \
+        default:                                                                                             \
+            if (sp->rope_cs) attend_impl(sp, rw, t0, t1, R, KILN_KV_FP8, 1);                                 \
+            else attend_impl(sp, rw, t0, t1, R, KILN_KV_FP8, 0);                                             \
+            break;                                                                                           \
         }                                                                                                    \
     }
 INST(1) INST(2) INST(3) INST(4) INST(5) INST(6) INST(7) INST(8)

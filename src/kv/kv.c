@@ -39,6 +39,7 @@ uint64_t kiln_kv_pool_fixed_bytes(const kiln_kv_config *c) {
     uint64_t lh = (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads;
     uint64_t b = is_static_fp8(c) ? (uint64_t)n_kinds(c) * lh * sizeof(float) : 0;
     if (has_kmean(c)) b += lh * (uint64_t)kdim(c) * sizeof(float);
+    if (has_kmean(c) && c->k_prerope) b += (uint64_t)c->rope_positions * (uint64_t)kdim(c) * sizeof(float); /* cos/sin table */
     return b;
 }
 int64_t kiln_kv_plan_pages(const kiln_kv_config *c) {
@@ -61,6 +62,17 @@ kiln_status kiln_kv_config_check(const kiln_kv_config *c) {
         return kiln_fail(KILN_ERR_INVALID_ARG, "kv-dtype: %d is not f32, bf16 or fp8 (auto must be resolved first)", (int)c->dtype);
     if (c->scale_mode != KILN_KV_SCALE_STATIC && c->scale_mode != KILN_KV_SCALE_DYNAMIC)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kv-scale: mode %d is not static or dynamic", (int)c->scale_mode);
+    if (c->k_prerope) {
+        if (!is_static_fp8(c))
+            return kiln_fail(KILN_ERR_INVALID_ARG, "--kv-smooth prerope (kv_smooth): needs FP8 KV with static scales (--kv-dtype fp8 --kv-scale static)");
+        if (c->v_shares_k)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "--kv-smooth prerope (kv_smooth): not for caches whose V shares the K row (MLA latent rows)");
+        if (kdim(c) % 2 || kdim(c) > 256)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "--kv-smooth prerope (kv_smooth): k_dim = %d must be even and at most 256", kdim(c));
+        if (c->rope_positions < 1 || c->rope_positions > (1 << 24) || !(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
+            return kiln_fail(KILN_ERR_INVALID_ARG, "--kv-smooth prerope (kv_smooth): rope_positions = %d / rope_theta = %g are not valid",
+                             c->rope_positions, (double)c->rope_theta);
+    }
     return KILN_OK;
 }
 
@@ -137,6 +149,21 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
             }
     }
     p->cfg.k_mean = NULL;
+    if (ok && cfg->k_prerope) {
+        if (!p->k_mean) { kiln_kv_pool_free(p); return kiln_fail(KILN_ERR_INVALID_ARG, "--kv-smooth prerope (kv_smooth): the pool has no pre-RoPE K means"); }
+        /* cos/sin per position with model/forward.c's float formula: the store subtracts and the
+         * attention adds back exactly the rotation the model applied. */
+        const int kd = p->cfg.k_dim, half = kd / 2;
+        p->rope_cs = malloc((size_t)cfg->rope_positions * (size_t)kd * sizeof(float));
+        ok = p->rope_cs != NULL;
+        for (int t = 0; ok && t < cfg->rope_positions; t++)
+            for (int i = 0; i < half; i++) {
+                float freq = 1.0f / powf(cfg->rope_theta, (float)(2 * i) / (float)kd);
+                float val = (float)t * freq;
+                p->rope_cs[(size_t)t * kd + i] = cosf(val);
+                p->rope_cs[(size_t)t * kd + half + i] = sinf(val);
+            }
+    }
     if (ok && is_dynamic(cfg)) {
         p->dscale = calloc(nsc * (size_t)n_pages, sizeof(float));
         ok = p->dscale != NULL;
@@ -158,7 +185,7 @@ void kiln_kv_pool_free(kiln_kv_pool *p) {
         if (p->v[l] != p->k[l]) free(p->v[l]);
         free(p->k[l]);
     }
-    free(p->k); free(p->v); free(p->pages); free(p->refcount); free(p->free_list); free(p->k_scale); free(p->k_mean); free(p->dscale);
+    free(p->k); free(p->v); free(p->pages); free(p->refcount); free(p->free_list); free(p->k_scale); free(p->k_mean); free(p->rope_cs); free(p->dscale);
     free(p);
 }
 
@@ -307,9 +334,28 @@ static float amax_of(const float *x, int n) {
     return m;
 }
 
+/* Pair (a, b) of RoPE pair i over a head of kd values (model.h: NORM (2i, 2i+1), NEOX (i, i + kd/2)). */
+static inline void rope_pair(int norm, int kd, int i, int *a, int *b) {
+    *a = norm ? 2 * i : i;
+    *b = norm ? 2 * i + 1 : i + kd / 2;
+}
+/* out = R(pos)·mu (the forward's rope_apply on one head). */
+static void rope_rotate(const kiln_kv_pool *p, int pos, const float *mu, float *out) {
+    const int kd = p->cfg.k_dim, half = kd / 2;
+    const float *cs = p->rope_cs + (size_t)pos * kd;
+    for (int i = 0; i < half; i++) {
+        int a, b;
+        rope_pair(p->cfg.rope_norm, kd, i, &a, &b);
+        float c = cs[i], s = cs[half + i];
+        out[a] = mu[a] * c - mu[b] * s;
+        out[b] = mu[a] * s + mu[b] * c;
+    }
+}
+
 /* One row of `dim` values into slot (l, pg, kind, h, off). K rows of a pool with K smoothing store
- * x − k_mean (in chunks through a stack buffer: no allocation). */
-static void store_row(kiln_kv_pool *p, int kind, int l, int32_t pg, int h, int off, const float *x, int dim) {
+ * x − mu (mu: k_mean, or R(pos)·k_mean with pre-RoPE smoothing; NULL = none) in chunks through a
+ * stack buffer: no allocation. */
+static void store_row(kiln_kv_pool *p, int kind, int l, int32_t pg, int h, int off, const float *x, int dim, const float *mu) {
     uint8_t *dst = row_ptr(p, kind, l, pg, h, off);
     switch (p->cfg.dtype) {
     case KILN_KV_F32: memcpy(dst, x, (size_t)dim * 4); return;
@@ -317,7 +363,6 @@ static void store_row(kiln_kv_pool *p, int kind, int l, int32_t pg, int h, int o
     default: break;
     }
     const int H = p->cfg.n_kv_heads;
-    const float *mu = kind == 0 && p->k_mean ? p->k_mean + ((size_t)l * H + (size_t)h) * (size_t)dim : NULL;
     float inv;
     if (!p->dscale) {
         inv = 1.0f / (kind ? p->v_scale : p->k_scale)[(size_t)l * H + h];
@@ -356,9 +401,12 @@ void kiln_kv_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, co
         kiln_kv_integ_before_store(p, s, layer, pos);
         pg = s->pages[pos / pt];
     }
+    float rot[256];
     for (int h = 0; h < p->cfg.n_kv_heads; h++) {
-        store_row(p, 0, layer, pg, h, off, k + (size_t)h * kd, kd);
-        if (!p->cfg.v_shares_k) store_row(p, 1, layer, pg, h, off, v + (size_t)h * vd, vd);
+        const float *mu = p->k_mean ? p->k_mean + ((size_t)layer * p->cfg.n_kv_heads + (size_t)h) * (size_t)kd : NULL;
+        if (mu && p->rope_cs) { rope_rotate(p, pos, mu, rot); mu = rot; }
+        store_row(p, 0, layer, pg, h, off, k + (size_t)h * kd, kd, mu);
+        if (!p->cfg.v_shares_k) store_row(p, 1, layer, pg, h, off, v + (size_t)h * vd, vd, NULL);
     }
     if (p->integ) kiln_kv_integ_after_store(p, s, layer, pos);
     if (off == pt - 1 && layer == p->cfg.n_layers - 1) p->pages[pg].flags |= KILN_KV_PAGE_SEALED;
@@ -378,6 +426,8 @@ void kiln_kv_read_row(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, in
     for (int i = 0; i < dim; i++) out[i] = decode1(p->cfg.dtype, r, i) * sc;
     if (!is_v && p->k_mean) {
         const float *mu = p->k_mean + ((size_t)layer * p->cfg.n_kv_heads + (size_t)h) * (size_t)dim;
+        float rot[256];
+        if (p->rope_cs) { rope_rotate(p, pos, mu, rot); mu = rot; }
         for (int i = 0; i < dim; i++) out[i] += mu[i];
     }
 }
@@ -442,6 +492,12 @@ void kiln_kv_attend_scalar(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int
                 float acc = 0.0f;
                 for (int d = 0; d < kd; d++) acc += rw->q[r][d] * decode1(dt, kp + (size_t)j * sp->row_k, d);
                 s[r][j] = acc * km;
+                if (sp->rope_cs) { /* pre-RoPE K smoothing: + q·R(t)μ × scale (kv_isa.h) */
+                    const float *cs = sp->rope_cs + (size_t)(b0 + j) * kd;
+                    float c = 0.0f;
+                    for (int d = 0; d < kd; d++) c += rw->qc[r][d] * cs[d];
+                    s[r][j] += c;
+                }
             }
         for (int r = 0; r < R; r++) {
             int n = rw->lim[r] - b0 < nb ? rw->lim[r] - b0 : nb;
@@ -489,8 +545,8 @@ typedef struct kv_set {
 } kv_set;
 
 /* Grow-only scratch of the calling thread: no allocation in steady-state decode. */
-static _Thread_local void *tl_buf[3];
-static _Thread_local size_t tl_cap[3];
+static _Thread_local void *tl_buf[4];
+static _Thread_local size_t tl_cap[4];
 static void *scratch(int slot, size_t bytes) {
     if (bytes > tl_cap[slot]) {
         size_t cap = (bytes + bytes / 4 + 4095) & ~(size_t)4095;
@@ -521,6 +577,7 @@ static void make_span(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, in
     sp->dtype = p->cfg.dtype;
     sp->kmul = scale;
     sp->vmul = 1.0f;
+    sp->rope_cs = p->rope_cs;
     if (p->cfg.dtype == KILN_KV_FP8) {
         if (p->dscale) {
             sp->dyn_k = dslot(p, layer, 0, 0, kvh);
@@ -573,6 +630,26 @@ void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *
     kv_task *tasks = scratch(1, n_tasks * sizeof *tasks);
     float *part = splits > 1 ? scratch(2, n_tasks * KV_MAX_ROWS * (size_t)vd * sizeof(float)) : NULL;
     if (!tasks || (splits > 1 && !part)) return;
+    /* Pre-RoPE K smoothing: the per-pair coefficients of q·R(t)μ × scale for every (token, head)
+     * [n × n_heads × kd] (kv_isa.h): one extra kd-long dot product per score in the kernels. */
+    float *qc = NULL;
+    if (p->rope_cs) {
+        qc = scratch(3, (size_t)n * (size_t)n_heads * (size_t)kd * sizeof(float));
+        if (!qc) return;
+        const int half = kd / 2;
+        for (int t = 0; t < n; t++)
+            for (int hq = 0; hq < n_heads; hq++) {
+                const float *qq = q + ((size_t)t * n_heads + (size_t)hq) * kd;
+                const float *mu = p->k_mean + ((size_t)layer * H + (size_t)(hq / group)) * (size_t)kd;
+                float *o = qc + ((size_t)t * n_heads + (size_t)hq) * kd;
+                for (int i = 0; i < half; i++) {
+                    int a, b;
+                    rope_pair(p->cfg.rope_norm, kd, i, &a, &b);
+                    o[i] = (qq[a] * mu[a] + qq[b] * mu[b]) * scale;
+                    o[half + i] = (qq[b] * mu[a] - qq[a] * mu[b]) * scale;
+                }
+            }
+    }
     /* Fill tasks (re-walk the same tiling). */
     int si = 0;
     double work = 0;
@@ -602,6 +679,7 @@ void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *
                         for (int hh = 0; hh < hn; hh++) {
                             int r = rw->R++, head = kvh * group + hb + hh;
                             rw->q[r] = q + ((size_t)t * n_heads + (size_t)head) * kd;
+                            rw->qc[r] = qc ? qc + ((size_t)t * n_heads + (size_t)head) * kd : NULL;
                             rw->lim[r] = pos[t] + 1;
                             rw->acc[r] = splits > 1 ? part + ((size_t)(si * splits + sp) * KV_MAX_ROWS + (size_t)r) * vd : st->out[r];
                         }

@@ -31,6 +31,8 @@
  * stored values as they are: q·(k − k_mean) differs from q·k by q·k_mean, the same for every
  * position of a query, and softmax is invariant to that shift, so the output is unchanged while
  * the quantized magnitudes (and errors) are smaller. kiln_kv_read_row adds k_mean back.
+ * Pre-RoPE K smoothing (cfg.k_prerope): the stored key is k − R(pos)·k_mean and attention adds
+ * q·R(pos)·k_mean to each score (not position-invariant; see kiln_kv_config).
  *
  * A sequence owns a block table (kiln_kv_seq): entry i is the page holding positions
  * [i × page_tokens, (i + 1) × page_tokens). Pages carry reference counts so sequences can share
@@ -54,6 +56,17 @@ typedef struct kiln_kv_config {
                                        kiln_kv_pool_create (v_scale unused when v_shares_k) */
     const float *k_mean;    /* FP8, optional: [n_layers × n_kv_heads × k_dim] K smoothing means
                                (copied; ignored when v_shares_k); NULL = none */
+    /* Pre-RoPE K smoothing (FP8 static, needs k_mean): k_mean is the mean of the keys BEFORE RoPE,
+     * and K of position pos is stored as fp8((k − R(pos)·k_mean) / scale), R(pos) the model's RoPE
+     * rotation over the whole head (pairs (2i, 2i+1) when rope_norm, else (i, i + k_dim/2);
+     * frequency of pair i = rope_theta^(-2i/k_dim), as model/forward.c). q·R(pos)·k_mean depends on
+     * the key's position, so attention adds it to each score (kv_isa.h). rope_positions: positions
+     * [0, rope_positions) may be stored (the pool keeps their cos/sin: rope_positions × k_dim × 4
+     * bytes, counted in the pool's fixed bytes). */
+    int k_prerope;
+    float rope_theta;
+    int rope_norm;
+    int rope_positions;
 } kiln_kv_config;
 
 /* Page header (16 bytes). One per page, counted in the page's cost together with the page's
@@ -75,6 +88,8 @@ typedef struct kiln_kv_pool {
     uint8_t **k, **v;       /* [n_layers] → [n_pages × page_k] (v[l] == k[l] when v_shares_k) */
     float *k_scale, *v_scale; /* static FP8: [n_layers × n_kv_heads] (v_scale == k_scale when shared) */
     float *k_mean;          /* K smoothing means [n_layers × n_kv_heads × k_dim], or NULL */
+    float *rope_cs;         /* pre-RoPE smoothing: [rope_positions][k_dim] = cos of the k_dim/2 pairs,
+                               then their sin; NULL otherwise */
     float *dscale;          /* dynamic FP8: [n_layers][n_pages][2][n_kv_heads] (K then V); 0 = unset */
     kiln_kv_page *pages;    /* [n_pages] headers */
     int32_t *refcount;      /* [n_pages] sequences (and caches) holding the page; 0 = free */

@@ -27,6 +27,9 @@ typedef struct kiln_kv_span {
     float kmul, vmul;            /* factors (see above); kmul includes the softmax scale */
     const float *dyn_k, *dyn_v;  /* dynamic FP8: scale of page pg at dyn[pg × dyn_stride]; NULL = static */
     size_t dyn_stride;
+    /* Pre-RoPE K smoothing (NULL otherwise): cs + t × k_dim is the cos/sin row of position t
+     * (kv.h), and each score of row r gets + Σ_d qc[r][d] × cs[t][d] (already in softmax units). */
+    const float *rope_cs;
 } kiln_kv_span;
 
 typedef struct kiln_kv_rows {
@@ -35,6 +38,10 @@ typedef struct kiln_kv_rows {
     float *acc[KV_MAX_ROWS];     /* [v_dim] running Σ p·v (unnormalized), in/out */
     int lim[KV_MAX_ROWS];        /* row r sees positions < lim[r] */
     float m[KV_MAX_ROWS], l[KV_MAX_ROWS]; /* running max score and Σ p, in/out (start -inf, 0) */
+    /* Pre-RoPE K smoothing (when span.rope_cs): [k_dim] per row, A_i then B_i for each RoPE pair i,
+     * A_i = q_a μ_a + q_b μ_b, B_i = q_b μ_a − q_a μ_b (pair (a, b), μ the pre-RoPE mean), times
+     * the softmax scale: q·R(t)μ × scale = Σ_i A_i cos(t θ_i) + B_i sin(t θ_i). */
+    const float *qc[KV_MAX_ROWS];
 } kiln_kv_rows;
 
 typedef void (*kiln_kv_attend_fn)(const kiln_kv_span *sp, kiln_kv_rows *rows, int t0, int t1);

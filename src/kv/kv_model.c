@@ -50,8 +50,40 @@ void kiln_kv_scales_default_path(const kiln_model *m, char *buf, size_t cap) {
     else snprintf(buf, cap, "%.*s/kv_scales.json", (int)(sl - m->path), m->path);
 }
 
+/* --kv-smooth prerope needs the plain Llama forward (model/forward.c: RoPE over the whole head,
+ * NORM or NEOX pairs, frequency theta^(-2i/head_dim)) and separate V rows. */
+static kiln_status prerope_model_check(const struct kiln_model *m) {
+    const kiln_hparams *hp = &m->hp;
+    if (m->arch)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "--kv-smooth prerope (kv_smooth): model architecture '%s' is not supported; it needs "
+                         "plain Llama RoPE over the whole head (no MLA, no partial rotary, no RoPE scaling)", hp->arch);
+    if (hp->kv_v_shares_k)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "--kv-smooth prerope (kv_smooth): not for caches whose V shares the K row (MLA)");
+    if (hp->rotary_dim != hp->head_dim || hp->head_dim % 2 || hp->head_dim > 256)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "--kv-smooth prerope (kv_smooth): needs RoPE over the whole head (rotary_dim = %d, head_dim = %d; "
+                         "even head_dim up to 256)", hp->rotary_dim, hp->head_dim);
+    return KILN_OK;
+}
+
+/* v ← R(pos)·v (inverse = 0) or R(pos)ᵀ·v (inverse = 1) over one head of kd values: the model's
+ * rope_table / rope_apply (model/forward.c) with the same float formula. */
+static void rope_head(const kiln_hparams *hp, int pos, int inverse, float *v) {
+    const int kd = hp->head_dim, half = kd / 2;
+    for (int i = 0; i < half; i++) {
+        float freq = 1.0f / powf(hp->rope_theta, (float)(2 * i) / (float)kd);
+        float val = (float)pos * freq, c = cosf(val), s = sinf(val);
+        if (inverse) s = -s;
+        int a = hp->rope_style == KILN_ROPE_NORM ? 2 * i : i, b = hp->rope_style == KILN_ROPE_NORM ? 2 * i + 1 : i + half;
+        float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
+    }
+}
+
 kiln_status kiln_kv_measure_stats(kiln_model *m, const kiln_options *opts, const int32_t *tokens, size_t n, int window,
                                   float *kamax, float *vamax, float *kmean, float *kamax_c) {
+    const int prerope = opts && opts->kv_smooth == KILN_KV_SMOOTH_PREROPE && kmean;
+    if (prerope) KILN_TRY(prerope_model_check(m));
     kiln_kv_config c;
     memset(&c, 0, sizeof c);
     kiln_kv_layout_for_model(m, &c);
@@ -81,11 +113,44 @@ kiln_status kiln_kv_measure_stats(kiln_model *m, const kiln_options *opts, const
         for (int j = 0; st == KILN_OK && j < w; j += chunk)
             st = kiln_forward(m, pool, &seq, &ws, tokens + i + j, w - j < chunk ? w - j : chunk, NULL);
         if (st == KILN_OK) kiln_kv_seq_amax(pool, &seq, w, kamax, c.v_shares_k ? NULL : vamax);
-        if (st == KILN_OK && kmean) kiln_kv_seq_kstats(pool, &seq, w, ksum, kmin, kmax);
+        if (st == KILN_OK && kmean && !prerope) kiln_kv_seq_kstats(pool, &seq, w, ksum, kmin, kmax);
+        if (st == KILN_OK && prerope) /* pre-RoPE keys: the stored (rotated) rows turned back by R(t)ᵀ */
+            for (int l = 0; l < c.n_layers; l++)
+                for (int h = 0; h < c.n_kv_heads; h++)
+                    for (int t = 0; t < w; t++) {
+                        float row[256];
+                        kiln_kv_read_row(pool, &seq, l, t, h, 0, row);
+                        rope_head(&m->hp, t, 1, row);
+                        double *ks = ksum + ((size_t)l * c.n_kv_heads + (size_t)h) * (size_t)c.k_dim;
+                        for (int d = 0; d < c.k_dim; d++) ks[d] += row[d];
+                    }
         kiln_kv_seq_release(pool, &seq);
     }
+    /* Pre-RoPE: a second pass for the amax of the stored keys K − R(t)·mean (per (layer, head)). */
+    if (st == KILN_OK && prerope) {
+        for (size_t i = 0; i < nm; i++) kmean[i] = (float)(ksum[i] / (double)n);
+        for (size_t lh = 0; kamax_c && lh < nlh; lh++) kamax_c[lh] = 0.0f;
+        for (size_t i = 0; st == KILN_OK && i < n; i += (size_t)window) {
+            int w = n - i < (size_t)window ? (int)(n - i) : window;
+            st = kiln_kv_seq_reserve(pool, &seq, w);
+            for (int j = 0; st == KILN_OK && j < w; j += chunk)
+                st = kiln_forward(m, pool, &seq, &ws, tokens + i + j, w - j < chunk ? w - j : chunk, NULL);
+            for (int l = 0; st == KILN_OK && kamax_c && l < c.n_layers; l++)
+                for (int h = 0; h < c.n_kv_heads; h++) {
+                    size_t lh = (size_t)l * c.n_kv_heads + (size_t)h;
+                    for (int t = 0; t < w; t++) {
+                        float row[256], mu[256];
+                        kiln_kv_read_row(pool, &seq, l, t, h, 0, row);
+                        memcpy(mu, kmean + lh * (size_t)c.k_dim, (size_t)c.k_dim * sizeof(float));
+                        rope_head(&m->hp, t, 0, mu);
+                        for (int d = 0; d < c.k_dim; d++) kamax_c[lh] = fmaxf(kamax_c[lh], fabsf(row[d] - mu[d]));
+                    }
+                }
+            kiln_kv_seq_release(pool, &seq);
+        }
+    }
     if (st == KILN_OK && c.v_shares_k && vamax) memcpy(vamax, kamax, nlh * sizeof *vamax);
-    if (st == KILN_OK && kmean) {
+    if (st == KILN_OK && kmean && !prerope) {
         for (size_t lh = 0; lh < nlh; lh++) {
             float a = 0.0f;
             for (int d = 0; d < c.k_dim; d++) {
@@ -115,6 +180,13 @@ static void amax_to_scales(const float *amax, int n, float margin, float *out) {
 
 kiln_status kiln_kv_scales_write(const kiln_model *m, const char *path, const float *kamax, const float *vamax,
                                  const float *kmean, const float *kamax_c, float margin, const char *source, uint64_t n_tokens) {
+    return kiln_kv_scales_write_mode(m, path, kamax, vamax, kmean, kamax_c, margin, source, n_tokens, KILN_KV_SMOOTH_DEFAULT);
+}
+
+kiln_status kiln_kv_scales_write_mode(const kiln_model *m, const char *path, const float *kamax, const float *vamax,
+                                      const float *kmean, const float *kamax_c, float margin, const char *source, uint64_t n_tokens,
+                                      kiln_kv_smooth mode) {
+    if (mode == KILN_KV_SMOOTH_PREROPE) KILN_TRY(prerope_model_check(m));
     if (!(margin >= 1.0f && margin <= 1000.0f)) return kiln_fail(KILN_ERR_INVALID_ARG, "calibrate: --margin %g is outside [1, 1000]", (double)margin);
     int n = m->hp.n_layers * m->hp.n_kv_heads;
     if (m->hp.kv_v_shares_k || !kamax_c) kmean = NULL; /* no smoothing for MLA latent rows */
@@ -122,7 +194,8 @@ kiln_status kiln_kv_scales_write(const kiln_model *m, const char *path, const fl
     if (!ks || !vs) { free(ks); free(vs); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
     amax_to_scales(kmean ? kamax_c : kamax, n, margin, ks);
     amax_to_scales(vamax, n, margin, vs);
-    kiln_status st = kiln_kv_scales_write_json(path, m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, ks, vs, kmean, margin, source, n_tokens);
+    kiln_status st = kiln_kv_scales_write_json_mode(path, m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, ks, vs, kmean, margin, source,
+                                                    n_tokens, kmean && mode == KILN_KV_SMOOTH_PREROPE);
     free(ks);
     free(vs);
     return st;
@@ -152,6 +225,26 @@ static int calib_tokens(kiln_model *m, int n_ctx, int32_t **out) {
 
 static kiln_status setup_scales(struct kiln_model *m, const kiln_options *o, int n_ctx, int run_cal, kiln_kv_setup *su);
 
+/* A kv_scales.json into su; its K smoothing mode ("k_smooth") must match the session's kv_smooth:
+ * prerope needs a prerope file, post / no-means files serve the default, off takes no means. */
+static kiln_status read_file_mode(const char *path, const kiln_options *o, kiln_kv_config *c, kiln_kv_setup *su, int *has_mean) {
+    int file_pre = 0;
+    KILN_TRY(kiln_kv_scales_read_json_mode(path, c->n_layers, c->n_kv_heads, c->k_dim, c->v_shares_k, su->k_scale, su->v_scale,
+                                           su->k_mean, has_mean, &file_pre));
+    const char *fmode = !*has_mean ? "none (no k_mean)" : file_pre ? "prerope" : "post";
+    if (o->kv_smooth == KILN_KV_SMOOTH_PREROPE && !file_pre)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: field 'k_smooth' = %s does not match --kv-smooth prerope; "
+                         "run `kiln calibrate --kv-smooth prerope`", path, fmode);
+    if (o->kv_smooth != KILN_KV_SMOOTH_PREROPE && file_pre)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: field 'k_smooth' = prerope does not match --kv-smooth %s (pass --kv-smooth prerope "
+                         "or recalibrate)", path, o->kv_smooth == KILN_KV_SMOOTH_OFF ? "off" : "post (the default)");
+    if (o->kv_smooth == KILN_KV_SMOOTH_OFF && *has_mean)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: field 'k_smooth' = post (its k_scale applies to K - k_mean) does not match "
+                         "--kv-smooth off; run `kiln calibrate --no-smooth`", path);
+    if (*has_mean) c->k_mean = su->k_mean;
+    return KILN_OK;
+}
+
 kiln_status kiln_kv_setup_for_model(struct kiln_model *m, const kiln_options *o, int n_ctx, int run_cal, kiln_kv_setup *su) {
     KILN_TRY(setup_scales(m, o, n_ctx, run_cal, su));
     kiln_kv_config *c = &su->cfg;
@@ -171,6 +264,22 @@ static kiln_status setup_scales(struct kiln_model *m, const kiln_options *o, int
     c->scale_mode = o->kv_scale_mode;
     c->mem_bytes = o->kv_mem_bytes;
     KILN_TRY(kiln_kv_config_check(c));
+    const int pre = o->kv_smooth == KILN_KV_SMOOTH_PREROPE, off = o->kv_smooth == KILN_KV_SMOOTH_OFF;
+    if (o->kv_smooth < KILN_KV_SMOOTH_DEFAULT || o->kv_smooth > KILN_KV_SMOOTH_OFF)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--kv-smooth (kv_smooth): %d is not post, prerope or off", (int)o->kv_smooth);
+    if (pre) {
+        KILN_TRY(prerope_model_check(m));
+        if (c->dtype != KILN_KV_FP8)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "--kv-smooth prerope (kv_smooth): applies to FP8 KV only (--kv-dtype fp8), not %s",
+                             c->dtype == KILN_KV_F32 ? "f32" : "bf16");
+        if (c->scale_mode == KILN_KV_SCALE_DYNAMIC)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "--kv-smooth prerope (kv_smooth): needs static FP8 scales (the means come from "
+                             "calibration), not --kv-scale dynamic");
+        c->k_prerope = 1;
+        c->rope_theta = m->hp.rope_theta;
+        c->rope_norm = m->hp.rope_style == KILN_ROPE_NORM;
+        c->rope_positions = n_ctx;
+    }
     if (c->dtype != KILN_KV_FP8) {
         snprintf(su->source, sizeof su->source, "none (%s storage needs no scales)", c->dtype == KILN_KV_F32 ? "f32" : "bf16");
         return KILN_OK;
@@ -189,16 +298,21 @@ static kiln_status setup_scales(struct kiln_model *m, const kiln_options *o, int
     int has_mean = 0;
     su->k_mean = c->v_shares_k ? NULL : malloc((size_t)L * H * (size_t)c->k_dim * sizeof(float));
     if (!c->v_shares_k && !su->k_mean) { kiln_kv_setup_free(su); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    const char *smooth_txt = pre ? "; pre-RoPE K smoothing" : "; K smoothing";
     if (o->kv_scales_path) {
-        st = kiln_kv_scales_read_json(o->kv_scales_path, L, H, c->k_dim, c->v_shares_k, su->k_scale, su->v_scale, su->k_mean, &has_mean);
+        st = read_file_mode(o->kv_scales_path, o, c, su, &has_mean);
         if (st != KILN_OK) { kiln_kv_setup_free(su); return st; }
-        if (has_mean) c->k_mean = su->k_mean;
-        snprintf(su->source, sizeof su->source, "%.400s (--kv-scales%s)", o->kv_scales_path, has_mean ? "; K smoothing" : "");
+        snprintf(su->source, sizeof su->source, "%.400s (--kv-scales%s)", o->kv_scales_path, has_mean ? smooth_txt : "");
         return KILN_OK;
     }
     int found = 0;
     st = kiln_kv_scales_from_checkpoint(m, L, H, c->v_shares_k, su->k_scale, su->v_scale, &found);
     if (st != KILN_OK) { kiln_kv_setup_free(su); return st; }
+    if (found && pre) {
+        kiln_kv_setup_free(su);
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--kv-smooth prerope (kv_smooth): the checkpoint carries its own k_scale / v_scale "
+                         "(vLLM convention, no key means); pass a kv_scales.json from `kiln calibrate --kv-smooth prerope` with --kv-scales");
+    }
     if (found) {
         free(su->k_mean);
         su->k_mean = NULL;
@@ -209,12 +323,12 @@ static kiln_status setup_scales(struct kiln_model *m, const kiln_options *o, int
     kiln_kv_scales_default_path(m, path, sizeof path);
     struct stat sb;
     if (stat(path, &sb) == 0) {
-        st = kiln_kv_scales_read_json(path, L, H, c->k_dim, c->v_shares_k, su->k_scale, su->v_scale, su->k_mean, &has_mean);
+        st = read_file_mode(path, o, c, su, &has_mean);
         if (st != KILN_OK) { kiln_kv_setup_free(su); return st; }
-        if (has_mean) c->k_mean = su->k_mean;
-        snprintf(su->source, sizeof su->source, "%.400s (kiln calibrate%s)", path, has_mean ? "; K smoothing" : "");
+        snprintf(su->source, sizeof su->source, "%.400s (kiln calibrate%s)", path, has_mean ? smooth_txt : "");
         return KILN_OK;
     }
+    if (off) { free(su->k_mean); su->k_mean = NULL; } /* --kv-smooth off: calibrate without means */
     int32_t *toks = NULL;
     int nt = calib_tokens(m, n_ctx, &toks);
     if (nt < 1) { free(toks); kiln_kv_setup_free(su); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
@@ -238,7 +352,7 @@ static kiln_status setup_scales(struct kiln_model *m, const kiln_options *o, int
         amax_to_scales(va, L * H, KILN_KV_MARGIN, su->v_scale);
         su->calib_tokens = nt;
         snprintf(su->source, sizeof su->source, "built-in calibration (%d tokens of %s, margin %g%s); run `kiln calibrate` to write kv_scales.json",
-                 nt, what, (double)KILN_KV_MARGIN, su->k_mean ? ", K smoothing" : "");
+                 nt, what, (double)KILN_KV_MARGIN, su->k_mean ? (pre ? ", pre-RoPE K smoothing" : ", K smoothing") : "");
     }
     free(ka); free(va); free(kc); free(toks);
     if (st != KILN_OK) kiln_kv_setup_free(su);

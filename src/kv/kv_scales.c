@@ -119,7 +119,13 @@ static kiln_status read_means(const char *path, json_t *root, int L, int H, int 
 
 kiln_status kiln_kv_scales_read_json(const char *path, int L, int H, int kd, int v_shares_k, float *ks, float *vs, float *km,
                                      int *has_mean) {
+    return kiln_kv_scales_read_json_mode(path, L, H, kd, v_shares_k, ks, vs, km, has_mean, NULL);
+}
+
+kiln_status kiln_kv_scales_read_json_mode(const char *path, int L, int H, int kd, int v_shares_k, float *ks, float *vs, float *km,
+                                          int *has_mean, int *prerope) {
     if (has_mean) *has_mean = 0;
+    if (prerope) *prerope = 0;
     json_error_t e;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
     if (!root) {
@@ -153,12 +159,26 @@ kiln_status kiln_kv_scales_read_json(const char *path, int L, int H, int kd, int
             if (st == KILN_OK && has_mean) *has_mean = 1;
         }
     }
+    json_t *mode = json_object_get(root, "k_smooth");
+    if (st == KILN_OK && mode) {
+        const char *ms = json_string_value(mode);
+        if (!ms || (strcmp(ms, "post") != 0 && strcmp(ms, "prerope") != 0))
+            st = kiln_fail(KILN_ERR_FORMAT, "%s: field 'k_smooth' is not \"post\" or \"prerope\"", path);
+        else if (!json_object_get(root, "k_mean"))
+            st = kiln_fail(KILN_ERR_FORMAT, "%s: field 'k_smooth' = \"%s\" but the file has no 'k_mean'", path, ms);
+        else if (prerope) *prerope = strcmp(ms, "prerope") == 0;
+    }
     json_decref(root);
     return st;
 }
 
 kiln_status kiln_kv_scales_write_json(const char *path, int L, int H, int kd, const float *ks, const float *vs, const float *km,
                                       float margin, const char *source, uint64_t n_tokens) {
+    return kiln_kv_scales_write_json_mode(path, L, H, kd, ks, vs, km, margin, source, n_tokens, 0);
+}
+
+kiln_status kiln_kv_scales_write_json_mode(const char *path, int L, int H, int kd, const float *ks, const float *vs, const float *km,
+                                           float margin, const char *source, uint64_t n_tokens, int prerope) {
     json_t *root = json_object();
     json_object_set_new(root, "format", json_string("kiln-kv-scales"));
     json_object_set_new(root, "version", json_integer(1));
@@ -180,7 +200,14 @@ kiln_status kiln_kv_scales_write_json(const char *path, int L, int H, int kd, co
         json_object_set_new(root, kind ? "v_scale" : "k_scale", a);
     }
     if (km) {
-        json_object_set_new(root, "k_smoothing", json_string("K is stored as K - k_mean (per layer, KV head, channel); k_scale applies to K - k_mean"));
+        if (prerope) {
+            json_object_set_new(root, "k_smooth", json_string("prerope"));
+            json_object_set_new(root, "k_smoothing", json_string("k_mean is the mean of K before RoPE; K of position pos is stored as K - R(pos) k_mean "
+                                                                 "(R: the model's RoPE rotation); k_scale applies to K - R(pos) k_mean"));
+        } else {
+            json_object_set_new(root, "k_smooth", json_string("post"));
+            json_object_set_new(root, "k_smoothing", json_string("K is stored as K - k_mean (per layer, KV head, channel); k_scale applies to K - k_mean"));
+        }
         json_t *a = json_array();
         for (int l = 0; l < L; l++) {
             json_t *hs = json_array();

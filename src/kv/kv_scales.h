@@ -29,8 +29,17 @@ kiln_status kiln_kv_scales_from_checkpoint(const struct kiln_model *m, int n_lay
  * has one. */
 kiln_status kiln_kv_scales_read_json(const char *path, int n_layers, int n_kv_heads, int k_dim, int v_shares_k,
                                      float *k_scale, float *v_scale, float *k_mean, int *has_mean);
+/* The same, also reporting the K smoothing mode: "k_smooth": "post" (or absent: files written before
+ * the field) or "prerope" (k_mean is then the pre-RoPE mean, kv.h); *prerope = 1 for the latter. A
+ * k_smooth without k_mean, or another value, is an error naming the field. */
+kiln_status kiln_kv_scales_read_json_mode(const char *path, int n_layers, int n_kv_heads, int k_dim, int v_shares_k,
+                                          float *k_scale, float *v_scale, float *k_mean, int *has_mean, int *prerope);
 /* k_mean may be NULL (no smoothing). */
 kiln_status kiln_kv_scales_write_json(const char *path, int n_layers, int n_kv_heads, int k_dim, const float *k_scale,
                                       const float *v_scale, const float *k_mean, float margin, const char *source,
                                       uint64_t n_tokens);
+/* prerope = 1 records "k_smooth": "prerope" (k_mean then holds pre-RoPE means); 0 "post". */
+kiln_status kiln_kv_scales_write_json_mode(const char *path, int n_layers, int n_kv_heads, int k_dim, const float *k_scale,
+                                           const float *v_scale, const float *k_mean, float margin, const char *source,
+                                           uint64_t n_tokens, int prerope);
 #endif

@@ -9,6 +9,10 @@
  * FP8 K smoothing cases give the keys a large per-channel offset and the pool its mean: the kernels
  * then see q·(k − mean) while the reference uses the full keys; softmax is invariant to that
  * per-query shift, so the outputs must agree all the same.
+ * Pre-RoPE K smoothing cases (smooth 2: NEOX pairs, 3: NORM pairs) give the keys an offset R(p)·μ
+ * that turns with the position (R: RoPE with theta 10000 over the whole head, re-implemented here
+ * with the float formula kv.h documents); the pool stores k − R(p)μ and its kernels add q·R(p)μ
+ * back to each score, while the reference attends over the full dequantized keys.
  *
  * Cases: decode (one query) and prefill (a tile of consecutive positions, causal), two sequences
  * interleaved in one batch, GQA ratios 1, 4 and 8, odd KV head counts (3, 5), head dims that are
@@ -49,8 +53,23 @@ typedef struct {
     int H, KV, kd, vd, shares, pt;
     kiln_kv_dtype dt;
     kiln_kv_scale_mode mode;
-    int smooth;         /* FP8 K smoothing: keys get a large per-channel offset, the pool its mean */
+    int smooth;         /* FP8 K smoothing: keys get a large per-channel offset, the pool its mean;
+                           2 / 3: pre-RoPE smoothing with NEOX / NORM pairs (offset R(p)·mean) */
 } tcase;
+
+/* out = R(p)·mu over kd values (kv.h: frequency of pair i = 10000^(-2i/kd) in float, pairs
+ * (i, i + kd/2) for NEOX, (2i, 2i + 1) for NORM), or mu itself when not pre-RoPE. */
+static void ref_rot(const tcase *c, int p, const float *mu, float *out) {
+    if (c->smooth < 2) { memcpy(out, mu, sizeof(float) * (size_t)c->kd); return; }
+    const int half = c->kd / 2;
+    for (int i = 0; i < half; i++) {
+        float freq = 1.0f / powf(10000.0f, (float)(2 * i) / (float)c->kd), val = (float)p * freq;
+        float cs = cosf(val), sn = sinf(val);
+        int a = c->smooth == 3 ? 2 * i : i, b = c->smooth == 3 ? 2 * i + 1 : i + half;
+        out[a] = mu[a] * cs - mu[b] * sn;
+        out[b] = mu[a] * sn + mu[b] * cs;
+    }
+}
 
 /* Reference dequantization of one row, FP8 static. */
 static float ref_fp8(float x, float s) { return kiln_fp8_e4m3_to_f32(kiln_f32_to_fp8_e4m3(x * (1.0f / s))) * s; }
@@ -90,16 +109,20 @@ static void gen(tstate *t) {
             }
             for (int d = 0; d < c->vd; d++) t->v[((size_t)p * c->KV + h) * c->vd + d] = nrand();
         }
-        /* keys with a per-channel offset (what smoothing removes) */
+        /* keys with a per-channel offset (what smoothing removes; rotated to the position when pre-RoPE) */
+        float rot[576];
         if (t->mu)
-            for (int p = 0; p < n; p++)
-                for (int d = 0; d < c->kd; d++) t->k[((size_t)p * c->KV + h) * c->kd + d] += t->mu[h * c->kd + d];
+            for (int p = 0; p < n; p++) {
+                ref_rot(c, p, t->mu + h * c->kd, rot);
+                for (int d = 0; d < c->kd; d++) t->k[((size_t)p * c->KV + h) * c->kd + d] += rot[d];
+            }
         /* static scales: amax over the data (of K − mean when smoothing) × a margin of 1.25 (some
          * values land near 448) */
         float ka = 0, va = 0;
         for (int p = 0; p < n; p++) {
+            if (t->mu) ref_rot(c, p, t->mu + h * c->kd, rot);
             for (int d = 0; d < c->kd; d++)
-                ka = fmaxf(ka, fabsf(t->k[((size_t)p * c->KV + h) * c->kd + d] - (t->mu ? t->mu[h * c->kd + d] : 0.0f)));
+                ka = fmaxf(ka, fabsf(t->k[((size_t)p * c->KV + h) * c->kd + d] - (t->mu ? rot[d] : 0.0f)));
             for (int d = 0; d < c->vd; d++) va = fmaxf(va, fabsf(t->v[((size_t)p * c->KV + h) * c->vd + d]));
         }
         t->ks[h] = ka * 1.25f / 448.0f;
@@ -121,10 +144,11 @@ static void ref_dequant(tstate *t) {
         for (int h = 0; h < c->KV; h++) {
             float s = 0;                        /* dynamic page scale */
             uint8_t *codes = malloc((size_t)c->pt * dim);
-            const float *mu = kind == 0 && t->mu && c->dt == KILN_KV_FP8 ? t->mu + (size_t)h * dim : NULL;
-            float *xc = malloc(sizeof(float) * (size_t)dim);
+            const float *mu0 = kind == 0 && t->mu && c->dt == KILN_KV_FP8 ? t->mu + (size_t)h * dim : NULL, *mu = NULL;
+            float *xc = malloc(sizeof(float) * (size_t)dim), rot[576];
             for (int p = 0; p < n; p++) {
                 const float *x = src + ((size_t)p * c->KV + h) * dim;
+                if (mu0) { ref_rot(c, p, mu0, rot); mu = rot; }
                 if (mu) {
                     for (int d = 0; d < dim; d++) xc[d] = x[d] - mu[d];
                     x = xc;
@@ -171,7 +195,8 @@ static void make_pool(tstate *t, int n_seqs) {
     const tcase *c = &t->c;
     kiln_kv_config cfg = {.n_layers = 1, .n_kv_heads = c->KV, .head_dim = c->kd, .page_tokens = c->pt, .dtype = c->dt,
                           .k_dim = c->kd, .v_dim = c->vd, .v_shares_k = c->shares, .scale_mode = c->mode,
-                          .k_scale = t->ks, .v_scale = t->vs, .k_mean = t->mu};
+                          .k_scale = t->ks, .v_scale = t->vs, .k_mean = t->mu,
+                          .k_prerope = c->smooth >= 2, .rope_theta = 10000.0f, .rope_norm = c->smooth == 3, .rope_positions = t->n_ctx};
     int pages = n_seqs * ((t->n_ctx + c->pt - 1) / c->pt);
     cfg.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&cfg) + (int64_t)pages * (int64_t)kiln_kv_page_cost(&cfg);
     assert_int_equal(kiln_kv_pool_create(&cfg, &t->pool), KILN_OK);
@@ -251,8 +276,8 @@ static void check_batch(tstate *t, kiln_kv_seq **seqs, const int *pos, int n, ki
             for (int d = 0; d < c->vd; d++) {
                 double e = fabs((double)o[d] - ref[d]);
                 if (!(e <= tol)) {
-                    fprintf(stderr, "%s isa %s %s%s H=%d KV=%d kd=%d vd=%d page=%d ctx=%d: query %d (pos %d) head %d dim %d: %.9g vs ref %.9g (tol %.3g)\n",
-                            what, kiln_isa_name(isa), dtn(c->dt), c->mode ? "-dynamic" : "", c->H, c->KV, c->kd, c->vd, c->pt, t->n_ctx, i, pos[i], h, d,
+                    fprintf(stderr, "%s isa %s %s%s smooth %d H=%d KV=%d kd=%d vd=%d page=%d ctx=%d: query %d (pos %d) head %d dim %d: %.9g vs ref %.9g (tol %.3g)\n",
+                            what, kiln_isa_name(isa), dtn(c->dt), c->mode ? "-dynamic" : "", c->smooth, c->H, c->KV, c->kd, c->vd, c->pt, t->n_ctx, i, pos[i], h, d,
                             (double)o[d], ref[d], tol);
                     fail();
                 }
@@ -357,17 +382,20 @@ static const int shapes[][6] = {
 static void test_attention_all(void **state) {
     (void)state;
     kiln_fp_init();
-    /* f32, bf16, fp8 static, fp8 dynamic, fp8 dynamic + smoothing, fp8 static + smoothing */
-    const kiln_kv_dtype dts[] = {KILN_KV_F32, KILN_KV_BF16, KILN_KV_FP8, KILN_KV_FP8, KILN_KV_FP8, KILN_KV_FP8};
+    /* f32, bf16, fp8 static, fp8 dynamic, fp8 dynamic + smoothing, fp8 static + smoothing,
+     * fp8 static + pre-RoPE smoothing (NEOX pairs, NORM pairs) */
+    const kiln_kv_dtype dts[] = {KILN_KV_F32, KILN_KV_BF16, KILN_KV_FP8, KILN_KV_FP8, KILN_KV_FP8, KILN_KV_FP8, KILN_KV_FP8, KILN_KV_FP8};
     const int lens[] = {1, 5, 37, 100};
     for (size_t k = 0; k < 3; k++) {
         if (!kiln_cpu_supports(isas[k])) { fprintf(stderr, "skip %s: not supported by this CPU\n", kiln_isa_name(isas[k])); continue; }
         assert_int_equal(kiln_kernels_select(isas[k]), isas[k]);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            for (int d = 0; d < 6; d++)
+            for (int d = 0; d < 8; d++)
                 for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+                    if (d >= 6 && shapes[s][4]) continue; /* pre-RoPE smoothing: not for MLA */
                     tcase c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4], shapes[s][5], dts[d],
-                               d == 3 || d == 4 ? KILN_KV_SCALE_DYNAMIC : KILN_KV_SCALE_STATIC, (d == 4 || d == 5) && !shapes[s][4]};
+                               d == 3 || d == 4 ? KILN_KV_SCALE_DYNAMIC : KILN_KV_SCALE_STATIC,
+                               d >= 6 ? d - 4 : (d == 4 || d == 5) && !shapes[s][4]};
                     run_case(&c, lens[l], isas[k]);
                 }
     }
@@ -387,6 +415,8 @@ static void test_attention_long(void **state) {
         run_case(&c2, 1029, isas[k]);
         tcase c3 = {4, 1, 576, 512, 1, 16, KILN_KV_FP8, KILN_KV_SCALE_DYNAMIC, 0};
         run_case(&c3, 700, isas[k]);
+        tcase c4 = {8, 2, 64, 64, 0, 16, KILN_KV_FP8, KILN_KV_SCALE_STATIC, 2}; /* pre-RoPE, split path */
+        run_case(&c4, 1500, isas[k]);
     }
     kiln_kernels_select(KILN_ISA_AUTO);
 }
