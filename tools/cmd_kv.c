@@ -430,6 +430,9 @@ int kv_bench(int argc, char **argv) {
         kiln_options oo = o;
         oo.kv_dtype = vs[v].dt;
         oo.kv_scale_mode = vs[v].mode;
+        /* --kv-smooth prerope applies to the static-scale FP8 variants (as in the quality bench) */
+        if (oo.kv_smooth == KILN_KV_SMOOTH_PREROPE && (oo.kv_dtype != KILN_KV_FP8 || oo.kv_scale_mode == KILN_KV_SCALE_DYNAMIC))
+            oo.kv_smooth = KILN_KV_SMOOTH_DEFAULT;
         oo.max_context = (int)(cmax + decode + 9);
         oo.quiet = 0; /* the KV summary line (with the scale source) goes to stderr */
         st = kiln_session_create(m, &oo, &ss[v]);
