@@ -253,8 +253,9 @@ int main(int argc, char **argv) {
      * 97–111 with GOMP_SPINCOUNT=30000 (a futex wake-up per parallel region is the difference);
      * with one busy process beside it 55–59 passive vs 22–23 spin-then-sleep. Passive stays the
      * default because it never collapses; on a dedicated machine set GOMP_SPINCOUNT=30000 (or
-     * OMP_WAIT_POLICY=active) for the extra 5–10% (docs/BENCHMARKS.md). */
-    if (!getenv("OMP_WAIT_POLICY") && setenv("OMP_WAIT_POLICY", "passive", 1) == 0) execv("/proc/self/exe", argv);
+     * OMP_WAIT_POLICY=active) for the extra 5–10% (docs/BENCHMARKS.md); either variable set by the
+     * user is left alone (a forced passive policy would make libgomp ignore the spin count). */
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") && setenv("OMP_WAIT_POLICY", "passive", 1) == 0) execv("/proc/self/exe", argv);
     if (argc < 2) return usage();
     const char *c = argv[1];
     int n = argc - 1;
