@@ -72,7 +72,7 @@ AI float hadd8(__m256 v) {
  * coefficients, divided by the block factor km, are accumulated with the position's cos/sin row into
  * the QK accumulators. PR = 0 is the plain kernel, unchanged. */
 AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR) {
-    const int pt = sp->page_tokens, kd = sp->k_dim, vd = sp->v_dim;
+    const int kd = sp->k_dim, vd = sp->v_dim;
     const size_t es = DT == KILN_KV_F32 ? 4 : DT == KILN_KV_BF16 ? 2 : 1;
     const float fp8f = DT == KILN_KV_FP8 ? 256.0f : 1.0f;
     const int kfull = kd / 8, ktail = kd % 8, vfull = vd / 8, vtail = vd % 8;
@@ -91,14 +91,10 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
     for (int r = 0; r < R; r++) lmax = rw->lim[r] > lmax ? rw->lim[r] : lmax;
     if (t1 > lmax) t1 = lmax;
     for (int b0 = t0; b0 < t1;) {
-        int32_t pg = sp->pages[b0 / pt];
-        int o0 = b0 % pt, nb = pt - o0;
-        if (nb > 8) nb = 8;
-        if (nb > t1 - b0) nb = t1 - b0;
-        const uint8_t *kp = sp->kbase + (size_t)pg * sp->page_k + sp->head_k + (size_t)o0 * sp->row_k;
-        const uint8_t *vp = sp->vbase + (size_t)pg * sp->page_v + sp->head_v + (size_t)o0 * sp->row_v;
-        float km = sp->kmul * fp8f * (sp->dyn_k ? sp->dyn_k[(size_t)pg * sp->dyn_stride] : 1.0f);
-        float vm = sp->vmul * fp8f * (sp->dyn_v ? sp->dyn_v[(size_t)pg * sp->dyn_stride] : 1.0f);
+        const kiln_kv_block blk = kiln_kv_block_at(sp, b0, t1, 8, fp8f);
+        const int nb = blk.n;
+        const uint8_t *kp = blk.k, *vp = blk.v;
+        const float km = blk.km, vm = blk.vm;
         for (int j = 0; j < nb; j++) {
             const uint8_t *kr = kp + (size_t)j * sp->row_k;
             __m256 acc[KV_MAX_ROWS];

@@ -472,21 +472,17 @@ void kiln_kv_seq_amax(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, float 
 
 /* ---- scalar attention kernel ------------------------------------------------------------------- */
 void kiln_kv_attend_scalar(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {
-    const int pt = sp->page_tokens, kd = sp->k_dim, vd = sp->v_dim, R = rw->R;
+    const int kd = sp->k_dim, vd = sp->v_dim, R = rw->R;
     const kiln_kv_dtype dt = sp->dtype;
     float s[KV_MAX_ROWS][16], corr[KV_MAX_ROWS];
     int lmax = 0;
     for (int r = 0; r < R; r++) lmax = rw->lim[r] > lmax ? rw->lim[r] : lmax;
     if (t1 > lmax) t1 = lmax;
     for (int b0 = t0; b0 < t1;) {
-        int32_t pg = sp->pages[b0 / pt];
-        int o0 = b0 % pt, nb = pt - o0;
-        if (nb > 16) nb = 16;
-        if (nb > t1 - b0) nb = t1 - b0;
-        const uint8_t *kp = sp->kbase + (size_t)pg * sp->page_k + sp->head_k + (size_t)o0 * sp->row_k;
-        const uint8_t *vp = sp->vbase + (size_t)pg * sp->page_v + sp->head_v + (size_t)o0 * sp->row_v;
-        float km = sp->kmul * (sp->dyn_k ? sp->dyn_k[(size_t)pg * sp->dyn_stride] : 1.0f);
-        float vm = sp->vmul * (sp->dyn_v ? sp->dyn_v[(size_t)pg * sp->dyn_stride] : 1.0f);
+        const kiln_kv_block blk = kiln_kv_block_at(sp, b0, t1, 16, 1.0f);
+        const int nb = blk.n;
+        const uint8_t *kp = blk.k, *vp = blk.v;
+        const float km = blk.km, vm = blk.vm;
         for (int j = 0; j < nb; j++)
             for (int r = 0; r < R; r++) {
                 float acc = 0.0f;

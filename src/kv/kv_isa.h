@@ -44,6 +44,25 @@ typedef struct kiln_kv_rows {
     const float *qc[KV_MAX_ROWS];
 } kiln_kv_rows;
 
+/* The attention kernels walk positions [t0, t1) in blocks that stay inside one page: the block at
+ * b0 holds n ≤ max_block positions, its K / V rows start at k / v, and km / vm are the factors of
+ * its scores and values (the span's, times the page's dynamic scale, times fp8f: 256 in the SIMD
+ * kernels, whose FP8 dequantization yields value/256, else 1). Shared by every ISA. */
+typedef struct { const uint8_t *k, *v; int n; float km, vm; } kiln_kv_block;
+static inline kiln_kv_block kiln_kv_block_at(const kiln_kv_span *sp, int b0, int t1, int max_block, float fp8f) {
+    const int pt = sp->page_tokens, o0 = b0 % pt;
+    const size_t pg = (size_t)sp->pages[b0 / pt];
+    kiln_kv_block b;
+    b.n = pt - o0;
+    if (b.n > max_block) b.n = max_block;
+    if (b.n > t1 - b0) b.n = t1 - b0;
+    b.k = sp->kbase + pg * sp->page_k + sp->head_k + (size_t)o0 * sp->row_k;
+    b.v = sp->vbase + pg * sp->page_v + sp->head_v + (size_t)o0 * sp->row_v;
+    b.km = sp->kmul * fp8f * (sp->dyn_k ? sp->dyn_k[pg * sp->dyn_stride] : 1.0f);
+    b.vm = sp->vmul * fp8f * (sp->dyn_v ? sp->dyn_v[pg * sp->dyn_stride] : 1.0f);
+    return b;
+}
+
 typedef void (*kiln_kv_attend_fn)(const kiln_kv_span *sp, kiln_kv_rows *rows, int t0, int t1);
 
 typedef struct kiln_kv_ktable {
