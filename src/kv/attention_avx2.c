@@ -170,24 +170,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
     }
 }
 
-#define INST(R)                                                                                              \
-    static void attend_r##R(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {                     \
-        switch (sp->dtype) {                                                                                 \
-        case KILN_KV_F32: attend_impl(sp, rw, t0, t1, R, KILN_KV_F32, 0); break;                             \
-        case KILN_KV_BF16: attend_impl(sp, rw, t0, t1, R, KILN_KV_BF16, 0); break;                           \
-        default:                                                                                             \
-            if (sp->rope_cs) attend_impl(sp, rw, t0, t1, R, KILN_KV_FP8, 1);                                 \
-            else attend_impl(sp, rw, t0, t1, R, KILN_KV_FP8, 0);                                             \
-            break;                                                                                           \
-        }                                                                                                    \
-    }
-INST(1) INST(2) INST(3) INST(4) INST(5) INST(6) INST(7) INST(8)
-
-static void attend(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {
-    static void (*const fns[KV_MAX_ROWS + 1])(const kiln_kv_span *, kiln_kv_rows *, int, int) = {
-        NULL, attend_r1, attend_r2, attend_r3, attend_r4, attend_r5, attend_r6, attend_r7, attend_r8};
-    if (rw->R >= 1 && rw->R <= KV_MAX_ROWS) fns[rw->R](sp, rw, t0, t1);
-}
+KILN_KV_ATTEND_ENTRY(attend_impl)
 
 /* ---- store conversions ---- */
 AI __m256i fp8_codes(__m256 x) {

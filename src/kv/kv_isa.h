@@ -65,6 +65,31 @@ static inline kiln_kv_block kiln_kv_block_at(const kiln_kv_span *sp, int b0, int
 
 typedef void (*kiln_kv_attend_fn)(const kiln_kv_span *sp, kiln_kv_rows *rows, int t0, int t1);
 
+/* The entry point of an ISA file's attention kernel: one instantiation of IMPL(sp, rw, t0, t1, R,
+ * dtype, prerope) per row count R (1..KV_MAX_ROWS) and storage dtype, so that the rows' loops are
+ * unrolled at compile time, and `static void attend(...)` picking the one for rw->R. Used by
+ * attention_avx2.c and attention_avx512.c, which differ only in IMPL. */
+#define KILN_KV_ATTEND_INST(IMPL, R)                                                             \
+    static void attend_r##R(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {           \
+        switch (sp->dtype) {                                                                       \
+        case KILN_KV_F32: IMPL(sp, rw, t0, t1, R, KILN_KV_F32, 0); break;                          \
+        case KILN_KV_BF16: IMPL(sp, rw, t0, t1, R, KILN_KV_BF16, 0); break;                        \
+        default:                                                                                   \
+            if (sp->rope_cs) IMPL(sp, rw, t0, t1, R, KILN_KV_FP8, 1);                              \
+            else IMPL(sp, rw, t0, t1, R, KILN_KV_FP8, 0);                                          \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+#define KILN_KV_ATTEND_ENTRY(IMPL)                                                                 \
+    KILN_KV_ATTEND_INST(IMPL, 1) KILN_KV_ATTEND_INST(IMPL, 2) KILN_KV_ATTEND_INST(IMPL, 3)         \
+    KILN_KV_ATTEND_INST(IMPL, 4) KILN_KV_ATTEND_INST(IMPL, 5) KILN_KV_ATTEND_INST(IMPL, 6)         \
+    KILN_KV_ATTEND_INST(IMPL, 7) KILN_KV_ATTEND_INST(IMPL, 8)                                      \
+    static void attend(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {                \
+        static void (*const fns[KV_MAX_ROWS + 1])(const kiln_kv_span *, kiln_kv_rows *, int, int) = { \
+            NULL, attend_r1, attend_r2, attend_r3, attend_r4, attend_r5, attend_r6, attend_r7, attend_r8}; \
+        if (rw->R >= 1 && rw->R <= KV_MAX_ROWS) fns[rw->R](sp, rw, t0, t1);                       \
+    }
+
 typedef struct kiln_kv_ktable {
     kiln_kv_attend_fn attend;
     void (*quant_fp8)(const float *x, int n, float inv_scale, uint8_t *out);
