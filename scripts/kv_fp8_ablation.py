@@ -33,11 +33,13 @@ usage: KILN=build/x/kiln SHARED=../shared [DATA=FILE] [MAX_TOKENS=N] [SCALES=bui
 import itertools
 import json
 import os
-import struct
 import subprocess
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
+from llama2c_np import load_llama2c  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KILN = os.environ.get("KILN") or os.path.join(HERE, "..", "kiln")
@@ -48,29 +50,7 @@ RULES = ["nosmooth", "smooth", "rotK", "rotKV", "qaware", "prerope", "prerope_qa
 
 
 def load(path):
-    b = open(path, "rb").read()
-    dim, hid, L, H, KV, V, S = struct.unpack("7i", b[:28])
-    shared = V > 0
-    V = abs(V)
-    w = np.frombuffer(b[28:], dtype=np.float32)
-    o = 0
-
-    def take(*sh):
-        nonlocal o
-        n = int(np.prod(sh))
-        a = w[o:o + n].reshape(sh)
-        o += n
-        return a.astype(np.float64)
-
-    m = dict(dim=dim, L=L, H=H, KV=KV, V=V, S=S, hs=dim // H)
-    for k, sh in (("emb", (V, dim)), ("ra", (L, dim)), ("wq", (L, dim, dim)), ("wk", (L, KV * dim // H, dim)),
-                  ("wv", (L, KV * dim // H, dim)), ("wo", (L, dim, dim)), ("rf", (L, dim)), ("w1", (L, hid, dim)),
-                  ("w2", (L, dim, hid)), ("w3", (L, hid, dim)), ("rfin", (dim,))):
-        m[k] = take(*sh)
-    take(S, dim // H // 2)
-    take(S, dim // H // 2)
-    m["wcls"] = m["emb"] if shared else take(V, dim)
-    return m
+    return load_llama2c(path)
 
 
 # E4M3 "fn": non-negative codes 0x00..0x7E, value grid ascending

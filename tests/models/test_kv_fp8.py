@@ -26,12 +26,14 @@
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+from llama2c_np import load_llama2c  # noqa: E402
 
 KILN = os.environ.get("KILN") or os.path.join(os.path.dirname(__file__), "..", "..", "kiln")
 SHARED = os.environ.get("SHARED") or os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared")
@@ -40,37 +42,7 @@ DATA = os.path.join(SHARED, "data", "more", "tinystories_sample.txt")
 
 
 def load(path):
-    b = open(path, "rb").read()
-    dim, hid, L, H, KV, V, S = struct.unpack("7i", b[:28])
-    shared = V > 0
-    V = abs(V)
-    w = np.frombuffer(b[28:], dtype=np.float32)
-    o = 0
-
-    def take(*sh):
-        nonlocal o
-        n = int(np.prod(sh))
-        a = w[o:o + n].reshape(sh)
-        o += n
-        return a.astype(np.float64)
-
-    hs = dim // H
-    m = dict(dim=dim, L=L, H=H, KV=KV, V=V, S=S, hs=hs)
-    m["emb"] = take(V, dim)
-    m["ra"] = take(L, dim)
-    m["wq"] = take(L, dim, dim)
-    m["wk"] = take(L, KV * hs, dim)
-    m["wv"] = take(L, KV * hs, dim)
-    m["wo"] = take(L, dim, dim)
-    m["rf"] = take(L, dim)
-    m["w1"] = take(L, hid, dim)
-    m["w2"] = take(L, dim, hid)
-    m["w3"] = take(L, hid, dim)
-    m["rfin"] = take(dim)
-    take(S, hs // 2)
-    take(S, hs // 2)
-    m["wcls"] = m["emb"] if shared else take(V, dim)
-    return m
+    return load_llama2c(path)
 
 
 def e4m3_grid():
