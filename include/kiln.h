@@ -345,6 +345,9 @@ void kiln_server_stop(kiln_server *s);
 /* The machine's read bandwidth in GB/s (1e9 B/s) with `threads` threads (0 = all), best of a few
  * passes over a 1 GiB buffer. */
 double kiln_memory_read_gbps(int threads);
+/* Sustained read bandwidth: one timed window reading at least `window_bytes` (repeated passes over
+ * a 1 GiB buffer), so it can be made as long as a benchmark's own measuring window. */
+double kiln_memory_read_window_gbps(int threads, uint64_t window_bytes);
 /* Re-quantizes the output head (lm_head) in memory too: "f32", "bf16", "fp8", "int4" (group 32),
  * "int4-g128". */
 kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights);
@@ -353,9 +356,10 @@ kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights);
 uint64_t kiln_model_decode_weight_bytes(const kiln_model *m);
 /* The linear layers of one batch-1 decode step alone, replayed with the forward pass's own calls
  * (Llama-architecture models: q/k/v and gate/up each in one call, o, down, the output head) on a
- * fixed activation: seconds per step, the best of `reps`. What the GEMV kernels reach without the
- * rest of a step (attention, norms, thread wake-ups between them). 0 for other architectures or
- * when scratch memory cannot be had. */
+ * fixed activation: mean seconds per step over `reps` consecutive steps (a window as long as a
+ * decode window of `reps` tokens, not the best single step, which on a shared machine catches quiet
+ * moments a decode window does not). What the GEMV kernels reach without the rest of a step
+ * (attention, norms, sampling). 0 for other architectures or when scratch memory cannot be had. */
 double kiln_model_bench_linear_step(const kiln_model *m, int reps);
 
 /* Utility: a monotonic clock in seconds. */

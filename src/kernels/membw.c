@@ -1,8 +1,11 @@
 /* membw.c — the machine's read bandwidth, measured the way a decode GEMV reads weights: each of
  * `threads` OpenMP threads streams its own contiguous part of one large buffer with the widest
- * vector loads of the current ISA (kiln_kernels_select). The best of several repetitions is
- * reported, after a warm-up pass that also faults the pages in. kiln bench divides a kernel's
- * achieved bytes/s by this figure. */
+ * vector loads of the current ISA (kiln_kernels_select), after a warm-up pass that also faults the
+ * pages in. kiln_measure_read_gbps: the best of several 1 GiB passes (a burst figure);
+ * kiln_measure_read_window_gbps: one timed window of a given length (passes over the same 1 GiB),
+ * which kiln bench makes as long as its decode windows, so both sides of its roofline ratio are
+ * sustained over the same amount of data (on a shared VM a 20 ms burst catches quiet moments a
+ * 0.3 s decode window does not). */
 #include "kernels/gemv.h"
 #include "kernels/gemv_isa.h"
 #include <omp.h>
@@ -25,35 +28,59 @@ static uint64_t read_sum_scalar(const void *p, size_t bytes) {
 
 volatile uint64_t kiln_membw_sink; /* keeps the reads observable */
 
-double kiln_measure_read_gbps(int threads, size_t bytes) {
-    if (threads <= 0) threads = omp_get_max_threads();
-    if (bytes == 0) bytes = (size_t)1 << 30;
-    size_t per = (bytes / (size_t)threads) & ~(size_t)4095;
-    if (per < 4096) per = 4096;
-    bytes = per * (size_t)threads;
-    uint8_t *buf = aligned_alloc(4096, bytes);
-    if (!buf) return 0.0;
+/* One timed read of `window` bytes: each thread passes over its own part of buf (first touched by
+ * that thread) until the threads together read at least `window` bytes. */
+static double read_window(uint8_t *buf, size_t per, int threads, uint64_t window, int first_touch) {
     const kiln_ktable *t = kiln_ktable_current();
     uint64_t (*rd)(const void *, size_t) = t && t->read_sum ? t->read_sum : read_sum_scalar;
+    const uint64_t total = (uint64_t)per * (uint64_t)threads;
+    const uint64_t passes = window > total ? (window + total - 1) / total : 1;
+    uint64_t sink = 0;
+    double t0 = 0;
+    #pragma omp parallel num_threads(threads) reduction(^ : sink)
+    {
+        int id = omp_get_thread_num();
+        uint8_t *mine = buf + per * (size_t)id;
+        if (first_touch) memset(mine, id + 1, per); /* first touch by the reading thread */
+        #pragma omp barrier
+        #pragma omp master
+        t0 = now_s();
+        #pragma omp barrier
+        for (uint64_t p = 0; p < passes; p++) sink ^= rd(mine, per);
+    }
+    double dt = now_s() - t0;
+    kiln_membw_sink ^= sink;
+    return dt > 0 ? (double)(total * passes) / dt / 1e9 : 0.0;
+}
+
+static uint8_t *alloc_parts(int *threads, size_t *bytes, size_t *per) {
+    if (*threads <= 0) *threads = omp_get_max_threads();
+    if (*bytes == 0) *bytes = (size_t)1 << 30;
+    *per = (*bytes / (size_t)*threads) & ~(size_t)4095;
+    if (*per < 4096) *per = 4096;
+    *bytes = *per * (size_t)*threads;
+    return aligned_alloc(4096, *bytes);
+}
+
+double kiln_measure_read_gbps(int threads, size_t bytes) {
+    size_t per;
+    uint8_t *buf = alloc_parts(&threads, &bytes, &per);
+    if (!buf) return 0.0;
     double best = 0.0;
     for (int rep = 0; rep < 6; rep++) {
-        uint64_t sink = 0;
-        double t0 = 0;
-        #pragma omp parallel num_threads(threads) reduction(^ : sink)
-        {
-            int id = omp_get_thread_num();
-            uint8_t *mine = buf + per * (size_t)id;
-            if (rep == 0) memset(mine, id + 1, per); /* first touch by the reading thread */
-            #pragma omp barrier
-            #pragma omp master
-            t0 = now_s();
-            #pragma omp barrier
-            sink ^= rd(mine, per);
-        }
-        double dt = now_s() - t0;
-        kiln_membw_sink ^= sink;
-        if (rep > 0 && dt > 0 && (double)bytes / dt > best) best = (double)bytes / dt;
+        double g = read_window(buf, per, threads, 0, rep == 0);
+        if (rep > 0 && g > best) best = g;
     }
     free(buf);
-    return best / 1e9;
+    return best;
+}
+
+double kiln_measure_read_window_gbps(int threads, uint64_t window) {
+    size_t per, bytes = 0;
+    uint8_t *buf = alloc_parts(&threads, &bytes, &per);
+    if (!buf) return 0.0;
+    read_window(buf, per, threads, 0, 1); /* faults the pages in, warms the prefetchers */
+    double g = read_window(buf, per, threads, window, 0);
+    free(buf);
+    return g;
 }

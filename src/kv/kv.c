@@ -5,6 +5,7 @@
 #include "kv/kv_isa.h"
 #include "kv/integrity.h"
 #include "base/fp.h"
+#include "base/pool.h"
 #include "base/status.h"
 #include "kernels/gemv.h"
 #include <float.h>
@@ -586,6 +587,65 @@ static void make_span(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, in
     }
 }
 
+/* One attention call's shared state for its parallel sections (attend_task, merge_set). */
+typedef struct {
+    const kiln_kv_pool *p;
+    int layer, vd;
+    float scale;
+    kv_task *tasks;
+    kv_set *sets;
+    kiln_kv_attend_fn fn;
+} attend_job;
+
+/* Task ti: one row set over one split of the context. */
+static void attend_task(void *arg, int64_t ti) {
+    const attend_job *j = arg;
+    const kiln_kv_pool *p = j->p;
+    const int vd = j->vd;
+    kv_task *tk = &j->tasks[ti];
+    kiln_kv_rows *rw = &tk->rows;
+    for (int r = 0; r < rw->R; r++) {
+        rw->m[r] = -INFINITY;
+        rw->l[r] = 0.0f;
+        memset(rw->acc[r], 0, (size_t)vd * sizeof(float));
+    }
+    kiln_kv_span sp;
+    make_span(p, j->layer, tk->seq, tk->kvh, j->scale, &sp);
+    /* integrity: each page is verified right before the kernel reads it (kv/integrity.h) */
+    if (tk->t1 > tk->t0) {
+        if (p->integ) kiln_kv_integ_attend(p, j->layer, tk->seq, tk->kvh, j->fn, &sp, rw, tk->t0, tk->t1);
+        else j->fn(&sp, rw, tk->t0, tk->t1);
+    }
+    if (!tk->split)
+        for (int r = 0; r < rw->R; r++) {
+            float inv = rw->l[r] > 0.0f ? 1.0f / rw->l[r] : 0.0f;
+            for (int d = 0; d < vd; d++) rw->acc[r][d] *= inv;
+        }
+}
+
+/* Merges the splits of each row of set s2: out = Σ_s acc_s e^{m_s − M} / Σ_s l_s e^{m_s − M}. */
+static void merge_set(void *arg, int64_t s2) {
+    const attend_job *j = arg;
+    const int vd = j->vd;
+    const kv_set *st = &j->sets[s2];
+    const kv_task *tasks = j->tasks;
+    for (int r = 0; r < st->R; r++) {
+        float M = -INFINITY, L = 0.0f;
+        for (int k = 0; k < st->n_tasks; k++) M = fmaxf(M, tasks[st->first_task + k].rows.m[r]);
+        float *o = st->out[r];
+        memset(o, 0, (size_t)vd * sizeof(float));
+        for (int k = 0; k < st->n_tasks; k++) {
+            const kiln_kv_rows *rw = &tasks[st->first_task + k].rows;
+            if (rw->l[r] <= 0.0f) continue;
+            float w = expf(rw->m[r] - M);
+            L += rw->l[r] * w;
+            for (int d = 0; d < vd; d++) o[d] += rw->acc[r][d] * w;
+        }
+        float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        for (int d = 0; d < vd; d++) o[d] *= inv;
+    }
+}
+
 void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                           const float *q, int n_heads, float scale, float *out) {
     const int H = p->cfg.n_kv_heads, kd = p->cfg.k_dim, vd = p->cfg.v_dim;
@@ -685,51 +745,13 @@ void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *
         i = j;
     }
     const kiln_kv_ktable *kt = kv_table();
-    kiln_kv_attend_fn fn = kt ? kt->attend : kiln_kv_attend_scalar;
+    attend_job job = {.p = p, .layer = layer, .vd = vd, .scale = scale, .tasks = tasks, .sets = sets,
+                      .fn = kt ? kt->attend : kiln_kv_attend_scalar};
     if (p->integ) kiln_kv_integ_begin_attend(p, layer, n, seq, pos); /* integrity: a new verification round */
-    #pragma omp parallel for schedule(dynamic, 1) if (n_tasks > 1 && work > 65536.0)
-    for (size_t ti = 0; ti < n_tasks; ti++) {
-        kv_task *tk = &tasks[ti];
-        kiln_kv_rows *rw = &tk->rows;
-        for (int r = 0; r < rw->R; r++) {
-            rw->m[r] = -INFINITY;
-            rw->l[r] = 0.0f;
-            memset(rw->acc[r], 0, (size_t)vd * sizeof(float));
-        }
-        kiln_kv_span sp;
-        make_span(p, layer, tk->seq, tk->kvh, scale, &sp);
-        /* integrity: each page is verified right before the kernel reads it (kv/integrity.h) */
-        if (tk->t1 > tk->t0) {
-            if (p->integ) kiln_kv_integ_attend(p, layer, tk->seq, tk->kvh, fn, &sp, rw, tk->t0, tk->t1);
-            else fn(&sp, rw, tk->t0, tk->t1);
-        }
-        if (!tk->split)
-            for (int r = 0; r < rw->R; r++) {
-                float inv = rw->l[r] > 0.0f ? 1.0f / rw->l[r] : 0.0f;
-                for (int d = 0; d < vd; d++) rw->acc[r][d] *= inv;
-            }
-    }
+    /* Sections on kiln's worker pool (base/pool.h), like the matmuls around them. */
+    kiln_pool_for((int64_t)n_tasks, attend_task, &job, n_tasks > 1 && work > 65536.0 ? nth : 1);
     if (splits == 1) return;
-    /* Merge the splits of each row: out = Σ_s acc_s e^{m_s − M} / Σ_s l_s e^{m_s − M}. */
-    #pragma omp parallel for schedule(static) if (n_sets > 1 && work > 65536.0)
-    for (int s2 = 0; s2 < n_sets; s2++) {
-        kv_set *st = &sets[s2];
-        for (int r = 0; r < st->R; r++) {
-            float M = -INFINITY, L = 0.0f;
-            for (int k = 0; k < st->n_tasks; k++) M = fmaxf(M, tasks[st->first_task + k].rows.m[r]);
-            float *o = st->out[r];
-            memset(o, 0, (size_t)vd * sizeof(float));
-            for (int k = 0; k < st->n_tasks; k++) {
-                const kiln_kv_rows *rw = &tasks[st->first_task + k].rows;
-                if (rw->l[r] <= 0.0f) continue;
-                float w = expf(rw->m[r] - M);
-                L += rw->l[r] * w;
-                for (int d = 0; d < vd; d++) o[d] += rw->acc[r][d] * w;
-            }
-            float inv = L > 0.0f ? 1.0f / L : 0.0f;
-            for (int d = 0; d < vd; d++) o[d] *= inv;
-        }
-    }
+    kiln_pool_for(n_sets, merge_set, &job, n_sets > 1 && work > 65536.0 ? nth : 1);
 }
 
 void kiln_kv_attend(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, const float *q, int n_heads,

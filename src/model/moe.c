@@ -1,6 +1,7 @@
 /* moe.c — MoE routing (sigmoid + correction bias + group-limited top-k) and grouped execution of
  * the selected experts (see moe.h for the exact routing rules). */
 #include "model/moe.h"
+#include "base/pool.h"
 #include "base/status.h"
 #include <math.h>
 #include <omp.h>
@@ -134,6 +135,18 @@ static void run_expert(const kiln_moe_cfg *c, const kiln_moe_layer *L, int e, in
     }
 }
 
+typedef struct {
+    const kiln_moe_cfg *c;
+    const kiln_moe_layer *L;
+    kiln_moe_ws *ws;
+} expert_job;
+/* Active expert a on one thread (its matmuls single-threaded). */
+static void expert_task(void *arg, int64_t a) {
+    const expert_job *j = arg;
+    int e = j->ws->active[a];
+    run_expert(j->c, j->L, e, j->ws->offset[e], j->ws->offset[e + 1] - j->ws->offset[e], j->ws, 1);
+}
+
 kiln_status kiln_moe_forward(const kiln_moe_cfg *c, const kiln_moe_layer *L, const float *X, int n, float *Y, kiln_moe_ws *ws) {
     const int E = c->n_experts, K = c->n_used, D = c->dim;
     if (n < 1 || n > ws->max_tokens) return kiln_fail(KILN_ERR_INTERNAL, "moe: batch of %d tokens (max %d)", n, ws->max_tokens);
@@ -164,11 +177,8 @@ kiln_status kiln_moe_forward(const kiln_moe_cfg *c, const kiln_moe_layer *L, con
      *    each expert's matmuls thread over rows. */
     int nt = omp_get_max_threads();
     if (nt > 1 && n_active >= nt) {
-        #pragma omp parallel for schedule(dynamic, 1)
-        for (int a = 0; a < n_active; a++) {
-            int e = ws->active[a];
-            run_expert(c, L, e, ws->offset[e], ws->offset[e + 1] - ws->offset[e], ws, 1);
-        }
+        expert_job job = {c, L, ws};
+        kiln_pool_for(n_active, expert_task, &job, nt); /* kiln's worker pool, as the matmuls (base/pool.h) */
     } else {
         for (int a = 0; a < n_active; a++) {
             int e = ws->active[a];
