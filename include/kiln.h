@@ -345,9 +345,16 @@ void kiln_server_stop(kiln_server *s);
 /* The machine's read bandwidth in GB/s (1e9 B/s) with `threads` threads (0 = all), best of a few
  * passes over a 1 GiB buffer. */
 double kiln_memory_read_gbps(int threads);
-/* Sustained read bandwidth: one timed window reading at least `window_bytes` (repeated passes over
- * a 1 GiB buffer), so it can be made as long as a benchmark's own measuring window. */
-double kiln_memory_read_window_gbps(int threads, uint64_t window_bytes);
+/* The same measurements on one buffer kept between them, so a benchmark can measure every round
+ * without allocating and faulting in 1 GiB each time: `bytes` (0 = 1 GiB) split across `threads`
+ * threads (0 = all), each part first touched by its reader. Burst: best of 5 passes. Window: one
+ * timed read of at least `window_bytes` (passes repeated), a sustained figure that can be made as
+ * long as the benchmark's own measuring window. NULL from open: out of memory. */
+typedef struct kiln_membw kiln_membw;
+kiln_membw *kiln_membw_open(int threads, size_t bytes);
+double kiln_membw_burst_gbps(kiln_membw *mb);
+double kiln_membw_window_gbps(kiln_membw *mb, uint64_t window_bytes);
+void kiln_membw_close(kiln_membw *mb);
 /* Re-quantizes the output head (lm_head) in memory too: "f32", "bf16", "fp8", "int4" (group 32),
  * "int4-g128". */
 kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights);

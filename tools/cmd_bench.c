@@ -128,8 +128,10 @@ int cmd_bench(int argc, char **argv) {
     uint64_t window = 0; /* bytes of the longest decode window */
     for (int i = 0; i < n && !rc; i++)
         if (rows[i].bytes_per_token * (uint64_t)n_gen > window) window = rows[i].bytes_per_token * (uint64_t)n_gen;
+    kiln_membw *mb = rc ? NULL : kiln_membw_open(o.threads, 0);
+    if (!rc && !mb) rc = cli_fail_msg("bench", "out of memory for the 1 GiB bandwidth buffer");
     for (long r = 0; r < repeat && !rc; r++) {
-        double bw = kiln_memory_read_window_gbps(o.threads, window), burst = kiln_memory_read_gbps(o.threads);
+        double bw = kiln_membw_window_gbps(mb, window), burst = kiln_membw_burst_gbps(mb);
         if (bw > best_bw) best_bw = bw;
         if (burst > best_burst) best_burst = burst;
         for (int i = 0; i < n && !rc; i++) {
@@ -142,6 +144,7 @@ int cmd_bench(int argc, char **argv) {
             }
         }
     }
+    kiln_membw_close(mb);
     for (int i = 0; i < n; i++) bench_close(&rows[i]);
     if (rc) return rc;
     if (!json) {

@@ -114,7 +114,5 @@ void kiln_scale_f32(float *x, float a, int64_t n);
  * stream-read disjoint parts of a `bytes` buffer (0 = 1 GiB) with the widest vector loads the
  * CPU has; the best of a few repetitions. Returns 0 when the buffer cannot be allocated. */
 double kiln_measure_read_gbps(int threads, size_t bytes);
-/* Sustained read bandwidth in GB/s over one window of at least `window` bytes (passes over a 1 GiB
- * buffer split across `threads` threads, 0 = omp_get_max_threads()). */
-double kiln_measure_read_window_gbps(int threads, uint64_t window);
+/* kiln_membw_open / _burst_gbps / _window_gbps / _close: kiln.h (the bench uses them). */
 #endif

@@ -67,20 +67,22 @@ static void scale_f32(float *x, float a, int64_t n) {
     }
 }
 
-/* Prefetch distance in groups of 4 rows: at least ~4 KiB ahead of the loads into L1, and a second
- * prefetch PF2_BYTES further into L2 (tiled INT4 on the dev VM, best of 6: one level at 4–8 KiB
- * 20.7 GB/s per core / 36.3 with 2 threads; with the L2 level 8 KiB further 24.1 / 39.3; 16 KiB
- * and more further were slower again). */
+/* Prefetch distance in groups of 4 rows: at least ~8 KiB ahead of the loads into L1, and a second
+ * prefetch PF2_BYTES further into L2. Measured on the dev VM (INT4, 2 threads, 16 weights of
+ * 5632 × 2048 as bench-500m's gate/up, each thread streaming its own contiguous range; three
+ * interleaved runs): L1 4 KiB + L2 8 KiB 57 / 55 / 53 GB/s, L1 8 KiB + L2 16 KiB 62 / 59 / 59 GB/s
+ * (FP8 46 / 43 / 49 vs 48 / 49 / 50). Earlier, with threads taking chunks from one queue in turn,
+ * 16 KiB and more had been slower: the further prefetches then fell in the other thread's rows. */
 #ifndef PF2_BYTES
-#define PF2_BYTES 8192
+#define PF2_BYTES 16384
 #endif
 #define PF2(a) _mm_prefetch((const char *)((uintptr_t)(a) + PF2_BYTES), _MM_HINT_T1)
 #ifdef PF_RUNTIME
-int kiln_pf_bytes = 4096;
+int kiln_pf_bytes = 8192;
 #define PF_BYTES kiln_pf_bytes
 #endif
 #ifndef PF_BYTES
-#define PF_BYTES 4096
+#define PF_BYTES 8192
 #endif
 #ifndef PF_HINT
 #define PF_HINT _MM_HINT_T0

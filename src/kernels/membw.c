@@ -1,9 +1,8 @@
 /* membw.c — the machine's read bandwidth, measured the way a decode GEMV reads weights: each of
  * `threads` OpenMP threads streams its own contiguous part of one large buffer with the widest
  * vector loads of the current ISA (kiln_kernels_select), after a warm-up pass that also faults the
- * pages in. kiln_measure_read_gbps: the best of several 1 GiB passes (a burst figure);
- * kiln_measure_read_window_gbps: one timed window of a given length (passes over the same 1 GiB),
- * which kiln bench makes as long as its decode windows, so both sides of its roofline ratio are
+ * pages in. Burst: the best of several 1 GiB passes; window: one timed read of a given length
+ * (passes over the same 1 GiB), which kiln bench makes as long as its decode windows, so both sides of its roofline ratio are
  * sustained over the same amount of data (on a shared VM a 20 ms burst catches quiet moments a
  * 0.3 s decode window does not). */
 #include "kernels/gemv.h"
@@ -53,34 +52,48 @@ static double read_window(uint8_t *buf, size_t per, int threads, uint64_t window
     return dt > 0 ? (double)(total * passes) / dt / 1e9 : 0.0;
 }
 
-static uint8_t *alloc_parts(int *threads, size_t *bytes, size_t *per) {
-    if (*threads <= 0) *threads = omp_get_max_threads();
-    if (*bytes == 0) *bytes = (size_t)1 << 30;
-    *per = (*bytes / (size_t)*threads) & ~(size_t)4095;
-    if (*per < 4096) *per = 4096;
-    *bytes = *per * (size_t)*threads;
-    return aligned_alloc(4096, *bytes);
+struct kiln_membw {
+    uint8_t *buf;
+    size_t per; /* bytes per thread */
+    int threads;
+};
+
+kiln_membw *kiln_membw_open(int threads, size_t bytes) {
+    kiln_membw *mb = calloc(1, sizeof *mb);
+    if (!mb) return NULL;
+    mb->threads = threads > 0 ? threads : omp_get_max_threads();
+    if (bytes == 0) bytes = (size_t)1 << 30;
+    mb->per = (bytes / (size_t)mb->threads) & ~(size_t)4095;
+    if (mb->per < 4096) mb->per = 4096;
+    mb->buf = aligned_alloc(4096, mb->per * (size_t)mb->threads);
+    if (!mb->buf) {
+        free(mb);
+        return NULL;
+    }
+    read_window(mb->buf, mb->per, mb->threads, 0, 1); /* faults the pages in, warms the prefetchers */
+    return mb;
 }
 
-double kiln_measure_read_gbps(int threads, size_t bytes) {
-    size_t per;
-    uint8_t *buf = alloc_parts(&threads, &bytes, &per);
-    if (!buf) return 0.0;
+void kiln_membw_close(kiln_membw *mb) {
+    if (!mb) return;
+    free(mb->buf);
+    free(mb);
+}
+
+double kiln_membw_burst_gbps(kiln_membw *mb) {
     double best = 0.0;
-    for (int rep = 0; rep < 6; rep++) {
-        double g = read_window(buf, per, threads, 0, rep == 0);
-        if (rep > 0 && g > best) best = g;
+    for (int rep = 0; rep < 5; rep++) {
+        double g = read_window(mb->buf, mb->per, mb->threads, 0, 0);
+        if (g > best) best = g;
     }
-    free(buf);
     return best;
 }
 
-double kiln_measure_read_window_gbps(int threads, uint64_t window) {
-    size_t per, bytes = 0;
-    uint8_t *buf = alloc_parts(&threads, &bytes, &per);
-    if (!buf) return 0.0;
-    read_window(buf, per, threads, 0, 1); /* faults the pages in, warms the prefetchers */
-    double g = read_window(buf, per, threads, window, 0);
-    free(buf);
+double kiln_membw_window_gbps(kiln_membw *mb, uint64_t window) { return read_window(mb->buf, mb->per, mb->threads, window, 0); }
+
+double kiln_measure_read_gbps(int threads, size_t bytes) {
+    kiln_membw *mb = kiln_membw_open(threads, bytes);
+    double g = mb ? kiln_membw_burst_gbps(mb) : 0.0;
+    kiln_membw_close(mb);
     return g;
 }

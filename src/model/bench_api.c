@@ -9,7 +9,6 @@
 #include <string.h>
 
 double kiln_memory_read_gbps(int threads) { return kiln_measure_read_gbps(threads, 0); }
-double kiln_memory_read_window_gbps(int threads, uint64_t window_bytes) { return kiln_measure_read_window_gbps(threads, window_bytes); }
 
 kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights) {
     kiln_wformat fmt;
