@@ -245,6 +245,9 @@ static int has_flag(int argc, char **argv, const char *flag) {
 
 int main(int argc, char **argv) {
     /* OpenMP threads wait passively (sleep) between parallel regions unless the user chose otherwise.
+     * (Since then the many short sections of a decode step moved to kiln's own pool, base/pool.h,
+     * which spins briefly and never waits for a worker that took no work; OpenMP is left with
+     * prefill, quantization and checksums, where a wake-up per region is cheap against the work.)
      * libgomp reads OMP_WAIT_POLICY once, when it is loaded, so kiln re-executes itself with the
      * variable set. Why: on shared or virtualized machines with few cores (the 2-vCPU machines kiln is
      * developed and tested on), spin-waiting threads burn the time slices the working threads need;
