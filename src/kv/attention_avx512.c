@@ -88,6 +88,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
     if (t1 > lmax) t1 = lmax;
     for (int b0 = t0; b0 < t1;) {
         const kiln_kv_block blk = kiln_kv_block_at(sp, b0, t1, 16, fp8f);
+        if (sp->prefetch) kiln_kv_prefetch_block(sp, b0 + 32, t1, 16); /* 32 positions ahead (kv_isa.h) */
         const int nb = blk.n;
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;

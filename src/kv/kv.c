@@ -575,6 +575,7 @@ static void make_span(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, in
     sp->kmul = scale;
     sp->vmul = 1.0f;
     sp->rope_cs = p->rope_cs;
+    sp->prefetch = !p->integ; /* the integrity pass reads the pages right before the kernel */
     if (p->cfg.dtype == KILN_KV_FP8) {
         if (p->dscale) {
             sp->dyn_k = dslot(p, layer, 0, 0, kvh);
