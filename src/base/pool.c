@@ -116,8 +116,23 @@ static void grow(int want) {
     pthread_mutex_unlock(&pool.grow);
 }
 
+/* CPUs this process may run on (sched_getaffinity), read once: more pool threads than that would
+ * only spin against each other and against the caller. */
+static int usable_cpus(void) {
+    static _Atomic int cached = 0;
+    int n = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (n == 0) {
+        cpu_set_t set;
+        n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (n < 1) n = 1;
+        atomic_store_explicit(&cached, n, memory_order_relaxed);
+    }
+    return n;
+}
+
 void kiln_pool_run(kiln_pool_fn fn, void *arg, int nthreads) {
     if (nthreads > POOL_MAX) nthreads = POOL_MAX;
+    if (nthreads > usable_cpus()) nthreads = usable_cpus();
     int idle = 0;
     if (nthreads <= 1 || in_worker || omp_in_parallel() || !atomic_compare_exchange_strong(&pool.running, &idle, 1)) {
         fn(arg, 0);

@@ -10,6 +10,9 @@
  * section is claimed from shared atomic counters, the caller takes whatever is left, and the caller
  * waits only for the calls that already started.
  *
+ * A section uses at most as many threads as the process has CPUs (sched_getaffinity): spinning
+ * workers beyond that would take the caller's time slices.
+ *
  * Linux only (futex). Nested use (from a pool worker, inside an OpenMP parallel region, or while
  * another thread runs a section) runs the section on the calling thread alone. */
 #ifndef KILN_BASE_POOL_H
