@@ -1,7 +1,9 @@
 /* mla.c — Multi-head Latent Attention with weight absorption over the paged latent cache (mla.h). */
 #include "model/mla.h"
 #include "model/forward.h"
+#include "base/pool.h"
 #include "base/status.h"
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +61,31 @@ kiln_status kiln_mla_absorb(struct kiln_model *m, const kiln_mla_cfg *c, kiln_ml
     return KILN_OK;
 }
 
+/* Decode (one token): the per-head absorbed products as one parallel section over heads, each head
+ * on one thread (kiln_matmul_rows), instead of one section per head: a head's matrix is r × dn or
+ * dv × r floats (256 KiB for DeepSeek-V3 / Kimi K2 shapes), too small to split well across threads,
+ * and 2 × n_heads sections per layer cost a hand-off each. Same per-row arithmetic as kiln_matmul. */
+typedef struct {
+    const kiln_mla_layer *L;
+    kiln_mla_ws *ws;
+    int dn, dr, r, qh, row, dv, ostride;
+} mla_heads_job;
+
+/* q_abs_h = [W_UK_hᵀ q_nope_h, q_pe_h] for head h of the single token. */
+static void absorb_query_head(void *arg, int64_t h) {
+    const mla_heads_job *j = arg;
+    const float *q = j->ws->q + (size_t)h * j->qh;
+    float *dst = j->ws->qabs + (size_t)h * j->row;
+    kiln_matmul_rows(&j->L->ukt[h], q, dst, 1, 0, j->r);
+    memcpy(dst + j->r, q + j->dn, (size_t)j->dr * sizeof(float));
+}
+
+/* o_h = W_UV_h o_lat_h for head h of the single token. */
+static void expand_value_head(void *arg, int64_t h) {
+    const mla_heads_job *j = arg;
+    kiln_matmul_rows(&j->L->uv[h], j->ws->olat + (size_t)h * j->ostride, j->ws->ov + (size_t)h * j->dv, 1, 0, j->dv);
+}
+
 kiln_status kiln_mla_forward(const kiln_mla_cfg *c, const kiln_mla_layer *L, const kiln_rope *rope, kiln_kv_pool *pool, int layer,
                              kiln_kv_seq *const *seq, const int *pos, const float *X, int n, const float *cs, float *att, float *Y,
                              kiln_mla_ws *ws) {
@@ -93,8 +120,11 @@ kiln_status kiln_mla_forward(const kiln_mla_cfg *c, const kiln_mla_layer *L, con
         kiln_rope_apply(rope, lat + r, 1, dr, cs + (size_t)i * dr);
         kiln_rope_apply(rope, ws->q + (size_t)i * H * qh + dn, H, qh, cs + (size_t)i * dr);
     }
+    mla_heads_job hj = {L, ws, dn, dr, r, qh, row, dv, pool->cfg.v_dim};
+    const int nth = omp_get_max_threads();
     /* absorbed queries: q_abs_h = [W_UK_hᵀ q_nope_h, q_pe_h] */
-    for (int h = 0; h < H; h++) {
+    if (n == 1) kiln_pool_for(H, absorb_query_head, &hj, nth);
+    else for (int h = 0; h < H; h++) {
         for (int i = 0; i < n; i++) memcpy(ws->gin + (size_t)i * dn, ws->q + (size_t)i * H * qh + (size_t)h * qh, (size_t)dn * sizeof(float));
         kiln_matmul(&L->ukt[h], ws->gin, ws->gout, n);
         for (int i = 0; i < n; i++) {
@@ -111,7 +141,8 @@ kiln_status kiln_mla_forward(const kiln_mla_cfg *c, const kiln_mla_layer *L, con
     (void)att;
     kiln_kv_attend_batch(pool, layer, n, seq, pos, ws->qabs, H, c->scale, ws->olat);
     /* o_h = W_UV_h o_lat_h */
-    for (int h = 0; h < H; h++) {
+    if (n == 1) kiln_pool_for(H, expand_value_head, &hj, nth);
+    else for (int h = 0; h < H; h++) {
         for (int i = 0; i < n; i++) memcpy(ws->gin + (size_t)i * r, ws->olat + ((size_t)i * H + h) * ostride, (size_t)r * sizeof(float));
         kiln_matmul(&L->uv[h], ws->gin, ws->gout, n);
         for (int i = 0; i < n; i++) memcpy(ws->ov + (size_t)i * H * dv + (size_t)h * dv, ws->gout + (size_t)i * dv, (size_t)dv * sizeof(float));
