@@ -3,7 +3,9 @@
  *
  * kiln_matmul(w, X[n, cols], Y[n, rows]):
  *   - the activation is prepared once (for the integer-dot formats: int8 per block of 32, see
- *     kiln_quant_x32) before the rows are split across OpenMP threads in contiguous ranges;
+ *     kiln_quant_x32) before the rows are split across threads in contiguous ranges, one per
+ *     thread, with stealing from the back (chunk_claim); n < 4 runs on kiln's worker pool
+ *     (base/pool.h), larger n (prefill, batched decode) in an OpenMP region;
  *   - n = 1 (decode): each thread streams its rows through the ISA's GEMV kernel;
  *   - n > 1 (prefill): rows are taken in blocks small enough for L2; for the float-FMA formats
  *     (F32/F16/BF16/FP8) each block is dequantised ONCE into a thread-local f32 tile that a
