@@ -66,7 +66,8 @@ void kiln_weight_row_gather(const kiln_weight *w, int64_t r, uint8_t *out);
 int64_t kiln_weight_int4_scale_index(const kiln_weight *w, int64_t r, int64_t gi);
 
 const char *kiln_wformat_name(kiln_wformat f);
-/* aligned_alloc(64, n rounded up to 64) (free() releases it): weight buffers the kernels stream. */
+/* Weight buffers the kernels stream (free() releases them): 64-byte aligned; from 4 MiB on,
+ * 2 MiB aligned and advised onto transparent huge pages (tile.c; KILN_THP=0 opts out). */
 void *kiln_alloc64(size_t n);
 
 /* Bytes of weight data + scales (what a GEMV reads). */

@@ -65,7 +65,7 @@ kiln_membw *kiln_membw_open(int threads, size_t bytes) {
     if (bytes == 0) bytes = (size_t)1 << 30;
     mb->per = (bytes / (size_t)mb->threads) & ~(size_t)4095;
     if (mb->per < 4096) mb->per = 4096;
-    mb->buf = aligned_alloc(4096, mb->per * (size_t)mb->threads);
+    mb->buf = kiln_alloc64(mb->per * (size_t)mb->threads); /* the same kind of pages as the weights */
     if (!mb->buf) {
         free(mb);
         return NULL;
