@@ -122,8 +122,10 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
     p->free_list = malloc((size_t)n_pages * sizeof *p->free_list);
     int ok = p->k && p->v && p->pages && p->refcount && p->free_list;
     for (int l = 0; ok && l < L; l++) {
-        p->k[l] = malloc(p->page_k * (size_t)n_pages);
-        p->v[l] = cfg->v_shares_k ? p->k[l] : malloc(p->page_v * (size_t)n_pages);
+        /* kiln_alloc64: large layer arrays land on transparent huge pages like the weights (the
+         * attention reads one page slice per block, scattered over the array: fewer TLB misses) */
+        p->k[l] = kiln_alloc64(p->page_k * (size_t)n_pages);
+        p->v[l] = cfg->v_shares_k ? p->k[l] : kiln_alloc64(p->page_v * (size_t)n_pages);
         ok = p->k[l] && p->v[l];
     }
     size_t nsc = (size_t)n_kinds(cfg) * (size_t)L * (size_t)H;
