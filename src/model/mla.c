@@ -2,6 +2,7 @@
 #include "model/mla.h"
 #include "model/forward.h"
 #include "base/pool.h"
+#include "kernels/gemv.h"
 #include "base/status.h"
 #include <omp.h>
 #include <stdlib.h>
@@ -39,8 +40,9 @@ void kiln_mla_ws_free(kiln_mla_ws *ws) {
 kiln_status kiln_mla_absorb(struct kiln_model *m, const kiln_mla_cfg *c, kiln_mla_layer *L) {
     const int H = c->n_heads, r = c->kv_lora_rank, dn = c->qk_nope, dv = c->v_head;
     float *row = malloc((size_t)r * sizeof(float));
-    float *ukt = kiln_model_own(m, malloc((size_t)H * r * dn * sizeof(float)));
-    float *uv = kiln_model_own(m, malloc((size_t)H * dv * r * sizeof(float)));
+    /* kiln_alloc64: streamed every decode step like the other weights (huge pages from 4 MiB) */
+    float *ukt = kiln_model_own(m, kiln_alloc64((size_t)H * r * dn * sizeof(float)));
+    float *uv = kiln_model_own(m, kiln_alloc64((size_t)H * dv * r * sizeof(float)));
     L->ukt = kiln_model_own(m, calloc((size_t)H, sizeof *L->ukt));
     L->uv = kiln_model_own(m, calloc((size_t)H, sizeof *L->uv));
     if (!row || !ukt || !uv || !L->ukt || !L->uv) {
