@@ -257,8 +257,9 @@ void kiln_matmul_rows(const kiln_weight *w, const float *X, float *Y, int n, int
     rows_impl(t, w, X, xp, xpb, Y, n, r0, r1);
 }
 
-/* Row chunks of one weight: contiguous, multiples of 4 rows, at most ~256 KiB of weights each and
- * at least 4 per thread. They are the unit of work sharing (see chunk_claim below). */
+/* Row chunks of one weight: contiguous, multiples of 4 rows, at most ~64 KiB of weights each (the
+ * granularity at which a finished thread takes over another's rows) and at least 4 per thread.
+ * They are the unit of work sharing (see chunk_claim below). */
 static int64_t chunk_rows(const kiln_weight *w, int nth) {
     int64_t chunk = (int64_t)(((size_t)64 << 10) / (w->row_bytes ? w->row_bytes : 1));
     int64_t even = (w->rows + 4 * (int64_t)nth - 1) / (4 * (int64_t)nth);
@@ -270,8 +271,8 @@ static int64_t chunk_rows(const kiln_weight *w, int nth) {
 /* Work sharing: thread i owns the contiguous range i of the chunk list and takes its chunks front
  * to back, so each thread streams one contiguous stretch of memory (the hardware and software
  * prefetchers run on across chunk borders); a thread whose range is done takes chunks from the BACK
- * of the other ranges, so a thread that wakes late or is slowed by other work on the machine (2
- * shared vCPUs, passive OpenMP waits) does not hold the others back. Measured on the dev VM, 2
+ * of the other ranges, so a thread that joins late or is slowed by other work on the machine (2
+ * shared vCPUs) does not hold the others back. Measured on the dev VM, 2
  * threads, 8 INT4 weights of 16 MiB (tmp microbenchmark): one dynamic chunk queue 50 GB/s, fixed
  * contiguous halves 68 GB/s, the machine's plain read 62–73 GB/s: chunks handed out in turn broke
  * every thread's stream every 256 KiB and sent each chunk's tail prefetches to the other thread's
