@@ -342,11 +342,9 @@ int kiln_server_port(const kiln_server *s);
 void kiln_server_stop(kiln_server *s);
 
 /* ---- benchmarks (src/model/bench_api.c; used by `kiln bench`) ---------------------------------- */
-/* The machine's read bandwidth in GB/s (1e9 B/s) with `threads` threads (0 = all), best of a few
- * passes over a 1 GiB buffer. */
-double kiln_memory_read_gbps(int threads);
-/* The same measurements on one buffer kept between them, so a benchmark can measure every round
- * without allocating and faulting in 1 GiB each time: `bytes` (0 = 1 GiB) split across `threads`
+/* The machine's read bandwidth in GB/s (1e9 B/s), measured on one buffer kept between
+ * measurements, so a benchmark can measure every round without allocating and faulting in 1 GiB
+ * each time: `bytes` (0 = 1 GiB) split across `threads`
  * threads (0 = all), each part first touched by its reader. Burst: best of 5 passes. Window: one
  * timed read of at least `window_bytes` (passes repeated), a sustained figure that can be made as
  * long as the benchmark's own measuring window. NULL from open: out of memory. */

@@ -111,9 +111,5 @@ int kiln_matmul_is_fast(const kiln_weight *w);
 /* x[i] *= a (dispatched like kiln_dot_f32). */
 void kiln_scale_f32(float *x, float a, int64_t n);
 
-/* Machine read bandwidth in GB/s (1e9 bytes/s): `threads` threads (0 = omp_get_max_threads())
- * stream-read disjoint parts of a `bytes` buffer (0 = 1 GiB) with the widest vector loads the
- * CPU has; the best of a few repetitions. Returns 0 when the buffer cannot be allocated. */
-double kiln_measure_read_gbps(int threads, size_t bytes);
 /* kiln_membw_open / _burst_gbps / _window_gbps / _close: kiln.h (the bench uses them). */
 #endif

@@ -90,10 +90,3 @@ double kiln_membw_burst_gbps(kiln_membw *mb) {
 }
 
 double kiln_membw_window_gbps(kiln_membw *mb, uint64_t window) { return read_window(mb->buf, mb->per, mb->threads, window, 0); }
-
-double kiln_measure_read_gbps(int threads, size_t bytes) {
-    kiln_membw *mb = kiln_membw_open(threads, bytes);
-    double g = mb ? kiln_membw_burst_gbps(mb) : 0.0;
-    kiln_membw_close(mb);
-    return g;
-}

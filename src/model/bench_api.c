@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-double kiln_memory_read_gbps(int threads) { return kiln_measure_read_gbps(threads, 0); }
 
 kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights) {
     kiln_wformat fmt;

@@ -184,6 +184,24 @@ def greedy(m, n, kscale, vscale, kmean, prerope=False, collect=None, target=None
     return toks, np.array(logits), flipped
 
 
+def compare_greedy(label, ktoks, kl, ntoks, nl, nflip, N):
+    """kiln's greedy tokens/logits (ktoks, kl) against the numpy FP8 rule's (ntoks, nl): every token
+    the same and the logits within 0.05 up to where they agree. Returns the number of failures."""
+    n = min(len(ktoks), len(ntoks))
+    same = next((i for i in range(n) if ktoks[i] != ntoks[i]), n)
+    d = np.abs(kl[:same] - nl[:same])
+    print("%s: kiln and numpy agree on %d of %d tokens; max |logit diff| %.3g, median %.3g "
+          "(%d near-tie roundings taken the other way)" % (label, same, len(ktoks), d.max(), np.median(d), nflip))
+    fails = 0
+    if same != len(ktoks) or len(ktoks) < N - 1:
+        print("FAIL: %s: kiln's greedy tokens differ from the numpy FP8 reference at step %d" % (label, same))
+        fails += 1
+    if d.max() > 0.05:
+        print("FAIL: %s: logits differ by more than 0.05" % label)
+        fails += 1
+    return fails
+
+
 def check_prerope(t, mp, m):
     fails = 0
     pf = os.path.join(t, "prerope.json")
@@ -205,17 +223,7 @@ def check_prerope(t, mp, m):
     ktoks = [int(np.argmax(row)) for row in kl]
     pre = [[] for _ in range(m["L"])]
     ntoks, nl, nflip = greedy(m, len(ktoks), ks, vs, km, prerope=True, collect=pre, target=kl)
-    n = min(len(ktoks), len(ntoks))
-    same = next((i for i in range(n) if ktoks[i] != ntoks[i]), n)
-    d = np.abs(kl[:same] - nl[:same])
-    print("greedy FP8-KV, pre-RoPE smoothing: kiln and numpy agree on %d of %d tokens; max |logit diff| %.3g, median %.3g "
-          "(%d near-tie roundings taken the other way)" % (same, len(ktoks), d.max(), np.median(d), nflip))
-    if same != len(ktoks) or len(ktoks) < N - 1:
-        print("FAIL: kiln's prerope FP8 greedy tokens differ from the numpy reference at step", same)
-        fails += 1
-    if d.max() > 0.05:
-        print("FAIL: prerope logits differ by more than 0.05")
-        fails += 1
+    fails += compare_greedy("greedy FP8-KV, pre-RoPE smoothing", ktoks, kl, ntoks, nl, nflip, N)
     # kiln's pre-RoPE means on a text numpy can see: calibrate on the greedy text's token ids is not
     # possible through the tokenizer-less path, so check instead that the file's means are the
     # pre-RoPE (not post-RoPE) statistic: on kiln's own 200-token text the numpy pre-RoPE means are
@@ -253,18 +261,7 @@ def main():
         ktoks = [int(np.argmax(row)) for row in kl]
         m = load(mp)
         ntoks, nl, nflip = greedy(m, len(ktoks), ks, vs, km, target=kl)
-        n = min(len(ktoks), len(ntoks))
-        same = next((i for i in range(n) if ktoks[i] != ntoks[i]), n)
-        d = np.abs(kl[:same] - nl[:same])
-        print("greedy FP8-KV: kiln and numpy agree on %d of %d tokens; max |logit diff| %.3g, median %.3g "
-              "(%d near-tie roundings taken the other way)" % (same, len(ktoks), d.max(), np.median(d), nflip))
-        fails = 0
-        if same != len(ktoks) or len(ktoks) < N - 1:
-            print("FAIL: kiln's FP8 greedy tokens differ from the numpy FP8 reference at step", same)
-            fails += 1
-        if d.max() > 0.05:
-            print("FAIL: logits differ by more than 0.05")
-            fails += 1
+        fails = compare_greedy("greedy FP8-KV", ktoks, kl, ntoks, nl, nflip, N)
         fails += check_prerope(t, mp, m)
         # quality regression bounds against BF16-KV
         for dt, kmax, tmin, extra in (("fp8", 0.05, 0.90, []), ("fp8-dynamic", 0.15, 0.85, []),
