@@ -130,9 +130,14 @@ static int usable_cpus(void) {
     return n;
 }
 
-void kiln_pool_run(kiln_pool_fn fn, void *arg, int nthreads) {
+int kiln_pool_width(int nthreads) {
     if (nthreads > POOL_MAX) nthreads = POOL_MAX;
     if (nthreads > usable_cpus()) nthreads = usable_cpus();
+    return nthreads;
+}
+
+void kiln_pool_run(kiln_pool_fn fn, void *arg, int nthreads) {
+    nthreads = kiln_pool_width(nthreads);
     int idle = 0;
     if (nthreads <= 1 || in_worker || omp_in_parallel() || !atomic_compare_exchange_strong(&pool.running, &idle, 1)) {
         fn(arg, 0);

@@ -25,6 +25,9 @@
  * caller's call and every worker call that started have returned. */
 typedef void (*kiln_pool_fn)(void *arg, int thread);
 void kiln_pool_run(kiln_pool_fn fn, void *arg, int nthreads);
+/* The number of threads kiln_pool_run(…, nthreads) can use at most: nthreads capped at the CPUs
+ * this process may run on (callers that split work per thread size it with this). */
+int kiln_pool_width(int nthreads);
 
 /* Dynamic loop over [0, n): body(arg, i) for every i exactly once, on up to nthreads threads. */
 typedef void (*kiln_pool_body)(void *arg, int64_t i);

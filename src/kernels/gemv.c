@@ -359,7 +359,8 @@ void kiln_matmul_many(const kiln_weight *const *ws, float *const *Ys, int nw, co
         if (j.xpb[k] && !xp_all) j.t[k] = NULL; /* out of memory: the reference needs no scratch */
         else if (j.xpb[k]) j.xp[k] = xp_all + xoff[k];
     }
-    int nt = omp_get_max_threads();
+    /* decode runs on the pool, which uses at most one thread per CPU: one range per thread it has */
+    int nt = n < 4 ? kiln_pool_width(omp_get_max_threads()) : omp_get_max_threads();
     if (work < 65536.0) nt = 1; /* below ~20 µs of work the fork/join costs more than it saves */
     if (nt > max_nt) nt = (int)max_nt;
     if (nt < 1) nt = 1;
