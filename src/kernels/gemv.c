@@ -72,6 +72,25 @@ kiln_isa kiln_kernels_select(kiln_isa want) {
     return want;
 }
 
+static int fp8_exact = -1; /* -1: not decided yet (the environment and the CPU decide on first use) */
+int kiln_fp8_bf16_dot(void) {
+    int e = __atomic_load_n(&fp8_exact, __ATOMIC_RELAXED);
+    if (e < 0) {
+        const char *env = getenv("KILN_FP8_EXACT");
+        __builtin_cpu_init();
+        e = !__builtin_cpu_supports("avx512bf16") || (env && *env && strcmp(env, "0") != 0);
+        __atomic_store_n(&fp8_exact, e, __ATOMIC_RELAXED);
+    }
+    return !e;
+}
+int kiln_kernels_fp8_exact(int exact) {
+    const int was = !kiln_fp8_bf16_dot();
+    __builtin_cpu_init();
+    __atomic_store_n(&fp8_exact, exact || !__builtin_cpu_supports("avx512bf16"), __ATOMIC_RELAXED);
+    return was;
+}
+int kiln_kernels_fp8_rounds_x(void) { return kiln_kernels_current() == KILN_ISA_AVX512 && kiln_fp8_bf16_dot(); }
+
 /* Callers that never chose get the best the CPU has (once, on first use). */
 static pthread_once_t auto_once = PTHREAD_ONCE_INIT;
 static void auto_select(void) {

@@ -81,6 +81,13 @@ void kiln_weight_row_f32(const kiln_weight *w, int64_t r, float *out);
 /* Selects the kernel family (AUTO = best supported by this CPU). Returns the one chosen. */
 kiln_isa kiln_kernels_select(kiln_isa want);
 kiln_isa kiln_kernels_current(void);
+/* FP8 decode GEMV precision. On CPUs with AVX512_BF16 the AVX-512 kernel rounds the activation to
+ * bf16 and multiplies with vdpbf16ps (fp8 subnormal weights read as zero; gemv_avx512.c says why
+ * that is within FP8 semantics); exact = 1 selects the exact f32 path instead (also the environment
+ * variable KILN_FP8_EXACT=1). Returns the previous setting. */
+int kiln_kernels_fp8_exact(int exact);
+/* 1 when FP8 GEMV with the current kernels rounds x to bf16 (AVX-512 with the BF16-dot path). */
+int kiln_kernels_fp8_rounds_x(void);
 const char *kiln_isa_name(kiln_isa isa);
 int kiln_cpu_supports(kiln_isa isa);
 

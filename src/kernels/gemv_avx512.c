@@ -8,7 +8,9 @@
  *                 whose value is exactly fp8/256 (normals and subnormals alike), converted by
  *                 vcvtph2ps; the 256 is folded into the per-block scale. Accumulated per 128-col
  *                 block, then × scale_inv. (The NaN codes 0x7F/0xFF read as ±480/256: checkpoints
- *                 and kiln's quantiser never contain them.)
+ *                 and kiln's quantiser never contain them.) That general path and the exact fast
+ *                 path below serve CPUs without AVX512_BF16 and KILN_FP8_EXACT=1; by default the
+ *                 decode GEMV takes the BF16-dot path (x rounded to bf16, vdpbf16ps; see there).
  *   INT4 group    x is quantised to int8 per 32 (kiln_quant_x32) and deinterleaved into even/odd
  *                 columns, so a 64-byte load of packed weights (128 columns) feeds two vpdpbusd
  *                 directly: low nibbles (unsigned q+8) · x_even, high nibbles · x_odd. Each int32 lane
@@ -76,7 +78,10 @@ static void scale_f32(float *x, float a, int64_t n) {
 #ifndef PF2_BYTES
 #define PF2_BYTES 16384
 #endif
-#define PF2(a) _mm_prefetch((const char *)((uintptr_t)(a) + PF2_BYTES), _MM_HINT_T1)
+#ifndef PF2_HINT
+#define PF2_HINT _MM_HINT_T1
+#endif
+#define PF2(a) _mm_prefetch((const char *)((uintptr_t)(a) + PF2_BYTES), PF2_HINT)
 #ifdef PF_RUNTIME
 int kiln_pf_bytes = 8192;
 #define PF_BYTES kiln_pf_bytes
@@ -230,8 +235,8 @@ static void gemv_bf16(const kiln_weight *w, const float *x, const void *xp, floa
  * keeps every product a normal float. The block sum is then × scale_inv × 2^56. No conversion
  * instruction and no lane-crossing shuffle: 4 simple ops per 16 weights. */
 #define FP8_CHUNK 256 /* bytes of prepared activation per 64 columns */
-static size_t xprep_bytes_fp8(const kiln_weight *w) { return (size_t)((w->cols + 63) / 64) * FP8_CHUNK; }
-static void xprep_fp8(const kiln_weight *w, const float *x, void *xp) {
+static size_t xprep_bytes_fp8(const kiln_weight *w);
+static void xprep_fp8_exact(const kiln_weight *w, const float *x, void *xp) {
     const int64_t cols = w->cols;
     const __m512 k2 = _mm512_set1_ps(18446744073709551616.0f); /* 2^64 */
     /* position 4l + i of vector k ← column 16l + 4k + i */
@@ -342,8 +347,119 @@ AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t
     for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(tot[j]);
 }
 
+/* BF16-dot path (CPUs with AVX512_BF16, unless kiln_kernels_fp8_exact(1)): the activation is
+ * rounded to bf16 (x × 2^64, round to nearest even) and the weights are turned into bf16 by two
+ * shifts and a mask per 32 of them, then vdpbf16ps multiplies 32 pairs at once: 8 instructions per
+ * 64 weights against the exact path's 17, which made FP8 decode compute-bound per core (~34 GB/s in
+ * cache vs a core's ~30–40 GB/s stream). Why rounding x is within FP8 semantics: the reference
+ * FP8 inference (DeepSeek-V3's fp8_gemm, vLLM's and SGLang's block-FP8 linear) quantises the
+ * activation to FP8 per 128 columns before the product, a far coarser step than bf16; a BF16 model
+ * computes with bf16 activations throughout.
+ *   Weight bytes as 16-bit words w = b_odd·256 + b_even: odd = (w >>arith 4) & 0x87F0 and
+ *   even = ((w << 8) >>arith 4) & 0x87F0 are bf16 words s|0000eeee|mmm0000 = fp8 × 2^-120 for every
+ *   normal fp8; the 14 subnormal codes (|fp8| < 2^-6, below 1/28,672 of a 448-scaled block's
+ *   largest weight) become bf16 denormals, which vdpbf16ps reads as zero. Products (x × 2^64) ×
+ *   (fp8 × 2^-120) stay normal floats for any activation of f32 range above 2^-62 in magnitude;
+ *   the block sum is × scale_inv × 2^56 as in the exact path.
+ *   Prepared activation per 64 columns: 32 bf16 of the even columns, then 32 of the odd ones, so
+ *   dword lane i of the even product pairs columns 4i and 4i + 2, of the odd one 4i + 1 and 4i + 3. */
+#define FP8B_CHUNK 128
+#define fp8_bf16 kiln_fp8_bf16_dot
+
+static void xprep_fp8_bf16(const kiln_weight *w, const float *x, void *xp) {
+    const int64_t cols = w->cols;
+    const __m512 k2 = _mm512_set1_ps(18446744073709551616.0f); /* 2^64 */
+    const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    uint8_t *o = (uint8_t *)xp;
+    for (int64_t c0 = 0; c0 < cols; c0 += 64, o += FP8B_CHUNK) {
+        float v[64] __attribute__((aligned(64)));
+        int64_t n = cols - c0 < 64 ? cols - c0 : 64;
+        memset(v, 0, sizeof v);
+        memcpy(v, x + c0, (size_t)n * sizeof(float));
+        const __m512 v0 = _mm512_mul_ps(_mm512_load_ps(v), k2), v1 = _mm512_mul_ps(_mm512_load_ps(v + 16), k2),
+                     v2 = _mm512_mul_ps(_mm512_load_ps(v + 32), k2), v3 = _mm512_mul_ps(_mm512_load_ps(v + 48), k2);
+        /* cvtne2ps_pbh(a, b): words 0..15 from b, 16..31 from a */
+        const __m512bh e = _mm512_cvtne2ps_pbh(_mm512_permutex2var_ps(v2, ev, v3), _mm512_permutex2var_ps(v0, ev, v1));
+        const __m512bh d = _mm512_cvtne2ps_pbh(_mm512_permutex2var_ps(v2, od, v3), _mm512_permutex2var_ps(v0, od, v1));
+        _mm512_store_si512(o, (__m512i)e);
+        _mm512_store_si512(o + 64, (__m512i)d);
+    }
+}
+
+/* One 64-column step of fp8_rows_bf16 for NR rows: wv[j] holds row j's 64 weight bytes. */
+AI void fp8_bf16_step(int NR, const __m512i *wv, __m512bh xe, __m512bh xo, __m512 *a, __m512 *b) {
+    const __m512i mask = _mm512_set1_epi16((short)0x87F0);
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        const __m512i odd = _mm512_and_si512(_mm512_srai_epi16(wv[j], 4), mask);
+        const __m512i even = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(wv[j], 8), 4), mask);
+        a[j] = _mm512_dpbf16_ps(a[j], (__m512bh)even, xe);
+        b[j] = _mm512_dpbf16_ps(b[j], (__m512bh)odd, xo);
+    }
+}
+
+AI void fp8_rows_bf16(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, int64_t pfg) {
+    const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
+    const float *S = (const float *)w->scales;
+    row_loc p[4];
+    const float *srow[4];
+    __m512 tot[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        p[j] = row_at(w, r + j);
+        srow[j] = S + ((r + j) / B) * sc_cols;
+        tot[j] = _mm512_setzero_ps();
+    }
+    const int64_t cs = p[0].cs, nfull = cols / 64;
+    const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
+    for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
+        const int64_t ce = min64(cb + B, cols), kend = min64(ce / 64, nfull);
+        __m512 a[4], b[4];
+        __m512i wv[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) a[j] = b[j] = _mm512_setzero_ps();
+        int64_t k = cb / 64;
+        for (; k < kend; k++) { /* full 64-column chunks */
+            const uint8_t *xc = xp + k * FP8B_CHUNK;
+            if (NR == 4 && pfg) {
+                const uint8_t *q = pf + 256 * k;
+                PFH(q); PFH(q + 64); PFH(q + 128); PFH(q + 192);
+                PF2(q); PF2(q + 64); PF2(q + 128); PF2(q + 192);
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) wv[j] = _mm512_loadu_si512(p[j].p + cs * k);
+            fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
+        }
+        if (64 * k < ce) { /* the row's last, partial chunk (row_at's tail bytes) */
+            const __mmask64 m = ((__mmask64)1 << (ce - 64 * k)) - 1;
+            const uint8_t *xc = xp + k * FP8B_CHUNK;
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) wv[j] = _mm512_maskz_loadu_epi8(m, p[j].tp);
+            fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++)
+            tot[j] = _mm512_fmadd_ps(_mm512_add_ps(a[j], b[j]), _mm512_set1_ps(srow[j][bi] * 72057594037927936.0f /* 2^56 */), tot[j]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(tot[j]);
+}
+
+static size_t xprep_bytes_fp8(const kiln_weight *w) { return (size_t)((w->cols + 63) / 64) * (fp8_bf16() ? FP8B_CHUNK : FP8_CHUNK); }
+static void xprep_fp8(const kiln_weight *w, const float *x, void *xp) {
+    if (fp8_bf16()) xprep_fp8_bf16(w, x, xp);
+    else xprep_fp8_exact(w, x, xp);
+}
+
 static void gemv_fp8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     int64_t r = r0;
+    if (xp && w->block % 64 == 0 && fp8_bf16()) {
+        const int64_t g = pf_groups(w->row_bytes);
+        FOR_ROW_GROUPS(w, r0, r1, fp8_rows_bf16(4, w, xp, y + (r - r0), r, PFG(r)),
+                       fp8_rows_bf16(1, w, xp, y + (r - r0), r, 0));
+        return;
+    }
     if (xp && w->block % 64 == 0 && !(_mm_getcsr() & 0x40 /* DAZ */)) {
         /* vpshufb index k: dword i of each lane ← byte 4k + i, placed in the dword's top byte */
         __m512i sh[4];

@@ -44,6 +44,10 @@ extern const kiln_ktable kiln_ktable_avx512;
  * q = round-to-nearest-even(x / d) (ggml's q8_0 activation rule). */
 void kiln_quant_x32(const float *x, int64_t cols, int8_t *q, float *d);
 
+/* Whether the AVX-512 FP8 GEMV takes its BF16-dot path (gemv_avx512.c): the CPU has AVX512_BF16
+ * and neither kiln_kernels_fp8_exact(1) nor KILN_FP8_EXACT=1 asked for the exact path. */
+int kiln_fp8_bf16_dot(void);
+
 /* Whether the SIMD INT4 kernels handle this group size (see kiln_matmul_is_fast). */
 static inline int kiln_int4_group_ok(const kiln_weight *w) {
     int g = w->block;

@@ -5,6 +5,9 @@
  * Error measure: NMSE = Σ(y − y_ref)² / Σ y_ref² over the whole output. Bounds per format:
  *   F32, F16, BF16, FP8   1e-9  the SIMD kernels dequantise exactly, only the float summation order
  *                              differs (expected NMSE ~1e-13 for these sizes);
+ *   FP8, BF16-dot path    5e-5  the AVX-512 kernel on AVX512_BF16 CPUs rounds x to bf16 (relative
+ *                              error ≤ 2^-8, uniform: NMSE ≈ 2^-16/3 ≈ 5e-6) and reads the
+ *                              subnormal fp8 codes as 0 (kiln_kernels_fp8_exact); both tested;
  *   INT4, Q8_0, Q4_0      1e-4  the SIMD kernels quantise x to int8 per 32 (amax/127, like llama.cpp);
  *                              for Gaussian x the rounding noise is ≈ (2.3/127)²/12 ≈ 3e-5 of the
  *                              signal. Prefill (n > 1) uses the same path.
@@ -105,6 +108,7 @@ static float *make_x(int n, int64_t cols) {
 }
 
 static double bound_for(kiln_wformat f) {
+    if (f == KILN_WF_FP8_BLOCK && kiln_kernels_fp8_rounds_x()) return 5e-5;
     return (f == KILN_WF_INT4_GROUP || f == KILN_WF_Q8_0 || f == KILN_WF_Q4_0) ? 1e-4 : 1e-9;
 }
 
@@ -112,17 +116,25 @@ static double bound_for(kiln_wformat f) {
  * (2·(cols+16)·u·Σ|w·x|, u = 2^-24 — the textbook worst case, here with a factor 2 for two roundings
  * per term in the block-scaled kernels), plus for the integer-dot formats the activation rounding:
  * |x − q·d| ≤ d/2 per element, so Σ_blocks (d_b/2)·Σ|w| (d_b = amax_b/127, with 0.2% slack for the
- * rounding of 1/d). This catches a wrong element however small the output is; the NMSE catches a
- * systematic error. */
+ * rounding of 1/d). FP8 on the BF16-dot path: 2^-8·Σ|w·x| for x rounded to bf16, plus Σ|w·x| over
+ * the weights with a subnormal code (read as 0); w must still be in checkpoint layout (untiled).
+ * This catches a wrong element however small the output is; the NMSE catches a systematic error. */
 static void elem_bounds(const kiln_weight *w, const float *x, float *bound) {
     int64_t cols = w->cols;
     float *row = malloc((size_t)cols * sizeof(float));
     assert_non_null(row);
     int intdot = w->fmt == KILN_WF_INT4_GROUP || w->fmt == KILN_WF_Q8_0 || w->fmt == KILN_WF_Q4_0;
+    int fp8_rounds = w->fmt == KILN_WF_FP8_BLOCK && kiln_kernels_fp8_rounds_x();
+    assert_true(!fp8_rounds || !w->tiled);
     for (int64_t r = 0; r < w->rows; r++) {
         kiln_weight_row_f32(w, r, row);
         double mag = 0, q = 0;
         for (int64_t c = 0; c < cols; c++) mag += fabs((double)row[c] * x[c]);
+        if (fp8_rounds) {
+            q += ldexp(mag, -8);
+            for (int64_t c = 0; c < cols; c++)
+                if ((w->data[(size_t)r * w->row_bytes + c] & 0x78) == 0) q += fabs((double)row[c] * x[c]);
+        }
         if (intdot)
             for (int64_t b = 0; b < cols / 32; b++) {
                 double amax = 0, sw = 0;
@@ -246,7 +258,42 @@ static void test_f16(void **s) { (void)s; int64_t c[] = {1, 7, 16, 33, 100, 300}
 static void test_bf16(void **s) { (void)s; int64_t c[] = {1, 7, 16, 33, 100, 300}; int b[] = {0}; run_format(KILN_WF_BF16, c, 6, b, 1); }
 /* FP8: cols that are not multiples of 128 (partial scale blocks at the right edge) and rows = 130
  * (a partial block at the bottom). */
-static void test_fp8(void **s) { (void)s; int64_t c[] = {1, 13, 128, 200, 300, 520}; int b[] = {128}; run_format(KILN_WF_FP8_BLOCK, c, 6, b, 1); }
+static void test_fp8(void **s) {
+    (void)s;
+    int64_t c[] = {1, 13, 128, 200, 300, 520};
+    int b[] = {128};
+    for (int exact = 1; exact >= 0; exact--) { /* AVX-512: the exact path, then (AVX512_BF16 CPUs) the BF16-dot one */
+        const int was = kiln_kernels_fp8_exact(exact);
+        run_format(KILN_WF_FP8_BLOCK, c, 6, b, 1);
+        kiln_kernels_fp8_exact(was);
+    }
+}
+/* The BF16-dot FP8 path converts every normal fp8 code exactly: with x exactly representable in bf16
+ * and no subnormal codes, only the float summation order may differ from the reference. */
+static void test_fp8_bf16_exact_inputs(void **s) {
+    (void)s;
+    if (!kiln_cpu_supports(KILN_ISA_AVX512)) return;
+    kiln_kernels_select(KILN_ISA_AVX512);
+    const int was = kiln_kernels_fp8_exact(0);
+    if (!kiln_kernels_fp8_rounds_x()) { fprintf(stderr, "skip: no AVX512_BF16 on this CPU\n"); kiln_kernels_fp8_exact(was); kiln_kernels_select(KILN_ISA_AUTO); return; }
+    for (int k = 0; k < 2; k++) {
+        const int64_t rows = 37, cols = k ? 1000 : 256;
+        tweight t = make_weight(KILN_WF_FP8_BLOCK, rows, cols, k ? 64 : 128);
+        for (size_t i = 0; i < (size_t)(rows * cols); i++)
+            if ((t.data[i] & 0x78) == 0) t.data[i] |= 0x08; /* every code normal (0x7F/0xFF stay excluded) */
+        float *X = make_x(1, cols), Y[37], R[37], B[37];
+        for (int64_t c = 0; c < cols; c++) X[c] = kiln_bf16_to_f32(kiln_f32_to_bf16(X[c])); /* exact in bf16 */
+        kiln_gemv_ref(&t.w, X, R, 0, rows);
+        kiln_kernels_fp8_exact(1); /* the exact bound (float summation only) */
+        elem_bounds(&t.w, X, B);
+        kiln_kernels_fp8_exact(0);
+        kiln_matmul_rows(&t.w, X, Y, 1, 0, rows);
+        for (int64_t r = 0; r < rows; r++) assert_true(fabsf(Y[r] - R[r]) <= B[r]);
+        free(X); free_weight(&t);
+    }
+    kiln_kernels_fp8_exact(was);
+    kiln_kernels_select(KILN_ISA_AUTO);
+}
 static void test_int4(void **s) { (void)s; int64_t c[] = {32, 96, 128, 160, 288, 384, 640}; int b[] = {32, 128}; run_format(KILN_WF_INT4_GROUP, c, 7, b, 2); }
 /* The tile layout (FP8, INT4 g32/g128; rows not multiples of 4, column tails inside the last
  * 64-byte chunk, sub-ranges starting inside a tile group) on every ISA: the AVX-512 kernels read it
@@ -256,7 +303,11 @@ static void test_tiled(void **s) {
     tile_mode = 1;
     int64_t c8[] = {64, 200, 300, 520};
     int b8[] = {128, 64};
-    run_format(KILN_WF_FP8_BLOCK, c8, 4, b8, 2);
+    for (int exact = 1; exact >= 0; exact--) {
+        const int was = kiln_kernels_fp8_exact(exact);
+        run_format(KILN_WF_FP8_BLOCK, c8, 4, b8, 2);
+        kiln_kernels_fp8_exact(was);
+    }
     int64_t c4[] = {32, 96, 128, 160, 288, 640};
     int b4[] = {32, 128};
     run_format(KILN_WF_INT4_GROUP, c4, 6, b4, 2);
@@ -268,8 +319,9 @@ static void test_tiled(void **s) {
         check_case(isas[k], KILN_WF_INT4_GROUP, 4202, 1056, 32, 1);
         check_case(isas[k], KILN_WF_INT4_GROUP, 4202, 1024, 128, 3);
     }
-    /* DAZ: the AVX-512 FP8 general path gathers tiled rows */
+    /* DAZ: the AVX-512 FP8 general path (exact mode) gathers tiled rows */
     unsigned int old = __builtin_ia32_stmxcsr();
+    const int was_exact = kiln_kernels_fp8_exact(1);
     for (int k = 1; k < 3; k++) {
         if (!kiln_cpu_supports(isas[k])) continue;
         kiln_kernels_select(isas[k]);
@@ -284,6 +336,7 @@ static void test_tiled(void **s) {
         for (int r = 0; r < 9; r++) assert_true(fabsf(Y[r] - R[r]) <= B[r]);
         free(X); free_weight(&t);
     }
+    kiln_kernels_fp8_exact(was_exact);
     kiln_kernels_select(KILN_ISA_AUTO);
     tile_mode = 0;
 }
@@ -361,6 +414,7 @@ static void test_large_threaded(void **s) {
 static void test_fp8_daz(void **s) {
     (void)s;
     unsigned int old = __builtin_ia32_stmxcsr();
+    const int was_exact = kiln_kernels_fp8_exact(1); /* the exact paths (the BF16-dot one reads these codes as 0) */
     for (int k = 1; k < 3; k++) {
         if (!kiln_cpu_supports(isas[k])) continue;
         kiln_kernels_select(isas[k]);
@@ -375,6 +429,7 @@ static void test_fp8_daz(void **s) {
         for (int r = 0; r < 9; r++) assert_true(fabsf(Y[r] - R[r]) <= B[r]);
         free(X); free_weight(&t);
     }
+    kiln_kernels_fp8_exact(was_exact);
     kiln_kernels_select(KILN_ISA_AUTO);
 }
 
@@ -419,7 +474,7 @@ int main(void) {
     omp_set_num_threads(2);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_select),   cmocka_unit_test(test_f32_helpers), cmocka_unit_test(test_f32),
-        cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),
+        cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),        cmocka_unit_test(test_fp8_bf16_exact_inputs),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
         cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_matmul_many),
