@@ -11,7 +11,7 @@ BUILD   ?= build
 OPT     ?= -O2
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -Isrc -Itools -fopenmp -g $(OPT) \
               $(shell pkg-config --cflags jansson libpcre2-8 icu-uc 2>/dev/null)
-LIBS    = -fopenmp -lm -lpthread $(shell pkg-config --libs jansson libpcre2-8 libmicrohttpd icu-uc 2>/dev/null) -lxxhash
+LIBS    = -fopenmp -lmvec -lm -lpthread $(shell pkg-config --libs jansson libpcre2-8 libmicrohttpd icu-uc 2>/dev/null) -lxxhash
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
 

@@ -430,6 +430,12 @@ void kiln_axpy_f32(float a, const float *x, float *y, int64_t n) {
     if (t) t->axpy(a, x, y, n);
     else kiln_axpy_f32_ref(a, x, y, n);
 }
+void kiln_silu_mul(float *g, const float *u, int64_t n) {
+    const kiln_ktable *t = table();
+    if (t && t->silu_mul) t->silu_mul(g, u, n);
+    else
+        for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
 void kiln_scale_f32(float *x, float a, int64_t n) {
     const kiln_ktable *t = table();
     if (t) t->scale(x, a, n);

@@ -69,6 +69,10 @@ const char *kiln_wformat_name(kiln_wformat f);
 /* Weight buffers the kernels stream (free() releases them): 64-byte aligned; from 4 MiB on,
  * 2 MiB aligned and advised onto transparent huge pages (tile.c; KILN_THP=0 opts out). */
 void *kiln_alloc64(size_t n);
+/* Maps every page of [p, p + n) now (MADV_POPULATE_WRITE, else a write per page), so that the
+ * first writes later (KV rows of new positions) do not each take a page fault — 20–50 µs apiece
+ * on the virtualized dev machine, ~2 per bench-500m decode token. Contents are unchanged. */
+void kiln_prefault(void *p, size_t n);
 
 /* Bytes of weight data + scales (what a GEMV reads). */
 uint64_t kiln_weight_bytes(const kiln_weight *w);
@@ -117,6 +121,8 @@ int kiln_matmul_is_fast(const kiln_weight *w);
 
 /* x[i] *= a (dispatched like kiln_dot_f32). */
 void kiln_scale_f32(float *x, float a, int64_t n);
+/* SwiGLU's gate: g[i] = g[i] / (1 + e^-g[i]) · u[i], vectorised with glibc's libmvec expf. */
+void kiln_silu_mul(float *g, const float *u, int64_t n);
 
 /* kiln_membw_open / _burst_gbps / _window_gbps / _close: kiln.h (the bench uses them). */
 #endif

@@ -8,6 +8,7 @@
 #include "kernels/gemv_isa.h"
 #include "base/fp.h"
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline))
@@ -405,6 +406,19 @@ static uint64_t read_sum(const void *p, size_t bytes) {
     return v[0] ^ v[1] ^ v[2] ^ v[3];
 }
 
+/* ---- SwiGLU activation (libmvec AVX2 expf; see gemv_avx512.c) --------------------------------- */
+__m256 _ZGVdN8v_expf(__m256 x);
+static void silu_mul(float *g, const float *u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 e = _ZGVdN8v_expf(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 const kiln_ktable kiln_ktable_avx2 = {
     .dot = dot_f32,
     .axpy = axpy_f32,
@@ -417,4 +431,5 @@ const kiln_ktable kiln_ktable_avx2 = {
     .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8},
     .gemm_f32 = gemm_f32,
     .read_sum = read_sum,
+    .silu_mul = silu_mul,
 };

@@ -95,6 +95,21 @@ void *kiln_alloc64(size_t n) {
     return aligned_alloc(64, (n + 63) & ~(size_t)63);
 }
 
+void kiln_prefault(void *p, size_t n) {
+    if (!p || !n) return;
+#ifdef MADV_POPULATE_WRITE
+    /* page-aligned inner part in one call (Linux 5.14+); EINVAL on older kernels → touch below */
+    const uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, e = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+    if (e <= a || madvise((void *)a, e - a, MADV_POPULATE_WRITE) == 0) {
+        ((volatile uint8_t *)p)[0] = ((volatile uint8_t *)p)[0];
+        ((volatile uint8_t *)p)[n - 1] = ((volatile uint8_t *)p)[n - 1];
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i += 4096) ((volatile uint8_t *)p)[i] = ((volatile uint8_t *)p)[i];
+    ((volatile uint8_t *)p)[n - 1] = ((volatile uint8_t *)p)[n - 1];
+}
+
 int kiln_weight_prefers_tiled(const kiln_weight *w) {
     const kiln_ktable *t = kiln_ktable_current();
     if (!t || !(t->tiled_mask & (1u << w->fmt)) || w->rows < 4 || !kiln_matmul_is_fast(w)) return 0;

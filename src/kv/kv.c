@@ -127,6 +127,10 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
         p->k[l] = kiln_alloc64(p->page_k * (size_t)n_pages);
         p->v[l] = cfg->v_shares_k ? p->k[l] : kiln_alloc64(p->page_v * (size_t)n_pages);
         ok = p->k[l] && p->v[l];
+        /* committed up front, as vLLM and llama.cpp allocate their KV cache: a decode step that
+         * first writes a fresh OS page would otherwise pay a page fault inside the step */
+        if (ok) kiln_prefault(p->k[l], p->page_k * (size_t)n_pages);
+        if (ok && p->v[l] != p->k[l]) kiln_prefault(p->v[l], p->page_v * (size_t)n_pages);
     }
     size_t nsc = (size_t)n_kinds(cfg) * (size_t)L * (size_t)H;
     if (ok && is_static_fp8(cfg)) {

@@ -471,17 +471,17 @@ static void mlp(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_a
     const int F = m->hp.ffn_dim;
     if (ah->ffn_fused) {
         kiln_matmul(&L->w_gate_up, X, w->hb, n);
-        for (int i = 0; i < n; i++) {
-            const float *g = w->hb + (size_t)i * 2 * F, *u = g + F;
-            float *h = w->hb2 + (size_t)i * F;
-            for (int j = 0; j < F; j++) h[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+        for (int i = 0; i < n; i++) { /* row i of hb is [gate F | up F]: silu(gate)·up in place, then packed into hb2 */
+            float *g = w->hb + (size_t)i * 2 * F;
+            kiln_silu_mul(g, g + F, F);
+            memcpy(w->hb2 + (size_t)i * F, g, (size_t)F * sizeof(float));
         }
         kiln_matmul(&L->w_down, w->hb2, w->tmp, n);
     } else {
         const kiln_weight *w2[2] = {&L->w_gate, &L->w_up};
         float *y2[2] = {w->hb, w->hb2};
         kiln_matmul_many(w2, y2, 2, X, n);
-        for (size_t j = 0; j < (size_t)n * F; j++) w->hb[j] = w->hb[j] / (1.0f + expf(-w->hb[j])) * w->hb2[j];
+        kiln_silu_mul(w->hb, w->hb2, (int64_t)n * F);
         kiln_matmul(&L->w_down, w->hb, w->tmp, n);
     }
 }

@@ -151,10 +151,7 @@ kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, k
             float *y2[2] = {ws->hb, ws->hb2};
             kiln_matmul_many(w2, y2, 2, ws->xb, n);
         }
-        for (size_t j = 0; j < (size_t)n * ffn; j++) {
-            float g = ws->hb[j];
-            ws->hb[j] = g / (1.0f + expf(-g)) * ws->hb2[j];
-        }
+        kiln_silu_mul(ws->hb, ws->hb2, (int64_t)n * ffn);
         kiln_matmul(&L->w_down, ws->hb, ws->xb, n);
         for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += ws->xb[j];
     }

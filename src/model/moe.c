@@ -113,7 +113,7 @@ int kiln_moe_route(const kiln_moe_cfg *c, const float *logits, const float *bias
 }
 
 static void swiglu(float *g, const float *u, size_t n) {
-    for (size_t j = 0; j < n; j++) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    kiln_silu_mul(g, u, (int64_t)n);
 }
 
 /* One expert over its cnt grouped rows starting at row `off`; single-threaded (threads=0) or using
