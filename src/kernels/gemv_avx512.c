@@ -420,6 +420,9 @@ AI void fp8_rows_bf16(int NR, const kiln_weight *w, const uint8_t *xp, float *y,
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) a[j] = b[j] = _mm512_setzero_ps();
         int64_t k = cb / 64;
+        /* software-pipelined like the INT4 kernel: chunk k + 1's weights load while k is computed */
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) wv[j] = k < kend ? _mm512_loadu_si512(p[j].p + cs * k) : _mm512_setzero_si512();
         for (; k < kend; k++) { /* full 64-column chunks */
             const uint8_t *xc = xp + k * FP8B_CHUNK;
             if (NR == 4 && pfg) {
@@ -427,9 +430,13 @@ AI void fp8_rows_bf16(int NR, const kiln_weight *w, const uint8_t *xp, float *y,
                 PFH(q); PFH(q + 64); PFH(q + 128); PFH(q + 192);
                 PF2(q); PF2(q + 64); PF2(q + 128); PF2(q + 192);
             }
+            __m512i wn[4];
+            const int64_t kn = k + 1 < nfull ? k + 1 : k; /* may run into the next block: same row */
 #pragma GCC unroll 4
-            for (int j = 0; j < NR; j++) wv[j] = _mm512_loadu_si512(p[j].p + cs * k);
+            for (int j = 0; j < NR; j++) wn[j] = _mm512_loadu_si512(p[j].p + cs * kn);
             fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) wv[j] = wn[j];
         }
         if (64 * k < ce) { /* the row's last, partial chunk (row_at's tail bytes) */
             const __mmask64 m = ((__mmask64)1 << (ce - 64 * k)) - 1;
@@ -666,7 +673,18 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
     const uint8_t *pf = w->data + (size_t)(r + pfrows) * w->row_bytes;
     const uint8_t *pfs = (const uint8_t *)(S + (size_t)(r + pfrows) * (size_t)ng);
     const int64_t ss = p[0].cs == 64 ? 1 : 4;
+    /* The weights of chunk ch + 1 are loaded while chunk ch is computed (software pipelining): the
+     * loads then issue a whole iteration earlier than the out-of-order window would reach them.
+     * One core streaming INT4 weights (tmp micro-benchmark, 40 gate/up-shaped weights): 22–23 →
+     * 27–28 GB/s, the plain read beside it ~30. */
+    __m512i wcur[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) wcur[j] = nfull ? _mm512_loadu_si512(p[j].p) : _mm512_setzero_si512();
     for (int64_t ch = 0; ch < nfull; ch++) {
+        __m512i wnext[4];
+        const int64_t chn = ch + 1 < nfull ? ch + 1 : ch;
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) wnext[j] = _mm512_loadu_si512(p[j].p + p[j].cs * chn);
         const uint8_t *o = xp + ch * I4_CHUNK;
         const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);
         const __m512 xs = _mm512_load_ps((const float *)(o + 192));
@@ -686,7 +704,8 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
         }
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
-            __m512i wv = _mm512_loadu_si512(p[j].p + p[j].cs * ch);
+            const __m512i wv = wcur[j];
+            wcur[j] = wnext[j];
             __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
             __m512i t = _mm512_dpbusd_epi32(st, lo, xe);
             t = _mm512_dpbusd_epi32(t, hi, xo);
