@@ -78,7 +78,7 @@ test('a client that disconnects mid-stream has its pages freed at once', async (
 });
 
 test('per-request timeout → 504 (non-streaming) / error event (streaming), pages freed', async () => {
-  const srv = await startServer(['--request-timeout', '0.05']);
+  const srv = await startServer(['--request-timeout', '0.005']);
   try {
     const r = await raw(srv, '/v1/completions', { body: JSON.stringify({ model: MODEL_ID, prompt: [1], max_tokens: 500, ignore_eos: true }) });
     assert.equal(r.status, 504);
