@@ -180,6 +180,37 @@ AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y
     const int esz = f == KILN_WF_F32 ? 4 : 2;
     const uint8_t *pf = p[0] + 4 * pfg * (int64_t)w->row_bytes;
     int64_t c = 0;
+    if (esz == 2) {
+        /* F16/BF16: 32 weights = one 64-byte load per row, software-pipelined as in the INT4 kernel
+         * (the next 32 columns load while these compute). */
+        __m512i raw[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) raw[j] = c32 ? _mm512_loadu_si512(p[j]) : _mm512_setzero_si512();
+        for (; c < c32; c += 32) {
+            __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
+            if (NR == 4 && pfg)
+                for (int k = 0; k < 4; k++) PFH(pf + 8 * c + 64 * k);
+            const int64_t cn = c + 32 < c32 ? c + 32 : c;
+            __m512i nxt[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) nxt[j] = _mm512_loadu_si512(p[j] + 2 * cn);
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) {
+                const __m256i lo = _mm512_castsi512_si256(raw[j]), hi = _mm512_extracti64x4_epi64(raw[j], 1);
+                __m512 w0, w1;
+                if (f == KILN_WF_F16) {
+                    w0 = _mm512_cvtph_ps(lo);
+                    w1 = _mm512_cvtph_ps(hi);
+                } else {
+                    w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(lo), 16));
+                    w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+                }
+                a[j] = _mm512_fmadd_ps(w0, x0, a[j]);
+                b[j] = _mm512_fmadd_ps(w1, x1, b[j]);
+                raw[j] = nxt[j];
+            }
+        }
+    }
     for (; c < c32; c += 32) {
         __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
         if (NR == 4 && pfg)
