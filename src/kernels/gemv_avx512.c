@@ -294,6 +294,18 @@ AI __m512 fp8_tiny(__m512i w, __m512i shuf) {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(_mm512_shuffle_epi8(w, shuf), 4), _mm512_set1_epi32((int)0x87FFFFFF)));
 }
 
+/* One 64-column step of fp8_rows_fast for NR rows (wv[j]: row j's 64 weight bytes). */
+AI void fp8_fast_step(int NR, const __m512i *wv, const __m512i *sh, const float *xc, __m512 *a, __m512 *b) {
+    const __m512 x0 = _mm512_load_ps(xc), x1 = _mm512_load_ps(xc + 16), x2 = _mm512_load_ps(xc + 32), x3 = _mm512_load_ps(xc + 48);
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        a[j] = _mm512_fmadd_ps(fp8_tiny(wv[j], sh[0]), x0, a[j]);
+        b[j] = _mm512_fmadd_ps(fp8_tiny(wv[j], sh[1]), x1, b[j]);
+        a[j] = _mm512_fmadd_ps(fp8_tiny(wv[j], sh[2]), x2, a[j]);
+        b[j] = _mm512_fmadd_ps(fp8_tiny(wv[j], sh[3]), x3, b[j]);
+    }
+}
+
 AI void fp8_rows_fast(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, const __m512i *sh,
                       int64_t pfg) {
     const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
@@ -307,37 +319,38 @@ AI void fp8_rows_fast(int NR, const kiln_weight *w, const uint8_t *xp, float *y,
         srow[j] = S + ((r + j) / B) * sc_cols;
         tot[j] = _mm512_setzero_ps();
     }
+    const int64_t cs = p[0].cs, nfull = cols / 64;
     /* Software prefetch of the 4-row group PF ahead: 4 × 64 bytes of it per 64-column step. */
     const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
     for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
-        const int64_t ce = min64(cb + B, cols);
+        const int64_t ce = min64(cb + B, cols), kend = min64(ce / 64, nfull);
         __m512 a[4], b[4];
+        __m512i wv[4];
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) a[j] = b[j] = _mm512_setzero_ps();
-        for (int64_t c = cb; c < ce; c += 64) {
-            const float *xc = (const float *)(xp + (c / 64) * FP8_CHUNK);
-            const __m512 x0 = _mm512_load_ps(xc), x1 = _mm512_load_ps(xc + 16), x2 = _mm512_load_ps(xc + 32),
-                         x3 = _mm512_load_ps(xc + 48);
-            const int full = ce - c >= 64;
-            const __mmask64 m = full ? ~(__mmask64)0 : ((__mmask64)1 << (ce - c)) - 1;
-            if (NR == 4 && pfg) {
-                PFH((const char *)pf + 4 * c);
-                PFH((const char *)pf + 4 * c + 64);
-                PFH((const char *)pf + 4 * c + 128);
-                PFH((const char *)pf + 4 * c + 192);
-                PF2(pf + 4 * c);
-                PF2(pf + 4 * c + 64);
-                PF2(pf + 4 * c + 128);
-                PF2(pf + 4 * c + 192);
-            }
+        int64_t k = cb / 64;
+        /* software-pipelined: chunk k + 1's weights load while chunk k is computed */
 #pragma GCC unroll 4
-            for (int j = 0; j < NR; j++) {
-                __m512i wv = full ? _mm512_loadu_si512(p[j].p + p[j].cs * (c >> 6)) : _mm512_maskz_loadu_epi8(m, p[j].tp);
-                a[j] = _mm512_fmadd_ps(fp8_tiny(wv, sh[0]), x0, a[j]);
-                b[j] = _mm512_fmadd_ps(fp8_tiny(wv, sh[1]), x1, b[j]);
-                a[j] = _mm512_fmadd_ps(fp8_tiny(wv, sh[2]), x2, a[j]);
-                b[j] = _mm512_fmadd_ps(fp8_tiny(wv, sh[3]), x3, b[j]);
+        for (int j = 0; j < NR; j++) wv[j] = k < kend ? _mm512_loadu_si512(p[j].p + cs * k) : _mm512_setzero_si512();
+        for (; k < kend; k++) { /* full 64-column chunks */
+            if (NR == 4 && pfg) {
+                const uint8_t *q = pf + 256 * k;
+                PFH(q); PFH(q + 64); PFH(q + 128); PFH(q + 192);
+                PF2(q); PF2(q + 64); PF2(q + 128); PF2(q + 192);
             }
+            __m512i wn[4];
+            const int64_t kn = k + 1 < nfull ? k + 1 : k;
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) wn[j] = _mm512_loadu_si512(p[j].p + cs * kn);
+            fp8_fast_step(NR, wv, sh, (const float *)(xp + k * FP8_CHUNK), a, b);
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) wv[j] = wn[j];
+        }
+        if (64 * k < ce) { /* the row's last, partial chunk (row_at's tail bytes) */
+            const __mmask64 m = ((__mmask64)1 << (ce - 64 * k)) - 1;
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) wv[j] = _mm512_maskz_loadu_epi8(m, p[j].tp);
+            fp8_fast_step(NR, wv, sh, (const float *)(xp + k * FP8_CHUNK), a, b);
         }
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++)
