@@ -76,8 +76,16 @@ AI float ld1(int f, const uint8_t *row, int64_t c) {
     }
 }
 
+/* Rows prefetched ahead: the 4-row group `pfg` groups further, ~8 KiB of weights ahead (its rows in
+ * step with this group's columns; a line per row per 64 bytes). 0 = none (single rows). */
+AI int64_t pf_groups_avx2(size_t row_bytes) {
+    int64_t g = (int64_t)(8192 / (4 * (row_bytes ? row_bytes : 1)));
+    return g < 1 ? 1 : g;
+}
+#define PF_LINE(a) _mm_prefetch((const char *)(a), _MM_HINT_T0)
+
 /* ---- F32 / F16 / BF16 GEMV -------------------------------------------------------------------------- */
-AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y, int64_t r) {
+AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y, int64_t r, int64_t pfg) {
     const int64_t cols = w->cols, c16 = cols & ~(int64_t)15, c8 = cols & ~(int64_t)7;
     const uint8_t *p[4];
     __m256 a[4], b[4];
@@ -87,6 +95,39 @@ AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y
         a[j] = b[j] = _mm256_setzero_ps();
     }
     int64_t c = 0;
+    if (f == KILN_WF_F16 || f == KILN_WF_BF16) {
+        /* 16 weights = one 32-byte load per row, software-pipelined, with a prefetch per 64 bytes of
+         * each row of the group pfg ahead (as the INT4 kernel) */
+        const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
+        __m256i raw[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) raw[j] = c16 ? _mm256_loadu_si256((const __m256i *)p[j]) : _mm256_setzero_si256();
+        for (; c < c16; c += 16) {
+            __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+            if (pfg && (c & 31) == 0)
+#pragma GCC unroll 4
+                for (int j = 0; j < NR; j++) PF_LINE(pf + (size_t)j * w->row_bytes + 2 * c);
+            const int64_t cn = c + 16 < c16 ? c + 16 : c;
+            __m256i nxt[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) nxt[j] = _mm256_loadu_si256((const __m256i *)(p[j] + 2 * cn));
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) {
+                const __m128i lo = _mm256_castsi256_si128(raw[j]), hi = _mm256_extracti128_si256(raw[j], 1);
+                __m256 w0, w1;
+                if (f == KILN_WF_F16) {
+                    w0 = _mm256_cvtph_ps(lo);
+                    w1 = _mm256_cvtph_ps(hi);
+                } else {
+                    w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(lo), 16));
+                    w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(hi), 16));
+                }
+                a[j] = _mm256_fmadd_ps(w0, x0, a[j]);
+                b[j] = _mm256_fmadd_ps(w1, x1, b[j]);
+                raw[j] = nxt[j];
+            }
+        }
+    }
     for (; c < c16; c += 16) {
         __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
 #pragma GCC unroll 4
@@ -110,8 +151,9 @@ AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y
 }
 AI void gemv_float(int f, const kiln_weight *w, const float *x, float *y, int64_t r0, int64_t r1) {
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) float_rows(f, 4, w, x, y + (r - r0), r);
-    for (; r < r1; r++) float_rows(f, 1, w, x, y + (r - r0), r);
+    const int64_t g = pf_groups_avx2(w->row_bytes);
+    for (; r + 4 <= r1; r += 4) float_rows(f, 4, w, x, y + (r - r0), r, r + 4 * (g + 1) <= w->rows ? g : 0);
+    for (; r < r1; r++) float_rows(f, 1, w, x, y + (r - r0), r, 0);
 }
 static void gemv_f32(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)xp;
@@ -127,7 +169,12 @@ static void gemv_bf16(const kiln_weight *w, const float *x, const void *xp, floa
 }
 
 /* ---- FP8 block GEMV --------------------------------------------------------------------------------- */
-AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t r) {
+/* 8 fp8 bytes (the low 8 of b) → 8 floats holding value/256 (see ld8) */
+AI __m256 fp8x8(__m128i b) {
+    __m128i h = _mm_slli_epi16(_mm_cvtepi8_epi16(b), 7);
+    return _mm256_cvtph_ps(_mm_and_si128(h, _mm_set1_epi16((short)0xBFFF)));
+}
+AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t r, int64_t pfg) {
     const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
     const float *S = (const float *)w->scales;
     const uint8_t *p[4];
@@ -140,18 +187,32 @@ AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t
         srow[j] = S + ((r + j) / B) * sc_cols;
         tot[j] = _mm256_setzero_ps();
     }
+    const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
     for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
         const int64_t ce = min64(cb + B, cols);
         __m256 a[4], b[4];
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) a[j] = b[j] = _mm256_setzero_ps();
         int64_t c = cb;
-        for (; c + 16 <= ce; c += 16) {
+        /* 16 weights = one 16-byte load per row, software-pipelined, prefetching the group pfg ahead */
+        const int64_t c16 = cb + ((ce - cb) & ~(int64_t)15);
+        __m128i raw[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) raw[j] = c < c16 ? _mm_loadu_si128((const __m128i *)(p[j] + c)) : _mm_setzero_si128();
+        for (; c < c16; c += 16) {
             __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+            if (pfg && (c & 63) == 0)
+#pragma GCC unroll 4
+                for (int j = 0; j < NR; j++) PF_LINE(pf + (size_t)j * w->row_bytes + c);
+            const int64_t cn = c + 16 < c16 ? c + 16 : c;
+            __m128i nxt[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) nxt[j] = _mm_loadu_si128((const __m128i *)(p[j] + cn));
 #pragma GCC unroll 4
             for (int j = 0; j < NR; j++) {
-                a[j] = _mm256_fmadd_ps(ld8(KILN_WF_FP8_BLOCK, p[j], c), x0, a[j]);
-                b[j] = _mm256_fmadd_ps(ld8(KILN_WF_FP8_BLOCK, p[j], c + 8), x1, b[j]);
+                a[j] = _mm256_fmadd_ps(fp8x8(raw[j]), x0, a[j]);
+                b[j] = _mm256_fmadd_ps(fp8x8(_mm_srli_si128(raw[j], 8)), x1, b[j]);
+                raw[j] = nxt[j];
             }
         }
         if (c + 8 <= ce) {
@@ -174,8 +235,9 @@ AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t
 static void gemv_fp8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)xp;
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) fp8_rows(4, w, x, y + (r - r0), r);
-    for (; r < r1; r++) fp8_rows(1, w, x, y + (r - r0), r);
+    const int64_t g = pf_groups_avx2(w->row_bytes);
+    for (; r + 4 <= r1; r += 4) fp8_rows(4, w, x, y + (r - r0), r, r + 4 * (g + 1) <= w->rows ? g : 0);
+    for (; r < r1; r++) fp8_rows(1, w, x, y + (r - r0), r, 0);
 }
 
 /* ---- exact dequantisation into f32 tiles (prefill) ------------------------------------------------ */
@@ -281,8 +343,8 @@ static void xprep_int4(const kiln_weight *w, const float *x, void *xp) {
     }
 }
 
-AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r) {
-    const int64_t cols = w->cols, G = w->block, ng = cols / G, nch = (cols + 63) / 64;
+AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, int64_t pfg) {
+    const int64_t cols = w->cols, G = w->block, ng = cols / G, nch = (cols + 63) / 64, nfull = cols / 64;
     const uint16_t *S = (const uint16_t *)w->scales;
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const uint8_t *p[4];
@@ -294,21 +356,35 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
         srow[j] = S + (size_t)(r + j) * (size_t)ng;
         acc[j] = _mm256_setzero_ps();
     }
+    const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
+    /* software-pipelined: chunk ch + 1's weights load while chunk ch is computed (see gemv_avx512.c) */
+    __m256i wcur[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) wcur[j] = nfull ? _mm256_loadu_si256((const __m256i *)p[j]) : _mm256_setzero_si256();
     for (int64_t ch = 0; ch < nch; ch++) {
         const uint8_t *o = xp + ch * I4_CHUNK;
         const __m256i xe = _mm256_load_si256((const __m256i *)o), xo = _mm256_load_si256((const __m256i *)(o + 32));
         const __m256i st = _mm256_load_si256((const __m256i *)(o + 64));
         const __m256 xs = _mm256_load_ps((const float *)(o + 96));
-        const int full = 64 * ch + 64 <= cols;
+        const int full = ch < nfull;
         const int64_t g0 = (64 * ch) / G, g1 = full ? (64 * ch + 32) / G : g0;
+        if (pfg && (ch & 1) == 0)
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) PF_LINE(pf + (size_t)j * w->row_bytes + 32 * ch);
+        __m256i wn[4];
+        const int64_t chn = ch + 1 < nfull ? ch + 1 : ch;
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) wn[j] = full ? _mm256_loadu_si256((const __m256i *)(p[j] + 32 * chn)) : wcur[j];
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
-            __m256i wv = full ? _mm256_loadu_si256((const __m256i *)(p[j] + 32 * ch))
-                              : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(p[j] + 32 * ch)));
+            __m256i wv = full ? wcur[j] : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(p[j] + 32 * ch)));
+            wcur[j] = wn[j];
             __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
             __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
             __m256i t = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), st);
-            __m256 ws = _mm256_set_m128(_mm_set1_ps(kiln_bf16_to_f32(srow[j][g1])), _mm_set1_ps(kiln_bf16_to_f32(srow[j][g0])));
+            /* lanes 0-3 take group g0's bf16 scale, lanes 4-7 group g1's: bf16 → f32 is a 16-bit shift */
+            const __m256i sv = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_set_epi16(0, 0, 0, 0, 0, 0, (short)srow[j][g1], (short)srow[j][g0])), 16);
+            __m256 ws = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(sv, _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0)));
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(ws, xs), acc[j]);
         }
     }
@@ -318,8 +394,9 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
 static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) int4_rows(4, w, xp, y + (r - r0), r);
-    for (; r < r1; r++) int4_rows(1, w, xp, y + (r - r0), r);
+    const int64_t g = pf_groups_avx2(w->row_bytes);
+    for (; r + 4 <= r1; r += 4) int4_rows(4, w, xp, y + (r - r0), r, r + 4 * (g + 1) <= w->rows ? g : 0);
+    for (; r < r1; r++) int4_rows(1, w, xp, y + (r - r0), r, 0);
 }
 
 /* ---- Q8_0 / Q4_0 --------------------------------------------------------------------------------- */
