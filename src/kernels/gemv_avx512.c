@@ -448,51 +448,57 @@ AI void fp8_rows_bf16(int NR, const kiln_weight *w, const uint8_t *xp, float *y,
     const float *S = (const float *)w->scales;
     row_loc p[4];
     const float *srow[4];
-    __m512 tot[4];
+    __m512 tot[4], a[4], b[4];
+    __m512i wv[4];
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) {
         p[j] = row_at(w, r + j);
         srow[j] = S + ((r + j) / B) * sc_cols;
-        tot[j] = _mm512_setzero_ps();
+        tot[j] = a[j] = b[j] = _mm512_setzero_ps();
     }
-    const int64_t cs = p[0].cs, nfull = cols / 64;
+    const int64_t cs = p[0].cs, nfull = cols / 64, cpb = B / 64 /* B % 64 == 0 here */;
     const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
-    for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
-        const int64_t ce = min64(cb + B, cols), kend = min64(ce / 64, nfull);
-        __m512 a[4], b[4];
-        __m512i wv[4];
+    /* One loop over the row's full 64-column chunks, software-pipelined across the 128-column scale
+     * blocks too (chunk k + 1 loads while k is computed); a block's sum is scaled when it ends. */
 #pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) a[j] = b[j] = _mm512_setzero_ps();
-        int64_t k = cb / 64;
-        /* software-pipelined like the INT4 kernel: chunk k + 1's weights load while k is computed */
+    for (int j = 0; j < NR; j++) wv[j] = nfull ? _mm512_loadu_si512(p[j].p) : _mm512_setzero_si512();
+    int64_t bi = 0, inb = 0;
+    for (int64_t k = 0; k < nfull; k++) {
+        const uint8_t *xc = xp + k * FP8B_CHUNK;
+        if (NR == 4 && pfg) {
+            const uint8_t *q = pf + 256 * k;
+            PFH(q); PFH(q + 64); PFH(q + 128); PFH(q + 192);
+            PF2(q); PF2(q + 64); PF2(q + 128); PF2(q + 192);
+        }
+        __m512i wn[4];
+        const int64_t kn = k + 1 < nfull ? k + 1 : k;
 #pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) wv[j] = k < kend ? _mm512_loadu_si512(p[j].p + cs * k) : _mm512_setzero_si512();
-        for (; k < kend; k++) { /* full 64-column chunks */
-            const uint8_t *xc = xp + k * FP8B_CHUNK;
-            if (NR == 4 && pfg) {
-                const uint8_t *q = pf + 256 * k;
-                PFH(q); PFH(q + 64); PFH(q + 128); PFH(q + 192);
-                PF2(q); PF2(q + 64); PF2(q + 128); PF2(q + 192);
+        for (int j = 0; j < NR; j++) wn[j] = _mm512_loadu_si512(p[j].p + cs * kn);
+        fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) wv[j] = wn[j];
+        if (++inb == cpb) { /* block bi complete */
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) {
+                tot[j] = _mm512_fmadd_ps(_mm512_add_ps(a[j], b[j]), _mm512_set1_ps(srow[j][bi] * 72057594037927936.0f /* 2^56 */), tot[j]);
+                a[j] = b[j] = _mm512_setzero_ps();
             }
-            __m512i wn[4];
-            const int64_t kn = k + 1 < nfull ? k + 1 : k; /* may run into the next block: same row */
-#pragma GCC unroll 4
-            for (int j = 0; j < NR; j++) wn[j] = _mm512_loadu_si512(p[j].p + cs * kn);
-            fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
-#pragma GCC unroll 4
-            for (int j = 0; j < NR; j++) wv[j] = wn[j];
+            bi++;
+            inb = 0;
         }
-        if (64 * k < ce) { /* the row's last, partial chunk (row_at's tail bytes) */
-            const __mmask64 m = ((__mmask64)1 << (ce - 64 * k)) - 1;
-            const uint8_t *xc = xp + k * FP8B_CHUNK;
+    }
+    if (64 * nfull < cols) { /* the row's last, partial chunk (row_at's tail bytes), in block bi */
+        const __mmask64 m = ((__mmask64)1 << (cols - 64 * nfull)) - 1;
+        const uint8_t *xc = xp + nfull * FP8B_CHUNK;
 #pragma GCC unroll 4
-            for (int j = 0; j < NR; j++) wv[j] = _mm512_maskz_loadu_epi8(m, p[j].tp);
-            fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
-        }
+        for (int j = 0; j < NR; j++) wv[j] = _mm512_maskz_loadu_epi8(m, p[j].tp);
+        fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
+        inb++;
+    }
+    if (inb) /* the last block, partial */
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++)
-            tot[j] = _mm512_fmadd_ps(_mm512_add_ps(a[j], b[j]), _mm512_set1_ps(srow[j][bi] * 72057594037927936.0f /* 2^56 */), tot[j]);
-    }
+            tot[j] = _mm512_fmadd_ps(_mm512_add_ps(a[j], b[j]), _mm512_set1_ps(srow[j][bi] * 72057594037927936.0f), tot[j]);
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(tot[j]);
 }
