@@ -396,10 +396,17 @@ void kiln_matmul_many(const kiln_weight *const *ws, float *const *Ys, int nw, co
     j.cursor = cursor;
     if (n < 4) {
         /* Decode: the activation is prepared before the section, which runs on kiln's worker pool
-         * (base/pool.h: no wake-up per section, no wait for a worker that took no chunk). */
-        for (int k = 0; k < nw; k++)
+         * (base/pool.h: no wake-up per section, no wait for a worker that took no chunk). Weights
+         * whose preparation is the same (format, columns, group: q/k/v, gate/up) share one. */
+        for (int k = 0; k < nw; k++) {
+            int same = -1;
+            for (int e = 0; e < k && same < 0; e++)
+                if (j.xpb[e] && j.t[e] == j.t[k] && ws[e]->fmt == ws[k]->fmt && ws[e]->cols == ws[k]->cols && ws[e]->block == ws[k]->block)
+                    same = e;
+            if (same >= 0) { j.xp[k] = j.xp[same]; continue; }
             for (int i = 0; j.xpb[k] && i < n; i++)
                 j.t[k]->xprep[ws[k]->fmt](ws[k], X + (size_t)i * ws[k]->cols, (uint8_t *)j.xp[k] + (size_t)i * j.xpb[k]);
+        }
         kiln_pool_run(matmul_chunks, &j, nt);
         return;
     }

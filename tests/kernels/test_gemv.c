@@ -349,11 +349,13 @@ static void test_matmul_many(void **s) {
         if (!kiln_cpu_supports(isas[k])) continue;
         kiln_kernels_select(isas[k]);
         for (int n = 1; n <= 5; n += 4) {
-            tweight t[4] = {make_weight(KILN_WF_INT4_GROUP, 130, cols, 32), make_weight(KILN_WF_FP8_BLOCK, 33, cols, 128),
-                            make_weight(KILN_WF_BF16, 7, cols, 0), make_weight(KILN_WF_INT4_GROUP, 5, cols, 96)};
-            float *X = make_x(n, cols), *Y[4], *R[4], *B[4];
-            const kiln_weight *ws[4];
-            for (int w = 0; w < 4; w++) {
+            /* t[4] and t[5] have the same preparation as t[0] and t[1] (decode shares it) */
+            tweight t[6] = {make_weight(KILN_WF_INT4_GROUP, 130, cols, 32), make_weight(KILN_WF_FP8_BLOCK, 33, cols, 128),
+                            make_weight(KILN_WF_BF16, 7, cols, 0), make_weight(KILN_WF_INT4_GROUP, 5, cols, 96),
+                            make_weight(KILN_WF_INT4_GROUP, 9, cols, 32), make_weight(KILN_WF_FP8_BLOCK, 6, cols, 128)};
+            float *X = make_x(n, cols), *Y[6], *R[6], *B[6];
+            const kiln_weight *ws[6];
+            for (int w = 0; w < 6; w++) {
                 const int64_t rows = t[w].w.rows;
                 Y[w] = malloc(sizeof(float) * (size_t)(n * rows)); R[w] = malloc(sizeof(float) * (size_t)(n * rows));
                 B[w] = malloc(sizeof(float) * (size_t)(n * rows));
@@ -365,8 +367,8 @@ static void test_matmul_many(void **s) {
                 ws[w] = &t[w].w;
             }
             tile_and_check(&t[0]);
-            kiln_matmul_many(ws, Y, 4, X, n);
-            for (int w = 0; w < 4; w++) {
+            kiln_matmul_many(ws, Y, 6, X, n);
+            for (int w = 0; w < 6; w++) {
                 check_out("matmul_many", isas[k], &t[w], n, Y[w], R[w], B[w], 0, t[w].w.rows);
                 free(Y[w]); free(R[w]); free(B[w]); free_weight(&t[w]);
             }
