@@ -224,6 +224,9 @@ void kiln_sampler_free(kiln_sampler *s);
 /* Samples the next token. With logit processors on it works on a copy of the logits and records
  * the token as generated (as kiln_sample_applied does). */
 int32_t kiln_sample(kiln_sampler *s, const float *logits);
+/* Greedy pick without a sampler: the first index of the largest logit of logits[0, n) (NaNs never
+ * chosen; llama2.c's argmax), vectorised. */
+int32_t kiln_argmax(const float *logits, int n);
 /* The prompt tokens the repetition penalty also covers (no-op without it). */
 kiln_status kiln_sampler_prompt(kiln_sampler *s, const int32_t *ids, size_t n);
 /* Applies the logit processors in place; touches only the biased tokens and the tokens seen so

@@ -66,8 +66,7 @@ static kiln_status bench_window(bench_row *r, int n_gen) {
     const float *lg = kiln_session_logits(r->s);
     double t0 = kiln_now();
     for (int i = 0; i < n_gen; i++) {
-        int32_t best = 0;
-        for (int v = 1; v < r->vocab; v++) if (lg[v] > lg[best]) best = v;
+        int32_t best = (int32_t)kiln_argmax(lg, r->vocab); /* greedy, as the sampler does */
         kiln_status st = kiln_session_eval(r->s, &best, 1, NULL);
         if (st) return st;
         lg = kiln_session_logits(r->s);

@@ -7,6 +7,7 @@
  * only those tokens' logits, never the whole vocabulary. */
 #include "kiln.h"
 #include "base/status.h"
+#include "kernels/gemv.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,11 +149,8 @@ static int cmp_desc(const void *a, const void *b, void *ctx) {
 
 static int32_t sample_core(kiln_sampler *s, const float *logits) {
     int V = s->vocab;
-    if (s->p.temperature == 0.0f) { /* greedy: first maximum, as llama2.c's argmax */
-        int32_t best = 0;
-        for (int i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
-        return best;
-    }
+    if (s->p.temperature == 0.0f) /* greedy: first maximum, as llama2.c's argmax (vectorised) */
+        return (int32_t)kiln_argmax_f32(logits, V);
     float mx = -INFINITY;
     for (int i = 0; i < V; i++) if (logits[i] > mx) mx = logits[i];
     double sum = 0;
@@ -179,6 +177,8 @@ int32_t kiln_sample_applied(kiln_sampler *s, const float *logits) {
     kiln_sampler_accept(s, t);
     return t;
 }
+
+int32_t kiln_argmax(const float *logits, int n) { return n > 0 ? (int32_t)kiln_argmax_f32(logits, n) : 0; }
 
 int32_t kiln_sample(kiln_sampler *s, const float *logits) {
     if (!s->active) return sample_core(s, logits); /* no processors: exactly the plain sampler */

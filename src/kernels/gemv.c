@@ -443,6 +443,19 @@ void kiln_silu_mul(float *g, const float *u, int64_t n) {
     else
         for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
+int64_t kiln_argmax_f32(const float *x, int64_t n) {
+    if (n <= 0) return -1;
+    const kiln_ktable *t = table();
+    if (t && t->max_f32 && !isnan(x[0])) {
+        const float m = t->max_f32(x, n);
+        for (int64_t i = 0; i < n; i++)
+            if (x[i] == m) return i;
+    }
+    int64_t best = 0; /* scalar reference, also when x[0] is NaN (nothing then compares greater) */
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
 void kiln_scale_f32(float *x, float a, int64_t n) {
     const kiln_ktable *t = table();
     if (t) t->scale(x, a, n);

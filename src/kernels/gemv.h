@@ -123,6 +123,9 @@ int kiln_matmul_is_fast(const kiln_weight *w);
 void kiln_scale_f32(float *x, float a, int64_t n);
 /* SwiGLU's gate: g[i] = g[i] / (1 + e^-g[i]) · u[i], vectorised with glibc's libmvec expf. */
 void kiln_silu_mul(float *g, const float *u, int64_t n);
+/* Greedy decoding's argmax: the first index of the largest value, NaNs never chosen (exactly the
+ * scalar loop `if (x[i] > x[best]) best = i` from best = 0, as llama2.c); -1 when n ≤ 0. */
+int64_t kiln_argmax_f32(const float *x, int64_t n);
 
 /* kiln_membw_open / _burst_gbps / _window_gbps / _close: kiln.h (the bench uses them). */
 #endif

@@ -496,6 +496,19 @@ static void silu_mul(float *g, const float *u, int64_t n) {
     for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* Maximum ignoring NaN (see gemv_avx512.c). */
+static float max_f32(const float *x, int64_t n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float r = _mm_cvtss_f32(h);
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    return r;
+}
+
 const kiln_ktable kiln_ktable_avx2 = {
     .dot = dot_f32,
     .axpy = axpy_f32,
@@ -509,4 +522,5 @@ const kiln_ktable kiln_ktable_avx2 = {
     .gemm_f32 = gemm_f32,
     .read_sum = read_sum,
     .silu_mul = silu_mul,
+    .max_f32 = max_f32,
 };

@@ -22,6 +22,7 @@
 #include "kernels/gemv_isa.h"
 #include "base/fp.h"
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -924,6 +925,16 @@ static void silu_mul(float *g, const float *u, int64_t n) {
     }
 }
 
+/* Maximum ignoring NaN (vmaxps returns its second operand when either is NaN: the running max is
+ * passed second, so a NaN element never replaces it). */
+static float max_f32(const float *x, int64_t n) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(_mm512_loadu_ps(x + i), m);
+    if (i < n) m = _mm512_mask_max_ps(m, mask16(n - i), _mm512_maskz_loadu_ps(mask16(n - i), x + i), m);
+    return _mm512_reduce_max_ps(m);
+}
+
 const kiln_ktable kiln_ktable_avx512 = {
     .dot = dot_f32,
     .axpy = axpy_f32,
@@ -937,5 +948,6 @@ const kiln_ktable kiln_ktable_avx512 = {
     .gemm_f32 = gemm_f32,
     .read_sum = read_sum,
     .silu_mul = silu_mul,
+    .max_f32 = max_f32,
     .tiled_mask = (1u << KILN_WF_FP8_BLOCK) | (1u << KILN_WF_INT4_GROUP),
 };

@@ -31,6 +31,8 @@ typedef struct kiln_ktable {
     uint64_t (*read_sum)(const void *p, size_t bytes);
     /* g[i] = silu(g[i]) · u[i] = g[i] / (1 + e^-g[i]) · u[i] (e^x from glibc's libmvec). */
     void (*silu_mul)(float *g, const float *u, int64_t n);
+    /* the largest finite-or-infinite value of x[0, n) that is not NaN (-inf if none); n ≥ 1 */
+    float (*max_f32)(const float *x, int64_t n);
     /* Bit (1 << fmt): this table's gemv and dequant for fmt read the 4-row tile layout (gemv.h)
      * directly; for other formats the driver hands them untiled copies of row groups. */
     unsigned tiled_mask;

@@ -461,6 +461,35 @@ static void test_silu_mul(void **s) {
     kiln_kernels_select(KILN_ISA_AUTO);
 }
 
+/* kiln_argmax_f32 on every ISA equals the scalar greedy loop (first maximum, NaN never chosen, a
+ * NaN at 0 keeps 0) on random vectors with ties, NaNs, ±inf and odd lengths. */
+static void test_argmax(void **s) {
+    (void)s;
+    for (int k = 0; k < 3; k++) {
+        if (!kiln_cpu_supports(isas[k])) continue;
+        kiln_kernels_select(isas[k]);
+        for (int trial = 0; trial < 400; trial++) {
+            const int64_t n = trial < 300 ? 1 + trial % 67 : 32000 + trial % 17;
+            float *x = make_x(1, n);
+            for (int64_t i = 0; i < n; i++) {
+                const uint32_t u = rnd32() % 100;
+                if (u < 30) x[i] = (float)(rnd32() % 5); /* ties */
+                else if (u < 35) x[i] = NAN;
+                else if (u < 38) x[i] = -INFINITY;
+                else if (u < 39 && trial % 7 == 0) x[i] = INFINITY;
+            }
+            if (trial % 11 == 0) x[0] = NAN;
+            int64_t best = 0;
+            for (int64_t i = 1; i < n; i++)
+                if (x[i] > x[best]) best = i;
+            assert_int_equal(kiln_argmax_f32(x, n), best);
+            free(x);
+        }
+        assert_int_equal(kiln_argmax_f32(NULL, 0), -1);
+    }
+    kiln_kernels_select(KILN_ISA_AUTO);
+}
+
 static void test_f32_helpers(void **s) {
     (void)s;
     static const int64_t ns[] = {0, 1, 5, 16, 17, 63, 64, 65, 1000};
@@ -501,7 +530,7 @@ int main(void) {
     kiln_fp_init();
     omp_set_num_threads(2);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_select),   cmocka_unit_test(test_f32_helpers), cmocka_unit_test(test_silu_mul), cmocka_unit_test(test_f32),
+        cmocka_unit_test(test_select),   cmocka_unit_test(test_f32_helpers), cmocka_unit_test(test_silu_mul), cmocka_unit_test(test_argmax), cmocka_unit_test(test_f32),
         cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),        cmocka_unit_test(test_fp8_bf16_exact_inputs),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
