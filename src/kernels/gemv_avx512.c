@@ -70,19 +70,21 @@ static void scale_f32(float *x, float a, int64_t n) {
     }
 }
 
-/* Prefetch distance in groups of 4 rows: at least ~8 KiB ahead of the loads into L1, and a second
- * prefetch PF2_BYTES further into L2. Measured on the dev VM (INT4, 2 threads, 16 weights of
- * 5632 × 2048 as bench-500m's gate/up, each thread streaming its own contiguous range; three
- * interleaved runs): L1 4 KiB + L2 8 KiB 57 / 55 / 53 GB/s, L1 8 KiB + L2 16 KiB 62 / 59 / 59 GB/s
- * (FP8 46 / 43 / 49 vs 48 / 49 / 50). Earlier, with threads taking chunks from one queue in turn,
- * 16 KiB and more had been slower: the further prefetches then fell in the other thread's rows. */
-#ifndef PF2_BYTES
-#define PF2_BYTES 16384
-#endif
+/* Prefetch distance in groups of 4 rows: at least ~8 KiB ahead of the loads. Until the loads were
+ * software-pipelined a second prefetch ran PF2_BYTES (16 KiB) further ahead into L2 (measured then:
+ * L1 4 KiB + L2 8 KiB 57 / 55 / 53 GB/s, L1 8 KiB + L2 16 KiB 62 / 59 / 59 GB/s on gate/up-shaped
+ * INT4 weights, 2 threads). With the pipelined loads that second prefetch only costs instructions:
+ * tmp micro-benchmark (40 gate/up-shaped weights, 2 threads, ten interleaved rounds, median) INT4
+ * 57.6 GB/s with it, 68.6 without (16 KiB alone 70.0, 4 KiB 67.1); FP8 53.7 vs 63.5. It is off
+ * unless PF2_BYTES is defined at build time (kept for such experiments). */
 #ifndef PF2_HINT
 #define PF2_HINT _MM_HINT_T1
 #endif
+#ifdef PF2_BYTES
 #define PF2(a) _mm_prefetch((const char *)((uintptr_t)(a) + PF2_BYTES), PF2_HINT)
+#else
+#define PF2(a) ((void)(a))
+#endif
 #ifdef PF_RUNTIME
 int kiln_pf_bytes = 8192;
 #define PF_BYTES kiln_pf_bytes
