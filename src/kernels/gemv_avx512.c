@@ -297,7 +297,7 @@ AI __m512 fp8_tiny(__m512i w, __m512i shuf) {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(_mm512_shuffle_epi8(w, shuf), 4), _mm512_set1_epi32((int)0x87FFFFFF)));
 }
 
-/* One 64-column step of fp8_rows_fast for NR rows (wv[j]: row j's 64 weight bytes). */
+/* One 64-column step of the exact fast path (fp8_rows_pipe, bf = 0) for NR rows (wv[j]: row j's 64 weight bytes). */
 AI void fp8_fast_step(int NR, const __m512i *wv, const __m512i *sh, const float *xc, __m512 *a, __m512 *b) {
     const __m512 x0 = _mm512_load_ps(xc), x1 = _mm512_load_ps(xc + 16), x2 = _mm512_load_ps(xc + 32), x3 = _mm512_load_ps(xc + 48);
 #pragma GCC unroll 4
@@ -307,60 +307,6 @@ AI void fp8_fast_step(int NR, const __m512i *wv, const __m512i *sh, const float 
         a[j] = _mm512_fmadd_ps(fp8_tiny(wv[j], sh[2]), x2, a[j]);
         b[j] = _mm512_fmadd_ps(fp8_tiny(wv[j], sh[3]), x3, b[j]);
     }
-}
-
-AI void fp8_rows_fast(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, const __m512i *sh,
-                      int64_t pfg) {
-    const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
-    const float *S = (const float *)w->scales;
-    row_loc p[4];
-    const float *srow[4];
-    __m512 tot[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; j++) {
-        p[j] = row_at(w, r + j);
-        srow[j] = S + ((r + j) / B) * sc_cols;
-        tot[j] = _mm512_setzero_ps();
-    }
-    const int64_t cs = p[0].cs, nfull = cols / 64;
-    /* Software prefetch of the 4-row group PF ahead: 4 × 64 bytes of it per 64-column step. */
-    const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
-    for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
-        const int64_t ce = min64(cb + B, cols), kend = min64(ce / 64, nfull);
-        __m512 a[4], b[4];
-        __m512i wv[4];
-#pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) a[j] = b[j] = _mm512_setzero_ps();
-        int64_t k = cb / 64;
-        /* software-pipelined: chunk k + 1's weights load while chunk k is computed */
-#pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) wv[j] = k < kend ? _mm512_loadu_si512(p[j].p + cs * k) : _mm512_setzero_si512();
-        for (; k < kend; k++) { /* full 64-column chunks */
-            if (NR == 4 && pfg) {
-                const uint8_t *q = pf + 256 * k;
-                PFH(q); PFH(q + 64); PFH(q + 128); PFH(q + 192);
-                PF2(q); PF2(q + 64); PF2(q + 128); PF2(q + 192);
-            }
-            __m512i wn[4];
-            const int64_t kn = k + 1 < nfull ? k + 1 : k;
-#pragma GCC unroll 4
-            for (int j = 0; j < NR; j++) wn[j] = _mm512_loadu_si512(p[j].p + cs * kn);
-            fp8_fast_step(NR, wv, sh, (const float *)(xp + k * FP8_CHUNK), a, b);
-#pragma GCC unroll 4
-            for (int j = 0; j < NR; j++) wv[j] = wn[j];
-        }
-        if (64 * k < ce) { /* the row's last, partial chunk (row_at's tail bytes) */
-            const __mmask64 m = ((__mmask64)1 << (ce - 64 * k)) - 1;
-#pragma GCC unroll 4
-            for (int j = 0; j < NR; j++) wv[j] = _mm512_maskz_loadu_epi8(m, p[j].tp);
-            fp8_fast_step(NR, wv, sh, (const float *)(xp + k * FP8_CHUNK), a, b);
-        }
-#pragma GCC unroll 4
-        for (int j = 0; j < NR; j++)
-            tot[j] = _mm512_fmadd_ps(_mm512_add_ps(a[j], b[j]), _mm512_set1_ps(srow[j][bi] * 72057594037927936.0f /* 2^56 */), tot[j]);
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(tot[j]);
 }
 
 /* General path (any block size, or DAZ set): fp8 → IEEE half holding fp8/256 → f32 (see top). */
@@ -434,7 +380,7 @@ static void xprep_fp8_bf16(const kiln_weight *w, const float *x, void *xp) {
     }
 }
 
-/* One 64-column step of fp8_rows_bf16 for NR rows: wv[j] holds row j's 64 weight bytes. */
+/* One 64-column step of the BF16-dot path (fp8_rows_pipe, bf = 1) for NR rows (wv[j]: row j's 64 weight bytes). */
 AI void fp8_bf16_step(int NR, const __m512i *wv, __m512bh xe, __m512bh xo, __m512 *a, __m512 *b) {
     const __m512i mask = _mm512_set1_epi16((short)0x87F0);
 #pragma GCC unroll 4
@@ -446,8 +392,13 @@ AI void fp8_bf16_step(int NR, const __m512i *wv, __m512bh xe, __m512bh xo, __m51
     }
 }
 
-AI void fp8_rows_bf16(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, int64_t pfg) {
-    const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
+/* Both fast FP8 paths (bf = 1: BF16-dot, activation chunks of FP8B_CHUNK bytes; bf = 0: exact,
+ * FP8_CHUNK bytes and the shuffle constants sh): one loop over the row's full 64-column chunks,
+ * software-pipelined across the 128-column scale blocks too (chunk k + 1 loads while k is
+ * computed); a block's sum is scaled when it ends. */
+AI void fp8_rows_pipe(int bf, int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, const __m512i *sh,
+                      int64_t pfg) {
+    const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B, xchunk = bf ? FP8B_CHUNK : FP8_CHUNK;
     const float *S = (const float *)w->scales;
     row_loc p[4];
     const float *srow[4];
@@ -460,14 +411,13 @@ AI void fp8_rows_bf16(int NR, const kiln_weight *w, const uint8_t *xp, float *y,
         tot[j] = a[j] = b[j] = _mm512_setzero_ps();
     }
     const int64_t cs = p[0].cs, nfull = cols / 64, cpb = B / 64 /* B % 64 == 0 here */;
+    /* software prefetch of the 4-row group pfg ahead: 4 × 64 bytes of it per 64-column step */
     const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
-    /* One loop over the row's full 64-column chunks, software-pipelined across the 128-column scale
-     * blocks too (chunk k + 1 loads while k is computed); a block's sum is scaled when it ends. */
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) wv[j] = nfull ? _mm512_loadu_si512(p[j].p) : _mm512_setzero_si512();
     int64_t bi = 0, inb = 0;
     for (int64_t k = 0; k < nfull; k++) {
-        const uint8_t *xc = xp + k * FP8B_CHUNK;
+        const uint8_t *xc = xp + k * xchunk;
         if (NR == 4 && pfg) {
             const uint8_t *q = pf + 256 * k;
             PFH(q); PFH(q + 64); PFH(q + 128); PFH(q + 192);
@@ -477,7 +427,8 @@ AI void fp8_rows_bf16(int NR, const kiln_weight *w, const uint8_t *xp, float *y,
         const int64_t kn = k + 1 < nfull ? k + 1 : k;
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) wn[j] = _mm512_loadu_si512(p[j].p + cs * kn);
-        fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
+        if (bf) fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
+        else fp8_fast_step(NR, wv, sh, (const float *)xc, a, b);
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) wv[j] = wn[j];
         if (++inb == cpb) { /* block bi complete */
@@ -492,10 +443,11 @@ AI void fp8_rows_bf16(int NR, const kiln_weight *w, const uint8_t *xp, float *y,
     }
     if (64 * nfull < cols) { /* the row's last, partial chunk (row_at's tail bytes), in block bi */
         const __mmask64 m = ((__mmask64)1 << (cols - 64 * nfull)) - 1;
-        const uint8_t *xc = xp + nfull * FP8B_CHUNK;
+        const uint8_t *xc = xp + nfull * xchunk;
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) wv[j] = _mm512_maskz_loadu_epi8(m, p[j].tp);
-        fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
+        if (bf) fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
+        else fp8_fast_step(NR, wv, sh, (const float *)xc, a, b);
         inb++;
     }
     if (inb) /* the last block, partial */
@@ -516,8 +468,8 @@ static void gemv_fp8(const kiln_weight *w, const float *x, const void *xp, float
     int64_t r = r0;
     if (xp && w->block % 64 == 0 && fp8_bf16()) {
         const int64_t g = pf_groups(w->row_bytes);
-        FOR_ROW_GROUPS(w, r0, r1, fp8_rows_bf16(4, w, xp, y + (r - r0), r, PFG(r)),
-                       fp8_rows_bf16(1, w, xp, y + (r - r0), r, 0));
+        FOR_ROW_GROUPS(w, r0, r1, fp8_rows_pipe(1, 4, w, xp, y + (r - r0), r, NULL, PFG(r)),
+                       fp8_rows_pipe(1, 1, w, xp, y + (r - r0), r, NULL, 0));
         return;
     }
     if (xp && w->block % 64 == 0 && !(_mm_getcsr() & 0x40 /* DAZ */)) {
@@ -529,8 +481,8 @@ static void gemv_fp8(const kiln_weight *w, const float *x, const void *xp, float
             sh[k] = _mm512_loadu_si512(iv);
         }
         const int64_t g = pf_groups(w->row_bytes);
-        FOR_ROW_GROUPS(w, r0, r1, fp8_rows_fast(4, w, xp, y + (r - r0), r, sh, PFG(r)),
-                       fp8_rows_fast(1, w, xp, y + (r - r0), r, sh, 0));
+        FOR_ROW_GROUPS(w, r0, r1, fp8_rows_pipe(0, 4, w, xp, y + (r - r0), r, sh, PFG(r)),
+                       fp8_rows_pipe(0, 1, w, xp, y + (r - r0), r, sh, 0));
         return;
     }
     if (w->tiled) { /* the general path reads rows in checkpoint order: one gathered row at a time */
