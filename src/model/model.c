@@ -75,9 +75,12 @@ static kiln_status detect(const char *path, char *resolved, size_t cap, int *kin
 }
 
 kiln_status kiln_model_load(const char *path, const kiln_options *opts, kiln_model **out) {
-    (void)opts;
     *out = NULL;
     kiln_fp_init();
+    /* The kernel family is chosen before anything is laid out for it: weights requantized after
+     * loading (kiln bench, kiln eval) are tiled for the table current then, and AVX2 reading an
+     * AVX-512 tile layout would fall back to per-call gathered copies. */
+    if (opts) kiln_kernels_select(opts->isa);
     kiln_clear_error();
     struct kiln_model *m = calloc(1, sizeof *m);
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
