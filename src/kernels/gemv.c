@@ -72,16 +72,16 @@ kiln_isa kiln_kernels_select(kiln_isa want) {
     return want;
 }
 
-static int fp8_exact = -1; /* -1: not decided yet (the environment and the CPU decide on first use) */
+static int fp8_exact = -1; /* the environment and the CPU decide, once (fp8_mode_init) */
+static pthread_once_t fp8_once = PTHREAD_ONCE_INIT;
+static void fp8_mode_init(void) {
+    const char *env = getenv("KILN_FP8_EXACT");
+    __builtin_cpu_init();
+    __atomic_store_n(&fp8_exact, !__builtin_cpu_supports("avx512bf16") || (env && *env && strcmp(env, "0") != 0), __ATOMIC_RELAXED);
+}
 int kiln_fp8_bf16_dot(void) {
-    int e = __atomic_load_n(&fp8_exact, __ATOMIC_RELAXED);
-    if (e < 0) {
-        const char *env = getenv("KILN_FP8_EXACT");
-        __builtin_cpu_init();
-        e = !__builtin_cpu_supports("avx512bf16") || (env && *env && strcmp(env, "0") != 0);
-        __atomic_store_n(&fp8_exact, e, __ATOMIC_RELAXED);
-    }
-    return !e;
+    pthread_once(&fp8_once, fp8_mode_init);
+    return !__atomic_load_n(&fp8_exact, __ATOMIC_RELAXED);
 }
 int kiln_kernels_fp8_exact(int exact) {
     const int was = !kiln_fp8_bf16_dot();

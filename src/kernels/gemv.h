@@ -88,7 +88,8 @@ kiln_isa kiln_kernels_current(void);
 /* FP8 decode GEMV precision. On CPUs with AVX512_BF16 the AVX-512 kernel rounds the activation to
  * bf16 and multiplies with vdpbf16ps (fp8 subnormal weights read as zero; gemv_avx512.c says why
  * that is within FP8 semantics); exact = 1 selects the exact f32 path instead (also the environment
- * variable KILN_FP8_EXACT=1). Returns the previous setting. */
+ * variable KILN_FP8_EXACT=1). Returns the previous setting. Like kiln_kernels_select, call it only
+ * while no matmul runs: a call's activation preparation and its kernels read the setting apart. */
 int kiln_kernels_fp8_exact(int exact);
 /* 1 when FP8 GEMV with the current kernels rounds x to bf16 (AVX-512 with the BF16-dot path). */
 int kiln_kernels_fp8_rounds_x(void);

@@ -11,6 +11,8 @@
 #include <float.h>
 #include <math.h>
 #include <omp.h>
+
+#define KV_PREFAULT_BYTES ((size_t)256 << 20) /* see kiln_kv_pool_create */
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,16 +123,22 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
     p->refcount = calloc((size_t)n_pages, sizeof *p->refcount);
     p->free_list = malloc((size_t)n_pages * sizeof *p->free_list);
     int ok = p->k && p->v && p->pages && p->refcount && p->free_list;
+    /* The first pages handed out (the free list gives page 0 first and takes released pages back
+     * first) are mapped at creation, up to KV_PREFAULT_BYTES over all layer arrays: a decode step
+     * that first writes a fresh OS page pays a page fault inside the step (20–50 µs apiece on the
+     * dev VM, ~2 per bench-500m token). The cap keeps a pool sized for a long context (tens of GiB
+     * for 128K tokens) from being committed, and its creation fast; beyond it pages map on use. */
+    const size_t pool_bytes = (size_t)L * (p->page_k + (cfg->v_shares_k ? 0 : p->page_v)) * (size_t)n_pages;
+    const size_t pre_pages = pool_bytes <= KV_PREFAULT_BYTES ? (size_t)n_pages
+                                                            : (size_t)((double)n_pages * ((double)KV_PREFAULT_BYTES / (double)pool_bytes));
     for (int l = 0; ok && l < L; l++) {
         /* kiln_alloc64: large layer arrays land on transparent huge pages like the weights (the
          * attention reads one page slice per block, scattered over the array: fewer TLB misses) */
         p->k[l] = kiln_alloc64(p->page_k * (size_t)n_pages);
         p->v[l] = cfg->v_shares_k ? p->k[l] : kiln_alloc64(p->page_v * (size_t)n_pages);
         ok = p->k[l] && p->v[l];
-        /* committed up front, as vLLM and llama.cpp allocate their KV cache: a decode step that
-         * first writes a fresh OS page would otherwise pay a page fault inside the step */
-        if (ok) kiln_prefault(p->k[l], p->page_k * (size_t)n_pages);
-        if (ok && p->v[l] != p->k[l]) kiln_prefault(p->v[l], p->page_v * (size_t)n_pages);
+        if (ok && pre_pages) kiln_prefault(p->k[l], p->page_k * pre_pages);
+        if (ok && pre_pages && p->v[l] != p->k[l]) kiln_prefault(p->v[l], p->page_v * pre_pages);
     }
     size_t nsc = (size_t)n_kinds(cfg) * (size_t)L * (size_t)H;
     if (ok && is_static_fp8(cfg)) {
