@@ -71,20 +71,11 @@ static void scale_f32(float *x, float a, int64_t n) {
 }
 
 /* Prefetch distance in groups of 4 rows: at least ~8 KiB ahead of the loads. Until the loads were
- * software-pipelined a second prefetch ran PF2_BYTES (16 KiB) further ahead into L2 (measured then:
- * L1 4 KiB + L2 8 KiB 57 / 55 / 53 GB/s, L1 8 KiB + L2 16 KiB 62 / 59 / 59 GB/s on gate/up-shaped
- * INT4 weights, 2 threads). With the pipelined loads that second prefetch only costs instructions:
- * tmp micro-benchmark (40 gate/up-shaped weights, 2 threads, ten interleaved rounds, median) INT4
- * 57.6 GB/s with it, 68.6 without (16 KiB alone 70.0, 4 KiB 67.1); FP8 53.7 vs 63.5. It is off
- * unless PF2_BYTES is defined at build time (kept for such experiments). */
-#ifndef PF2_HINT
-#define PF2_HINT _MM_HINT_T1
-#endif
-#ifdef PF2_BYTES
-#define PF2(a) _mm_prefetch((const char *)((uintptr_t)(a) + PF2_BYTES), PF2_HINT)
-#else
-#define PF2(a) ((void)(a))
-#endif
+ * software-pipelined a second prefetch ran 16 KiB further ahead into L2 (measured then: L1 4 KiB +
+ * L2 8 KiB 57 / 55 / 53 GB/s, L1 8 KiB + L2 16 KiB 62 / 59 / 59 GB/s on gate/up-shaped INT4
+ * weights, 2 threads). With the pipelined loads it only cost instructions and was removed: tmp
+ * micro-benchmark (40 gate/up-shaped weights, 2 threads, ten interleaved rounds, median) INT4
+ * 57.6 GB/s with it, 68.6 without (16 KiB alone 70.0, 4 KiB 67.1); FP8 53.7 vs 63.5. */
 #ifdef PF_RUNTIME
 int kiln_pf_bytes = 8192;
 #define PF_BYTES kiln_pf_bytes
@@ -421,7 +412,6 @@ AI void fp8_rows_pipe(int bf, int NR, const kiln_weight *w, const uint8_t *xp, f
         if (NR == 4 && pfg) {
             const uint8_t *q = pf + 256 * k;
             PFH(q); PFH(q + 64); PFH(q + 128); PFH(q + 192);
-            PF2(q); PF2(q + 64); PF2(q + 128); PF2(q + 192);
         }
         __m512i wn[4];
         const int64_t kn = k + 1 < nfull ? k + 1 : k;
@@ -699,10 +689,6 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
             PFH((const char *)pf + 256 * ch + 128);
             PFH((const char *)pf + 256 * ch + 192);
             if ((ch & 1) == 0) PFH((const char *)pfs + 32 * ch);
-            PF2(pf + 256 * ch);
-            PF2(pf + 256 * ch + 64);
-            PF2(pf + 256 * ch + 128);
-            PF2(pf + 256 * ch + 192);
         } else if (NR == 1 && pfg) {
             PFH((const char *)pf + 64 * ch);
             if ((ch & 7) == 0) PFH((const char *)pfs + 8 * ch);
