@@ -95,6 +95,28 @@ int kiln_pf_bytes = 8192;
  * weight, also past this call's rows [r0, r1): the driver's row chunks are small, and the chunk
  * after this one is most often read next by this thread (or, taken by the other one, found in this
  * core's cache rather than DRAM); stopping at r1 left the last PF_BYTES of every chunk unprefetched. */
+/* Pipelined runs: the INT4 and FP8 loops load step k + 1's weights during step k, and every
+ * PIPE_RUN_BYTES of a 4-row group's weights the next step's load is issued by a second copy of the
+ * step's code (the run's peeled last step) instead of the loop's own load instructions. Why: with
+ * one unbroken loop, wide rows streamed markedly slower than narrow ones although the address
+ * stream is the same sequential one (pure loads without the arithmetic ran at one speed for every
+ * row width), and a 2,048-column INT4 row group — 4 KiB, one loop of 16 steps — was fast. The guest
+ * has no PMU counters to name the cause; the per-instruction stride prefetcher seeing one endless
+ * stride is the likely one, since breaking the loop's load stream every few KiB is all it takes.
+ * Measured on the dev VM, 2 threads, interleaved A/B in one process (30 rounds, median ratio):
+ * INT4 g32 2048 × 5632 (a "down" projection) +13% (43.8 → 49.2 GB/s at ~60 GB/s plain read), FP8
+ * +27% (38.3 → 48.3); 5632 × 2048 unchanged; bench-500m decode INT4 +4%, FP8 +7%. A first version
+ * restarted the pipeline at each run (a plain load, its latency exposed): as fast on a quiet host,
+ * 4–15% slower than no runs on a contended one (~32 GB/s); the peeled load is not slower there.
+ * Runs of 2, 4 and 8 KiB measured alike; 1 KiB (with restarts) lost the gain. PIPE_RT makes the
+ * length a variable for such measurements. */
+#ifdef PIPE_RT
+int kiln_pipe_run_bytes = 4096;
+#define PIPE_RUN_BYTES kiln_pipe_run_bytes
+#endif
+#ifndef PIPE_RUN_BYTES
+#define PIPE_RUN_BYTES 4096
+#endif
 #define PFG(r) ((r) + 4 * (g + 1) <= w->rows ? g : 0)
 AI int64_t pf_groups(size_t row_bytes) {
     int64_t g = (int64_t)(PF_BYTES / (4 * (row_bytes ? row_bytes : 1)));
@@ -404,33 +426,38 @@ AI void fp8_rows_pipe(int bf, int NR, const kiln_weight *w, const uint8_t *xp, f
     const int64_t cs = p[0].cs, nfull = cols / 64, cpb = B / 64 /* B % 64 == 0 here */;
     /* software prefetch of the 4-row group pfg ahead: 4 × 64 bytes of it per 64-column step */
     const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
+    int64_t bi = 0, inb = 0;
+    const int64_t run = PIPE_RUN_BYTES / 256 > 0 ? PIPE_RUN_BYTES / 256 : 1;
+    /* One 64-column step k with wv = its weights; wv ← the weights of step kn. */
+#define FP8_STEP(k, kn)                                                                                                  \
+    do {                                                                                                                 \
+        const uint8_t *xc = xp + (k) * xchunk;                                                                           \
+        if (NR == 4 && pfg) {                                                                                            \
+            const uint8_t *q = pf + 256 * (k);                                                                           \
+            PFH(q); PFH(q + 64); PFH(q + 128); PFH(q + 192);                                                             \
+        }                                                                                                                \
+        __m512i wn[4];                                                                                                   \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++) wn[j] = _mm512_loadu_si512(p[j].p + cs * (kn));             \
+        if (bf) fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);     \
+        else fp8_fast_step(NR, wv, sh, (const float *)xc, a, b);                                                         \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++) wv[j] = wn[j];                                              \
+        if (++inb == cpb) { /* block bi complete */                                                                      \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++) {                                                       \
+                tot[j] = _mm512_fmadd_ps(_mm512_add_ps(a[j], b[j]), _mm512_set1_ps(srow[j][bi] * 72057594037927936.0f /* 2^56 */), tot[j]); \
+                a[j] = b[j] = _mm512_setzero_ps();                                                                       \
+            }                                                                                                            \
+            bi++;                                                                                                        \
+            inb = 0;                                                                                                     \
+        }                                                                                                                \
+    } while (0)
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) wv[j] = nfull ? _mm512_loadu_si512(p[j].p) : _mm512_setzero_si512();
-    int64_t bi = 0, inb = 0;
-    for (int64_t k = 0; k < nfull; k++) {
-        const uint8_t *xc = xp + k * xchunk;
-        if (NR == 4 && pfg) {
-            const uint8_t *q = pf + 256 * k;
-            PFH(q); PFH(q + 64); PFH(q + 128); PFH(q + 192);
-        }
-        __m512i wn[4];
-        const int64_t kn = k + 1 < nfull ? k + 1 : k;
-#pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) wn[j] = _mm512_loadu_si512(p[j].p + cs * kn);
-        if (bf) fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
-        else fp8_fast_step(NR, wv, sh, (const float *)xc, a, b);
-#pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) wv[j] = wn[j];
-        if (++inb == cpb) { /* block bi complete */
-#pragma GCC unroll 4
-            for (int j = 0; j < NR; j++) {
-                tot[j] = _mm512_fmadd_ps(_mm512_add_ps(a[j], b[j]), _mm512_set1_ps(srow[j][bi] * 72057594037927936.0f /* 2^56 */), tot[j]);
-                a[j] = b[j] = _mm512_setzero_ps();
-            }
-            bi++;
-            inb = 0;
-        }
+    for (int64_t kb = 0; kb < nfull; kb += run) { /* one run of PIPE_RUN_BYTES (see there) */
+        const int64_t ke = min64(kb + run, nfull);
+        for (int64_t k = kb; k < ke - 1; k++) FP8_STEP(k, k + 1);
+        FP8_STEP(ke - 1, ke < nfull ? ke : ke - 1); /* loads the next run's first step through its own instructions */
     }
+#undef FP8_STEP
     if (64 * nfull < cols) { /* the row's last, partial chunk (row_at's tail bytes), in block bi */
         const __mmask64 m = ((__mmask64)1 << (cols - 64 * nfull)) - 1;
         const uint8_t *xc = xp + nfull * xchunk;
@@ -726,6 +753,97 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(acc[j]);
 }
+/* Four tiled rows r..r+3 (r % 4 == 0) of a weight with group ≤ 128: the common decode case, written
+ * so that every stream advances from one base pointer: the weights 256 bytes per 128-column chunk,
+ * the scales 4·u words (all four rows' groups of the chunk, one load; lane l of row j takes word
+ * j·u + 8l/G through sidx[j]), the prepared activation 256 bytes. The general int4_rows kept ~14
+ * loop values on the stack and recomputed each row's address with a multiply per chunk (gcc -O2);
+ * in this loop they stay in registers. Same arithmetic and summation order as int4_rows, so the
+ * same results bit for bit (tests/kernels/test_gemv.c compares the two). */
+AI void int4_tile4(const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, const int4_consts *k, const __m512i sidx[4],
+                   int64_t pfg) {
+    const int64_t nfull = k->nfull, u = k->u;
+    const uint8_t *wp = w->data + (size_t)r * w->row_bytes;
+    const uint16_t *sp = (const uint16_t *)w->scales + (size_t)r * (size_t)k->ng;
+    const uint8_t *pf = pfg ? wp + (size_t)(4 * pfg) * w->row_bytes : NULL;
+    const uint8_t *pfs = (const uint8_t *)(sp + (size_t)(4 * pfg) * (size_t)k->ng);
+    const int64_t spf = 64 / (8 * u) - 1; /* the scale stream gains a cache line every spf + 1 chunks */
+    const __mmask32 sm4 = (__mmask32)((1u << (4 * u)) - 1u);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    const int64_t run = PIPE_RUN_BYTES / 256 > 0 ? PIPE_RUN_BYTES / 256 : 1;
+#define I4_ROW(wv, j, acc)                                                                                 \
+    do {                                                                                                   \
+        const __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4); \
+        const __m512i t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(st, lo, xe), hi, xo);                    \
+        const __m512 ws = _mm512_castsi512_ps(_mm512_permutexvar_epi16(sidx[j], sv));                      \
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(ws, xs), acc);                          \
+    } while (0)
+    /* One 128-column chunk ch of the four rows, whose weights are in w0..w3; n0..n3 ← the 256 bytes at wn. */
+#define I4_STEP(ch, wn)                                                                                                  \
+    do {                                                                                                                 \
+        const __m512i n0 = _mm512_loadu_si512(wn), n1 = _mm512_loadu_si512((wn) + 64);                                  \
+        const __m512i n2 = _mm512_loadu_si512((wn) + 128), n3 = _mm512_loadu_si512((wn) + 192);                         \
+        const uint8_t *o = xp + (ch) * I4_CHUNK;                                                                         \
+        const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);        \
+        const __m512 xs = _mm512_load_ps((const float *)(o + 192));                                                      \
+        const __m512i sv = _mm512_maskz_loadu_epi16(sm4, sp + 4 * u * (ch));                                             \
+        if (pf) {                                                                                                        \
+            PFH(pf + 256 * (ch));                                                                                        \
+            PFH(pf + 256 * (ch) + 64);                                                                                   \
+            PFH(pf + 256 * (ch) + 128);                                                                                  \
+            PFH(pf + 256 * (ch) + 192);                                                                                  \
+            if (((ch) & spf) == 0) PFH(pfs + 8 * u * (ch));                                                              \
+        }                                                                                                                \
+        I4_ROW(w0, 0, acc0);                                                                                             \
+        I4_ROW(w1, 1, acc1);                                                                                             \
+        I4_ROW(w2, 2, acc2);                                                                                             \
+        I4_ROW(w3, 3, acc3);                                                                                             \
+        w0 = n0;                                                                                                         \
+        w1 = n1;                                                                                                         \
+        w2 = n2;                                                                                                         \
+        w3 = n3;                                                                                                         \
+    } while (0)
+    if (nfull) {
+        __m512i w0 = _mm512_loadu_si512(wp), w1 = _mm512_loadu_si512(wp + 64);
+        __m512i w2 = _mm512_loadu_si512(wp + 128), w3 = _mm512_loadu_si512(wp + 192);
+        for (int64_t cb = 0; cb < nfull; cb += run) { /* one run of PIPE_RUN_BYTES */
+            const int64_t ce = min64(cb + run, nfull);
+            for (int64_t ch = cb; ch < ce - 1; ch++) I4_STEP(ch, wp + 256 * (ch + 1));
+            /* the run's last chunk loads the next run's first through its own instructions */
+            I4_STEP(ce - 1, wp + 256 * (ce < nfull ? ce : ce - 1));
+        }
+    }
+#undef I4_STEP
+    if (k->tail) { /* the last cols % 128 columns: row j's bytes at 256·nfull + t·j, its groups at 4·nb·u + j·tg */
+        const uint8_t *o = xp + nfull * I4_CHUNK;
+        const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);
+        const __m512 xs = _mm512_load_ps((const float *)(o + 192));
+        const __mmask64 bm = ((__mmask64)1 << (k->tail / 2)) - 1;
+        const size_t tb = w->row_bytes % 64;
+        const uint16_t *stail = sp + 4 * k->nb * u;
+        const __m512i sidxt = k->sidx;
+        const __mmask32 tsm = k->tsm;
+#define I4_TAIL(j, acc)                                                                                               \
+    do {                                                                                                              \
+        const __m512i wv = _mm512_maskz_loadu_epi8(bm, wp + 256 * nfull + tb * (j));                                  \
+        const __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);            \
+        const __m512i t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(st, lo, xe), hi, xo);                               \
+        const __m512 ws = _mm512_castsi512_ps(_mm512_permutexvar_epi16(sidxt, _mm512_maskz_loadu_epi16(tsm, stail + (j) * k->tg))); \
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(ws, xs), acc);                                     \
+    } while (0)
+        I4_TAIL(0, acc0);
+        I4_TAIL(1, acc1);
+        I4_TAIL(2, acc2);
+        I4_TAIL(3, acc3);
+#undef I4_TAIL
+    }
+#undef I4_ROW
+    y[0] = _mm512_reduce_add_ps(acc0);
+    y[1] = _mm512_reduce_add_ps(acc1);
+    y[2] = _mm512_reduce_add_ps(acc2);
+    y[3] = _mm512_reduce_add_ps(acc3);
+}
 static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
     /* Lane l's scale: the bf16 goes to word 2l+1 (the f32's high half) from group 8l/G of the chunk;
@@ -749,6 +867,15 @@ static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, floa
     k.nb = k.ng / k.u;
     k.tg = k.ng % k.u;
     const int64_t g = pf_groups(w->row_bytes);
+    if (w->tiled && G <= 128) {
+        __m512i sidx4[4];
+        for (int j = 0; j < 4; j++) {
+            for (int l = 0; l < 16; l++) iw[2 * l + 1] = (uint16_t)(j * k.u + (8 * l) / G);
+            sidx4[j] = _mm512_loadu_si512(iw);
+        }
+        FOR_ROW_GROUPS(w, r0, r1, int4_tile4(w, xp, y + (r - r0), r, &k, sidx4, PFG(r)), int4_rows(1, w, xp, y + (r - r0), r, &k, 0));
+        return;
+    }
     FOR_ROW_GROUPS(w, r0, r1, int4_rows(4, w, xp, y + (r - r0), r, &k, PFG(r)), int4_rows(1, w, xp, y + (r - r0), r, &k, 0));
 }
 

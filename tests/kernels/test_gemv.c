@@ -309,8 +309,8 @@ static void test_tiled(void **s) {
         kiln_kernels_fp8_exact(was);
     }
     int64_t c4[] = {32, 96, 128, 160, 288, 640};
-    int b4[] = {32, 128};
-    run_format(KILN_WF_INT4_GROUP, c4, 6, b4, 2);
+    int b4[] = {32, 64, 128};
+    run_format(KILN_WF_INT4_GROUP, c4, 6, b4, 3);
     /* several MiB, threaded: row chunks and the prefetch running ahead over tile groups */
     for (int k = 1; k < 3; k++) {
         if (!kiln_cpu_supports(isas[k])) continue;
@@ -339,6 +339,32 @@ static void test_tiled(void **s) {
     kiln_kernels_fp8_exact(was_exact);
     kiln_kernels_select(KILN_ISA_AUTO);
     tile_mode = 0;
+}
+/* INT4 on AVX-512: the tiled weight goes through the 4-row tile kernel, the same weight untiled
+ * through the general row kernel; both accumulate in the same order, so the outputs must be equal
+ * bit for bit (an indexing slip in either, e.g. a scale of the wrong row or chunk, breaks this
+ * even where it stays inside the reference's error bound). Group 32, 64, 128 (u = 4, 2, 1 groups
+ * per 128-column chunk), with and without a column tail, rows not a multiple of 4. */
+static void test_int4_tile_kernel_exact(void **s) {
+    (void)s;
+    if (!kiln_cpu_supports(KILN_ISA_AVX512)) { skip(); return; }
+    kiln_kernels_select(KILN_ISA_AVX512);
+    const int64_t cols[] = {128, 640, 672, 5632 + 96};
+    const int blocks[] = {32, 64, 128};
+    for (int b = 0; b < 3; b++)
+        for (int c = 0; c < 4; c++) {
+            if (cols[c] % blocks[b]) continue;
+            const int64_t rows = 22;
+            tweight t = make_weight(KILN_WF_INT4_GROUP, rows, cols[c], blocks[b]);
+            float *X = make_x(1, cols[c]), Yu[22], Yt[22];
+            kiln_matmul_rows(&t.w, X, Yu, 1, 0, rows);
+            tile_and_check(&t);
+            assert_true(t.w.tiled);
+            kiln_matmul_rows(&t.w, X, Yt, 1, 0, rows);
+            assert_memory_equal(Yu, Yt, sizeof Yu);
+            free(X); free_weight(&t);
+        }
+    kiln_kernels_select(KILN_ISA_AUTO);
 }
 /* kiln_matmul_many: weights of different formats, shapes and layouts sharing one X, in one call,
  * each against its own reference (n = 1 decode and n = 5 prefill), on every ISA. */
@@ -534,7 +560,7 @@ int main(void) {
         cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),        cmocka_unit_test(test_fp8_bf16_exact_inputs),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
-        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_matmul_many),
+        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_matmul_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
