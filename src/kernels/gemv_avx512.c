@@ -779,39 +779,50 @@ AI void int4_tile4(const kiln_weight *w, const uint8_t *xp, float *y, int64_t r,
         const __m512 ws = _mm512_castsi512_ps(_mm512_permutexvar_epi16(sidx[j], sv));                      \
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(ws, xs), acc);                          \
     } while (0)
-    /* One 128-column chunk ch of the four rows, whose weights are in w0..w3; n0..n3 ← the 256 bytes at wn. */
-#define I4_STEP(ch, wn)                                                                                                  \
-    do {                                                                                                                 \
-        const __m512i n0 = _mm512_loadu_si512(wn), n1 = _mm512_loadu_si512((wn) + 64);                                  \
-        const __m512i n2 = _mm512_loadu_si512((wn) + 128), n3 = _mm512_loadu_si512((wn) + 192);                         \
-        const uint8_t *o = xp + (ch) * I4_CHUNK;                                                                         \
-        const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);        \
-        const __m512 xs = _mm512_load_ps((const float *)(o + 192));                                                      \
-        const __m512i sv = _mm512_maskz_loadu_epi16(sm4, sp + 4 * u * (ch));                                             \
-        if (pf) {                                                                                                        \
-            PFH(pf + 256 * (ch));                                                                                        \
-            PFH(pf + 256 * (ch) + 64);                                                                                   \
-            PFH(pf + 256 * (ch) + 128);                                                                                  \
-            PFH(pf + 256 * (ch) + 192);                                                                                  \
-            if (((ch) & spf) == 0) PFH(pfs + 8 * u * (ch));                                                              \
-        }                                                                                                                \
-        I4_ROW(w0, 0, acc0);                                                                                             \
-        I4_ROW(w1, 1, acc1);                                                                                             \
-        I4_ROW(w2, 2, acc2);                                                                                             \
-        I4_ROW(w3, 3, acc3);                                                                                             \
-        w0 = n0;                                                                                                         \
-        w1 = n1;                                                                                                         \
-        w2 = n2;                                                                                                         \
-        w3 = n3;                                                                                                         \
+    /* One 128-column chunk ch of the four rows, whose weights are in C0..C3; N0..N3 ← the 256 bytes at wn. */
+#define I4_STEP(ch, wn, C0, C1, C2, C3, N0, N1, N2, N3)                                                           \
+    do {                                                                                                         \
+        N0 = _mm512_loadu_si512(wn);                                                                             \
+        N1 = _mm512_loadu_si512((wn) + 64);                                                                      \
+        N2 = _mm512_loadu_si512((wn) + 128);                                                                     \
+        N3 = _mm512_loadu_si512((wn) + 192);                                                                     \
+        const uint8_t *o = xp + (ch) * I4_CHUNK;                                                                 \
+        const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128); \
+        const __m512 xs = _mm512_load_ps((const float *)(o + 192));                                              \
+        const __m512i sv = _mm512_maskz_loadu_epi16(sm4, sp + 4 * u * (ch));                                     \
+        if (pf) {                                                                                                \
+            PFH(pf + 256 * (ch));                                                                                \
+            PFH(pf + 256 * (ch) + 64);                                                                           \
+            PFH(pf + 256 * (ch) + 128);                                                                          \
+            PFH(pf + 256 * (ch) + 192);                                                                          \
+            if (((ch) & spf) == 0) PFH(pfs + 8 * u * (ch));                                                      \
+        }                                                                                                        \
+        I4_ROW(C0, 0, acc0);                                                                                     \
+        I4_ROW(C1, 1, acc1);                                                                                     \
+        I4_ROW(C2, 2, acc2);                                                                                     \
+        I4_ROW(C3, 3, acc3);                                                                                     \
     } while (0)
     if (nfull) {
+        /* Two register sets trade roles step by step (two steps per loop iteration), so the pipelined
+         * weights never need copying between registers. */
         __m512i w0 = _mm512_loadu_si512(wp), w1 = _mm512_loadu_si512(wp + 64);
         __m512i w2 = _mm512_loadu_si512(wp + 128), w3 = _mm512_loadu_si512(wp + 192);
+        __m512i n0, n1, n2, n3;
         for (int64_t cb = 0; cb < nfull; cb += run) { /* one run of PIPE_RUN_BYTES */
             const int64_t ce = min64(cb + run, nfull);
-            for (int64_t ch = cb; ch < ce - 1; ch++) I4_STEP(ch, wp + 256 * (ch + 1));
+            int64_t ch = cb;
+            for (; ch + 2 < ce; ch += 2) {
+                I4_STEP(ch, wp + 256 * (ch + 1), w0, w1, w2, w3, n0, n1, n2, n3);
+                I4_STEP(ch + 1, wp + 256 * (ch + 2), n0, n1, n2, n3, w0, w1, w2, w3);
+            }
+            if (ch + 1 < ce) {
+                I4_STEP(ch, wp + 256 * (ch + 1), w0, w1, w2, w3, n0, n1, n2, n3);
+                w0 = n0, w1 = n1, w2 = n2, w3 = n3;
+                ch++;
+            }
             /* the run's last chunk loads the next run's first through its own instructions */
-            I4_STEP(ce - 1, wp + 256 * (ce < nfull ? ce : ce - 1));
+            I4_STEP(ch, wp + 256 * (ce < nfull ? ce : ch), w0, w1, w2, w3, n0, n1, n2, n3);
+            w0 = n0, w1 = n1, w2 = n2, w3 = n3;
         }
     }
 #undef I4_STEP
