@@ -169,11 +169,6 @@ static void gemv_bf16(const kiln_weight *w, const float *x, const void *xp, floa
 }
 
 /* ---- FP8 block GEMV --------------------------------------------------------------------------------- */
-/* 8 fp8 bytes (the low 8 of b) → 8 floats holding value/256 (see ld8) */
-AI __m256 fp8x8(__m128i b) {
-    __m128i h = _mm_slli_epi16(_mm_cvtepi8_epi16(b), 7);
-    return _mm256_cvtph_ps(_mm_and_si128(h, _mm_set1_epi16((short)0xBFFF)));
-}
 AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t r, int64_t pfg) {
     const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
     const float *S = (const float *)w->scales;
@@ -210,8 +205,11 @@ AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t
             for (int j = 0; j < NR; j++) nxt[j] = _mm_loadu_si128((const __m128i *)(p[j] + cn));
 #pragma GCC unroll 4
             for (int j = 0; j < NR; j++) {
-                a[j] = _mm256_fmadd_ps(fp8x8(raw[j]), x0, a[j]);
-                b[j] = _mm256_fmadd_ps(fp8x8(_mm_srli_si128(raw[j], 8)), x1, b[j]);
+                /* all 16 bytes widened, shifted and masked at once in a 256-bit register (3 ops
+                 * instead of 6 for two 8-byte halves), then two half → float conversions */
+                const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(raw[j]), 7), _mm256_set1_epi16((short)0xBFFF));
+                a[j] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), x0, a[j]);
+                b[j] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), x1, b[j]);
                 raw[j] = nxt[j];
             }
         }
