@@ -345,6 +345,7 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
     const int64_t cols = w->cols, G = w->block, ng = cols / G, nch = (cols + 63) / 64, nfull = cols / 64;
     const uint16_t *S = (const uint16_t *)w->scales;
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i sshift = _mm256_set_epi32(0, 0, 0, 0, 16, 16, 16, 16), smask = _mm256_set_epi32(-65536, -65536, -65536, -65536, -1, -1, -1, -1);
     const uint8_t *p[4];
     const uint16_t *srow[4];
     __m256 acc[4];
@@ -380,9 +381,18 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
             __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
             __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
             __m256i t = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), st);
-            /* lanes 0-3 take group g0's bf16 scale, lanes 4-7 group g1's: bf16 → f32 is a 16-bit shift */
-            const __m256i sv = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_set_epi16(0, 0, 0, 0, 0, 0, (short)srow[j][g1], (short)srow[j][g0])), 16);
-            __m256 ws = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(sv, _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0)));
+            /* lanes 0-3 take group g0's bf16 scale, lanes 4-7 group g1's (bf16 → f32 is a 16-bit shift).
+             * g1 = g0 + 1 (group 32, a whole chunk): both scales in one 32-bit broadcast, lanes 0-3
+             * shift the low one up, lanes 4-7 keep the high one; else one 16-bit broadcast. */
+            __m256i sv;
+            if (g1 != g0) {
+                uint32_t pair;
+                memcpy(&pair, srow[j] + g0, 4);
+                sv = _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32((int)pair), sshift), smask);
+            } else {
+                sv = _mm256_slli_epi32(_mm256_set1_epi16((short)srow[j][g0]), 16);
+            }
+            const __m256 ws = _mm256_castsi256_ps(sv);
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(ws, xs), acc[j]);
         }
     }
