@@ -54,6 +54,31 @@ int kiln_cpu_supports(kiln_isa isa) {
     return 0;
 }
 
+/* The AVX2 table, with AVX-VNNI's INT4 kernel where the CPU has AVX-VNNI and it is enabled
+ * (KILN_AVX_VNNI=0 or kiln_kernels_avx_vnni(0) keep the vpmaddubsw form; both give the same
+ * results). Built on each selection, which happens only while no kernel runs. */
+static int avx_vnni_enabled = -1; /* -1: not yet read from the environment */
+static kiln_ktable avx2_vnni_table;
+static int avx_vnni_usable(void) {
+    if (avx_vnni_enabled < 0) {
+        const char *e = getenv("KILN_AVX_VNNI");
+        avx_vnni_enabled = !(e && strcmp(e, "0") == 0);
+    }
+    __builtin_cpu_init();
+    return avx_vnni_enabled && __builtin_cpu_supports("avxvnni");
+}
+static const kiln_ktable *avx2_table(void) {
+    if (!avx_vnni_usable()) return &kiln_ktable_avx2;
+    avx2_vnni_table = kiln_ktable_avx2;
+    avx2_vnni_table.gemv[KILN_WF_INT4_GROUP] = kiln_gemv_int4_avxvnni;
+    return &avx2_vnni_table;
+}
+int kiln_kernels_avx_vnni(int enable) {
+    const int was = avx_vnni_usable();
+    avx_vnni_enabled = enable != 0;
+    return was;
+}
+
 kiln_isa kiln_kernels_select(kiln_isa want) {
     kiln_fp_init();
     if (want == KILN_ISA_AUTO) {
@@ -64,7 +89,7 @@ kiln_isa kiln_kernels_select(kiln_isa want) {
         want = KILN_ISA_SCALAR;
     }
     const kiln_ktable *t = want == KILN_ISA_AVX512 ? &kiln_ktable_avx512
-                         : want == KILN_ISA_AVX2   ? &kiln_ktable_avx2
+                         : want == KILN_ISA_AVX2   ? avx2_table()
                                                    : NULL;
     __atomic_store_n(&current_table, t, __ATOMIC_RELEASE);
     __atomic_store_n(&current_isa, want, __ATOMIC_RELEASE);

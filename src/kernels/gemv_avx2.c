@@ -6,20 +6,11 @@
  *   - Q8_0 uses the sign trick (|w| · sign(x, w)) instead of a +128 offset, which would saturate;
  *   - column tails past the last full vector run the scalar conversions of base/fp.h. */
 #include "kernels/gemv_isa.h"
+#include "kernels/avx2_common.h"
 #include "base/fp.h"
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
-
-#define AI static inline __attribute__((always_inline))
-
-AI int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-AI float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* ---- f32 helpers ---------------------------------------------------------------------------------- */
 static float dot_f32(const float *a, const float *b, int64_t n) {
@@ -76,13 +67,6 @@ AI float ld1(int f, const uint8_t *row, int64_t c) {
     }
 }
 
-/* Rows prefetched ahead: the 4-row group `pfg` groups further, ~8 KiB of weights ahead (its rows in
- * step with this group's columns; a line per row per 64 bytes). 0 = none (single rows). */
-AI int64_t pf_groups_avx2(size_t row_bytes) {
-    int64_t g = (int64_t)(8192 / (4 * (row_bytes ? row_bytes : 1)));
-    return g < 1 ? 1 : g;
-}
-#define PF_LINE(a) _mm_prefetch((const char *)(a), _MM_HINT_T0)
 
 /* ---- F32 / F16 / BF16 GEMV -------------------------------------------------------------------------- */
 AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y, int64_t r, int64_t pfg) {
@@ -309,9 +293,7 @@ static void gemm_f32(const float *W, int64_t ldw, int nr, const float *X, int64_
 }
 
 /* ---- INT4 group ------------------------------------------------------------------------------------- */
-/* Prepared activation per 64-column chunk (128 bytes, zero-padded past cols):
- *   xe[32] int8 x_q[64c + 2k]; xo[32] int8 x_q[64c + 2k + 1];
- *   st[8] int32 −8 · Σ x_q[64c + 8l .. +8); xs[8] f32 x block scale of lane l. */
+/* Prepared activation: see int4_avx2.h (the kernel, shared with gemv_avxvnni.c). */
 #define I4_CHUNK 128
 static size_t xprep_bytes_int4(const kiln_weight *w) { return (size_t)((w->cols + 63) / 64) * I4_CHUNK; }
 
@@ -341,71 +323,12 @@ static void xprep_int4(const kiln_weight *w, const float *x, void *xp) {
     }
 }
 
-AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, int64_t pfg) {
-    const int64_t cols = w->cols, G = w->block, ng = cols / G, nch = (cols + 63) / 64, nfull = cols / 64;
-    const uint16_t *S = (const uint16_t *)w->scales;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const __m256i sshift = _mm256_set_epi32(0, 0, 0, 0, 16, 16, 16, 16), smask = _mm256_set_epi32(-65536, -65536, -65536, -65536, -1, -1, -1, -1);
-    const uint8_t *p[4];
-    const uint16_t *srow[4];
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; j++) {
-        p[j] = w->data + (size_t)(r + j) * w->row_bytes;
-        srow[j] = S + (size_t)(r + j) * (size_t)ng;
-        acc[j] = _mm256_setzero_ps();
-    }
-    const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
-    /* software-pipelined: chunk ch + 1's weights load while chunk ch is computed (see gemv_avx512.c) */
-    __m256i wcur[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; j++) wcur[j] = nfull ? _mm256_loadu_si256((const __m256i *)p[j]) : _mm256_setzero_si256();
-    for (int64_t ch = 0; ch < nch; ch++) {
-        const uint8_t *o = xp + ch * I4_CHUNK;
-        const __m256i xe = _mm256_load_si256((const __m256i *)o), xo = _mm256_load_si256((const __m256i *)(o + 32));
-        const __m256i st = _mm256_load_si256((const __m256i *)(o + 64));
-        const __m256 xs = _mm256_load_ps((const float *)(o + 96));
-        const int full = ch < nfull;
-        const int64_t g0 = (64 * ch) / G, g1 = full ? (64 * ch + 32) / G : g0;
-        if (pfg && (ch & 1) == 0)
-#pragma GCC unroll 4
-            for (int j = 0; j < NR; j++) PF_LINE(pf + (size_t)j * w->row_bytes + 32 * ch);
-        __m256i wn[4];
-        const int64_t chn = ch + 1 < nfull ? ch + 1 : ch;
-#pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) wn[j] = full ? _mm256_loadu_si256((const __m256i *)(p[j] + 32 * chn)) : wcur[j];
-#pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) {
-            __m256i wv = full ? wcur[j] : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(p[j] + 32 * ch)));
-            wcur[j] = wn[j];
-            __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
-            __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
-            __m256i t = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), st);
-            /* lanes 0-3 take group g0's bf16 scale, lanes 4-7 group g1's (bf16 → f32 is a 16-bit shift).
-             * g1 = g0 + 1 (group 32, a whole chunk): both scales in one 32-bit broadcast, lanes 0-3
-             * shift the low one up, lanes 4-7 keep the high one; else one 16-bit broadcast. */
-            __m256i sv;
-            if (g1 != g0) {
-                uint32_t pair;
-                memcpy(&pair, srow[j] + g0, 4);
-                sv = _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32((int)pair), sshift), smask);
-            } else {
-                sv = _mm256_slli_epi32(_mm256_set1_epi16((short)srow[j][g0]), 16);
-            }
-            const __m256 ws = _mm256_castsi256_ps(sv);
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(ws, xs), acc[j]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; j++) y[j] = hsum256(acc[j]);
-}
-static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
-    (void)x;
-    int64_t r = r0;
-    const int64_t g = pf_groups_avx2(w->row_bytes);
-    for (; r + 4 <= r1; r += 4) int4_rows(4, w, xp, y + (r - r0), r, r + 4 * (g + 1) <= w->rows ? g : 0);
-    for (; r < r1; r++) int4_rows(1, w, xp, y + (r - r0), r, 0);
-}
+#define I4_DOT(st, lo, xe, hi, xo) \
+    _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo)), _mm256_set1_epi16(1)), st)
+#define I4_ROWS int4_rows
+#define I4_GEMV gemv_int4
+#define I4_LINKAGE static
+#include "kernels/int4_avx2.h"
 
 /* ---- Q8_0 / Q4_0 --------------------------------------------------------------------------------- */
 /* Prepared activation: per 32-block 64 bytes {x_q[32] int8, st[8] int32}, then d[cols/32] f32.

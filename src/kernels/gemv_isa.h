@@ -42,6 +42,13 @@ const kiln_ktable *kiln_ktable_current(void);
 
 extern const kiln_ktable kiln_ktable_avx2;
 extern const kiln_ktable kiln_ktable_avx512;
+/* The AVX2 table's INT4 GEMV with AVX-VNNI dots (gemv_avxvnni.c); the AVX2 table uses it in place of
+ * its own when the CPU has AVX-VNNI and kiln_kernels_avx_vnni(0) / KILN_AVX_VNNI=0 did not say no. */
+void kiln_gemv_int4_avxvnni(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1);
+/* Whether the AVX2 table uses AVX-VNNI (the CPU has it and it is enabled); sets it for later
+ * kiln_kernels_select calls (like kiln_kernels_fp8_exact: only while no kernel runs) and returns the
+ * previous setting. Tests run both forms. */
+int kiln_kernels_avx_vnni(int enable);
 
 /* Shared activation quantiser for the integer-dot kernels (INT4, Q8_0, Q4_0): x[cols] (cols a
  * multiple of 32) → q[cols] int8 and d[cols/32] with x ≈ q · d per block of 32; d = amax/127,

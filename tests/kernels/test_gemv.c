@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "kernels/gemv.h"
+#include "kernels/gemv_isa.h"
 #include "base/fp.h"
 #include <math.h>
 #include <omp.h>
@@ -294,7 +295,45 @@ static void test_fp8_bf16_exact_inputs(void **s) {
     kiln_kernels_fp8_exact(was);
     kiln_kernels_select(KILN_ISA_AUTO);
 }
-static void test_int4(void **s) { (void)s; int64_t c[] = {32, 96, 128, 160, 288, 384, 640}; int b[] = {32, 128}; run_format(KILN_WF_INT4_GROUP, c, 7, b, 2); }
+static void test_int4(void **s) {
+    (void)s;
+    int64_t c[] = {32, 96, 128, 160, 288, 384, 640};
+    int b[] = {32, 128};
+    run_format(KILN_WF_INT4_GROUP, c, 7, b, 2);
+    /* the AVX2 table's other INT4 kernel (vpmaddubsw where AVX-VNNI is used above, or the other way) */
+    const int was = kiln_kernels_avx_vnni(0);
+    kiln_kernels_avx_vnni(!was);
+    run_format(KILN_WF_INT4_GROUP, c, 7, b, 2);
+    kiln_kernels_avx_vnni(was);
+    kiln_kernels_select(KILN_ISA_AUTO);
+}
+/* AVX2 INT4 with AVX-VNNI dots and with vpmaddubsw/vpmaddwd: the same integers, so the same floats
+ * bit for bit (groups 32, 64 and 128, a partial last 64-column chunk, threaded). */
+static void test_int4_avx_vnni_exact(void **s) {
+    (void)s;
+    __builtin_cpu_init();
+    if (!kiln_cpu_supports(KILN_ISA_AVX2) || !__builtin_cpu_supports("avxvnni")) { skip(); return; }
+    const int was = kiln_kernels_avx_vnni(1);
+    const int64_t cols[] = {96, 640, 2048 + 32};
+    const int blocks[] = {32, 64, 128};
+    for (int b = 0; b < 3; b++)
+        for (int c = 0; c < 3; c++) {
+            if (cols[c] % blocks[b]) continue;
+            const int64_t rows = 300;
+            tweight t = make_weight(KILN_WF_INT4_GROUP, rows, cols[c], blocks[b]);
+            float *X = make_x(1, cols[c]), Yv[300], Ym[300];
+            kiln_kernels_avx_vnni(1);
+            kiln_kernels_select(KILN_ISA_AVX2);
+            kiln_matmul(&t.w, X, Yv, 1);
+            kiln_kernels_avx_vnni(0);
+            kiln_kernels_select(KILN_ISA_AVX2);
+            kiln_matmul(&t.w, X, Ym, 1);
+            assert_memory_equal(Yv, Ym, sizeof Yv);
+            free(X); free_weight(&t);
+        }
+    kiln_kernels_avx_vnni(was);
+    kiln_kernels_select(KILN_ISA_AUTO);
+}
 /* The tile layout (FP8, INT4 g32/g128; rows not multiples of 4, column tails inside the last
  * 64-byte chunk, sub-ranges starting inside a tile group) on every ISA: the AVX-512 kernels read it
  * directly, the others through gathered row groups, the reference through kiln_weight_row_f32. */
@@ -560,7 +599,7 @@ int main(void) {
         cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),        cmocka_unit_test(test_fp8_bf16_exact_inputs),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
-        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_matmul_many),
+        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_int4_avx_vnni_exact), cmocka_unit_test(test_matmul_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,11 @@
+/* gemv_avxvnni.c — the INT4 group GEMV with AVX-VNNI (VEX-encoded 256-bit vpdpbusd: Intel Alder
+ * Lake and later client cores, Sierra Forest, AMD Zen 5), for CPUs on the AVX2 kernel table: two
+ * vpdpbusd per 64 weights and row replace the two vpmaddubsw, the 16-bit add, the vpmaddwd and the
+ * start-value add of gemv_avx2.c. The kernel body is int4_avx2.h, shared with gemv_avx2.c; the two
+ * give the same floats bit for bit. Compiled with the AVX2 flags plus -mavxvnni (Makefile); chosen
+ * by kiln_kernels_select only when the CPU reports AVX-VNNI (gemv.c). */
+#define I4_DOT(st, lo, xe, hi, xo) _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(st, lo, xe), hi, xo)
+#define I4_ROWS int4_rows_vnni
+#define I4_GEMV kiln_gemv_int4_avxvnni
+#define I4_LINKAGE
+#include "kernels/int4_avx2.h"
