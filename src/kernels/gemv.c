@@ -56,26 +56,25 @@ int kiln_cpu_supports(kiln_isa isa) {
 
 /* The AVX2 table, with AVX-VNNI's INT4 kernel where the CPU has AVX-VNNI and it is enabled
  * (KILN_AVX_VNNI=0 or kiln_kernels_avx_vnni(0) keep the vpmaddubsw form; both give the same
- * results). Built on each selection, which happens only while no kernel runs. */
-static int avx_vnni_enabled = -1; /* -1: not yet read from the environment */
+ * results). The AVX-VNNI variant of the table is built once; selections only pick a pointer. */
+static int avx_vnni_enabled = 1;
 static kiln_ktable avx2_vnni_table;
-static int avx_vnni_usable(void) {
-    if (avx_vnni_enabled < 0) {
-        const char *e = getenv("KILN_AVX_VNNI");
-        avx_vnni_enabled = !(e && strcmp(e, "0") == 0);
-    }
-    __builtin_cpu_init();
-    return avx_vnni_enabled && __builtin_cpu_supports("avxvnni");
-}
-static const kiln_ktable *avx2_table(void) {
-    if (!avx_vnni_usable()) return &kiln_ktable_avx2;
+static pthread_once_t avx_vnni_once = PTHREAD_ONCE_INIT;
+static void avx_vnni_init(void) {
+    const char *e = getenv("KILN_AVX_VNNI");
+    __atomic_store_n(&avx_vnni_enabled, !(e && strcmp(e, "0") == 0), __ATOMIC_RELAXED);
     avx2_vnni_table = kiln_ktable_avx2;
     avx2_vnni_table.gemv[KILN_WF_INT4_GROUP] = kiln_gemv_int4_avxvnni;
-    return &avx2_vnni_table;
 }
+static int avx_vnni_usable(void) {
+    pthread_once(&avx_vnni_once, avx_vnni_init);
+    __builtin_cpu_init();
+    return __atomic_load_n(&avx_vnni_enabled, __ATOMIC_RELAXED) && __builtin_cpu_supports("avxvnni");
+}
+static const kiln_ktable *avx2_table(void) { return avx_vnni_usable() ? &avx2_vnni_table : &kiln_ktable_avx2; }
 int kiln_kernels_avx_vnni(int enable) {
     const int was = avx_vnni_usable();
-    avx_vnni_enabled = enable != 0;
+    __atomic_store_n(&avx_vnni_enabled, enable != 0, __ATOMIC_RELAXED);
     return was;
 }
 
