@@ -2,7 +2,9 @@
  * with the AVX2 flags (Makefile); reached only after kiln_kernels_select() saw the CPU support them.
  * Contracts: gemv_isa.h. The techniques are those of gemv_avx512.c at 8 lanes, with two changes:
  *   - integer dots use vpmaddubsw (u8 × s8 → s16 pairs, never saturating here: |15·127·2| and
- *     |128·127·2| < 32767) then vpmaddwd with ones to int32 lanes;
+ *     |128·127·2| < 32767) then vpmaddwd with ones to int32 lanes (INT4: the kernel body is
+ *     int4_avx2.h, whose AVX-VNNI instantiation in gemv_avxvnni.c replaces this table's entry on
+ *     CPUs with AVX-VNNI, see gemv.c);
  *   - Q8_0 uses the sign trick (|w| · sign(x, w)) instead of a +128 offset, which would saturate;
  *   - column tails past the last full vector run the scalar conversions of base/fp.h. */
 #include "kernels/gemv_isa.h"
