@@ -361,8 +361,11 @@ AI __m256i q_dot(int f, const uint8_t *blk, __m256i xq, __m256i st) {
     __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
     return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv, xq), ones), st);
 }
-AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r) {
+AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, int64_t pfg) {
     const int64_t nb = w->cols / 32, bb = f == KILN_WF_Q8_0 ? 34 : 18;
+    /* software prefetch of the 4-row group pfg ahead (rows in place, so that group is one linear
+     * range of 4 rows): 4 × bb bytes of it per block, as the AVX-512 kernel */
+    const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
     const float *d = (const float *)(xp + nb * 64);
     const uint8_t *p[4];
     __m256 acc[4];
@@ -375,6 +378,11 @@ AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y,
         const __m256i xq = _mm256_load_si256((const __m256i *)(xp + 64 * b));
         const __m256i st = _mm256_load_si256((const __m256i *)(xp + 64 * b + 32));
         const float db = d[b];
+        if (pfg) {
+            PF_LINE(pf + 4 * bb * b);
+            PF_LINE(pf + 4 * bb * b + 64);
+            if (f == KILN_WF_Q8_0) PF_LINE(pf + 4 * bb * b + 128);
+        }
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
             const uint8_t *blk = p[j] + bb * b;
@@ -389,8 +397,9 @@ AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y,
 }
 AI void gemv_q(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0, int64_t r1) {
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) q_rows(f, 4, w, xp, y + (r - r0), r);
-    for (; r < r1; r++) q_rows(f, 1, w, xp, y + (r - r0), r);
+    const int64_t g = pf_groups_avx2(w->row_bytes);
+    for (; r + 4 <= r1; r += 4) q_rows(f, 4, w, xp, y + (r - r0), r, r + 4 * (g + 1) <= w->rows ? g : 0);
+    for (; r < r1; r++) q_rows(f, 1, w, xp, y + (r - r0), r, 0);
 }
 static void gemv_q8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
