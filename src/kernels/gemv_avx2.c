@@ -357,8 +357,10 @@ AI __m256i q_dot(int f, const uint8_t *blk, __m256i xq, __m256i st) {
         __m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
         return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xq, wv)), ones);
     }
-    __m128i v = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(0x0F);
-    __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    /* the 16 bytes in both halves; the upper half shifted right by 4: low nibbles = weights 0-15,
+     * high nibbles = weights 16-31 (GGML's Q4_0 order) */
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + 2)));
+    const __m256i wv = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0F));
     return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv, xq), ones), st);
 }
 AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, int64_t pfg) {
@@ -383,13 +385,15 @@ AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y,
             PF_LINE(pf + 4 * bb * b + 64);
             if (f == KILN_WF_Q8_0) PF_LINE(pf + 4 * bb * b + 128);
         }
+        /* the NR rows' f16 block scales converted together, × the x block scale */
+        uint16_t h[4] = {0, 0, 0, 0};
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) memcpy(&h[j], p[j] + bb * b, 2);
+        const __m256 s4 = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h)), _mm_set1_ps(db)));
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
-            const uint8_t *blk = p[j] + bb * b;
-            uint16_t h;
-            memcpy(&h, blk, 2);
-            __m256i t = q_dot(f, blk, xq, st);
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(_cvtsh_ss(h) * db), acc[j]);
+            __m256i t = q_dot(f, p[j] + bb * b, xq, st);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_permutevar8x32_ps(s4, _mm256_set1_epi32(j)), acc[j]);
         }
     }
 #pragma GCC unroll 4
