@@ -295,8 +295,14 @@ static void gemm_f32(const float *W, int64_t ldw, int nr, const float *X, int64_
 }
 
 /* ---- INT4 group ------------------------------------------------------------------------------------- */
-/* Prepared activation: see int4_avx2.h (the kernel, shared with gemv_avxvnni.c). */
-#define I4_CHUNK 128
+/* The kernel (and the prepared activation's layout, I4_CHUNK bytes per 64 columns): int4_avx2.h,
+ * shared with gemv_avxvnni.c. */
+#define I4_DOT(st, lo, xe, hi, xo) \
+    _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo)), _mm256_set1_epi16(1)), st)
+#define I4_ROWS int4_rows
+#define I4_GEMV gemv_int4
+#define I4_LINKAGE static
+#include "kernels/int4_avx2.h"
 static size_t xprep_bytes_int4(const kiln_weight *w) { return (size_t)((w->cols + 63) / 64) * I4_CHUNK; }
 
 static void xprep_int4(const kiln_weight *w, const float *x, void *xp) {
@@ -325,12 +331,6 @@ static void xprep_int4(const kiln_weight *w, const float *x, void *xp) {
     }
 }
 
-#define I4_DOT(st, lo, xe, hi, xo) \
-    _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo)), _mm256_set1_epi16(1)), st)
-#define I4_ROWS int4_rows
-#define I4_GEMV gemv_int4
-#define I4_LINKAGE static
-#include "kernels/int4_avx2.h"
 
 /* ---- Q8_0 / Q4_0 --------------------------------------------------------------------------------- */
 /* Prepared activation: per 32-block 64 bytes {x_q[32] int8, st[8] int32}, then d[cols/32] f32.

@@ -916,50 +916,32 @@ AI __m256i q_weights(int f, const uint8_t *blk) {
     __m128i v = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(0x0F);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
 }
-AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, int64_t pfg) {
+/* One row (the rows past the last group of 4; q_rows4 takes the groups). */
+AI void q_row1(int f, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r) {
     const int64_t nb = w->cols / 32, bb = f == KILN_WF_Q8_0 ? 34 : 18;
     const float *d = (const float *)(xp + nb * 64);
-    const uint8_t *p[4];
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; j++) {
-        p[j] = w->data + (size_t)(r + j) * w->row_bytes;
-        acc[j] = _mm256_setzero_ps();
-    }
-    /* Prefetch of the group PF ahead: 4 rows × one block per step (72 or 136 bytes). */
-    const uint8_t *pf = p[0] + 4 * pfg * (int64_t)w->row_bytes;
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+    __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const __m256i xq = _mm256_load_si256((const __m256i *)(xp + 64 * b));
         const __m256i st = _mm256_load_si256((const __m256i *)(xp + 64 * b + 32));
-        const float db = d[b];
-        if (NR == 4 && pfg) {
-            PFH(pf + 4 * bb * b);
-            PFH(pf + 4 * bb * b + 64);
-            if (f == KILN_WF_Q8_0) PFH(pf + 4 * bb * b + 128);
-        }
-#pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) {
-            const uint8_t *blk = p[j] + bb * b;
-            uint16_t h;
-            memcpy(&h, blk, 2);
-            __m256i t = _mm256_dpbusd_epi32(st, q_weights(f, blk), xq);
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(_cvtsh_ss(h) * db), acc[j]);
-        }
+        const uint8_t *blk = p + bb * b;
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        const __m256i t = _mm256_dpbusd_epi32(st, q_weights(f, blk), xq);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(_cvtsh_ss(h) * d[b]), acc);
     }
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; j++) {
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[j]), _mm256_extractf128_ps(acc[j], 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        y[j] = _mm_cvtss_f32(s);
-    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    *y = _mm_cvtss_f32(s);
 }
 /* Four rows as two pairs, each pair in one 512-bit register: lanes 0-7 the first row's block,
  * lanes 8-15 the second's, against the block's prepared activation in both halves. Per pair and
  * block: one vpdpbusd, one conversion, one FMA, and both rows' f16 scales converted together
  * (two words → vcvtph2ps → × the x scale → spread to 8 lanes each), instead of all of it per row
- * (q_rows: ~13 operations per row and block, the f16 scale alone ~5). Same integer dots and the
- * same per-block scaling as q_rows; the lanes are summed in another order at the end. */
+ * (one row at a time: ~13 operations per row and block, the f16 scale alone ~5). Same integer dots and the
+ * same per-block scaling as q_row1; the lanes are summed in another order at the end. */
 AI void q_rows4(int f, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, int64_t pfg) {
     const int64_t nb = w->cols / 32, bb = f == KILN_WF_Q8_0 ? 34 : 18;
     const float *d = (const float *)(xp + nb * 64);
@@ -1012,7 +994,7 @@ AI void gemv_q(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0
     int64_t r = r0;
     const int64_t g = pf_groups(w->row_bytes);
     for (; r + 4 <= r1; r += 4) q_rows4(f, w, xp, y + (r - r0), r, PFG(r));
-    for (; r < r1; r++) q_rows(f, 1, w, xp, y + (r - r0), r, 0);
+    for (; r < r1; r++) q_row1(f, w, xp, y + (r - r0), r);
 }
 static void gemv_q8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;

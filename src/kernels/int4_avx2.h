@@ -12,9 +12,7 @@
 #include "kernels/avx2_common.h"
 #include "kernels/gemv_isa.h"
 #include <string.h>
-#ifndef I4_CHUNK
 #define I4_CHUNK 128
-#endif
 
 AI void I4_ROWS(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, int64_t pfg) {
     const int64_t cols = w->cols, G = w->block, ng = cols / G, nch = (cols + 63) / 64, nfull = cols / 64;
