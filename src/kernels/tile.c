@@ -68,7 +68,7 @@ int kiln_weight_tile(kiln_weight *w, uint8_t *data, void *scales) {
     return 0;
 }
 
-/* Buffers of 4 MiB and more start on a 2 MiB boundary and are marked MADV_HUGEPAGE, so that with
+/* Buffers of 2 MiB and more start on a 2 MiB boundary and are marked MADV_HUGEPAGE, so that with
  * transparent huge pages in `madvise` mode (Debian's default) the kernel backs them with 2 MiB
  * pages: a decode step streams every weight once, and with 4 KiB pages that is one TLB miss per
  * 4 KiB (113,000 per FP8 bench-500m token). Measured (bench-500m, 2 threads, `kiln bench
@@ -86,7 +86,7 @@ static int want_huge_pages(void) {
 
 void *kiln_alloc64(size_t n) {
     const size_t huge = (size_t)2 << 20;
-    if (n >= 2 * huge && want_huge_pages()) {
+    if (n >= huge && want_huge_pages()) {
         void *p = NULL;
         if (posix_memalign(&p, huge, n) != 0) return NULL;
         (void)madvise(p, n & ~(huge - 1), MADV_HUGEPAGE); /* advice only: without THP nothing changes */
