@@ -376,6 +376,7 @@ static const int shapes[][6] = {
     {32, 4, 64, 64, 0, 16},  /* bench-500m: GQA 8 */
     {12, 3, 72, 72, 0, 1},   /* GQA 4, one-token pages */
     {16, 2, 64, 64, 0, 16},  /* GQA 8 */
+    {24, 2, 128, 128, 0, 16}, /* head dim 128 (GLM-4.x): the kernels' other compile-time head dim; GQA 12 */
     {10, 1, 576, 512, 1, 16}, /* MLA latent: MQA, V = first 512 of the 576-value K row */
 };
 
