@@ -66,7 +66,7 @@ void kiln_weight_row_gather(const kiln_weight *w, int64_t r, uint8_t *out);
 int64_t kiln_weight_int4_scale_index(const kiln_weight *w, int64_t r, int64_t gi);
 
 const char *kiln_wformat_name(kiln_wformat f);
-/* Weight buffers the kernels stream (free() releases them): 64-byte aligned; from 4 MiB on,
+/* Weight buffers the kernels stream (free() releases them): 64-byte aligned; from 2 MiB on,
  * 2 MiB aligned and advised onto transparent huge pages (tile.c; KILN_THP=0 opts out). */
 void *kiln_alloc64(size_t n);
 /* Maps every page of [p, p + n) now (MADV_POPULATE_WRITE, else a write per page), so that the

@@ -40,7 +40,7 @@ void kiln_mla_ws_free(kiln_mla_ws *ws) {
 kiln_status kiln_mla_absorb(struct kiln_model *m, const kiln_mla_cfg *c, kiln_mla_layer *L) {
     const int H = c->n_heads, r = c->kv_lora_rank, dn = c->qk_nope, dv = c->v_head;
     float *row = malloc((size_t)r * sizeof(float));
-    /* kiln_alloc64: streamed every decode step like the other weights (huge pages from 4 MiB) */
+    /* kiln_alloc64: streamed every decode step like the other weights (huge pages from 2 MiB) */
     float *ukt = kiln_model_own(m, kiln_alloc64((size_t)H * r * dn * sizeof(float)));
     float *uv = kiln_model_own(m, kiln_alloc64((size_t)H * dv * r * sizeof(float)));
     L->ukt = kiln_model_own(m, calloc((size_t)H, sizeof *L->ukt));
