@@ -93,19 +93,15 @@ typedef void (*kiln_kv_attend_fn)(const kiln_kv_span *sp, kiln_kv_rows *rows, in
  * step reaches the attention with its code evicted by the weight stream, and the variant it runs
  * is then one contiguous ~10 KB. Measured: cold-cache attention at 160 tokens (bench-500m shape,
  * BF16 KV, 40 MB read between calls, 6 alternating pairs) 0.98× — within this VM's noise. */
+#define KILN_KV_ATTEND_VARIANT(IMPL, R, NAME, DT, PR)                                            \
+    static __attribute__((noinline)) void attend_r##R##_##NAME(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) { \
+        IMPL(sp, rw, t0, t1, R, DT, PR);                                                           \
+    }
 #define KILN_KV_ATTEND_INST(IMPL, R)                                                             \
-    static __attribute__((noinline)) void attend_r##R##_f32(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) { \
-        IMPL(sp, rw, t0, t1, R, KILN_KV_F32, 0);                                                   \
-    }                                                                                              \
-    static __attribute__((noinline)) void attend_r##R##_bf16(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) { \
-        IMPL(sp, rw, t0, t1, R, KILN_KV_BF16, 0);                                                  \
-    }                                                                                              \
-    static __attribute__((noinline)) void attend_r##R##_fp8(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) { \
-        IMPL(sp, rw, t0, t1, R, KILN_KV_FP8, 0);                                                   \
-    }                                                                                              \
-    static __attribute__((noinline)) void attend_r##R##_fp8pr(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) { \
-        IMPL(sp, rw, t0, t1, R, KILN_KV_FP8, 1);                                                   \
-    }                                                                                              \
+    KILN_KV_ATTEND_VARIANT(IMPL, R, f32, KILN_KV_F32, 0)                                           \
+    KILN_KV_ATTEND_VARIANT(IMPL, R, bf16, KILN_KV_BF16, 0)                                         \
+    KILN_KV_ATTEND_VARIANT(IMPL, R, fp8, KILN_KV_FP8, 0)                                           \
+    KILN_KV_ATTEND_VARIANT(IMPL, R, fp8pr, KILN_KV_FP8, 1)                                         \
     static void attend_r##R(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {           \
         switch (sp->dtype) {                                                                       \
         case KILN_KV_F32: attend_r##R##_f32(sp, rw, t0, t1); break;                                \
