@@ -71,9 +71,8 @@ AI float hadd8(__m256 v) {
 /* PR = 1: pre-RoPE K smoothing (static FP8 only), as in attention_avx512.c: the correction's
  * coefficients, divided by the block factor km, are accumulated with the position's cos/sin row into
  * the QK accumulators. PR = 0 is the plain kernel, unchanged. */
-AI void attend_core(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR,
-                    const int D) {
-    const int kd = D ? D : sp->k_dim, vd = D ? D : sp->v_dim;
+AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR) {
+    const int kd = sp->k_dim, vd = sp->v_dim;
     const size_t es = DT == KILN_KV_F32 ? 4 : DT == KILN_KV_BF16 ? 2 : 1;
     const float fp8f = DT == KILN_KV_FP8 ? 256.0f : 1.0f;
     const int kfull = kd / 8, ktail = kd % 8, vfull = vd / 8, vtail = vd % 8;
@@ -170,13 +169,6 @@ AI void attend_core(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         }
         b0 += nb;
     }
-}
-
-/* Head dims 64 and 128 with K and V alike as compile-time constants (as in attention_avx512.c). */
-AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR) {
-    if (sp->k_dim == 64 && sp->v_dim == 64) attend_core(sp, rw, t0, t1, R, DT, PR, 64);
-    else if (sp->k_dim == 128 && sp->v_dim == 128) attend_core(sp, rw, t0, t1, R, DT, PR, 128);
-    else attend_core(sp, rw, t0, t1, R, DT, PR, 0);
 }
 
 KILN_KV_ATTEND_ENTRY(attend_impl)

@@ -66,9 +66,8 @@ AI __m512 hsum16(const float *t) {
  * accumulated into the same 16-lane QK accumulators as one more kd-long dot product, with its
  * coefficients divided by the block factor km that multiplies the accumulated sum. PR = 0 is the
  * plain kernel, unchanged. */
-AI void attend_core(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR,
-                    const int D) {
-    const int kd = D ? D : sp->k_dim, vd = D ? D : sp->v_dim;
+AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR) {
+    const int kd = sp->k_dim, vd = sp->v_dim;
     const size_t es = DT == KILN_KV_F32 ? 4 : DT == KILN_KV_BF16 ? 2 : 1;
     const float fp8f = DT == KILN_KV_FP8 ? 256.0f : 1.0f;
     const int nkc = (kd + 15) / 16, nvc = (vd + 15) / 16;
@@ -186,16 +185,6 @@ AI void attend_core(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         }
         b0 += nb;
     }
-}
-
-/* Head dims 64 (Llama-style, bench-500m) and 128 (GLM, most others) with K and V alike get the
- * dims as compile-time constants: the chunk loops unroll fully and lose their masks. Measured
- * (one layer's attention, bench-500m shape, BF16 KV, 256 tokens, warm, one thread, 3 alternating
- * pairs): 43.8 → 36.5 µs per call; AVX2 (attention_avx2.c, the same change) 60 → 45. */
-AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR) {
-    if (sp->k_dim == 64 && sp->v_dim == 64) attend_core(sp, rw, t0, t1, R, DT, PR, 64);
-    else if (sp->k_dim == 128 && sp->v_dim == 128) attend_core(sp, rw, t0, t1, R, DT, PR, 128);
-    else attend_core(sp, rw, t0, t1, R, DT, PR, 0);
 }
 
 KILN_KV_ATTEND_ENTRY(attend_impl)
