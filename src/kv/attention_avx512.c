@@ -86,6 +86,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
     _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++) lmax = rw->lim[r] > lmax ? rw->lim[r] : lmax;
     if (t1 > lmax) t1 = lmax;
+    if (sp->prefetch) kiln_kv_prefetch_head(sp, t0, t1, 16, 32);
     for (int b0 = t0; b0 < t1;) {
         const kiln_kv_block blk = kiln_kv_block_at(sp, b0, t1, 16, fp8f);
         if (sp->prefetch) kiln_kv_prefetch_block(sp, b0 + 32, t1, 16); /* 32 positions ahead (kv_isa.h) */

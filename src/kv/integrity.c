@@ -846,6 +846,17 @@ static inline int check_unit(kiln_kv_integ *g, const kiln_kv_pool *p, const kiln
     return good;
 }
 
+/* Starts loading page pg's K (and V) slices of head h in layer l: each slice is a few KB in its own
+ * 4 KB page, which the hardware prefetcher does not run ahead into. */
+static void prefetch_slices(const kiln_kv_integ *g, const kiln_kv_pool *p, int32_t pg, int l, int h) {
+    if (pg < 0 || pg >= p->n_pages) return;
+    for (int kind = 0; kind < g->nk; kind++) {
+        const char *a = (const char *)unit_ptr(p, pg, l, kind, h);
+        const size_t nb = (size_t)g->pt * unit_row(p, kind);
+        for (size_t o = 0; o < nb; o += 64) __builtin_prefetch(a + o, 0, 3);
+    }
+}
+
 void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, int kvh, kiln_kv_attend_fn fn, const kiln_kv_span *sp,
                           kiln_kv_rows *rw, int t0, int t1) {
     kiln_kv_integ *g = p->integ;
@@ -873,7 +884,7 @@ void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s
         c_fn += tsc() - c;
         run0 = b = e;
     }
-    while (b < t1) {
+    for (int first_page = 1; b < t1; first_page = 0) {
         const int slot = b / pt, n_rows = (slot + 1) * pt <= si->att_hi ? pt : si->att_hi - slot * pt;
         int pe = (slot + 1) * pt < t1 ? (slot + 1) * pt : t1;
         int32_t pg = s->pages[slot];
@@ -884,17 +895,10 @@ void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s
             on_detect(g, p, s, slot, pg, -1, layer, 0, kvh, KILN_KV_DETECT_WRONG_PAGE, "attention");
             good = -1;
         } else {
-            /* the next page's slices start loading while this one is hashed (each slice is a few KB
-             * in its own 4 KB page, which the hardware prefetcher does not run ahead into) */
-            if (pe < t1) {
-                int32_t nx = s->pages[slot + 1];
-                if (nx >= 0 && nx < p->n_pages)
-                    for (int kind = 0; kind < g->nk; kind++) {
-                        const char *a = (const char *)unit_ptr(p, nx, layer, kind, kvh);
-                        size_t nb = (size_t)pt * unit_row(p, kind);
-                        for (size_t o = 0; o < nb; o += 64) __builtin_prefetch(a + o, 0, 3);
-                    }
-            }
+            /* the next page's slices start loading while this one is checked; the first page's
+             * too, which nothing has loaded yet (cold-cache decode: kv_isa.h, kiln_kv_prefetch_head) */
+            if (first_page) prefetch_slices(g, p, pg, layer, kvh);
+            if (pe < t1) prefetch_slices(g, p, s->pages[slot + 1], layer, kvh);
             uint64_t base = n_rows == pt && slot < si->n_base ? si->base[slot]
                                                               : base_seed(g, prefix_of(si, slot, n_rows, pt), slot, n_rows, rec_epoch(p, s, si, slot));
             good = check_unit(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, &checks, &bytes);
