@@ -35,6 +35,10 @@ def main():
                 assert k in r and r[k] > 0, (k, r)
             assert r["weight_bytes_per_token"] == want[r["weights"]], (r["weights"], r["weight_bytes_per_token"], want[r["weights"]])
             assert abs(r["achieved_gbps"] - r["weight_bytes_per_token"] * r["decode_tps"] / 1e9) <= 1e-3 * r["achieved_gbps"] + 1e-3, r
+            # the ratio of best windows to the first configuration's, and the median of per-round ratios
+            assert abs(r["vs_first"] - r["decode_tps"] / rows[0]["decode_tps"]) <= 1e-3 * r["vs_first"], r
+            assert r["vs_first_paired_median"] > 0, r
+        assert rows[0]["vs_first"] == 1.0 and rows[0]["vs_first_paired_median"] == 1.0, rows[0]
         print("ok")
     finally:
         shutil.rmtree(t, ignore_errors=True)
