@@ -74,13 +74,14 @@ static inline kiln_kv_block kiln_kv_block_at(const kiln_kv_span *sp, int b0, int
  * Measured (bench-500m, INT4 weights, integrity off, 2 threads): attention per decode step at
  * 16,384 tokens 35 → 15 ms (BF16 KV) and 27 → 12.4 ms (FP8 KV), at 4,096 tokens 6.8–8.1 → 3.4–4.1
  * ms (BF16) and 5.6–6.0 → 2.3–3.4 ms (FP8). */
-static inline void kiln_kv_prefetch_block(const kiln_kv_span *sp, int b, int t1, int max_block) {
-    if (b >= t1) return;
+static inline int kiln_kv_prefetch_block(const kiln_kv_span *sp, int b, int t1, int max_block) {
+    if (b >= t1) return 0;
     const kiln_kv_block nb = kiln_kv_block_at(sp, b, t1, max_block, 1.0f);
     const size_t kb = (size_t)nb.n * sp->row_k, vb = (size_t)nb.n * sp->row_v;
     for (size_t o = 0; o < kb; o += 64) __builtin_prefetch(nb.k + o, 0, 3);
     if (nb.v != nb.k)
         for (size_t o = 0; o < vb; o += 64) __builtin_prefetch(nb.v + o, 0, 3);
+    return nb.n; /* positions prefetched */
 }
 
 /* Prefetch of the span's first `ahead` positions at kernel entry: the in-loop prefetch runs that far
@@ -92,11 +93,7 @@ static inline void kiln_kv_prefetch_block(const kiln_kv_span *sp, int b, int t1,
  * 87 → 84, 2,048 287 → 280. */
 static inline void kiln_kv_prefetch_head(const kiln_kv_span *sp, int t0, int t1, int max_block, int ahead) {
     const int end = t0 + ahead < t1 ? t0 + ahead : t1;
-    for (int b = t0; b < end;) {
-        const kiln_kv_block nb = kiln_kv_block_at(sp, b, end, max_block, 1.0f);
-        kiln_kv_prefetch_block(sp, b, end, max_block);
-        b += nb.n;
-    }
+    for (int b = t0; b < end;) b += kiln_kv_prefetch_block(sp, b, end, max_block);
 }
 
 typedef void (*kiln_kv_attend_fn)(const kiln_kv_span *sp, kiln_kv_rows *rows, int t0, int t1);
