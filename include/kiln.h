@@ -370,6 +370,19 @@ uint64_t kiln_model_decode_weight_bytes(const kiln_model *m);
  * (attention, norms, sampling). 0 for other architectures or when scratch memory cannot be had. */
 double kiln_model_bench_linear_step(const kiln_model *m, int reps);
 
+/* One weight format's batch-1 GEMV streaming rate, alone (`kiln bench --gemv`): weights = "f32",
+ * "bf16", "fp8", "int4" (group 32) or "int4-g128"; as many copies of one rows × cols weight
+ * (quantized and laid out as the model's re-quantized layers are) as make at least min_bytes, so a
+ * pass reads memory, not cache; threads as kiln_options.threads (0 = all). A pass is y = W·x through
+ * kiln_matmul over every copy in turn; it returns the GB/s (1e9 B/s) of weight data + scales read.
+ * Open fails with a message naming --weights or --shape for a bad format or shape. */
+typedef struct kiln_gemv_bench kiln_gemv_bench;
+kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols, uint64_t min_bytes, int threads, kiln_gemv_bench **out);
+double kiln_gemv_bench_pass(kiln_gemv_bench *b);
+uint64_t kiln_gemv_bench_bytes(const kiln_gemv_bench *b);
+int kiln_gemv_bench_copies(const kiln_gemv_bench *b);
+void kiln_gemv_bench_close(kiln_gemv_bench *b);
+
 /* Utility: a monotonic clock in seconds. */
 double kiln_now(void);
 

@@ -12,6 +12,9 @@ M=$(bash scripts/default_model.sh)
 GEN=32; [ -n "${BENCH_QUICK:-}" ] && GEN=8
 echo "== weights: batch-1 decode per weight format vs the measured read bandwidth (bench-500m) =="
 "$K" bench "$D/bench-500m" --weights bf16,fp8,int4 --prompt 32 --gen "$GEN" --repeat 8  # as docs/BENCHMARKS.md
+echo "== GEMV alone: each format's streaming rate per byte, gate/up- and down-shaped bench-500m weights =="
+ROUNDS=30; [ -n "${BENCH_QUICK:-}" ] && ROUNDS=5
+"$K" bench --gemv --weights fp8,int4,int4-g128 --shape 5632x2048,2048x5632 --rounds "$ROUNDS"
 echo "== KV cache: FP8 vs BF16 decode at 512 / 4,096 / 16,384 tokens of context =="
 "$K" bench "$D/bench-500m" --kv-context 512,4096,16384 --kv-dtype bf16,fp8 --decode 4 --repeat 8
 "$K" bench "$D/bench-500m" --kv-context 512,4096,16384 --kv-dtype bf16,fp8 --decode 4 --repeat 8 --weights int4

@@ -217,3 +217,128 @@ int cmd_bench(int argc, char **argv) {
     }
     return 0;
 }
+
+/* `kiln bench --gemv [--weights fp8,int4] [--shape 5632x2048,2048x5632] [--rounds 30] [--mb 128]
+ * [--threads N] [--json]`: each weight format's batch-1 GEMV streaming rate alone, per weight shape
+ * (kiln_gemv_bench_*): the GB/s of weight bytes (data + scales) a pass over ≥ --mb MB of copies of
+ * the weight reads, and the machine's read bandwidth measured over the same bytes in the same round.
+ * Rounds alternate every (shape, format) back to back, so the per-round ratio to the shape's first
+ * format compares adjacent moments of a shared host; medians and quartiles over the rounds are
+ * printed. What it answers: how fast a format's kernel streams per byte, without the rest of a decode
+ * step (docs/BENCHMARKS.md, the INT4 vs FP8 per-byte figures). */
+typedef struct {
+    char weights[16];
+    long rows, cols;
+    kiln_gemv_bench *b;
+    double *gbps, *ratio; /* [rounds] */
+} gemv_row;
+
+static void quartiles(const double *v, long n, double q[3]) {
+    double *s = malloc((size_t)n * sizeof *s);
+    if (!s || n < 1) { free(s); q[0] = q[1] = q[2] = 0; return; }
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    q[0] = s[n / 4];
+    q[1] = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    q[2] = s[(3 * n) / 4 < n ? (3 * n) / 4 : n - 1];
+    free(s);
+}
+
+int cmd_bench_gemv(int argc, char **argv) {
+    args_t a = {argc, argv, 0, "bench", 0};
+    kiln_options o;
+    kiln_options_default(&o);
+    const char *weights = "fp8,int4", *shapes = "5632x2048,2048x5632";
+    long rounds = 30, mb_per_pass = 128;
+    int json = 0;
+    for (a.i = 1; a.i < argc && !a.bad; a.i++) {
+        const char *k = argv[a.i];
+        if (cli_common_option(&a, &o)) continue;
+        if (strcmp(k, "--gemv") == 0) continue;
+        if (strcmp(k, "--weights") == 0) weights = cli_value(&a);
+        else if (strcmp(k, "--shape") == 0) shapes = cli_value(&a);
+        else if (strcmp(k, "--rounds") == 0) cli_long(&a, k, cli_value(&a), 1, 100000, &rounds);
+        else if (strcmp(k, "--mb") == 0) cli_long(&a, k, cli_value(&a), 1, 1 << 16, &mb_per_pass);
+        else if (strcmp(k, "--json") == 0) json = 1;
+        else { fprintf(stderr, "kiln bench: error: --gemv: unknown option or argument '%s'\n", k); return 2; }
+    }
+    if (a.bad || !weights || !shapes) return 2;
+    enum { MAXROWS = 32 };
+    gemv_row rows[MAXROWS];
+    int n = 0, nw = 0;
+    char slist[256], wlist[256];
+    snprintf(slist, sizeof slist, "%s", shapes);
+    char *ssave = NULL, *wsave = NULL;
+    for (char *sh = strtok_r(slist, ",", &ssave); sh; sh = strtok_r(NULL, ",", &ssave)) {
+        long r = 0, c = 0;
+        char tail = 0;
+        if (sscanf(sh, "%ldx%ld%c", &r, &c, &tail) != 2 || r < 1 || c < 1) {
+            fprintf(stderr, "kiln bench: error: option --shape: '%s' is not ROWSxCOLS (two positive integers, e.g. 5632x2048)\n", sh);
+            return 2;
+        }
+        snprintf(wlist, sizeof wlist, "%s", weights);
+        nw = 0;
+        for (char *w = strtok_r(wlist, ",", &wsave); w; w = strtok_r(NULL, ",", &wsave)) {
+            if (n == MAXROWS) { fprintf(stderr, "kiln bench: error: --gemv: at most %d (shape, weights) pairs\n", MAXROWS); return 2; }
+            memset(&rows[n], 0, sizeof rows[n]);
+            snprintf(rows[n].weights, sizeof rows[n].weights, "%s", w);
+            rows[n].rows = r;
+            rows[n].cols = c;
+            n++;
+            nw++;
+        }
+    }
+    if (n == 0 || nw == 0) return cli_fail_msg("bench", "--gemv: no --shape or --weights given");
+    int rc = 0;
+    uint64_t pass = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        kiln_status st = kiln_gemv_bench_open(rows[i].weights, rows[i].rows, rows[i].cols, (uint64_t)mb_per_pass << 20, o.threads, &rows[i].b);
+        if (st) rc = cli_fail_status("bench", st);
+        else if (!(rows[i].gbps = calloc((size_t)rounds, sizeof(double))) || !(rows[i].ratio = calloc((size_t)rounds, sizeof(double))))
+            rc = cli_fail_msg("bench", "out of memory");
+        else if (kiln_gemv_bench_bytes(rows[i].b) > pass) pass = kiln_gemv_bench_bytes(rows[i].b);
+    }
+    kiln_membw *mb = rc ? NULL : kiln_membw_open(o.threads, 0);
+    if (!rc && !mb) rc = cli_fail_msg("bench", "out of memory for the 1 GiB bandwidth buffer");
+    double best_bw = 0;
+    for (int i = 0; i < n && !rc; i++) (void)kiln_gemv_bench_pass(rows[i].b); /* first touch, untimed */
+    for (long r = 0; r < rounds && !rc; r++) {
+        const double bw = kiln_membw_window_gbps(mb, pass);
+        if (bw > best_bw) best_bw = bw;
+        for (int i = 0; i < n; i++) rows[i].gbps[r] = kiln_gemv_bench_pass(rows[i].b);
+        for (int i = 0; i < n; i++) { /* the shape's first format: the row nw·⌊i/nw⌋ */
+            const double first = rows[i - i % nw].gbps[r];
+            rows[i].ratio[r] = first > 0 ? rows[i].gbps[r] / first : 0.0;
+        }
+    }
+    kiln_membw_close(mb);
+    if (!rc && !json) {
+        printf("kiln bench --gemv: %ld rounds, threads %d, >= %ld MB of weights per pass, measured read bandwidth %.1f GB/s (best round)\n",
+               rounds, o.threads, mb_per_pass, best_bw);
+        printf("| shape | weights | copies | MB per pass | GB/s median (p25-p75) | best GB/s | best, %% of measured | vs first weights per round: median (p25-p75) |\n");
+        printf("|---|---|---|---|---|---|---|---|\n");
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        double g[3], q[3], best = 0;
+        quartiles(rows[i].gbps, rounds, g);
+        quartiles(rows[i].ratio, rounds, q);
+        for (long r = 0; r < rounds; r++) best = rows[i].gbps[r] > best ? rows[i].gbps[r] : best;
+        const double mbp = kiln_gemv_bench_bytes(rows[i].b) / 1e6;
+        if (json)
+            printf("{\"shape\": \"%ldx%ld\", \"weights\": \"%s\", \"copies\": %d, \"bytes_per_pass\": %llu, \"median_gbps\": %.3f, "
+                   "\"p25_gbps\": %.3f, \"p75_gbps\": %.3f, \"best_gbps\": %.3f, \"measured_gbps\": %.3f, \"vs_first_median\": %.4f, "
+                   "\"vs_first_p25\": %.4f, \"vs_first_p75\": %.4f}\n",
+                   rows[i].rows, rows[i].cols, rows[i].weights, kiln_gemv_bench_copies(rows[i].b),
+                   (unsigned long long)kiln_gemv_bench_bytes(rows[i].b), g[1], g[0], g[2], best, best_bw, q[1], q[0], q[2]);
+        else
+            printf("| %ldx%ld | %s | %d | %.1f | %.1f (%.1f-%.1f) | %.1f | %.0f%% | %.3f (%.3f-%.3f) |\n", rows[i].rows, rows[i].cols,
+                   rows[i].weights, kiln_gemv_bench_copies(rows[i].b), mbp, g[1], g[0], g[2], best, best_bw > 0 ? 100 * best / best_bw : 0,
+                   q[1], q[0], q[2]);
+    }
+    for (int i = 0; i < n; i++) {
+        kiln_gemv_bench_close(rows[i].b);
+        free(rows[i].gbps);
+        free(rows[i].ratio);
+    }
+    return rc;
+}

@@ -5,19 +5,27 @@
 #include "model/model.h"
 #include "base/status.h"
 #include "quant/quantize.h"
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 
+/* A bench --weights name → format and group (FP8: its block size). */
+static kiln_status bench_weight_format(const char *weights, kiln_wformat *fmt, int *group) {
+    *group = 0;
+    if (strcmp(weights, "f32") == 0) *fmt = KILN_WF_F32;
+    else if (strcmp(weights, "bf16") == 0) *fmt = KILN_WF_BF16;
+    else if (strcmp(weights, "fp8") == 0) { *fmt = KILN_WF_FP8_BLOCK; *group = 128; }
+    else if (strcmp(weights, "int4") == 0 || strcmp(weights, "int4-g32") == 0) { *fmt = KILN_WF_INT4_GROUP; *group = 32; }
+    else if (strcmp(weights, "int4-g128") == 0) { *fmt = KILN_WF_INT4_GROUP; *group = 128; }
+    else return kiln_fail(KILN_ERR_INVALID_ARG, "--weights '%s' is not one of f32, bf16, fp8, int4 (= int4-g32), int4-g128", weights);
+    return KILN_OK;
+}
+
 kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights) {
     kiln_wformat fmt;
-    int group = 0;
-    if (strcmp(weights, "f32") == 0) fmt = KILN_WF_F32;
-    else if (strcmp(weights, "bf16") == 0) fmt = KILN_WF_BF16;
-    else if (strcmp(weights, "fp8") == 0) { fmt = KILN_WF_FP8_BLOCK; group = 128; }
-    else if (strcmp(weights, "int4") == 0 || strcmp(weights, "int4-g32") == 0) { fmt = KILN_WF_INT4_GROUP; group = 32; }
-    else if (strcmp(weights, "int4-g128") == 0) { fmt = KILN_WF_INT4_GROUP; group = 128; }
-    else return kiln_fail(KILN_ERR_INVALID_ARG, "--weights '%s' is not one of f32, bf16, fp8, int4 (= int4-g32), int4-g128", weights);
+    int group;
+    KILN_TRY(bench_weight_format(weights, &fmt, &group));
     if ((m->output.fmt == fmt && (fmt != KILN_WF_INT4_GROUP || m->output.block == group)) || (fmt == KILN_WF_INT4_GROUP && m->output.cols % group))
         return KILN_OK;
     kiln_weight q;
@@ -94,4 +102,99 @@ double kiln_model_bench_linear_step(const kiln_model *m, int reps) {
     }
     free(x); free(a); free(b); free(c); free(d); free(lg);
     return mean;
+}
+
+/* ---- `kiln bench --gemv`: one weight format's streaming rate through kiln_matmul --------------- */
+/* `copies` distinct weights of one shape (rows × cols), each quantized and laid out exactly as the
+ * model's re-quantized layers are (kiln_quantize_weight, then the 4-row tiles where the kernels read
+ * them), so that one pass (a batch-1 GEMV over every copy in turn) reads at least min_bytes from
+ * memory rather than from a cache. */
+struct kiln_gemv_bench {
+    int copies;
+    kiln_weight *w;   /* [copies] */
+    void **owned;     /* [2 * copies] data and scales of each copy */
+    float *x, *y;     /* [cols], [rows] */
+    uint64_t bytes;   /* data + scales of all copies: what one pass reads */
+};
+
+void kiln_gemv_bench_close(kiln_gemv_bench *b) {
+    if (!b) return;
+    for (int i = 0; b->owned && i < 2 * b->copies; i++) free(b->owned[i]);
+    free(b->owned);
+    free(b->w);
+    free(b->x);
+    free(b->y);
+    free(b);
+}
+
+kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols, uint64_t min_bytes, int threads, kiln_gemv_bench **out) {
+    *out = NULL;
+    kiln_wformat fmt;
+    int group;
+    KILN_TRY(bench_weight_format(weights, &fmt, &group));
+    if (rows < 1 || cols < 1 || rows > (1 << 20) || cols > (1 << 20))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: rows and cols must be in [1, 1048576]", (long long)rows, (long long)cols);
+    if (fmt == KILN_WF_INT4_GROUP && cols % group)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: cols is not a multiple of the INT4 group %d", (long long)rows, (long long)cols, group);
+    if (threads > 0) omp_set_num_threads(threads);
+    /* The source: a deterministic pseudo-random F32 matrix in [-1, 1) (the values do not change
+     * the bytes a kernel reads). */
+    float *src = malloc((size_t)rows * (size_t)cols * sizeof *src);
+    kiln_gemv_bench *b = calloc(1, sizeof *b);
+    if (!src || !b) { free(src); free(b); return kiln_fail(KILN_ERR_NOMEM, "out of memory for a %lldx%lld weight", (long long)rows, (long long)cols); }
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        src[i] = (float)(int64_t)(x >> 40) / 8388608.0f - 1.0f;
+    }
+    const kiln_weight f = {.fmt = KILN_WF_F32, .rows = rows, .cols = cols, .data = (const uint8_t *)src, .row_bytes = (size_t)cols * sizeof(float)};
+    kiln_weight q;
+    void *d = NULL, *sc = NULL;
+    kiln_status st = kiln_quantize_weight(&f, fmt, group, &q, &d, &sc);
+    free(src);
+    if (st) { free(b); return st; }
+    const size_t db = (size_t)q.rows * q.row_bytes, sb = kiln_weight_bytes(&q) - db;
+    const uint64_t per = kiln_weight_bytes(&q);
+    int n = (int)((min_bytes + per - 1) / per);
+    if (n < 1) n = 1;
+    if (n > 4096) n = 4096;
+    b->copies = n;
+    b->w = calloc((size_t)n, sizeof *b->w);
+    b->owned = calloc(2 * (size_t)n, sizeof *b->owned);
+    b->x = malloc((size_t)cols * sizeof *b->x);
+    b->y = malloc((size_t)rows * sizeof *b->y);
+    if (!b->w || !b->owned || !b->x || !b->y) { free(d); free(sc); kiln_gemv_bench_close(b); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    for (int i = 0; i < n; i++) {
+        uint8_t *di = i == 0 ? d : kiln_alloc64(db);
+        void *si = i == 0 ? sc : sb ? kiln_alloc64(sb) : NULL;
+        b->owned[2 * i] = di;
+        b->owned[2 * i + 1] = si;
+        if (!di || (sb && !si)) {
+            if (i == 0) { free(d); free(sc); }
+            kiln_gemv_bench_close(b);
+            return kiln_fail(KILN_ERR_NOMEM, "out of memory for %d copies of a %.1f MB weight", n, per / 1e6);
+        }
+        if (i > 0) {
+            memcpy(di, d, db);
+            if (sb) memcpy(si, sc, sb);
+        }
+        b->w[i] = q;
+        b->w[i].data = di;
+        b->w[i].scales = si;
+        if (kiln_weight_prefers_tiled(&b->w[i])) (void)kiln_weight_tile(&b->w[i], di, si); /* as requant.c does */
+        b->bytes += per;
+    }
+    for (int64_t c = 0; c < cols; c++) b->x[c] = (float)((int)(c % 7) - 3) * 0.25f; /* any finite activation */
+    *out = b;
+    return KILN_OK;
+}
+
+uint64_t kiln_gemv_bench_bytes(const kiln_gemv_bench *b) { return b->bytes; }
+int kiln_gemv_bench_copies(const kiln_gemv_bench *b) { return b->copies; }
+
+double kiln_gemv_bench_pass(kiln_gemv_bench *b) {
+    const double t0 = kiln_now();
+    for (int i = 0; i < b->copies; i++) kiln_matmul(&b->w[i], b->x, b->y, 1);
+    const double dt = kiln_now() - t0;
+    return dt > 0 ? (double)b->bytes / dt / 1e9 : 0.0;
 }

@@ -14,6 +14,39 @@ def run(*args):
     return p
 
 
+def gemv_bytes(weights, r, c):
+    """Bytes of one r x c weight in the checkpoint conventions (data + scales)."""
+    if weights == "fp8":
+        return r * c + 4 * math.ceil(r / 128) * math.ceil(c / 128)
+    group = 128 if weights == "int4-g128" else 32
+    return r * c // 2 + 2 * r * (c // group)
+
+
+def bench_gemv():
+    """kiln bench --gemv: per (shape, weights) one JSON object; a pass reads >= --mb MiB of whole
+    copies of the weight (the fewest that reach it); the shape's first format is the ratio base;
+    bad --shape / --weights values are refused with the option and the value named."""
+    shapes, weights, mb = [(260, 384), (64, 256)], ["fp8", "int4", "int4-g128"], 1
+    out = run("bench", "--gemv", "--shape", ",".join(f"{r}x{c}" for r, c in shapes), "--weights", ",".join(weights),
+              "--rounds", "3", "--mb", str(mb), "--threads", "1", "--json").stdout
+    rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    assert [(r["shape"], r["weights"]) for r in rows] == [(f"{a}x{b}", w) for a, b in shapes for w in weights], out
+    for row in rows:
+        a, b = (int(v) for v in row["shape"].split("x"))
+        per = gemv_bytes(row["weights"], a, b)
+        assert row["copies"] == math.ceil((mb << 20) / per), (row, per)
+        assert row["bytes_per_pass"] == row["copies"] * per, (row, per)
+        for k in ("median_gbps", "p25_gbps", "p75_gbps", "best_gbps", "measured_gbps", "vs_first_median"):
+            assert row[k] > 0, (k, row)
+        assert row["p25_gbps"] <= row["median_gbps"] <= row["p75_gbps"] <= row["best_gbps"], row
+        if row["weights"] == weights[0]:
+            assert row["vs_first_median"] == 1.0, row
+    for args, names in ((["--shape", "12y4"], ["--shape", "12y4"]), (["--weights", "int5"], ["--weights", "int5"]),
+                        (["--shape", "8x100", "--weights", "int4"], ["--shape", "8x100", "group 32"])):
+        p = subprocess.run([KILN, "bench", "--gemv", "--rounds", "1", "--mb", "1", *args], capture_output=True, text=True)
+        assert p.returncode != 0 and all(n in p.stderr for n in names), (args, p.returncode, p.stderr)
+
+
 def main():
     t = tempfile.mkdtemp()
     try:
@@ -39,6 +72,7 @@ def main():
             assert abs(r["vs_first"] - r["decode_tps"] / rows[0]["decode_tps"]) <= 1e-3 * r["vs_first"], r
             assert r["vs_first_paired_median"] > 0, r
         assert rows[0]["vs_first"] == 1.0 and rows[0]["vs_first_paired_median"] == 1.0, rows[0]
+        bench_gemv()
         print("ok")
     finally:
         shutil.rmtree(t, ignore_errors=True)
