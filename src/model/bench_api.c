@@ -169,8 +169,7 @@ kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols
         void *si = i == 0 ? sc : sb ? kiln_alloc64(sb) : NULL;
         b->owned[2 * i] = di;
         b->owned[2 * i + 1] = si;
-        if (!di || (sb && !si)) {
-            if (i == 0) { free(d); free(sc); }
+        if (!di || (sb && !si)) { /* only for i > 0: copy 0 is the quantizer's own buffers, owned[0..1] */
             kiln_gemv_bench_close(b);
             return kiln_fail(KILN_ERR_NOMEM, "out of memory for %d copies of a %.1f MB weight", n, per / 1e6);
         }
