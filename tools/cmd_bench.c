@@ -97,19 +97,31 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* q[0], q[1], q[2] = the 25th percentile, median and 75th percentile of v[0..n) (zeros when n < 1
+ * or out of memory). */
+static void quartiles(const double *v, long n, double q[3]) {
+    double *s = malloc((size_t)n * sizeof *s);
+    if (!s || n < 1) { free(s); q[0] = q[1] = q[2] = 0; return; }
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    q[0] = s[n / 4];
+    q[1] = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    q[2] = s[(3 * n) / 4 < n ? (3 * n) / 4 : n - 1];
+    free(s);
+}
+
 /* The paired ratio: for each round, this row's window over the first row's window of the same
  * round (adjacent in time, so a noisy spell of the shared host hits both), median over the rounds.
  * The ratio of the best windows (the table's "vs first") takes each side's luckiest moment, which on
  * a host whose bandwidth drifts 40-70 GB/s within a run need not be the same moment. Both are
  * printed; neither replaces the other. */
 static double paired_ratio(const bench_row *r, const bench_row *first, long rounds) {
-    double *q = malloc((size_t)rounds * sizeof *q);
-    if (!q || rounds < 1) { free(q); return 0.0; }
-    for (long i = 0; i < rounds; i++) q[i] = first->round_tps[i] > 0 ? r->round_tps[i] / first->round_tps[i] : 0.0;
-    qsort(q, (size_t)rounds, sizeof *q, cmp_double);
-    double m = rounds % 2 ? q[rounds / 2] : 0.5 * (q[rounds / 2 - 1] + q[rounds / 2]);
-    free(q);
-    return m;
+    double *v = malloc((size_t)(rounds > 0 ? rounds : 1) * sizeof *v), q[3];
+    if (!v) return 0.0;
+    for (long i = 0; i < rounds; i++) v[i] = first->round_tps[i] > 0 ? r->round_tps[i] / first->round_tps[i] : 0.0;
+    quartiles(v, rounds, q);
+    free(v);
+    return q[1];
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -233,16 +245,6 @@ typedef struct {
     double *gbps, *ratio; /* [rounds] */
 } gemv_row;
 
-static void quartiles(const double *v, long n, double q[3]) {
-    double *s = malloc((size_t)n * sizeof *s);
-    if (!s || n < 1) { free(s); q[0] = q[1] = q[2] = 0; return; }
-    memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    q[0] = s[n / 4];
-    q[1] = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-    q[2] = s[(3 * n) / 4 < n ? (3 * n) / 4 : n - 1];
-    free(s);
-}
 
 int cmd_bench_gemv(int argc, char **argv) {
     args_t a = {argc, argv, 0, "bench", 0};
@@ -267,6 +269,8 @@ int cmd_bench_gemv(int argc, char **argv) {
     gemv_row rows[MAXROWS];
     int n = 0, nw = 0;
     char slist[256], wlist[256];
+    if (strlen(shapes) >= sizeof slist || strlen(weights) >= sizeof wlist)
+        return cli_fail_msg("bench", "--gemv: --shape or --weights list longer than 255 characters");
     snprintf(slist, sizeof slist, "%s", shapes);
     char *ssave = NULL, *wsave = NULL;
     for (char *sh = strtok_r(slist, ",", &ssave); sh; sh = strtok_r(NULL, ",", &ssave)) {

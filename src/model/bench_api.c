@@ -173,14 +173,16 @@ kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols
             kiln_gemv_bench_close(b);
             return kiln_fail(KILN_ERR_NOMEM, "out of memory for %d copies of a %.1f MB weight", n, per / 1e6);
         }
-        if (i > 0) {
+        if (i == 0) { /* the quantizer's output, tiled in place as requant.c does */
+            b->w[0] = q;
+            if (kiln_weight_prefers_tiled(&b->w[0])) (void)kiln_weight_tile(&b->w[0], di, si);
+        } else { /* byte copies of copy 0, already in its final layout */
             memcpy(di, d, db);
             if (sb) memcpy(si, sc, sb);
+            b->w[i] = b->w[0];
+            b->w[i].data = di;
+            b->w[i].scales = si;
         }
-        b->w[i] = q;
-        b->w[i].data = di;
-        b->w[i].scales = si;
-        if (kiln_weight_prefers_tiled(&b->w[i])) (void)kiln_weight_tile(&b->w[i], di, si); /* as requant.c does */
         b->bytes += per;
     }
     for (int64_t c = 0; c < cols; c++) b->x[c] = (float)((int)(c % 7) - 3) * 0.25f; /* any finite activation */

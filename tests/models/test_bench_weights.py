@@ -42,7 +42,8 @@ def bench_gemv():
         if row["weights"] == weights[0]:
             assert row["vs_first_median"] == 1.0, row
     for args, names in ((["--shape", "12y4"], ["--shape", "12y4"]), (["--weights", "int5"], ["--weights", "int5"]),
-                        (["--shape", "8x100", "--weights", "int4"], ["--shape", "8x100", "group 32"])):
+                        (["--shape", "8x100", "--weights", "int4"], ["--shape", "8x100", "group 32"]),
+                        (["--shape", ",".join(["64x256"] * 40)], ["--shape", "255 characters"])):
         p = subprocess.run([KILN, "bench", "--gemv", "--rounds", "1", "--mb", "1", *args], capture_output=True, text=True)
         assert p.returncode != 0 and all(n in p.stderr for n in names), (args, p.returncode, p.stderr)
 
