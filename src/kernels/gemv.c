@@ -16,6 +16,7 @@
 #include "kernels/gemv_isa.h"
 #include "base/fp.h"
 #include "base/pool.h"
+#include <cpuid.h>
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -38,6 +39,28 @@ const char *kiln_isa_name(kiln_isa isa) {
     return "?";
 }
 
+/* F16C and AVX-VNNI read from CPUID, the way GCC's __builtin_cpu_supports answers them (clang 14
+ * knows neither name): the CPUID bit, and the OS saving the YMM state (OSXSAVE, XCR0 bits 1 and 2),
+ * as for every AVX feature. */
+static int cpu_os_saves_ymm(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    return (lo & 6u) == 6u;
+}
+static int cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && cpu_os_saves_ymm();
+}
+static int cpu_has_avxvnni(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || a < 1) return 0; /* leaf 7's last sub-leaf */
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a & (1u << 4)) && cpu_os_saves_ymm(); /* CPUID.(7,1):EAX[4] AVX-VNNI */
+}
+
 /* AVX-512 here means F/BW/VL/DQ + VNNI (Cascade Lake, Ice Lake, Zen 4 and later): the integer-dot
  * kernels use vpdpbusd. A Skylake-SP class CPU without VNNI runs the AVX2 kernels. */
 int kiln_cpu_supports(kiln_isa isa) {
@@ -45,7 +68,7 @@ int kiln_cpu_supports(kiln_isa isa) {
     switch (isa) {
     case KILN_ISA_AUTO:
     case KILN_ISA_SCALAR: return 1;
-    case KILN_ISA_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case KILN_ISA_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case KILN_ISA_AVX512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -69,7 +92,7 @@ static void avx_vnni_init(void) {
 static int avx_vnni_usable(void) {
     pthread_once(&avx_vnni_once, avx_vnni_init);
     __builtin_cpu_init();
-    return __atomic_load_n(&avx_vnni_enabled, __ATOMIC_RELAXED) && __builtin_cpu_supports("avxvnni");
+    return __atomic_load_n(&avx_vnni_enabled, __ATOMIC_RELAXED) && cpu_has_avxvnni();
 }
 static const kiln_ktable *avx2_table(void) { return avx_vnni_usable() ? &avx2_vnni_table : &kiln_ktable_avx2; }
 int kiln_kernels_avx_vnni(int enable) {
