@@ -123,7 +123,7 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
     e->m = m;
     e->cfg = *cfg;
     if (e->cfg.step_tokens < e->cfg.max_batch) e->cfg.step_tokens = e->cfg.max_batch;
-    e->n_ctx = o.max_context > 0 && o.max_context < m->hp.max_seq ? o.max_context : m->hp.max_seq;
+    e->n_ctx = kiln_model_context(m, &o);
     e->vocab = m->hp.vocab;
     e->eos = m->hp.eos_id;
     e->pt = o.kv_page_tokens;
@@ -140,7 +140,8 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
         int64_t pages = (int64_t)pages_for(e, e->n_ctx) * e->cfg.max_batch;
         int64_t cost = (int64_t)kiln_kv_page_cost(&kc), cap = ((int64_t)4 << 30) / cost;
         if (pages > cap) pages = cap > pages_for(e, e->n_ctx) ? cap : pages_for(e, e->n_ctx);
-        kc.mem_bytes = pages * cost + (int64_t)kiln_kv_pool_fixed_bytes(&kc);
+        int capped;
+        kc.mem_bytes = kiln_kv_default_budget(&kc, pages * cost + (int64_t)kiln_kv_pool_fixed_bytes(&kc), &capped);
     }
     snprintf(e->kv_source, sizeof e->kv_source, "%s", su.source);
     kiln_status st = kiln_kv_plan_pages(&kc) >= 1 ? kiln_kv_pool_create(&kc, &e->pool)

@@ -36,9 +36,7 @@ static const char *dtype_name(kiln_kv_dtype d) {
     return d == KILN_KV_F32 ? "f32" : d == KILN_KV_BF16 ? "bf16" : d == KILN_KV_FP8 ? "fp8_e4m3" : "auto";
 }
 
-static int session_ctx(const struct kiln_model *m, const kiln_options *o) {
-    return o->max_context > 0 && o->max_context < m->hp.max_seq ? o->max_context : m->hp.max_seq;
-}
+static int session_ctx(const struct kiln_model *m, const kiln_options *o) { return kiln_model_context(m, o); }
 
 static void fill_info(const kiln_kv_setup *su, int64_t n_pages, int n_ctx, kiln_kv_info *in) {
     const kiln_kv_config *c = &su->cfg;
@@ -87,12 +85,17 @@ kiln_status kiln_kv_plan(const kiln_model *m, const kiln_options *opts, kiln_kv_
     return st;
 }
 
-static void print_summary(const kiln_kv_info *in) {
+/* The start-up line: what the pool holds and, where a default decided it, why. */
+static void print_summary(const kiln_kv_info *in, int file_ctx, int budget_capped) {
     double mib = (double)in->mem_bytes / (1024.0 * 1024.0);
     fprintf(stderr, "kiln: kv cache: %s, %d-token pages, %llu bytes/token, %lld pages = %lld tokens in %.1f MiB (context %d)",
             in->dtype_name, in->page_tokens, (unsigned long long)in->bytes_per_token, (long long)in->n_pages,
             (long long)in->capacity_tokens, mib, in->max_context);
     if (in->dtype == KILN_KV_FP8) fprintf(stderr, "; fp8 scales: %s", in->scale_source);
+    if (in->max_context < file_ctx)
+        fprintf(stderr, "; context %d of the file's %d (%s)", in->max_context, file_ctx,
+                in->max_context == KILN_DEFAULT_CONTEXT_CAP ? "default cap; --ctx raises it" : "--ctx");
+    if (budget_capped) fprintf(stderr, "; default budget capped at 1/4 of available memory (--kv-mem sets it)");
     fprintf(stderr, "\n");
 }
 
@@ -117,10 +120,11 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_se
     if (st == KILN_OK) st = kiln_kv_pool_create(&su.cfg, &s->pool);
     if (st == KILN_OK) st = kiln_session_integ_attach_(s->pool, m, &o); /* KV integrity (issue 5), default heal */
     if (st == KILN_OK) fill_info(&su, s->pool->n_pages, s->n_ctx, &s->kv);
+    const int budget_capped = su.budget_capped;
     kiln_kv_setup_free(&su);
     if (st == KILN_OK) st = kiln_forward_ws_init(&s->ws, m, SESSION_CHUNK, s->n_ctx);
     if (st != KILN_OK) { kiln_session_free(s); return st; }
-    if (!o.quiet) print_summary(&s->kv);
+    if (!o.quiet) print_summary(&s->kv, m->hp.max_seq, budget_capped);
     *out = s;
     return KILN_OK;
 }

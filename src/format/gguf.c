@@ -45,6 +45,7 @@ struct kiln_gguf {
     uint32_t version;
     gguf_kv *kv;
     int n_kv;
+    kiln_name_index kv_by_key; /* key → index into kv (up to 2^24 keys: no linear search) */
     uint64_t data_off;
 };
 
@@ -235,10 +236,11 @@ static int span_cmp(const void *a, const void *b) {
     return x->off < y->off ? -1 : x->off > y->off ? 1 : (x->idx - y->idx);
 }
 
+static const char *kv_key_at(const void *owner, int slot) { return ((const kiln_gguf *)owner)->kv[slot].key; }
+
 static const gguf_kv *find_kv(const kiln_gguf *g, const char *key) {
-    for (int i = 0; i < g->n_kv; i++)
-        if (strcmp(g->kv[i].key, key) == 0) return &g->kv[i];
-    return NULL;
+    int i = kiln_name_index_find(&g->kv_by_key, key, kv_key_at, g);
+    return i < 0 ? NULL : &g->kv[i];
 }
 
 static kiln_status open_impl(kiln_gguf *g, kiln_tensor_table *tt, const char *path) {
@@ -270,9 +272,11 @@ static kiln_status open_impl(kiln_gguf *g, kiln_tensor_table *tt, const char *pa
     for (uint64_t i = 0; i < n_kv; i++) {
         g->n_kv = (int)i + 1;
         KILN_TRY(parse_kv(&c, &g->kv[i], i));
-        for (uint64_t j = 0; j < i; j++)
-            if (strcmp(g->kv[j].key, g->kv[i].key) == 0)
-                return kiln_fail(KILN_ERR_FORMAT, "%s: key '%s' appears twice", path, g->kv[i].key);
+        if (find_kv(g, g->kv[i].key))
+            return kiln_fail(KILN_ERR_FORMAT, "%s: key '%s' appears twice", path, g->kv[i].key);
+        if (kiln_name_index_add(&g->kv_by_key, g->kv[i].key, (int)i, kv_key_at, g) != 0)
+            return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory indexing key '%s' (%llu keys)", path, g->kv[i].key,
+                             (unsigned long long)n_kv);
     }
     uint64_t alignment = GGUF_DEFAULT_ALIGNMENT;
     const gguf_kv *al = find_kv(g, "general.alignment");
@@ -427,10 +431,7 @@ kiln_status kiln_gguf_open(const char *path, kiln_tensor_table *tt, kiln_gguf **
     kiln_status st = open_impl(g, tt, path);
     if (st != KILN_OK) {
         /* leave the caller's table as it was */
-        if (tt) {
-            for (int i = n0; i < tt->n; i++) free(tt->v[i].name);
-            tt->n = n0;
-        }
+        if (tt) kiln_tt_truncate(tt, n0);
         kiln_gguf_close(g);
         return st;
     }
@@ -442,6 +443,7 @@ void kiln_gguf_close(kiln_gguf *g) {
     if (!g) return;
     for (int i = 0; i < g->n_kv; i++) kv_free(&g->kv[i]);
     free(g->kv);
+    kiln_name_index_free(&g->kv_by_key);
     kiln_unmap(&g->map);
     free(g);
 }

@@ -5,6 +5,8 @@
 #include "model/model.h"
 #include "base/status.h"
 #include "format/gguf.h"
+#include "format/hparams_check.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,7 +87,7 @@ kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path) {
         kiln_tt_free(&raw);
         return st;
     }
-    if (hp->dim % hp->n_heads || hp->n_heads % hp->n_kv_heads) {
+    if (hp->n_heads > 4096 || hp->dim % hp->n_heads || hp->n_kv_heads > 4096 || hp->n_heads % hp->n_kv_heads) {
         kiln_tt_free(&raw);
         return kiln_fail(KILN_ERR_FORMAT, "%s: llama.embedding_length %d / head_count %d / head_count_kv %d are inconsistent", path,
                          hp->dim, hp->n_heads, hp->n_kv_heads);
@@ -97,6 +99,11 @@ kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path) {
     float f;
     hp->norm_eps = kiln_gguf_get_f32(m->gguf, "llama.attention.layer_norm_rms_epsilon", &f) == 0 ? f : 1e-5f;
     hp->rope_theta = kiln_gguf_get_f32(m->gguf, "llama.rope.freq_base", &f) == 0 ? f : 10000.0f;
+    /* everything but the vocabulary and the special ids is known: refuse a bad file before any
+     * tensor work or allocation sized by it (the shared validator runs again once those are known) */
+    hp->vocab = 1;
+    hp->bos_id = hp->eos_id = -1;
+    if ((st = kiln_hparams_check(hp, path, &kiln_hparam_keys_gguf_llama))) { kiln_tt_free(&raw); return st; }
     hp->rope_style = KILN_ROPE_NORM;
     hp->act_dtype = KILN_DT_F32;
     for (int i = 0; i < raw.n; i++) {
@@ -110,6 +117,9 @@ kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path) {
     kiln_tt_free(&raw);
     const kiln_tensor *emb = kiln_tt_find(&m->tt, "model.embed_tokens.weight");
     if (!emb || emb->ndim != 2) return kiln_fail(KILN_ERR_FORMAT, "%s: missing tensor 'token_embd.weight'", path);
+    if (emb->shape[0] > (1 << 24))
+        return kiln_fail(KILN_ERR_FORMAT, "%s: token_embd.weight has %lld rows (vocabulary), more than 2^24", path,
+                         (long long)emb->shape[0]);
     hp->vocab = (int)emb->shape[0];
     hp->tie_embeddings = kiln_tt_find(&m->tt, "lm_head.weight") == NULL;
     const char *tm;
@@ -117,5 +127,5 @@ kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path) {
     if (kiln_gguf_get_str(m->gguf, "tokenizer.ggml.model", &tm, &tml) == 0) KILN_TRY(kiln_tok_load_gguf(m->gguf, &m->tok));
     hp->bos_id = m->tok ? kiln_tok_bos(m->tok) : -1;
     hp->eos_id = m->tok ? kiln_tok_eos(m->tok) : -1;
-    return KILN_OK;
+    return kiln_hparams_check(hp, path, &kiln_hparam_keys_gguf_llama);
 }

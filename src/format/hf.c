@@ -6,6 +6,7 @@
 #include "model/arch.h"
 #include "base/status.h"
 #include "format/hfconfig.h"
+#include "format/hparams_check.h"
 #include "format/safetensors.h"
 #include <jansson.h>
 #include <stdio.h>
@@ -86,13 +87,13 @@ static kiln_status read_llama_hparams(struct kiln_model *m, json_t *cfg, const c
     hp->rope_style = KILN_ROPE_NEOX;
     hp->rotary_dim = hp->head_dim;
     KILN_TRY(kiln_cfg_bool_opt(cfg, file, "tie_word_embeddings", 0, &hp->tie_embeddings));
-    hp->bos_id = kiln_cfg_first_int(cfg, "bos_token_id", -1);
-    hp->eos_id = kiln_cfg_first_int(cfg, "eos_token_id", -1);
+    KILN_TRY(kiln_cfg_token_id(cfg, file, "bos_token_id", &hp->bos_id));
+    KILN_TRY(kiln_cfg_token_id(cfg, file, "eos_token_id", &hp->eos_id));
     json_t *td = json_object_get(cfg, "torch_dtype");
     if (!td) td = json_object_get(cfg, "dtype");
     const char *tds = json_is_string(td) ? json_string_value(td) : "float32";
     hp->act_dtype = strcmp(tds, "bfloat16") == 0 ? KILN_DT_BF16 : strcmp(tds, "float16") == 0 ? KILN_DT_F16 : KILN_DT_F32;
-    return KILN_OK;
+    return kiln_hparams_check(hp, file, &kiln_hparam_keys_hf);
 }
 
 kiln_status kiln_load_hf(struct kiln_model *m, const char *dir) {
@@ -132,5 +133,9 @@ kiln_status kiln_load_hf(struct kiln_model *m, const char *dir) {
         if (m->hp.bos_id < 0) m->hp.bos_id = kiln_tok_bos(m->tok);
         if (m->hp.eos_id < 0) m->hp.eos_id = kiln_tok_eos(m->tok);
     }
+    /* every architecture: the ids a prompt starts with / generation stops at index the embedding */
+    if (m->hp.bos_id >= m->hp.vocab || m->hp.eos_id >= m->hp.vocab)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: bos_token_id %d / eos_token_id %d must be below the vocabulary size %d", path,
+                         m->hp.bos_id, m->hp.eos_id, m->hp.vocab);
     return KILN_OK;
 }

@@ -39,10 +39,17 @@ kiln_status kiln_cfg_bool_opt(const json_t *cfg, const char *file, const char *k
     return KILN_OK;
 }
 
-int kiln_cfg_first_int(const json_t *cfg, const char *key, int def) {
+kiln_status kiln_cfg_token_id(const json_t *cfg, const char *file, const char *key, int *out) {
     json_t *v = json_object_get(cfg, key);
-    if (json_is_integer(v)) return (int)json_integer_value(v);
-    if (json_is_array(v) && json_array_size(v) > 0 && json_is_integer(json_array_get(v, 0)))
-        return (int)json_integer_value(json_array_get(v, 0));
-    return def;
+    *out = -1;
+    if (!v || json_is_null(v)) return KILN_OK;
+    json_t *first = json_is_array(v) ? json_array_get(v, 0) : v;
+    if (json_is_array(v) && json_array_size(v) == 0) return KILN_OK;
+    if (!json_is_integer(first))
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' must be an integer or a list of integers", file, key);
+    long long x = json_integer_value(first);
+    if (x < 0 || x > 0x7fffffffLL)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' = %lld is not a token id", file, key, x);
+    *out = (int)x;
+    return KILN_OK;
 }

@@ -13,6 +13,7 @@ kiln_status kiln_cfg_int_opt(const json_t *cfg, const char *file, const char *ke
 kiln_status kiln_cfg_num_opt(const json_t *cfg, const char *file, const char *key, double lo, double hi, double def, double *out);
 /* Optional boolean. */
 kiln_status kiln_cfg_bool_opt(const json_t *cfg, const char *file, const char *key, int def, int *out);
-/* First integer of an int-or-list field (eos_token_id); def when absent. */
-int kiln_cfg_first_int(const json_t *cfg, const char *key, int def);
+/* First integer of an int-or-list token-id field (bos_token_id, eos_token_id); *out = -1 when
+ * absent or null. A value outside [0, 2^31) is an error naming the field, never cut to an int. */
+kiln_status kiln_cfg_token_id(const json_t *cfg, const char *file, const char *key, int *out);
 #endif

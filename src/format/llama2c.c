@@ -10,6 +10,8 @@
  * llama2.c rotates adjacent pairs (2i, 2i+1), so the model is marked KILN_ROPE_NORM. */
 #include "model/model.h"
 #include "base/status.h"
+#include "format/hparams_check.h"
+#include <stdint.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +75,8 @@ kiln_status kiln_load_llama2c(struct kiln_model *m, const char *path) {
     memcpy(h, map->base, sizeof h);
     static const char *names[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
     int shared = h[5] > 0;
+    /* a negative vocab_size means "separate classifier"; INT32_MIN has no positive counterpart */
+    if (h[5] == INT32_MIN) return kiln_fail(KILN_ERR_FORMAT, "%s: header field vocab_size = %d is out of range", path, h[5]);
     if (h[5] < 0) h[5] = -h[5];
     for (int i = 0; i < 7; i++)
         if (h[i] <= 0 || h[i] > (1 << 24))
@@ -92,6 +96,7 @@ kiln_status kiln_load_llama2c(struct kiln_model *m, const char *path) {
     hp->tie_embeddings = shared; hp->bos_id = 1; hp->eos_id = 2;
     hp->act_dtype = KILN_DT_F32;
     snprintf(m->format, sizeof m->format, "llama2c");
+    KILN_TRY(kiln_hparams_check(hp, path, &kiln_hparam_keys_llama2c));
 
     /* Per-layer arrays are stacked; slice each layer out as its own named tensor. */
     uint64_t off = 28;

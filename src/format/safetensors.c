@@ -56,8 +56,13 @@ kiln_status kiln_safetensors_parse(const kiln_mapping *map, kiln_tensor_table *t
                 goto done;
             }
             t.shape[i] = json_integer_value(d);
+            /* checked before the multiply: 2^40 × 2^40 would wrap to a small count and pass */
+            if (t.shape[i] && numel > (1ull << 42) / (uint64_t)t.shape[i]) {
+                st = kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s': shape[%zu] = %lld makes more than 2^42 elements", path, key, i,
+                               (long long)t.shape[i]);
+                goto done;
+            }
             numel *= (uint64_t)t.shape[i];
-            if (numel > (1ull << 42)) { st = kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s': absurd shape", path, key); goto done; }
         }
         json_t *b = json_array_get(jo, 0), *e = json_array_get(jo, 1);
         if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 || json_integer_value(e) < json_integer_value(b)) {

@@ -15,6 +15,10 @@ uint64_t kiln_tensor_numel(const kiln_tensor *t) {
     return n;
 }
 
+static const char *tensor_name_at(const void *owner, int slot) {
+    return ((const kiln_tensor_table *)owner)->v[slot].name;
+}
+
 kiln_status kiln_tt_add(kiln_tensor_table *tt, const kiln_tensor *t) {
     if (kiln_tt_find(tt, t->name))
         return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' appears twice", t->file ? t->file : "?", t->name);
@@ -28,20 +32,31 @@ kiln_status kiln_tt_add(kiln_tensor_table *tt, const kiln_tensor *t) {
     kiln_tensor *d = &tt->v[tt->n];
     *d = *t;
     d->name = strdup(t->name);
-    if (!d->name) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!d->name) return kiln_fail(KILN_ERR_NOMEM, "out of memory adding tensor '%s'", t->name);
+    if (kiln_name_index_add(&tt->by_name, d->name, tt->n, tensor_name_at, tt) != 0) {
+        free(d->name);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory indexing tensor '%s'", t->name);
+    }
     tt->n++;
     return KILN_OK;
 }
 
 const kiln_tensor *kiln_tt_find(const kiln_tensor_table *tt, const char *name) {
-    for (int i = 0; i < tt->n; i++)
-        if (strcmp(tt->v[i].name, name) == 0) return &tt->v[i];
-    return NULL;
+    int i = kiln_name_index_find(&tt->by_name, name, tensor_name_at, tt);
+    return i < 0 ? NULL : &tt->v[i];
+}
+
+void kiln_tt_truncate(kiln_tensor_table *tt, int n) {
+    if (n < 0 || n >= tt->n) return;
+    for (int i = n; i < tt->n; i++) free(tt->v[i].name);
+    tt->n = n;
+    kiln_name_index_truncate(&tt->by_name, n, tensor_name_at, tt);
 }
 
 void kiln_tt_free(kiln_tensor_table *tt) {
     for (int i = 0; i < tt->n; i++) free(tt->v[i].name);
     free(tt->v);
+    kiln_name_index_free(&tt->by_name);
     memset(tt, 0, sizeof *tt);
 }
 

@@ -4,6 +4,7 @@
 #define KILN_FORMAT_TENSOR_H
 #include "kiln.h"
 #include "quant/dtype.h"
+#include "base/name_index.h"
 #include <stdint.h>
 #include <stddef.h>
 
@@ -24,11 +25,14 @@ typedef struct kiln_tensor {
 typedef struct kiln_tensor_table {
     kiln_tensor *v;
     int n, cap;
+    kiln_name_index by_name; /* name → index into v (loaders may add tens of thousands of names) */
 } kiln_tensor_table;
 
 uint64_t kiln_tensor_numel(const kiln_tensor *t);
 /* Adds a tensor (name copied). Rejects duplicates with KILN_ERR_FORMAT naming `file`. */
 kiln_status kiln_tt_add(kiln_tensor_table *tt, const kiln_tensor *t);
+/* Drops the tensors added after the first n (a loader undoing a failed open). */
+void kiln_tt_truncate(kiln_tensor_table *tt, int n);
 const kiln_tensor *kiln_tt_find(const kiln_tensor_table *tt, const char *name);
 void kiln_tt_free(kiln_tensor_table *tt);
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* The built-in calibration text: plain English prose with numbers, names, dialogue and a little
  * code-like punctuation, so keys and values see a spread of token kinds. Written for kiln. */
@@ -87,7 +88,7 @@ kiln_status kiln_kv_measure_stats(kiln_model *m, const kiln_options *opts, const
     kiln_kv_config c;
     memset(&c, 0, sizeof c);
     kiln_kv_layout_for_model(m, &c);
-    int n_ctx = opts && opts->max_context > 0 && opts->max_context < m->hp.max_seq ? opts->max_context : m->hp.max_seq;
+    int n_ctx = kiln_model_context(m, opts);
     if (window <= 0 || window > n_ctx) window = n_ctx;
     if ((size_t)window > n) window = (int)n;
     if (n == 0 || window < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "kv calibration: no tokens");
@@ -245,12 +246,24 @@ static kiln_status read_file_mode(const char *path, const kiln_options *o, kiln_
     return KILN_OK;
 }
 
+int64_t kiln_kv_default_budget(const kiln_kv_config *c, int64_t want, int *capped) {
+    long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    int64_t floor_bytes = (int64_t)kiln_kv_pool_fixed_bytes(c) + (int64_t)kiln_kv_page_cost(c);
+    *capped = 0;
+    if (pages > 0 && psz > 0) {
+        int64_t cap = (int64_t)pages / 4 * (int64_t)psz;
+        if (want > cap) { want = cap; *capped = 1; }
+    }
+    return want > floor_bytes ? want : floor_bytes;
+}
+
 kiln_status kiln_kv_setup_for_model(struct kiln_model *m, const kiln_options *o, int n_ctx, int run_cal, kiln_kv_setup *su) {
     KILN_TRY(setup_scales(m, o, n_ctx, run_cal, su));
     kiln_kv_config *c = &su->cfg;
     if (c->mem_bytes <= 0) { /* one full context; computed last: the pool's fixed bytes depend on the scales */
         int64_t pages = ((int64_t)n_ctx + c->page_tokens - 1) / c->page_tokens;
-        c->mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(c) + pages * (int64_t)kiln_kv_page_cost(c);
+        c->mem_bytes = kiln_kv_default_budget(c, (int64_t)kiln_kv_pool_fixed_bytes(c) + pages * (int64_t)kiln_kv_page_cost(c),
+                                              &su->budget_capped);
     }
     return KILN_OK;
 }

@@ -26,13 +26,19 @@ typedef struct kiln_kv_setup {
     float *k_mean;            /* owned K smoothing means, or NULL */
     char source[512];         /* human-readable scale source */
     int calib_tokens;         /* tokens the built-in calibration ran (0 = none) */
+    int budget_capped;        /* the default budget was cut to a quarter of available memory */
 } kiln_kv_setup;
 
 /* n_layers, n_kv_heads, k_dim = head_dim, v_dim = kv_v_dim (0 → head_dim), v_shares_k. */
 void kiln_kv_layout_for_model(const struct kiln_model *m, kiln_kv_config *c);
 
+/* The default budget (no --kv-mem): want_bytes, capped at a quarter of the memory available now
+ * (sysconf _SC_AVPHYS_PAGES) so that a file claiming a huge context cannot make kiln reserve more
+ * than the machine has; never below the pool's fixed bytes plus one page. Sets *capped. */
+int64_t kiln_kv_default_budget(const kiln_kv_config *c, int64_t want_bytes, int *capped);
+
 /* Everything but the pool: dtype resolved (AUTO → model), page size, budget (0 → n_ctx tokens'
- * worth of pages), FP8 scales. run_calibration = 0 never runs the model (the source then says a
+ * worth of pages, through kiln_kv_default_budget), FP8 scales. run_calibration = 0 never runs the model (the source then says a
  * calibration would run at session start). */
 kiln_status kiln_kv_setup_for_model(struct kiln_model *m, const kiln_options *o, int n_ctx, int run_calibration,
                                     kiln_kv_setup *out);

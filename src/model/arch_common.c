@@ -64,8 +64,8 @@ kiln_status kiln_arch_read_common(struct kiln_model *m, json_t *cfg, const char 
     KILN_TRY(kiln_cfg_num_opt(cfg, file, eps_key, 0, 1, 1e-6, &eps));
     hp->norm_eps = (float)eps;
     KILN_TRY(kiln_cfg_bool_opt(cfg, file, "tie_word_embeddings", 0, &hp->tie_embeddings));
-    hp->bos_id = kiln_cfg_first_int(cfg, "bos_token_id", -1);
-    hp->eos_id = kiln_cfg_first_int(cfg, "eos_token_id", -1);
+    KILN_TRY(kiln_cfg_token_id(cfg, file, "bos_token_id", &hp->bos_id));
+    KILN_TRY(kiln_cfg_token_id(cfg, file, "eos_token_id", &hp->eos_id));
     json_t *td = json_object_get(cfg, "torch_dtype");
     if (!td) td = json_object_get(cfg, "dtype");
     const char *tds = json_is_string(td) ? json_string_value(td) : "bfloat16";

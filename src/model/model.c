@@ -213,6 +213,12 @@ static uint64_t weight_bytes(const kiln_model *m) {
     return b;
 }
 
+int kiln_model_context(const kiln_model *m, const kiln_options *o) {
+    int file = m->hp.max_seq;
+    if (o && o->max_context > 0) return o->max_context < file ? o->max_context : file;
+    return file < KILN_DEFAULT_CONTEXT_CAP ? file : KILN_DEFAULT_CONTEXT_CAP;
+}
+
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *in) {
     const kiln_hparams *hp = &m->hp;
     memset(in, 0, sizeof *in);

@@ -75,6 +75,12 @@ uint64_t kiln_model_repack(struct kiln_model *m);
 /* At the first session or engine of a model, unless opts->no_repack: kiln_model_repack, announced
  * on stderr unless opts->quiet. */
 void kiln_model_prepare_compute(struct kiln_model *m, const kiln_options *opts);
+/* The context a session or engine runs with: --ctx (max_context) when given, never more than the
+ * file's context; without it, the file's context capped at KILN_DEFAULT_CONTEXT_CAP tokens, so a
+ * file claiming 16M positions does not size a multi-GiB default KV pool (vLLM's --max-model-len,
+ * llama.cpp's -c play the same part; --ctx raises the cap up to the file's context). */
+#define KILN_DEFAULT_CONTEXT_CAP 131072
+int kiln_model_context(const struct kiln_model *m, const kiln_options *opts);
 
 /* Records an owned copy of weight bytes (name for errors) with its checksum now; 0, or -1 without
  * memory (the copy then goes unchecked). */

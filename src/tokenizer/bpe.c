@@ -821,17 +821,19 @@ static kiln_status apply_config(kiln_bpe *b, json_t *cfg, const char *cname) {
 }
 
 /* TemplateProcessing {"single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": ...}],
- * "special_tokens": {"<s>": {"ids": [1]}}}: BOS/EOS added by the post-processor. */
-static void parse_post(kiln_bpe *b, json_t *pp, int depth) {
-    if (!json_is_object(pp) || depth > 4) return;
+ * "special_tokens": {"<s>": {"ids": [1]}}}: BOS/EOS added by the post-processor. Runs after the
+ * vocabulary and added tokens are read, so an id can be checked against them (it is prepended to
+ * every prompt: an id past the vocabulary would index past the embedding table). */
+static kiln_status parse_post(kiln_bpe *b, json_t *pp, int depth) {
+    if (!json_is_object(pp) || depth > 4) return KILN_OK;
     const char *type = jstr(pp, "type");
-    if (!type) return;
+    if (!type) return KILN_OK;
     if (!strcmp(type, "Sequence")) {
         json_t *arr = json_object_get(pp, "processors");
-        for (size_t i = 0; i < json_array_size(arr); i++) parse_post(b, json_array_get(arr, i), depth + 1);
-        return;
+        for (size_t i = 0; i < json_array_size(arr); i++) KILN_TRY(parse_post(b, json_array_get(arr, i), depth + 1));
+        return KILN_OK;
     }
-    if (strcmp(type, "TemplateProcessing")) return;
+    if (strcmp(type, "TemplateProcessing")) return KILN_OK;
     json_t *single = json_object_get(pp, "single"), *sp = json_object_get(pp, "special_tokens");
     size_t n = json_array_size(single);
     for (int end = 0; end < 2 && n; end++) {
@@ -842,9 +844,14 @@ static void parse_post(kiln_bpe *b, json_t *pp, int depth) {
         json_t *ids = json_object_get(json_object_get(sp, name), "ids");
         json_t *id0 = json_array_get(ids, 0);
         if (!json_is_integer(id0)) continue;
-        if (end) { b->eos = (int32_t)json_integer_value(id0); b->add_eos = 1; }
-        else { b->bos = (int32_t)json_integer_value(id0); b->add_bos = 1; }
+        json_int_t id = json_integer_value(id0);
+        if (id < 0 || id >= b->n_vocab || !(b->flags[id] & BPE_F_PRESENT))
+            return kiln_fail(KILN_ERR_FORMAT, "%s: post_processor.special_tokens['%s'].ids[0] = %lld is not a token id (vocabulary %d)",
+                             b->name, name, (long long)id, b->n_vocab);
+        if (end) { b->eos = (int32_t)id; b->add_eos = 1; }
+        else { b->bos = (int32_t)id; b->add_bos = 1; }
     }
+    return KILN_OK;
 }
 
 static kiln_status load_hf(kiln_bpe *b, json_t *root) {
@@ -929,7 +936,7 @@ static kiln_status load_hf(kiln_bpe *b, json_t *root) {
     }
     const char *unk = jstr(model, "unk_token");
     if (unk) b->unk_id = kiln_bpe_token_id(b, unk, strlen(unk));
-    parse_post(b, json_object_get(root, "post_processor"), 0);
+    KILN_TRY(parse_post(b, json_object_get(root, "post_processor"), 0));
     return kiln_bpe__finish(b);
 }
 
