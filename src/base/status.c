@@ -14,6 +14,10 @@ kiln_status kiln_fail(kiln_status st, const char *fmt, ...) {
     return st;
 }
 
+kiln_status kiln_fail_oom(const char *file, const char *what, unsigned long long bytes) {
+    return kiln_fail(KILN_ERR_NOMEM, "%s: %s: out of memory (asked for %llu bytes)", file ? file : "?", what, bytes);
+}
+
 void kiln_clear_error(void) { last_error[0] = 0; }
 const char *kiln_last_error(void) { return last_error; }
 

@@ -210,7 +210,7 @@ kiln_status kiln_arch_read_moe(struct kiln_model *m, json_t *cfg, const char *fi
     c->dim = m->hp.dim;
     c->shared_ffn = c->ffn * ah->n_shared;
     ah->is_moe = kiln_model_own(m, calloc((size_t)m->hp.n_layers, 1));
-    if (!ah->is_moe) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!ah->is_moe) return kiln_fail_oom(m->path, "MoE layer flags (num_hidden_layers)", (unsigned long long)m->hp.n_layers);
     json_t *types = json_object_get(cfg, "mlp_layer_types");
     if (types && !json_is_null(types)) {
         if (!json_is_array(types) || (int)json_array_size(types) != m->hp.n_layers)
@@ -244,7 +244,7 @@ static kiln_status vec(struct kiln_model *m, const char *name, int64_t n, const 
     if (!di->to_f32 || di->block_elems > 1)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s not usable as a vector", t->file, name, di->name);
     float *f = kiln_model_own(m, malloc((size_t)n * 4));
-    if (!f) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!f) return kiln_fail_oom(t->file, name, (unsigned long long)n * 4);
     di->to_f32(t->data, f, (size_t)n);
     *out = f;
     return KILN_OK;
@@ -319,7 +319,7 @@ kiln_status kiln_arch_bind_moe(struct kiln_model *m, const char *p, kiln_arch_la
         }
     }
     L->exp_w = kiln_model_own(m, calloc((size_t)E * 3, sizeof *L->exp_w));
-    if (!L->exp_w) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!L->exp_w) return kiln_fail_oom(m->path, "expert weights (n_routed_experts)", (unsigned long long)E * 3 * sizeof *L->exp_w);
     for (int e = 0; e < E; e++) {
         snprintf(n, sizeof n, "%sexperts.%d.gate_proj", p, e);
         KILN_TRY(linear(m, n, c->ffn, D, &L->exp_w[e]));

@@ -84,7 +84,7 @@ static kiln_status mla_bind(struct kiln_model *m) {
     snprintf(n3, sizeof n3, "%slm_head", pre);
     KILN_TRY(kiln_arch_bind_ends(m, n, n2, n3));
     am->layers = kiln_model_own(m, calloc((size_t)hp->n_layers, sizeof *am->layers));
-    if (!am->layers) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!am->layers) return kiln_fail_oom(m->path, "layers (num_hidden_layers)", (unsigned long long)hp->n_layers * sizeof *am->layers);
 #define P(fmt) (snprintf(n, sizeof n, "%smodel.layers.%d." fmt, pre, l), n)
     for (int l = 0; l < hp->n_layers; l++) {
         kiln_arch_layer *L = &am->layers[l];

@@ -27,7 +27,7 @@ static kiln_status scales_as(struct kiln_model *m, const kiln_tensor *t, kiln_dt
     const kiln_dtype_info *di = kiln_dtype_get(t->dtype);
     if (!di->to_f32) return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s': dtype %s is not a float scale dtype", fname(t), t->name, di->name);
     float *f = malloc(n * 4);
-    if (!f) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!f) return kiln_fail_oom(fname(t), t->name, (unsigned long long)n * 4);
     di->to_f32(t->data, f, n);
     for (uint64_t i = 0; i < n; i++)
         if (!isfinite(f[i]) || f[i] < 0) {
@@ -37,13 +37,13 @@ static kiln_status scales_as(struct kiln_model *m, const kiln_tensor *t, kiln_dt
             return st;
         }
     if (t->dtype == want && ((uintptr_t)t->data % (want == KILN_DT_F32 ? 4 : 2)) == 0) { free(f); *out = t->data; return KILN_OK; }
-    if (want == KILN_DT_F32) { *out = kiln_model_own(m, f); return *out ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (want == KILN_DT_F32) { *out = kiln_model_own(m, f); return *out ? KILN_OK : kiln_fail_oom(fname(t), t->name, 0); }
     uint16_t *b = malloc(n * 2);
-    if (!b) { free(f); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!b) { free(f); return kiln_fail_oom(fname(t), t->name, (unsigned long long)n * 2); }
     for (uint64_t i = 0; i < n; i++) b[i] = kiln_f32_to_bf16(f[i]);
     free(f);
     *out = kiln_model_own(m, b);
-    return *out ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    return *out ? KILN_OK : kiln_fail_oom(fname(t), t->name, 0);
 }
 
 static int shape_is(const kiln_tensor *t, int64_t a, int64_t b) { return t->ndim == 2 && t->shape[0] == a && t->shape[1] == b; }

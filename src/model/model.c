@@ -166,7 +166,7 @@ static kiln_status bind_vector(struct kiln_model *m, const char *name, int64_t n
     if (t->dtype == KILN_DT_F32 && ((uintptr_t)t->data % 4) == 0) { *out = (const float *)t->data; return KILN_OK; }
     if (!di->to_f32) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s not usable as a norm weight", t->file, name, di->name);
     float *f = kiln_model_own(m, malloc((size_t)n * 4));
-    if (!f) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!f) return kiln_fail_oom(t->file, name, (unsigned long long)n * 4);
     di->to_f32(t->data, f, (size_t)n);
     *out = f;
     return KILN_OK;
@@ -183,7 +183,7 @@ kiln_status kiln_model_bind(struct kiln_model *m) {
     else return kiln_fail(KILN_ERR_FORMAT, "%s: missing tensor 'lm_head.weight' (and tie_word_embeddings is false)", m->path);
     KILN_TRY(bind_vector(m, "model.norm.weight", dim, &m->output_norm));
     m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
-    if (!m->layers) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!m->layers) return kiln_fail_oom(m->path, "layers (num_hidden_layers)", (unsigned long long)hp->n_layers * sizeof *m->layers);
     char n[160];
 #define P(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
     for (int l = 0; l < hp->n_layers; l++) {
