@@ -66,4 +66,36 @@ clean:
 	rm -rf build kiln
 
 .PHONY: all test tests check bench clean
+
+# ---- fuzzing (tests/fuzz/, docs/RELIABILITY.md) ----------------------------------------------------
+#   make fuzz          the libFuzzer targets (clang -fsanitize=fuzzer,address,undefined, in build/fuzz),
+#                      each run FUZZ_SECONDS (default 600), FUZZ_JOBS at a time (default: the CPU count)
+#   make fuzz-build    only build them
+#   make tests         also builds the same targets with tests/fuzz/driver_main.c (replay binaries,
+#                      $(BUILD)/tests/fuzz/fuzz_*), which tests/fuzz/test_fuzz_replay.sh runs on the corpora
+FUZZ_TARGETS := gguf safetensors hf llama2c tokenizer chat_template openai
+FUZZ_CC      ?= clang
+FUZZ_BUILD   ?= build/fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_JOBS    ?= $(shell nproc)
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_REPLAY_BINS := $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/fuzz_%)
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+
+tests: $(FUZZ_REPLAY_BINS)
+$(BUILD)/tests/fuzz/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/driver_main.o $(BUILD)/libkiln.a
+	$(CC) $(EXTRA_LDFLAGS) -o $@ $^ $(LIBS)
+# libFuzzer binaries: linked in a sub-make whose BUILD is $(FUZZ_BUILD) (library and objects built
+# by the rules above with clang and the fuzzer's coverage instrumentation)
+$(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/libkiln.a
+	$(CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LIBS)
+fuzz-build:
+	$(MAKE) CC=$(FUZZ_CC) BUILD=$(FUZZ_BUILD) OPT="-O1 -gline-tables-only" \
+	        EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" $(FUZZ_BINS)
+fuzz: fuzz-build
+	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) KILN_BUILD=$(BUILD) \
+	        bash tests/fuzz/run_fuzz.sh $(FUZZ_TARGETS)
+.PHONY: fuzz fuzz-build
+.PRECIOUS: $(FUZZ_BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/%.o
+-include $(FUZZ_REPLAY_BINS:=.d) $(BUILD)/tests/fuzz/driver_main.d $(FUZZ_BINS:$(FUZZ_BUILD)/%=$(FUZZ_BUILD)/tests/fuzz/%.d)
 -include $(OBJS:.o=.d) $(TEST_BINS:=.d) $(TOOL_OBJS:.o=.d)

@@ -1,0 +1,81 @@
+/* fuzz_openai — the OpenAI request parser of kiln serve (kiln_oai_parse, src/server/openai.c):
+ * JSON body, every parameter's type and range, logit_bias, stop, messages through the model's chat
+ * template (chat_template_kwargs as its variables) or the built-in one, tokenization, context
+ * checks. Each input is parsed as a /v1/chat/completions and as a /v1/completions body.
+ *
+ * The model, made once at start: $KILN_FUZZ_MODEL when set; else stories260K from $SHARED
+ * (default ../shared) in a private directory beside a small chat_template.jinja (a trained
+ * tokenizer and a template, so prompts tokenize and chats render); else a tiny `kiln mkmodel`
+ * llama without a tokenizer (token-id prompts only). Input: the request body. */
+#include "fuzz_common.h"
+#include "server/server_internal.h"
+
+static kiln_server srv;
+static kiln_model *model;
+
+static const char tmpl[] =
+    "{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}<<SYS>>{{ m.content | trim }}<</SYS>>\n"
+    "{% elif m.role == 'tool' %}[tool] {{ m.content | tojson }}\n{% else %}{{ m.role | upper }}: {{ m.content }}"
+    "{% if m.tool_calls %}{% for c in m.tool_calls %}<call>{{ c.function.name }}({{ c.function.arguments | tojson }})</call>"
+    "{% endfor %}{% endif %}\n{% endif %}{% endfor %}{% if add_generation_prompt %}ASSISTANT:"
+    "{% if enable_thinking is defined and not enable_thinking %} /no_think{% endif %}{% endif %}";
+
+static int exists(const char *p) { struct stat st; return stat(p, &st) == 0; }
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc; (void)argv;
+    kiln_options o;
+    fuzz_options(&o);
+    o.max_context = 256;
+    const char *path = getenv("KILN_FUZZ_MODEL");
+    char bin[1200], tok[1200], mp[1200];
+    const char *sh = getenv("SHARED") && *getenv("SHARED") ? getenv("SHARED") : "../shared";
+    snprintf(bin, sizeof bin, "%s/models/stories260K/stories260K.bin", sh);
+    snprintf(tok, sizeof tok, "%s/models/stories260K/tok512.bin", sh);
+    if (!path && exists(bin) && exists(tok)) {
+        char abin[PATH_MAX], atok[PATH_MAX];
+        if (!realpath(bin, abin) || !realpath(tok, atok)) abort();
+        snprintf(mp, sizeof mp, "%s/model.bin", fuzz_dir());
+        if (symlink(abin, mp) != 0) abort();
+        snprintf(mp, sizeof mp, "%s/tok512.bin", fuzz_dir());
+        if (symlink(atok, mp) != 0) abort();
+        fuzz_dir_file("chat_template.jinja", tmpl, sizeof tmpl - 1, 1);
+        path = fuzz_dir();
+    } else if (!path) {
+        if (kiln_mkmodel("llama", "dim=16,ffn=32,layers=1,heads=2,kv_heads=1,vocab=64,seq=64", "f32", 1, fuzz_dir()) != KILN_OK) {
+            fprintf(stderr, "fuzz_openai: mkmodel: %s\n", kiln_last_error());
+            abort();
+        }
+        path = fuzz_dir();
+    }
+    if (kiln_model_load(path, &o, &model) != KILN_OK) { fprintf(stderr, "fuzz_openai: %s: %s\n", path, kiln_last_error()); abort(); }
+    srv.m = model;
+    kiln_model_get_info(model, &srv.info);
+    kiln_server_options_default(&srv.o);
+    snprintf(srv.model_name, sizeof srv.model_name, "kiln");
+    kiln_engine_config ec = {.max_batch = 1, .max_queue = 1, .step_tokens = 64, .prefix_cache = 0};
+    if (kiln_engine_create(model, &o, &ec, &srv.eng) != KILN_OK) { fprintf(stderr, "fuzz_openai: engine: %s\n", kiln_last_error()); abort(); }
+    kiln_server_probe_template(&srv);
+    fprintf(stderr, "fuzz_openai: model %s (%s), chat template: %s\n", path, srv.info.arch, srv.template_note);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    for (int chat = 0; chat < 2; chat++) {
+        kiln_oai_params p;
+        kiln_oai_error err;
+        memset(&err, 0, sizeof err);
+        if (kiln_oai_parse(&srv, (const char *)data, size, chat, &p, &err)) {
+            if (p.n_prompt < 1 || p.max_tokens < 1 || p.n_prompt + p.max_tokens > kiln_engine_context(srv.eng)) abort();
+            for (int i = 0; i < p.n_prompt; i++)
+                if (p.prompt[i] < 0 || p.prompt[i] >= srv.info.vocab_size) abort();
+            if (getenv("FUZZ_DEBUG")) fprintf(stderr, "  %s: ok, %d prompt tokens\n", chat ? "chat" : "completion", p.n_prompt);
+            kiln_oai_params_free(&p);
+        } else {
+            if (getenv("FUZZ_DEBUG")) fprintf(stderr, "  %s: %d %s\n", chat ? "chat" : "completion", err.http, err.msg);
+            if (err.http < 400 || err.http > 599 || !err.msg[0]) abort(); /* a failure always says why */
+            json_decref(kiln_oai_error_json(&err));
+        }
+    }
+    return 0;
+}
