@@ -8,7 +8,7 @@
 #include "base/status.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "kv/kv_model.h"
+#include "engine/kv_setup.h"
 #include "kv/integrity.h"
 #include <math.h>
 #include <omp.h>
@@ -130,7 +130,7 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
     e->threads = o.threads;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    /* layout, dtype, page size and FP8 scales as the session resolves them (kv/kv_model.h); the
+    /* layout, dtype, page size and FP8 scales as the session resolves them (engine/kv_setup.h); the
      * default budget differs: every batch slot can hold a full context, capped at 4 GiB (and at
      * least one context) */
     kiln_kv_setup su;

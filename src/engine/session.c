@@ -1,12 +1,12 @@
 /* session.c — one sequence over its own paged KV pool: the API behind `kiln run` and the
  * evaluation tools. Prompts are processed in chunks of up to SESSION_CHUNK tokens.
  *
- * KV set-up (kv/kv_model.h): dtype, page size, budget and FP8 scales are resolved here, the
+ * KV set-up (engine/kv_setup.h): dtype, page size, budget and FP8 scales are resolved here, the
  * built-in calibration pass runs here when FP8 static scales have no other source, and one line
  * summarising the cache goes to stderr (unless opts->quiet). */
 #include "kiln.h"
 #include "base/status.h"
-#include "kv/kv_model.h"
+#include "engine/kv_setup.h"
 #include "kv/integrity.h"
 #include "engine/session_integrity.h"
 #include "model/forward.h"

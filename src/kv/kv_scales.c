@@ -1,7 +1,6 @@
 /* kv_scales.c — FP8 KV scales from checkpoint tensors and kv_scales.json (see kv_scales.h). */
 #include "kv/kv_scales.h"
 #include "base/status.h"
-#include "model/model.h"
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,23 +33,23 @@ static kiln_status read_scale_tensor(const kiln_tensor *t, int H, float *out) {
     return KILN_OK;
 }
 
-kiln_status kiln_kv_scales_from_checkpoint(const struct kiln_model *m, int L, int H, int v_shares_k, float *ks,
-                                           float *vs, int *found) {
+kiln_status kiln_kv_scales_from_checkpoint(const kiln_tensor_table *tt, const char *model_path, int L, int H, int v_shares_k,
+                                           float *ks, float *vs, int *found) {
     *found = 0;
     char name[160];
     int n_k = 0;
     for (int l = 0; l < L; l++) {
         snprintf(name, sizeof name, "model.layers.%d.self_attn.k_scale", l);
-        n_k += kiln_tt_find(&m->tt, name) != NULL;
+        n_k += kiln_tt_find(tt, name) != NULL;
     }
     if (n_k == 0) return KILN_OK;
     for (int l = 0; l < L; l++)
         for (int kind = 0; kind < (v_shares_k ? 1 : 2); kind++) {
             snprintf(name, sizeof name, "model.layers.%d.self_attn.%s", l, kind ? "v_scale" : "k_scale");
-            const kiln_tensor *t = kiln_tt_find(&m->tt, name);
+            const kiln_tensor *t = kiln_tt_find(tt, name);
             if (!t)
                 return kiln_fail(KILN_ERR_FORMAT, "%s: missing tensor '%s' (the checkpoint carries KV scales for %d of %d layers)",
-                                 m->path, name, n_k, L);
+                                 model_path, name, n_k, L);
             KILN_TRY(read_scale_tensor(t, H, (kind ? vs : ks) + (size_t)l * H));
         }
     if (v_shares_k && vs) memcpy(vs, ks, (size_t)L * H * sizeof *vs);

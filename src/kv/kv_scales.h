@@ -5,17 +5,16 @@
 #ifndef KILN_KV_SCALES_H
 #define KILN_KV_SCALES_H
 #include "kiln.h"
+#include "format/tensor.h"
 #include <stddef.h>
-
-struct kiln_model;
 
 /* Checkpoint scales, the vLLM / SGLang convention: model.layers.N.self_attn.k_scale and .v_scale,
  * each a scalar ([] or [1], broadcast over heads) or [n_kv_heads]; F32, BF16 or F16. When
  * v_shares_k, only k_scale is needed (v_scale, if present, is ignored).
  * *found = 0 when no layer carries a k_scale; otherwise every layer must carry valid scales, or
  * the error names the missing / bad tensor. */
-kiln_status kiln_kv_scales_from_checkpoint(const struct kiln_model *m, int n_layers, int n_kv_heads, int v_shares_k,
-                                           float *k_scale, float *v_scale, int *found);
+kiln_status kiln_kv_scales_from_checkpoint(const kiln_tensor_table *tt, const char *model_path, int n_layers, int n_kv_heads,
+                                           int v_shares_k, float *k_scale, float *v_scale, int *found);
 
 /* kv_scales.json (written by `kiln calibrate`, format in docs/KV.md):
  *   {"format": "kiln-kv-scales", "version": 1, "dtype": "fp8_e4m3",

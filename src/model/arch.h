@@ -15,7 +15,7 @@
  *   deepseek_v3    deepseek_v3                       arch_deepseek.c
  *   kimi_k2        kimi_k2, kimi_k25 (text_config)   arch_deepseek.c
  *   glm4_moe_lite  glm4_moe_lite                     arch_deepseek.c GLM-4.7-Flash
- * "llama" is not in this table: it keeps the original path (format/hf.c, model.c, forward.c). */
+ * "llama" is not in this table: it keeps the original path (model/load_hf.c, model.c, forward.c). */
 #ifndef KILN_MODEL_ARCH_H
 #define KILN_MODEL_ARCH_H
 #include "model/forward.h"

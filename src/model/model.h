@@ -1,6 +1,6 @@
 /* model.h — the in-memory model description every loader produces (internal).
  *
- * A loader (format/llama2c.c, format/hf.c, format/gguf_model.c) fills the tensor table and the
+ * A loader (model/load_llama2c.c, model/load_hf.c, model/load_gguf.c, over the format/ parsers) fills the tensor table and the
  * hyper-parameters; model/bind.c then binds tensors to the architecture's weight slots, checking
  * every shape. The forward pass (model/forward.c) reads only the bound slots. */
 #ifndef KILN_MODEL_H

@@ -368,24 +368,24 @@ static void test_checkpoint_scales(void **state) {
     m->path = "testmodel";
     float ks[6], vs[6];
     int found = -1;
-    assert_int_equal(kiln_kv_scales_from_checkpoint(m, 2, 3, 0, ks, vs, &found), KILN_OK);
+    assert_int_equal(kiln_kv_scales_from_checkpoint(&m->tt, m->path, 2, 3, 0, ks, vs, &found), KILN_OK);
     assert_int_equal(found, 0);
     static float a = 0.05f, b[3] = {0.1f, 0.2f, 0.3f}, c = 0.07f, bad = -1.0f;
     add_scalar(&m->tt, "model.layers.0.self_attn.k_scale", &a, 1);
     add_scalar(&m->tt, "model.layers.0.self_attn.v_scale", b, 3);
     add_scalar(&m->tt, "model.layers.1.self_attn.k_scale", &c, 1);
-    assert_int_equal(kiln_kv_scales_from_checkpoint(m, 2, 3, 0, ks, vs, &found), KILN_ERR_FORMAT);
+    assert_int_equal(kiln_kv_scales_from_checkpoint(&m->tt, m->path, 2, 3, 0, ks, vs, &found), KILN_ERR_FORMAT);
     assert_non_null(strstr(kiln_last_error(), "model.layers.1.self_attn.v_scale"));
     add_scalar(&m->tt, "model.layers.1.self_attn.v_scale", &bad, 1);
-    assert_int_equal(kiln_kv_scales_from_checkpoint(m, 2, 3, 0, ks, vs, &found), KILN_ERR_FORMAT);
+    assert_int_equal(kiln_kv_scales_from_checkpoint(&m->tt, m->path, 2, 3, 0, ks, vs, &found), KILN_ERR_FORMAT);
     assert_non_null(strstr(kiln_last_error(), "= -1"));
     bad = 0.5f;
-    assert_int_equal(kiln_kv_scales_from_checkpoint(m, 2, 3, 0, ks, vs, &found), KILN_OK);
+    assert_int_equal(kiln_kv_scales_from_checkpoint(&m->tt, m->path, 2, 3, 0, ks, vs, &found), KILN_OK);
     assert_int_equal(found, 1);
     float want_k[6] = {0.05f, 0.05f, 0.05f, 0.07f, 0.07f, 0.07f}, want_v[6] = {0.1f, 0.2f, 0.3f, 0.5f, 0.5f, 0.5f};
     for (int i = 0; i < 6; i++) { assert_true(ks[i] == want_k[i]); assert_true(vs[i] == want_v[i]); }
     /* wrong head count */
-    assert_int_equal(kiln_kv_scales_from_checkpoint(m, 2, 4, 0, ks, vs, &found), KILN_ERR_FORMAT);
+    assert_int_equal(kiln_kv_scales_from_checkpoint(&m->tt, m->path, 2, 4, 0, ks, vs, &found), KILN_ERR_FORMAT);
     assert_non_null(strstr(kiln_last_error(), "one per KV head (4)"));
     kiln_tt_free(&m->tt);
     free(m);

@@ -1,4 +1,4 @@
-/* kv_model.h — building a KV pool configuration for a model (internal): the layout from the
+/* kv_setup.h — building a KV pool configuration for a model (internal): the layout from the
  * model's hyper-parameters, the budget, and the FP8 scales with their source.
  *
  * Scale sources for FP8 with static scales, first match wins:
@@ -11,8 +11,8 @@
  * Calibrated sources (3, 4) also give K smoothing means (kv.h) unless V shares the K row (MLA);
  * checkpoint scales follow the vLLM convention exactly (no means).
  * Never a silent 1.0. Any bad input found on the way is an error (no fall-through). */
-#ifndef KILN_KV_MODEL_H
-#define KILN_KV_MODEL_H
+#ifndef KILN_ENGINE_KV_SETUP_H
+#define KILN_ENGINE_KV_SETUP_H
 #include "kv/kv.h"
 
 struct kiln_model;

@@ -1,4 +1,4 @@
-/* hf.c — loader for Hugging Face model directories: config.json, model.safetensors or sharded
+/* load_hf.c — loader for Hugging Face model directories: config.json, model.safetensors or sharded
  * *.safetensors listed in model.safetensors.index.json, tokenizer.json / tokenizer_config.json.
  * The architecture-specific hyper-parameters are read here for LlamaForCausalLM; the config JSON
  * is kept on the model (m->config) for other architectures to read their own fields. */
@@ -6,7 +6,7 @@
 #include "model/arch.h"
 #include "base/status.h"
 #include "format/hfconfig.h"
-#include "format/hparams_check.h"
+#include "model/hparams_check.h"
 #include "format/safetensors.h"
 #include <jansson.h>
 #include <stdio.h>

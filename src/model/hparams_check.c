@@ -1,5 +1,5 @@
 /* hparams_check.c — one set of hyper-parameter ranges for every loader (see hparams_check.h). */
-#include "format/hparams_check.h"
+#include "model/hparams_check.h"
 #include "base/status.h"
 #include <math.h>
 

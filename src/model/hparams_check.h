@@ -1,8 +1,8 @@
 /* hparams_check.h — the one validator every loader runs on the llama-shaped hyper-parameters it
  * read (config.json, GGUF metadata, a llama2.c header), so that a GGUF or llama2.c file is held to
  * exactly the ranges config.json is. Errors name the file and the source's own key. */
-#ifndef KILN_FORMAT_HPARAMS_CHECK_H
-#define KILN_FORMAT_HPARAMS_CHECK_H
+#ifndef KILN_MODEL_HPARAMS_CHECK_H
+#define KILN_MODEL_HPARAMS_CHECK_H
 #include "model/model.h"
 
 /* The name each field has in the source format (for messages). */

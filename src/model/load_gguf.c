@@ -1,11 +1,11 @@
-/* gguf_model.c — a GGUF file as a kiln model: llama.* hyper-parameters, tensors renamed from
+/* load_gguf.c — a GGUF file as a kiln model: llama.* hyper-parameters, tensors renamed from
  * llama.cpp names (blk.N.attn_q.weight ...) to the Hugging Face names the binder uses, and the
  * embedded tokenizer. llama.cpp stores Q/K rows permuted for adjacent-pair RoPE, so GGUF llama
  * models run with KILN_ROPE_NORM (no data is moved). */
 #include "model/model.h"
 #include "base/status.h"
 #include "format/gguf.h"
-#include "format/hparams_check.h"
+#include "model/hparams_check.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

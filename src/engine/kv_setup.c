@@ -1,6 +1,6 @@
-/* kv_model.c — KV pool configuration for a model: layout, budget, FP8 scale resolution and the
- * calibration pass (see kv_model.h). Also the public calibration entry points of kiln.h. */
-#include "kv/kv_model.h"
+/* kv_setup.c — KV pool configuration for a model: layout, budget, FP8 scale resolution and the
+ * calibration pass (see kv_setup.h). Also the public calibration entry points of kiln.h. */
+#include "engine/kv_setup.h"
 #include "kv/kv_scales.h"
 #include "base/status.h"
 #include "model/forward.h"
@@ -319,7 +319,7 @@ static kiln_status setup_scales(struct kiln_model *m, const kiln_options *o, int
         return KILN_OK;
     }
     int found = 0;
-    st = kiln_kv_scales_from_checkpoint(m, L, H, c->v_shares_k, su->k_scale, su->v_scale, &found);
+    st = kiln_kv_scales_from_checkpoint(&m->tt, m->path, L, H, c->v_shares_k, su->k_scale, su->v_scale, &found);
     if (st != KILN_OK) { kiln_kv_setup_free(su); return st; }
     if (found && pre) {
         kiln_kv_setup_free(su);

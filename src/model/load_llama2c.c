@@ -1,4 +1,4 @@
-/* llama2c.c — loader for Karpathy's llama2.c "v0" float32 checkpoints.
+/* load_llama2c.c — loader for Karpathy's llama2.c "v0" float32 checkpoints.
  *
  * Layout: 7 × int32 header {dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len}
  * (vocab_size < 0 means a separate classifier follows), then float32 arrays:
@@ -10,7 +10,7 @@
  * llama2.c rotates adjacent pairs (2i, 2i+1), so the model is marked KILN_ROPE_NORM. */
 #include "model/model.h"
 #include "base/status.h"
-#include "format/hparams_check.h"
+#include "model/hparams_check.h"
 #include <stdint.h>
 #include <dirent.h>
 #include <stdio.h>
