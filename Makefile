@@ -92,8 +92,8 @@ $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/libkiln.a
 fuzz-build:
 	$(MAKE) CC=$(FUZZ_CC) BUILD=$(FUZZ_BUILD) OPT="-O1 -gline-tables-only" \
 	        EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" $(FUZZ_BINS)
-fuzz: fuzz-build
-	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) KILN_BUILD=$(BUILD) \
+fuzz: fuzz-build $(KILN_BIN)
+	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) KILN=$(KILN_BIN) \
 	        bash tests/fuzz/run_fuzz.sh $(FUZZ_TARGETS)
 .PHONY: fuzz fuzz-build
 .PRECIOUS: $(FUZZ_BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/%.o

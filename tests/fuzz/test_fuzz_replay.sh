@@ -5,7 +5,8 @@
 #     ($BUILD/tests/fuzz/fuzz_*, tests/fuzz/driver_main.c: gcc, ASan + UBSan under make check);
 #     a crash or sanitizer report fails the test;
 #  2. when clang with libFuzzer is there (and not under make check), a short libFuzzer run of each
-#     target: FUZZ_SHORT seconds each (default 20; 0 skips), two at a time.
+#     target: FUZZ_SHORT seconds each (default 15; 0 skips), two at a time: about 1 min, plus
+#     about 1.5 min the first time for the clang build ($BUILD/libfuzzer) on 2 cores.
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -46,12 +47,15 @@ for t in "${targets[@]}"; do
         echo "ok   replay $t: $(echo "$out" | tail -n 1) (${dt} ms)"
     fi
 done
-FUZZ_SHORT=${FUZZ_SHORT:-20}
+FUZZ_SHORT=${FUZZ_SHORT:-15}
 if [ -z "${KILN_CHECK:-}" ] && [ "$FUZZ_SHORT" != 0 ] && command -v clang >/dev/null; then
     echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return 0; }' >"$tmp/probe.c"
     if clang -fsanitize=fuzzer "$tmp/probe.c" -o "$tmp/probe" >/dev/null 2>&1; then
-        make -s fuzz-build >"$tmp/build.log" 2>&1 || { tail -n 30 "$tmp/build.log"; echo "make fuzz-build failed"; exit 1; }
-        FUZZ_SECONDS=$FUZZ_SHORT FUZZ_JOBS=2 FUZZ_WORK=$tmp/work FUZZ_SEEDS=$tmp/seeds FUZZ_FLAGS="-timeout=15" \
+        # its own clang tree beside $BUILD ($BUILD/libfuzzer), so that a `make fuzz` (build/fuzz) or
+        # a make test of another build folder running at the same time shares nothing with it
+        fb=${FUZZ_SHORT_BUILD:-$BUILD/libfuzzer}
+        make -s FUZZ_BUILD="$fb" fuzz-build >"$tmp/build.log" 2>&1 || { tail -n 30 "$tmp/build.log"; echo "make fuzz-build failed"; exit 1; }
+        FUZZ_BUILD=$fb FUZZ_SECONDS=$FUZZ_SHORT FUZZ_JOBS=2 FUZZ_WORK=$tmp/work FUZZ_SEEDS=$tmp/seeds FUZZ_LOGS=$tmp/logs FUZZ_FLAGS="-timeout=15" \
             bash tests/fuzz/run_fuzz.sh "${targets[@]}" || fail=1
     else
         echo "clang cannot link -fsanitize=fuzzer (libclang-rt-14-dev): libFuzzer runs skipped"
