@@ -13,6 +13,9 @@
 #   FUZZ_FLAGS    extra libFuzzer flags
 # Seeds: tests/fuzz/corpus/TARGET (committed), tests/fuzz/regress/TARGET (reproducers), the run-time
 # ones. Exit status 1 when a target found a crash, a leak or a timeout (its log is printed).
+# The whole script is one function, read before it runs: editing the file during a run
+# cannot change what the run does.
+main() {
 set -u
 cd "$(dirname "$0")/../.."
 FUZZ_BUILD=${FUZZ_BUILD:-build/fuzz}
@@ -87,3 +90,6 @@ if [ $fail -ne 0 ]; then
     done
 fi
 exit $fail
+}
+main "$@"
+exit $?

@@ -7,6 +7,9 @@
 #  2. when clang with libFuzzer is there (and not under make check), a short libFuzzer run of each
 #     target: FUZZ_SHORT seconds each (default 15; 0 skips), two at a time: about 1 min, plus
 #     about 1.5 min the first time for the clang build ($BUILD/libfuzzer) on 2 cores.
+# The whole script is one function, read before it runs: editing the file during a run
+# cannot change what the run does.
+main() {
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -62,3 +65,6 @@ if [ -z "${KILN_CHECK:-}" ] && [ "$FUZZ_SHORT" != 0 ] && command -v clang >/dev/
     fi
 fi
 exit $fail
+}
+main "$@"
+exit $?
