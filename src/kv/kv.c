@@ -573,6 +573,14 @@ static void *scratch(int slot, size_t bytes) {
     return tl_buf[slot];
 }
 
+void kiln_kv_thread_scratch_free(void) {
+    for (int i = 0; i < 4; i++) {
+        free(tl_buf[i]);
+        tl_buf[i] = NULL;
+        tl_cap[i] = 0;
+    }
+}
+
 static void make_span(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, int kvh, float scale, kiln_kv_span *sp) {
     const int H = p->cfg.n_kv_heads;
     memset(sp, 0, sizeof *sp);

@@ -143,6 +143,10 @@ kiln_status kiln_kv_seq_share_page(kiln_kv_pool *p, kiln_kv_seq *s, int32_t page
  * of position pos of layer l. The page must be reserved and not shared. */
 void kiln_kv_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, const float *k, const float *v);
 
+/* Frees the calling thread's attention scratch (grow-only, kept between calls so steady-state decode
+ * does not allocate). A thread that ran attention calls it before it exits (the scheduler thread
+ * does at stop); the next attention call on the thread allocates again. */
+void kiln_kv_thread_scratch_free(void);
 /* Attention of n query tokens, each over its own sequence: token i (sequence seq[i], position
  * pos[i]) attends to positions [0, pos[i]] of its sequence in layer l, which must be stored.
  *   q:   [n × n_heads × k_dim]   (already rotated)
