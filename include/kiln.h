@@ -332,6 +332,12 @@ typedef struct kiln_server_options {
     double shutdown_grace_s;  /* in-flight requests may finish this long on stop (default 10) */
     int max_connections;      /* open HTTP connections (default 512) */
     int quiet;                /* 0 = one start-up summary on stderr */
+    /* Hostile clients (docs/SERVER.md "Connections"). Appended fields; zero = default. */
+    int max_conn_per_ip;      /* open connections from one client address (default 64) */
+    double header_timeout_s;  /* absolute: from accept (or the end of the previous request) to the
+                                 complete request headers; trickled bytes do not extend it (default 30) */
+    double body_timeout_s;    /* absolute: from the headers to the complete body (default 60) */
+    int http_threads;         /* request threads (epoll thread pool; default 4) */
 } kiln_server_options;
 void kiln_server_options_default(kiln_server_options *o);
 

@@ -56,13 +56,18 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
     }
     if (strcmp(k, "--request-timeout") == 0) { if (cli_float(a, k, cli_value(a), 0, 1e7, &d)) so->request_timeout_s = d; return 1; }
     if (strcmp(k, "--shutdown-grace") == 0) { if (cli_float(a, k, cli_value(a), 0, 1e6, &d)) so->shutdown_grace_s = d; return 1; }
+    if (strcmp(k, "--max-conn-per-ip") == 0) { if (cli_long(a, k, cli_value(a), 1, 1 << 16, &v)) so->max_conn_per_ip = (int)v; return 1; }
+    if (strcmp(k, "--header-timeout") == 0) { if (cli_float(a, k, cli_value(a), 0.05, 1e6, &d)) so->header_timeout_s = d; return 1; }
+    if (strcmp(k, "--body-timeout") == 0) { if (cli_float(a, k, cli_value(a), 0.05, 1e6, &d)) so->body_timeout_s = d; return 1; }
+    if (strcmp(k, "--http-threads") == 0) { if (cli_long(a, k, cli_value(a), 1, 256, &v)) so->http_threads = (int)v; return 1; }
     return 0;
 }
 
 #define SERVE_USAGE \
     "usage: kiln serve MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY | --api-key-file FILE] [--model-name NAME]\n" \
     "         [--max-batch 32] [--max-queue 64] [--step-tokens 256] [--no-prefix-cache] [--max-body 1M]\n" \
-    "         [--request-timeout 600] [--shutdown-grace 10] [--max-connections 512]\n" \
+    "         [--request-timeout 600] [--shutdown-grace 10] [--max-connections 512] [--max-conn-per-ip 64]\n" \
+    "         [--header-timeout 30] [--body-timeout 60] [--http-threads 4]\n" \
     "         [--kv-mem SIZE] [--kv-dtype auto|f32|bf16|fp8] [--kv-page 16] [--ctx N] [--threads N] [--isa ...]\n" \
     "         [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC]"
 
@@ -217,6 +222,8 @@ int cmd_bench_server(int argc, char **argv) {
     so.prefix_cache = 0;
     if (so.max_batch < maxc) so.max_batch = maxc;
     if (so.max_queue < maxc) so.max_queue = maxc;
+    if (so.max_conn_per_ip < maxc + 8) so.max_conn_per_ip = maxc + 8; /* every bench client is 127.0.0.1 */
+    if (so.max_connections < maxc + 8) so.max_connections = maxc + 8;
     kiln_server *srv;
     st = kiln_server_start(m, model_path, &o, &so, &srv);
     if (st) { kiln_model_free(m); free(lv); return cli_fail_status("bench", st); }

@@ -289,6 +289,7 @@ static void publish_finish(kiln_engine *e, kiln_req *r, kiln_finish f, kiln_stat
     r->err = err;
     if (msg) snprintf(r->err_msg, sizeof r->err_msg, "%s", msg);
     pthread_cond_broadcast(&r->cv);
+    if (r->notify) r->notify(r->notify_arg);
     pthread_mutex_unlock(&r->mu);
     e->acc.finished[f]++;
     pthread_mutex_lock(&e->mu);
@@ -502,6 +503,7 @@ static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now
     r->n_ev++;
     if (k == 0) r->t_first = now;
     pthread_cond_broadcast(&r->cv);
+    if (r->notify) r->notify(r->notify_arg);
     pthread_mutex_unlock(&r->mu);
     e->acc.generated_tokens++;
     if (k == 0) hist_add(e->acc.ttft_b, &e->acc.ttft_n, &e->acc.ttft_sum, now - r->t_arrival);

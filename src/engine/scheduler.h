@@ -62,6 +62,12 @@ struct kiln_req {
     kiln_status err;
     char err_msg[256];
     double t_arrival, t_first;
+    /* Called by the scheduler thread under mu after each published event and at the finish, so a
+     * submitter that does not sleep on cv (the server's suspended connections) learns of output.
+     * Set before submission; the submitter may clear it (under mu) before it lets go of notify_arg.
+     * It must not block nor take locks held while mu is taken. NULL = none. */
+    void (*notify)(void *arg);
+    void *notify_arg;
     /* ---- control ---- */
     atomic_int cancel;    /* set by the submitter; the scheduler frees the pages on its next step */
     atomic_int refs;

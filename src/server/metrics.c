@@ -1,7 +1,8 @@
 /* metrics.c — GET /metrics in the Prometheus text format (version 0.0.4). Series:
  *   kiln_requests_total{code}            HTTP responses by status code
  *   kiln_requests_finished_total{reason} engine outcomes: stop, length, cancelled, error
- *   kiln_client_disconnects_total, kiln_request_timeouts_total, kiln_stop_string_hits_total
+ *   kiln_client_disconnects_total, kiln_request_timeouts_total, kiln_stop_string_hits_total,
+ *   kiln_http_deadline_closes_total, kiln_http_open_connections
  *   kiln_prompt_tokens_total, kiln_generation_tokens_total, kiln_prefill_tokens_total,
  *   kiln_prefix_cache_hit_tokens_total, kiln_prefix_cache_hit_rate (cached / prompt tokens)
  *   kiln_queue_depth, kiln_running_requests, kiln_batch_size (last step), kiln_batch_size_steps (histogram)
@@ -49,6 +50,8 @@ void kiln_server_metrics(kiln_server *s, kiln_sbuf *b) {
     C("kiln_client_disconnects_total", "requests cancelled because the client went away", atomic_load(&s->disconnects));
     C("kiln_request_timeouts_total", "requests that ran past the request timeout", atomic_load(&s->timeouts));
     C("kiln_stop_string_hits_total", "requests ended by a stop string", atomic_load(&s->stop_strings));
+    C("kiln_http_deadline_closes_total", "connections closed at their header / body / send deadline", atomic_load(&s->deadline_closes));
+    G("kiln_http_open_connections", "open HTTP connections", "%d", atomic_load(&s->open_conns));
     C("kiln_prompt_tokens_total", "prompt tokens of admitted requests", e.prompt_tokens);
     C("kiln_generation_tokens_total", "tokens generated", e.generated_tokens);
     C("kiln_prefill_tokens_total", "prompt (and recomputed) tokens run through the model", e.prefill_tokens);

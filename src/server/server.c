@@ -1,11 +1,15 @@
-/* server.c — the HTTP front end (libmicrohttpd, one thread per connection): routing, API-key
- * check, body limits, the OpenAI completion handlers (JSON and server-sent events), start-up and
- * graceful shutdown.
+/* server.c — the HTTP front end (libmicrohttpd, a bounded pool of epoll threads): routing, API-key
+ * check, body limits, connection limits and deadlines, the OpenAI completion handlers (JSON and
+ * server-sent events), start-up and graceful shutdown.
  *
- * HTTP threads never touch the model or the KV pool: they parse and validate, create a kiln_req,
- * submit it to the engine (src/engine/scheduler.c) and turn the tokens it publishes into text
- * (streaming detokenizer in text.c) and JSON. While waiting they watch their socket: a client that
- * goes away cancels its request, and the scheduler frees its pages on its next step. */
+ * HTTP threads never touch the model or the KV pool and never block: they parse and validate,
+ * create a kiln_req, submit it to the engine (src/engine/scheduler.c) and turn the tokens it
+ * publishes into text (streaming detokenizer in text.c) and JSON. A connection whose request has
+ * no new output is suspended (MHD_suspend_connection) and parked; the scheduler's notify hook marks
+ * it, and the supervisor thread resumes it. The supervisor also resumes every parked connection
+ * every 100 ms so its handler can check the socket (a client that went away cancels its request,
+ * the scheduler frees its pages on its next step), and closes connections past their absolute
+ * header / body / send deadline (shutdown(2) of the socket, which libmicrohttpd then closes). */
 #include "server/server_internal.h"
 #include "base/status.h"
 #include <microhttpd.h>
@@ -21,7 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define KILN_IDLE_TIMEOUT_S 120 /* an idle keep-alive connection is closed after this */
+#define KILN_IDLE_TIMEOUT_S 120 /* libmicrohttpd's idle timeout once the headers are in (a slow reader) */
+#define KILN_SUP_TICK_MS 100    /* the supervisor's period: parked connections re-check their socket */
 
 const int kiln_counted_codes[KILN_N_CODES] = {200, 400, 401, 404, 405, 408, 413, 429, 500, 503, 504, 507, 0};
 
@@ -37,6 +42,10 @@ void kiln_server_options_default(kiln_server_options *o) {
     o->request_timeout_s = 600;
     o->shutdown_grace_s = 10;
     o->max_connections = 512;
+    o->max_conn_per_ip = 64;
+    o->header_timeout_s = 30;
+    o->body_timeout_s = 60;
+    o->http_threads = 4;
 }
 
 /* ---- per-connection state -------------------------------------------------------------------------- */
@@ -55,10 +64,25 @@ typedef struct choice {
     json_t *lp;               /* non-streaming logprobs accumulator */
 } choice;
 
-typedef struct conn {
+/* Every open connection (MHD_OPTION_NOTIFY_CONNECTION's socket context), in s->socks. */
+typedef struct kiln_sock {
+    int fd;
+    double deadline;          /* kiln_now() time at which the supervisor closes it (0 = none); under sup_mu */
+    struct kiln_sock *prev, *next;
+} kiln_sock;
+
+typedef struct kiln_conn conn;
+struct kiln_conn {
     kiln_server *s;
     struct MHD_Connection *mc;
+    kiln_sock *sk;            /* its socket's deadline (NULL if the socket context was not made) */
     atomic_int refs;          /* the connection's and (when streaming) the response's */
+    int in_flight;            /* counted in s->in_flight until freed */
+    int waiting;              /* a non-streaming completion is submitted: the handler polls it */
+    /* parking (under s->sup_mu) */
+    int parked, kick;
+    double parked_at;
+    conn *pprev, *pnext;
     kiln_sbuf body;
     int too_large;
     /* a completion in progress */
@@ -74,7 +98,126 @@ typedef struct conn {
     kiln_sbuf out;
     size_t out_off;
     int stream_started, stream_done;
-} conn;
+};
+
+/* ---- connections: parking, kicks, deadlines (the supervisor thread) ------------------------------ */
+static void sock_deadline(conn *c, double deadline) {
+    if (!c->sk) return;
+    pthread_mutex_lock(&c->s->sup_mu);
+    c->sk->deadline = deadline;
+    pthread_mutex_unlock(&c->s->sup_mu);
+}
+
+static void unpark_locked(kiln_server *s, conn *c) { /* under sup_mu */
+    if (!c->parked) return;
+    if (c->pprev) c->pprev->pnext = c->pnext; else s->parked = c->pnext;
+    if (c->pnext) c->pnext->pprev = c->pprev;
+    c->pprev = c->pnext = NULL;
+    c->parked = 0;
+    if (c->kick) s->n_kicked--;
+    MHD_resume_connection(c->mc);
+}
+
+/* The scheduler's notify hook (scheduler thread, under the request's mu): c has news. */
+static void conn_notify(void *arg) {
+    conn *c = arg;
+    kiln_server *s = c->s;
+    pthread_mutex_lock(&s->sup_mu);
+    if (!c->kick) {
+        c->kick = 1;
+        if (c->parked) {
+            s->n_kicked++;
+            pthread_cond_signal(&s->sup_cv);
+        }
+    }
+    pthread_mutex_unlock(&s->sup_mu);
+}
+
+/* From the access handler or the content reader, when there is nothing to do until the scheduler
+ * publishes more: suspends the connection and parks it (returns 1; the caller returns at once), or
+ * returns 0 when news arrived meanwhile (the caller looks again) or when nothing may be suspended
+ * any more (stopping: the caller checks its socket and carries on). */
+static int park(conn *c) {
+    kiln_server *s = c->s;
+    pthread_mutex_lock(&s->sup_mu);
+    if (c->kick || s->no_park) {
+        c->kick = 0;
+        pthread_mutex_unlock(&s->sup_mu);
+        return 0;
+    }
+    MHD_suspend_connection(c->mc);
+    c->parked = 1;
+    c->parked_at = kiln_now();
+    c->pprev = NULL;
+    c->pnext = s->parked;
+    if (s->parked) s->parked->pprev = c;
+    s->parked = c;
+    pthread_mutex_unlock(&s->sup_mu);
+    return 1;
+}
+
+/* Resumes kicked connections at once and every parked one each tick (so it can see a client that
+ * went away), and closes connections past their deadline. */
+static void *supervisor(void *arg) {
+    kiln_server *s = arg;
+    double next_tick = kiln_now() + KILN_SUP_TICK_MS / 1000.0;
+    pthread_mutex_lock(&s->sup_mu);
+    while (!s->sup_stop) {
+        if (s->n_kicked == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += KILN_SUP_TICK_MS / 2 * 1000000L;
+            if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+            pthread_cond_timedwait(&s->sup_cv, &s->sup_mu, &ts);
+            if (s->sup_stop) break;
+        }
+        double now = kiln_now();
+        int tick = now >= next_tick;
+        if (tick) next_tick = now + KILN_SUP_TICK_MS / 1000.0;
+        for (conn *c = s->parked, *nx; c; c = nx) {
+            nx = c->pnext;
+            if (c->kick || (tick && now - c->parked_at >= KILN_SUP_TICK_MS / 1000.0)) unpark_locked(s, c);
+        }
+        if (!tick) continue;
+        for (kiln_sock *k = s->socks; k; k = k->next)
+            if (k->deadline > 0 && now > k->deadline && k->fd >= 0) {
+                shutdown(k->fd, SHUT_RDWR); /* libmicrohttpd sees the end of the stream and closes it */
+                k->deadline = 0;
+                atomic_fetch_add(&s->deadline_closes, 1);
+            }
+    }
+    pthread_mutex_unlock(&s->sup_mu);
+    return NULL;
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: a connection opened (header deadline from now) or closed. */
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context, enum MHD_ConnectionNotificationCode code) {
+    kiln_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        atomic_fetch_add(&s->open_conns, 1);
+        kiln_sock *k = calloc(1, sizeof *k);
+        *socket_context = k;
+        if (!k) return;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        k->fd = ci ? ci->connect_fd : -1;
+        pthread_mutex_lock(&s->sup_mu);
+        k->deadline = kiln_now() + s->header_to;
+        k->next = s->socks;
+        if (s->socks) s->socks->prev = k;
+        s->socks = k;
+        pthread_mutex_unlock(&s->sup_mu);
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        atomic_fetch_sub(&s->open_conns, 1);
+        kiln_sock *k = *socket_context;
+        *socket_context = NULL;
+        if (!k) return;
+        pthread_mutex_lock(&s->sup_mu);
+        if (k->prev) k->prev->next = k->next; else s->socks = k->next;
+        if (k->next) k->next->prev = k->prev;
+        pthread_mutex_unlock(&s->sup_mu);
+        free(k);
+    }
+}
 
 /* Cancels every choice's request not cancelled yet (a failed sibling, a disconnect). */
 static void cancel_all(conn *c) {
@@ -88,11 +231,21 @@ static void cancel_all(conn *c) {
 static void conn_unref(conn *c) {
     if (atomic_fetch_sub(&c->refs, 1) != 1) return;
     int gone = 0;
+    pthread_mutex_lock(&c->s->sup_mu);
+    if (c->parked) { /* only when libmicrohttpd closes a suspended connection itself */
+        if (c->pprev) c->pprev->pnext = c->pnext; else c->s->parked = c->pnext;
+        if (c->pnext) c->pnext->pprev = c->pprev;
+        if (c->kick) c->s->n_kicked--;
+        c->parked = 0;
+    }
+    pthread_mutex_unlock(&c->s->sup_mu);
     for (int i = 0; i < c->n_ch; i++) {
         choice *h = &c->ch[i];
         if (h->r) {
             if (c->s->eng) {
                 pthread_mutex_lock(&h->r->mu);
+                h->r->notify = NULL; /* the scheduler may hold r longer than c lives */
+                h->r->notify_arg = NULL;
                 int running = h->r->finish == KILN_FINISH_NONE;
                 pthread_mutex_unlock(&h->r->mu);
                 /* the connection ended before the request: the client went away mid-response */
@@ -107,6 +260,7 @@ static void conn_unref(conn *c) {
         json_decref(h->lp);
     }
     if (gone) atomic_fetch_add(&c->s->disconnects, 1);
+    if (c->in_flight) atomic_fetch_sub(&c->s->in_flight, 1);
     if (c->have_params) kiln_oai_params_free(&c->p);
     kiln_sbuf_free(&c->body);
     kiln_sbuf_free(&c->out);
@@ -169,38 +323,28 @@ static int client_gone(conn *c) {
     return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* Waits until some unfinished choice has events past its `seen` or has finished. Returns 0, or
- * -1 when the client disconnected (every choice is cancelled). The n choices step in the same
- * batches, so it sleeps on the one furthest behind; the 50 ms timeout bounds any other's delay. */
-static int wait_output(conn *c) {
-    for (int waited = 0;; waited = 1) {
-        choice *lag = NULL;
-        for (int i = 0; i < c->n_ch; i++) {
-            choice *h = &c->ch[i];
-            if (h->finish) continue;
-            pthread_mutex_lock(&h->r->mu);
-            int news = h->r->n_ev != h->seen || h->r->finish != KILN_FINISH_NONE;
-            pthread_mutex_unlock(&h->r->mu);
-            if (news) return 0;
-            if (!lag || h->seen < lag->seen) lag = h;
-        }
-        if (!lag) return 0;
-        if (waited && client_gone(c)) {
-            cancel_all(c);
-            atomic_fetch_add(&c->s->disconnects, 1);
-            return -1;
-        }
-        kiln_req *r = lag->r;
-        pthread_mutex_lock(&r->mu);
-        if (r->n_ev == lag->seen && r->finish == KILN_FINISH_NONE) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50 * 1000000;
-            if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
-            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-        }
-        pthread_mutex_unlock(&r->mu);
+/* 1 when some unfinished choice has events past its `seen` or has finished (or none is unfinished):
+ * there is something to consume. */
+static int has_news(conn *c) {
+    int open = 0;
+    for (int i = 0; i < c->n_ch; i++) {
+        choice *h = &c->ch[i];
+        if (h->finish) continue;
+        open = 1;
+        pthread_mutex_lock(&h->r->mu);
+        int news = h->r->n_ev != h->seen || h->r->finish != KILN_FINISH_NONE;
+        pthread_mutex_unlock(&h->r->mu);
+        if (news) return 1;
     }
+    return !open;
+}
+
+/* Nothing to consume: -1 when the client disconnected (every choice is cancelled), else 0. */
+static int check_gone(conn *c) {
+    if (!client_gone(c)) return 0;
+    cancel_all(c);
+    atomic_fetch_add(&c->s->disconnects, 1);
+    return -1;
 }
 
 /* ---- generation: events → text, logprobs, finish ----------------------------------------------------------- */
@@ -363,17 +507,22 @@ static json_t *envelope(conn *c, const char *object) {
 }
 
 /* ---- non-streaming ------------------------------------------------------------------------------------------- */
+/* A non-streaming completion, from the access handler (again after each resume): consumes what
+ * the choices have, parks the connection until there is more, answers once every choice is over. */
 static enum MHD_Result run_blocking(conn *c) {
-    if (c->p.logprobs)
-        for (int i = 0; i < c->n_ch; i++) c->ch[i].lp = new_logprobs(c->p.chat);
     for (;;) {
-        if (wait_output(c) < 0) return MHD_NO; /* the client is gone: close */
+        if (!has_news(c)) {
+            if (check_gone(c) < 0) return MHD_NO; /* the client is gone: close */
+            if (park(c)) return MHD_YES;
+            continue;
+        }
         int all = 1;
         for (int i = 0; i < c->n_ch && !c->failed; i++)
             if (!c->ch[i].finish && !drain_choice(c, &c->ch[i], NULL)) all = 0;
         if (c->failed) { cancel_all(c); break; }
         if (all) break;
     }
+    c->waiting = 0;
     if (c->failed) return send_error(c, &c->err);
     json_t *res = envelope(c, c->p.chat ? "chat.completion" : "text_completion");
     json_t *choices = json_array();
@@ -431,7 +580,8 @@ static void emit_event(conn *c, int index, choice *h, json_t *lp) {
     kiln_sbuf_free(&text);
 }
 
-/* Fills c->out with the next SSE events; returns -1 when the client is gone. Each choice streams
+/* Fills c->out with the next SSE events; returns -1 when the client is gone, 1 when there is
+ * nothing new yet (the reader parks the connection), else 0. Each choice streams
  * its own chunks (its `index`) and its own finish chunk; the usage chunk and [DONE] come after
  * the last choice ends. */
 static int stream_produce(conn *c) {
@@ -442,7 +592,7 @@ static int stream_produce(conn *c) {
             return 0;
         }
     }
-    if (wait_output(c) < 0) return -1;
+    if (!has_news(c)) return check_gone(c) < 0 ? -1 : 1;
     int all = 1;
     for (int i = 0; i < c->n_ch && !c->failed; i++) {
         choice *h = &c->ch[i];
@@ -477,7 +627,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     while (c->out_off == c->out.len) {
         if (c->stream_done) return MHD_CONTENT_READER_END_OF_STREAM;
         c->out.len = c->out_off = 0;
-        if (stream_produce(c) < 0 || c->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+        int r = stream_produce(c);
+        if (r < 0 || c->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (r > 0 && park(c)) return 0; /* suspended: called again once resumed */
     }
     size_t n = c->out.len - c->out_off < max ? c->out.len - c->out_off : max;
     memcpy(buf, c->out.p + c->out_off, n);
@@ -508,6 +660,8 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
         if (st != KILN_OK) { c->n_ch = i; return fail(c, 500, "server_error", NULL, NULL, kiln_last_error()); }
         h->r->ignore_eos = c->p.ignore_eos;
         h->r->deadline = deadline;
+        h->r->notify = conn_notify;
+        h->r->notify_arg = c;
         if (i > 0) {
             atomic_fetch_add(&c->ch[0].r->refs, 1);
             h->r->share_from = c->ch[0].r;
@@ -535,7 +689,14 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
     case KILN_SUBMIT_TOO_LONG: return fail(c, 400, "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded", why);
     case KILN_SUBMIT_SHUTDOWN: return fail(c, 503, "server_error", NULL, "server_shutting_down", why);
     }
-    if (!c->p.stream) return run_blocking(c);
+    /* from here the request timeout bounds the connection (+ the header timeout to send the end) */
+    sock_deadline(c, deadline > 0 ? deadline + s->header_to : 0);
+    if (c->p.logprobs && !c->p.stream)
+        for (int i = 0; i < c->n_ch; i++) c->ch[i].lp = new_logprobs(c->p.chat);
+    if (!c->p.stream) {
+        c->waiting = 1;
+        return run_blocking(c);
+    }
     atomic_fetch_add(&c->refs, 1);
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, c, stream_free);
     if (!resp) { conn_unref(c); return MHD_NO; }
@@ -609,13 +770,11 @@ static enum MHD_Result route(conn *c, const char *url, const char *method) {
     int chat = strcmp(url, "/v1/chat/completions") == 0;
     if (chat || strcmp(url, "/v1/completions") == 0) {
         if (!post) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use POST");
+        /* in flight until the connection lets go of it (the response sent or the client gone); a
+         * suspended connection does not time out, so a long queue wait is not idleness */
         atomic_fetch_add(&s->in_flight, 1);
-        /* no idle timeout while a completion runs (a long queue wait or generation is not idleness;
-         * the request timeout bounds it); on_completed restores it for keep-alive */
-        MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-        enum MHD_Result r = handle_completion(c, chat);
-        atomic_fetch_sub(&s->in_flight, 1);
-        return r;
+        c->in_flight = 1;
+        return handle_completion(c, chat);
     }
     return fail(c, 404, "invalid_request_error", NULL, "not_found", "unknown route");
 }
@@ -632,6 +791,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->mc = mc;
         atomic_init(&c->refs, 1);
         *con_cls = c;
+        /* the headers are in: the body deadline starts, and the idle timeout is the long one */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        c->sk = ci ? ci->socket_context : NULL;
+        sock_deadline(c, kiln_now() + s->body_to);
+        MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)KILN_IDLE_TIMEOUT_S);
         /* bodies far beyond the limit are refused before they are read */
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes + ((size_t)64 << 20)) {
@@ -642,6 +806,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         }
         return MHD_YES;
     }
+    if (c->waiting) return run_blocking(c); /* resumed */
     if (*upload_size) {
         /* over the limit: keep reading (so the client sees our 413, not a reset) but drop it */
         if (c->body.len + *upload_size > s->o.max_body_bytes) c->too_large = 1;
@@ -654,9 +819,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 }
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls; (void)toe;
+    (void)toe;
     conn *c = *con_cls;
-    if (c && c->n_ch > 0) MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)KILN_IDLE_TIMEOUT_S);
+    kiln_server *s = cls;
+    /* keep-alive: the next request's headers have the header deadline from now */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    kiln_sock *k = ci ? ci->socket_context : NULL;
+    if (k) {
+        pthread_mutex_lock(&s->sup_mu);
+        k->deadline = kiln_now() + s->header_to;
+        pthread_mutex_unlock(&s->sup_mu);
+    }
+    MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)ceil(s->header_to));
     *con_cls = NULL;
     if (c) conn_unref(c);
 }
@@ -706,16 +880,39 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
         kiln_engine_free(s->eng); free(s->api_key); free(s);
         return kiln_fail(KILN_ERR_INVALID_ARG, "--host '%s': %s", so->host, gai_strerror(gr));
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    /* connections: a bounded pool of epoll threads (nothing in them blocks: a connection waiting
+     * for the scheduler is suspended), a per-address limit, absolute header / body deadlines */
+    s->header_to = so->header_timeout_s > 0 ? so->header_timeout_s : 30;
+    s->body_to = so->body_timeout_s > 0 ? so->body_timeout_s : 60;
+    unsigned per_ip = (unsigned)(so->max_conn_per_ip > 0 ? so->max_conn_per_ip : 64);
+    unsigned threads = (unsigned)(so->http_threads > 0 ? so->http_threads : 4);
+    unsigned max_conn = (unsigned)(so->max_connections > 0 ? so->max_connections : 512);
+    pthread_mutex_init(&s->sup_mu, NULL);
+    pthread_cond_init(&s->sup_cv, NULL);
+    s->sup_running = pthread_create(&s->sup_th, NULL, supervisor, s) == 0;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, (uint16_t)so->port, NULL, NULL, on_request, s,
-                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(so->max_connections > 0 ? so->max_connections : 512),
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)KILN_IDLE_TIMEOUT_S,
-                            MHD_OPTION_END);
+    if (s->sup_running)
+        s->d = MHD_start_daemon(flags, (uint16_t)so->port, NULL, NULL, on_request, s,
+                                MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                MHD_OPTION_THREAD_POOL_SIZE, threads,
+                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                                MHD_OPTION_CONNECTION_LIMIT, max_conn,
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)ceil(s->header_to),
+                                MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
+        if (s->sup_running) {
+            pthread_mutex_lock(&s->sup_mu);
+            s->sup_stop = 1;
+            pthread_cond_signal(&s->sup_cv);
+            pthread_mutex_unlock(&s->sup_mu);
+            pthread_join(s->sup_th, NULL);
+        }
+        pthread_mutex_destroy(&s->sup_mu);
+        pthread_cond_destroy(&s->sup_cv);
         kiln_engine_free(s->eng); free(s->api_key); free(s);
         return kiln_fail(KILN_ERR_IO, "cannot listen on %s:%d (address in use or not available)", so->host, so->port);
     }
@@ -736,12 +933,13 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
                 "kiln serve: KV pool %s, %d pages × %d tokens = %lld tokens%s%s; max batch %d, queue %d, step %d tokens, prefix cache %s\n"
                 "kiln serve: chat template: %s\n"
                 "kiln serve: body limit %zu bytes, request timeout %g s, API key %s\n"
+                "kiln serve: connections: %u (%u per address), header deadline %g s, body deadline %g s, %u HTTP threads\n"
                 "kiln serve: listening on http://%s:%d\n",
                 s->model_name, s->info.arch, s->info.n_layers, s->info.vocab_size, kiln_engine_context(s->eng), dtn, es.kv_pages_total,
                 es.page_tokens, (long long)es.kv_capacity_tokens, dt == KILN_KV_FP8 ? ", fp8 scales: " : "",
                 dt == KILN_KV_FP8 ? kiln_engine_kv_source(s->eng) : "", so->max_batch, so->max_queue,
                 ec.step_tokens < so->max_batch ? so->max_batch : ec.step_tokens, so->prefix_cache ? "on" : "off", s->template_note, so->max_body_bytes,
-                so->request_timeout_s, s->api_key ? "required" : "off", so->host, s->port);
+                so->request_timeout_s, s->api_key ? "required" : "off", max_conn, per_ip, s->header_to, s->body_to, threads, so->host, s->port);
         fflush(stderr);
     }
     *out = s;
@@ -764,11 +962,26 @@ void kiln_server_stop(kiln_server *s) {
         if ((es.waiting == 0 && es.running == 0 && atomic_load(&s->in_flight) == 0) || kiln_now() > until) break;
         usleep(20000);
     }
-    /* 3. cancel the rest (their handlers answer 503 / an error event), close connections, free */
+    /* 3. cancel the rest: their handlers (resumed by the notify hook) answer 503 / an error event */
     kiln_engine_stop(s->eng);
+    double answered = kiln_now() + 2;
+    while (atomic_load(&s->in_flight) > 0 && kiln_now() < answered) usleep(10000);
+    /* 4. nothing may stay suspended when the daemon stops (libmicrohttpd's rule) */
+    pthread_mutex_lock(&s->sup_mu);
+    s->sup_stop = 1;
+    s->no_park = 1;
+    pthread_cond_signal(&s->sup_cv);
+    pthread_mutex_unlock(&s->sup_mu);
+    pthread_join(s->sup_th, NULL);
+    pthread_mutex_lock(&s->sup_mu);
+    while (s->parked) unpark_locked(s, s->parked);
+    pthread_mutex_unlock(&s->sup_mu);
+    /* 5. close connections, free */
     MHD_stop_daemon(s->d);
     if (lfd != MHD_INVALID_SOCKET) close(lfd);
     kiln_engine_free(s->eng);
+    pthread_mutex_destroy(&s->sup_mu);
+    pthread_cond_destroy(&s->sup_cv);
     free(s->api_key);
     free(s);
 }

@@ -31,6 +31,18 @@ struct kiln_server {
     long created;
     int has_template;            /* chat uses the model's template (else the built-in one) */
     char template_note[320];     /* for the start-up summary */
+    /* connection supervision (server.c, "connections"): suspended connections and deadlines */
+    double header_to, body_to;   /* resolved header / body deadlines (s) */
+    pthread_mutex_t sup_mu;      /* guards everything below and each kiln_sock's deadline */
+    pthread_cond_t sup_cv;
+    pthread_t sup_th;
+    int sup_running, sup_stop;   /* the supervisor thread runs / is asked to exit */
+    int no_park;                 /* stopping: nothing may be suspended any more */
+    int n_kicked;                /* parked connections with news */
+    struct kiln_conn *parked;    /* suspended connections (waiting for the scheduler) */
+    struct kiln_sock *socks;     /* every open connection */
+    atomic_int open_conns;
+    atomic_ullong deadline_closes; /* connections closed at their header / body / send deadline */
 };
 
 /* An OpenAI error: HTTP status and the body's error object. */
