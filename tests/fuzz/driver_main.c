@@ -56,7 +56,7 @@ static int run_path(const char *path) {
         names[nn++] = strdup(e->d_name);
     }
     closedir(d);
-    qsort(names, nn, sizeof *names, cmp);
+    if (nn) qsort(names, nn, sizeof *names, cmp);
     int rc = 0;
     for (size_t i = 0; i < nn; i++) {
         size_t l = strlen(path) + strlen(names[i]) + 2;
