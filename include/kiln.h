@@ -6,7 +6,9 @@
  *
  * Error convention: every fallible call returns a kiln_status; on failure a one-line message that
  * names the file / field / offset / parameter at fault is available from kiln_last_error() (per
- * thread). Library code never exits or aborts on bad input. */
+ * thread). Library code never exits or aborts on bad input.
+ *
+ * Benchmark, fault-injection and test hooks are not part of this API: they are in kiln_test.h. */
 #ifndef KILN_H
 #define KILN_H
 
@@ -59,18 +61,18 @@ typedef struct kiln_options {
     int64_t kv_mem_bytes;   /* KV budget in bytes; 0 = enough for one full context (default 0) */
     int kv_page_tokens;     /* tokens per KV page (default 16) */
     int max_context;        /* 0 = the model's max_position_embeddings / seq_len (default 0) */
-    /* KV cache (issue 4). Appended fields; zero = default. */
+    /* KV cache. Appended fields; zero = default. */
     kiln_kv_scale_mode kv_scale_mode; /* FP8 only: STATIC = one scale per (layer, KV head) (default);
                                DYNAMIC = one per (page, layer, KV head) in the page metadata */
     const char *kv_scales_path; /* FP8 static scales file to use; NULL = the checkpoint's k_scale /
                                v_scale tensors, else kv_scales.json beside the model, else a
                                built-in calibration pass at session start (default NULL) */
     int quiet;              /* 1 = no start-up summary on stderr from kiln_session_create (default 0) */
-    /* KV integrity (issue 5). Appended fields; zero = default. */
+    /* KV integrity. Appended fields; zero = default. */
     kiln_kv_integrity kv_integrity; /* off | detect | heal | strict (default HEAL) */
     const char *kv_inject_faults;   /* fault-injection SPEC for tests and demonstrations, e.g.
                                "bitflip=10,stale=2,every=4" (see kiln_kv_inject_spec_help); NULL = none */
-    /* Weights (issue 3). Appended field; zero = default. */
+    /* Weights. Appended field; zero = default. */
     int no_repack;          /* 1 = compute on FP8/INT4 weights in their memory-mapped checkpoint layout;
                                0 (default) = at the first session, copy them into the 4-row tile layout
                                the AVX-512 GEMV reads as one stream (same bytes; docs/FORMATS.md) */
@@ -191,15 +193,6 @@ kiln_status kiln_kv_scales_write_mode(const kiln_model *m, const char *path, con
 /* The default kv_scales.json path beside the model (its directory). */
 void kiln_kv_scales_default_path(const kiln_model *m, char *buf, size_t cap);
 
-/* Benchmarks only: extends the sequence to n_tokens positions without running the model; the new
- * positions' KV rows are copies of the rows already stored (cyclically), so decode at that context
- * reads a realistic cache. The sequence must hold at least one token. */
-kiln_status kiln_session_kv_fill(kiln_session *s, int n_tokens);
-/* Benchmarks only: seconds one decode step's attention takes over every layer at the session's
- * current length (fixed pseudo-random queries; the model's matmuls excluded), best of `reps`.
- * Returns a negative value for an empty sequence. */
-double kiln_session_bench_attention(kiln_session *s, int reps);
-
 /* ---- sampling --------------------------------------------------------------------------------- */
 typedef struct kiln_sampling {
     float temperature; /* 0 = greedy (default 1.0) */
@@ -249,7 +242,7 @@ kiln_status kiln_model_check_weights(const kiln_model *m);
  * Prints one line per mismatching or missing tensor to `report`; *n_bad receives their count. */
 kiln_status kiln_model_verify(const kiln_model *m, int write_manifest, FILE *report, int *n_bad);
 
-/* ==== KV integrity (issue 5: src/kv/integrity.[ch], src/engine/session_integrity.c, docs/INTEGRITY.md) */
+/* ---- KV integrity (src/kv/integrity.[ch], src/engine/session_integrity.c, docs/INTEGRITY.md) ---- */
 /* Every KV page slice (page × layer × K/V × KV head) carries a seal binding its identity (model,
  * slot in the block table, positions, allocation epoch, token prefix) to its content (bytes and
  * scales). Attention verifies each page it reads in the step it reads it, before the values are
@@ -271,9 +264,6 @@ const char *kiln_kv_fault_name(kiln_kv_fault f);      /* "bitflip", "multibit", 
 const char *kiln_kv_integrity_name(kiln_kv_integrity m); /* "off", "detect", "heal", "strict" */
 /* "off" | "detect" | "heal" | "strict" → *out; KILN_ERR_INVALID_ARG otherwise. */
 kiln_status kiln_kv_integrity_parse(const char *s, kiln_kv_integrity *out);
-/* One line describing the --inject-kv-faults SPEC grammar. */
-const char *kiln_kv_inject_spec_help(void);
-
 typedef struct kiln_kv_integrity_stats {
     kiln_kv_integrity mode;       /* resolved (never DEFAULT) */
     uint64_t seals;               /* page slices sealed (every stored row re-seals its slice) */
@@ -296,26 +286,7 @@ typedef struct kiln_kv_integrity_stats {
 } kiln_kv_integrity_stats;
 /* Counters of the session's KV pool (all zero with mode OFF). */
 void kiln_session_kv_integrity(const kiln_session *s, kiln_kv_integrity_stats *out);
-/* Injects one fault into the session's sequence now (lost writes / partial copies: on the next
- * write / copy). seed picks the target. Returns 1 if injected, 0 if there is no target for that kind
- * (e.g. SCALE needs FP8, WRONG_PAGE and STALE_PAGE need two full pages); errors if integrity is off. */
-kiln_status kiln_session_inject_kv_fault(kiln_session *s, kiln_kv_fault kind, uint64_t seed, int *injected);
-/* Detection campaign on a synthetic KV pool (2 layers, 2 KV heads, 32-value rows, 16-token pages;
- * BF16, FP8 static and dynamic for scale faults) through the real store / attention / hand-off
- * paths, with the built-in injector: n faults of `fault` injected one at a time, each followed by
- * one decode-style attention over every layer, then undone or healed. fault = -1: a fault-free
- * workload until n page verifications (a page = every layer's K and V slices) have run. For
- * `kiln bench --integrity` and the docs' figures. */
-typedef struct kiln_kv_campaign {
-    int fault;                   /* kiln_kv_fault, or -1 for the fault-free run */
-    uint64_t injected, detected, detected_before_use, false_alarms;
-    uint64_t verifications;      /* page-slice verifications run (slices per page: 2 layers × K/V × 2 heads) */
-    uint64_t page_verifications; /* verifications / slices per page */
-    double seconds;
-} kiln_kv_campaign;
-kiln_status kiln_kv_integrity_campaign(int fault, uint64_t n, uint64_t seed, kiln_kv_campaign *out);
-
-/* ==== engine / server (issue 7: src/engine/scheduler.c, src/server/, docs/SERVER.md) ========== */
+/* ---- engine / server (src/engine/scheduler.c, src/server/, docs/SERVER.md) ---------------------- */
 /* An OpenAI-compatible HTTP server over one model: HTTP threads parse and stream, one scheduler
  * thread owns the KV pool and runs continuous batching with chunked prefill and prefix caching. */
 typedef struct kiln_server_options {
@@ -349,48 +320,6 @@ int kiln_server_port(const kiln_server *s);
 /* Graceful stop: stop accepting, let in-flight requests finish for up to shutdown_grace_s, cancel
  * the rest, free everything. */
 void kiln_server_stop(kiln_server *s);
-
-/* ---- benchmarks (src/model/bench_api.c; used by `kiln bench`) ---------------------------------- */
-/* The machine's read bandwidth in GB/s (1e9 B/s), measured on one buffer kept between
- * measurements, so a benchmark can measure every round without allocating and faulting in 1 GiB
- * each time: `bytes` (0 = 1 GiB) split across `threads`
- * threads (0 = all), each part first touched by its reader. Burst: best of 5 passes. Window: one
- * timed read of at least `window_bytes` (passes repeated), a sustained figure that can be made as
- * long as the benchmark's own measuring window. NULL from open: out of memory. */
-typedef struct kiln_membw kiln_membw;
-kiln_membw *kiln_membw_open(int threads, size_t bytes);
-double kiln_membw_burst_gbps(kiln_membw *mb);
-double kiln_membw_window_gbps(kiln_membw *mb, uint64_t window_bytes);
-void kiln_membw_close(kiln_membw *mb);
-/* Re-quantizes the output head (lm_head) in memory too: "f32", "bf16", "fp8", "int4" (group 32),
- * "int4-g128". */
-kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights);
-/* Bytes of weights (data + scales) one batch-1 decode step reads; for MoE layers only the experts a
- * token is routed to. */
-uint64_t kiln_model_decode_weight_bytes(const kiln_model *m);
-/* The linear layers of one batch-1 decode step alone, replayed with the forward pass's own calls
- * (Llama-architecture models: q/k/v and gate/up each in one call, o, down, the output head) on a
- * fixed activation: mean seconds per step over `reps` consecutive steps (a window as long as a
- * decode window of `reps` tokens, not the best single step, which on a shared machine catches quiet
- * moments a decode window does not). What the GEMV kernels reach without the rest of a step
- * (attention, norms, sampling). 0 for other architectures or when scratch memory cannot be had. */
-double kiln_model_bench_linear_step(const kiln_model *m, int reps);
-
-/* One weight format's batch-1 GEMV streaming rate, alone (`kiln bench --gemv`): weights = "f32",
- * "bf16", "fp8", "int4" (group 32) or "int4-g128"; as many copies of one rows × cols weight
- * (quantized and laid out as the model's re-quantized layers are) as make at least min_bytes, so a
- * pass reads memory, not cache; threads as kiln_options.threads (0 = all). A pass is y = W·x through
- * kiln_matmul over every copy in turn; it returns the GB/s (1e9 B/s) of weight data + scales read.
- * Open fails with a message naming --weights or --shape for a bad format or shape. */
-typedef struct kiln_gemv_bench kiln_gemv_bench;
-kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols, uint64_t min_bytes, int threads, kiln_gemv_bench **out);
-double kiln_gemv_bench_pass(kiln_gemv_bench *b);
-uint64_t kiln_gemv_bench_bytes(const kiln_gemv_bench *b);
-int kiln_gemv_bench_copies(const kiln_gemv_bench *b);
-void kiln_gemv_bench_close(kiln_gemv_bench *b);
-
-/* Utility: a monotonic clock in seconds. */
-double kiln_now(void);
 
 /* ---- evaluation (src/eval, src/engine/session_util.c; used by `kiln eval`) ---------------------- */
 /* Rolls the sequence back to its first n tokens (0 <= n <= length) so another continuation can be
@@ -446,7 +375,7 @@ kiln_status kiln_eval_run(kiln_model *m, const kiln_options *opts, const char *t
                           kiln_eval_metric **metrics, int *n_metrics);
 
 
-/* ==== tokenizers and chat templates (issue 9: src/tokenizer/, src/model/chat_api.c, docs/TOKENIZERS.md) */
+/* ---- tokenizers and chat templates (src/tokenizer/, src/model/chat_api.c, docs/TOKENIZERS.md) -- */
 /* A tokenizer on its own (no weights): `kiln tokenize`, tools. */
 typedef struct kiln_tokenizer kiln_tokenizer;
 /* path: a tokenizer.json / tokenizer_config.json / tiktoken.model / llama2.c tokenizer .bin / GGUF

@@ -9,6 +9,7 @@
  * --scope experts quantizes only the routed experts of MoE models (the rest stays as stored); the bytes
  * per token then count only the experts a token is routed to (kiln_model_decode_weight_bytes).
  * Other benchmarks: --kv-context (tools/cmd_kv.c), --integrity, --server, --tokenizer. */
+#include "kiln_test.h"
 #include "cli.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,7 @@
 /* cmd_eval.c — `kiln eval`: quality of a model under a weight / KV configuration, and `kiln eval
  * --matrix` over several configurations with one Markdown table of deltas against the first row.
  * Uses only kiln.h (the evaluation block); JSON output through jansson. */
+#include "kiln_test.h"
 #include "cli.h"
 #include <jansson.h>
 #include <limits.h>

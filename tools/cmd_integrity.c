@@ -1,5 +1,6 @@
 /* cmd_integrity.c — `kiln verify MODEL [--write]` (weight checksums against the manifest) and
  * `kiln bench --integrity` (KV integrity cost and detection campaign; lands with the KV seals). */
+#include "kiln_test.h"
 #include "cli.h"
 #include <stdio.h>
 #include <string.h>

@@ -11,6 +11,7 @@
  *       teacher-forced agreement of each KV dtype/scale mode with the first one (the reference):
  *       mean KL(P_ref ‖ P), top-1 agreement, over windows of N tokens of FILE.
  * Uses only kiln.h. */
+#include "kiln_test.h"
 #include "cli.h"
 #include <errno.h>
 #include <math.h>

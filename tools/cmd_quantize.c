@@ -1,4 +1,5 @@
 /* cmd_quantize.c — `kiln quantize IN OUT --weights fp8|int4 [--group 32|128] [--scope all|mlp|experts]`. */
+#include "kiln_test.h"
 #include "cli.h"
 #include <stdio.h>
 #include <string.h>

@@ -1,6 +1,7 @@
 /* cmd_serve.c — `kiln serve MODEL ...` (the OpenAI-compatible server, see docs/SERVER.md) and
  * `kiln bench --server MODEL ...` (output tokens/s of the server at several concurrency levels,
  * measured over loopback HTTP by client threads in this process). Uses only kiln.h. */
+#include "kiln_test.h"
 #include "cli.h"
 #include <arpa/inet.h>
 #include <errno.h>

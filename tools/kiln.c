@@ -1,6 +1,7 @@
 /* kiln.c — the one binary: the subcommand table, and run / inspect / convert / mkmodel. Other
  * subcommands live in tools/cmd_*.c. Uses only the public API in kiln.h. Every error is one line
  * on stderr and a non-zero exit. */
+#include "kiln_test.h"
 #include "cli.h"
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,5 @@
 /* status.c — per-thread error messages and status names. */
+#include "kiln_test.h"
 #include "base/status.h"
 #include <stdarg.h>
 #include <stdio.h>

@@ -3,6 +3,7 @@
  * Sections: requests · engine lifetime · submission (producer threads) · the scheduler thread:
  * cancellation, admission with prefix reuse, batch building with chunked prefill and preemption,
  * the forward step, sampling and output, statistics. */
+#include "kiln_test.h"
 #include "engine/scheduler.h"
 #include "engine/prefix_cache.h"
 #include "base/status.h"

@@ -4,6 +4,7 @@
  * KV set-up (engine/kv_setup.h): dtype, page size, budget and FP8 scales are resolved here, the
  * built-in calibration pass runs here when FP8 static scales have no other source, and one line
  * summarising the cache goes to stderr (unless opts->quiet). */
+#include "kiln_test.h"
 #include "kiln.h"
 #include "base/status.h"
 #include "engine/kv_setup.h"

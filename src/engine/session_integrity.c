@@ -8,6 +8,7 @@
  * starts at a page start that is also a chunk start (kiln_kv_integ_replay_from), so a replayed page
  * is rebuilt from empty exactly as the first time (FP8 dynamic scales included): the KV bytes, the
  * logits and hence the greedy output are those of a fault-free run. */
+#include "kiln_test.h"
 #include "engine/session_integrity.h"
 #include "base/status.h"
 #include "kv/integrity.h"

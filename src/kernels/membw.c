@@ -5,6 +5,7 @@
  * (passes over the same 1 GiB), which kiln bench makes as long as its decode windows, so both sides of its roofline ratio are
  * sustained over the same amount of data (on a shared VM a 20 ms burst catches quiet moments a
  * 0.3 s decode window does not). */
+#include "kiln_test.h"
 #include "kernels/gemv.h"
 #include "kernels/gemv_isa.h"
 #include <omp.h>

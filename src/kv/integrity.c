@@ -8,6 +8,7 @@
  *   page_slot[page]   block-table slot of the page's last seal (the sweep's expected slot).
  *   master            copies of the pool-wide dequantization parameters (static FP8 scales, K
  *                     means) and their checksum. */
+#include "kiln_test.h"
 #include "kv/integrity.h"
 #include "base/status.h"
 #include <math.h>

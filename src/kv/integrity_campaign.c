@@ -2,6 +2,7 @@
  * synthetic pool, through the same store / attention / hand-off code the engine runs. Used by
  * `kiln bench --integrity`; the independent campaign with its own injections and reference
  * attention is tests/integrity/test_kv_integrity.c. */
+#include "kiln_test.h"
 #include "kv/integrity.h"
 #include "base/status.h"
 #include "kernels/gemv.h"

@@ -1,6 +1,7 @@
 /* bench_api.c — what `kiln bench` needs beyond running sessions: the machine's read bandwidth,
  * quantizing the output head too (the bench quantizes every linear layer), and the bytes of weights
  * a batch-1 decode step reads. */
+#include "kiln_test.h"
 #include "model/arch.h"
 #include "model/model.h"
 #include "base/status.h"

@@ -13,6 +13,7 @@
  *   _strict_failures_total / _swept_pages_total / _injected_faults_total
  *   kiln_time_to_first_token_seconds, kiln_inter_token_latency_seconds (histograms)
  *   kiln_process_peak_rss_bytes, kiln_uptime_seconds */
+#include "kiln_test.h"
 #include "server/server_internal.h"
 #include <math.h>
 #include <stdio.h>

@@ -10,6 +10,7 @@
  * every 100 ms so its handler can check the socket (a client that went away cancels its request,
  * the scheduler frees its pages on its next step), and closes connections past their absolute
  * header / body / send deadline (shutdown(2) of the socket, which libmicrohttpd then closes). */
+#include "kiln_test.h"
 #include "server/server_internal.h"
 #include "base/status.h"
 #include <microhttpd.h>

@@ -1,0 +1,91 @@
+/* kiln_test.h — hooks for benchmarks, fault injection and tests, kept apart from the user API in
+ * kiln.h (as SQLite keeps sqlite3_test_control apart): `kiln bench`, `kiln bench --integrity`, the
+ * test suites and the docs' figures use them; an embedding program has no need of them and they
+ * may change without notice. */
+#ifndef KILN_TEST_H
+#define KILN_TEST_H
+#include "kiln.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- sessions: benchmark helpers ---------------------------------------------------------------- */
+/* Benchmarks only: extends the sequence to n_tokens positions without running the model; the new
+ * positions' KV rows are copies of the rows already stored (cyclically), so decode at that context
+ * reads a realistic cache. The sequence must hold at least one token. */
+kiln_status kiln_session_kv_fill(kiln_session *s, int n_tokens);
+/* Benchmarks only: seconds one decode step's attention takes over every layer at the session's
+ * current length (fixed pseudo-random queries; the model's matmuls excluded), best of `reps`.
+ * Returns a negative value for an empty sequence. */
+double kiln_session_bench_attention(kiln_session *s, int reps);
+
+/* ---- KV integrity: fault injection (docs/INTEGRITY.md) ------------------------------------------ */
+/* One line describing the --inject-kv-faults SPEC grammar. */
+const char *kiln_kv_inject_spec_help(void);
+
+/* Injects one fault into the session's sequence now (lost writes / partial copies: on the next
+ * write / copy). seed picks the target. Returns 1 if injected, 0 if there is no target for that kind
+ * (e.g. SCALE needs FP8, WRONG_PAGE and STALE_PAGE need two full pages); errors if integrity is off. */
+kiln_status kiln_session_inject_kv_fault(kiln_session *s, kiln_kv_fault kind, uint64_t seed, int *injected);
+/* Detection campaign on a synthetic KV pool (2 layers, 2 KV heads, 32-value rows, 16-token pages;
+ * BF16, FP8 static and dynamic for scale faults) through the real store / attention / hand-off
+ * paths, with the built-in injector: n faults of `fault` injected one at a time, each followed by
+ * one decode-style attention over every layer, then undone or healed. fault = -1: a fault-free
+ * workload until n page verifications (a page = every layer's K and V slices) have run. For
+ * `kiln bench --integrity` and the docs' figures. */
+typedef struct kiln_kv_campaign {
+    int fault;                   /* kiln_kv_fault, or -1 for the fault-free run */
+    uint64_t injected, detected, detected_before_use, false_alarms;
+    uint64_t verifications;      /* page-slice verifications run (slices per page: 2 layers × K/V × 2 heads) */
+    uint64_t page_verifications; /* verifications / slices per page */
+    double seconds;
+} kiln_kv_campaign;
+kiln_status kiln_kv_integrity_campaign(int fault, uint64_t n, uint64_t seed, kiln_kv_campaign *out);
+
+/* ---- benchmarks (src/model/bench_api.c; used by `kiln bench`) ---------------------------------- */
+/* The machine's read bandwidth in GB/s (1e9 B/s), measured on one buffer kept between
+ * measurements, so a benchmark can measure every round without allocating and faulting in 1 GiB
+ * each time: `bytes` (0 = 1 GiB) split across `threads`
+ * threads (0 = all), each part first touched by its reader. Burst: best of 5 passes. Window: one
+ * timed read of at least `window_bytes` (passes repeated), a sustained figure that can be made as
+ * long as the benchmark's own measuring window. NULL from open: out of memory. */
+typedef struct kiln_membw kiln_membw;
+kiln_membw *kiln_membw_open(int threads, size_t bytes);
+double kiln_membw_burst_gbps(kiln_membw *mb);
+double kiln_membw_window_gbps(kiln_membw *mb, uint64_t window_bytes);
+void kiln_membw_close(kiln_membw *mb);
+/* Re-quantizes the output head (lm_head) in memory too: "f32", "bf16", "fp8", "int4" (group 32),
+ * "int4-g128". */
+kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights);
+/* Bytes of weights (data + scales) one batch-1 decode step reads; for MoE layers only the experts a
+ * token is routed to. */
+uint64_t kiln_model_decode_weight_bytes(const kiln_model *m);
+/* The linear layers of one batch-1 decode step alone, replayed with the forward pass's own calls
+ * (Llama-architecture models: q/k/v and gate/up each in one call, o, down, the output head) on a
+ * fixed activation: mean seconds per step over `reps` consecutive steps (a window as long as a
+ * decode window of `reps` tokens, not the best single step, which on a shared machine catches quiet
+ * moments a decode window does not). What the GEMV kernels reach without the rest of a step
+ * (attention, norms, sampling). 0 for other architectures or when scratch memory cannot be had. */
+double kiln_model_bench_linear_step(const kiln_model *m, int reps);
+
+/* One weight format's batch-1 GEMV streaming rate, alone (`kiln bench --gemv`): weights = "f32",
+ * "bf16", "fp8", "int4" (group 32) or "int4-g128"; as many copies of one rows × cols weight
+ * (quantized and laid out as the model's re-quantized layers are) as make at least min_bytes, so a
+ * pass reads memory, not cache; threads as kiln_options.threads (0 = all). A pass is y = W·x through
+ * kiln_matmul over every copy in turn; it returns the GB/s (1e9 B/s) of weight data + scales read.
+ * Open fails with a message naming --weights or --shape for a bad format or shape. */
+typedef struct kiln_gemv_bench kiln_gemv_bench;
+kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols, uint64_t min_bytes, int threads, kiln_gemv_bench **out);
+double kiln_gemv_bench_pass(kiln_gemv_bench *b);
+uint64_t kiln_gemv_bench_bytes(const kiln_gemv_bench *b);
+int kiln_gemv_bench_copies(const kiln_gemv_bench *b);
+void kiln_gemv_bench_close(kiln_gemv_bench *b);
+
+/* Utility: a monotonic clock in seconds. */
+double kiln_now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
