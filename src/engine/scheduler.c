@@ -710,6 +710,7 @@ static void *sched_main(void *arg) {
         publish_finish(e, r, KILN_FINISH_ERROR, KILN_ERR_UNSUPPORTED, "the server is shutting down");
     }
     publish_stats(e, 0, 0);
-    kiln_kv_thread_scratch_free(); /* this thread's attention scratch (kv.c), so a stop leaves nothing behind */
+    kiln_kv_thread_scratch_free();      /* this thread's attention scratch (kv.c) and matmul scratch */
+    kiln_kernels_thread_scratch_free(); /* (gemv.c), so a stop leaves nothing behind */
     return NULL;
 }

@@ -199,6 +199,14 @@ static void *scratch(int slot, size_t bytes) {
     return tl_buf[slot];
 }
 
+void kiln_kernels_thread_scratch_free(void) {
+    for (int i = 0; i < 2; i++) {
+        free(tl_buf[i]);
+        tl_buf[i] = NULL;
+        tl_cap[i] = 0;
+    }
+}
+
 /* ---- driver -------------------------------------------------------------------------------------- */
 static int fast_ok(const kiln_ktable *t, const kiln_weight *w) {
     if (!t || (unsigned)w->fmt >= KILN_WF_COUNT || !t->gemv[w->fmt] || w->cols <= 0) return 0;

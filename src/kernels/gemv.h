@@ -65,6 +65,10 @@ void kiln_weight_row_gather(const kiln_weight *w, int64_t r, uint8_t *out);
 /* INT4: the index into w->scales (bf16 entries) of group gi of row r, in either layout. */
 int64_t kiln_weight_int4_scale_index(const kiln_weight *w, int64_t r, int64_t gi);
 
+/* Frees the calling thread's matmul scratch (grow-only per thread: prepared activations and
+ * dequantised tiles). A thread that ran matmuls calls it before it exits (the scheduler thread does
+ * at stop); the next matmul on the thread allocates again. */
+void kiln_kernels_thread_scratch_free(void);
 const char *kiln_wformat_name(kiln_wformat f);
 /* Weight buffers the kernels stream (free() releases them): 64-byte aligned; from 2 MiB on,
  * 2 MiB aligned and advised onto transparent huge pages (tile.c; KILN_THP=0 opts out). */
