@@ -57,6 +57,7 @@ static void slow_item(void *arg, int64_t i) {
     sum_job *j = arg;
     volatile double x = 0;
     for (int k = 0; k < 2000; k++) x += k * 1e-9;
+    (void)x;
     atomic_fetch_add(&j->sum, i);
 }
 static void test_workers_join(void **state) {
