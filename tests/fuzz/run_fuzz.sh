@@ -33,6 +33,7 @@ if [ -z "${FUZZ_SEEDS:-}" ]; then
     FUZZ_SEEDS=$FUZZ_BUILD/seeds
     rm -rf "$FUZZ_SEEDS"; mkdir -p "$FUZZ_SEEDS"
     KILN=${KILN:-./kiln}
+    case "$KILN" in /*) ;; *) KILN=$PWD/$KILN ;; esac # make fuzz passes KILN=kiln; make_seeds.py runs it as a command
     if [ -x "$KILN" ] && command -v python3 >/dev/null; then
         python3 tests/fuzz/make_seeds.py runtime "$FUZZ_SEEDS" "$KILN" "$SHARED" || echo "run_fuzz: make_seeds.py failed; committed seeds only"
     else
