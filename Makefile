@@ -18,7 +18,7 @@ AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -m
 SRCS     := $(shell find src -name '*.c' | sort)
 OBJS     := $(SRCS:%.c=$(BUILD)/%.o)
 TOOL_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tools/*.c)))
-TEST_SRCS := $(shell find tests/unit tests/kernels tests/models tests/integrity -name 'test_*.c' 2>/dev/null | sort)
+TEST_SRCS := $(shell find tests/unit tests/kernels tests/ops tests/models tests/integrity -name 'test_*.c' 2>/dev/null | sort)
 TEST_BINS := $(TEST_SRCS:%.c=$(BUILD)/%)
 
 KILN_BIN ?= kiln

@@ -42,6 +42,8 @@ typedef struct kiln_session kiln_session; /* one sequence's state over a KV cach
 /* ---- options ---------------------------------------------------------------------------------- */
 typedef enum { KILN_KV_AUTO = 0, KILN_KV_F32, KILN_KV_BF16, KILN_KV_FP8 } kiln_kv_dtype;
 typedef enum { KILN_ISA_AUTO = 0, KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX512 } kiln_isa;
+/* Compute backend of a session or engine (src/backend/backend.h). */
+typedef enum { KILN_BACKEND_CPU = 0, KILN_BACKEND_REF = 1 } kiln_backend_kind;
 /* FP8 KV scales (see the KV block below and docs/KV.md). */
 typedef enum { KILN_KV_SCALE_STATIC = 0, KILN_KV_SCALE_DYNAMIC } kiln_kv_scale_mode;
 /* KV integrity mode (see the KV integrity block below and docs/INTEGRITY.md). DEFAULT = HEAL. */
@@ -78,6 +80,10 @@ typedef struct kiln_options {
                                the AVX-512 GEMV reads as one stream (same bytes; docs/FORMATS.md) */
     /* FP8 K smoothing. Appended field; zero = default (post-RoPE mean when calibrated). */
     kiln_kv_smooth kv_smooth;
+    /* Compute. Appended fields; zero = default. */
+    kiln_backend_kind backend; /* CPU (default): the SIMD kernels; REF: the scalar reference, one thread */
+    int fp8_gemv;           /* FP8 weight GEMV form: 0 = auto (bf16 activations with AVX512_BF16 unless
+                               KILN_FP8_EXACT=1), 1 = exact f32 activations, 2 = bf16 (default 0) */
 } kiln_options;
 
 /* Fills *o with the defaults documented above. */

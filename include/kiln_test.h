@@ -66,17 +66,18 @@ uint64_t kiln_model_decode_weight_bytes(const kiln_model *m);
  * fixed activation: mean seconds per step over `reps` consecutive steps (a window as long as a
  * decode window of `reps` tokens, not the best single step, which on a shared machine catches quiet
  * moments a decode window does not). What the GEMV kernels reach without the rest of a step
- * (attention, norms, sampling). 0 for other architectures or when scratch memory cannot be had. */
-double kiln_model_bench_linear_step(const kiln_model *m, int reps);
+ * (attention, norms, sampling), on the backend opts describes (backend, ISA, threads, FP8 form;
+ * NULL = defaults). 0 for other architectures or when scratch memory cannot be had. */
+double kiln_model_bench_linear_step(const kiln_model *m, const kiln_options *opts, int reps);
 
 /* One weight format's batch-1 GEMV streaming rate, alone (`kiln bench --gemv`): weights = "f32",
  * "bf16", "fp8", "int4" (group 32) or "int4-g128"; as many copies of one rows × cols weight
  * (quantized and laid out as the model's re-quantized layers are) as make at least min_bytes, so a
- * pass reads memory, not cache; threads as kiln_options.threads (0 = all). A pass is y = W·x through
- * kiln_matmul over every copy in turn; it returns the GB/s (1e9 B/s) of weight data + scales read.
+ * pass reads memory, not cache; ISA, threads and FP8 form from opts (NULL = defaults). A pass is y = W·x
+ * through the matmul driver over every copy in turn; it returns the GB/s (1e9 B/s) of weight data + scales read.
  * Open fails with a message naming --weights or --shape for a bad format or shape. */
 typedef struct kiln_gemv_bench kiln_gemv_bench;
-kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols, uint64_t min_bytes, int threads, kiln_gemv_bench **out);
+kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols, uint64_t min_bytes, const kiln_options *opts, kiln_gemv_bench **out);
 double kiln_gemv_bench_pass(kiln_gemv_bench *b);
 uint64_t kiln_gemv_bench_bytes(const kiln_gemv_bench *b);
 int kiln_gemv_bench_copies(const kiln_gemv_bench *b);

@@ -138,6 +138,23 @@ int cli_common_option(args_t *a, kiln_options *o) {
         else { fprintf(stderr, "kiln %s: error: option --isa: '%s' is not one of auto, scalar, avx2, avx512\n", a->cmd, s); a->bad = 1; }
         return 1;
     }
+    if (strcmp(k, "--backend") == 0) { /* compute backend (src/backend/backend.h) */
+        const char *s = cli_value(a);
+        if (!s) return 1;
+        if (strcmp(s, "cpu") == 0) o->backend = KILN_BACKEND_CPU;
+        else if (strcmp(s, "ref") == 0) o->backend = KILN_BACKEND_REF;
+        else { fprintf(stderr, "kiln %s: error: option --backend: '%s' is not one of cpu, ref\n", a->cmd, s); a->bad = 1; }
+        return 1;
+    }
+    if (strcmp(k, "--fp8-gemv") == 0) { /* FP8 weight GEMV form (kernels/gemv.h: kiln_kctx) */
+        const char *s = cli_value(a);
+        if (!s) return 1;
+        if (strcmp(s, "auto") == 0) o->fp8_gemv = 0;
+        else if (strcmp(s, "exact") == 0) o->fp8_gemv = 1;
+        else if (strcmp(s, "bf16") == 0) o->fp8_gemv = 2;
+        else { fprintf(stderr, "kiln %s: error: option --fp8-gemv: '%s' is not one of auto, exact, bf16\n", a->cmd, s); a->bad = 1; }
+        return 1;
+    }
     return 0;
 }
 

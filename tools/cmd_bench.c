@@ -191,7 +191,7 @@ int cmd_bench(int argc, char **argv) {
             if (st) rc = cli_fail_status("bench", st);
         }
         for (int i = 0; i < n && !rc; i++) {
-            double ls = kiln_model_bench_linear_step(rows[i].m, (int)n_gen); /* a window of --gen steps */
+            double ls = kiln_model_bench_linear_step(rows[i].m, &o, (int)n_gen); /* a window of --gen steps */
             if (ls > 0 && 1.0 / ls > rows[i].linear_tps) rows[i].linear_tps = 1.0 / ls;
             if (!json && r == repeat - 1) fprintf(stderr, "bench: %s done (%.1f decode tok/s)\n", rows[i].weights, rows[i].decode_tps);
         }
@@ -297,7 +297,7 @@ int cmd_bench_gemv(int argc, char **argv) {
     int rc = 0;
     uint64_t pass = 0;
     for (int i = 0; i < n && !rc; i++) {
-        kiln_status st = kiln_gemv_bench_open(rows[i].weights, rows[i].rows, rows[i].cols, (uint64_t)mb_per_pass << 20, o.threads, &rows[i].b);
+        kiln_status st = kiln_gemv_bench_open(rows[i].weights, rows[i].rows, rows[i].cols, (uint64_t)mb_per_pass << 20, &o, &rows[i].b);
         if (st) rc = cli_fail_status("bench", st);
         else if (!(rows[i].gbps = calloc((size_t)rounds, sizeof(double))) || !(rows[i].ratio = calloc((size_t)rounds, sizeof(double))))
             rc = cli_fail_msg("bench", "out of memory");

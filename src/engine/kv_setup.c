@@ -6,7 +6,6 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,11 +50,11 @@ void kiln_kv_scales_default_path(const kiln_model *m, char *buf, size_t cap) {
     else snprintf(buf, cap, "%.*s/kv_scales.json", (int)(sl - m->path), m->path);
 }
 
-/* --kv-smooth prerope needs the plain Llama forward (model/forward.c: RoPE over the whole head,
+/* --kv-smooth prerope needs the plain Llama attention (the llama row of model/arch.h: RoPE over the whole head,
  * NORM or NEOX pairs, frequency theta^(-2i/head_dim)) and separate V rows. */
 static kiln_status prerope_model_check(const struct kiln_model *m) {
     const kiln_hparams *hp = &m->hp;
-    if (m->arch)
+    if (strcmp(hp->arch, "llama") != 0)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "--kv-smooth prerope (kv_smooth): model architecture '%s' is not supported; it needs "
                          "plain Llama RoPE over the whole head (no MLA, no partial rotary, no RoPE scaling)", hp->arch);
     if (hp->kv_v_shares_k)
@@ -92,7 +91,6 @@ kiln_status kiln_kv_measure_stats(kiln_model *m, const kiln_options *opts, const
     if (window <= 0 || window > n_ctx) window = n_ctx;
     if ((size_t)window > n) window = (int)n;
     if (n == 0 || window < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "kv calibration: no tokens");
-    if (opts && opts->threads > 0) omp_set_num_threads(opts->threads);
     c.page_tokens = 16;
     c.dtype = KILN_KV_F32;
     c.mem_bytes = (int64_t)((window + 15) / 16) * (int64_t)kiln_kv_page_cost(&c);
@@ -106,8 +104,10 @@ kiln_status kiln_kv_measure_stats(kiln_model *m, const kiln_options *opts, const
     kiln_forward_ws ws;
     memset(&ws, 0, sizeof ws);
     const int chunk = 64;
-    kiln_status st = kiln_kv_pool_create(&c, &pool);
-    if (st == KILN_OK) st = kiln_forward_ws_init(&ws, m, chunk, window);
+    kiln_backend *be = NULL; /* the calibration pass computes on the options' backend, like a session */
+    kiln_status st = kiln_backend_from_options(opts, &be);
+    if (st == KILN_OK) st = kiln_kv_pool_create(&c, &pool);
+    if (st == KILN_OK) st = kiln_forward_ws_init(&ws, m, be, chunk, window);
     for (size_t i = 0; st == KILN_OK && i < n; i += (size_t)window) {
         int w = n - i < (size_t)window ? (int)(n - i) : window;
         st = kiln_kv_seq_reserve(pool, &seq, w);
@@ -167,6 +167,7 @@ kiln_status kiln_kv_measure_stats(kiln_model *m, const kiln_options *opts, const
     free(seq.pages);
     kiln_forward_ws_free(&ws);
     kiln_kv_pool_free(pool);
+    kiln_backend_free(be);
     return st;
 }
 

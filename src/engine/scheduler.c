@@ -12,7 +12,6 @@
 #include "engine/kv_setup.h"
 #include "kv/integrity.h"
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,10 +75,11 @@ void kiln_req_unref(kiln_req *r) {
 struct kiln_engine {
     kiln_model *m;
     kiln_engine_config cfg;
-    int n_ctx, vocab, eos, pt, threads;
+    int n_ctx, vocab, eos, pt;
     char kv_source[512];    /* where FP8 scales came from ("none" for f32 / bf16) */
     kiln_kv_pool *pool;
     kiln_pcache pc;
+    kiln_backend *be;       /* computes the engine's steps (its own ISA, threads, FP8 form) */
     kiln_forward_ws ws;
     float *logits;          /* [max_batch × vocab] */
     int32_t *b_tok;         /* [step_tokens] the step's tokens ... */
@@ -117,7 +117,6 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
     if (cfg->max_batch < 1 || cfg->max_batch > 4096) return kiln_fail(KILN_ERR_INVALID_ARG, "--max-batch %d is out of range [1, 4096]", cfg->max_batch);
     if (cfg->max_queue < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--max-queue %d is negative", cfg->max_queue);
     if (o.kv_page_tokens <= 0) o.kv_page_tokens = 16;
-    kiln_kernels_select(o.isa);
     kiln_model_prepare_compute(m, &o);
     kiln_engine *e = calloc(1, sizeof *e);
     if (!e) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
@@ -128,7 +127,6 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
     e->vocab = m->hp.vocab;
     e->eos = m->hp.eos_id;
     e->pt = o.kv_page_tokens;
-    e->threads = o.threads;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     /* layout, dtype, page size and FP8 scales as the session resolves them (engine/kv_setup.h); the
@@ -159,7 +157,8 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
             st = kiln_kv_integ_attach(e->pool, mode, kiln_kv_integ_model_id(m), o.kv_inject_faults, o.quiet);
     }
     if (st == KILN_OK) st = kiln_pcache_init(&e->pc, e->pool);
-    if (st == KILN_OK) st = kiln_forward_ws_init(&e->ws, m, e->cfg.step_tokens, e->n_ctx);
+    if (st == KILN_OK) st = kiln_backend_from_options(&o, &e->be);
+    if (st == KILN_OK) st = kiln_forward_ws_init(&e->ws, m, e->be, e->cfg.step_tokens, e->n_ctx);
     if (st == KILN_OK) {
         size_t S = (size_t)e->cfg.step_tokens, B = (size_t)e->cfg.max_batch, P = (size_t)e->pool->n_pages;
         e->logits = malloc(B * (size_t)e->vocab * sizeof *e->logits);
@@ -211,6 +210,7 @@ void kiln_engine_free(kiln_engine *e) {
     if (e->pc.slots) { kiln_pcache_clear(&e->pc); kiln_pcache_free(&e->pc); }
     kiln_kv_pool_free(e->pool);
     kiln_forward_ws_free(&e->ws);
+    kiln_backend_free(e->be);
     free(e->logits); free(e->b_tok); free(e->b_seq); free(e->b_pos); free(e->b_out); free(e->b_req); free(e->b_cnt);
     free(e->running); free(e->m_pages); free(e->m_hashes); free(e->bad_pages);
     pthread_mutex_destroy(&e->mu);
@@ -676,7 +676,6 @@ static int sweep_check(void *ctx, int32_t page, uint64_t hash) { return kiln_kv_
 
 static void *sched_main(void *arg) {
     kiln_engine *e = arg;
-    if (e->threads > 0) omp_set_num_threads(e->threads);
     pthread_mutex_lock(&e->mu);
     for (;;) {
         while (!e->stopping && e->n_running == 0 && e->n_waiting == 0) {

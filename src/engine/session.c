@@ -11,7 +11,6 @@
 #include "kv/integrity.h"
 #include "engine/session_integrity.h"
 #include "model/forward.h"
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,7 @@ struct kiln_session {
     kiln_options opts;
     kiln_kv_pool *pool;
     kiln_kv_seq seq;
+    kiln_backend *be;       /* computes this session's forward passes (its own ISA, threads, FP8 form) */
     kiln_forward_ws ws;
     int n_ctx;
     kiln_kv_info kv;
@@ -105,25 +105,25 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_se
     kiln_options o;
     if (opts) o = *opts; else kiln_options_default(&o);
     if (o.kv_page_tokens <= 0) o.kv_page_tokens = 16;
-    if (o.threads > 0) omp_set_num_threads(o.threads);
-    kiln_kernels_select(o.isa);
     kiln_model_prepare_compute(m, &o);
     kiln_session *s = calloc(1, sizeof *s);
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status bst = kiln_backend_from_options(&o, &s->be);
+    if (bst != KILN_OK) { free(s); return bst; }
     s->m = m;
     s->opts = o;
     s->opts.kv_scales_path = NULL; /* not owned: only used during creation */
     s->n_ctx = session_ctx(m, &o);
     kiln_kv_setup su;
     kiln_status st = kiln_kv_setup_for_model(m, &o, s->n_ctx, 1, &su);
-    if (st != KILN_OK) { free(s); return st; }
+    if (st != KILN_OK) { kiln_backend_free(s->be); free(s); return st; }
     if (kiln_kv_plan_pages(&su.cfg) < 1) st = budget_error(&su.cfg);
     if (st == KILN_OK) st = kiln_kv_pool_create(&su.cfg, &s->pool);
     if (st == KILN_OK) st = kiln_session_integ_attach_(s->pool, m, &o); /* KV integrity (issue 5), default heal */
     if (st == KILN_OK) fill_info(&su, s->pool->n_pages, s->n_ctx, &s->kv);
     const int budget_capped = su.budget_capped;
     kiln_kv_setup_free(&su);
-    if (st == KILN_OK) st = kiln_forward_ws_init(&s->ws, m, SESSION_CHUNK, s->n_ctx);
+    if (st == KILN_OK) st = kiln_forward_ws_init(&s->ws, m, s->be, SESSION_CHUNK, s->n_ctx);
     if (st != KILN_OK) { kiln_session_free(s); return st; }
     if (!o.quiet) print_summary(&s->kv, m->hp.max_seq, budget_capped);
     *out = s;
@@ -136,6 +136,7 @@ void kiln_session_free(kiln_session *s) {
     free(s->seq.pages);
     kiln_kv_pool_free(s->pool);
     kiln_forward_ws_free(&s->ws);
+    kiln_backend_free(s->be);
     free(s);
 }
 
@@ -202,7 +203,7 @@ double kiln_session_bench_attention(kiln_session *s, int reps) {
     double best = 1e30;
     for (int r = 0; r < (reps > 0 ? reps : 1); r++) {
         double t0 = kiln_now();
-        for (int l = 0; l < c->n_layers; l++) kiln_kv_attend_batch(s->pool, l, 1, &sq, &pos, q, H, 0.125f, out);
+        for (int l = 0; l < c->n_layers; l++) s->be->ops->kv_attend(s->be, s->pool, l, 1, &sq, &pos, q, H, 0.125f, out);
         double t = kiln_now() - t0;
         best = t < best ? t : best;
     }

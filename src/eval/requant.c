@@ -35,7 +35,7 @@ static kiln_status requant_one(struct kiln_model *m, kiln_weight *w, kiln_wforma
     if (scales && !kiln_model_own(m, scales)) return kiln_fail(KILN_ERR_NOMEM, "requantize %s: out of memory", name);
     /* kiln owns these bytes, so the GEMV's 4-row tile layout costs one permutation here (gemv.h);
      * a failed scratch allocation just leaves the weight in checkpoint order. */
-    if (kiln_weight_prefers_tiled(&nw)) (void)kiln_weight_tile(&nw, data, scales);
+    if (kiln_weight_prefers_tiled(&nw, m->layout_isa)) (void)kiln_weight_tile(&nw, data, scales);
     *w = nw;
     /* the bytes the kernels now read instead of the checksummed tensors: checked with them */
     char sn[140];
@@ -45,59 +45,33 @@ static kiln_status requant_one(struct kiln_model *m, kiln_weight *w, kiln_wforma
     return KILN_OK;
 }
 
-/* The architectures of model/arch.h: every projection the forward pass multiplies by — attention
- * (fused QKV or q/k/v, o; MLA's q_a, q_b or q, kv_a, o), the dense MLP (fused gate_up or
- * gate/up/down), the routed experts and the shared experts. Kept as stored: MoE routers (routing
- * decisions are what quantization must not move; checkpoints keep them in BF16) and MLA's kv_b,
- * whose per-head absorbed float32 copies (built at load) are what attention reads. */
-/* The linear weights of one arch layer that the forward pass multiplies by (see requant_arch),
- * with their checkpoint names; returns how many (≤ ARCH_LINEARS). */
-#define ARCH_LINEARS 17
-static int arch_layer_linears(kiln_arch_layer *L, kiln_weight **w, const char **n) {
-    kiln_weight *ws[ARCH_LINEARS] = {&L->wqkv, &L->wq, &L->wk, &L->wv, &L->wo, &L->mla.wq_a, &L->mla.wq_b, &L->mla.wq,
-                                     &L->mla.wkv_a, &L->mla.wo, &L->w_gate_up, &L->w_gate, &L->w_up, &L->w_down,
-                                     &L->moe.sh_gate, &L->moe.sh_up, &L->moe.sh_down};
-    static const char *names[ARCH_LINEARS] = {
-        "self_attn.query_key_value", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-        "self_attn.q_a_proj", "self_attn.q_b_proj", "self_attn.q_proj", "self_attn.kv_a_proj_with_mqa", "self_attn.o_proj",
-        "mlp.gate_up_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
-        "mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj", "mlp.shared_experts.down_proj"};
-    for (int i = 0; i < ARCH_LINEARS; i++) { w[i] = ws[i]; if (n) n[i] = names[i]; }
-    return ARCH_LINEARS;
-}
-
-/* The architectures of model/arch.h: every projection the forward pass multiplies by — attention
- * (fused QKV or q/k/v, o; MLA's q_a, q_b or q, kv_a, o), the dense MLP (fused gate_up or
- * gate/up/down), the routed experts and the shared experts. Kept as stored: MoE routers (routing
- * decisions are what quantization must not move; checkpoints keep them in BF16) and MLA's kv_b,
- * whose per-head absorbed float32 copies (built at load) are what attention reads. */
-static kiln_status requant_arch(struct kiln_model *m, kiln_wformat fmt, int group, int experts_only, int *kept) {
+/* Every linear weight of every layer the forward pass multiplies by (kiln_arch_layer_linears:
+ * attention projections, dense MLP, routed and shared experts; routers and MLA's kv_b kept as
+ * stored), or only the routed experts. */
+static kiln_status requant_layers(struct kiln_model *m, kiln_wformat fmt, int group, int experts_only, int *kept) {
     kiln_arch_model *am = m->arch_state;
     if (!am) return KILN_OK;
-    for (int l = 0; l < m->hp.n_layers; l++) {
-        kiln_arch_layer *L = &am->layers[l];
-        char name[96];
-        kiln_weight *ws[ARCH_LINEARS];
-        const char *names[ARCH_LINEARS];
-        int nw = arch_layer_linears(L, ws, names);
-        for (int i = 0; i < nw && !experts_only; i++) {
-            snprintf(name, sizeof name, "layer %d %s", l, names[i]);
-            KILN_TRY(requant_one(m, ws[i], fmt, group, name, kept));
+    const int E = am->hp.moe.n_experts;
+    kiln_arch_linear *lin = malloc(((size_t)KILN_ARCH_DENSE_LINEARS + 3 * (size_t)E) * sizeof *lin);
+    if (!lin) return kiln_fail(KILN_ERR_NOMEM, "requantize: out of memory");
+    kiln_status st = KILN_OK;
+    for (int l = 0; l < m->hp.n_layers && st == KILN_OK; l++) {
+        const int nw = kiln_arch_layer_linears(&am->layers[l], E, lin);
+        for (int i = 0; i < nw && st == KILN_OK; i++) {
+            if (experts_only && lin[i].expert < 0) continue;
+            char name[96];
+            snprintf(name, sizeof name, "layer %d %s", l, lin[i].name);
+            st = requant_one(m, lin[i].w, fmt, group, name, kept);
         }
-        if (L->is_moe && L->exp_w) /* gate[E], up[E], down[E]; moe.gate/up/down point into this array */
-            for (int e = 0; e < 3 * am->hp.moe.n_experts; e++) {
-                snprintf(name, sizeof name, "layer %d mlp.experts.%d.%s", l, e % am->hp.moe.n_experts,
-                         e < am->hp.moe.n_experts ? "gate_proj" : e < 2 * am->hp.moe.n_experts ? "up_proj" : "down_proj");
-                KILN_TRY(requant_one(m, &L->exp_w[e], fmt, group, name, kept));
-            }
     }
-    return KILN_OK;
+    free(lin);
+    return st;
 }
 
 /* One quantized weight still in the mapped checkpoint → an owned copy in the tile layout
  * (kernels/gemv.h). Best effort: without memory it stays as it is (correct, only slower). */
 static void repack_one(struct kiln_model *m, kiln_weight *w, const char *name, uint64_t *bytes) {
-    if (!w->data || w->tiled || !kiln_weight_prefers_tiled(w)) return;
+    if (!w->data || w->tiled || !kiln_weight_prefers_tiled(w, m->layout_isa)) return;
     const size_t db = (size_t)w->rows * w->row_bytes;
     const size_t sb = w->fmt == KILN_WF_INT4_GROUP ? 2 * (size_t)w->rows * (size_t)(w->cols / w->block) : 0;
     uint8_t *d = kiln_alloc64(db);
@@ -121,37 +95,18 @@ static void repack_one(struct kiln_model *m, kiln_weight *w, const char *name, u
 
 uint64_t kiln_model_repack(kiln_model *m) {
     uint64_t bytes = 0;
-    char name[160];
-    if (m->arch) {
-        kiln_arch_model *am = m->arch_state;
-        for (int l = 0; am && l < m->hp.n_layers; l++) {
-            kiln_arch_layer *L = &am->layers[l];
-            kiln_weight *ws[ARCH_LINEARS];
-            const char *names[ARCH_LINEARS];
-            int nw = arch_layer_linears(L, ws, names);
-            for (int i = 0; i < nw; i++) {
-                snprintf(name, sizeof name, "model.layers.%d.%s", l, names[i]);
-                repack_one(m, ws[i], name, &bytes);
-            }
-            if (L->is_moe && L->exp_w)
-                for (int e = 0; e < 3 * am->hp.moe.n_experts; e++) {
-                    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.%s", l, e % am->hp.moe.n_experts,
-                             e < am->hp.moe.n_experts ? "gate_proj" : e < 2 * am->hp.moe.n_experts ? "up_proj" : "down_proj");
-                    repack_one(m, &L->exp_w[e], name, &bytes);
-                }
-        }
-    } else {
-        static const char *names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                                      "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
-        for (int l = 0; l < m->hp.n_layers; l++) {
-            kiln_layer *L = &m->layers[l];
-            kiln_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (int i = 0; i < 7; i++) {
-                snprintf(name, sizeof name, "model.layers.%d.%s", l, names[i]);
-                repack_one(m, ws[i], name, &bytes);
-            }
+    kiln_arch_model *am = m->arch_state;
+    const int E = am ? am->hp.moe.n_experts : 0;
+    kiln_arch_linear *lin = am ? malloc(((size_t)KILN_ARCH_DENSE_LINEARS + 3 * (size_t)E) * sizeof *lin) : NULL;
+    for (int l = 0; lin && l < m->hp.n_layers; l++) {
+        const int nw = kiln_arch_layer_linears(&am->layers[l], E, lin);
+        for (int i = 0; i < nw; i++) {
+            char name[160];
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, lin[i].name);
+            repack_one(m, lin[i].w, name, &bytes);
         }
     }
+    free(lin); /* without memory for the list nothing is repacked: correct, only slower */
     repack_one(m, &m->output, "lm_head", &bytes);
     return bytes;
 }
@@ -175,23 +130,9 @@ kiln_status kiln_model_requantize_scope(kiln_model *m, const char *weights, cons
     int experts_only = scope && strcmp(scope, "experts") == 0;
     if (scope && !experts_only && strcmp(scope, "all") != 0)
         return kiln_fail(KILN_ERR_INVALID_ARG, "--scope '%s' is not all or experts", scope);
-    if (experts_only && !m->arch) return kiln_fail(KILN_ERR_INVALID_ARG, "--scope experts: the model has no MoE experts");
-    if (m->arch) {
-        KILN_TRY(requant_arch(m, fmt, group, experts_only, &kept));
-        if (n_kept) *n_kept = kept;
-        return KILN_OK;
-    }
-    for (int l = 0; l < m->hp.n_layers; l++) {
-        kiln_layer *L = &m->layers[l];
-        kiln_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        static const char *names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                                      "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
-        for (int i = 0; i < 7; i++) {
-            char name[96];
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, names[i]);
-            KILN_TRY(requant_one(m, ws[i], fmt, group, name, &kept));
-        }
-    }
+    const kiln_arch_model *am = m->arch_state;
+    if (experts_only && (!am || am->hp.n_moe_layers == 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--scope experts: the model has no MoE experts");
+    KILN_TRY(requant_layers(m, fmt, group, experts_only, &kept));
     if (n_kept) *n_kept = kept;
     return KILN_OK;
 }

@@ -101,18 +101,13 @@ int kiln_kernels_avx_vnni(int enable) {
     return was;
 }
 
+static kiln_isa resolve_isa(kiln_isa want);
 kiln_isa kiln_kernels_select(kiln_isa want) {
     kiln_fp_init();
-    if (want == KILN_ISA_AUTO) {
-        want = kiln_cpu_supports(KILN_ISA_AVX512) ? KILN_ISA_AVX512
-             : kiln_cpu_supports(KILN_ISA_AVX2)   ? KILN_ISA_AVX2
-                                                  : KILN_ISA_SCALAR;
-    } else if (!kiln_cpu_supports(want)) {
-        want = KILN_ISA_SCALAR;
-    }
-    const kiln_ktable *t = want == KILN_ISA_AVX512 ? &kiln_ktable_avx512
-                         : want == KILN_ISA_AVX2   ? avx2_table()
-                                                   : NULL;
+    want = resolve_isa(want);
+    /* the AVX-512 entry of the default context is completed with its FP8 form at each use
+     * (kiln_kctx_default), so kiln_kernels_fp8_exact needs no re-selection */
+    const kiln_ktable *t = want == KILN_ISA_AVX512 ? &kiln_ktable_avx512 : want == KILN_ISA_AVX2 ? avx2_table() : NULL;
     __atomic_store_n(&current_table, t, __ATOMIC_RELEASE);
     __atomic_store_n(&current_isa, want, __ATOMIC_RELEASE);
     __atomic_store_n(&isa_selected, 1, __ATOMIC_RELEASE);
@@ -152,6 +147,45 @@ kiln_isa kiln_kernels_current(void) {
     table();
     return __atomic_load_n(&current_isa, __ATOMIC_ACQUIRE);
 }
+
+/* ---- compute contexts (gemv.h) -------------------------------------------------------------------- */
+static int cpu_has_avx512bf16(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16");
+}
+static const kiln_ktable *table_for(kiln_isa isa, int fp8_exact) {
+    return isa == KILN_ISA_AVX512 ? (fp8_exact ? &kiln_ktable_avx512 : &kiln_ktable_avx512_bf16)
+         : isa == KILN_ISA_AVX2   ? avx2_table()
+                                  : NULL;
+}
+static kiln_isa resolve_isa(kiln_isa want) {
+    if (want == KILN_ISA_AUTO)
+        return kiln_cpu_supports(KILN_ISA_AVX512) ? KILN_ISA_AVX512 : kiln_cpu_supports(KILN_ISA_AVX2) ? KILN_ISA_AVX2 : KILN_ISA_SCALAR;
+    return kiln_cpu_supports(want) ? want : KILN_ISA_SCALAR;
+}
+
+void kiln_kctx_init(kiln_kctx *cx, kiln_isa want, int threads, int fp8) {
+    kiln_fp_init();
+    cx->isa = resolve_isa(want);
+    cx->threads = threads > 0 ? threads : omp_get_max_threads();
+    if (cx->threads < 1) cx->threads = 1;
+    if (fp8 == KILN_FP8_AUTO) {
+        const char *env = getenv("KILN_FP8_EXACT");
+        cx->fp8_exact = !cpu_has_avx512bf16() || (env && *env && strcmp(env, "0") != 0);
+    } else cx->fp8_exact = fp8 == KILN_FP8_EXACT || !cpu_has_avx512bf16();
+    cx->kt = table_for(cx->isa, cx->fp8_exact);
+}
+
+void kiln_kctx_default(kiln_kctx *cx) {
+    const kiln_ktable *t = table();
+    cx->isa = __atomic_load_n(&current_isa, __ATOMIC_ACQUIRE);
+    cx->fp8_exact = !kiln_fp8_bf16_dot();
+    /* the FP8 form of the default table follows kiln_kernels_fp8_exact at call time */
+    cx->kt = cx->isa == KILN_ISA_AVX512 ? table_for(KILN_ISA_AVX512, cx->fp8_exact) : t;
+    cx->threads = omp_get_max_threads();
+}
+
+int kiln_cx_fp8_rounds_x(const kiln_kctx *cx) { return cx->kt == &kiln_ktable_avx512_bf16; }
 
 const char *kiln_wformat_name(kiln_wformat f) {
     static const char *names[KILN_WF_COUNT] = {"f32", "f16", "bf16", "fp8", "int4", "q8_0", "q4_0"};
@@ -219,7 +253,7 @@ static int fast_ok(const kiln_ktable *t, const kiln_weight *w) {
     default: return 1;
     }
 }
-int kiln_matmul_is_fast(const kiln_weight *w) { return fast_ok(table(), w); }
+int kiln_cx_matmul_is_fast(const kiln_kctx *cx, const kiln_weight *w) { return fast_ok(cx->kt, w); }
 
 /* Rows per prefill block: the dequantised f32 tile (rows × cols × 4 bytes) stays within ~128 KiB. */
 static int64_t prefill_block_rows(const kiln_weight *w) {
@@ -316,9 +350,9 @@ static const uint8_t *prep(const kiln_ktable *t, const kiln_weight *w, int n, si
     return scratch(0, *xpb * (size_t)n);
 }
 
-void kiln_matmul_rows(const kiln_weight *w, const float *X, float *Y, int n, int64_t r0, int64_t r1) {
+void kiln_cx_matmul_rows(const kiln_kctx *cx, const kiln_weight *w, const float *X, float *Y, int n, int64_t r0, int64_t r1) {
     if (n <= 0 || r0 >= r1) return;
-    const kiln_ktable *t = table();
+    const kiln_ktable *t = cx->kt;
     if (!fast_ok(t, w)) t = NULL;
     size_t xpb = 0;
     const uint8_t *xp = NULL;
@@ -404,13 +438,13 @@ static void matmul_chunks(void *arg, int thread) {
     }
 }
 
-void kiln_matmul_many(const kiln_weight *const *ws, float *const *Ys, int nw, const float *X, int n) {
+void kiln_cx_matmul_many(const kiln_kctx *cx, const kiln_weight *const *ws, float *const *Ys, int nw, const float *X, int n) {
     if (n <= 0 || nw <= 0) return;
     if (nw > MANY_MAX) {
-        for (int k = 0; k < nw; k += MANY_MAX) kiln_matmul_many(ws + k, Ys + k, nw - k < MANY_MAX ? nw - k : MANY_MAX, X, n);
+        for (int k = 0; k < nw; k += MANY_MAX) kiln_cx_matmul_many(cx, ws + k, Ys + k, nw - k < MANY_MAX ? nw - k : MANY_MAX, X, n);
         return;
     }
-    const kiln_ktable *tab = table();
+    const kiln_ktable *tab = cx->kt;
     matmul_job j = {.nw = nw, .n = n, .ws = ws, .Ys = Ys, .X = X};
     size_t xoff[MANY_MAX], xtot = 0;
     double work = 0;
@@ -434,7 +468,7 @@ void kiln_matmul_many(const kiln_weight *const *ws, float *const *Ys, int nw, co
         else if (j.xpb[k]) j.xp[k] = xp_all + xoff[k];
     }
     /* decode runs on the pool, which uses at most one thread per CPU: one range per thread it has */
-    int nt = n < 4 ? kiln_pool_width(omp_get_max_threads()) : omp_get_max_threads();
+    int nt = n < 4 ? kiln_pool_width(cx->threads) : cx->threads;
     if (work < 65536.0) nt = 1; /* below ~20 µs of work the fork/join costs more than it saves */
     if (nt > max_nt) nt = (int)max_nt;
     if (nt < 1) nt = 1;
@@ -477,12 +511,51 @@ void kiln_matmul_many(const kiln_weight *const *ws, float *const *Ys, int nw, co
     }
 }
 
-void kiln_matmul(const kiln_weight *w, const float *X, float *Y, int n) {
+void kiln_cx_matmul(const kiln_kctx *cx, const kiln_weight *w, const float *X, float *Y, int n) {
     if (n <= 0 || w->rows <= 0) return;
-    kiln_matmul_many(&w, &Y, 1, X, n);
+    kiln_cx_matmul_many(cx, &w, &Y, 1, X, n);
 }
 
 /* ---- f32 helpers --------------------------------------------------------------------------------- */
+float kiln_cx_dot(const kiln_kctx *cx, const float *a, const float *b, int64_t n) {
+    return cx->kt ? cx->kt->dot(a, b, n) : kiln_dot_f32_ref(a, b, n);
+}
+void kiln_cx_silu_mul(const kiln_kctx *cx, float *g, const float *u, int64_t n) {
+    if (cx->kt && cx->kt->silu_mul) cx->kt->silu_mul(g, u, n);
+    else
+        for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+int64_t kiln_cx_argmax(const kiln_kctx *cx, const float *x, int64_t n) {
+    if (n <= 0) return -1;
+    const kiln_ktable *t = cx->kt;
+    if (t && t->max_f32 && !isnan(x[0])) {
+        const float m = t->max_f32(x, n);
+        for (int64_t i = 0; i < n; i++)
+            if (x[i] == m) return i;
+    }
+    int64_t best = 0; /* scalar reference, also when x[0] is NaN (nothing then compares greater) */
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* ---- the process default context's entry points (gemv.h) ----------------------------------------- */
+void kiln_matmul(const kiln_weight *w, const float *X, float *Y, int n) {
+    kiln_kctx cx;
+    kiln_kctx_default(&cx);
+    kiln_cx_matmul(&cx, w, X, Y, n);
+}
+void kiln_matmul_many(const kiln_weight *const *ws, float *const *Ys, int nw, const float *X, int n) {
+    kiln_kctx cx;
+    kiln_kctx_default(&cx);
+    kiln_cx_matmul_many(&cx, ws, Ys, nw, X, n);
+}
+void kiln_matmul_rows(const kiln_weight *w, const float *X, float *Y, int n, int64_t r0, int64_t r1) {
+    kiln_kctx cx;
+    kiln_kctx_default(&cx);
+    kiln_cx_matmul_rows(&cx, w, X, Y, n, r0, r1);
+}
+int kiln_matmul_is_fast(const kiln_weight *w) { return fast_ok(table(), w); }
 float kiln_dot_f32(const float *a, const float *b, int64_t n) {
     const kiln_ktable *t = table();
     return t ? t->dot(a, b, n) : kiln_dot_f32_ref(a, b, n);
@@ -493,23 +566,14 @@ void kiln_axpy_f32(float a, const float *x, float *y, int64_t n) {
     else kiln_axpy_f32_ref(a, x, y, n);
 }
 void kiln_silu_mul(float *g, const float *u, int64_t n) {
-    const kiln_ktable *t = table();
-    if (t && t->silu_mul) t->silu_mul(g, u, n);
-    else
-        for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    kiln_kctx cx;
+    kiln_kctx_default(&cx);
+    kiln_cx_silu_mul(&cx, g, u, n);
 }
 int64_t kiln_argmax_f32(const float *x, int64_t n) {
-    if (n <= 0) return -1;
-    const kiln_ktable *t = table();
-    if (t && t->max_f32 && !isnan(x[0])) {
-        const float m = t->max_f32(x, n);
-        for (int64_t i = 0; i < n; i++)
-            if (x[i] == m) return i;
-    }
-    int64_t best = 0; /* scalar reference, also when x[0] is NaN (nothing then compares greater) */
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+    kiln_kctx cx;
+    kiln_kctx_default(&cx);
+    return kiln_cx_argmax(&cx, x, n);
 }
 void kiln_scale_f32(float *x, float a, int64_t n) {
     const kiln_ktable *t = table();

@@ -52,10 +52,10 @@ typedef struct kiln_weight {
  * with u = 128 / group groups per 128-column chunk (1 when group > 128), nb = ng / u and
  * tg = ng % u, row j's groups [b·u, b·u + u) are at 4·b·u + j·u of the group's 4·ng entries and its
  * tg tail groups at 4·nb·u + j·tg.
- * Only weights kiln owns in memory (requantized ones) are tiled, and only where the current ISA's
- * kernels read the layout directly (kiln_weight_prefers_tiled); every other path, the scalar
+ * Only weights kiln owns in memory (requantized ones) are tiled, and only where the kernels of `isa`
+ * (the model's layout ISA, chosen when it is loaded) read the layout directly (kiln_weight_prefers_tiled); every other path, the scalar
  * reference included, reads a tiled weight correctly through kiln_weight_row_gather. */
-int kiln_weight_prefers_tiled(const kiln_weight *w);
+int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa);
 /* Permutes w's data and (INT4) scales into the tile layout and sets w->tiled; `data` and `scales`
  * are writable aliases of w->data and w->scales. Returns 0, or -1 when the scratch cannot be
  * allocated (w left untouched). */
@@ -85,6 +85,40 @@ uint64_t kiln_weight_bytes(const kiln_weight *w);
 void kiln_gemv_ref(const kiln_weight *w, const float *x, float *y, int64_t r0, int64_t r1);
 /* Dequantizes row r into out[cols] (reference; used by tests and embedding lookups). */
 void kiln_weight_row_f32(const kiln_weight *w, int64_t r, float *out);
+
+/* ---- compute contexts ----------------------------------------------------------------------------
+ * A compute context is everything a kernel call depends on besides its operands: the kernel table
+ * (ISA, and for AVX-512 the FP8 GEMV form), and how many threads a parallel section may use. A
+ * backend object owns one (backend/backend.h), so two engines of one process can run different
+ * ISAs, thread counts and FP8 forms at the same time. The kiln_cx_* functions compute with an
+ * explicit context; the older entry points below them (kiln_matmul, kiln_dot_f32 ...) use the
+ * process default context (kiln_kernels_select, kiln_kernels_fp8_exact, omp_get_max_threads),
+ * which tests and tools that run no model use. */
+typedef struct kiln_kctx {
+    kiln_isa isa;                   /* resolved: SCALAR, AVX2 or AVX512 */
+    const struct kiln_ktable *kt;   /* NULL = the scalar reference kernels */
+    int threads;                    /* threads a parallel section may use (>= 1) */
+    int fp8_exact;                  /* 1: FP8 GEMV on exact f32 activations; 0: bf16 activations with
+                                       vdpbf16ps (AVX-512 with AVX512_BF16 only) */
+} kiln_kctx;
+/* FP8 GEMV form requested of kiln_kctx_init. */
+enum { KILN_FP8_AUTO = 0, KILN_FP8_EXACT = 1, KILN_FP8_BF16 = 2 };
+/* want: AUTO = the best ISA the CPU has; an ISA the CPU lacks gives SCALAR. threads <= 0: the
+ * OpenMP default (omp_get_max_threads). fp8: AUTO = bf16 dots where the CPU has AVX512_BF16 unless
+ * the environment says KILN_FP8_EXACT=1; EXACT; BF16 (exact where the CPU cannot). */
+void kiln_kctx_init(kiln_kctx *cx, kiln_isa want, int threads, int fp8);
+/* The process default context as it stands now (what kiln_matmul and the other plain entry points use). */
+void kiln_kctx_default(kiln_kctx *cx);
+
+void kiln_cx_matmul(const kiln_kctx *cx, const kiln_weight *w, const float *X, float *Y, int n);
+void kiln_cx_matmul_many(const kiln_kctx *cx, const kiln_weight *const *ws, float *const *Ys, int nw, const float *X, int n);
+void kiln_cx_matmul_rows(const kiln_kctx *cx, const kiln_weight *w, const float *X, float *Y, int n, int64_t r0, int64_t r1);
+int kiln_cx_matmul_is_fast(const kiln_kctx *cx, const kiln_weight *w);
+float kiln_cx_dot(const kiln_kctx *cx, const float *a, const float *b, int64_t n);
+void kiln_cx_silu_mul(const kiln_kctx *cx, float *g, const float *u, int64_t n);
+int64_t kiln_cx_argmax(const kiln_kctx *cx, const float *x, int64_t n);
+/* 1 when FP8 GEMV under cx rounds x to bf16 (the AVX-512 table with the BF16-dot form). */
+int kiln_cx_fp8_rounds_x(const kiln_kctx *cx);
 
 /* Selects the kernel family (AUTO = best supported by this CPU). Returns the one chosen. */
 kiln_isa kiln_kernels_select(kiln_isa want);

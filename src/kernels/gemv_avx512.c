@@ -382,7 +382,6 @@ AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t
  *   Prepared activation per 64 columns: 32 bf16 of the even columns, then 32 of the odd ones, so
  *   dword lane i of the even product pairs columns 4i and 4i + 2, of the odd one 4i + 1 and 4i + 3. */
 #define FP8B_CHUNK 128
-#define fp8_bf16 kiln_fp8_bf16_dot
 
 static void xprep_fp8_bf16(const kiln_weight *w, const float *x, void *xp) {
     const int64_t cols = w->cols;
@@ -487,15 +486,25 @@ AI void fp8_rows_pipe(int bf, int NR, const kiln_weight *w, const uint8_t *xp, f
     for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(tot[j]);
 }
 
-static size_t xprep_bytes_fp8(const kiln_weight *w) { return (size_t)((w->cols + 63) / 64) * (fp8_bf16() ? FP8B_CHUNK : FP8_CHUNK); }
-static void xprep_fp8(const kiln_weight *w, const float *x, void *xp) {
-    if (fp8_bf16()) xprep_fp8_bf16(w, x, xp);
-    else xprep_fp8_exact(w, x, xp);
+/* The FP8 entries come in two forms, one per kernel table: kiln_ktable_avx512_bf16 (bf16
+ * activations and vdpbf16ps, CPUs with AVX512_BF16) and kiln_ktable_avx512 (the exact f32 path).
+ * The compute context (gemv.h, kiln_kctx) picks the table, so two engines of one process can each
+ * run their own form at the same time. */
+static size_t xprep_bytes_fp8(const kiln_weight *w) { return (size_t)((w->cols + 63) / 64) * FP8_CHUNK; }
+static size_t xprep_bytes_fp8b(const kiln_weight *w) { return (size_t)((w->cols + 63) / 64) * FP8B_CHUNK; }
+static void xprep_fp8(const kiln_weight *w, const float *x, void *xp) { xprep_fp8_exact(w, x, xp); }
+
+static void gemv_fp8_impl(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1, const int bf16);
+static void gemv_fp8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    gemv_fp8_impl(w, x, xp, y, r0, r1, 0);
+}
+static void gemv_fp8b(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    gemv_fp8_impl(w, x, xp, y, r0, r1, 1);
 }
 
-static void gemv_fp8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+static void gemv_fp8_impl(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1, const int bf16) {
     int64_t r = r0;
-    if (xp && w->block % 64 == 0 && fp8_bf16()) {
+    if (xp && w->block % 64 == 0 && bf16) {
         const int64_t g = pf_groups(w->row_bytes);
         FOR_ROW_GROUPS(w, r0, r1, fp8_rows_pipe(1, 4, w, xp, y + (r - r0), r, NULL, PFG(r)),
                        fp8_rows_pipe(1, 1, w, xp, y + (r - r0), r, NULL, 0));
@@ -1061,19 +1070,21 @@ static float max_f32(const float *x, int64_t n) {
     return _mm512_reduce_max_ps(m);
 }
 
-const kiln_ktable kiln_ktable_avx512 = {
-    .dot = dot_f32,
-    .axpy = axpy_f32,
-    .scale = scale_f32,
-    .xprep_bytes = {[KILN_WF_FP8_BLOCK] = xprep_bytes_fp8, [KILN_WF_INT4_GROUP] = xprep_bytes_int4, [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q},
-    .xprep = {[KILN_WF_FP8_BLOCK] = xprep_fp8, [KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, [KILN_WF_Q4_0] = xprep_q4},
-    .gemv = {[KILN_WF_F32] = gemv_f32, [KILN_WF_F16] = gemv_f16, [KILN_WF_BF16] = gemv_bf16,
-             [KILN_WF_FP8_BLOCK] = gemv_fp8, [KILN_WF_INT4_GROUP] = gemv_int4, [KILN_WF_Q8_0] = gemv_q8,
-             [KILN_WF_Q4_0] = gemv_q4},
-    .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8},
-    .gemm_f32 = gemm_f32,
-    .read_sum = read_sum,
-    .silu_mul = silu_mul,
-    .max_f32 = max_f32,
-    .tiled_mask = (1u << KILN_WF_FP8_BLOCK) | (1u << KILN_WF_INT4_GROUP),
-};
+/* One table per FP8 form (see gemv_fp8_impl); everything else is shared. */
+#define AVX512_TABLE(FP8_XPREP_BYTES, FP8_XPREP, FP8_GEMV)                                                       \
+    {                                                                                                            \
+        .dot = dot_f32, .axpy = axpy_f32, .scale = scale_f32,                                                    \
+        .xprep_bytes = {[KILN_WF_FP8_BLOCK] = FP8_XPREP_BYTES, [KILN_WF_INT4_GROUP] = xprep_bytes_int4,          \
+                        [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q},                         \
+        .xprep = {[KILN_WF_FP8_BLOCK] = FP8_XPREP, [KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, \
+                  [KILN_WF_Q4_0] = xprep_q4},                                                                    \
+        .gemv = {[KILN_WF_F32] = gemv_f32, [KILN_WF_F16] = gemv_f16, [KILN_WF_BF16] = gemv_bf16,                 \
+                 [KILN_WF_FP8_BLOCK] = FP8_GEMV, [KILN_WF_INT4_GROUP] = gemv_int4, [KILN_WF_Q8_0] = gemv_q8,     \
+                 [KILN_WF_Q4_0] = gemv_q4},                                                                      \
+        .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8}, \
+        .gemm_f32 = gemm_f32, .read_sum = read_sum, .silu_mul = silu_mul, .max_f32 = max_f32,                    \
+        .tiled_mask = (1u << KILN_WF_FP8_BLOCK) | (1u << KILN_WF_INT4_GROUP),                                    \
+    }
+const kiln_ktable kiln_ktable_avx512 = AVX512_TABLE(xprep_bytes_fp8, xprep_fp8, gemv_fp8);
+/* The FP8 GEMV on bf16 activations (vdpbf16ps): only for CPUs with AVX512_BF16. */
+const kiln_ktable kiln_ktable_avx512_bf16 = AVX512_TABLE(xprep_bytes_fp8b, xprep_fp8_bf16, gemv_fp8b);

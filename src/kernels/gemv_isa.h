@@ -41,7 +41,8 @@ typedef struct kiln_ktable {
 const kiln_ktable *kiln_ktable_current(void);
 
 extern const kiln_ktable kiln_ktable_avx2;
-extern const kiln_ktable kiln_ktable_avx512;
+extern const kiln_ktable kiln_ktable_avx512;      /* FP8 GEMV on exact f32 activations */
+extern const kiln_ktable kiln_ktable_avx512_bf16; /* FP8 GEMV on bf16 activations (AVX512_BF16) */
 /* The AVX2 table's INT4 GEMV with AVX-VNNI dots (gemv_avxvnni.c); the AVX2 table uses it in place of
  * its own when the CPU has AVX-VNNI and kiln_kernels_avx_vnni(0) / KILN_AVX_VNNI=0 did not say no. */
 void kiln_gemv_int4_avxvnni(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1);

@@ -110,9 +110,11 @@ void kiln_prefault(void *p, size_t n) {
     ((volatile uint8_t *)p)[n - 1] = ((volatile uint8_t *)p)[n - 1];
 }
 
-int kiln_weight_prefers_tiled(const kiln_weight *w) {
-    const kiln_ktable *t = kiln_ktable_current();
-    if (!t || !(t->tiled_mask & (1u << w->fmt)) || w->rows < 4 || !kiln_matmul_is_fast(w)) return 0;
+int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa) {
+    kiln_kctx cx;
+    kiln_kctx_init(&cx, isa, 1, KILN_FP8_AUTO);
+    const kiln_ktable *t = cx.kt;
+    if (!t || !(t->tiled_mask & (1u << w->fmt)) || w->rows < 4 || !kiln_cx_matmul_is_fast(&cx, w)) return 0;
     if (w->fmt == KILN_WF_FP8_BLOCK) return w->block % 64 == 0; /* the fast FP8 kernel's blocks */
     return 1;
 }

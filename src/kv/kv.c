@@ -294,13 +294,16 @@ kiln_status kiln_kv_seq_share_prefix(kiln_kv_pool *p, kiln_kv_seq *dst, const ki
 }
 
 /* ---- conversions ------------------------------------------------------------------------------- */
-static const kiln_kv_ktable *kv_table(void) {
-    switch (kiln_kernels_current()) {
+static const kiln_kv_ktable *kv_table_for(kiln_isa isa) {
+    switch (isa) {
     case KILN_ISA_AVX512: return &kiln_kv_ktable_avx512;
     case KILN_ISA_AVX2: return &kiln_kv_ktable_avx2;
     default: return NULL;
     }
 }
+/* Row quantisation when storing (kiln_kv_store) follows the process default ISA: every ISA's
+ * conversion is bit-exact RNE (tests/unit/test_kv.c), so the stored bytes do not depend on it. */
+static const kiln_kv_ktable *kv_table(void) { return kv_table_for(kiln_kernels_current()); }
 
 /* Bit-exact RNE f32 → E4M3 (see kv.h). Normal range (|x| ≥ 2^-6): rebias the exponent and round the
  * 20 dropped mantissa bits to nearest even with integer adds; subnormal range: adding 2^14 makes the
@@ -672,14 +675,14 @@ static void merge_set(void *arg, int64_t s2) {
     }
 }
 
-void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
-                          const float *q, int n_heads, float scale, float *out) {
+void kiln_kv_attend_batch_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                             const float *q, int n_heads, float scale, float *out) {
     const int H = p->cfg.n_kv_heads, kd = p->cfg.k_dim, vd = p->cfg.v_dim;
     const int group = n_heads / H;
     const int hb_max = group < KV_MAX_ROWS ? group : KV_MAX_ROWS;  /* heads per row set */
     const int tok_max = group < KV_MAX_ROWS ? KV_MAX_ROWS / group : 1; /* tokens per row set */
     const int n_hblk = (group + hb_max - 1) / hb_max;
-    const int nth = omp_get_max_threads();
+    const int nth = cx->threads;
     /* Row sets: tiles of up to tok_max consecutive tokens of one sequence × up to hb_max heads of
      * one KV head's group. Upper bound on their number: n × H × n_hblk. */
     size_t max_sets = (size_t)n * (size_t)H * (size_t)n_hblk;
@@ -770,7 +773,7 @@ void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *
             }
         i = j;
     }
-    const kiln_kv_ktable *kt = kv_table();
+    const kiln_kv_ktable *kt = kv_table_for(cx->isa);
     attend_job job = {.p = p, .layer = layer, .vd = vd, .scale = scale, .tasks = tasks, .sets = sets,
                       .fn = kt ? kt->attend : kiln_kv_attend_scalar};
     if (p->integ) kiln_kv_integ_begin_attend(p, layer, n, seq, pos); /* integrity: a new verification round */
@@ -778,6 +781,13 @@ void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *
     kiln_pool_for((int64_t)n_tasks, attend_task, &job, n_tasks > 1 && work > 65536.0 ? nth : 1);
     if (splits == 1) return;
     kiln_pool_for(n_sets, merge_set, &job, n_sets > 1 && work > 65536.0 ? nth : 1);
+}
+
+void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                          const float *q, int n_heads, float scale, float *out) {
+    kiln_kctx cx;
+    kiln_kctx_default(&cx);
+    kiln_kv_attend_batch_cx(&cx, p, layer, n, seq, pos, q, n_heads, scale, out);
 }
 
 void kiln_kv_attend(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, const float *q, int n_heads,

@@ -41,6 +41,7 @@
 #ifndef KILN_KV_H
 #define KILN_KV_H
 #include "kiln.h"
+#include "kernels/gemv.h"
 #include <stdint.h>
 #include <stddef.h>
 
@@ -153,8 +154,13 @@ void kiln_kv_thread_scratch_free(void);
  *   out: [n × n_heads × v_dim]
  * GQA/MQA: query head h reads KV head h / (n_heads / n_kv_heads). Scores are (q · k) × scale.
  * Dequantization is fused into the dot products; decode (n = 1) and prefill (n > 1, tiles of
- * consecutive tokens of one sequence share each K/V read) run the same kernels, ISA-dispatched
- * (kiln_kernels_current()) and OpenMP-threaded over (KV head, query rows, context splits). */
+ * consecutive tokens of one sequence share each K/V read) run the same kernels, dispatched on the
+ * compute context's ISA and split over its threads (kiln's worker pool) by (KV head, query rows,
+ * context splits). Seals of the pages read are verified in the same call when the pool has
+ * integrity on (kv/integrity.h). */
+void kiln_kv_attend_batch_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                             const float *q, int n_heads, float scale, float *out);
+/* kiln_kv_attend_batch_cx under the process default context (kernels/gemv.h: kiln_kctx_default). */
 void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                           const float *q, int n_heads, float scale, float *out);
 /* One query position over positions [0, n_ctx). att is unused (kept for older callers; may be NULL). */

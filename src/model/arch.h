@@ -1,27 +1,29 @@
-/* arch.h — the architecture table for the GLM and Kimi/DeepSeek families.
+/* arch.h — the architecture table: llama, the GLM and the Kimi/DeepSeek families.
  *
  * Each row maps Hugging Face config.json model_type values to: a hyper-parameter reader (validated
  * reads of the official config fields), a binder (the official tensor names, every shape checked,
  * every linear weight through kiln_bind_linear so BF16 / FP8-block / INT4 compressed-tensors all
  * work), and a synthetic-checkpoint writer (`kiln mkmodel --arch NAME`). All rows share one forward
- * pass (arch_common.c) built from blocks: GQA attention (optionally fused QKV, biases, per-head
+ * pass (model/forward.c, over backend ops) built from blocks: GQA attention (optionally fused QKV, biases, per-head
  * q/k RMSNorm, partial rotary in either pair layout) or MLA (mla.c); dense SwiGLU MLP (optionally
  * fused gate_up) or MoE (moe.c); optional post-attention / post-MLP norms (GLM-4).
  *
  *   name           model_type values                 file
+ *   llama          llama (LlamaForCausalLM); llama2.c and GGUF llama files   arch_llama.c
  *   chatglm        chatglm                           arch_glm.c     GLM-4-9B remote-code layout
  *   glm4           glm4                              arch_glm.c     Glm4ForCausalLM
  *   glm4_moe       glm4_moe                          arch_glm4_moe.c GLM-4.5 / 4.6 / 4.7
  *   deepseek_v3    deepseek_v3                       arch_deepseek.c
  *   kimi_k2        kimi_k2, kimi_k25 (text_config)   arch_deepseek.c
  *   glm4_moe_lite  glm4_moe_lite                     arch_deepseek.c GLM-4.7-Flash
- * "llama" is not in this table: it keeps the original path (model/load_hf.c, model.c, forward.c). */
+ * llama2.c and GGUF llama files have no config.json: their loaders fill m->hp and the llama row
+ * binds them like any other (the GGUF loader renames tensors to the Hugging Face names). */
 #ifndef KILN_MODEL_ARCH_H
 #define KILN_MODEL_ARCH_H
 #include "model/forward.h"
 #include "model/mla.h"
 #include "model/moe.h"
-#include "model/rope_yarn.h"
+#include "backend/rope.h"
 #include <jansson.h>
 
 typedef enum { KILN_ATTN_GQA = 0, KILN_ATTN_MLA = 1 } kiln_attn_kind;
@@ -87,17 +89,23 @@ const kiln_arch *kiln_arch_find(const char *model_type, const char *architecture
 /* "chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2, glm4_moe_lite" (for error messages). */
 const char *kiln_arch_names(void);
 
-/* The shared forward pass (arch_common.c); same contract as kiln_forward_batch. */
-kiln_status kiln_arch_forward(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, float *logits);
-/* Extra scratch for the forward pass, hung on ws->arch_ws (freed by kiln_forward_ws_free). */
-kiln_status kiln_arch_ws_init(kiln_forward_ws *ws, const struct kiln_model *m);
-
 /* Synthetic checkpoints for the architectures of this table (mkmodel_arch.c). */
 kiln_status kiln_mkmodel_arch(const char *arch, const char *spec, const char *dtype, uint64_t seed, const char *out_dir);
 
-/* MoE routing statistics of the last session workspace (tests): tokens routed and tokens whose
- * selection the group limit changed, summed over layers. */
-void kiln_arch_moe_stats(const kiln_forward_ws *ws, long long *routed, long long *group_limited);
+/* The llama row (arch_llama.c): every llama-architecture model, whichever loader filled m->hp. */
+extern const kiln_arch kiln_arch_llama;
+
+/* The linear weights of one layer, enumerated from the one layer struct (what requantisation,
+ * repacking, byte counts and benches walk instead of hand-written lists). */
+typedef struct kiln_arch_linear {
+    kiln_weight *w;
+    int expert;        /* routed expert index, or -1 */
+    char name[64];     /* checkpoint name below "model.layers.N." */
+} kiln_arch_linear;
+#define KILN_ARCH_DENSE_LINEARS 17
+/* Fills out (room for KILN_ARCH_DENSE_LINEARS + 3 · n_experts entries) with the present linear
+ * weights of L; returns how many. */
+int kiln_arch_layer_linears(kiln_arch_layer *L, int n_experts, kiln_arch_linear *out);
 
 /* ---- helpers shared by the arch_*.c files (arch_common.c) ---- */
 kiln_arch_model *kiln_arch_state_new(struct kiln_model *m);

@@ -1,14 +1,6 @@
-/* arch_common.c — the architecture table, config and binding helpers shared by arch_glm.c,
- * arch_glm4_moe.c and arch_deepseek.c, and the forward pass all of them run:
- *
- *   x = embed(tokens)
- *   per layer: h = attn(rmsnorm(x));  [h = rmsnorm(h) post_self_attn]  x += h
- *              h = ffn(rmsnorm(x));   [h = rmsnorm(h) post_mlp]        x += h
- *              attn = GQA (fused or separate QKV, biases, q/k norm, partial RoPE) or MLA (mla.c)
- *              ffn  = dense SwiGLU (fused or separate gate/up) or MoE (moe.c)
- *   logits = head(rmsnorm(x))
- * Linear layers run batched over the step's tokens; attention runs per token over its sequence's
- * pages, exactly like the llama path in forward.c. */
+/* arch_common.c — the architecture table, and the config, binding and weight-listing helpers
+ * shared by its rows (arch_llama.c, arch_glm.c, arch_glm4_moe.c, arch_deepseek.c). Every row runs
+ * the one forward pass of model/forward.c. */
 #include "model/arch.h"
 #include "base/status.h"
 #include "format/hfconfig.h"
@@ -20,8 +12,9 @@
 extern const kiln_arch kiln_arch_chatglm, kiln_arch_glm4, kiln_arch_glm4_moe, kiln_arch_deepseek_v3, kiln_arch_kimi_k2,
     kiln_arch_glm4_moe_lite;
 
-static const kiln_arch *const table[] = {&kiln_arch_chatglm, &kiln_arch_glm4, &kiln_arch_glm4_moe, &kiln_arch_deepseek_v3,
-                                         &kiln_arch_kimi_k2, &kiln_arch_glm4_moe_lite};
+static const kiln_arch *const table[] = {&kiln_arch_llama,       &kiln_arch_chatglm,  &kiln_arch_glm4,
+                                         &kiln_arch_glm4_moe,    &kiln_arch_deepseek_v3, &kiln_arch_kimi_k2,
+                                         &kiln_arch_glm4_moe_lite};
 #define N_ARCH ((int)(sizeof table / sizeof table[0]))
 
 const kiln_arch *kiln_arch_find(const char *model_type, const char *architecture) {
@@ -34,7 +27,7 @@ const kiln_arch *kiln_arch_find(const char *model_type, const char *architecture
     return NULL;
 }
 
-const char *kiln_arch_names(void) { return "chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2 (kimi_k25), glm4_moe_lite"; }
+const char *kiln_arch_names(void) { return "llama, chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2 (kimi_k25), glm4_moe_lite"; }
 
 /* ---- config ------------------------------------------------------------------------------------- */
 
@@ -363,152 +356,36 @@ kiln_status kiln_arch_bind_mlp(struct kiln_model *m, const char *p, int64_t ffn,
     return linear(m, n, m->hp.dim, ffn, &L->w_down);
 }
 
-/* ---- scratch ------------------------------------------------------------------------------------ */
+/* ---- the linear weights of a layer ------------------------------------------------------------- */
 
-typedef struct arch_ws {
-    float *q, *k, *v, *qkv, *ao, *tmp, *hb, *hb2, *cs;
-    int has_mla, has_moe;
-    kiln_mla_ws mla;
-    kiln_moe_ws moe;
-} arch_ws;
-
-static void arch_ws_free(void *p) {
-    arch_ws *w = p;
-    if (!w) return;
-    free(w->q); free(w->k); free(w->v); free(w->qkv); free(w->ao); free(w->tmp); free(w->hb); free(w->hb2); free(w->cs);
-    if (w->has_mla) kiln_mla_ws_free(&w->mla);
-    if (w->has_moe) kiln_moe_ws_free(&w->moe);
-    free(w);
-}
-
-kiln_status kiln_arch_ws_init(kiln_forward_ws *ws, const struct kiln_model *m) {
-    const kiln_hparams *hp = &m->hp;
-    const kiln_arch_hp *ah = &((const kiln_arch_model *)m->arch_state)->hp;
-    arch_ws *w = calloc(1, sizeof *w);
-    if (!w) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-    size_t T = (size_t)ws->chunk;
-    int ok = 1;
-    if (ah->attn == KILN_ATTN_GQA) {
-        size_t qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
-        w->q = malloc(T * qd * 4);
-        w->k = malloc(T * kvd * 4);
-        w->v = malloc(T * kvd * 4);
-        w->ao = malloc(T * qd * 4);
-        if (ah->qkv_fused) w->qkv = malloc(T * (qd + 2 * kvd) * 4);
-        ok = w->q && w->k && w->v && w->ao && (!ah->qkv_fused || w->qkv);
+/* Every slot of the one layer struct that holds a linear weight the forward pass multiplies by,
+ * with its checkpoint name; absent slots (data NULL) are skipped. Kept as stored and so not listed:
+ * MoE routers (routing decisions are what quantization must not move; checkpoints keep them in
+ * BF16) and MLA's kv_b, whose per-head absorbed float32 copies (built at load) are what attention
+ * reads (listed apart by kiln_arch_layer_absorbed). */
+int kiln_arch_layer_linears(kiln_arch_layer *L, int n_experts, kiln_arch_linear *out) {
+    struct { kiln_weight *w; const char *name; } slots[] = {
+        {&L->wqkv, "self_attn.query_key_value"}, {&L->wq, "self_attn.q_proj"}, {&L->wk, "self_attn.k_proj"},
+        {&L->wv, "self_attn.v_proj"}, {&L->wo, "self_attn.o_proj"}, {&L->mla.wq_a, "self_attn.q_a_proj"},
+        {&L->mla.wq_b, "self_attn.q_b_proj"}, {&L->mla.wq, "self_attn.q_proj"}, {&L->mla.wkv_a, "self_attn.kv_a_proj_with_mqa"},
+        {&L->mla.wo, "self_attn.o_proj"}, {&L->w_gate_up, "mlp.gate_up_proj"}, {&L->w_gate, "mlp.gate_proj"},
+        {&L->w_up, "mlp.up_proj"}, {&L->w_down, "mlp.down_proj"}, {&L->moe.sh_gate, "mlp.shared_experts.gate_proj"},
+        {&L->moe.sh_up, "mlp.shared_experts.up_proj"}, {&L->moe.sh_down, "mlp.shared_experts.down_proj"}};
+    int n = 0;
+    for (size_t i = 0; i < sizeof slots / sizeof *slots; i++) {
+        if (!slots[i].w->data) continue;
+        out[n].w = slots[i].w;
+        out[n].expert = -1;
+        snprintf(out[n].name, sizeof out[n].name, "%s", slots[i].name);
+        n++;
     }
-    w->tmp = malloc(T * (size_t)hp->dim * 4);
-    w->hb = malloc(T * (size_t)hp->ffn_dim * 2 * 4);
-    w->hb2 = malloc(T * (size_t)hp->ffn_dim * 4);
-    w->cs = malloc(T * (size_t)ah->rope.rot_dim * 4);
-    ok = ok && w->tmp && w->hb && w->hb2 && w->cs;
-    ws->arch_ws = w;
-    ws->arch_ws_free = arch_ws_free;
-    if (!ok) return kiln_fail(KILN_ERR_NOMEM, "out of memory allocating forward scratch (chunk %d)", ws->chunk);
-    if (ah->attn == KILN_ATTN_MLA) {
-        KILN_TRY(kiln_mla_ws_init(&w->mla, &ah->mla, ws->chunk));
-        w->has_mla = 1;
-    }
-    if (ah->n_moe_layers > 0) {
-        KILN_TRY(kiln_moe_ws_init(&w->moe, &ah->moe, ws->chunk));
-        w->has_moe = 1;
-    }
-    return KILN_OK;
-}
-
-void kiln_arch_moe_stats(const kiln_forward_ws *ws, long long *routed, long long *group_limited) {
-    const arch_ws *w = ws->arch_ws;
-    *routed = w && w->has_moe ? w->moe.n_routed_tokens : 0;
-    *group_limited = w && w->has_moe ? w->moe.n_group_limited : 0;
-}
-
-/* ---- forward ------------------------------------------------------------------------------------ */
-
-static void add_bias(float *y, const float *b, int n_rows, int width) {
-    if (!b) return;
-    for (int i = 0; i < n_rows; i++)
-        for (int j = 0; j < width; j++) y[(size_t)i * width + j] += b[j];
-}
-
-static void gqa(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_arch_layer *L, kiln_kv_pool *pool, int l,
-                const kiln_forward_ws *ws, arch_ws *w, const kiln_batch *b) {
-    const kiln_hparams *hp = &m->hp;
-    const int n = b->n, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, qd = H * hd, kvd = KV * hd;
-    if (ah->qkv_fused) {
-        kiln_matmul(&L->wqkv, ws->xb, w->qkv, n);
-        for (int i = 0; i < n; i++) {
-            const float *src = w->qkv + (size_t)i * (qd + 2 * kvd);
-            memcpy(w->q + (size_t)i * qd, src, (size_t)qd * 4);
-            memcpy(w->k + (size_t)i * kvd, src + qd, (size_t)kvd * 4);
-            memcpy(w->v + (size_t)i * kvd, src + qd + kvd, (size_t)kvd * 4);
+    if (L->is_moe && L->exp_w) /* gate[E], up[E], down[E]; moe.gate/up/down point into this array */
+        for (int e = 0; e < 3 * n_experts; e++) {
+            out[n].w = &L->exp_w[e];
+            out[n].expert = e % n_experts;
+            snprintf(out[n].name, sizeof out[n].name, "mlp.experts.%d.%s", e % n_experts,
+                     e < n_experts ? "gate_proj" : e < 2 * n_experts ? "up_proj" : "down_proj");
+            n++;
         }
-    } else {
-        /* one parallel region for the three projections of the same input */
-        const kiln_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
-        float *y3[3] = {w->q, w->k, w->v};
-        kiln_matmul_many(w3, y3, 3, ws->xb, n);
-    }
-    add_bias(w->q, L->bq, n, qd);
-    add_bias(w->k, L->bk, n, kvd);
-    add_bias(w->v, L->bv, n, kvd);
-    for (int i = 0; i < n; i++) {
-        float *q = w->q + (size_t)i * qd, *k = w->k + (size_t)i * kvd;
-        if (ah->qk_norm) {
-            kiln_rmsnorm_rows(q, q, L->q_norm, H, hd, hp->norm_eps); /* per head */
-            kiln_rmsnorm_rows(k, k, L->k_norm, KV, hd, hp->norm_eps);
-        }
-        const float *cs = w->cs + (size_t)i * ah->rope.rot_dim;
-        kiln_rope_apply(&ah->rope, q, H, hd, cs);
-        kiln_rope_apply(&ah->rope, k, KV, hd, cs);
-        kiln_kv_store(pool, b->seq[i], l, b->pos[i], k, w->v + (size_t)i * kvd);
-    }
-    /* every token stored first; token i then sees positions [0, pos[i]] of its own sequence */
-    kiln_kv_attend_batch(pool, l, n, b->seq, b->pos, w->q, H, ah->attn_scale, w->ao);
-    kiln_matmul(&L->wo, w->ao, w->tmp, n);
-}
-
-static void mlp(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_arch_layer *L, arch_ws *w, const float *X, int n) {
-    const int F = m->hp.ffn_dim;
-    if (ah->ffn_fused) {
-        kiln_matmul(&L->w_gate_up, X, w->hb, n);
-        for (int i = 0; i < n; i++) { /* row i of hb is [gate F | up F]: silu(gate)·up in place, then packed into hb2 */
-            float *g = w->hb + (size_t)i * 2 * F;
-            kiln_silu_mul(g, g + F, F);
-            memcpy(w->hb2 + (size_t)i * F, g, (size_t)F * sizeof(float));
-        }
-        kiln_matmul(&L->w_down, w->hb2, w->tmp, n);
-    } else {
-        const kiln_weight *w2[2] = {&L->w_gate, &L->w_up};
-        float *y2[2] = {w->hb, w->hb2};
-        kiln_matmul_many(w2, y2, 2, X, n);
-        kiln_silu_mul(w->hb, w->hb2, (int64_t)n * F);
-        kiln_matmul(&L->w_down, w->hb, w->tmp, n);
-    }
-}
-
-kiln_status kiln_arch_forward(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, float *logits) {
-    const kiln_hparams *hp = &m->hp;
-    const kiln_arch_model *am = m->arch_state;
-    const kiln_arch_hp *ah = &am->hp;
-    arch_ws *w = ws->arch_ws;
-    const int dim = hp->dim, n = b->n, rot = ah->rope.rot_dim;
-    if (!w) return kiln_fail(KILN_ERR_INTERNAL, "forward: %s scratch not initialised", hp->arch);
-    KILN_TRY(kiln_forward_embed(m, ws, b));
-    for (int i = 0; i < n; i++) kiln_rope_table(&ah->rope, b->pos[i], w->cs + (size_t)i * rot);
-    for (int l = 0; l < hp->n_layers; l++) {
-        const kiln_arch_layer *L = &am->layers[l];
-        kiln_rmsnorm_rows(ws->xb, ws->x, L->attn_norm, n, dim, hp->norm_eps);
-        if (ah->attn == KILN_ATTN_MLA)
-            KILN_TRY(kiln_mla_forward(&ah->mla, &L->mla, &ah->rope, pool, l, b->seq, b->pos, ws->xb, n, w->cs, ws->att, w->tmp, &w->mla));
-        else gqa(m, ah, L, pool, l, ws, w, b);
-        if (L->post_attn_norm) kiln_rmsnorm_rows(w->tmp, w->tmp, L->post_attn_norm, n, dim, hp->norm_eps);
-        for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += w->tmp[j];
-        kiln_rmsnorm_rows(ws->xb, ws->x, L->ffn_norm, n, dim, hp->norm_eps);
-        if (L->is_moe) KILN_TRY(kiln_moe_forward(&ah->moe, &L->moe, ws->xb, n, w->tmp, &w->moe));
-        else mlp(m, ah, L, w, ws->xb, n);
-        if (L->post_ffn_norm) kiln_rmsnorm_rows(w->tmp, w->tmp, L->post_ffn_norm, n, dim, hp->norm_eps);
-        for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += w->tmp[j];
-    }
-    kiln_forward_head(m, ws, b, logits);
-    return KILN_OK;
+    return n;
 }

@@ -3,10 +3,10 @@
  * a batch-1 decode step reads. */
 #include "kiln_test.h"
 #include "model/arch.h"
+#include "backend/backend.h"
 #include "model/model.h"
 #include "base/status.h"
 #include "quant/quantize.h"
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,7 +34,7 @@ kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights) {
     KILN_TRY(kiln_quantize_weight(&m->output, fmt, group, &q, &d, &s));
     if (!kiln_model_own(m, d)) { free(s); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
     if (s && !kiln_model_own(m, s)) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-    if (kiln_weight_prefers_tiled(&q)) (void)kiln_weight_tile(&q, d, s); /* as requant.c does */
+    if (kiln_weight_prefers_tiled(&q, m->layout_isa)) (void)kiln_weight_tile(&q, d, s); /* as requant.c does */
     m->output = q; /* the embedding lookup keeps reading tok_embd */
     (void)kiln_model_note_copy(m, "lm_head", d, (size_t)q.rows * q.row_bytes);
     if (s) (void)kiln_model_note_copy(m, "lm_head (scales)", s, kiln_weight_bytes(&q) - (size_t)q.rows * q.row_bytes);
@@ -47,36 +47,33 @@ kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights) {
  * lookup (dim values) is negligible and not counted. */
 uint64_t kiln_model_decode_weight_bytes(const kiln_model *m) {
     uint64_t b = kiln_weight_bytes(&m->output);
-    if (!m->arch) {
-        for (int l = 0; l < m->hp.n_layers; l++) {
-            const kiln_layer *L = &m->layers[l];
-            const kiln_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (int i = 0; i < 7; i++) b += kiln_weight_bytes(ws[i]);
-        }
-        return b;
-    }
-    const kiln_arch_model *am = m->arch_state;
+    kiln_arch_model *am = m->arch_state;
+    if (!am) return b;
+    const int E = am->hp.moe.n_experts;
+    kiln_arch_linear *lin = malloc(((size_t)KILN_ARCH_DENSE_LINEARS + 3 * (size_t)E) * sizeof *lin);
+    if (!lin) return 0;
     for (int l = 0; l < m->hp.n_layers; l++) {
-        const kiln_arch_layer *L = &am->layers[l];
-        const kiln_weight *ws[] = {&L->wqkv, &L->wq, &L->wk, &L->wv, &L->wo, &L->mla.wq_a, &L->mla.wq_b, &L->mla.wq,
-                                   &L->mla.wkv_a, &L->mla.wo, &L->w_gate_up, &L->w_gate, &L->w_up, &L->w_down,
-                                   &L->moe.router, &L->moe.sh_gate, &L->moe.sh_up, &L->moe.sh_down};
-        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-            if (ws[i]->data) b += kiln_weight_bytes(ws[i]);
+        kiln_arch_layer *L = &am->layers[l];
+        const int nw = kiln_arch_layer_linears(L, E, lin);
+        uint64_t experts = 0;
+        for (int i = 0; i < nw; i++) {
+            if (lin[i].expert >= 0) experts += kiln_weight_bytes(lin[i].w);
+            else b += kiln_weight_bytes(lin[i].w);
+        }
+        b += experts / (uint64_t)(E > 0 ? E : 1) * (uint64_t)am->hp.moe.n_used; /* experts are equal-sized */
+        if (L->moe.router.data) b += kiln_weight_bytes(&L->moe.router);
         if (L->mla.ukt) /* absorbed per-head float32 copies of kv_b read in decode */
             for (int h = 0; h < m->hp.n_heads; h++) b += kiln_weight_bytes(&L->mla.ukt[h]) + kiln_weight_bytes(&L->mla.uv[h]);
-        if (L->is_moe && L->exp_w) {
-            int E = am->hp.moe.n_experts;
-            uint64_t all = 0;
-            for (int e = 0; e < 3 * E; e++) all += kiln_weight_bytes(&L->exp_w[e]);
-            b += all / (uint64_t)E * (uint64_t)am->hp.moe.n_used; /* experts are equal-sized */
-        }
     }
+    free(lin);
     return b;
 }
 
-double kiln_model_bench_linear_step(const kiln_model *m, int reps) {
-    if (m->arch || reps < 1) return 0.0;
+double kiln_model_bench_linear_step(const kiln_model *m, const kiln_options *opts, int reps) {
+    const kiln_arch_model *am = m->arch_state;
+    if (m->arch != &kiln_arch_llama || !am || reps < 1) return 0.0;
+    kiln_backend *be = NULL;
+    if (kiln_backend_from_options(opts, &be) != KILN_OK) return 0.0;
     const kiln_hparams *hp = &m->hp;
     const size_t qd = (size_t)hp->n_heads * (size_t)hp->head_dim, kvd = (size_t)hp->n_kv_heads * (size_t)hp->head_dim;
     size_t widest = (size_t)(hp->ffn_dim > hp->dim ? hp->ffn_dim : hp->dim);
@@ -89,19 +86,20 @@ double kiln_model_bench_linear_step(const kiln_model *m, int reps) {
         double t0 = kiln_now();
         for (int r = 0; r < reps; r++) {
             for (int l = 0; l < hp->n_layers; l++) {
-                const kiln_layer *L = &m->layers[l];
+                const kiln_arch_layer *L = &am->layers[l];
                 const kiln_weight *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->w_gate, &L->w_up};
                 float *yq[3] = {a, c, d}, *yg[2] = {a, b};
-                kiln_matmul_many(qkv, yq, 3, x, 1);
-                kiln_matmul(&L->wo, x, b, 1);
-                kiln_matmul_many(gu, yg, 2, x, 1);
-                kiln_matmul(&L->w_down, x, b, 1);
+                kiln_be_matmul_many(be, qkv, yq, 3, x, 1);
+                kiln_be_matmul(be, &L->wo, x, b, 1);
+                kiln_be_matmul_many(be, gu, yg, 2, x, 1);
+                kiln_be_matmul(be, &L->w_down, x, b, 1);
             }
-            kiln_matmul(&m->output, x, lg, 1);
+            kiln_be_matmul(be, &m->output, x, lg, 1);
         }
         mean = (kiln_now() - t0) / reps;
     }
     free(x); free(a); free(b); free(c); free(d); free(lg);
+    kiln_backend_free(be);
     return mean;
 }
 
@@ -116,6 +114,7 @@ struct kiln_gemv_bench {
     void **owned;     /* [2 * copies] data and scales of each copy */
     float *x, *y;     /* [cols], [rows] */
     uint64_t bytes;   /* data + scales of all copies: what one pass reads */
+    kiln_kctx cx;     /* kernels and threads a pass runs with */
 };
 
 void kiln_gemv_bench_close(kiln_gemv_bench *b) {
@@ -128,7 +127,7 @@ void kiln_gemv_bench_close(kiln_gemv_bench *b) {
     free(b);
 }
 
-kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols, uint64_t min_bytes, int threads, kiln_gemv_bench **out) {
+kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols, uint64_t min_bytes, const kiln_options *opts, kiln_gemv_bench **out) {
     *out = NULL;
     kiln_wformat fmt;
     int group;
@@ -137,11 +136,12 @@ kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols
         return kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: rows and cols must be in [1, 1048576]", (long long)rows, (long long)cols);
     if (fmt == KILN_WF_INT4_GROUP && cols % group)
         return kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: cols is not a multiple of the INT4 group %d", (long long)rows, (long long)cols, group);
-    if (threads > 0) omp_set_num_threads(threads);
     /* The source: a deterministic pseudo-random F32 matrix in [-1, 1) (the values do not change
      * the bytes a kernel reads). */
     float *src = malloc((size_t)rows * (size_t)cols * sizeof *src);
     kiln_gemv_bench *b = calloc(1, sizeof *b);
+    if (b) /* the options' ISA, threads and FP8 form, as a cpu backend of those options computes */
+        kiln_kctx_init(&b->cx, opts ? opts->isa : KILN_ISA_AUTO, opts ? opts->threads : 0, opts ? opts->fp8_gemv : KILN_FP8_AUTO);
     if (!src || !b) { free(src); free(b); return kiln_fail(KILN_ERR_NOMEM, "out of memory for a %lldx%lld weight", (long long)rows, (long long)cols); }
     uint64_t x = 0x9E3779B97F4A7C15ull;
     for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) {
@@ -176,7 +176,7 @@ kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols
         }
         if (i == 0) { /* the quantizer's output, tiled in place as requant.c does */
             b->w[0] = q;
-            if (kiln_weight_prefers_tiled(&b->w[0])) (void)kiln_weight_tile(&b->w[0], di, si);
+            if (kiln_weight_prefers_tiled(&b->w[0], b->cx.isa)) (void)kiln_weight_tile(&b->w[0], di, si);
         } else { /* byte copies of copy 0, already in its final layout */
             memcpy(di, d, db);
             if (sb) memcpy(si, sc, sb);
@@ -196,7 +196,7 @@ int kiln_gemv_bench_copies(const kiln_gemv_bench *b) { return b->copies; }
 
 double kiln_gemv_bench_pass(kiln_gemv_bench *b) {
     const double t0 = kiln_now();
-    for (int i = 0; i < b->copies; i++) kiln_matmul(&b->w[i], b->x, b->y, 1);
+    for (int i = 0; i < b->copies; i++) kiln_cx_matmul(&b->cx, &b->w[i], b->x, b->y, 1);
     const double dt = kiln_now() - t0;
     return dt > 0 ? (double)b->bytes / dt / 1e9 : 0.0;
 }

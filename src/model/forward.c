@@ -1,31 +1,86 @@
-/* forward.c — the Llama-architecture forward pass: RMSNorm → Q/K/V → RoPE → paged GQA attention →
- * output projection → RMSNorm → SwiGLU MLP, per layer; final norm and LM head.
- * Linear layers run batched over the chunk (one weight read per chunk); attention runs per token
- * over the paged cache (causal: token i sees positions [0, pos_i]). */
+/* forward.c — the forward pass of every architecture of the table (model/arch.h: llama, GLM,
+ * DeepSeek / Kimi), built from backend ops (backend/backend.h) and nothing else:
+ *
+ *   x = embed(tokens)
+ *   per layer: h = attn(rmsnorm(x));  [h = rmsnorm(h) post_self_attn]  x += h
+ *              h = ffn(rmsnorm(x));   [h = rmsnorm(h) post_mlp]        x += h
+ *              attn = GQA (fused or separate QKV, biases, q/k norm, partial RoPE) or MLA (mla.c)
+ *              ffn  = dense SwiGLU (fused or separate gate/up) or MoE (moe.c)
+ *   logits = head(rmsnorm(x))
+ * Linear layers run batched over the step's tokens (one weight read per step); attention runs per
+ * token over its own sequence's pages (causal: token i sees positions [0, pos_i]). */
 #include "model/forward.h"
 #include "model/arch.h"
 #include "base/status.h"
-#include "kernels/gemv.h"
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Σx² goes through the dispatched dot kernel (kernels/gemv.h: 16-lane partial sums in several
- * accumulators, the scalar reference without SIMD): a plain loop is one chain of n dependent float
- * adds, ~1.5 µs for a 2,048-wide row, and a decode step of bench-500m runs 19 of them. The partial
- * sums change the rounding of Σx², not its meaning (HF's float32 variance is a vectorised sum too). */
-void kiln_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
-    const float ss = 1.0f / sqrtf(kiln_dot_f32(x, x, n) / (float)n + eps);
-    for (int i = 0; i < n; i++) out[i] = w[i] * (ss * x[i]);
+/* ---- scratch ------------------------------------------------------------------------------------ */
+
+kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m, const kiln_backend *be, int chunk, int n_ctx_max) {
+    const kiln_hparams *hp = &m->hp;
+    const kiln_arch_hp *ah = &((const kiln_arch_model *)m->arch_state)->hp;
+    memset(ws, 0, sizeof *ws);
+    ws->be = be;
+    ws->chunk = chunk;
+    ws->n_ctx_max = n_ctx_max;
+    const size_t T = (size_t)chunk, D = (size_t)hp->dim, F = (size_t)hp->ffn_dim;
+    int ok = 1;
+#define BUF(field, floats) ok = ok && (ws->field = kiln_be_alloc(be, (floats) * sizeof(float))) != NULL
+    BUF(x, T * D);
+    BUF(xb, T * D);
+    BUF(tmp, T * D);
+    BUF(hb, T * F * 2);
+    BUF(hb2, T * F);
+    BUF(cs, T * (size_t)(ah->rope.rot_dim > 0 ? ah->rope.rot_dim : 1));
+    BUF(logits, (size_t)hp->vocab);
+    if (ah->attn == KILN_ATTN_GQA) {
+        const size_t qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
+        BUF(q, T * qd);
+        BUF(k, T * kvd);
+        BUF(v, T * kvd);
+        BUF(ao, T * qd);
+        if (ah->qkv_fused) BUF(qkv, T * (qd + 2 * kvd));
+    }
+#undef BUF
+    ws->pos = calloc(T, sizeof *ws->pos);
+    ws->out_row = calloc(T, sizeof *ws->out_row);
+    ws->seqs = calloc(T, sizeof *ws->seqs);
+    if (!ok || !ws->pos || !ws->out_row || !ws->seqs) {
+        kiln_forward_ws_free(ws);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory allocating forward scratch (chunk %d, context %d)", chunk, n_ctx_max);
+    }
+    kiln_status st = KILN_OK;
+    if (ah->attn == KILN_ATTN_MLA) {
+        st = kiln_mla_ws_init(&ws->mla, be, &ah->mla, chunk);
+        ws->has_mla = st == KILN_OK;
+    }
+    if (st == KILN_OK && ah->n_moe_layers > 0) {
+        st = kiln_moe_ws_init(&ws->moe, be, &ah->moe, chunk);
+        ws->has_moe = st == KILN_OK;
+    }
+    if (st != KILN_OK) kiln_forward_ws_free(ws);
+    return st;
 }
 
-void kiln_rmsnorm_rows(float *out, const float *x, const float *w, int n_rows, int n, float eps) {
-    for (int i = 0; i < n_rows; i++) kiln_rmsnorm(out + (size_t)i * n, x + (size_t)i * n, w, n, eps);
+void kiln_forward_ws_free(kiln_forward_ws *ws) {
+    const kiln_backend *be = ws->be;
+    if (be) {
+        float *bufs[] = {ws->x, ws->xb, ws->tmp, ws->q, ws->k, ws->v, ws->qkv, ws->ao, ws->hb, ws->hb2, ws->cs, ws->logits};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+            if (bufs[i]) kiln_be_free(be, bufs[i]);
+        if (ws->has_mla) kiln_mla_ws_free(&ws->mla, be);
+        if (ws->has_moe) kiln_moe_ws_free(&ws->moe, be);
+    }
+    free(ws->pos); free(ws->out_row); free(ws->seqs);
+    memset(ws, 0, sizeof *ws);
 }
 
-/* ---- the ends shared with the arch forward (model/arch.h) ---- */
+/* ---- the two ends ------------------------------------------------------------------------------- */
 
-kiln_status kiln_forward_embed(const struct kiln_model *m, kiln_forward_ws *ws, const kiln_batch *b) {
+/* Checks the batch (1..chunk tokens, ids in [0, vocab), positions below n_ctx_max) and writes each
+ * token's embedding row to ws->x [n, dim]. */
+static kiln_status embed(const struct kiln_model *m, kiln_forward_ws *ws, const kiln_batch *b) {
     const kiln_hparams *hp = &m->hp;
     const int n = b->n;
     if (n < 1 || n > ws->chunk) return kiln_fail(KILN_ERR_INTERNAL, "forward: batch of %d tokens (max %d)", n, ws->chunk);
@@ -34,131 +89,115 @@ kiln_status kiln_forward_embed(const struct kiln_model *m, kiln_forward_ws *ws, 
             return kiln_fail(KILN_ERR_INVALID_ARG, "token id %d at position %d is out of range [0, %d)", b->tokens[i], b->pos[i], hp->vocab);
         if (b->pos[i] < 0 || b->pos[i] >= ws->n_ctx_max)
             return kiln_fail(KILN_ERR_INVALID_ARG, "context length exceeded: position %d >= %d", b->pos[i], ws->n_ctx_max);
-        kiln_weight_row_f32(&m->tok_embd, b->tokens[i], ws->x + (size_t)i * hp->dim);
     }
+    ws->be->ops->embed(ws->be, &m->tok_embd, b->tokens, n, ws->x);
     return KILN_OK;
 }
 
-void kiln_forward_head(const struct kiln_model *m, kiln_forward_ws *ws, const kiln_batch *b, float *logits) {
+/* After the last layer: each sequence's len becomes max(len, pos + 1); the rows of ws->x that want
+ * logits are RMSNormed into ws->xb in out_row order and the LM head runs over them into logits
+ * [rows, vocab]. */
+static void head(const struct kiln_model *m, kiln_forward_ws *ws, const kiln_batch *b, float *logits) {
     const kiln_hparams *hp = &m->hp;
     const int dim = hp->dim, n = b->n;
     for (int i = 0; i < n; i++)
         if (b->seq[i]->len < b->pos[i] + 1) b->seq[i]->len = b->pos[i] + 1;
-    /* Final norm and LM head only for the rows that want logits, gathered into xb (out_row order). */
     int n_out = 0;
     for (int i = 0; i < n; i++) {
         int r = b->out_row ? b->out_row[i] : i;
         if (r < 0) continue;
-        kiln_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)i * dim, m->output_norm, dim, hp->norm_eps);
+        kiln_be_rmsnorm(ws->be, ws->xb + (size_t)r * dim, ws->x + (size_t)i * dim, m->output_norm, 1, dim, hp->norm_eps);
         if (r + 1 > n_out) n_out = r + 1;
     }
-    if (n_out > 0) kiln_matmul(&m->output, ws->xb, logits, n_out);
+    if (n_out > 0) kiln_be_matmul(ws->be, &m->output, ws->xb, logits, n_out);
 }
 
-kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m, int chunk, int n_ctx_max) {
+/* ---- blocks ------------------------------------------------------------------------------------- */
+
+/* GQA attention of ws->xb [n, dim] into ws->tmp [n, dim]. */
+static void gqa(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_arch_layer *L, kiln_kv_pool *pool, int l,
+                kiln_forward_ws *ws, const kiln_batch *b) {
+    const kiln_backend *be = ws->be;
     const kiln_hparams *hp = &m->hp;
-    memset(ws, 0, sizeof *ws);
-    ws->chunk = chunk;
-    ws->n_ctx_max = n_ctx_max;
-    size_t c = (size_t)chunk, qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
-    ws->x = calloc(c * hp->dim, 4);
-    ws->xb = calloc(c * hp->dim, 4);
-    ws->q = calloc(c * qd, 4);
-    ws->k = calloc(c * kvd, 4);
-    ws->v = calloc(c * kvd, 4);
-    ws->ao = calloc(c * qd, 4);
-    ws->hb = calloc(c * hp->ffn_dim, 4);
-    ws->hb2 = calloc(c * hp->ffn_dim, 4);
-    ws->att = calloc((size_t)hp->n_heads * (size_t)n_ctx_max, 4);
-    ws->rope = calloc(c * (size_t)hp->rotary_dim, 4);
-    ws->logits = calloc((size_t)hp->vocab, 4);
-    ws->pos = calloc(c, sizeof *ws->pos);
-    ws->out_row = calloc(c, sizeof *ws->out_row);
-    ws->seqs = calloc(c, sizeof *ws->seqs);
-    if (!ws->pos || !ws->out_row || !ws->seqs || !ws->x || !ws->xb || !ws->q || !ws->k || !ws->v || !ws->ao || !ws->hb || !ws->hb2 || !ws->att || !ws->rope || !ws->logits) {
-        kiln_forward_ws_free(ws);
-        return kiln_fail(KILN_ERR_NOMEM, "out of memory allocating forward scratch (chunk %d, context %d)", chunk, n_ctx_max);
-    }
-    if (m->arch) { /* GLM / DeepSeek-family scratch (model/arch.h) */
-        kiln_status st = kiln_arch_ws_init(ws, m);
-        if (st != KILN_OK) { kiln_forward_ws_free(ws); return st; }
-    }
-    return KILN_OK;
-}
-
-void kiln_forward_ws_free(kiln_forward_ws *ws) {
-    free(ws->x); free(ws->xb); free(ws->q); free(ws->k); free(ws->v); free(ws->ao);
-    free(ws->hb); free(ws->hb2); free(ws->att); free(ws->rope); free(ws->logits);
-    free(ws->pos); free(ws->out_row); free(ws->seqs);
-    if (ws->arch_ws_free) ws->arch_ws_free(ws->arch_ws);
-    memset(ws, 0, sizeof *ws);
-}
-
-/* cos/sin for one position: rope[0..rot/2) = cos, rope[rot/2..rot) = sin, frequency of pair i
- * = theta^(-2i/rot) (the same float32 formula as llama2.c and HF's inv_freq). */
-static void rope_table(float *rope, int pos, int rot, float theta) {
-    int half = rot / 2;
-    for (int i = 0; i < half; i++) {
-        float freq = 1.0f / powf(theta, (float)(2 * i) / (float)rot);
-        float val = (float)pos * freq;
-        rope[i] = cosf(val);
-        rope[half + i] = sinf(val);
-    }
-}
-
-static void rope_apply(float *v, int n_heads, int hd, int rot, kiln_rope_style style, const float *rope) {
-    int half = rot / 2;
-    for (int h = 0; h < n_heads; h++) {
-        float *x = v + (size_t)h * hd;
-        for (int i = 0; i < half; i++) {
-            float c = rope[i], s = rope[half + i];
-            int a = style == KILN_ROPE_NORM ? 2 * i : i, b = style == KILN_ROPE_NORM ? 2 * i + 1 : i + half;
-            float x0 = x[a], x1 = x[b];
-            x[a] = x0 * c - x1 * s;
-            x[b] = x0 * s + x1 * c;
+    const int n = b->n, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, qd = H * hd, kvd = KV * hd;
+    if (ah->qkv_fused) {
+        kiln_be_matmul(be, &L->wqkv, ws->xb, ws->qkv, n);
+        for (int i = 0; i < n; i++) { /* row i is [q | k | v] */
+            const float *src = ws->qkv + (size_t)i * (qd + 2 * kvd);
+            memcpy(ws->q + (size_t)i * qd, src, (size_t)qd * 4);
+            memcpy(ws->k + (size_t)i * kvd, src + qd, (size_t)kvd * 4);
+            memcpy(ws->v + (size_t)i * kvd, src + qd + kvd, (size_t)kvd * 4);
         }
+    } else {
+        /* one parallel section for the three projections of the same input */
+        const kiln_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
+        float *y3[3] = {ws->q, ws->k, ws->v};
+        kiln_be_matmul_many(be, w3, y3, 3, ws->xb, n);
+    }
+    if (L->bq) be->ops->add_bias(be, ws->q, L->bq, n, qd);
+    if (L->bk) be->ops->add_bias(be, ws->k, L->bk, n, kvd);
+    if (L->bv) be->ops->add_bias(be, ws->v, L->bv, n, kvd);
+    if (ah->qk_norm) { /* per head, before RoPE */
+        kiln_be_rmsnorm(be, ws->q, ws->q, L->q_norm, n * H, hd, hp->norm_eps);
+        kiln_be_rmsnorm(be, ws->k, ws->k, L->k_norm, n * KV, hd, hp->norm_eps);
+    }
+    be->ops->rope(be, &ah->rope, ws->q, n, qd, H, hd, ws->cs);
+    be->ops->rope(be, &ah->rope, ws->k, n, kvd, KV, hd, ws->cs);
+    /* every token stored first; token i then sees positions [0, pos[i]] of its own sequence,
+     * earlier tokens of this step included (consecutive tokens of one sequence share K/V reads) */
+    be->ops->kv_store(be, pool, b->seq, b->pos, n, l, ws->k, kvd, ws->v, kvd);
+    be->ops->kv_attend(be, pool, l, n, b->seq, b->pos, ws->q, H, ah->attn_scale, ws->ao);
+    kiln_be_matmul(be, &L->wo, ws->ao, ws->tmp, n);
+}
+
+/* Dense SwiGLU MLP of X [n, dim] into ws->tmp [n, dim]. */
+static void mlp(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_arch_layer *L, kiln_forward_ws *ws, const float *X, int n) {
+    const kiln_backend *be = ws->be;
+    const int F = m->hp.ffn_dim;
+    if (ah->ffn_fused) {
+        kiln_be_matmul(be, &L->w_gate_up, X, ws->hb, n);
+        for (int i = 0; i < n; i++) { /* row i of hb is [gate F | up F]: silu(gate)·up in place, then packed into hb2 */
+            float *g = ws->hb + (size_t)i * 2 * F;
+            kiln_be_swiglu(be, g, g + F, F);
+            memcpy(ws->hb2 + (size_t)i * F, g, (size_t)F * sizeof(float));
+        }
+        kiln_be_matmul(be, &L->w_down, ws->hb2, ws->tmp, n);
+    } else {
+        const kiln_weight *w2[2] = {&L->w_gate, &L->w_up};
+        float *y2[2] = {ws->hb, ws->hb2};
+        kiln_be_matmul_many(be, w2, y2, 2, X, n);
+        kiln_be_swiglu(be, ws->hb, ws->hb2, (int64_t)n * F);
+        kiln_be_matmul(be, &L->w_down, ws->hb, ws->tmp, n);
     }
 }
 
-kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws,
-                               const kiln_batch *b, float *logits) {
-    if (m->arch) return kiln_arch_forward(m, pool, ws, b, logits); /* GLM / DeepSeek families (model/arch.h) */
+/* ---- the pass ----------------------------------------------------------------------------------- */
+
+kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, float *logits) {
     const kiln_hparams *hp = &m->hp;
-    const int dim = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, ffn = hp->ffn_dim;
-    const int qd = H * hd, kvd = KV * hd, n = b->n;
-    KILN_TRY(kiln_forward_embed(m, ws, b));
-    for (int i = 0; i < n; i++) rope_table(ws->rope + (size_t)i * hp->rotary_dim, b->pos[i], hp->rotary_dim, hp->rope_theta);
-    const float scale = 1.0f / sqrtf((float)hd);
+    const kiln_arch_model *am = m->arch_state;
+    if (!am || !ws->be) return kiln_fail(KILN_ERR_INTERNAL, "forward: %s model not bound or scratch not initialised", hp->arch);
+    const kiln_arch_hp *ah = &am->hp;
+    const kiln_backend *be = ws->be;
+    const int dim = hp->dim, n = b->n;
+    const int64_t nd = (int64_t)n * dim;
+    KILN_TRY(embed(m, ws, b));
+    be->ops->rope_table(be, &ah->rope, b->pos, n, ws->cs);
     for (int l = 0; l < hp->n_layers; l++) {
-        const kiln_layer *L = &m->layers[l];
-        kiln_rmsnorm_rows(ws->xb, ws->x, L->attn_norm, n, dim, hp->norm_eps);
-        { /* one parallel region for the three projections of the same input */
-            const kiln_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
-            float *y3[3] = {ws->q, ws->k, ws->v};
-            kiln_matmul_many(w3, y3, 3, ws->xb, n);
-        }
-        for (int i = 0; i < n; i++) {
-            const float *rope = ws->rope + (size_t)i * hp->rotary_dim;
-            rope_apply(ws->q + (size_t)i * qd, H, hd, hp->rotary_dim, hp->rope_style, rope);
-            rope_apply(ws->k + (size_t)i * kvd, KV, hd, hp->rotary_dim, hp->rope_style, rope);
-            kiln_kv_store(pool, b->seq[i], l, b->pos[i], ws->k + (size_t)i * kvd, ws->v + (size_t)i * kvd);
-        }
-        /* All of the step's K/V are stored first: token i sees positions [0, pos_i] of its sequence,
-         * including earlier tokens of this step; consecutive tokens of one sequence share K/V reads. */
-        kiln_kv_attend_batch(pool, l, n, b->seq, b->pos, ws->q, H, scale, ws->ao);
-        kiln_matmul(&L->wo, ws->ao, ws->xb, n);
-        for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += ws->xb[j];
-        kiln_rmsnorm_rows(ws->xb, ws->x, L->ffn_norm, n, dim, hp->norm_eps);
-        {
-            const kiln_weight *w2[2] = {&L->w_gate, &L->w_up};
-            float *y2[2] = {ws->hb, ws->hb2};
-            kiln_matmul_many(w2, y2, 2, ws->xb, n);
-        }
-        kiln_silu_mul(ws->hb, ws->hb2, (int64_t)n * ffn);
-        kiln_matmul(&L->w_down, ws->hb, ws->xb, n);
-        for (size_t j = 0; j < (size_t)n * dim; j++) ws->x[j] += ws->xb[j];
+        const kiln_arch_layer *L = &am->layers[l];
+        kiln_be_rmsnorm(be, ws->xb, ws->x, L->attn_norm, n, dim, hp->norm_eps);
+        if (ah->attn == KILN_ATTN_MLA)
+            KILN_TRY(kiln_mla_forward(be, &ah->mla, &L->mla, &ah->rope, pool, l, b->seq, b->pos, ws->xb, n, ws->cs, ws->tmp, &ws->mla));
+        else gqa(m, ah, L, pool, l, ws, b);
+        if (L->post_attn_norm) kiln_be_rmsnorm(be, ws->tmp, ws->tmp, L->post_attn_norm, n, dim, hp->norm_eps);
+        kiln_be_add(be, ws->x, ws->tmp, nd);
+        kiln_be_rmsnorm(be, ws->xb, ws->x, L->ffn_norm, n, dim, hp->norm_eps);
+        if (L->is_moe) KILN_TRY(kiln_moe_forward(be, &ah->moe, &L->moe, ws->xb, n, ws->tmp, &ws->moe));
+        else mlp(m, ah, L, ws, ws->xb, n);
+        if (L->post_ffn_norm) kiln_be_rmsnorm(be, ws->tmp, ws->tmp, L->post_ffn_norm, n, dim, hp->norm_eps);
+        kiln_be_add(be, ws->x, ws->tmp, nd);
     }
-    kiln_forward_head(m, ws, b, logits);
+    head(m, ws, b, logits);
     return KILN_OK;
 }
 

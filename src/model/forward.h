@@ -1,31 +1,38 @@
-/* forward.h — the transformer forward pass over a chunk of tokens (internal). */
+/* forward.h — the one transformer forward pass every architecture runs, over a chunk of tokens
+ * from any number of sequences, computed through a backend object (backend/backend.h) (internal). */
 #ifndef KILN_MODEL_FORWARD_H
 #define KILN_MODEL_FORWARD_H
 #include "model/model.h"
+#include "model/mla.h"
+#include "model/moe.h"
+#include "backend/backend.h"
 #include "kv/kv.h"
 
-/* Scratch for a chunk of up to `chunk` tokens; allocated once per session so the decode loop never
- * allocates. Shapes in floats. */
+/* Scratch for a chunk of up to `chunk` tokens, allocated once per session or engine from its
+ * backend (so the decode loop never allocates). Shapes in floats. */
 typedef struct kiln_forward_ws {
+    const kiln_backend *be; /* computes every op of the pass; not owned */
     int chunk, n_ctx_max;
-    float *x;      /* [chunk, dim]     residual stream */
-    float *xb;     /* [chunk, dim]     normed input to a block */
-    float *q;      /* [chunk, H*hd] */
-    float *k, *v;  /* [chunk, KV*hd] */
-    float *ao;     /* [chunk, H*hd]    attention output */
-    float *hb;     /* [chunk, ffn]     gate, then silu(gate)·up */
-    float *hb2;    /* [chunk, ffn]     up */
-    float *att;    /* [H, n_ctx_max]   attention scores */
-    float *rope;   /* [chunk, rot]     cos/sin per position (rot/2 each) */
-    float *logits; /* [vocab]          last row when the caller wants no full logits */
-    int *pos;      /* [chunk]          positions (single-sequence wrapper) */
+    float *x;      /* [chunk, dim]         residual stream */
+    float *xb;     /* [chunk, dim]         normed input to a block; the head's normed rows */
+    float *tmp;    /* [chunk, dim]         a block's output before the residual add */
+    float *q;      /* [chunk, H·hd]        GQA queries */
+    float *k, *v;  /* [chunk, KV·hd]       GQA keys and values */
+    float *qkv;    /* [chunk, (H+2KV)·hd]  fused QKV output (chatglm) or NULL */
+    float *ao;     /* [chunk, H·hd]        attention output */
+    float *hb;     /* [chunk, 2·ffn]       gate (or fused gate|up), then silu(gate)·up */
+    float *hb2;    /* [chunk, ffn]         up */
+    float *cs;     /* [chunk, rot]         RoPE cos/sin per token (rot/2 each) */
+    float *logits; /* [vocab]              last row when the caller wants no full logits */
+    int *pos;      /* [chunk]              positions (single-sequence wrapper) */
     int *out_row;  /* [chunk] */
     kiln_kv_seq **seqs; /* [chunk] */
-    void *arch_ws;                  /* extra scratch of model/arch.h architectures */
-    void (*arch_ws_free)(void *);
+    int has_mla, has_moe;
+    kiln_mla_ws mla;
+    kiln_moe_ws moe;
 } kiln_forward_ws;
 
-kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m, int chunk, int n_ctx_max);
+kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m, const kiln_backend *be, int chunk, int n_ctx_max);
 void kiln_forward_ws_free(kiln_forward_ws *ws);
 
 /* One step of tokens from any number of sequences (continuous batching): the linear layers run
@@ -42,7 +49,13 @@ typedef struct kiln_batch {
                                NULL = every token, row i */
 } kiln_batch;
 
-/* Runs a batch; each sequence's len becomes max(len, pos + 1) of its tokens. */
+/* Runs a batch; each sequence's len becomes max(len, pos + 1) of its tokens.
+ *   x = embed(tokens)
+ *   per layer: h = attn(rmsnorm(x));  [h = rmsnorm(h) post_self_attn]  x += h
+ *              h = ffn(rmsnorm(x));   [h = rmsnorm(h) post_mlp]        x += h
+ *              attn = GQA (fused or separate QKV, biases, q/k norm, partial RoPE) or MLA (mla.c)
+ *              ffn  = dense SwiGLU (fused or separate gate/up) or MoE (moe.c)
+ *   logits = head(rmsnorm(x)) for the rows that want them */
 kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws,
                                const kiln_batch *b, float *logits);
 
@@ -50,17 +63,4 @@ kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, k
  * logits to `logits` if non-NULL, else the last row to ws->logits. */
 kiln_status kiln_forward(const struct kiln_model *m, kiln_kv_pool *pool, kiln_kv_seq *seq, kiln_forward_ws *ws,
                          const int32_t *tokens, int n, float *logits);
-
-/* RMSNorm reference: out[i] = x[i] / sqrt(mean(x²) + eps) · w[i]. */
-void kiln_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
-/* kiln_rmsnorm over n_rows consecutive rows of n floats (out may equal x). */
-void kiln_rmsnorm_rows(float *out, const float *x, const float *w, int n_rows, int n, float eps);
-
-/* The two ends every forward pass shares (the llama path in forward.c and model/arch.h's):
- * kiln_forward_embed checks the batch (1..chunk tokens, ids in [0, vocab), positions below
- * n_ctx_max) and writes each token's embedding row to ws->x [n, dim]; kiln_forward_head, after the
- * last layer, sets each sequence's len to max(len, pos + 1), RMSNorms the rows of ws->x that want
- * logits into ws->xb in out_row order and runs the LM head over them into logits [rows, vocab]. */
-kiln_status kiln_forward_embed(const struct kiln_model *m, kiln_forward_ws *ws, const kiln_batch *b);
-void kiln_forward_head(const struct kiln_model *m, kiln_forward_ws *ws, const kiln_batch *b, float *logits);
 #endif

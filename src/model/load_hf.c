@@ -62,40 +62,6 @@ static kiln_status load_tensors(struct kiln_model *m, const char *dir) {
     return kiln_fail(KILN_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", dir);
 }
 
-/* Llama-family hyper-parameters (also the base other architectures refine). */
-static kiln_status read_llama_hparams(struct kiln_model *m, json_t *cfg, const char *file) {
-    kiln_hparams *hp = &m->hp;
-    KILN_TRY(kiln_cfg_int(cfg, file, "hidden_size", 1, 1 << 20, &hp->dim));
-    KILN_TRY(kiln_cfg_int(cfg, file, "intermediate_size", 1, 1 << 22, &hp->ffn_dim));
-    KILN_TRY(kiln_cfg_int(cfg, file, "num_hidden_layers", 1, 4096, &hp->n_layers));
-    KILN_TRY(kiln_cfg_int(cfg, file, "num_attention_heads", 1, 4096, &hp->n_heads));
-    KILN_TRY(kiln_cfg_int_opt(cfg, file, "num_key_value_heads", 1, 4096, hp->n_heads, &hp->n_kv_heads));
-    KILN_TRY(kiln_cfg_int(cfg, file, "vocab_size", 1, 1 << 24, &hp->vocab));
-    KILN_TRY(kiln_cfg_int_opt(cfg, file, "max_position_embeddings", 1, 1 << 24, 2048, &hp->max_seq));
-    if (hp->n_heads % hp->n_kv_heads)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: field 'num_attention_heads' = %d is not a multiple of 'num_key_value_heads' = %d",
-                         file, hp->n_heads, hp->n_kv_heads);
-    int def_hd = hp->dim % hp->n_heads == 0 ? hp->dim / hp->n_heads : 0;
-    KILN_TRY(kiln_cfg_int_opt(cfg, file, "head_dim", 2, 1 << 16, def_hd, &hp->head_dim));
-    if (hp->head_dim <= 0 || hp->head_dim % 2)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: field 'head_dim' = %d (or hidden_size / num_attention_heads) must be a positive even number", file, hp->head_dim);
-    double eps, theta;
-    KILN_TRY(kiln_cfg_num_opt(cfg, file, "rms_norm_eps", 0, 1, 1e-6, &eps));
-    KILN_TRY(kiln_cfg_num_opt(cfg, file, "rope_theta", 1, 1e12, 10000.0, &theta));
-    hp->norm_eps = (float)eps;
-    hp->rope_theta = (float)theta;
-    hp->rope_style = KILN_ROPE_NEOX;
-    hp->rotary_dim = hp->head_dim;
-    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "tie_word_embeddings", 0, &hp->tie_embeddings));
-    KILN_TRY(kiln_cfg_token_id(cfg, file, "bos_token_id", &hp->bos_id));
-    KILN_TRY(kiln_cfg_token_id(cfg, file, "eos_token_id", &hp->eos_id));
-    json_t *td = json_object_get(cfg, "torch_dtype");
-    if (!td) td = json_object_get(cfg, "dtype");
-    const char *tds = json_is_string(td) ? json_string_value(td) : "float32";
-    hp->act_dtype = strcmp(tds, "bfloat16") == 0 ? KILN_DT_BF16 : strcmp(tds, "float16") == 0 ? KILN_DT_F16 : KILN_DT_F32;
-    return kiln_hparams_check(hp, file, &kiln_hparam_keys_hf);
-}
-
 kiln_status kiln_load_hf(struct kiln_model *m, const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -109,14 +75,11 @@ kiln_status kiln_load_hf(struct kiln_model *m, const char *dir) {
     json_t *archs = json_object_get(cfg, "architectures");
     const char *arch0 = json_is_array(archs) ? json_string_value(json_array_get(archs, 0)) : NULL;
     if (!mt && !arch0) return kiln_fail(KILN_ERR_FORMAT, "%s: required field 'model_type' is missing", path);
-    if ((mt && strcmp(mt, "llama") == 0) || (!mt && strcmp(arch0, "LlamaForCausalLM") == 0)) {
-        snprintf(m->hp.arch, sizeof m->hp.arch, "llama");
-        KILN_TRY(read_llama_hparams(m, cfg, path));
-    } else if ((m->arch = kiln_arch_find(mt, arch0)) != NULL) { /* GLM / DeepSeek families (model/arch.h) */
+    if ((m->arch = kiln_arch_find(mt, arch0)) != NULL) { /* every architecture is a row of model/arch.h */
         snprintf(m->hp.arch, sizeof m->hp.arch, "%s", m->arch->name);
         KILN_TRY(m->arch->read_hparams(m, cfg, path));
     } else {
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: model_type '%s' (architecture '%s') is not supported (known: llama, %s)", path,
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: model_type '%s' (architecture '%s') is not supported (known: %s)", path,
                          mt ? mt : "?", arch0 ? arch0 : "?", kiln_arch_names());
     }
     KILN_TRY(kiln_check_quant_config(cfg, path));

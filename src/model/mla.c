@@ -1,39 +1,37 @@
 /* mla.c — Multi-head Latent Attention with weight absorption over the paged latent cache (mla.h). */
 #include "model/mla.h"
-#include "model/forward.h"
-#include "base/pool.h"
-#include "kernels/gemv.h"
+#include "model/model.h"
 #include "base/status.h"
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
-kiln_status kiln_mla_ws_init(kiln_mla_ws *ws, const kiln_mla_cfg *c, int max_tokens) {
+kiln_status kiln_mla_ws_init(kiln_mla_ws *ws, const kiln_backend *be, const kiln_mla_cfg *c, int max_tokens) {
     memset(ws, 0, sizeof *ws);
     ws->max_tokens = max_tokens;
     size_t T = (size_t)max_tokens, H = (size_t)c->n_heads, row = (size_t)(c->kv_lora_rank + c->qk_rope);
     size_t qd = H * (size_t)(c->qk_nope + c->qk_rope);
     size_t g = (size_t)(c->kv_lora_rank > c->qk_nope ? c->kv_lora_rank : c->qk_nope);
     if ((size_t)c->v_head > g) g = (size_t)c->v_head;
-    ws->qa = malloc(T * (size_t)(c->q_lora_rank > 0 ? c->q_lora_rank : 1) * sizeof(float));
-    ws->q = malloc(T * qd * sizeof(float));
-    ws->kva = malloc(T * row * sizeof(float));
-    ws->lat = malloc(T * row * sizeof(float));
-    ws->qabs = malloc(T * H * row * sizeof(float));
-    ws->olat = malloc(T * H * row * sizeof(float));
-    ws->ov = malloc(T * H * (size_t)c->v_head * sizeof(float));
-    ws->gin = malloc(T * g * sizeof(float));
-    ws->gout = malloc(T * g * sizeof(float));
+    ws->qa = kiln_be_alloc(be, T * (size_t)(c->q_lora_rank > 0 ? c->q_lora_rank : 1) * sizeof(float));
+    ws->q = kiln_be_alloc(be, T * qd * sizeof(float));
+    ws->kva = kiln_be_alloc(be, T * row * sizeof(float));
+    ws->lat = kiln_be_alloc(be, T * row * sizeof(float));
+    ws->qabs = kiln_be_alloc(be, T * H * row * sizeof(float));
+    ws->olat = kiln_be_alloc(be, T * H * row * sizeof(float));
+    ws->ov = kiln_be_alloc(be, T * H * (size_t)c->v_head * sizeof(float));
+    ws->gin = kiln_be_alloc(be, T * g * sizeof(float));
+    ws->gout = kiln_be_alloc(be, T * g * sizeof(float));
     if (!ws->qa || !ws->q || !ws->kva || !ws->lat || !ws->qabs || !ws->olat || !ws->ov || !ws->gin || !ws->gout) {
-        kiln_mla_ws_free(ws);
+        kiln_mla_ws_free(ws, be);
         return kiln_fail(KILN_ERR_NOMEM, "out of memory allocating MLA scratch (%d tokens, %d heads)", max_tokens, c->n_heads);
     }
     return KILN_OK;
 }
 
-void kiln_mla_ws_free(kiln_mla_ws *ws) {
-    free(ws->qa); free(ws->q); free(ws->kva); free(ws->lat); free(ws->qabs); free(ws->olat); free(ws->ov);
-    free(ws->gin); free(ws->gout);
+void kiln_mla_ws_free(kiln_mla_ws *ws, const kiln_backend *be) {
+    float *bufs[] = {ws->qa, ws->q, ws->kva, ws->lat, ws->qabs, ws->olat, ws->ov, ws->gin, ws->gout};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) kiln_be_free(be, bufs[i]);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -63,33 +61,8 @@ kiln_status kiln_mla_absorb(struct kiln_model *m, const kiln_mla_cfg *c, kiln_ml
     return KILN_OK;
 }
 
-/* Decode (one token): the per-head absorbed products as one parallel section over heads, each head
- * on one thread (kiln_matmul_rows), instead of one section per head: a head's matrix is r × dn or
- * dv × r floats (256 KiB for DeepSeek-V3 / Kimi K2 shapes), too small to split well across threads,
- * and 2 × n_heads sections per layer cost a hand-off each. Same per-row arithmetic as kiln_matmul. */
-typedef struct {
-    const kiln_mla_layer *L;
-    kiln_mla_ws *ws;
-    int dn, dr, r, qh, row, dv, ostride;
-} mla_heads_job;
-
-/* q_abs_h = [W_UK_hᵀ q_nope_h, q_pe_h] for head h of the single token. */
-static void absorb_query_head(void *arg, int64_t h) {
-    const mla_heads_job *j = arg;
-    const float *q = j->ws->q + (size_t)h * j->qh;
-    float *dst = j->ws->qabs + (size_t)h * j->row;
-    kiln_matmul_rows(&j->L->ukt[h], q, dst, 1, 0, j->r);
-    memcpy(dst + j->r, q + j->dn, (size_t)j->dr * sizeof(float));
-}
-
-/* o_h = W_UV_h o_lat_h for head h of the single token. */
-static void expand_value_head(void *arg, int64_t h) {
-    const mla_heads_job *j = arg;
-    kiln_matmul_rows(&j->L->uv[h], j->ws->olat + (size_t)h * j->ostride, j->ws->ov + (size_t)h * j->dv, 1, 0, j->dv);
-}
-
-kiln_status kiln_mla_forward(const kiln_mla_cfg *c, const kiln_mla_layer *L, const kiln_rope *rope, kiln_kv_pool *pool, int layer,
-                             kiln_kv_seq *const *seq, const int *pos, const float *X, int n, const float *cs, float *att, float *Y,
+kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, const kiln_mla_layer *L, const kiln_rope *rope, kiln_kv_pool *pool,
+                             int layer, kiln_kv_seq *const *seq, const int *pos, const float *X, int n, const float *cs, float *Y,
                              kiln_mla_ws *ws) {
     const int H = c->n_heads, r = c->kv_lora_rank, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head;
     const int qh = dn + dr, row = r + dr;
@@ -102,53 +75,36 @@ kiln_status kiln_mla_forward(const kiln_mla_cfg *c, const kiln_mla_layer *L, con
      * (the c part) are used. */
     const int ostride = pool->cfg.v_dim;
     /* the query down-projection (or the full query projection without q LoRA) and the latent
-     * projection read the same X: one parallel region */
+     * projection read the same X: one parallel section */
     {
         const kiln_weight *w2[2] = {c->q_lora_rank > 0 ? &L->wq_a : &L->wq, &L->wkv_a};
         float *y2[2] = {c->q_lora_rank > 0 ? ws->qa : ws->q, ws->kva};
-        kiln_matmul_many(w2, y2, 2, X, n);
+        kiln_be_matmul_many(be, w2, y2, 2, X, n);
     }
-    /* queries */
+    /* queries [n, H, dn + dr] */
     if (c->q_lora_rank > 0) {
-        kiln_rmsnorm_rows(ws->qa, ws->qa, L->q_a_norm, n, c->q_lora_rank, c->lora_eps);
-        kiln_matmul(&L->wq_b, ws->qa, ws->q, n);
+        kiln_be_rmsnorm(be, ws->qa, ws->qa, L->q_a_norm, n, c->q_lora_rank, c->lora_eps);
+        kiln_be_matmul(be, &L->wq_b, ws->qa, ws->q, n);
     }
-    /* latents */
+    /* latents [n, r + dr]: RMSNorm over the c part, RoPE over the shared k_pe part */
     for (int i = 0; i < n; i++) {
         const float *src = ws->kva + (size_t)i * row;
         float *lat = ws->lat + (size_t)i * row;
-        kiln_rmsnorm(lat, src, L->kv_a_norm, r, c->lora_eps);
+        kiln_be_rmsnorm(be, lat, src, L->kv_a_norm, 1, r, c->lora_eps);
         memcpy(lat + r, src + r, (size_t)dr * sizeof(float));
-        kiln_rope_apply(rope, lat + r, 1, dr, cs + (size_t)i * dr);
-        kiln_rope_apply(rope, ws->q + (size_t)i * H * qh + dn, H, qh, cs + (size_t)i * dr);
     }
-    mla_heads_job hj = {L, ws, dn, dr, r, qh, row, dv, pool->cfg.v_dim};
-    const int nth = omp_get_max_threads();
-    /* absorbed queries: q_abs_h = [W_UK_hᵀ q_nope_h, q_pe_h] */
-    if (n == 1) kiln_pool_for(H, absorb_query_head, &hj, nth);
-    else for (int h = 0; h < H; h++) {
-        for (int i = 0; i < n; i++) memcpy(ws->gin + (size_t)i * dn, ws->q + (size_t)i * H * qh + (size_t)h * qh, (size_t)dn * sizeof(float));
-        kiln_matmul(&L->ukt[h], ws->gin, ws->gout, n);
-        for (int i = 0; i < n; i++) {
-            float *dst = ws->qabs + ((size_t)i * H + h) * row;
-            memcpy(dst, ws->gout + (size_t)i * r, (size_t)r * sizeof(float));
-            memcpy(dst + r, ws->q + (size_t)i * H * qh + (size_t)h * qh + dn, (size_t)dr * sizeof(float));
-        }
-    }
+    be->ops->rope(be, rope, ws->lat + r, n, row, 1, dr, cs);
+    be->ops->rope(be, rope, ws->q + dn, n, (int64_t)H * qh, H, qh, cs);
+    /* absorbed queries [n, H, r + dr]: q_abs_h = [W_UK_hᵀ q_nope_h, q_pe_h] */
+    be->ops->matmul_heads(be, L->ukt, H, n, ws->q, (int64_t)H * qh, qh, ws->qabs, (int64_t)H * row, row, ws->gin, ws->gout);
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < H; h++)
+            memcpy(ws->qabs + ((size_t)i * H + h) * row + r, ws->q + (size_t)i * H * qh + (size_t)h * qh + dn, (size_t)dr * sizeof(float));
     /* store every token's latent, then attend (token i sees positions [0, pos[i]] of its sequence) */
-    for (int i = 0; i < n; i++) {
-        const float *lat = ws->lat + (size_t)i * row;
-        kiln_kv_store(pool, seq[i], layer, pos[i], lat, pool->cfg.v_shares_k ? NULL : lat);
-    }
-    (void)att;
-    kiln_kv_attend_batch(pool, layer, n, seq, pos, ws->qabs, H, c->scale, ws->olat);
-    /* o_h = W_UV_h o_lat_h */
-    if (n == 1) kiln_pool_for(H, expand_value_head, &hj, nth);
-    else for (int h = 0; h < H; h++) {
-        for (int i = 0; i < n; i++) memcpy(ws->gin + (size_t)i * r, ws->olat + ((size_t)i * H + h) * ostride, (size_t)r * sizeof(float));
-        kiln_matmul(&L->uv[h], ws->gin, ws->gout, n);
-        for (int i = 0; i < n; i++) memcpy(ws->ov + (size_t)i * H * dv + (size_t)h * dv, ws->gout + (size_t)i * dv, (size_t)dv * sizeof(float));
-    }
-    kiln_matmul(&L->wo, ws->ov, Y, n);
+    be->ops->kv_store(be, pool, seq, pos, n, layer, ws->lat, row, pool->cfg.v_shares_k ? NULL : ws->lat, row);
+    be->ops->kv_attend(be, pool, layer, n, seq, pos, ws->qabs, H, c->scale, ws->olat);
+    /* o_h = W_UV_h o_lat_h → ov [n, H, dv] */
+    be->ops->matmul_heads(be, L->uv, H, n, ws->olat, (int64_t)H * ostride, ostride, ws->ov, (int64_t)H * dv, dv, ws->gin, ws->gout);
+    kiln_be_matmul(be, &L->wo, ws->ov, Y, n);
     return KILN_OK;
 }

@@ -16,8 +16,7 @@
  * W_UK_hᵀ and W_UV_h are float32 copies made at bind time from kv_b_proj (any storage format). */
 #ifndef KILN_MODEL_MLA_H
 #define KILN_MODEL_MLA_H
-#include "kv/kv.h"
-#include "model/rope_yarn.h"
+#include "backend/backend.h"
 
 typedef struct kiln_mla_cfg {
     int dim, n_heads, q_lora_rank /* 0 = q_proj */, kv_lora_rank, qk_nope, qk_rope, v_head;
@@ -42,16 +41,17 @@ typedef struct kiln_mla_ws {
     float *qa, *q, *kva, *lat, *qabs, *olat, *ov, *gin, *gout;
 } kiln_mla_ws;
 
-kiln_status kiln_mla_ws_init(kiln_mla_ws *ws, const kiln_mla_cfg *c, int max_tokens);
-void kiln_mla_ws_free(kiln_mla_ws *ws);
+/* Scratch for up to max_tokens tokens; the float buffers come from the backend. */
+kiln_status kiln_mla_ws_init(kiln_mla_ws *ws, const kiln_backend *be, const kiln_mla_cfg *c, int max_tokens);
+void kiln_mla_ws_free(kiln_mla_ws *ws, const kiln_backend *be);
 
 /* Builds L->ukt / L->uv from L->wkv_b. Buffers are registered with the model (freed with it). */
 kiln_status kiln_mla_absorb(struct kiln_model *m, const kiln_mla_cfg *c, kiln_mla_layer *L);
 
 /* Y[n, dim] = MLA(X[n, dim]) for tokens at (seq[i], pos[i]); writes each token's latent to the pool
  * (layer `layer`) before attending, so tokens of one sequence must be in increasing position order.
- * cs: [n, qk_rope] rope cos/sin per token (kiln_rope_table); att: [H × n_ctx_max] scratch. */
-kiln_status kiln_mla_forward(const kiln_mla_cfg *c, const kiln_mla_layer *L, const kiln_rope *rope, kiln_kv_pool *pool, int layer,
-                             kiln_kv_seq *const *seq, const int *pos, const float *X, int n, const float *cs, float *att, float *Y,
+ * cs: [n, qk_rope] rope cos/sin per token (kiln_rope_table). Computed through the backend be. */
+kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, const kiln_mla_layer *L, const kiln_rope *rope, kiln_kv_pool *pool,
+                             int layer, kiln_kv_seq *const *seq, const int *pos, const float *X, int n, const float *cs, float *Y,
                              kiln_mla_ws *ws);
 #endif

@@ -77,13 +77,16 @@ static kiln_status detect(const char *path, char *resolved, size_t cap, int *kin
 kiln_status kiln_model_load(const char *path, const kiln_options *opts, kiln_model **out) {
     *out = NULL;
     kiln_fp_init();
-    /* The kernel family is chosen before anything is laid out for it: weights requantized after
-     * loading (kiln bench, kiln eval) are tiled for the table current then, and AVX2 reading an
-     * AVX-512 tile layout would fall back to per-call gathered copies. */
-    if (opts) kiln_kernels_select(opts->isa);
     kiln_clear_error();
     struct kiln_model *m = calloc(1, sizeof *m);
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    /* The ISA the model's own weight copies are laid out for, chosen before anything is laid out:
+     * weights requantized after loading (kiln bench, kiln eval) and the first session's repack are
+     * tiled for it (kernels/gemv.h), and a backend of another ISA reading that layout falls back to
+     * per-call gathered copies (correct, slower). */
+    kiln_kctx lx;
+    kiln_kctx_init(&lx, opts ? opts->isa : KILN_ISA_AUTO, 1, KILN_FP8_AUTO);
+    m->layout_isa = lx.isa;
     char resolved[4200];
     int kind = 0;
     kiln_status st = detect(path, resolved, sizeof resolved, &kind);
@@ -100,7 +103,6 @@ kiln_status kiln_model_load(const char *path, const kiln_options *opts, kiln_mod
 
 void kiln_model_free(kiln_model *m) {
     if (!m) return;
-    free(m->layers);
     free(m->copies);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
@@ -140,69 +142,13 @@ kiln_status kiln_weight_from_tensor(const kiln_tensor *t, int64_t rows, int64_t 
     return KILN_OK;
 }
 
-static kiln_status need(struct kiln_model *m, const char *name, const kiln_tensor **t) {
-    *t = kiln_tt_find(&m->tt, name);
-    if (!*t) return kiln_fail(KILN_ERR_FORMAT, "%s: missing tensor '%s'", m->path, name);
-    return KILN_OK;
-}
-
-/* name is "<prefix>.weight"; quantized storage under the same prefix is found by kiln_bind_linear. */
-static kiln_status bind_matrix(struct kiln_model *m, const char *name, int64_t rows, int64_t cols, kiln_weight *w) {
-    char prefix[256];
-    snprintf(prefix, sizeof prefix, "%s", name);
-    size_t l = strlen(prefix);
-    if (l > 7 && strcmp(prefix + l - 7, ".weight") == 0) prefix[l - 7] = 0;
-    return kiln_bind_linear(m, prefix, rows, cols, w);
-}
-
-/* Norm weights are read as float32; narrower stored norms get an owned f32 copy. */
-static kiln_status bind_vector(struct kiln_model *m, const char *name, int64_t n, const float **out) {
-    const kiln_tensor *t;
-    KILN_TRY(need(m, name, &t));
-    if (t->ndim != 1 || t->shape[0] != n)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' has %d dims / shape[0] = %lld but the config implies [%lld]",
-                         t->file, name, t->ndim, (long long)t->shape[0], (long long)n);
-    const kiln_dtype_info *di = kiln_dtype_get(t->dtype);
-    if (t->dtype == KILN_DT_F32 && ((uintptr_t)t->data % 4) == 0) { *out = (const float *)t->data; return KILN_OK; }
-    if (!di->to_f32) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s not usable as a norm weight", t->file, name, di->name);
-    float *f = kiln_model_own(m, malloc((size_t)n * 4));
-    if (!f) return kiln_fail_oom(t->file, name, (unsigned long long)n * 4);
-    di->to_f32(t->data, f, (size_t)n);
-    *out = f;
-    return KILN_OK;
-}
-
 kiln_status kiln_model_bind(struct kiln_model *m) {
-    kiln_hparams *hp = &m->hp;
-    if (m->arch) return m->arch->bind(m); /* GLM / DeepSeek families (model/arch.h) */
-    if (strcmp(hp->arch, "llama") != 0) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: architecture '%s' not supported", m->path, hp->arch);
-    int64_t dim = hp->dim, q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
-    KILN_TRY(bind_matrix(m, "model.embed_tokens.weight", hp->vocab, dim, &m->tok_embd));
-    if (kiln_tt_find(&m->tt, "lm_head.weight") || kiln_tt_find(&m->tt, "lm_head.weight_packed")) KILN_TRY(bind_matrix(m, "lm_head.weight", hp->vocab, dim, &m->output));
-    else if (hp->tie_embeddings) m->output = m->tok_embd;
-    else return kiln_fail(KILN_ERR_FORMAT, "%s: missing tensor 'lm_head.weight' (and tie_word_embeddings is false)", m->path);
-    KILN_TRY(bind_vector(m, "model.norm.weight", dim, &m->output_norm));
-    m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
-    if (!m->layers) return kiln_fail_oom(m->path, "layers (num_hidden_layers)", (unsigned long long)hp->n_layers * sizeof *m->layers);
-    char n[160];
-#define P(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
-    for (int l = 0; l < hp->n_layers; l++) {
-        kiln_layer *L = &m->layers[l];
-        KILN_TRY(bind_vector(m, P("input_layernorm.weight"), dim, &L->attn_norm));
-        KILN_TRY(bind_vector(m, P("post_attention_layernorm.weight"), dim, &L->ffn_norm));
-        KILN_TRY(bind_matrix(m, P("self_attn.q_proj.weight"), q_dim, dim, &L->wq));
-        KILN_TRY(bind_matrix(m, P("self_attn.k_proj.weight"), kv_dim, dim, &L->wk));
-        KILN_TRY(bind_matrix(m, P("self_attn.v_proj.weight"), kv_dim, dim, &L->wv));
-        KILN_TRY(bind_matrix(m, P("self_attn.o_proj.weight"), dim, q_dim, &L->wo));
-        KILN_TRY(bind_matrix(m, P("mlp.gate_proj.weight"), hp->ffn_dim, dim, &L->w_gate));
-        KILN_TRY(bind_matrix(m, P("mlp.up_proj.weight"), hp->ffn_dim, dim, &L->w_up));
-        KILN_TRY(bind_matrix(m, P("mlp.down_proj.weight"), dim, hp->ffn_dim, &L->w_down));
+    /* llama2.c and GGUF files come as llama without config.json: the llama row binds them */
+    if (!m->arch) {
+        if (strcmp(m->hp.arch, "llama") != 0) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: architecture '%s' not supported", m->path, m->hp.arch);
+        m->arch = &kiln_arch_llama;
     }
-#undef P
-    if (m->tok && kiln_tok_vocab_size(m->tok) > hp->vocab)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: tokenizer has %d tokens but the model's vocab_size is %d", m->path,
-                         kiln_tok_vocab_size(m->tok), hp->vocab);
-    return KILN_OK;
+    return m->arch->bind(m);
 }
 
 /* ---- info ----------------------------------------------------------------------------------------- */

@@ -1,20 +1,17 @@
 /* model.h — the in-memory model description every loader produces (internal).
  *
  * A loader (model/load_llama2c.c, model/load_hf.c, model/load_gguf.c, over the format/ parsers) fills the tensor table and the
- * hyper-parameters; model/bind.c then binds tensors to the architecture's weight slots, checking
- * every shape. The forward pass (model/forward.c) reads only the bound slots. */
+ * hyper-parameters; kiln_model_bind (model.c) then binds tensors to the architecture's weight slots, checking
+ * every shape through its row of the architecture table (model/arch.h). The forward pass
+ * (model/forward.c) reads only the bound slots. */
 #ifndef KILN_MODEL_H
 #define KILN_MODEL_H
 #include "kiln.h"
 #include "format/tensor.h"
 #include "kernels/gemv.h"
+#include "backend/rope.h"
 #include "tokenizer/tokenizer.h"
 
-/* How RoPE pairs the dimensions of a head.
- *   NEOX: pairs (i, i + rot/2) — Hugging Face "rotate_half" (LlamaForCausalLM, GLM-4 HF, DeepSeek).
- *   NORM: pairs (2i, 2i + 1)    — llama2.c, GGUF llama (llama.cpp permutes Q/K on conversion), and
- *         GLM's original chatglm layout. */
-typedef enum { KILN_ROPE_NEOX = 0, KILN_ROPE_NORM = 1 } kiln_rope_style;
 
 typedef struct kiln_hparams {
     char arch[32];          /* "llama" */
@@ -34,11 +31,6 @@ typedef struct kiln_hparams {
     int kv_v_shares_k;
 } kiln_hparams;
 
-typedef struct kiln_layer {
-    const float *attn_norm, *ffn_norm;           /* [dim] (F32, owned copies if stored narrower) */
-    kiln_weight wq, wk, wv, wo;                   /* [H*hd, dim] [KV*hd, dim] [KV*hd, dim] [dim, H*hd] */
-    kiln_weight w_gate, w_up, w_down;             /* [ffn, dim] [ffn, dim] [dim, ffn] */
-} kiln_layer;
 
 #define KILN_MAX_MAPS 64
 struct kiln_model {
@@ -54,11 +46,11 @@ struct kiln_model {
     kiln_weight tok_embd;     /* [vocab, dim] — rows looked up, never multiplied */
     kiln_weight output;       /* [vocab, dim] (== tok_embd data when tied) */
     const float *output_norm; /* [dim] */
-    kiln_layer *layers;
     void **owned;             /* buffers freed with the model (converted norms, permuted copies) */
-    /* ---- architectures of the table in model/arch.h (NULL for llama) ---- */
+    /* ---- the row of the architecture table (model/arch.h) and its bound layers ---- */
     const struct kiln_arch *arch;
     void *arch_state;         /* struct kiln_arch_model (owned via kiln_model_own) */
+    kiln_isa layout_isa;      /* ISA whose kernels the model's own weight copies are tiled for */
     int n_owned, cap_owned;
     int repacked;             /* kiln_model_repack has run (once, at the first session or engine) */
     /* Owned copies the kernels compute on instead of the mapped tensors (the FP8/INT4 repack), with
@@ -97,7 +89,7 @@ kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path);
 /* XXH3-64 of every tensor into tt.v[i].checksum (model/checksum.c). */
 void kiln_model_compute_checksums(struct kiln_model *m);
 
-/* Binds the tensor table to the architecture's slots with shape checks (model/bind.c). */
+/* Binds the tensor table to the slots of the model's architecture row (model/arch.h), checking shapes. */
 kiln_status kiln_model_bind(struct kiln_model *m);
 /* Binds the linear layer `prefix` (e.g. "model.layers.0.mlp.down_proj") of shape [rows, cols],
  * whatever its storage, detected from the tensors present:

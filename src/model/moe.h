@@ -14,16 +14,8 @@
  * (deterministic whatever the thread count) and the shared experts over all tokens. */
 #ifndef KILN_MODEL_MOE_H
 #define KILN_MODEL_MOE_H
-#include "kernels/gemv.h"
+#include "backend/backend.h"
 
-typedef struct kiln_moe_cfg {
-    int n_experts, n_used;      /* n_routed_experts, num_experts_per_tok */
-    int n_group, topk_group;    /* group-limited selection (1, 1 = off) */
-    int norm_topk_prob;
-    float routed_scale;         /* routed_scaling_factor */
-    int dim, ffn;               /* hidden_size, moe_intermediate_size */
-    int shared_ffn;             /* moe_intermediate_size × n_shared_experts (0 = no shared experts) */
-} kiln_moe_cfg;
 
 typedef struct kiln_moe_layer {
     kiln_weight router;                      /* [E, dim] mlp.gate.weight */
@@ -53,13 +45,11 @@ typedef struct kiln_moe_ws {
                                                    group limit changed */
 } kiln_moe_ws;
 
-kiln_status kiln_moe_ws_init(kiln_moe_ws *ws, const kiln_moe_cfg *c, int max_tokens);
-void kiln_moe_ws_free(kiln_moe_ws *ws);
+/* Scratch for up to max_tokens tokens; the float buffers come from the backend. */
+kiln_status kiln_moe_ws_init(kiln_moe_ws *ws, const kiln_backend *be, const kiln_moe_cfg *c, int max_tokens);
+void kiln_moe_ws_free(kiln_moe_ws *ws, const kiln_backend *be);
 
-/* Routes one token: idx[k], w[k] from router logits [E]; tmp: [E + n_group] floats.
- * Returns 1 when the group limit changed the selection compared with plain top-k of choice. */
-int kiln_moe_route(const kiln_moe_cfg *c, const float *logits, const float *bias, int *idx, float *w, float *tmp);
 
 /* Y[n, dim] = MoE(X[n, dim]) (routed experts + shared experts). */
-kiln_status kiln_moe_forward(const kiln_moe_cfg *c, const kiln_moe_layer *L, const float *X, int n, float *Y, kiln_moe_ws *ws);
+kiln_status kiln_moe_forward(const kiln_backend *be, const kiln_moe_cfg *c, const kiln_moe_layer *L, const float *X, int n, float *Y, kiln_moe_ws *ws);
 #endif

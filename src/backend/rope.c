@@ -1,5 +1,5 @@
-/* rope_yarn.c — RoPE frequency tables (plain and YaRN) and rotation in both pair layouts. */
-#include "model/rope_yarn.h"
+/* backend/rope.c — RoPE frequency tables (plain and YaRN) and rotation in both pair layouts. */
+#include "backend/rope.h"
 #include "base/status.h"
 #include <math.h>
 #include <string.h>

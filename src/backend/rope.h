@@ -1,4 +1,4 @@
-/* rope_yarn.h — rotary position embeddings for the GLM / DeepSeek families: plain RoPE over the
+/* rope.h — rotary position embeddings for every architecture (llama, GLM, DeepSeek/Kimi): plain RoPE over the
  * first rot_dim dims of a head (partial rotary), in either pair layout, and YaRN frequency
  * scaling with its attention factor (DeepSeek-V3 / Kimi K2 rope_scaling {"type": "yarn"}).
  *
@@ -11,9 +11,15 @@
  *   cos/sin are multiplied by mscale = yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor,
  *   mscale_all_dim) (1 without YaRN); the softmax scale gets yarn_get_mscale(factor, mscale_all_dim)²
  *   (kiln_yarn_softmax_factor). */
-#ifndef KILN_MODEL_ROPE_YARN_H
-#define KILN_MODEL_ROPE_YARN_H
-#include "model/model.h"
+#ifndef KILN_BACKEND_ROPE_H
+#define KILN_BACKEND_ROPE_H
+#include "kiln.h"
+
+/* How RoPE pairs the dimensions of a head.
+ *   NEOX: pairs (i, i + rot/2) — Hugging Face "rotate_half" (LlamaForCausalLM, GLM-4 HF, DeepSeek).
+ *   NORM: pairs (2i, 2i + 1)    — llama2.c, GGUF llama (llama.cpp permutes Q/K on conversion), and
+ *         GLM's original chatglm layout. */
+typedef enum { KILN_ROPE_NEOX = 0, KILN_ROPE_NORM = 1 } kiln_rope_style;
 
 typedef struct kiln_yarn {
     int enabled;

@@ -1,0 +1,110 @@
+/* backend.c — backend objects: creation from a kind or from kiln_options, names. */
+#include "backend/backend.h"
+#include "backend/backend_common.h"
+#include "base/status.h"
+#include <stdlib.h>
+#include <string.h>
+
+const char *kiln_backend_kind_name(kiln_backend_kind k) {
+    switch (k) {
+    case KILN_BACKEND_CPU: return "cpu";
+    case KILN_BACKEND_REF: return "ref";
+    }
+    return "?";
+}
+
+const char *kiln_op_name(kiln_op op) {
+    static const char *const names[KILN_OP_COUNT] = {"embed", "rmsnorm", "rope", "add", "swiglu", "matmul",
+                                                    "matmul_heads", "moe_route", "moe_experts", "moe_combine", "kv_store", "kv_attend", "argmax"};
+    return (unsigned)op < KILN_OP_COUNT ? names[op] : "?";
+}
+
+kiln_status kiln_backend_create(kiln_backend_kind kind, kiln_isa isa, int threads, int fp8, kiln_backend **out) {
+    *out = NULL;
+    if (kind != KILN_BACKEND_CPU && kind != KILN_BACKEND_REF)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "backend %d is not one of cpu, ref", (int)kind);
+    if (fp8 < KILN_FP8_AUTO || fp8 > KILN_FP8_BF16)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "fp8 GEMV form %d is not one of 0 (auto), 1 (exact), 2 (bf16)", fp8);
+    kiln_backend *be = calloc(1, sizeof *be);
+    if (!be) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    be->kind = kind;
+    be->name = kiln_backend_kind_name(kind);
+    if (kind == KILN_BACKEND_REF) {
+        /* the oracle: scalar kernels, one thread, the exact FP8 reference */
+        kiln_kctx_init(&be->cx, KILN_ISA_SCALAR, 1, KILN_FP8_EXACT);
+        be->ops = &kiln_backend_ref_ops;
+    } else {
+        kiln_kctx_init(&be->cx, isa, threads, fp8);
+        be->ops = &kiln_backend_cpu_ops;
+    }
+    *out = be;
+    return KILN_OK;
+}
+
+kiln_status kiln_backend_from_options(const kiln_options *o, kiln_backend **out) {
+    kiln_options d;
+    if (!o) { kiln_options_default(&d); o = &d; }
+    return kiln_backend_create(o->backend, o->isa, o->threads, o->fp8_gemv, out);
+}
+
+void kiln_backend_free(kiln_backend *be) { free(be); }
+
+/* ---- ops shared by the cpu and ref backends (backend_common.h) ---------------------------------- */
+void *kiln_be_common_alloc(const kiln_backend *be, size_t bytes) {
+    (void)be;
+    void *p = kiln_alloc64(bytes ? bytes : 64);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+void kiln_be_common_free(const kiln_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+void kiln_be_common_embed(const kiln_backend *be, const kiln_weight *table, const int32_t *tokens, int n, float *x) {
+    (void)be;
+    for (int i = 0; i < n; i++) kiln_weight_row_f32(table, tokens[i], x + (size_t)i * (size_t)table->cols);
+}
+void kiln_be_common_rope_table(const kiln_backend *be, const kiln_rope *r, const int *pos, int n, float *cs) {
+    (void)be;
+    for (int i = 0; i < n; i++) kiln_rope_table(r, pos[i], cs + (size_t)i * (size_t)r->rot_dim);
+}
+void kiln_be_common_rope(const kiln_backend *be, const kiln_rope *r, float *x, int n, int64_t row_stride, int n_heads, int head_stride,
+                         const float *cs) {
+    (void)be;
+    for (int i = 0; i < n; i++) kiln_rope_apply(r, x + (size_t)i * (size_t)row_stride, n_heads, head_stride, cs + (size_t)i * (size_t)r->rot_dim);
+}
+void kiln_be_common_add(const kiln_backend *be, float *y, const float *x, int64_t len) {
+    (void)be;
+    for (int64_t j = 0; j < len; j++) y[j] += x[j];
+}
+void kiln_be_common_add_bias(const kiln_backend *be, float *y, const float *b, int rows, int width) {
+    (void)be;
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < width; j++) y[(size_t)i * (size_t)width + (size_t)j] += b[j];
+}
+int kiln_be_common_moe_route(const kiln_backend *be, const kiln_moe_cfg *c, const float *logits, const float *bias, int n, int *idx,
+                             float *wt, float *tmp) {
+    (void)be;
+    int changed = 0;
+    for (int i = 0; i < n; i++)
+        changed += kiln_moe_route(c, logits + (size_t)i * (size_t)c->n_experts, bias, idx + (size_t)i * (size_t)c->n_used,
+                                  wt + (size_t)i * (size_t)c->n_used, tmp);
+    return changed;
+}
+void kiln_be_common_kv_store(const kiln_backend *be, kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer,
+                             const float *k, int64_t k_tok, const float *v, int64_t v_tok) {
+    (void)be;
+    for (int i = 0; i < n; i++) kiln_kv_store(p, seq[i], layer, pos[i], k + (size_t)i * (size_t)k_tok, v ? v + (size_t)i * (size_t)v_tok : NULL);
+}
+void kiln_be_common_moe_combine(const kiln_backend *be, int n, int K, int dim, const int *slot, const float *wt, const float *yg, float *Y) {
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        float *y = Y + (size_t)i * (size_t)dim;
+        memset(y, 0, (size_t)dim * sizeof(float));
+        for (int j = 0; j < K; j++) {
+            const float *src = yg + (size_t)slot[i * K + j] * (size_t)dim;
+            const float w = wt[i * K + j];
+            for (int d = 0; d < dim; d++) y[d] += w * src[d];
+        }
+    }
+}

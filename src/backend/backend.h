@@ -1,0 +1,140 @@
+/* backend.h — the compute seam: every op the forward pass runs, on a backend object.
+ *
+ * Model code (model/forward.c, model/moe.c, model/mla.c) computes only through these ops: no
+ * kernel call, OpenMP loop, worker-pool section or SIMD intrinsic of its own. A backend object owns
+ * its settings — ISA, threads and FP8 GEMV form (a kernels compute context, kernels/gemv.h) — and
+ * the buffers it computes on (kiln_be_alloc: host memory for the CPU backends). Nothing of it is
+ * process-wide: two engines in one process can run different backends or settings side by side.
+ *
+ * Backends (KILN_BACKEND_* in kiln.h):
+ *   cpu  the SIMD kernels of kernels/ (AVX-512 / AVX2 / scalar, per the object's ISA), attention
+ *        over KV pages with the integrity seals verified in the same call, decode sections on
+ *        kiln's worker pool and prefill on OpenMP, both as wide as the object's thread count;
+ *   ref  the scalar reference kernels, one thread, plain loops: the oracle every other backend is
+ *        tested against op by op (tests/ops/test_backend_ops.c).
+ *
+ * The ops sit at the level the forward pass works at (about llama.cpp's ggml_backend_i ops of a
+ * transformer block, or antirez/ds4's ds4_gpu.h): embedding rows, RMSNorm, RoPE (every layout:
+ * NEOX / NORM pairs, partial rotary, YaRN through kiln_rope), add / bias, SwiGLU, matmul over
+ * several weights of one input (every kiln_wformat), per-head matmuls (MLA's absorbed W_UK / W_UV),
+ * MoE routing and grouped expert matmuls, KV store (with its seal) and attention over pages (with
+ * seal verification), argmax. `supports` says which (op, weight format) pairs a backend runs
+ * natively; an unsupported pair still computes correctly through the scalar reference.
+ *
+ * Shapes: "X [n, cols]" is n token rows of cols floats, row-major; every op takes the batch shape
+ * (n tokens, and for the KV ops each token's sequence and position) as arguments. */
+#ifndef KILN_BACKEND_BACKEND_H
+#define KILN_BACKEND_BACKEND_H
+#include "kiln.h"
+#include "kernels/gemv.h"
+#include "kv/kv.h"
+#include "backend/rope.h"
+#include "backend/moe_route.h"
+
+typedef enum kiln_op {
+    KILN_OP_EMBED = 0,
+    KILN_OP_RMSNORM,
+    KILN_OP_ROPE,
+    KILN_OP_ADD,
+    KILN_OP_SWIGLU,
+    KILN_OP_MATMUL,
+    KILN_OP_MATMUL_HEADS,
+    KILN_OP_MOE_ROUTE,
+    KILN_OP_MOE_EXPERTS,
+    KILN_OP_MOE_COMBINE,
+    KILN_OP_KV_STORE,
+    KILN_OP_KV_ATTEND,
+    KILN_OP_ARGMAX,
+    KILN_OP_COUNT
+} kiln_op;
+
+typedef struct kiln_backend kiln_backend;
+
+typedef struct kiln_backend_ops {
+    /* 1 when the backend runs op on weights of fmt with a kernel of its own (fmt is ignored by the
+     * ops that read no weight); 0: it computes through the scalar reference (slow but correct). */
+    int (*supports)(const kiln_backend *be, kiln_op op, kiln_wformat fmt);
+    /* Buffers the backend computes on (zeroed; 64-byte aligned); NULL when out of memory. */
+    void *(*alloc)(const kiln_backend *be, size_t bytes);
+    void (*free)(const kiln_backend *be, void *p);
+    /* x [n, table->cols] = rows tokens[0..n) of the embedding table (any weight format). */
+    void (*embed)(const kiln_backend *be, const kiln_weight *table, const int32_t *tokens, int n, float *x);
+    /* out [rows, width] = x / sqrt(mean(x²) + eps) · w per row (out may equal x). */
+    void (*rmsnorm)(const kiln_backend *be, float *out, const float *x, const float *w, int rows, int width, float eps);
+    /* cs [n, rot] = the cos/sin rows of positions pos[0..n) (kiln_rope_table). */
+    void (*rope_table)(const kiln_backend *be, const kiln_rope *r, const int *pos, int n, float *cs);
+    /* Rotates the first rot values of n_heads heads (head_stride apart) of each of n rows
+     * (x + i·row_stride) with cos/sin row cs + i·rot. */
+    void (*rope)(const kiln_backend *be, const kiln_rope *r, float *x, int n, int64_t row_stride, int n_heads, int head_stride,
+                 const float *cs);
+    /* y[i] += x[i], i < len. */
+    void (*add)(const kiln_backend *be, float *y, const float *x, int64_t len);
+    /* y [rows, width] += b [width] per row. */
+    void (*add_bias)(const kiln_backend *be, float *y, const float *b, int rows, int width);
+    /* g[i] = silu(g[i]) · u[i] = g[i] / (1 + e^-g[i]) · u[i], i < len. */
+    void (*swiglu)(const kiln_backend *be, float *g, const float *u, int64_t len);
+    /* Y_k [n, w[k]->rows] = X [n, cols] · W_kᵀ for the nw weights that read the same X. */
+    void (*matmul_many)(const kiln_backend *be, const kiln_weight *const *w, float *const *Y, int nw, const float *X, int n);
+    /* Per-head matmuls (MLA's absorbed W_UKᵀ and W_UV): for h < H and token i < n,
+     * Y[i·y_tok + h·y_head .. + w[h].rows) = W_h · X[i·x_tok + h·x_head .. + w[h].cols).
+     * gin [n, max cols] and gout [n, max rows] are scratch the caller owns. */
+    void (*matmul_heads)(const kiln_backend *be, const kiln_weight *w, int H, int n, const float *X, int64_t x_tok, int64_t x_head,
+                         float *Y, int64_t y_tok, int64_t y_head, float *gin, float *gout);
+    /* Routes n tokens from router logits [n, E]: idx / wt [n, n_used]; tmp [E + n_group] scratch;
+     * returns how many tokens' selection the group limit changed (moe_route.h). */
+    int (*moe_route)(const kiln_backend *be, const kiln_moe_cfg *c, const float *logits, const float *bias, int n, int *idx,
+                     float *wt, float *tmp);
+    /* Runs the n_active experts active[0..n_active) over their grouped rows: expert e reads rows
+     * [offset[e], offset[e+1]) of xg [*, dim] and writes the same rows of yg [*, dim] =
+     * down_e(silu(gate_e x) · up_e x); hg, ug [*, ffn] are scratch rows. */
+    void (*moe_experts)(const kiln_backend *be, const kiln_moe_cfg *c, const kiln_weight *gate, const kiln_weight *up,
+                        const kiln_weight *down, const int *active, int n_active, const int *offset, const float *xg, float *hg,
+                        float *ug, float *yg);
+    /* Y [n, dim] = Σ_j wt[i·K + j] · yg[slot[i·K + j], :] over the K experts of token i, summed in
+     * selection order (deterministic whatever the thread count). */
+    void (*moe_combine)(const kiln_backend *be, int n, int K, int dim, const int *slot, const float *wt, const float *yg, float *Y);
+    /* Stores token i's K (k + i·k_tok: n_kv_heads × k_dim) and V (v + i·v_tok, or NULL when V
+     * shares K) at position pos[i] of seq[i] in layer `layer`, and re-seals the page slice. */
+    void (*kv_store)(const kiln_backend *be, kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer,
+                     const float *k, int64_t k_tok, const float *v, int64_t v_tok);
+    /* Attention of n tokens over their own sequences' pages (kv.h: kiln_kv_attend_batch_cx): q
+     * [n, n_heads, k_dim] → out [n, n_heads, v_dim]; the seals of the slices read are verified. */
+    void (*kv_attend)(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                      const float *q, int n_heads, float scale, float *out);
+    /* The first index of the largest non-NaN value of x[0, len) (greedy sampling); -1 when len ≤ 0. */
+    int64_t (*argmax)(const kiln_backend *be, const float *x, int64_t len);
+} kiln_backend_ops;
+
+struct kiln_backend {
+    const kiln_backend_ops *ops;
+    kiln_backend_kind kind;
+    const char *name;   /* "cpu", "ref" */
+    kiln_kctx cx;       /* ISA, kernel table, threads, FP8 GEMV form (ref: scalar, one thread) */
+};
+
+/* A backend object. isa / threads / fp8 as kiln_kctx_init (ref ignores them: scalar, 1 thread). */
+kiln_status kiln_backend_create(kiln_backend_kind kind, kiln_isa isa, int threads, int fp8, kiln_backend **out);
+/* From kiln_options: backend, isa, threads, fp8_gemv. */
+kiln_status kiln_backend_from_options(const kiln_options *o, kiln_backend **out);
+void kiln_backend_free(kiln_backend *be);
+const char *kiln_backend_kind_name(kiln_backend_kind k);
+const char *kiln_op_name(kiln_op op);
+
+extern const kiln_backend_ops kiln_backend_cpu_ops;
+extern const kiln_backend_ops kiln_backend_ref_ops;
+
+/* ---- call-site helpers (one line each over be->ops) ---- */
+static inline void *kiln_be_alloc(const kiln_backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
+static inline void kiln_be_free(const kiln_backend *be, void *p) { be->ops->free(be, p); }
+static inline void kiln_be_matmul(const kiln_backend *be, const kiln_weight *w, const float *X, float *Y, int n) {
+    be->ops->matmul_many(be, &w, &Y, 1, X, n);
+}
+static inline void kiln_be_matmul_many(const kiln_backend *be, const kiln_weight *const *w, float *const *Y, int nw, const float *X, int n) {
+    be->ops->matmul_many(be, w, Y, nw, X, n);
+}
+static inline void kiln_be_rmsnorm(const kiln_backend *be, float *out, const float *x, const float *w, int rows, int width, float eps) {
+    be->ops->rmsnorm(be, out, x, w, rows, width, eps);
+}
+static inline void kiln_be_add(const kiln_backend *be, float *y, const float *x, int64_t len) { be->ops->add(be, y, x, len); }
+static inline void kiln_be_swiglu(const kiln_backend *be, float *g, const float *u, int64_t len) { be->ops->swiglu(be, g, u, len); }
+#endif

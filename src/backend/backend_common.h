@@ -1,0 +1,23 @@
+/* backend_common.h — internal: op implementations the cpu and ref backends share because they are
+ * plain scalar loops with nothing to vectorise or thread (embedding row copies, RoPE's rotation,
+ * residual adds, bias rows, the router's per-token selection and the experts' weighted combine, KV stores whose row conversion is
+ * bit-exact RNE on every ISA). Each is written once; the oracle value of the op matrix lies in the
+ * ops where the two backends differ (matmul, norms, SwiGLU, experts, attention, argmax). */
+#ifndef KILN_BACKEND_COMMON_H
+#define KILN_BACKEND_COMMON_H
+#include "backend/backend.h"
+
+void *kiln_be_common_alloc(const kiln_backend *be, size_t bytes);
+void kiln_be_common_free(const kiln_backend *be, void *p);
+void kiln_be_common_embed(const kiln_backend *be, const kiln_weight *table, const int32_t *tokens, int n, float *x);
+void kiln_be_common_rope_table(const kiln_backend *be, const kiln_rope *r, const int *pos, int n, float *cs);
+void kiln_be_common_rope(const kiln_backend *be, const kiln_rope *r, float *x, int n, int64_t row_stride, int n_heads, int head_stride,
+                         const float *cs);
+void kiln_be_common_add(const kiln_backend *be, float *y, const float *x, int64_t len);
+void kiln_be_common_add_bias(const kiln_backend *be, float *y, const float *b, int rows, int width);
+int kiln_be_common_moe_route(const kiln_backend *be, const kiln_moe_cfg *c, const float *logits, const float *bias, int n, int *idx,
+                             float *wt, float *tmp);
+void kiln_be_common_moe_combine(const kiln_backend *be, int n, int K, int dim, const int *slot, const float *wt, const float *yg, float *Y);
+void kiln_be_common_kv_store(const kiln_backend *be, kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer,
+                             const float *k, int64_t k_tok, const float *v, int64_t v_tok);
+#endif

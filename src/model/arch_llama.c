@@ -1,0 +1,90 @@
+/* arch_llama.c — the llama row of the architecture table (model/arch.h): LlamaForCausalLM from
+ * config.json, and every llama2.c and GGUF llama checkpoint, whose loaders (model/load_llama2c.c,
+ * model/load_gguf.c) fill m->hp themselves and rename tensors to the Hugging Face names:
+ *   model.embed_tokens [vocab, dim], model.norm, lm_head (or tied to the embedding)
+ *   model.layers.N.{input_layernorm, post_attention_layernorm} [dim]
+ *   model.layers.N.self_attn.{q,k,v,o}_proj, model.layers.N.mlp.{gate,up,down}_proj
+ * RoPE over hp->rotary_dim dims of each head in hp->rope_style pairs (NEOX for Hugging Face, NORM
+ * for llama2.c / GGUF), frequency theta^(-2i/rot), no scaling; softmax scale 1/sqrt(head_dim). */
+#include "model/arch.h"
+#include "base/status.h"
+#include "format/hfconfig.h"
+#include "model/hparams_check.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* config.json of LlamaForCausalLM. */
+static kiln_status llama_read(struct kiln_model *m, json_t *cfg, const char *file) {
+    kiln_hparams *hp = &m->hp;
+    KILN_TRY(kiln_cfg_int(cfg, file, "hidden_size", 1, 1 << 20, &hp->dim));
+    KILN_TRY(kiln_cfg_int(cfg, file, "intermediate_size", 1, 1 << 22, &hp->ffn_dim));
+    KILN_TRY(kiln_cfg_int(cfg, file, "num_hidden_layers", 1, 4096, &hp->n_layers));
+    KILN_TRY(kiln_cfg_int(cfg, file, "num_attention_heads", 1, 4096, &hp->n_heads));
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, "num_key_value_heads", 1, 4096, hp->n_heads, &hp->n_kv_heads));
+    KILN_TRY(kiln_cfg_int(cfg, file, "vocab_size", 1, 1 << 24, &hp->vocab));
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, "max_position_embeddings", 1, 1 << 24, 2048, &hp->max_seq));
+    if (hp->n_heads % hp->n_kv_heads)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field 'num_attention_heads' = %d is not a multiple of 'num_key_value_heads' = %d",
+                         file, hp->n_heads, hp->n_kv_heads);
+    int def_hd = hp->dim % hp->n_heads == 0 ? hp->dim / hp->n_heads : 0;
+    KILN_TRY(kiln_cfg_int_opt(cfg, file, "head_dim", 2, 1 << 16, def_hd, &hp->head_dim));
+    if (hp->head_dim <= 0 || hp->head_dim % 2)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field 'head_dim' = %d (or hidden_size / num_attention_heads) must be a positive even number", file, hp->head_dim);
+    double eps, theta;
+    KILN_TRY(kiln_cfg_num_opt(cfg, file, "rms_norm_eps", 0, 1, 1e-6, &eps));
+    KILN_TRY(kiln_cfg_num_opt(cfg, file, "rope_theta", 1, 1e12, 10000.0, &theta));
+    hp->norm_eps = (float)eps;
+    hp->rope_theta = (float)theta;
+    hp->rope_style = KILN_ROPE_NEOX;
+    hp->rotary_dim = hp->head_dim;
+    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "tie_word_embeddings", 0, &hp->tie_embeddings));
+    KILN_TRY(kiln_cfg_token_id(cfg, file, "bos_token_id", &hp->bos_id));
+    KILN_TRY(kiln_cfg_token_id(cfg, file, "eos_token_id", &hp->eos_id));
+    json_t *td = json_object_get(cfg, "torch_dtype");
+    if (!td) td = json_object_get(cfg, "dtype");
+    const char *tds = json_is_string(td) ? json_string_value(td) : "float32";
+    hp->act_dtype = strcmp(tds, "bfloat16") == 0 ? KILN_DT_BF16 : strcmp(tds, "float16") == 0 ? KILN_DT_F16 : KILN_DT_F32;
+    return kiln_hparams_check(hp, file, &kiln_hparam_keys_hf);
+}
+
+/* Attention and RoPE settings of the shared forward pass from m->hp (whichever loader filled it). */
+static kiln_status llama_hp(struct kiln_model *m) {
+    kiln_hparams *hp = &m->hp;
+    kiln_arch_model *am = m->arch_state ? m->arch_state : kiln_arch_state_new(m);
+    if (!am) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_arch_hp *ah = &am->hp;
+    snprintf(ah->prefix, sizeof ah->prefix, "model.");
+    ah->attn = KILN_ATTN_GQA;
+    ah->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    KILN_TRY(kiln_rope_init(&ah->rope, hp->rotary_dim, hp->rope_theta, hp->rope_style, NULL));
+    hp->kv_v_dim = hp->head_dim;
+    hp->kv_v_shares_k = 0;
+    return KILN_OK;
+}
+
+static kiln_status llama_bind(struct kiln_model *m) {
+    const kiln_hparams *hp = &m->hp;
+    KILN_TRY(llama_hp(m));
+    kiln_arch_model *am = m->arch_state;
+    KILN_TRY(kiln_arch_bind_ends(m, "model.embed_tokens.weight", "model.norm.weight", "lm_head"));
+    am->layers = kiln_model_own(m, calloc((size_t)hp->n_layers, sizeof *am->layers));
+    if (!am->layers) return kiln_fail_oom(m->path, "layers (num_hidden_layers)", (unsigned long long)hp->n_layers * sizeof *am->layers);
+    char n[160];
+#define P(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
+    for (int l = 0; l < hp->n_layers; l++) {
+        kiln_arch_layer *L = &am->layers[l];
+        KILN_TRY(kiln_arch_vec(m, P("input_layernorm.weight"), hp->dim, &L->attn_norm));
+        KILN_TRY(kiln_arch_vec(m, P("post_attention_layernorm.weight"), hp->dim, &L->ffn_norm));
+        KILN_TRY(kiln_arch_bind_self_attn(m, P("self_attn."), L));
+        KILN_TRY(kiln_arch_bind_mlp(m, P("mlp."), hp->ffn_dim, L));
+    }
+#undef P
+    if (m->tok && kiln_tok_vocab_size(m->tok) > hp->vocab)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: tokenizer has %d tokens but the model's vocab_size is %d", m->path,
+                         kiln_tok_vocab_size(m->tok), hp->vocab);
+    return KILN_OK;
+}
+
+const kiln_arch kiln_arch_llama = {"llama", {"llama"}, {"LlamaForCausalLM"}, llama_read, llama_bind};

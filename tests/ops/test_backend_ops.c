@@ -1,0 +1,566 @@
+/* test_backend_ops.c — every backend op × weight format × backend against the ref backend, in the
+ * manner of llama.cpp's test-backend-ops.
+ *
+ * Backends under test: cpu with each ISA this CPU has (scalar, AVX2, AVX-512), both FP8 GEMV forms
+ * where the CPU has AVX512_BF16, on 1 and 2 threads. The oracle: the ref backend (scalar
+ * reference kernels, one thread). Inputs live in buffers the backend allocated, with NaN-poisoned
+ * memory after each input (a read past the end shows as NaN) and NaN-prefilled outputs (a missed
+ * element shows).
+ *
+ * Shapes are awkward on purpose: rows 1, 3, 7, 33, 130 (not multiples of the 4-row tiles or of any
+ * SIMD width), columns 32, 96, 160, 256 (and 100, 36 for the formats without a 32-block), 1, 3, 5
+ * and 17 tokens, GQA ratios 1, 4 and 6, head dims 64 and 40, partially filled last pages, weights in
+ * the checkpoint layout and in the 4-row tile layout.
+ *
+ * Error measure: NMSE = Σ(y − y_ref)² / Σ y_ref² over the whole output; for the matmuls the
+ * denominator is the energy of the products the outputs sum, Σ (w·x)² (check_matmul says why). Bounds
+ * per format (the reasons are those of tests/kernels/test_gemv.c): F32 / F16 / BF16 / FP8 exact 1e-9 (only the float
+ * summation order differs); FP8 on the bf16-dot form 5e-5 (x rounded to bf16); INT4, Q8_0, Q4_0
+ * 1e-4 (x quantised to int8 per 32 like llama.cpp). Norms, SwiGLU, attention: 1e-10 (summation order,
+ * vector exp). Ops both backends share (embed, rope, add, bias, MoE routing and combine, KV store)
+ * must agree bit for bit. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "quant/quantize.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd32(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+static float urand(void) { return (float)(rnd32() & 0xFFFFFF) / 16777216.0f; }
+static float nrand(void) {
+    float u = urand() + 1e-7f, v = urand();
+    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+/* ---- the backends ------------------------------------------------------------------------------- */
+#define MAX_BE 12
+static kiln_backend *ref_be;
+static kiln_backend *bes[MAX_BE];
+static int n_bes;
+
+static int setup(void **state) {
+    (void)state;
+    assert_int_equal(kiln_backend_create(KILN_BACKEND_REF, KILN_ISA_AUTO, 0, 0, &ref_be), KILN_OK);
+    const kiln_isa isas[3] = {KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX512};
+    for (int i = 0; i < 3; i++) {
+        if (!kiln_cpu_supports(isas[i])) continue;
+        for (int fp8 = KILN_FP8_EXACT; fp8 <= KILN_FP8_BF16; fp8++)
+            for (int th = 1; th <= 2; th++) {
+                kiln_backend *be;
+                assert_int_equal(kiln_backend_create(KILN_BACKEND_CPU, isas[i], th, fp8, &be), KILN_OK);
+                assert_int_equal(be->cx.isa, isas[i]);
+                /* the bf16 form exists only on the AVX-512 table of AVX512_BF16 CPUs: skip duplicates */
+                if (fp8 == KILN_FP8_BF16 && be->cx.fp8_exact) { kiln_backend_free(be); continue; }
+                assert_true(n_bes < MAX_BE);
+                bes[n_bes++] = be;
+            }
+    }
+    fprintf(stderr, "backends under test: %d (cpu: ISAs × FP8 forms × 1/2 threads), oracle: ref\n", n_bes);
+    return 0;
+}
+static int teardown(void **state) {
+    (void)state;
+    for (int i = 0; i < n_bes; i++) kiln_backend_free(bes[i]);
+    kiln_backend_free(ref_be);
+    return 0;
+}
+static const char *be_desc(const kiln_backend *be) {
+    static char s[64];
+    snprintf(s, sizeof s, "%s/%s/%s/%dt", be->name, kiln_isa_name(be->cx.isa), be->cx.fp8_exact ? "fp8-exact" : "fp8-bf16", be->cx.threads);
+    return s;
+}
+
+/* ---- buffers ------------------------------------------------------------------------------------ */
+#define POISON 64 /* floats of NaN after every input */
+static float *input(const kiln_backend *be, size_t n) {
+    float *p = kiln_be_alloc(be, (n + POISON) * sizeof(float));
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++) p[i] = nrand();
+    for (size_t i = n; i < n + POISON; i++) p[i] = NAN;
+    return p;
+}
+static float *output(const kiln_backend *be, size_t n) {
+    float *p = kiln_be_alloc(be, n * sizeof(float));
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+static float *copy_of(const kiln_backend *be, const float *src, size_t n) {
+    float *p = output(be, n + POISON);
+    memcpy(p, src, (n + POISON) * sizeof(float));
+    return p;
+}
+
+/* Σ over the n × rows outputs of Σ_c (w[r,c]·x[i,c])²: the energy of the products each output sums.
+ * The matmul error is measured against it rather than against Σ y², because one output of a few
+ * rows can cancel to near zero (a single row's "NMSE" is then any size), while the rounding of x
+ * (int8 per 32, or bf16) perturbs each product independently: Σ(y − y_ref)² ≈ ε² · Σ (w·x)². */
+static double term_energy(const kiln_weight *w, const float *X, int n) {
+    float *row = malloc((size_t)w->cols * sizeof(float));
+    assert_non_null(row);
+    double e = 0;
+    for (int64_t r = 0; r < w->rows; r++) {
+        kiln_weight_row_f32(w, r, row);
+        for (int i = 0; i < n; i++)
+            for (int64_t c = 0; c < w->cols; c++) {
+                const double p = (double)row[c] * (double)X[(size_t)i * (size_t)w->cols + (size_t)c];
+                e += p * p;
+            }
+    }
+    free(row);
+    return e;
+}
+static void check_matmul(const char *what, const kiln_backend *be, const kiln_weight *w, const float *X, int n, const float *y, const float *ref,
+                         double bound) {
+    double num = 0;
+    for (size_t i = 0; i < (size_t)n * (size_t)w->rows; i++) {
+        if (isnan(y[i]) || isnan(ref[i])) { fprintf(stderr, "%s on %s: NaN at %zu\n", what, be_desc(be), i); fail(); }
+        const double d = (double)y[i] - (double)ref[i];
+        num += d * d;
+    }
+    const double e = num / term_energy(w, X, n);
+    if (!(e <= bound)) {
+        fprintf(stderr, "%s on %s: error energy / product energy %.3g > bound %.3g\n", what, be_desc(be), e, bound);
+        fail();
+    }
+}
+
+static double nmse(const float *y, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(y[i]) || isnan(ref[i])) return INFINITY;
+        double d = (double)y[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * (double)ref[i];
+    }
+    return den > 0 ? num / den : num;
+}
+static void check_nmse(const char *what, const kiln_backend *be, const float *y, const float *ref, size_t n, double bound) {
+    double e = nmse(y, ref, n);
+    if (!(e <= bound)) {
+        fprintf(stderr, "%s on %s: NMSE %.3g > bound %.3g\n", what, be_desc(be), e, bound);
+        fail();
+    }
+}
+static void check_equal(const char *what, const kiln_backend *be, const float *y, const float *ref, size_t n) {
+    if (memcmp(y, ref, n * sizeof(float)) != 0) {
+        fprintf(stderr, "%s on %s: not bit-identical to the ref backend\n", what, be_desc(be));
+        fail();
+    }
+}
+
+/* ---- weights ------------------------------------------------------------------------------------ */
+typedef struct { kiln_weight w; void *data, *scales; } tweight;
+/* A rows × cols weight of format f (group: INT4 group or FP8 block) quantised from Gaussian values;
+ * tiled = 1 lays it out in the 4-row tiles where the AVX-512 kernels read them. */
+static tweight make_weight(kiln_wformat f, int64_t rows, int64_t cols, int group, int tiled) {
+    float *src = malloc((size_t)rows * (size_t)cols * sizeof(float));
+    assert_non_null(src);
+    for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) src[i] = nrand() * 0.05f;
+    kiln_weight sw = {.fmt = KILN_WF_F32, .rows = rows, .cols = cols, .data = (const uint8_t *)src, .row_bytes = (size_t)cols * 4};
+    tweight t = {0};
+    assert_int_equal(kiln_quantize_weight(&sw, f, group, &t.w, &t.data, &t.scales), KILN_OK);
+    free(src);
+    if (tiled) assert_int_equal(kiln_weight_tile(&t.w, t.data, t.scales), 0);
+    return t;
+}
+static void free_weight(tweight *t) { free(t->data); free(t->scales); }
+
+static double format_bound(kiln_wformat f, const kiln_backend *be) {
+    switch (f) {
+    case KILN_WF_INT4_GROUP:
+    case KILN_WF_Q8_0:
+    case KILN_WF_Q4_0: return 1e-4;
+    case KILN_WF_FP8_BLOCK: return kiln_cx_fp8_rounds_x(&be->cx) ? 5e-5 : 1e-9;
+    default: return 1e-9;
+    }
+}
+
+typedef struct { kiln_wformat f; int group; int64_t cols; int tiled; } wcase;
+static const wcase wcases[] = {
+    {KILN_WF_F32, 0, 100, 0},        {KILN_WF_F32, 0, 256, 0},         {KILN_WF_F16, 0, 36, 0},
+    {KILN_WF_F16, 0, 160, 0},        {KILN_WF_BF16, 0, 100, 0},        {KILN_WF_BF16, 0, 256, 0},
+    {KILN_WF_FP8_BLOCK, 128, 100, 0},{KILN_WF_FP8_BLOCK, 128, 256, 0}, {KILN_WF_FP8_BLOCK, 128, 256, 1},
+    {KILN_WF_INT4_GROUP, 32, 96, 0}, {KILN_WF_INT4_GROUP, 32, 160, 1}, {KILN_WF_INT4_GROUP, 128, 256, 0},
+    {KILN_WF_INT4_GROUP, 128, 256, 1}, {KILN_WF_Q8_0, 0, 32, 0},       {KILN_WF_Q8_0, 0, 160, 0},
+    {KILN_WF_Q4_0, 0, 96, 0},        {KILN_WF_Q4_0, 0, 256, 0},
+};
+#define N_WCASES ((int)(sizeof wcases / sizeof *wcases))
+
+/* ---- matmul ------------------------------------------------------------------------------------- */
+static void test_matmul(void **state) {
+    (void)state;
+    static const int64_t rows_list[] = {1, 3, 7, 33, 130};
+    static const int n_list[] = {1, 3, 5, 17};
+    int checked = 0;
+    for (int c = 0; c < N_WCASES; c++)
+        for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
+            const wcase *wc = &wcases[c];
+            const int64_t rows = rows_list[ri];
+            if (wc->tiled && rows < 4) continue; /* tiles need 4 rows */
+            tweight t = make_weight(wc->f, rows, wc->cols, wc->group, wc->tiled);
+            for (size_t ni = 0; ni < sizeof n_list / sizeof *n_list; ni++) {
+                const int n = n_list[ni];
+                float *X = input(ref_be, (size_t)n * (size_t)wc->cols);
+                float *want = output(ref_be, (size_t)n * (size_t)rows);
+                kiln_be_matmul(ref_be, &t.w, X, want, n);
+                for (int b = 0; b < n_bes; b++) {
+                    float *Xb = copy_of(bes[b], X, (size_t)n * (size_t)wc->cols);
+                    float *got = output(bes[b], (size_t)n * (size_t)rows);
+                    kiln_be_matmul(bes[b], &t.w, Xb, got, n);
+                    char what[96];
+                    snprintf(what, sizeof what, "matmul %s%s g%d %lldx%lld n=%d", kiln_wformat_name(wc->f), wc->tiled ? " tiled" : "",
+                             wc->group, (long long)rows, (long long)wc->cols, n);
+                    check_matmul(what, bes[b], &t.w, X, n, got, want, format_bound(wc->f, bes[b]));
+                    kiln_be_free(bes[b], Xb);
+                    kiln_be_free(bes[b], got);
+                    checked++;
+                }
+                kiln_be_free(ref_be, X);
+                kiln_be_free(ref_be, want);
+            }
+            free_weight(&t);
+        }
+    fprintf(stderr, "matmul: %d (format, shape, tokens, backend) cases within their bounds\n", checked);
+}
+
+/* Three weights of different formats and heights reading the same X in one call (q/k/v). */
+static void test_matmul_many(void **state) {
+    (void)state;
+    tweight w[3] = {make_weight(KILN_WF_INT4_GROUP, 33, 256, 32, 0), make_weight(KILN_WF_BF16, 7, 256, 0, 0),
+                    make_weight(KILN_WF_FP8_BLOCK, 130, 256, 128, 1)};
+    const kiln_weight *ws[3] = {&w[0].w, &w[1].w, &w[2].w};
+    for (int n = 1; n <= 6; n += 5) {
+        float *X = input(ref_be, (size_t)n * 256);
+        float *want[3], *got[3];
+        for (int k = 0; k < 3; k++) want[k] = output(ref_be, (size_t)n * (size_t)ws[k]->rows);
+        kiln_be_matmul_many(ref_be, ws, want, 3, X, n);
+        for (int b = 0; b < n_bes; b++) {
+            for (int k = 0; k < 3; k++) got[k] = output(bes[b], (size_t)n * (size_t)ws[k]->rows);
+            kiln_be_matmul_many(bes[b], ws, got, 3, X, n);
+            for (int k = 0; k < 3; k++) {
+                check_matmul("matmul_many", bes[b], ws[k], X, n, got[k], want[k], format_bound(ws[k]->fmt, bes[b]));
+                kiln_be_free(bes[b], got[k]);
+            }
+        }
+        for (int k = 0; k < 3; k++) kiln_be_free(ref_be, want[k]);
+        kiln_be_free(ref_be, X);
+    }
+    for (int k = 0; k < 3; k++) free_weight(&w[k]);
+}
+
+/* Per-head products with strided heads (MLA's absorbed W_UKᵀ / W_UV: f32 views). */
+static void test_matmul_heads(void **state) {
+    (void)state;
+    const int H = 3, rows = 40, cols = 24, x_head = 30, y_head = 44; /* gaps between heads */
+    tweight w[3];
+    kiln_weight wv[3];
+    for (int h = 0; h < H; h++) { w[h] = make_weight(KILN_WF_F32, rows, cols, 0, 0); wv[h] = w[h].w; }
+    for (int n = 1; n <= 4; n += 3) {
+        const int64_t x_tok = (int64_t)H * x_head + 5, y_tok = (int64_t)H * y_head + 3;
+        float *X = input(ref_be, (size_t)n * (size_t)x_tok);
+        float *want = output(ref_be, (size_t)n * (size_t)y_tok), *gin = output(ref_be, (size_t)n * 64), *gout = output(ref_be, (size_t)n * 64);
+        ref_be->ops->matmul_heads(ref_be, wv, H, n, X, x_tok, x_head, want, y_tok, y_head, gin, gout);
+        for (int b = 0; b < n_bes; b++) {
+            float *got = output(bes[b], (size_t)n * (size_t)y_tok);
+            bes[b]->ops->matmul_heads(bes[b], wv, H, n, X, x_tok, x_head, got, y_tok, y_head, gin, gout);
+            /* compare only the rows written (the gaps stay NaN in both) */
+            for (int i = 0; i < n; i++)
+                for (int h = 0; h < H; h++)
+                    check_nmse("matmul_heads", bes[b], got + (size_t)i * y_tok + (size_t)h * y_head, want + (size_t)i * y_tok + (size_t)h * y_head, rows, 1e-9);
+            kiln_be_free(bes[b], got);
+        }
+        kiln_be_free(ref_be, X); kiln_be_free(ref_be, want); kiln_be_free(ref_be, gin); kiln_be_free(ref_be, gout);
+    }
+    for (int h = 0; h < H; h++) free_weight(&w[h]);
+}
+
+/* ---- element-wise ops ---------------------------------------------------------------------------- */
+static void test_norm_swiglu_add(void **state) {
+    (void)state;
+    static const int widths[] = {1, 7, 64, 100, 2048};
+    for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+        const int width = widths[wi], rows = 3;
+        const size_t n = (size_t)rows * (size_t)width;
+        float *x = input(ref_be, n), *w = input(ref_be, (size_t)width), *u = input(ref_be, n), *bias = input(ref_be, (size_t)width);
+        float *want = output(ref_be, n), *wg = copy_of(ref_be, x, n), *wa = copy_of(ref_be, x, n);
+        kiln_be_rmsnorm(ref_be, want, x, w, rows, width, 1e-5f);
+        kiln_be_swiglu(ref_be, wg, u, (int64_t)n);
+        kiln_be_add(ref_be, wa, u, (int64_t)n);
+        ref_be->ops->add_bias(ref_be, wa, bias, rows, width);
+        for (int b = 0; b < n_bes; b++) {
+            float *got = output(bes[b], n), *g = copy_of(bes[b], x, n), *a = copy_of(bes[b], x, n);
+            kiln_be_rmsnorm(bes[b], got, x, w, rows, width, 1e-5f);
+            check_nmse("rmsnorm", bes[b], got, want, n, 1e-10);
+            kiln_be_rmsnorm(bes[b], g, g, w, rows, width, 1e-5f); /* in place, out == x */
+            check_nmse("rmsnorm in place", bes[b], g, want, n, 1e-10);
+            memcpy(g, x, n * sizeof(float));
+            kiln_be_swiglu(bes[b], g, u, (int64_t)n);
+            check_nmse("swiglu", bes[b], g, wg, n, 1e-10);
+            kiln_be_add(bes[b], a, u, (int64_t)n);
+            bes[b]->ops->add_bias(bes[b], a, bias, rows, width);
+            check_equal("add + add_bias", bes[b], a, wa, n);
+            kiln_be_free(bes[b], got); kiln_be_free(bes[b], g); kiln_be_free(bes[b], a);
+        }
+        kiln_be_free(ref_be, x); kiln_be_free(ref_be, w); kiln_be_free(ref_be, u); kiln_be_free(ref_be, bias);
+        kiln_be_free(ref_be, want); kiln_be_free(ref_be, wg); kiln_be_free(ref_be, wa);
+    }
+}
+
+/* RoPE in every layout: NEOX / NORM pairs, whole and partial rotary, YaRN; several heads and tokens. */
+static void test_rope(void **state) {
+    (void)state;
+    const kiln_yarn yarn = {.enabled = 1, .factor = 40.0f, .orig_ctx = 4096, .beta_fast = 32, .beta_slow = 1, .mscale = 1.0f, .mscale_all_dim = 1.0f};
+    struct { int rot, hd; kiln_rope_style st; int use_yarn; } cases[] = {
+        {64, 64, KILN_ROPE_NEOX, 0}, {64, 64, KILN_ROPE_NORM, 0}, {32, 128, KILN_ROPE_NEOX, 0}, {20, 40, KILN_ROPE_NORM, 0}, {64, 192, KILN_ROPE_NEOX, 1}};
+    const int pos[5] = {0, 1, 17, 4095, 70000}, n = 5, H = 3;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        kiln_rope r;
+        assert_int_equal(kiln_rope_init(&r, cases[c].rot, 10000.0f, cases[c].st, cases[c].use_yarn ? &yarn : NULL), KILN_OK);
+        const int64_t stride = (int64_t)H * cases[c].hd + 3;
+        float *x = input(ref_be, (size_t)n * (size_t)stride), *cs = output(ref_be, (size_t)n * (size_t)cases[c].rot);
+        float *want = copy_of(ref_be, x, (size_t)n * (size_t)stride);
+        ref_be->ops->rope_table(ref_be, &r, pos, n, cs);
+        ref_be->ops->rope(ref_be, &r, want, n, stride, H, cases[c].hd, cs);
+        /* token 2 (position 17): the rotation changes the first rot dims of each head and only them */
+        for (int h = 0; h < H; h++) {
+            const size_t o = 2 * (size_t)stride + (size_t)h * (size_t)cases[c].hd;
+            assert_true(memcmp(want + o, x + o, (size_t)cases[c].rot * sizeof(float)) != 0);
+            assert_memory_equal(want + o + cases[c].rot, x + o + cases[c].rot, (size_t)(cases[c].hd - cases[c].rot) * sizeof(float));
+        }
+        for (int b = 0; b < n_bes; b++) {
+            float *cb = output(bes[b], (size_t)n * (size_t)cases[c].rot), *got = copy_of(bes[b], x, (size_t)n * (size_t)stride);
+            bes[b]->ops->rope_table(bes[b], &r, pos, n, cb);
+            check_equal("rope_table", bes[b], cb, cs, (size_t)n * (size_t)cases[c].rot);
+            bes[b]->ops->rope(bes[b], &r, got, n, stride, H, cases[c].hd, cb);
+            check_equal("rope", bes[b], got, want, (size_t)n * (size_t)stride + POISON);
+            kiln_be_free(bes[b], cb); kiln_be_free(bes[b], got);
+        }
+        kiln_be_free(ref_be, x); kiln_be_free(ref_be, cs); kiln_be_free(ref_be, want);
+    }
+}
+
+static void test_embed_argmax(void **state) {
+    (void)state;
+    const int32_t tokens[4] = {0, 6, 3, 6};
+    for (int c = 0; c < N_WCASES; c++) {
+        tweight t = make_weight(wcases[c].f, 7, wcases[c].cols, wcases[c].group, 0);
+        float *want = output(ref_be, 4 * (size_t)wcases[c].cols);
+        ref_be->ops->embed(ref_be, &t.w, tokens, 4, want);
+        for (int b = 0; b < n_bes; b++) {
+            float *got = output(bes[b], 4 * (size_t)wcases[c].cols);
+            bes[b]->ops->embed(bes[b], &t.w, tokens, 4, got);
+            check_equal("embed", bes[b], got, want, 4 * (size_t)wcases[c].cols);
+            kiln_be_free(bes[b], got);
+        }
+        kiln_be_free(ref_be, want);
+        free_weight(&t);
+    }
+    /* argmax: ties take the first index, NaNs are never chosen past index 0 (llama2.c's loop) */
+    float v[37];
+    for (int trial = 0; trial < 4; trial++) {
+        for (int i = 0; i < 37; i++) v[i] = nrand();
+        if (trial == 1) { v[30] = 9.0f; v[12] = 9.0f; }
+        if (trial == 2) { v[5] = NAN; v[20] = 7.0f; }
+        if (trial == 3) v[0] = NAN;
+        const int64_t want = ref_be->ops->argmax(ref_be, v, 37);
+        if (trial == 1) assert_int_equal(want, 12);
+        if (trial == 2) assert_int_equal(want, 20);
+        for (int b = 0; b < n_bes; b++) assert_int_equal(bes[b]->ops->argmax(bes[b], v, 37), want);
+    }
+    for (int b = 0; b < n_bes; b++) assert_int_equal(bes[b]->ops->argmax(bes[b], v, 0), -1);
+}
+
+/* ---- MoE ---------------------------------------------------------------------------------------- */
+static void test_moe(void **state) {
+    (void)state;
+    const kiln_moe_cfg c = {.n_experts = 8, .n_used = 3, .n_group = 4, .topk_group = 2, .norm_topk_prob = 1, .routed_scale = 2.5f,
+                            .dim = 64, .ffn = 96};
+    const kiln_wformat fmts[3] = {KILN_WF_INT4_GROUP, KILN_WF_F32, KILN_WF_FP8_BLOCK};
+    for (int fi = 0; fi < 3; fi++) {
+        const int E = c.n_experts, K = c.n_used, n = 5, grp = fmts[fi] == KILN_WF_INT4_GROUP ? 32 : fmts[fi] == KILN_WF_FP8_BLOCK ? 128 : 0;
+        tweight tw[24];
+        kiln_weight gate[8], up[8], down[8];
+        for (int e = 0; e < E; e++) {
+            tw[e] = make_weight(fmts[fi], c.ffn, c.dim, grp, 0);
+            tw[E + e] = make_weight(fmts[fi], c.ffn, c.dim, grp, 0);
+            tw[2 * E + e] = make_weight(fmts[fi], c.dim, c.ffn, grp, 0);
+            gate[e] = tw[e].w; up[e] = tw[E + e].w; down[e] = tw[2 * E + e].w;
+        }
+        float *logits = input(ref_be, (size_t)n * E), tmp[16];
+        int idx[15], ridx[15], count[8] = {0}, offset[9], active[8], slot[15], n_active = 0;
+        float wt[15], rwt[15];
+        const int limited = ref_be->ops->moe_route(ref_be, &c, logits, NULL, n, ridx, rwt, tmp);
+        for (int b = 0; b < n_bes; b++) {
+            assert_int_equal(bes[b]->ops->moe_route(bes[b], &c, logits, NULL, n, idx, wt, tmp), limited);
+            assert_memory_equal(idx, ridx, sizeof idx);
+            assert_memory_equal(wt, rwt, sizeof wt);
+        }
+        /* group the (token, expert) pairs by expert as model/moe.c does */
+        for (int s = 0; s < n * K; s++) count[ridx[s]]++;
+        offset[0] = 0;
+        for (int e = 0; e < E; e++) { offset[e + 1] = offset[e] + count[e]; if (count[e]) active[n_active++] = e; count[e] = 0; }
+        float *xg = output(ref_be, (size_t)n * K * c.dim);
+        float *X = input(ref_be, (size_t)n * c.dim);
+        for (int s = 0; s < n * K; s++) {
+            const int e = ridx[s], row = offset[e] + count[e]++;
+            slot[s] = row;
+            memcpy(xg + (size_t)row * c.dim, X + (size_t)(s / K) * c.dim, (size_t)c.dim * sizeof(float));
+        }
+        float *hg = output(ref_be, (size_t)n * K * c.ffn), *ug = output(ref_be, (size_t)n * K * c.ffn), *yg = output(ref_be, (size_t)n * K * c.dim);
+        float *want = output(ref_be, (size_t)n * c.dim);
+        ref_be->ops->moe_experts(ref_be, &c, gate, up, down, active, n_active, offset, xg, hg, ug, yg);
+        ref_be->ops->moe_combine(ref_be, n, K, c.dim, slot, rwt, yg, want);
+        for (int b = 0; b < n_bes; b++) {
+            float *yb = output(bes[b], (size_t)n * K * c.dim), *got = output(bes[b], (size_t)n * c.dim);
+            float *hb = output(bes[b], (size_t)n * K * c.ffn), *ub = output(bes[b], (size_t)n * K * c.ffn);
+            bes[b]->ops->moe_experts(bes[b], &c, gate, up, down, active, n_active, offset, xg, hb, ub, yb);
+            /* two matmuls in series (gate/up, then down on their product): each rounds its own x, so
+             * the error of the output is about the sum of two matmuls' (2 × the format's bound) */
+            check_nmse("moe_experts", bes[b], yb, yg, (size_t)n * K * c.dim, 2 * format_bound(fmts[fi], bes[b]));
+            bes[b]->ops->moe_combine(bes[b], n, K, c.dim, slot, rwt, yg, got);
+            check_equal("moe_combine", bes[b], got, want, (size_t)n * c.dim);
+            kiln_be_free(bes[b], yb); kiln_be_free(bes[b], got); kiln_be_free(bes[b], hb); kiln_be_free(bes[b], ub);
+        }
+        kiln_be_free(ref_be, logits); kiln_be_free(ref_be, xg); kiln_be_free(ref_be, X); kiln_be_free(ref_be, hg);
+        kiln_be_free(ref_be, ug); kiln_be_free(ref_be, yg); kiln_be_free(ref_be, want);
+        for (int i = 0; i < 3 * E; i++) free_weight(&tw[i]);
+    }
+}
+
+/* ---- KV store and attention --------------------------------------------------------------------- */
+typedef struct { int H, KV, kd, pt; kiln_kv_dtype dt; int len0, n; } kvcase;
+
+/* Two sequences: seq A holds len0 positions stored before, then the step stores and attends n
+ * tokens of A (prefill tile) and one token of B (decode) in one batch. */
+static void kv_case(const kvcase *c) {
+    const int n_tok = c->n + 1, lenA = c->len0 + c->n, lenB = 9;
+    float ks[64], vs[64];
+    for (int i = 0; i < c->KV; i++) { ks[i] = 0.02f + 0.01f * (float)i; vs[i] = 0.015f; }
+    kiln_kv_config cfg = {.n_layers = 2, .n_kv_heads = c->KV, .head_dim = c->kd, .page_tokens = c->pt, .dtype = c->dt};
+    float kscale[2 * 64], vscale[2 * 64];
+    for (int i = 0; i < 2 * c->KV; i++) { kscale[i] = ks[i % c->KV]; vscale[i] = vs[i % c->KV]; }
+    if (c->dt == KILN_KV_FP8) { cfg.k_scale = kscale; cfg.v_scale = vscale; }
+    const int pages = 2 * ((lenA + c->pt - 1) / c->pt + (lenB + c->pt - 1) / c->pt) + 2;
+    cfg.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&cfg) + (int64_t)pages * (int64_t)kiln_kv_page_cost(&cfg);
+    /* one pool per backend run (the step stores into it), filled identically */
+    kiln_kv_pool *pools[MAX_BE + 1];
+    kiln_kv_seq sa[MAX_BE + 1], sb[MAX_BE + 1];
+    const size_t kvd = (size_t)c->KV * (size_t)c->kd;
+    float *hist = input(ref_be, (size_t)(c->len0 + lenB) * kvd * 2);
+    float *k_step = input(ref_be, (size_t)n_tok * kvd), *v_step = input(ref_be, (size_t)n_tok * kvd);
+    float *q = input(ref_be, (size_t)n_tok * (size_t)c->H * (size_t)c->kd);
+    for (int p = 0; p <= n_bes; p++) {
+        const kiln_backend *be = p == 0 ? ref_be : bes[p - 1];
+        assert_int_equal(kiln_kv_pool_create(&cfg, &pools[p]), KILN_OK);
+        memset(&sa[p], 0, sizeof sa[p]);
+        memset(&sb[p], 0, sizeof sb[p]);
+        assert_int_equal(kiln_kv_seq_reserve(pools[p], &sa[p], lenA), KILN_OK);
+        assert_int_equal(kiln_kv_seq_reserve(pools[p], &sb[p], lenB), KILN_OK);
+        for (int l = 0; l < 2; l++) { /* history: A's first len0 and B's first lenB - 1 positions */
+            for (int t = 0; t < c->len0; t++) {
+                kiln_kv_seq *s = &sa[p];
+                be->ops->kv_store(be, pools[p], &s, &t, 1, l, hist + (size_t)t * 2 * kvd, 0, hist + (size_t)t * 2 * kvd + kvd, 0);
+            }
+            for (int t = 0; t < lenB - 1; t++) {
+                kiln_kv_seq *s = &sb[p];
+                const float *h = hist + (size_t)(c->len0 + t) * 2 * kvd;
+                be->ops->kv_store(be, pools[p], &s, &t, 1, l, h, 0, h + kvd, 0);
+            }
+        }
+    }
+    kiln_kv_seq *seqs[MAX_BE + 1][16];
+    int pos[16];
+    for (int i = 0; i < c->n; i++) pos[i] = c->len0 + i;
+    pos[c->n] = lenB - 1;
+    const size_t out_n = (size_t)n_tok * (size_t)c->H * (size_t)c->kd;
+    float *want = NULL;
+    for (int p = 0; p <= n_bes; p++) {
+        const kiln_backend *be = p == 0 ? ref_be : bes[p - 1];
+        for (int i = 0; i < c->n; i++) seqs[p][i] = &sa[p];
+        seqs[p][c->n] = &sb[p];
+        float *out = output(be, out_n);
+        for (int l = 0; l < 2; l++) {
+            be->ops->kv_store(be, pools[p], seqs[p], pos, n_tok, l, k_step, (int64_t)kvd, v_step, (int64_t)kvd);
+            be->ops->kv_attend(be, pools[p], l, n_tok, seqs[p], pos, q, c->H, 1.0f / sqrtf((float)c->kd), out);
+        }
+        if (p == 0) want = out;
+        else {
+            char what[96];
+            snprintf(what, sizeof what, "kv_attend %s H%d KV%d kd%d page%d len%d+%d", c->dt == KILN_KV_FP8 ? "fp8" : c->dt == KILN_KV_BF16 ? "bf16" : "f32",
+                     c->H, c->KV, c->kd, c->pt, c->len0, c->n);
+            check_nmse(what, be, out, want, out_n, 1e-10);
+            /* the stored rows are the same whatever the backend */
+            float r0[128], r1[128];
+            for (int l = 0; l < 2; l++)
+                for (int h = 0; h < c->KV; h++)
+                    for (int kv = 0; kv < 2; kv++) {
+                        for (int t = 0; t < lenA; t++) {
+                            kiln_kv_read_row(pools[0], &sa[0], l, t, h, kv, r0);
+                            kiln_kv_read_row(pools[p], &sa[p], l, t, h, kv, r1);
+                            assert_memory_equal(r0, r1, (size_t)c->kd * sizeof(float));
+                        }
+                        for (int t = 0; t < lenB; t++) {
+                            kiln_kv_read_row(pools[0], &sb[0], l, t, h, kv, r0);
+                            kiln_kv_read_row(pools[p], &sb[p], l, t, h, kv, r1);
+                            assert_memory_equal(r0, r1, (size_t)c->kd * sizeof(float));
+                        }
+                    }
+            kiln_be_free(be, out);
+        }
+    }
+    kiln_be_free(ref_be, want);
+    for (int p = 0; p <= n_bes; p++) {
+        kiln_kv_seq_release(pools[p], &sa[p]);
+        kiln_kv_seq_release(pools[p], &sb[p]);
+        free(sa[p].pages);
+        free(sb[p].pages);
+        kiln_kv_pool_free(pools[p]);
+    }
+    kiln_be_free(ref_be, hist); kiln_be_free(ref_be, k_step); kiln_be_free(ref_be, v_step); kiln_be_free(ref_be, q);
+}
+
+static void test_kv(void **state) {
+    (void)state;
+    const kvcase cases[] = {
+        {4, 4, 64, 16, KILN_KV_F32, 20, 1},  {8, 2, 64, 16, KILN_KV_BF16, 37, 5}, {12, 2, 40, 7, KILN_KV_FP8, 50, 3},
+        {6, 1, 64, 16, KILN_KV_FP8, 700, 1}, {4, 4, 40, 1, KILN_KV_BF16, 3, 4},   {24, 4, 64, 16, KILN_KV_F32, 0, 6},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) kv_case(&cases[i]);
+}
+
+/* ---- supports ----------------------------------------------------------------------------------- */
+static void test_supports(void **state) {
+    (void)state;
+    for (int op = 0; op < KILN_OP_COUNT; op++)
+        for (int f = 0; f < KILN_WF_COUNT; f++) assert_true(ref_be->ops->supports(ref_be, (kiln_op)op, (kiln_wformat)f));
+    for (int b = 0; b < n_bes; b++)
+        for (int f = 0; f < KILN_WF_COUNT; f++) {
+            const int native = bes[b]->ops->supports(bes[b], KILN_OP_MATMUL, (kiln_wformat)f);
+            /* scalar cpu has no kernels of its own; the SIMD tables cover every format */
+            assert_int_equal(native, bes[b]->cx.isa != KILN_ISA_SCALAR);
+            assert_true(bes[b]->ops->supports(bes[b], KILN_OP_RMSNORM, (kiln_wformat)f));
+        }
+    assert_false(ref_be->ops->supports(ref_be, KILN_OP_COUNT, KILN_WF_F32));
+    assert_string_equal(kiln_op_name(KILN_OP_KV_ATTEND), "kv_attend");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_many),     cmocka_unit_test(test_matmul_heads),
+        cmocka_unit_test(test_norm_swiglu_add), cmocka_unit_test(test_rope),     cmocka_unit_test(test_embed_argmax),
+        cmocka_unit_test(test_moe),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_supports),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
