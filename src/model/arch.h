@@ -110,9 +110,12 @@ int kiln_arch_layer_linears(kiln_arch_layer *L, int n_experts, kiln_arch_linear 
 /* ---- helpers shared by the arch_*.c files (arch_common.c) ---- */
 kiln_arch_model *kiln_arch_state_new(struct kiln_model *m);
 /* Common fields: hidden_size, num_hidden_layers (or num_layers), num_attention_heads, vocab_size
- * (or padded_vocab_size), max_position_embeddings (or seq_length), tie_word_embeddings, eps,
- * torch_dtype, bos/eos; rejects hidden_act other than silu. */
-kiln_status kiln_arch_read_common(struct kiln_model *m, json_t *cfg, const char *file, const char *eps_key);
+ * (or padded_vocab_size), max_position_embeddings (or seq_length), tie_word_embeddings, the norm
+ * epsilon eps_key (required when eps_default < 0, else eps_default when absent), torch_dtype (or
+ * dtype; def_act when absent), bos/eos; rejects hidden_act other than silu. */
+kiln_status kiln_arch_read_common(struct kiln_model *m, json_t *cfg, const char *file, const char *eps_key, double eps_default, kiln_dtype def_act);
+/* m's n_layers zeroed layers, owned by the model. */
+kiln_status kiln_arch_layers_new(struct kiln_model *m, kiln_arch_model *am);
 /* rope_theta from the top level or rope_parameters; partial_rotary_factor likewise (default def_partial). */
 kiln_status kiln_arch_read_rope(json_t *cfg, const char *file, double def_theta, double def_partial, double *theta, double *partial);
 /* The Llama-style GQA fields of glm4 and glm4_moe: kiln_arch_read_common (rms_norm_eps),

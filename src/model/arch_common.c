@@ -42,7 +42,7 @@ static int has_key(const json_t *cfg, const char *k) {
     return v && !json_is_null(v);
 }
 
-kiln_status kiln_arch_read_common(struct kiln_model *m, json_t *cfg, const char *file, const char *eps_key) {
+kiln_status kiln_arch_read_common(struct kiln_model *m, json_t *cfg, const char *file, const char *eps_key, double eps_default, kiln_dtype def_act) {
     kiln_hparams *hp = &m->hp;
     KILN_TRY(kiln_cfg_int(cfg, file, "hidden_size", 1, 1 << 20, &hp->dim));
     const char *nl = has_key(cfg, "num_hidden_layers") ? "num_hidden_layers" : has_key(cfg, "num_layers") ? "num_layers" : "num_hidden_layers";
@@ -53,16 +53,19 @@ kiln_status kiln_arch_read_common(struct kiln_model *m, json_t *cfg, const char 
     const char *ck = has_key(cfg, "max_position_embeddings") ? "max_position_embeddings" : "seq_length";
     KILN_TRY(kiln_cfg_int_opt(cfg, file, ck, 1, 1 << 24, 2048, &hp->max_seq));
     double eps;
-    if (!has_key(cfg, eps_key)) return kiln_fail(KILN_ERR_FORMAT, "%s: required field '%s' is missing", file, eps_key);
-    KILN_TRY(kiln_cfg_num_opt(cfg, file, eps_key, 0, 1, 1e-6, &eps));
+    if (eps_default < 0 && !has_key(cfg, eps_key)) return kiln_fail(KILN_ERR_FORMAT, "%s: required field '%s' is missing", file, eps_key);
+    KILN_TRY(kiln_cfg_num_opt(cfg, file, eps_key, 0, 1, eps_default < 0 ? 1e-6 : eps_default, &eps));
     hp->norm_eps = (float)eps;
     KILN_TRY(kiln_cfg_bool_opt(cfg, file, "tie_word_embeddings", 0, &hp->tie_embeddings));
     KILN_TRY(kiln_cfg_token_id(cfg, file, "bos_token_id", &hp->bos_id));
     KILN_TRY(kiln_cfg_token_id(cfg, file, "eos_token_id", &hp->eos_id));
     json_t *td = json_object_get(cfg, "torch_dtype");
     if (!td) td = json_object_get(cfg, "dtype");
-    const char *tds = json_is_string(td) ? json_string_value(td) : "bfloat16";
-    hp->act_dtype = strcmp(tds, "float32") == 0 ? KILN_DT_F32 : strcmp(tds, "float16") == 0 ? KILN_DT_F16 : KILN_DT_BF16;
+    const char *tds = json_is_string(td) ? json_string_value(td) : NULL;
+    hp->act_dtype = !tds                           ? def_act
+                  : strcmp(tds, "float32") == 0    ? KILN_DT_F32
+                  : strcmp(tds, "float16") == 0    ? KILN_DT_F16
+                                                   : KILN_DT_BF16;
     json_t *act = json_object_get(cfg, "hidden_act");
     if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: field 'hidden_act' = %s is not supported (silu)", file,
@@ -93,7 +96,7 @@ kiln_status kiln_arch_read_rope(json_t *cfg, const char *file, double def_theta,
 kiln_status kiln_arch_read_gqa(struct kiln_model *m, json_t *cfg, const char *file, int def_bias, double *theta, int *rot) {
     kiln_hparams *hp = &m->hp;
     kiln_arch_hp *ah = &((kiln_arch_model *)m->arch_state)->hp;
-    KILN_TRY(kiln_arch_read_common(m, cfg, file, "rms_norm_eps"));
+    KILN_TRY(kiln_arch_read_common(m, cfg, file, "rms_norm_eps", -1, KILN_DT_BF16));
     KILN_TRY(kiln_cfg_int(cfg, file, "intermediate_size", 1, 1 << 22, &hp->ffn_dim));
     KILN_TRY(kiln_cfg_int_opt(cfg, file, "num_key_value_heads", 1, 4096, hp->n_heads, &hp->n_kv_heads));
     KILN_TRY(kiln_cfg_int_opt(cfg, file, "head_dim", 2, 1 << 16, hp->dim / hp->n_heads, &hp->head_dim));
@@ -224,6 +227,12 @@ kiln_status kiln_arch_read_moe(struct kiln_model *m, json_t *cfg, const char *fi
 }
 
 /* ---- binding ------------------------------------------------------------------------------------ */
+
+kiln_status kiln_arch_layers_new(struct kiln_model *m, kiln_arch_model *am) {
+    am->layers = kiln_model_own(m, calloc((size_t)m->hp.n_layers, sizeof *am->layers));
+    if (!am->layers) return kiln_fail_oom(m->path, "layers (num_hidden_layers)", (unsigned long long)m->hp.n_layers * sizeof *am->layers);
+    return KILN_OK;
+}
 
 static kiln_status vec(struct kiln_model *m, const char *name, int64_t n, const float **out, int optional) {
     const kiln_tensor *t = kiln_tt_find(&m->tt, name);

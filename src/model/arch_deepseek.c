@@ -32,7 +32,7 @@ static kiln_status mla_read(struct kiln_model *m, json_t *top, const char *file)
     if (!am) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_arch_hp *ah = &am->hp;
     kiln_mla_cfg *c = &ah->mla;
-    KILN_TRY(kiln_arch_read_common(m, cfg, file, "rms_norm_eps"));
+    KILN_TRY(kiln_arch_read_common(m, cfg, file, "rms_norm_eps", -1, KILN_DT_BF16));
     KILN_TRY(kiln_cfg_int(cfg, file, "intermediate_size", 1, 1 << 22, &hp->ffn_dim));
     json_t *ql = json_object_get(cfg, "q_lora_rank");
     if (!ql) return kiln_fail(KILN_ERR_FORMAT, "%s: required field 'q_lora_rank' is missing (null when queries are not low-rank)", file);
@@ -83,8 +83,7 @@ static kiln_status mla_bind(struct kiln_model *m) {
     snprintf(n2, sizeof n2, "%smodel.norm.weight", pre);
     snprintf(n3, sizeof n3, "%slm_head", pre);
     KILN_TRY(kiln_arch_bind_ends(m, n, n2, n3));
-    am->layers = kiln_model_own(m, calloc((size_t)hp->n_layers, sizeof *am->layers));
-    if (!am->layers) return kiln_fail_oom(m->path, "layers (num_hidden_layers)", (unsigned long long)hp->n_layers * sizeof *am->layers);
+    KILN_TRY(kiln_arch_layers_new(m, am));
 #define P(fmt) (snprintf(n, sizeof n, "%smodel.layers.%d." fmt, pre, l), n)
     for (int l = 0; l < hp->n_layers; l++) {
         kiln_arch_layer *L = &am->layers[l];

@@ -48,8 +48,7 @@ static kiln_status glm4_bind(struct kiln_model *m) {
     kiln_arch_model *am = m->arch_state;
     const int64_t D = hp->dim;
     KILN_TRY(kiln_arch_bind_ends(m, "model.embed_tokens.weight", "model.norm.weight", "lm_head"));
-    am->layers = kiln_model_own(m, calloc((size_t)hp->n_layers, sizeof *am->layers));
-    if (!am->layers) return kiln_fail_oom(m->path, "layers (num_hidden_layers)", (unsigned long long)hp->n_layers * sizeof *am->layers);
+    KILN_TRY(kiln_arch_layers_new(m, am));
     char n[192];
 #define P(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
     for (int l = 0; l < hp->n_layers; l++) {
@@ -75,7 +74,7 @@ static kiln_status chatglm_read(struct kiln_model *m, json_t *cfg, const char *f
     kiln_arch_model *am = kiln_arch_state_new(m);
     if (!am) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_arch_hp *ah = &am->hp;
-    KILN_TRY(kiln_arch_read_common(m, cfg, file, "layernorm_epsilon"));
+    KILN_TRY(kiln_arch_read_common(m, cfg, file, "layernorm_epsilon", -1, KILN_DT_BF16));
     if (json_object_get(cfg, "padded_vocab_size")) KILN_TRY(kiln_cfg_int(cfg, file, "padded_vocab_size", 1, 1 << 24, &hp->vocab));
     KILN_TRY(kiln_cfg_int_opt(cfg, file, "seq_length", 1, 1 << 24, hp->max_seq, &hp->max_seq));
     KILN_TRY(kiln_cfg_int(cfg, file, "ffn_hidden_size", 1, 1 << 22, &hp->ffn_dim));
@@ -107,8 +106,7 @@ static kiln_status chatglm_bind(struct kiln_model *m) {
     const int64_t D = hp->dim, qd = (int64_t)hp->n_heads * hp->head_dim, kvd = (int64_t)hp->n_kv_heads * hp->head_dim;
     KILN_TRY(kiln_arch_bind_ends(m, "transformer.embedding.word_embeddings.weight", "transformer.encoder.final_layernorm.weight",
                                  "transformer.output_layer"));
-    am->layers = kiln_model_own(m, calloc((size_t)hp->n_layers, sizeof *am->layers));
-    if (!am->layers) return kiln_fail_oom(m->path, "layers (num_hidden_layers)", (unsigned long long)hp->n_layers * sizeof *am->layers);
+    KILN_TRY(kiln_arch_layers_new(m, am));
     char n[192];
 #define P(fmt) (snprintf(n, sizeof n, "transformer.encoder.layers.%d." fmt, l), n)
     for (int l = 0; l < hp->n_layers; l++) {

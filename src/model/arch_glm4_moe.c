@@ -34,8 +34,7 @@ static kiln_status glm4_moe_bind(struct kiln_model *m) {
     kiln_arch_hp *ah = &am->hp;
     const int64_t D = hp->dim, hd = hp->head_dim;
     KILN_TRY(kiln_arch_bind_ends(m, "model.embed_tokens.weight", "model.norm.weight", "lm_head"));
-    am->layers = kiln_model_own(m, calloc((size_t)hp->n_layers, sizeof *am->layers));
-    if (!am->layers) return kiln_fail_oom(m->path, "layers (num_hidden_layers)", (unsigned long long)hp->n_layers * sizeof *am->layers);
+    KILN_TRY(kiln_arch_layers_new(m, am));
     char n[192], mp[96];
 #define P(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
     for (int l = 0; l < hp->n_layers; l++) {

@@ -15,16 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* config.json of LlamaForCausalLM. */
+/* config.json of LlamaForCausalLM, with transformers' LlamaConfig defaults: rms_norm_eps 1e-6,
+ * num_key_value_heads = num_attention_heads, head_dim = hidden_size / heads, rope_theta 10000,
+ * float32 without torch_dtype; NEOX pairs over the whole head. */
 static kiln_status llama_read(struct kiln_model *m, json_t *cfg, const char *file) {
     kiln_hparams *hp = &m->hp;
-    KILN_TRY(kiln_cfg_int(cfg, file, "hidden_size", 1, 1 << 20, &hp->dim));
+    KILN_TRY(kiln_arch_read_common(m, cfg, file, "rms_norm_eps", 1e-6, KILN_DT_F32));
     KILN_TRY(kiln_cfg_int(cfg, file, "intermediate_size", 1, 1 << 22, &hp->ffn_dim));
-    KILN_TRY(kiln_cfg_int(cfg, file, "num_hidden_layers", 1, 4096, &hp->n_layers));
-    KILN_TRY(kiln_cfg_int(cfg, file, "num_attention_heads", 1, 4096, &hp->n_heads));
     KILN_TRY(kiln_cfg_int_opt(cfg, file, "num_key_value_heads", 1, 4096, hp->n_heads, &hp->n_kv_heads));
-    KILN_TRY(kiln_cfg_int(cfg, file, "vocab_size", 1, 1 << 24, &hp->vocab));
-    KILN_TRY(kiln_cfg_int_opt(cfg, file, "max_position_embeddings", 1, 1 << 24, 2048, &hp->max_seq));
     if (hp->n_heads % hp->n_kv_heads)
         return kiln_fail(KILN_ERR_FORMAT, "%s: field 'num_attention_heads' = %d is not a multiple of 'num_key_value_heads' = %d",
                          file, hp->n_heads, hp->n_kv_heads);
@@ -32,20 +30,11 @@ static kiln_status llama_read(struct kiln_model *m, json_t *cfg, const char *fil
     KILN_TRY(kiln_cfg_int_opt(cfg, file, "head_dim", 2, 1 << 16, def_hd, &hp->head_dim));
     if (hp->head_dim <= 0 || hp->head_dim % 2)
         return kiln_fail(KILN_ERR_FORMAT, "%s: field 'head_dim' = %d (or hidden_size / num_attention_heads) must be a positive even number", file, hp->head_dim);
-    double eps, theta;
-    KILN_TRY(kiln_cfg_num_opt(cfg, file, "rms_norm_eps", 0, 1, 1e-6, &eps));
+    double theta;
     KILN_TRY(kiln_cfg_num_opt(cfg, file, "rope_theta", 1, 1e12, 10000.0, &theta));
-    hp->norm_eps = (float)eps;
     hp->rope_theta = (float)theta;
     hp->rope_style = KILN_ROPE_NEOX;
     hp->rotary_dim = hp->head_dim;
-    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "tie_word_embeddings", 0, &hp->tie_embeddings));
-    KILN_TRY(kiln_cfg_token_id(cfg, file, "bos_token_id", &hp->bos_id));
-    KILN_TRY(kiln_cfg_token_id(cfg, file, "eos_token_id", &hp->eos_id));
-    json_t *td = json_object_get(cfg, "torch_dtype");
-    if (!td) td = json_object_get(cfg, "dtype");
-    const char *tds = json_is_string(td) ? json_string_value(td) : "float32";
-    hp->act_dtype = strcmp(tds, "bfloat16") == 0 ? KILN_DT_BF16 : strcmp(tds, "float16") == 0 ? KILN_DT_F16 : KILN_DT_F32;
     return kiln_hparams_check(hp, file, &kiln_hparam_keys_hf);
 }
 
@@ -69,8 +58,7 @@ static kiln_status llama_bind(struct kiln_model *m) {
     KILN_TRY(llama_hp(m));
     kiln_arch_model *am = m->arch_state;
     KILN_TRY(kiln_arch_bind_ends(m, "model.embed_tokens.weight", "model.norm.weight", "lm_head"));
-    am->layers = kiln_model_own(m, calloc((size_t)hp->n_layers, sizeof *am->layers));
-    if (!am->layers) return kiln_fail_oom(m->path, "layers (num_hidden_layers)", (unsigned long long)hp->n_layers * sizeof *am->layers);
+    KILN_TRY(kiln_arch_layers_new(m, am));
     char n[160];
 #define P(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
     for (int l = 0; l < hp->n_layers; l++) {
