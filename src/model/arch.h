@@ -82,14 +82,29 @@ typedef struct kiln_arch {
     kiln_status (*read_hparams)(struct kiln_model *m, json_t *cfg, const char *file);
     /* Binds tensors (m->tt) to m->arch_state's layers, checking every shape. */
     kiln_status (*bind)(struct kiln_model *m);
+    /* Writes a synthetic checkpoint of this architecture (`kiln mkmodel --arch NAME`; spec: preset
+     * and shape flags as "key=value,..."). */
+    kiln_status (*mkmodel)(const char *arch, const char *spec, const char *dtype, uint64_t seed, const char *out_dir);
+    /* GGUF: general.architecture of this row's files and its tensor names ↔ the Hugging Face names
+     * the binder uses ("%d" = layer); gguf_arch NULL = GGUF files of this architecture are not read. */
+    const char *gguf_arch;
+    const char *const (*gguf_names)[2];
+    int n_gguf_names;
 } kiln_arch;
+/* Translates tensor name `from` with row a's GGUF map: to the Hugging Face name (to_hf = 1) or to
+ * the GGUF name (to_hf = 0); returns 0 when the name has no counterpart. */
+int kiln_arch_gguf_rename(const kiln_arch *a, const char *from, int to_hf, char *out, size_t cap);
+/* The row whose gguf_arch is `gguf_arch`, or NULL. */
+const kiln_arch *kiln_arch_find_gguf(const char *gguf_arch);
 
 /* Finds the row for a model_type (or, when model_type is absent, architectures[0]); NULL if none. */
 const kiln_arch *kiln_arch_find(const char *model_type, const char *architecture);
 /* "chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2, glm4_moe_lite" (for error messages). */
 const char *kiln_arch_names(void);
 
-/* Synthetic checkpoints for the architectures of this table (mkmodel_arch.c). */
+/* Synthetic checkpoints: the mkmodel column of the GLM / DeepSeek rows (mkmodel_arch.c) and of llama
+ * (export.c). */
+kiln_status kiln_mkmodel_llama(const char *arch, const char *spec, const char *dtype, uint64_t seed, const char *out_dir);
 kiln_status kiln_mkmodel_arch(const char *arch, const char *spec, const char *dtype, uint64_t seed, const char *out_dir);
 
 /* The llama row (arch_llama.c): every llama-architecture model, whichever loader filled m->hp. */

@@ -29,6 +29,32 @@ const kiln_arch *kiln_arch_find(const char *model_type, const char *architecture
 
 const char *kiln_arch_names(void) { return "llama, chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2 (kimi_k25), glm4_moe_lite"; }
 
+const kiln_arch *kiln_arch_find_gguf(const char *gguf_arch) {
+    for (int i = 0; i < N_ARCH; i++)
+        if (table[i]->gguf_arch && gguf_arch && strcmp(table[i]->gguf_arch, gguf_arch) == 0) return table[i];
+    return NULL;
+}
+
+int kiln_arch_gguf_rename(const kiln_arch *a, const char *from, int to_hf, char *out, size_t cap) {
+    const int src = to_hf ? 0 : 1, dst = to_hf ? 1 : 0;
+    for (int i = 0; i < a->n_gguf_names; i++) {
+        const char *pat = a->gguf_names[i][src];
+        const char *pct = strstr(pat, "%d");
+        if (!pct) {
+            if (strcmp(from, pat) == 0) { snprintf(out, cap, "%s", a->gguf_names[i][dst]); return 1; }
+            continue;
+        }
+        const size_t pre = (size_t)(pct - pat);
+        if (strncmp(from, pat, pre) != 0) continue;
+        char *end;
+        const long l = strtol(from + pre, &end, 10);
+        if (end == from + pre || l < 0 || l > 1 << 24 || strcmp(end, pct + 2) != 0) continue;
+        snprintf(out, cap, a->gguf_names[i][dst], (int)l);
+        return 1;
+    }
+    return 0;
+}
+
 /* ---- config ------------------------------------------------------------------------------------- */
 
 kiln_arch_model *kiln_arch_state_new(struct kiln_model *m) {

@@ -54,4 +54,4 @@ static kiln_status glm4_moe_bind(struct kiln_model *m) {
     return KILN_OK;
 }
 
-const kiln_arch kiln_arch_glm4_moe = {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, glm4_moe_read, glm4_moe_bind};
+const kiln_arch kiln_arch_glm4_moe = {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, glm4_moe_read, glm4_moe_bind, kiln_mkmodel_arch, NULL, NULL, 0};

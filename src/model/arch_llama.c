@@ -75,4 +75,21 @@ static kiln_status llama_bind(struct kiln_model *m) {
     return KILN_OK;
 }
 
-const kiln_arch kiln_arch_llama = {"llama", {"llama"}, {"LlamaForCausalLM"}, llama_read, llama_bind};
+/* GGUF name ↔ HF name, for per-layer (%d) and global tensors. */
+static const char *const gguf_names[][2] = {
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+    {"blk.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight"},
+    {"blk.%d.attn_q.weight", "model.layers.%d.self_attn.q_proj.weight"},
+    {"blk.%d.attn_k.weight", "model.layers.%d.self_attn.k_proj.weight"},
+    {"blk.%d.attn_v.weight", "model.layers.%d.self_attn.v_proj.weight"},
+    {"blk.%d.attn_output.weight", "model.layers.%d.self_attn.o_proj.weight"},
+    {"blk.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight"},
+    {"blk.%d.ffn_gate.weight", "model.layers.%d.mlp.gate_proj.weight"},
+    {"blk.%d.ffn_up.weight", "model.layers.%d.mlp.up_proj.weight"},
+    {"blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight"},
+};
+
+const kiln_arch kiln_arch_llama = {"llama", {"llama"}, {"LlamaForCausalLM"}, llama_read, llama_bind, kiln_mkmodel_llama,
+                                   "llama", gguf_names, (int)(sizeof gguf_names / sizeof *gguf_names)};

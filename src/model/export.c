@@ -19,7 +19,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int kiln_gguf_rename(const char *from, int to_hf, char *out, size_t cap);
 
 kiln_status kiln_export_make_dir(const char *dir) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return kiln_fail(KILN_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
@@ -163,7 +162,7 @@ kiln_status kiln_model_save_gguf(const kiln_model *m, const char *path) {
     kiln_status st = KILN_OK;
     for (int i = 0; i < m->tt.n && st == KILN_OK; i++) {
         char gname[160];
-        if (!kiln_gguf_rename(ts[i].name, 0, gname, sizeof gname)) {
+        if (!kiln_arch_gguf_rename(&kiln_arch_llama, ts[i].name, 0, gname, sizeof gname)) {
             st = kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tensor '%s' has no GGUF llama name", path, ts[i].name);
             break;
         }
@@ -238,7 +237,15 @@ static kiln_status parse_spec(const char *spec, llama_shape *s) {
 }
 
 kiln_status kiln_mkmodel(const char *arch, const char *spec, const char *dtype, uint64_t seed, const char *out_dir) {
-    if (strcmp(arch, "llama") != 0) return kiln_mkmodel_arch(arch, spec, dtype, seed, out_dir); /* model/mkmodel_arch.c */
+    const kiln_arch *row = kiln_arch_find(arch, NULL); /* the mkmodel column of the architecture table */
+    if (!row || !row->mkmodel || strcmp(arch, row->name) != 0)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "mkmodel: --arch '%s' is not supported (known: llama, chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2, glm4_moe_lite)",
+                         arch);
+    return row->mkmodel(arch, spec, dtype, seed, out_dir);
+}
+
+kiln_status kiln_mkmodel_llama(const char *arch, const char *spec, const char *dtype, uint64_t seed, const char *out_dir) {
+    (void)arch;
     kiln_dtype dt;
     if (strcmp(dtype, "f32") == 0) dt = KILN_DT_F32;
     else if (strcmp(dtype, "bf16") == 0) dt = KILN_DT_BF16;

@@ -3,6 +3,7 @@
  * embedded tokenizer. llama.cpp stores Q/K rows permuted for adjacent-pair RoPE, so GGUF llama
  * models run with KILN_ROPE_NORM (no data is moved). */
 #include "model/model.h"
+#include "model/arch.h"
 #include "base/status.h"
 #include "format/gguf.h"
 #include "model/hparams_check.h"
@@ -10,44 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* GGUF name ↔ HF name, for per-layer (%d) and global tensors. */
-static const char *const name_map[][2] = {
-    {"token_embd.weight", "model.embed_tokens.weight"},
-    {"output_norm.weight", "model.norm.weight"},
-    {"output.weight", "lm_head.weight"},
-    {"blk.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight"},
-    {"blk.%d.attn_q.weight", "model.layers.%d.self_attn.q_proj.weight"},
-    {"blk.%d.attn_k.weight", "model.layers.%d.self_attn.k_proj.weight"},
-    {"blk.%d.attn_v.weight", "model.layers.%d.self_attn.v_proj.weight"},
-    {"blk.%d.attn_output.weight", "model.layers.%d.self_attn.o_proj.weight"},
-    {"blk.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight"},
-    {"blk.%d.ffn_gate.weight", "model.layers.%d.mlp.gate_proj.weight"},
-    {"blk.%d.ffn_up.weight", "model.layers.%d.mlp.up_proj.weight"},
-    {"blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight"},
-};
-#define N_MAP (sizeof name_map / sizeof name_map[0])
-
-/* Translates `from` (column `dir` of the map) to the other column; returns 0 when unknown. */
-int kiln_gguf_rename(const char *from, int to_hf, char *out, size_t cap) {
-    int src = to_hf ? 0 : 1, dst = to_hf ? 1 : 0;
-    for (size_t i = 0; i < N_MAP; i++) {
-        const char *pat = name_map[i][src];
-        const char *pct = strstr(pat, "%d");
-        if (!pct) {
-            if (strcmp(from, pat) == 0) { snprintf(out, cap, "%s", name_map[i][dst]); return 1; }
-            continue;
-        }
-        size_t pre = (size_t)(pct - pat);
-        if (strncmp(from, pat, pre) != 0) continue;
-        char *end;
-        long l = strtol(from + pre, &end, 10);
-        if (end == from + pre || l < 0 || strcmp(end, pct + 2) != 0) continue;
-        snprintf(out, cap, name_map[i][dst], (int)l);
-        return 1;
-    }
-    return 0;
-}
 
 static kiln_status get_u(const kiln_gguf *g, const char *file, const char *key, int required, int def, int *out) {
     uint64_t v;
@@ -72,10 +35,12 @@ kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path) {
         kiln_tt_free(&raw);
         return kiln_fail(KILN_ERR_FORMAT, "%s: required metadata key 'general.architecture' is missing", path);
     }
-    if (strcmp(arch, "llama") != 0) {
+    const kiln_arch *row = kiln_arch_find_gguf(arch);
+    if (!row || row != &kiln_arch_llama) { /* the rows with a GGUF column; llama's keys are read below */
         kiln_tt_free(&raw);
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported (known: llama)", path, arch);
     }
+    m->arch = row;
     kiln_hparams *hp = &m->hp;
     snprintf(hp->arch, sizeof hp->arch, "llama");
     if ((st = get_u(m->gguf, path, "llama.embedding_length", 1, 0, &hp->dim)) ||
@@ -109,7 +74,7 @@ kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path) {
     for (int i = 0; i < raw.n; i++) {
         char hf[160];
         kiln_tensor t = raw.v[i];
-        if (!kiln_gguf_rename(t.name, 1, hf, sizeof hf)) continue; /* tensors kiln does not use (rope_freqs ...) */
+        if (!kiln_arch_gguf_rename(row, t.name, 1, hf, sizeof hf)) continue; /* tensors kiln does not use (rope_freqs ...) */
         t.name = hf;
         if (t.dtype == KILN_DT_BF16 || t.dtype == KILN_DT_F16) hp->act_dtype = KILN_DT_BF16;
         if ((st = kiln_tt_add(&m->tt, &t))) { kiln_tt_free(&raw); return st; }
