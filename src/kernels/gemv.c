@@ -327,6 +327,11 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
             return;
         }
     }
+    /* GEMM on the prepared activations (the integer-dot formats): register tiles over rows × tokens. */
+    if (n > 1 && xp && t->gemm_prep[f]) {
+        t->gemm_prep[f](w, xp, xpb, n, Y, rows, r0, r1);
+        return;
+    }
     /* GEMV per row of X over L1/L2-sized row blocks (weights read from memory once). */
     if (n == 1) rb = r1 - r0;
     for (int64_t b = r0; b < r1; b += rb) {

@@ -876,28 +876,36 @@ AI void int4_tile4(const kiln_weight *w, const uint8_t *xp, float *y, int64_t r,
     y[2] = _mm512_reduce_add_ps(acc2);
     y[3] = _mm512_reduce_add_ps(acc3);
 }
-static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
-    (void)x;
-    /* Lane l's scale: the bf16 goes to word 2l+1 (the f32's high half) from group 8l/G of the chunk;
-     * word 2l takes word 31 of the source, always zero (at most 4 words are loaded). */
+/* The per-weight constants of the INT4 kernels. Lane l's scale: the bf16 goes to word 2l+1 (the
+ * f32's high half) from group 8l/G of the chunk; word 2l takes word 31 of the source, always zero
+ * (at most 4 words are loaded). */
+static void int4_setup(const kiln_weight *w, int4_consts *k) {
     const int64_t G = w->block, tail = w->cols % 128;
     uint16_t iw[32];
     for (int l = 0; l < 16; l++) {
         iw[2 * l] = 31;
         iw[2 * l + 1] = (uint16_t)(G <= 128 ? (8 * l) / G : 0);
     }
+    k->sidx = _mm512_loadu_si512(iw);
+    k->smask = G <= 128 ? (__mmask32)((1u << (128 / G)) - 1u) : 1u;
+    k->tsm = G <= 128 ? (__mmask32)((1u << (tail / G)) - 1u) : 1u;
+    k->ng = w->cols / G;
+    k->nfull = w->cols / 128;
+    k->tail = tail;
+    k->gstep = G <= 128 ? 128 / G : 0;
+    k->cpg = G <= 128 ? 1 : G / 128;
+    k->u = G <= 128 ? 128 / G : 1;
+    k->nb = k->ng / k->u;
+    k->tg = k->ng % k->u;
+}
+
+static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)x;
+    const int64_t G = w->block;
+    uint16_t iw[32];
+    for (int l = 0; l < 16; l++) iw[2 * l] = 31;
     int4_consts k;
-    k.sidx = _mm512_loadu_si512(iw);
-    k.smask = G <= 128 ? (__mmask32)((1u << (128 / G)) - 1u) : 1u;
-    k.tsm = G <= 128 ? (__mmask32)((1u << (tail / G)) - 1u) : 1u;
-    k.ng = w->cols / G;
-    k.nfull = w->cols / 128;
-    k.tail = tail;
-    k.gstep = G <= 128 ? 128 / G : 0;
-    k.cpg = G <= 128 ? 1 : G / 128;
-    k.u = G <= 128 ? 128 / G : 1;
-    k.nb = k.ng / k.u;
-    k.tg = k.ng % k.u;
+    int4_setup(w, &k);
     const int64_t g = pf_groups(w->row_bytes);
     if (w->tiled && G <= 128) {
         __m512i sidx4[4];
@@ -1026,6 +1034,201 @@ static void gemv_q4(const kiln_weight *w, const float *x, const void *xp, float 
     gemv_q(KILN_WF_Q4_0, w, xp, y, r0, r1);
 }
 
+
+/* ---- integer-dot GEMM: prefill and batched decode (issue 20) -------------------------------------
+ * Y[i·ldy + r] = W[r,:]·x_i for r in [r0, r1) and the n prepared activation rows x_i (xprep, row i at
+ * xp + i·xpb). Register tiles of 4 weight rows × NT tokens: each weight vector is loaded, unpacked
+ * and its scales spread once per NT tokens, each token's activation once per 4 rows; per (row,
+ * token) and 128 INT4 columns (64 Q8_0 / Q4_0 columns): the integer dots, one conversion, one scale
+ * multiply and one FMA — the GEMV's arithmetic and summation order per row exactly, so a token's
+ * result does not depend on the batch it is computed in. Tokens go in blocks whose prepared rows
+ * fit in L2 (GEMM_X_BYTES), so the row group's weights stay in L1 across the block. */
+#define GEMM_X_BYTES (256u << 10)
+AI int gemm_token_block(size_t xpb, int nt) {
+    int tb = (int)(GEMM_X_BYTES / (xpb ? xpb : 1));
+    tb -= tb % nt;
+    return tb < nt ? nt : tb;
+}
+
+/* NR (1 or 4) INT4 rows from r × NT (1..3) tokens from xp. */
+AI void int4_gemm_tile(int NR, int NT, const kiln_weight *w, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy, int64_t r,
+                       const int4_consts *k) {
+    const int64_t ng = k->ng, nfull = k->nfull, tail = k->tail;
+    const uint16_t *S = (const uint16_t *)w->scales;
+    const __m512i sidx = k->sidx, m4 = _mm512_set1_epi8(0x0F);
+    row_loc p[4];
+    const uint16_t *srow[4], *stail[4];
+    __m512 acc[4][3];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        p[j] = row_at(w, r + j);
+        if (p[j].cs == 64) {
+            srow[j] = S + (size_t)(r + j) * (size_t)ng;
+            stail[j] = srow[j] + k->nb * k->u;
+        } else {
+            const uint16_t *base = S + (size_t)((r + j) & ~(int64_t)3) * (size_t)ng;
+            srow[j] = base + ((r + j) & 3) * k->u;
+            stail[j] = base + 4 * k->nb * k->u + ((r + j) & 3) * k->tg;
+        }
+#pragma GCC unroll 3
+        for (int t = 0; t < NT; t++) acc[j][t] = _mm512_setzero_ps();
+    }
+    const int64_t ss = p[0].cs == 64 ? 1 : 4, gstep = k->gstep, cpg = k->cpg;
+    int64_t g0 = 0, gc = 0;
+    for (int64_t ch = 0; ch < nfull; ch++) {
+        __m512i lo[4], hi[4];
+        __m512 ws[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            const __m512i wv = _mm512_loadu_si512(p[j].p + p[j].cs * ch);
+            lo[j] = _mm512_and_si512(wv, m4);
+            hi[j] = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+            ws[j] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(sidx, _mm512_maskz_loadu_epi16(k->smask, srow[j] + ss * g0)));
+        }
+#pragma GCC unroll 3
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *o = xp + (size_t)t * xpb + ch * I4_CHUNK;
+            const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);
+            const __m512 xs = _mm512_load_ps((const float *)(o + 192));
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) {
+                const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(st, lo[j], xe), hi[j], xo);
+                acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws[j], xs), acc[j][t]);
+            }
+        }
+        g0 += gstep;
+        if (++gc == cpg) { gc = 0; g0 += !gstep; }
+    }
+    if (tail) {
+        const __mmask64 bm = ((__mmask64)1 << (tail / 2)) - 1;
+        __m512i lo[4], hi[4];
+        __m512 ws[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            const __m512i wv = _mm512_maskz_loadu_epi8(bm, p[j].tp);
+            lo[j] = _mm512_and_si512(wv, m4);
+            hi[j] = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+            ws[j] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(sidx, _mm512_maskz_loadu_epi16(k->tsm, stail[j])));
+        }
+#pragma GCC unroll 3
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *o = xp + (size_t)t * xpb + nfull * I4_CHUNK;
+            const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);
+            const __m512 xs = _mm512_load_ps((const float *)(o + 192));
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) {
+                const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(st, lo[j], xe), hi[j], xo);
+                acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws[j], xs), acc[j][t]);
+            }
+        }
+    }
+#pragma GCC unroll 3
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) Y[(size_t)t * (size_t)ldy + (size_t)(r + j)] = _mm512_reduce_add_ps(acc[j][t]);
+}
+
+/* The rows of [r0, r1) for tokens [t0, t1) in tiles of NR rows × 3 tokens (the last 1–2 tokens in a
+ * narrower tile). */
+AI void int4_gemm_rows(int NR, const kiln_weight *w, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy, int64_t r, int t0, int t1,
+                       const int4_consts *k) {
+    int t = t0;
+    for (; t + 3 <= t1; t += 3) int4_gemm_tile(NR, 3, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy, r, k);
+    if (t1 - t == 2) int4_gemm_tile(NR, 2, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy, r, k);
+    else if (t1 - t == 1) int4_gemm_tile(NR, 1, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy, r, k);
+}
+
+static void gemm_int4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    int4_consts k;
+    int4_setup(w, &k);
+    const int tb = gemm_token_block(xpb, 3);
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        const int t1 = t0 + tb < n ? t0 + tb : n;
+        FOR_ROW_GROUPS(w, r0, r1, int4_gemm_rows(4, w, xp, xpb, Y, ldy, r, t0, t1, &k), int4_gemm_rows(1, w, xp, xpb, Y, ldy, r, t0, t1, &k));
+    }
+}
+
+/* Q8_0 / Q4_0: four rows as two pairs per 512-bit register (lanes 0–7 one row's block, 8–15 the
+ * next row's), as q_rows4, × NT (1..6) tokens; each pair's weights and f16 scales are unpacked once
+ * per NT tokens. Rows past the last group of 4 run q_row1 per token. */
+AI void q_gemm_tile(int f, int NT, const kiln_weight *w, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy, int64_t r) {
+    const int64_t nb = w->cols / 32, bb = f == KILN_WF_Q8_0 ? 34 : 18;
+    const uint8_t *p0 = w->data + (size_t)r * w->row_bytes;
+    const size_t rb = w->row_bytes;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), x80 = _mm512_set1_epi8((char)0x80);
+    const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512 acc[2][6];
+#pragma GCC unroll 6
+    for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i wv[2];
+        __m512 sc[2];
+#pragma GCC unroll 2
+        for (int P = 0; P < 2; P++) {
+            const uint8_t *ba = p0 + (size_t)(2 * P) * rb + bb * b, *bq = ba + rb;
+            if (f == KILN_WF_Q8_0) {
+                wv[P] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(ba + 2))),
+                                           _mm256_loadu_si256((const __m256i *)(bq + 2)), 1);
+                wv[P] = _mm512_xor_si512(wv[P], x80);
+            } else { /* GGML Q4_0: low nibbles are weights 0-15, high nibbles 16-31 */
+                const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(ba + 2))),
+                                                          _mm_loadu_si128((const __m128i *)(bq + 2)), 1);
+                const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+                wv[P] = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), m4);
+            }
+            uint16_t ha, hq;
+            memcpy(&ha, ba, 2);
+            memcpy(&hq, bq, 2);
+            sc[P] = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)ha | (uint32_t)hq << 16)))));
+        }
+#pragma GCC unroll 6
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *xt = xp + (size_t)t * xpb;
+            const __m512i xq = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(xt + 64 * b)));
+            const __m512i st = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(xt + 64 * b + 32)));
+            const __m512 dx = _mm512_set1_ps(((const float *)(xt + nb * 64))[b]);
+#pragma GCC unroll 2
+            for (int P = 0; P < 2; P++)
+                acc[P][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(st, wv[P], xq)), _mm512_mul_ps(sc[P], dx), acc[P][t]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int t = 0; t < NT; t++) {
+        float *y = Y + (size_t)t * (size_t)ldy + (size_t)r;
+        y[0] = _mm512_reduce_add_ps(_mm512_maskz_mov_ps(0x00FF, acc[0][t]));
+        y[1] = _mm512_reduce_add_ps(_mm512_maskz_mov_ps(0xFF00, acc[0][t]));
+        y[2] = _mm512_reduce_add_ps(_mm512_maskz_mov_ps(0x00FF, acc[1][t]));
+        y[3] = _mm512_reduce_add_ps(_mm512_maskz_mov_ps(0xFF00, acc[1][t]));
+    }
+}
+AI void gemm_q(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int tb = gemm_token_block(xpb, 6);
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        const int t1 = t0 + tb < n ? t0 + tb : n;
+        int64_t r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            int t = t0;
+            for (; t + 6 <= t1; t += 6) q_gemm_tile(f, 6, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy, r);
+            switch (t1 - t) {
+            case 5: q_gemm_tile(f, 5, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy, r); break;
+            case 4: q_gemm_tile(f, 4, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy, r); break;
+            case 3: q_gemm_tile(f, 3, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy, r); break;
+            case 2: q_gemm_tile(f, 2, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy, r); break;
+            case 1: q_gemm_tile(f, 1, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy, r); break;
+            default: break;
+            }
+        }
+        for (; r < r1; r++)
+            for (int t = t0; t < t1; t++) q_row1(f, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + (size_t)r, r);
+    }
+}
+static void gemm_q8(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    gemm_q(KILN_WF_Q8_0, w, xp, xpb, n, Y, ldy, r0, r1);
+}
+static void gemm_q4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    gemm_q(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, r0, r1);
+}
+
 static uint64_t read_sum(const void *p, size_t bytes) {
     const uint8_t *b = (const uint8_t *)p;
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
@@ -1083,6 +1286,7 @@ static float max_f32(const float *x, int64_t n) {
                  [KILN_WF_Q4_0] = gemv_q4},                                                                      \
         .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8}, \
         .gemm_f32 = gemm_f32, .read_sum = read_sum, .silu_mul = silu_mul, .max_f32 = max_f32,                    \
+        .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4},     \
         .tiled_mask = (1u << KILN_WF_FP8_BLOCK) | (1u << KILN_WF_INT4_GROUP),                                    \
     }
 const kiln_ktable kiln_ktable_avx512 = AVX512_TABLE(xprep_bytes_fp8, xprep_fp8, gemv_fp8);

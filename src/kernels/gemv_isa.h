@@ -26,6 +26,11 @@ typedef struct kiln_ktable {
     void (*dequant[KILN_WF_COUNT])(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld);
     void (*gemm_f32)(const float *W, int64_t ldw, int nr, const float *X, int64_t ldx, int n,
                      int64_t cols, float *Y, int64_t ldy);
+    /* GEMM on prepared activations (the integer-dot formats: prefill, batched decode): for the n
+     * rows of X prepared by xprep (row i at xp + i·xpb), Y[i·ldy + r] = W[r,:]·x_i for r in [r0, r1).
+     * Each row's result is the GEMV's bit for bit. NULL: the driver runs gemv once per row of X. */
+    void (*gemm_prep[KILN_WF_COUNT])(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy,
+                                     int64_t r0, int64_t r1);
     /* Reads bytes (a multiple of 256, p 64-byte aligned) with the widest loads; returns a value
      * that depends on every byte (so the reads cannot be optimised away). For membw.c. */
     uint64_t (*read_sum)(const void *p, size_t bytes);
