@@ -255,6 +255,15 @@ static int fast_ok(const kiln_ktable *t, const kiln_weight *w) {
 }
 int kiln_cx_matmul_is_fast(const kiln_kctx *cx, const kiln_weight *w) { return fast_ok(cx->kt, w); }
 
+/* Whether a step of n tokens multiplies w through the table's BF16-dot GEMM (n > 1 only: batch-1
+ * decode keeps the GEMV). */
+static int bf16_gemm(const kiln_ktable *t, const kiln_weight *w, int n) {
+    return n > 1 && t && t->gemm_bf16 && (t->bf16_gemm_mask >> w->fmt & 1u) && (w->fmt == KILN_WF_BF16 ? !w->tiled : t->dequant_bf16[w->fmt] != NULL);
+}
+/* The activation preparation a step of n tokens uses for w. */
+typedef void (*xprep_fn)(const kiln_weight *w, const float *x, void *xp);
+static xprep_fn prep_fn(const kiln_ktable *t, const kiln_weight *w, int n) { return bf16_gemm(t, w, n) ? t->xprep_bf16 : t->xprep[w->fmt]; }
+
 /* Rows per prefill block: the dequantised f32 tile (rows × cols × 4 bytes) stays within ~128 KiB. */
 static int64_t prefill_block_rows(const kiln_weight *w) {
     int64_t rb = (32768 / (w->cols > 0 ? w->cols : 1)) & ~(int64_t)3;
@@ -307,6 +316,29 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
         return;
     }
     const int f = w->fmt;
+    if (xp && bf16_gemm(t, w, n)) { /* bf16 activations × bf16 weight rows (the table says for which formats) */
+        const int64_t ldx = (int64_t)(xpb / 2);
+        if (f == KILN_WF_BF16) {
+            t->gemm_bf16((const uint16_t *)(w->data + (size_t)r0 * w->row_bytes), (int64_t)(w->row_bytes / 2), (int)(r1 - r0),
+                         (const uint16_t *)xp, ldx, n, cols, Y + r0, rows);
+            return;
+        }
+        const int64_t ld = (cols + 31) & ~(int64_t)31;
+        int64_t rbb = (32768 / ld) & ~(int64_t)3; /* the bf16 tile stays within ~64 KiB */
+        if (rbb < 4) rbb = 4;
+        uint16_t *bt = scratch(1, (size_t)rbb * (size_t)ld * 2);
+        if (bt) {
+            for (int64_t b = r0; b < r1; b += rbb) {
+                const int64_t e = b + rbb < r1 ? b + rbb : r1;
+                t->dequant_bf16[f](w, b, e, bt, ld);
+                t->gemm_bf16(bt, ld, (int)(e - b), (const uint16_t *)xp, ldx, n, cols, Y + b, rows);
+            }
+            return;
+        }
+        /* out of memory for the tile: the reference reads the f32 activations itself */
+        for (int i = 0; i < n; i++) kiln_gemv_ref(w, X + (size_t)i * cols, Y + (size_t)i * rows + r0, r0, r1);
+        return;
+    }
     float *tile = NULL;
     int64_t rb = prefill_block_rows(w);
     if (n > 1 && t->gemm_f32 && (f == KILN_WF_F32 || t->dequant[f])) {
@@ -345,6 +377,7 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
 static void prep_size(const kiln_ktable *t, const kiln_weight *w, int n, size_t *xpb) {
     *xpb = t->xprep_bytes[w->fmt] ? t->xprep_bytes[w->fmt](w) : 0;
     if (n > 1 && t->gemm_f32 && t->dequant[w->fmt]) *xpb = 0; /* prefill via f32 tiles reads X itself */
+    if (bf16_gemm(t, w, n)) *xpb = t->xprep_bf16_bytes(w);   /* ... unless it goes through the bf16 GEMM */
     *xpb = (*xpb + 63) & ~(size_t)63; /* each prepared row 64-byte aligned (the kernels' loads) */
 }
 
@@ -365,7 +398,7 @@ void kiln_cx_matmul_rows(const kiln_kctx *cx, const kiln_weight *w, const float 
         xp = prep(t, w, n, &xpb);
         if (xpb && !xp) t = NULL; /* out of memory: the reference needs no scratch */
         else if (xpb)
-            for (int i = 0; i < n; i++) t->xprep[w->fmt](w, X + (size_t)i * w->cols, (uint8_t *)xp + (size_t)i * xpb);
+            for (int i = 0; i < n; i++) prep_fn(t, w, n)(w, X + (size_t)i * w->cols, (uint8_t *)xp + (size_t)i * xpb);
     }
     rows_impl(t, w, X, xp, xpb, Y, n, r0, r1);
 }
@@ -499,7 +532,7 @@ void kiln_cx_matmul_many(const kiln_kctx *cx, const kiln_weight *const *ws, floa
                     same = e;
             if (same >= 0) { j.xp[k] = j.xp[same]; continue; }
             for (int i = 0; j.xpb[k] && i < n; i++)
-                j.t[k]->xprep[ws[k]->fmt](ws[k], X + (size_t)i * ws[k]->cols, (uint8_t *)j.xp[k] + (size_t)i * j.xpb[k]);
+                prep_fn(j.t[k], ws[k], n)(ws[k], X + (size_t)i * ws[k]->cols, (uint8_t *)j.xp[k] + (size_t)i * j.xpb[k]);
         }
         kiln_pool_run(matmul_chunks, &j, nt);
         return;
@@ -510,7 +543,7 @@ void kiln_cx_matmul_many(const kiln_kctx *cx, const kiln_weight *const *ws, floa
         for (int k = 0; k < nw; k++) {
             if (!j.xpb[k]) continue;
             #pragma omp for schedule(static)
-            for (int i = 0; i < n; i++) j.t[k]->xprep[ws[k]->fmt](ws[k], X + (size_t)i * ws[k]->cols, (uint8_t *)j.xp[k] + (size_t)i * j.xpb[k]);
+            for (int i = 0; i < n; i++) prep_fn(j.t[k], ws[k], n)(ws[k], X + (size_t)i * ws[k]->cols, (uint8_t *)j.xp[k] + (size_t)i * j.xpb[k]);
         }
         matmul_chunks(&j, omp_get_thread_num());
     }

@@ -879,7 +879,7 @@ AI void int4_tile4(const kiln_weight *w, const uint8_t *xp, float *y, int64_t r,
 /* The per-weight constants of the INT4 kernels. Lane l's scale: the bf16 goes to word 2l+1 (the
  * f32's high half) from group 8l/G of the chunk; word 2l takes word 31 of the source, always zero
  * (at most 4 words are loaded). */
-static void int4_setup(const kiln_weight *w, int4_consts *k) {
+AI void int4_setup(const kiln_weight *w, int4_consts *k) {
     const int64_t G = w->block, tail = w->cols % 128;
     uint16_t iw[32];
     for (int l = 0; l < 16; l++) {
@@ -1229,6 +1229,114 @@ static void gemm_q4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, 
     gemm_q(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, r0, r1);
 }
 
+
+/* ---- BF16-dot GEMM (prefill, batched decode): BF16 weights as stored, FP8 weights through bf16 tiles
+ * Only in kiln_ktable_avx512_bf16 (CPUs with AVX512_BF16, the backend's FP8 form not "exact"): the
+ * activation rows are rounded to bf16 once (as the FP8 decode GEMV of this table does) and vdpbf16ps
+ * multiplies 32 pairs per instruction, twice the f32 FMA rate. FP8 weights are converted a row block
+ * at a time into a bf16 tile of fp8 × scale (rounded once, to bf16: a relative error ≤ 2^-8 like the
+ * activation's) that the same kernel reads; the exact table keeps the f32 tiles. */
+static size_t xprep_bytes_bf16row(const kiln_weight *w) { return (size_t)((w->cols + 31) / 32) * 64; }
+/* x[cols] → bf16 (RNE), zero-padded to a multiple of 32 values. */
+static void xprep_bf16row(const kiln_weight *w, const float *x, void *xp) {
+    const int64_t cols = w->cols;
+    uint8_t *o = (uint8_t *)xp;
+    for (int64_t c = 0; c < cols; c += 32, o += 64) {
+        const int64_t n = cols - c;
+        const __m512 a = n >= 16 ? _mm512_loadu_ps(x + c) : _mm512_maskz_loadu_ps(mask16(n), x + c);
+        const __m512 b = n >= 32 ? _mm512_loadu_ps(x + c + 16) : n > 16 ? _mm512_maskz_loadu_ps(mask16(n - 16), x + c + 16) : _mm512_setzero_ps();
+        _mm512_storeu_si512(o, (__m512i)_mm512_cvtne2ps_pbh(b, a)); /* words 0..15 from a, 16..31 from b */
+    }
+}
+
+/* NR rows of W (bf16, row j at W + j·ldw) × NT tokens of X (bf16 rows ldx apart, zero-padded to 32):
+ * Y[t·ldy + j] = Σ_c W[j][c]·X[t][c]. The weight tail past cols is masked off (the next row's bytes
+ * may be NaN patterns; 0 × NaN would poison the sum). */
+AI void bf16_gemm_tile(int NR, int NT, const uint16_t *W, int64_t ldw, const uint16_t *X, int64_t ldx, int64_t cols, float *Y, int64_t ldy) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[j][t] = _mm512_setzero_ps();
+    const int64_t c32 = cols & ~(int64_t)31;
+    for (int64_t c = 0; c < c32; c += 32) {
+        __m512i wv[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) wv[j] = _mm512_loadu_si512(W + (size_t)j * (size_t)ldw + c);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512(X + (size_t)t * (size_t)ldx + c);
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) acc[j][t] = _mm512_dpbf16_ps(acc[j][t], (__m512bh)wv[j], xv);
+        }
+    }
+    if (c32 < cols) {
+        const __mmask32 m = (__mmask32)((1ull << (cols - c32)) - 1);
+        __m512i wv[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) wv[j] = _mm512_maskz_loadu_epi16(m, W + (size_t)j * (size_t)ldw + c32);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512(X + (size_t)t * (size_t)ldx + c32);
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) acc[j][t] = _mm512_dpbf16_ps(acc[j][t], (__m512bh)wv[j], xv);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) Y[(size_t)t * (size_t)ldy + (size_t)j] = _mm512_reduce_add_ps(acc[j][t]);
+}
+AI void bf16_gemm_rows(int NR, const uint16_t *W, int64_t ldw, const uint16_t *X, int64_t ldx, int t0, int t1, int64_t cols, float *Y, int64_t ldy) {
+    int t = t0;
+    for (; t + 4 <= t1; t += 4) bf16_gemm_tile(NR, 4, W, ldw, X + (size_t)t * (size_t)ldx, ldx, cols, Y + (size_t)t * (size_t)ldy, ldy);
+    switch (t1 - t) {
+    case 3: bf16_gemm_tile(NR, 3, W, ldw, X + (size_t)t * (size_t)ldx, ldx, cols, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 2: bf16_gemm_tile(NR, 2, W, ldw, X + (size_t)t * (size_t)ldx, ldx, cols, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 1: bf16_gemm_tile(NR, 1, W, ldw, X + (size_t)t * (size_t)ldx, ldx, cols, Y + (size_t)t * (size_t)ldy, ldy); break;
+    default: break;
+    }
+}
+/* nr rows of bf16 W × tokens [t0, t1) of X into Y (row j of the block → column j of Y). */
+static void bf16_gemm_block(const uint16_t *W, int64_t ldw, int64_t nr, const uint16_t *X, int64_t ldx, int t0, int t1, int64_t cols,
+                            float *Y, int64_t ldy) {
+    int64_t j = 0;
+    for (; j + 4 <= nr; j += 4) bf16_gemm_rows(4, W + (size_t)j * (size_t)ldw, ldw, X, ldx, t0, t1, cols, Y + j, ldy);
+    for (; j < nr; j++) bf16_gemm_rows(1, W + (size_t)j * (size_t)ldw, ldw, X, ldx, t0, t1, cols, Y + j, ldy);
+}
+
+/* The table's gemm_bf16: nr rows of bf16 W × the n bf16 rows of X, over token blocks whose rows fit
+ * in L2 (four weight rows stay in L1 across a block). */
+static void gemm_bf16(const uint16_t *W, int64_t ldw, int nr, const uint16_t *X, int64_t ldx, int n, int64_t cols, float *Y, int64_t ldy) {
+    const int tb = gemm_token_block((size_t)ldx * 2, 4);
+    for (int t0 = 0; t0 < n; t0 += tb) bf16_gemm_block(W, ldw, nr, X, ldx, t0, t0 + tb < n ? t0 + tb : n, cols, Y, ldy);
+}
+
+/* FP8 rows [r0, r1) → bf16 tile rows of fp8 × scale (rounded once, RNE), zero-padded to ld. */
+static void dequant_bf16t_fp8(const kiln_weight *w, int64_t r0, int64_t r1, uint16_t *out, int64_t ld) {
+    const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
+    const float *S = (const float *)w->scales;
+    uint8_t gathered[w->tiled ? w->row_bytes : 1];
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+        if (w->tiled) {
+            kiln_weight_row_gather(w, r, gathered);
+            p = gathered;
+        }
+        const float *srow = S + (r / B) * sc_cols;
+        uint16_t *o = out + (r - r0) * ld;
+        for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
+            const int64_t ce = min64(cb + B, cols);
+            const __m512 sc = _mm512_set1_ps(srow[bi] * 256.0f); /* ld16m yields fp8 / 256 */
+            for (int64_t c = cb; c < ce; c += 16) {
+                const __mmask16 m = ce - c >= 16 ? (__mmask16)0xFFFF : mask16(ce - c);
+                _mm256_mask_storeu_epi16(o + c, m, (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(ld16m(KILN_WF_FP8_BLOCK, p, c, m), sc)));
+            }
+        }
+        for (int64_t c = cols; c < ld; c++) o[c] = 0;
+    }
+}
+
 static uint64_t read_sum(const void *p, size_t bytes) {
     const uint8_t *b = (const uint8_t *)p;
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
@@ -1287,8 +1395,15 @@ static float max_f32(const float *x, int64_t n) {
         .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8}, \
         .gemm_f32 = gemm_f32, .read_sum = read_sum, .silu_mul = silu_mul, .max_f32 = max_f32,                    \
         .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4},     \
+        .gemm_bf16 = BF16_GEMM(gemm_bf16), .xprep_bf16_bytes = BF16_GEMM(xprep_bytes_bf16row),                  \
+        .xprep_bf16 = BF16_GEMM(xprep_bf16row), .dequant_bf16 = {[KILN_WF_FP8_BLOCK] = BF16_GEMM(dequant_bf16t_fp8)}, \
+        .bf16_gemm_mask = BF16_GEMM((1u << KILN_WF_BF16) | (1u << KILN_WF_FP8_BLOCK)),                          \
         .tiled_mask = (1u << KILN_WF_FP8_BLOCK) | (1u << KILN_WF_INT4_GROUP),                                    \
     }
+#define BF16_GEMM(fn) 0
 const kiln_ktable kiln_ktable_avx512 = AVX512_TABLE(xprep_bytes_fp8, xprep_fp8, gemv_fp8);
-/* The FP8 GEMV on bf16 activations (vdpbf16ps): only for CPUs with AVX512_BF16. */
+#undef BF16_GEMM
+/* The FP8 GEMV and the BF16 / FP8 GEMM on bf16 activations (vdpbf16ps): only for CPUs with AVX512_BF16. */
+#define BF16_GEMM(fn) fn
 const kiln_ktable kiln_ktable_avx512_bf16 = AVX512_TABLE(xprep_bytes_fp8b, xprep_fp8_bf16, gemv_fp8b);
+#undef BF16_GEMM

@@ -31,6 +31,16 @@ typedef struct kiln_ktable {
      * Each row's result is the GEMV's bit for bit. NULL: the driver runs gemv once per row of X. */
     void (*gemm_prep[KILN_WF_COUNT])(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy,
                                      int64_t r0, int64_t r1);
+    /* BF16-dot GEMM (tables whose bf16_gemm_mask has the format's bit): the driver rounds the n rows
+     * of X to bf16 once (xprep_bf16: cols values zero-padded to a multiple of 32, xprep_bf16_bytes per
+     * row), then gemm_bf16 multiplies bf16 weight rows — BF16 weights as stored, other formats
+     * through dequant_bf16 tiles (row block of W → bf16 rows of ld values, zero-padded):
+     *   Y[i·ldy + j] = Σ_c W[j·ldw + c] · X[i·ldx + c], j < nr, i < n. */
+    void (*gemm_bf16)(const uint16_t *W, int64_t ldw, int nr, const uint16_t *X, int64_t ldx, int n, int64_t cols, float *Y, int64_t ldy);
+    size_t (*xprep_bf16_bytes)(const kiln_weight *w);
+    void (*xprep_bf16)(const kiln_weight *w, const float *x, void *xp);
+    void (*dequant_bf16[KILN_WF_COUNT])(const kiln_weight *w, int64_t r0, int64_t r1, uint16_t *out, int64_t ld);
+    unsigned bf16_gemm_mask;
     /* Reads bytes (a multiple of 256, p 64-byte aligned) with the widest loads; returns a value
      * that depends on every byte (so the reads cannot be optimised away). For membw.c. */
     uint64_t (*read_sum)(const void *p, size_t bytes);
