@@ -55,6 +55,15 @@ kiln_membw *kiln_membw_open(int threads, size_t bytes);
 double kiln_membw_burst_gbps(kiln_membw *mb);
 double kiln_membw_window_gbps(kiln_membw *mb, uint64_t window_bytes);
 void kiln_membw_close(kiln_membw *mb);
+/* The machine's compute peak in G operations/s (a multiply-accumulate counts 2) for kind 0 (f32
+ * FMA), 1 (int8 dot) or 2 (bf16 pair dot) with the kernels of `isa` (AUTO: the best) on `threads`
+ * threads (0 = all): the best of 3 runs of a register-only loop of the widest such instruction
+ * (kernels/membw.c). 0 when that ISA has no such instruction (bf16 without AVX512_BF16). */
+double kiln_compute_peak_gops(int kind, kiln_isa isa, int threads);
+/* Multiply-accumulates of the linear layers one token runs (every projection and the head; for
+ * MoE layers the num_experts_per_tok experts a token is routed to, the router and the shared
+ * experts): achieved GFLOP/s of a prefill = 2 × this × tokens/s. */
+uint64_t kiln_model_token_macs(const kiln_model *m);
 /* Re-quantizes the output head (lm_head) in memory too: "f32", "bf16", "fp8", "int4" (group 32),
  * "int4-g128". */
 kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights);

@@ -19,6 +19,7 @@ typedef struct {
     char weights[16];
     double prompt_tps, decode_tps, linear_tps;
     unsigned long long bytes_per_token;
+    unsigned long long macs_per_token; /* linear-layer multiply-accumulates of one token */
     int kept;
     double *round_tps; /* [--repeat] each round's decode window (tokens/s), for the paired ratio */
     double paired;     /* median over rounds of this row's window / the first row's window of the same round */
@@ -36,6 +37,14 @@ static void bench_close(bench_row *r) {
     r->m = NULL;
 }
 
+/* The peak a prompt of these weights is set against: the integer formats multiply int8 dots; BF16
+ * and FP8 bf16 pair dots where the bf16 peak exists (the BF16-dot GEMM); f32 FMA otherwise. */
+static double row_peak(const char *weights, double f32, double int8, double bf16) {
+    if (!strncmp(weights, "int4", 4) || !strcmp(weights, "q8_0") || !strcmp(weights, "q4_0")) return int8;
+    if ((!strcmp(weights, "bf16") || !strcmp(weights, "fp8")) && bf16 > 0) return bf16;
+    return f32;
+}
+
 /* Loads, quantizes and prefills one configuration (its prompt tokens/s measured here). */
 static kiln_status bench_open(const char *path, const kiln_options *o, const char *weights, const char *scope, int n_prompt,
                               uint64_t seed, bench_row *r) {
@@ -47,6 +56,7 @@ static kiln_status bench_open(const char *path, const kiln_options *o, const cha
         if (strcmp(scope, "all") == 0 && (st = kiln_model_requantize_head(r->m, weights))) goto out;
     }
     r->bytes_per_token = kiln_model_decode_weight_bytes(r->m);
+    r->macs_per_token = kiln_model_token_macs(r->m);
     kiln_model_info info;
     kiln_model_get_info(r->m, &info);
     r->vocab = info.vocab_size;
@@ -147,7 +157,7 @@ int cmd_bench(int argc, char **argv) {
         else { fprintf(stderr, "kiln bench: error: unexpected argument '%s'\n", k); return 2; }
     }
     if (a.bad) return 2;
-    if (!path) return cli_fail_msg("bench", "usage: kiln bench MODEL [--weights f32,bf16,fp8,int4,int4-g128|native] [--scope all|experts] [--prompt N] [--gen N] [--repeat R (5)] [--threads N] [--json]");
+    if (!path) return cli_fail_msg("bench", "usage: kiln bench MODEL [--weights f32,bf16,fp8,int4,int4-g128,q8_0,q4_0|native] [--scope all|experts] [--prompt N] [--gen N] [--repeat R (5)] [--threads N] [--json]");
     char list[256];
     snprintf(list, sizeof list, "%s", weights ? weights : "");
     bench_row rows[16];
@@ -155,8 +165,8 @@ int cmd_bench(int argc, char **argv) {
     double best_bw = 0, best_burst = 0;
     for (char *w = strtok(list, ","); w && n < 16; w = strtok(NULL, ",")) {
         if (strcmp(w, "f32") && strcmp(w, "bf16") && strcmp(w, "fp8") && strcmp(w, "int4") && strcmp(w, "int4-g32") && strcmp(w, "int4-g128") &&
-            strcmp(w, "native")) {
-            fprintf(stderr, "kiln bench: error: option --weights: '%s' is not one of f32, bf16, fp8, int4 (= int4-g32), int4-g128, native\n", w);
+            strcmp(w, "q8_0") && strcmp(w, "q4_0") && strcmp(w, "native")) {
+            fprintf(stderr, "kiln bench: error: option --weights: '%s' is not one of f32, bf16, fp8, int4 (= int4-g32), int4-g128, q8_0, q4_0, native\n", w);
             return 2;
         }
         memset(&rows[n], 0, sizeof rows[n]);
@@ -203,10 +213,22 @@ int cmd_bench(int argc, char **argv) {
         free(rows[i].round_tps);
     }
     if (rc) return rc;
+    /* The compute peaks of this run's ISA and threads (register-only loops): the prompt's achieved
+     * GFLOP/s is set against the peak of the instruction its GEMM multiplies with. */
+    const double pk_f32 = kiln_compute_peak_gops(0, o.isa, o.threads), pk_int8 = kiln_compute_peak_gops(1, o.isa, o.threads),
+                 pk_bf16 = o.fp8_gemv == 1 ? 0 : kiln_compute_peak_gops(2, o.isa, o.threads);
     if (!json) {
         printf("model %s, scope %s, prompt %ld tokens, decode %ld tokens (best of %ld windows), threads %d, measured read bandwidth %.1f GB/s "
                "sustained over %.2f GB windows (1 GiB burst: %.1f GB/s)\n",
                path, scope, n_prompt, n_gen, repeat, o.threads, best_bw, window / 1e9, best_burst);
+        printf("compute peaks measured now: f32 FMA %.0f GFLOP/s, int8 dot %.0f GOPS, bf16 dot %.0f GFLOP/s (0: not on this ISA or --fp8-gemv exact)\n",
+               pk_f32, pk_int8, pk_bf16);
+        printf("prompt GFLOP/s (linear layers, 2 × multiply-accumulates per token × prompt tok/s) against the peak of the GEMM's instruction:");
+        for (int i = 0; i < n; i++) {
+            const bench_row *r = &rows[i];
+            const double g = 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9, pk = row_peak(r->weights, pk_f32, pk_int8, pk_bf16);
+            printf(" %s %.0f (%.0f%%)%s", r->weights, g, pk > 0 ? 100 * g / pk : 0.0, i + 1 < n ? "," : "\n");
+        }
         printf("| weights | prompt tok/s | decode tok/s | weight MB/token | achieved GB/s | %% of measured | vs first | vs first, paired | linear layers only: steps/s, %% of measured |\n");
         printf("|---|---|---|---|---|---|---|---|---|\n");
     }
@@ -217,9 +239,14 @@ int cmd_bench(int argc, char **argv) {
             printf("{\"weights\": \"%s\", \"prompt_tps\": %.3f, \"decode_tps\": %.3f, \"weight_bytes_per_token\": %llu, "
                    "\"achieved_gbps\": %.3f, \"measured_gbps\": %.3f, \"roofline_fraction\": %.4f, \"layers_kept\": %d, "
                    "\"linear_only_tps\": %.3f, \"linear_only_roofline_fraction\": %.4f, \"burst_gbps\": %.3f, \"burst_roofline_fraction\": %.4f, "
-                   "\"vs_first\": %.4f, \"vs_first_paired_median\": %.4f}\n",
+                   "\"vs_first\": %.4f, \"vs_first_paired_median\": %.4f, \"prompt_gflops\": %.2f, \"prompt_peak_fraction\": %.4f, "
+                   "\"peak_f32_gflops\": %.1f, \"peak_int8_gops\": %.1f, \"peak_bf16_gflops\": %.1f}\n",
                    r->weights, r->prompt_tps, r->decode_tps, r->bytes_per_token, achieved, best_bw, achieved / best_bw, r->kept,
-                   r->linear_tps, lin / best_bw, best_burst, achieved / best_burst, r->decode_tps / rows[0].decode_tps, r->paired);
+                   r->linear_tps, lin / best_bw, best_burst, achieved / best_burst, r->decode_tps / rows[0].decode_tps, r->paired,
+                   2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9,
+                   row_peak(r->weights, pk_f32, pk_int8, pk_bf16) > 0
+                       ? 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9 / row_peak(r->weights, pk_f32, pk_int8, pk_bf16) : 0.0,
+                   pk_f32, pk_int8, pk_bf16);
         else if (r->linear_tps > 0)
             printf("| %s | %.1f | %.2f | %.1f | %.2f | %.0f%% | %.2fx | %.2fx | %.2f, %.0f%% |\n", r->weights, r->prompt_tps, r->decode_tps,
                    r->bytes_per_token / 1e6, achieved, 100 * achieved / best_bw, r->decode_tps / rows[0].decode_tps, r->paired,

@@ -22,7 +22,7 @@
 
 static kiln_status requant_one(struct kiln_model *m, kiln_weight *w, kiln_wformat fmt, int group, const char *name, int *n_kept) {
     if (!w->data || (w->fmt == fmt && (fmt != KILN_WF_INT4_GROUP || w->block == group))) return KILN_OK;
-    if (fmt == KILN_WF_INT4_GROUP && (w->cols % group) != 0) {
+    if ((fmt == KILN_WF_INT4_GROUP || fmt == KILN_WF_Q8_0 || fmt == KILN_WF_Q4_0) && (w->cols % group) != 0) { /* blocks along cols */
         (*n_kept)++;
         return KILN_OK;
     }
@@ -120,13 +120,9 @@ kiln_status kiln_model_requantize_scope(kiln_model *m, const char *weights, cons
     if (n_kept) *n_kept = 0;
     if (!weights) return kiln_fail(KILN_ERR_INVALID_ARG, "requantize: no weight format");
     kiln_wformat fmt;
-    int group = 32; /* INT4: the compressed-tensors group along the input dimension (int4 = int4-g32) */
-    if (strcmp(weights, "f32") == 0) fmt = KILN_WF_F32;
-    else if (strcmp(weights, "bf16") == 0) fmt = KILN_WF_BF16;
-    else if (strcmp(weights, "fp8") == 0) fmt = KILN_WF_FP8_BLOCK;
-    else if (strcmp(weights, "int4") == 0 || strcmp(weights, "int4-g32") == 0) fmt = KILN_WF_INT4_GROUP;
-    else if (strcmp(weights, "int4-g128") == 0) { fmt = KILN_WF_INT4_GROUP; group = 128; }
-    else return kiln_fail(KILN_ERR_INVALID_ARG, "--weights '%s' is not one of f32, bf16, fp8, int4 (= int4-g32), int4-g128", weights);
+    int group; /* INT4: the compressed-tensors group along the input dimension (int4 = int4-g32) */
+    if (kiln_weights_name_parse(weights, &fmt, &group) != 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--weights '%s' is not one of " KILN_WEIGHTS_NAMES, weights);
     int experts_only = scope && strcmp(scope, "experts") == 0;
     if (scope && !experts_only && strcmp(scope, "all") != 0)
         return kiln_fail(KILN_ERR_INVALID_ARG, "--scope '%s' is not all or experts", scope);

@@ -166,5 +166,8 @@ void kiln_silu_mul(float *g, const float *u, int64_t n);
  * scalar loop `if (x[i] > x[best]) best = i` from best = 0, as llama2.c); -1 when n ≤ 0. */
 int64_t kiln_argmax_f32(const float *x, int64_t n);
 
+/* Kinds of the compute peak micro-benchmark (kiln_compute_peak in kiln_test.h). */
+enum { KILN_PEAK_F32 = 0, KILN_PEAK_INT8 = 1, KILN_PEAK_BF16 = 2 };
+
 /* kiln_membw_open / _burst_gbps / _window_gbps / _close: kiln.h (the bench uses them). */
 #endif

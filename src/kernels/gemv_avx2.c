@@ -414,6 +414,43 @@ static void gemv_q4(const kiln_weight *w, const float *x, const void *xp, float 
     gemv_q(KILN_WF_Q4_0, w, xp, y, r0, r1);
 }
 
+/* The compute peak loop (gemv_isa.h: peak) for AVX2: f32 FMA and the int8 dot as the INT4 / Q8_0
+ * kernels of this table compute it (vpmaddubsw + vpmaddwd: 32 multiply-accumulates per pair). */
+static double peak(int kind, int64_t iters) {
+    __m256 f[12];
+    __m256i q[12];
+    for (int i = 0; i < 12; i++) { f[i] = _mm256_set1_ps((float)i * 1e-3f); q[i] = _mm256_set1_epi32(i); }
+    __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+    __m256i u = _mm256_set1_epi8(3), v = _mm256_set1_epi8(-2);
+    const __m256i ones = _mm256_set1_epi16(1);
+    double per = 0;
+    if (kind == KILN_PEAK_F32) {
+        for (int64_t it = 0; it < iters; it++) {
+#pragma GCC unroll 12
+            for (int i = 0; i < 12; i++) f[i] = _mm256_fmadd_ps(f[i], a, b);
+            __asm__ volatile("" : "+x"(a), "+x"(b));
+        }
+        per = 12.0 * 8;
+    } else if (kind == KILN_PEAK_INT8) {
+        for (int64_t it = 0; it < iters; it++) {
+#pragma GCC unroll 12
+            for (int i = 0; i < 12; i++) q[i] = _mm256_add_epi32(q[i], _mm256_madd_epi16(_mm256_maddubs_epi16(u, v), ones));
+            __asm__ volatile("" : "+x"(u), "+x"(v));
+        }
+        per = 12.0 * 32;
+    } else return 0;
+    float sink = 0;
+    int32_t qs[8];
+    for (int i = 0; i < 12; i++) {
+        float fs[8];
+        _mm256_storeu_ps(fs, f[i]);
+        _mm256_storeu_si256((__m256i *)qs, q[i]);
+        sink += fs[0] + (float)qs[0];
+    }
+    __asm__ volatile("" : : "x"(sink));
+    return per * (double)iters;
+}
+
 static uint64_t read_sum(const void *p, size_t bytes) {
     const uint8_t *b = (const uint8_t *)p;
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
@@ -467,6 +504,7 @@ const kiln_ktable kiln_ktable_avx2 = {
     .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8},
     .gemm_f32 = gemm_f32,
     .read_sum = read_sum,
+    .peak = peak,
     .silu_mul = silu_mul,
     .max_f32 = max_f32,
 };

@@ -1337,6 +1337,45 @@ static void dequant_bf16t_fp8(const kiln_weight *w, int64_t r0, int64_t r1, uint
     }
 }
 
+/* The compute peak loop (gemv_isa.h: peak): 12 independent accumulators, so the loop runs at the
+ * instruction's throughput, not its latency; the operands change every iteration so nothing folds. */
+static double peak(int kind, int64_t iters) {
+    __m512 f[12];
+    __m512i q[12];
+    for (int i = 0; i < 12; i++) { f[i] = _mm512_set1_ps((float)i * 1e-3f); q[i] = _mm512_set1_epi32(i); }
+    __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+    __m512i u = _mm512_set1_epi8(3), v = _mm512_set1_epi8(-2);
+    double per = 0;
+    if (kind == KILN_PEAK_F32) {
+        for (int64_t it = 0; it < iters; it++) {
+#pragma GCC unroll 12
+            for (int i = 0; i < 12; i++) f[i] = _mm512_fmadd_ps(f[i], a, b);
+            __asm__ volatile("" : "+v"(a), "+v"(b));
+        }
+        per = 12.0 * 16;
+    } else if (kind == KILN_PEAK_INT8) {
+        for (int64_t it = 0; it < iters; it++) {
+#pragma GCC unroll 12
+            for (int i = 0; i < 12; i++) q[i] = _mm512_dpbusd_epi32(q[i], u, v);
+            __asm__ volatile("" : "+v"(u), "+v"(v));
+        }
+        per = 12.0 * 64;
+    } else if (kind == KILN_PEAK_BF16) {
+        const __m512bh x = _mm512_cvtne2ps_pbh(a, b);
+        __m512bh y = x;
+        for (int64_t it = 0; it < iters; it++) {
+#pragma GCC unroll 12
+            for (int i = 0; i < 12; i++) f[i] = _mm512_dpbf16_ps(f[i], x, y);
+            __asm__ volatile("" : "+v"(y));
+        }
+        per = 12.0 * 32;
+    }
+    float sink = 0;
+    for (int i = 0; i < 12; i++) sink += _mm512_reduce_add_ps(f[i]) + (float)_mm512_reduce_add_epi32(q[i]);
+    __asm__ volatile("" : : "x"(sink));
+    return per * (double)iters;
+}
+
 static uint64_t read_sum(const void *p, size_t bytes) {
     const uint8_t *b = (const uint8_t *)p;
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
@@ -1393,7 +1432,7 @@ static float max_f32(const float *x, int64_t n) {
                  [KILN_WF_FP8_BLOCK] = FP8_GEMV, [KILN_WF_INT4_GROUP] = gemv_int4, [KILN_WF_Q8_0] = gemv_q8,     \
                  [KILN_WF_Q4_0] = gemv_q4},                                                                      \
         .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8}, \
-        .gemm_f32 = gemm_f32, .read_sum = read_sum, .silu_mul = silu_mul, .max_f32 = max_f32,                    \
+        .gemm_f32 = gemm_f32, .read_sum = read_sum, .silu_mul = silu_mul, .max_f32 = max_f32, .peak = peak,      \
         .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4},     \
         .gemm_bf16 = BF16_GEMM(gemm_bf16), .xprep_bf16_bytes = BF16_GEMM(xprep_bytes_bf16row),                  \
         .xprep_bf16 = BF16_GEMM(xprep_bf16row), .dequant_bf16 = {[KILN_WF_FP8_BLOCK] = BF16_GEMM(dequant_bf16t_fp8)}, \

@@ -44,6 +44,11 @@ typedef struct kiln_ktable {
     /* Reads bytes (a multiple of 256, p 64-byte aligned) with the widest loads; returns a value
      * that depends on every byte (so the reads cannot be optimised away). For membw.c. */
     uint64_t (*read_sum)(const void *p, size_t bytes);
+    /* The compute peak micro-benchmark (membw.c: kiln_compute_peak): `iters` iterations of 12
+     * independent multiply-accumulates of the kind's widest instruction on registers (KILN_PEAK_F32:
+     * f32 FMA; KILN_PEAK_INT8: u8·s8 dot into int32; KILN_PEAK_BF16: bf16 pair dot); returns the
+     * multiply-accumulates done, 0 when the table has no such instruction. */
+    double (*peak)(int kind, int64_t iters);
     /* g[i] = silu(g[i]) · u[i] = g[i] / (1 + e^-g[i]) · u[i] (e^x from glibc's libmvec). */
     void (*silu_mul)(float *g, const float *u, int64_t n);
     /* the largest finite-or-infinite value of x[0, n) that is not NaN (-inf if none); n ≥ 1 */

@@ -91,3 +91,20 @@ double kiln_membw_burst_gbps(kiln_membw *mb) {
 }
 
 double kiln_membw_window_gbps(kiln_membw *mb, uint64_t window) { return read_window(mb->buf, mb->per, mb->threads, window, 0); }
+
+/* ---- compute peak ------------------------------------------------------------------------------ */
+double kiln_compute_peak_gops(int kind, kiln_isa isa, int threads) {
+    kiln_kctx cx;
+    kiln_kctx_init(&cx, isa, threads, KILN_FP8_AUTO);
+    if (!cx.kt || !cx.kt->peak || cx.kt->peak(kind, 1) == 0) return 0.0;
+    const int nt = cx.threads;
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double macs = 0, t0 = now_s();
+        #pragma omp parallel num_threads(nt) reduction(+ : macs)
+        macs += cx.kt->peak(kind, 2000000);
+        const double dt = now_s() - t0;
+        if (dt > 0 && 2.0 * macs / dt / 1e9 > best) best = 2.0 * macs / dt / 1e9;
+    }
+    return best;
+}

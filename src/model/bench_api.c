@@ -13,13 +13,8 @@
 
 /* A bench --weights name → format and group (FP8: its block size). */
 static kiln_status bench_weight_format(const char *weights, kiln_wformat *fmt, int *group) {
-    *group = 0;
-    if (strcmp(weights, "f32") == 0) *fmt = KILN_WF_F32;
-    else if (strcmp(weights, "bf16") == 0) *fmt = KILN_WF_BF16;
-    else if (strcmp(weights, "fp8") == 0) { *fmt = KILN_WF_FP8_BLOCK; *group = 128; }
-    else if (strcmp(weights, "int4") == 0 || strcmp(weights, "int4-g32") == 0) { *fmt = KILN_WF_INT4_GROUP; *group = 32; }
-    else if (strcmp(weights, "int4-g128") == 0) { *fmt = KILN_WF_INT4_GROUP; *group = 128; }
-    else return kiln_fail(KILN_ERR_INVALID_ARG, "--weights '%s' is not one of f32, bf16, fp8, int4 (= int4-g32), int4-g128", weights);
+    if (kiln_weights_name_parse(weights, fmt, group) != 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--weights '%s' is not one of " KILN_WEIGHTS_NAMES, weights);
     return KILN_OK;
 }
 
@@ -27,7 +22,7 @@ kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights) {
     kiln_wformat fmt;
     int group;
     KILN_TRY(bench_weight_format(weights, &fmt, &group));
-    if ((m->output.fmt == fmt && (fmt != KILN_WF_INT4_GROUP || m->output.block == group)) || (fmt == KILN_WF_INT4_GROUP && m->output.cols % group))
+    if ((m->output.fmt == fmt && (fmt != KILN_WF_INT4_GROUP || m->output.block == group)) || ((fmt == KILN_WF_INT4_GROUP || fmt == KILN_WF_Q8_0 || fmt == KILN_WF_Q4_0) && m->output.cols % group))
         return KILN_OK;
     kiln_weight q;
     void *d = NULL, *s = NULL;
@@ -41,32 +36,54 @@ kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights) {
     return KILN_OK;
 }
 
-/* Bytes of weights one batch-1 decode step reads: every projection of every layer and the output
- * head, and for MoE layers only the num_experts_per_tok experts a token is routed to (one token reads
- * exactly that many distinct experts) plus the router and the shared experts. The embedding row
- * lookup (dim values) is negligible and not counted. */
-uint64_t kiln_model_decode_weight_bytes(const kiln_model *m) {
-    uint64_t b = kiln_weight_bytes(&m->output);
+/* What one token's linear layers read and compute: every projection and the output head, and for
+ * MoE layers only the num_experts_per_tok experts a token is routed to (one token reads exactly
+ * that many distinct experts; experts are equal-sized), the router and the shared experts; MLA's
+ * absorbed per-head float32 copies of kv_b. The embedding row lookup (dim values) is negligible and not
+ * counted. 0, 0 without memory for the weight list. */
+static void token_linears(const kiln_model *m, uint64_t *bytes, uint64_t *macs) {
+    *bytes = kiln_weight_bytes(&m->output);
+    *macs = (uint64_t)m->output.rows * (uint64_t)m->output.cols;
     kiln_arch_model *am = m->arch_state;
-    if (!am) return b;
+    if (!am) return;
     const int E = am->hp.moe.n_experts;
     kiln_arch_linear *lin = malloc(((size_t)KILN_ARCH_DENSE_LINEARS + 3 * (size_t)E) * sizeof *lin);
-    if (!lin) return 0;
+    if (!lin) { *bytes = *macs = 0; return; }
     for (int l = 0; l < m->hp.n_layers; l++) {
         kiln_arch_layer *L = &am->layers[l];
         const int nw = kiln_arch_layer_linears(L, E, lin);
-        uint64_t experts = 0;
+        uint64_t eb = 0, em = 0;
         for (int i = 0; i < nw; i++) {
-            if (lin[i].expert >= 0) experts += kiln_weight_bytes(lin[i].w);
-            else b += kiln_weight_bytes(lin[i].w);
+            const uint64_t b = kiln_weight_bytes(lin[i].w), k = (uint64_t)lin[i].w->rows * (uint64_t)lin[i].w->cols;
+            if (lin[i].expert >= 0) { eb += b; em += k; }
+            else { *bytes += b; *macs += k; }
         }
-        b += experts / (uint64_t)(E > 0 ? E : 1) * (uint64_t)am->hp.moe.n_used; /* experts are equal-sized */
-        if (L->moe.router.data) b += kiln_weight_bytes(&L->moe.router);
-        if (L->mla.ukt) /* absorbed per-head float32 copies of kv_b read in decode */
-            for (int h = 0; h < m->hp.n_heads; h++) b += kiln_weight_bytes(&L->mla.ukt[h]) + kiln_weight_bytes(&L->mla.uv[h]);
+        const uint64_t per = (uint64_t)(E > 0 ? E : 1), used = (uint64_t)am->hp.moe.n_used;
+        *bytes += eb / per * used;
+        *macs += em / per * used;
+        if (L->moe.router.data) {
+            *bytes += kiln_weight_bytes(&L->moe.router);
+            *macs += (uint64_t)L->moe.router.rows * (uint64_t)L->moe.router.cols;
+        }
+        for (int h = 0; L->mla.ukt && h < m->hp.n_heads; h++) {
+            const kiln_weight *uk = &L->mla.ukt[h], *uv = &L->mla.uv[h];
+            *bytes += kiln_weight_bytes(uk) + kiln_weight_bytes(uv);
+            *macs += (uint64_t)uk->rows * (uint64_t)uk->cols + (uint64_t)uv->rows * (uint64_t)uv->cols;
+        }
     }
     free(lin);
+}
+
+uint64_t kiln_model_decode_weight_bytes(const kiln_model *m) {
+    uint64_t b, k;
+    token_linears(m, &b, &k);
     return b;
+}
+
+uint64_t kiln_model_token_macs(const kiln_model *m) {
+    uint64_t b, k;
+    token_linears(m, &b, &k);
+    return k;
 }
 
 double kiln_model_bench_linear_step(const kiln_model *m, const kiln_options *opts, int reps) {
@@ -134,8 +151,9 @@ kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols
     KILN_TRY(bench_weight_format(weights, &fmt, &group));
     if (rows < 1 || cols < 1 || rows > (1 << 20) || cols > (1 << 20))
         return kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: rows and cols must be in [1, 1048576]", (long long)rows, (long long)cols);
-    if (fmt == KILN_WF_INT4_GROUP && cols % group)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: cols is not a multiple of the INT4 group %d", (long long)rows, (long long)cols, group);
+    if ((fmt == KILN_WF_INT4_GROUP || fmt == KILN_WF_Q8_0 || fmt == KILN_WF_Q4_0) && cols % group)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: cols is not a multiple of the %s block %d", (long long)rows, (long long)cols,
+                         kiln_wformat_name(fmt), group);
     /* The source: a deterministic pseudo-random F32 matrix in [-1, 1) (the values do not change
      * the bytes a kernel reads). */
     float *src = malloc((size_t)rows * (size_t)cols * sizeof *src);

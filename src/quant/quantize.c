@@ -290,3 +290,18 @@ kiln_status kiln_quantize_weight(const kiln_weight *src, kiln_wformat dst_fmt, i
     *owned_scales = scales;
     return KILN_OK;
 }
+
+int kiln_weights_name_parse(const char *name, kiln_wformat *fmt, int *group) {
+    static const struct { const char *name; kiln_wformat fmt; int group; } names[] = {
+        {"f32", KILN_WF_F32, 0},          {"bf16", KILN_WF_BF16, 0},         {"fp8", KILN_WF_FP8_BLOCK, 128},
+        {"int4", KILN_WF_INT4_GROUP, 32}, {"int4-g32", KILN_WF_INT4_GROUP, 32}, {"int4-g128", KILN_WF_INT4_GROUP, 128},
+        {"q8_0", KILN_WF_Q8_0, 32},       {"q4_0", KILN_WF_Q4_0, 32},
+    };
+    for (size_t i = 0; name && i < sizeof names / sizeof *names; i++)
+        if (strcmp(name, names[i].name) == 0) {
+            *fmt = names[i].fmt;
+            *group = names[i].group;
+            return 0;
+        }
+    return -1;
+}

@@ -58,4 +58,9 @@ void kiln_quantize_row_q4_0(const float *x, uint8_t *out, int64_t n);
  * is allocated and *dst is untouched. */
 kiln_status kiln_quantize_weight(const kiln_weight *src, kiln_wformat dst_fmt, int group, kiln_weight *dst,
                                  void **owned_data, void **owned_scales);
+/* A --weights name (kiln bench, kiln eval, requantisation) → format and group: f32, bf16, fp8
+ * (128×128 blocks), int4 / int4-g32, int4-g128, q8_0, q4_0 (GGUF blocks of 32). -1 for any other
+ * name. KILN_WEIGHTS_NAMES lists them for messages. */
+#define KILN_WEIGHTS_NAMES "f32, bf16, fp8, int4 (= int4-g32), int4-g128, q8_0, q4_0"
+int kiln_weights_name_parse(const char *name, kiln_wformat *fmt, int *group);
 #endif
