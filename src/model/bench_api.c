@@ -152,8 +152,8 @@ kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols
     if (rows < 1 || cols < 1 || rows > (1 << 20) || cols > (1 << 20))
         return kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: rows and cols must be in [1, 1048576]", (long long)rows, (long long)cols);
     if ((fmt == KILN_WF_INT4_GROUP || fmt == KILN_WF_Q8_0 || fmt == KILN_WF_Q4_0) && cols % group)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: cols is not a multiple of the %s block %d", (long long)rows, (long long)cols,
-                         kiln_wformat_name(fmt), group);
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: cols is not a multiple of the %s %d", (long long)rows, (long long)cols,
+                         fmt == KILN_WF_INT4_GROUP ? "INT4 group" : fmt == KILN_WF_Q8_0 ? "Q8_0 block" : "Q4_0 block", group);
     /* The source: a deterministic pseudo-random F32 matrix in [-1, 1) (the values do not change
      * the bytes a kernel reads). */
     float *src = malloc((size_t)rows * (size_t)cols * sizeof *src);
