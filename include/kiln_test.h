@@ -64,6 +64,10 @@ double kiln_compute_peak_gops(int kind, kiln_isa isa, int threads);
  * MoE layers the num_experts_per_tok experts a token is routed to, the router and the shared
  * experts): achieved GFLOP/s of a prefill = 2 × this × tokens/s. */
 uint64_t kiln_model_token_macs(const kiln_model *m);
+/* Aggregate decode tokens/s of `batch` sequences stepped together (src/engine/bench_batch.c): each
+ * prefilled with `ctx` tokens, then `steps` timed steps of one token per sequence through the
+ * forward pass on the options' backend (KV integrity off). */
+kiln_status kiln_bench_batched_decode(kiln_model *m, const kiln_options *opts, int batch, int ctx, int steps, double *tps);
 /* Re-quantizes the output head (lm_head) in memory too: "f32", "bf16", "fp8", "int4" (group 32),
  * "int4-g128". */
 kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights);

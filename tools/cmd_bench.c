@@ -374,3 +374,83 @@ int cmd_bench_gemv(int argc, char **argv) {
     }
     return rc;
 }
+
+/* `kiln bench MODEL --batch 1,4,16,32 [--weights fp8|int4|...|native] [--ctx 128] [--decode 16]
+ * [--repeat R (3)] [--threads N] [--json]`: aggregate decode tokens/s of B sequences stepped
+ * together (the server's batched decode: one weight read per step for all B tokens), each B the best
+ * of R runs, B = 1 first so every ratio is measured in the same run. */
+int cmd_bench_batch(int argc, char **argv) {
+    args_t a = {argc, argv, 0, "bench", 0};
+    kiln_options o;
+    kiln_options_default(&o);
+    const char *path = NULL, *weights = "native", *list = NULL;
+    long ctx = 128, steps = 16, repeat = 3;
+    int json = 0;
+    for (a.i = 1; a.i < argc && !a.bad; a.i++) {
+        const char *k = argv[a.i];
+        if (strcmp(k, "--ctx") == 0) { /* each sequence's context here, not the --ctx cap of cli_common_option */
+            cli_long(&a, k, cli_value(&a), 1, 1 << 20, &ctx);
+            continue;
+        }
+        if (cli_common_option(&a, &o)) continue;
+        if (strcmp(k, "--batch") == 0) list = cli_value(&a);
+        else if (strcmp(k, "--weights") == 0) weights = cli_value(&a);
+        else if (strcmp(k, "--decode") == 0) cli_long(&a, k, cli_value(&a), 1, 1 << 16, &steps);
+        else if (strcmp(k, "--repeat") == 0) cli_long(&a, k, cli_value(&a), 1, 100, &repeat);
+        else if (strcmp(k, "--json") == 0) json = 1;
+        else if (k[0] == '-') { fprintf(stderr, "kiln bench: error: --batch: unknown option '%s'\n", k); return 2; }
+        else path = k;
+    }
+    if (a.bad) return 2;
+    if (!path || !list || !weights)
+        return cli_fail_msg("bench", "usage: kiln bench MODEL --batch 1,4,16,32 [--weights fp8|int4|...|native] [--ctx 128] [--decode 16] [--repeat 3] [--threads N] [--json]");
+    long bs[16];
+    int nb = 0;
+    char buf[256];
+    if (strlen(list) >= sizeof buf) return cli_fail_msg("bench", "--batch: list longer than 255 characters");
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        if (nb == 16) return cli_fail_msg("bench", "--batch: at most 16 batch sizes");
+        if (!cli_long(&a, "--batch", t, 1, 1024, &bs[nb])) return 2;
+        nb++;
+    }
+    if (nb == 0) return cli_fail_msg("bench", "--batch: empty list");
+    o.quiet = 1;
+    kiln_model *m = NULL;
+    kiln_status st = kiln_model_load(path, &o, &m);
+    int kept = 0;
+    if (st == KILN_OK && strcmp(weights, "native") != 0) st = kiln_model_requantize(m, weights, &kept);
+    if (st == KILN_OK && strcmp(weights, "native") != 0) st = kiln_model_requantize_head(m, weights);
+    double tps[16], one = 0;
+    double t1 = 0;
+    if (st == KILN_OK) st = kiln_bench_batched_decode(m, &o, 1, (int)ctx, (int)steps, &t1); /* batch 1, for the ratios */
+    for (int r = 1; st == KILN_OK && r < repeat; r++) {
+        double t;
+        st = kiln_bench_batched_decode(m, &o, 1, (int)ctx, (int)steps, &t);
+        if (t > t1) t1 = t;
+    }
+    one = t1;
+    for (int i = 0; st == KILN_OK && i < nb; i++) {
+        tps[i] = 0;
+        for (int r = 0; st == KILN_OK && r < repeat; r++) {
+            double t;
+            st = kiln_bench_batched_decode(m, &o, (int)bs[i], (int)ctx, (int)steps, &t);
+            if (t > tps[i]) tps[i] = t;
+        }
+    }
+    kiln_model_free(m);
+    if (st) return cli_fail_status("bench", st);
+    if (!json) {
+        printf("model %s, weights %s, context %ld tokens per sequence, %ld decode steps (best of %ld), threads %d\n", path, weights, ctx, steps,
+               repeat, o.threads);
+        printf("| batch | aggregate decode tok/s | per sequence tok/s | vs batch 1 |\n|---|---|---|---|\n");
+    }
+    for (int i = 0; i < nb; i++) {
+        if (json)
+            printf("{\"batch\": %ld, \"weights\": \"%s\", \"ctx\": %ld, \"aggregate_tps\": %.3f, \"per_sequence_tps\": %.3f, \"vs_batch1\": %.4f}\n",
+                   bs[i], weights, ctx, tps[i], tps[i] / (double)bs[i], one > 0 ? tps[i] / one : 0.0);
+        else
+            printf("| %ld | %.1f | %.2f | %.2fx |\n", bs[i], tps[i], tps[i] / (double)bs[i], one > 0 ? tps[i] / one : 0.0);
+    }
+    return 0;
+}

@@ -230,6 +230,7 @@ static int usage(void) {
             "  quantize IN OUT --weights fp8|int4 [--group 32|128] [--scope all|mlp|experts]\n"
             "  bench MODEL [--weights ...] [--integrity | --server | --tokenizer] [--json]\n"
             "  bench --gemv [--weights fp8,int4] [--shape 5632x2048,...] [--rounds N] [--mb N] [--json]\n"
+            "  bench MODEL --batch 1,4,16,32 [--weights ...] [--ctx 128] [--decode 16] [--json]\n"
             "  calibrate MODEL --data FILE\n"
             "  verify MODEL\n"
             "  serve MODEL [--host H] [--port P] ...\n"
@@ -276,6 +277,7 @@ int main(int argc, char **argv) {
         if (has_flag(n, v, "--server")) return cmd_bench_server(n, v);
         if (has_flag(n, v, "--tokenizer")) return cmd_bench_tokenizer(n, v);
         if (has_flag(n, v, "--gemv")) return cmd_bench_gemv(n, v); /* tools/cmd_bench.c */
+        if (has_flag(n, v, "--batch")) return cmd_bench_batch(n, v); /* tools/cmd_bench.c */
         return cmd_bench(n, v);
     }
     if (strcmp(c, "calibrate") == 0) return cmd_calibrate(n, v);

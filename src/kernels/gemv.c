@@ -4,7 +4,7 @@
  * kiln_matmul(w, X[n, cols], Y[n, rows]):
  *   - the activation is prepared once (for the integer-dot formats: int8 per block of 32, see
  *     kiln_quant_x32) before the rows are split across threads in contiguous ranges, one per
- *     thread, with stealing from the back (chunk_claim); n < 4 runs on kiln's worker pool
+ *     thread, with stealing from the back (chunk_claim); n ≤ POOL_MAX_N runs on kiln's worker pool
  *     (base/pool.h), larger n (prefill, batched decode) in an OpenMP region;
  *   - n = 1 (decode): each thread streams its rows through the ISA's GEMV kernel;
  *   - n > 1 (prefill): rows are taken in blocks small enough for L2; for the float-FMA formats
@@ -449,6 +449,12 @@ static int64_t chunk_claim(chunk_range *ranges, int nranges, int me) {
 }
 
 #define MANY_MAX 8
+/* Steps of up to this many tokens (decode, batched decode of up to 32 sequences) run on kiln's
+ * worker pool, whose sections start without a wake-up (base/pool.h); longer ones (prefill chunks) in
+ * an OpenMP region that also prepares the activation rows in parallel. Measured (bench-500m INT4, 2
+ * threads, `kiln bench --batch 1,4,16,32`): with OpenMP from 4 tokens up, 4 sequences decoded 217
+ * tok/s in all, below one sequence's 230 — each of a step's ~46 short sections paid the wake-up. */
+#define POOL_MAX_N 32
 /* One kiln_matmul_many call's shared state: the chunk list of all nw weights in order (chunks of
  * weight k are [first[k], first[k+1])) and the nt claim ranges over it. */
 typedef struct {
@@ -506,7 +512,7 @@ void kiln_cx_matmul_many(const kiln_kctx *cx, const kiln_weight *const *ws, floa
         else if (j.xpb[k]) j.xp[k] = xp_all + xoff[k];
     }
     /* decode runs on the pool, which uses at most one thread per CPU: one range per thread it has */
-    int nt = n < 4 ? kiln_pool_width(cx->threads) : cx->threads;
+    int nt = n <= POOL_MAX_N ? kiln_pool_width(cx->threads) : cx->threads;
     if (work < 65536.0) nt = 1; /* below ~20 µs of work the fork/join costs more than it saves */
     if (nt > max_nt) nt = (int)max_nt;
     if (nt < 1) nt = 1;
@@ -521,7 +527,7 @@ void kiln_cx_matmul_many(const kiln_kctx *cx, const kiln_weight *const *ws, floa
     for (int i = 0; i < nt; i++)
         atomic_init(&cursor[i].v, range_pack(j.first[nw] * i / nt, j.first[nw] * (i + 1) / nt));
     j.cursor = cursor;
-    if (n < 4) {
+    if (n <= POOL_MAX_N) {
         /* Decode: the activation is prepared before the section, which runs on kiln's worker pool
          * (base/pool.h: no wake-up per section, no wait for a worker that took no chunk). Weights
          * whose preparation is the same (format, columns, group: q/k/v, gate/up) share one. */
