@@ -82,8 +82,10 @@ typedef struct kiln_options {
     kiln_kv_smooth kv_smooth;
     /* Compute. Appended fields; zero = default. */
     kiln_backend_kind backend; /* CPU (default): the SIMD kernels; REF: the scalar reference, one thread */
-    int fp8_gemv;           /* FP8 weight GEMV form: 0 = auto (bf16 activations with AVX512_BF16 unless
-                               KILN_FP8_EXACT=1), 1 = exact f32 activations, 2 = bf16 (default 0) */
+    int fp8_gemv;           /* activation form of the FP8 GEMV and of the BF16 / FP8 GEMM of steps of
+                               several tokens: 0 = auto (bf16 activations and vdpbf16ps on CPUs with
+                               AVX512_BF16 unless KILN_FP8_EXACT=1), 1 = exact f32 activations (f32
+                               tiles for prefill), 2 = bf16 (default 0) */
 } kiln_options;
 
 /* Fills *o with the defaults documented above. */

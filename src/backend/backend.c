@@ -93,8 +93,8 @@ int kiln_be_common_moe_route(const kiln_backend *be, const kiln_moe_cfg *c, cons
 }
 void kiln_be_common_kv_store(const kiln_backend *be, kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer,
                              const float *k, int64_t k_tok, const float *v, int64_t v_tok) {
-    (void)be;
-    for (int i = 0; i < n; i++) kiln_kv_store(p, seq[i], layer, pos[i], k + (size_t)i * (size_t)k_tok, v ? v + (size_t)i * (size_t)v_tok : NULL);
+    for (int i = 0; i < n; i++)
+        kiln_kv_store_cx(&be->cx, p, seq[i], layer, pos[i], k + (size_t)i * (size_t)k_tok, v ? v + (size_t)i * (size_t)v_tok : NULL);
 }
 void kiln_be_common_moe_combine(const kiln_backend *be, int n, int K, int dim, const int *slot, const float *wt, const float *yg, float *Y) {
     (void)be;

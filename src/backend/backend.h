@@ -5,6 +5,11 @@
  * its settings — ISA, threads and FP8 GEMV form (a kernels compute context, kernels/gemv.h) — and
  * the buffers it computes on (kiln_be_alloc: host memory for the CPU backends). Nothing of it is
  * process-wide: two engines in one process can run different backends or settings side by side.
+ * What they do share: kiln's worker pool (base/pool.h) is one per process, so while one backend's
+ * parallel section runs, another's concurrent section runs on its calling thread alone — the same
+ * results (work is claimed dynamically, and every split depends on the object's thread count, not
+ * on the workers that join), fewer threads; and the per-thread kernel scratch (grow-only buffers of
+ * the thread that computes).
  *
  * Backends (KILN_BACKEND_* in kiln.h):
  *   cpu  the SIMD kernels of kernels/ (AVX-512 / AVX2 / scalar, per the object's ISA), attention

@@ -1,8 +1,10 @@
 /* backend_common.h — internal: op implementations the cpu and ref backends share because they are
  * plain scalar loops with nothing to vectorise or thread (embedding row copies, RoPE's rotation,
- * residual adds, bias rows, the router's per-token selection and the experts' weighted combine, KV stores whose row conversion is
- * bit-exact RNE on every ISA). Each is written once; the oracle value of the op matrix lies in the
- * ops where the two backends differ (matmul, norms, SwiGLU, experts, attention, argmax). */
+ * residual adds, bias rows, the router's per-token selection and the experts' weighted combine) or
+ * differ only in the backend's ISA (KV stores: the row conversions of be->cx, bit-exact RNE on
+ * every ISA). Each is written once; tests/ops/test_backend_ops.c checks them against independent
+ * computations of its own, and the backends against each other where they differ (matmul, norms,
+ * SwiGLU, experts, KV conversions, attention, argmax). */
 #ifndef KILN_BACKEND_COMMON_H
 #define KILN_BACKEND_COMMON_H
 #include "backend/backend.h"

@@ -14,6 +14,7 @@
 #include "model/arch.h"
 #include "model/model.h"
 #include "quant/quantize.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,10 +134,17 @@ kiln_status kiln_model_requantize_scope(kiln_model *m, const char *weights, cons
     return KILN_OK;
 }
 
+/* Sessions and engines of one model may be created from several threads at once: the first
+ * repacks, the others wait for it (the repack rewrites weight handles they would read). */
+static pthread_mutex_t repack_mu = PTHREAD_MUTEX_INITIALIZER;
+
 void kiln_model_prepare_compute(kiln_model *m, const kiln_options *opts) {
-    if (m->repacked || (opts && opts->no_repack)) return;
-    m->repacked = 1;
+    if (opts && opts->no_repack) return;
+    pthread_mutex_lock(&repack_mu);
+    if (m->repacked) { pthread_mutex_unlock(&repack_mu); return; }
     uint64_t b = kiln_model_repack(m);
+    m->repacked = 1;
+    pthread_mutex_unlock(&repack_mu);
     if (b && !(opts && opts->quiet))
         fprintf(stderr, "kiln: %.1f MB of FP8/INT4 weights copied into the GEMV tile layout (--no-repack: compute on the mapped file)\n", (double)b / 1e6);
 }

@@ -47,7 +47,8 @@ typedef struct kiln_ktable {
     /* The compute peak micro-benchmark (membw.c: kiln_compute_peak): `iters` iterations of 12
      * independent multiply-accumulates of the kind's widest instruction on registers (KILN_PEAK_F32:
      * f32 FMA; KILN_PEAK_INT8: u8·s8 dot into int32; KILN_PEAK_BF16: bf16 pair dot); returns the
-     * multiply-accumulates done, 0 when the table has no such instruction. */
+     * multiply-accumulates done, 0 when the table has no such instruction. KILN_PEAK_BF16 runs
+     * vdpbf16ps: callers ask for it only with the table of the bf16 form (AVX512_BF16 CPUs). */
     double (*peak)(int kind, int64_t iters);
     /* g[i] = silu(g[i]) · u[i] = g[i] / (1 + e^-g[i]) · u[i] (e^x from glibc's libmvec). */
     void (*silu_mul)(float *g, const float *u, int64_t n);

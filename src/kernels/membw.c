@@ -96,6 +96,9 @@ double kiln_membw_window_gbps(kiln_membw *mb, uint64_t window) { return read_win
 double kiln_compute_peak_gops(int kind, kiln_isa isa, int threads) {
     kiln_kctx cx;
     kiln_kctx_init(&cx, isa, threads, KILN_FP8_AUTO);
+    /* bf16 dots only where the CPU has AVX512_BF16 (the table of the bf16 form): even the probe
+     * call below would otherwise execute vdpbf16ps on a CPU without it */
+    if (kind == KILN_PEAK_BF16 && !kiln_cx_fp8_rounds_x(&cx)) return 0.0;
     if (!cx.kt || !cx.kt->peak || cx.kt->peak(kind, 1) == 0) return 0.0;
     const int nt = cx.threads;
     double best = 0;

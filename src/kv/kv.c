@@ -301,7 +301,7 @@ static const kiln_kv_ktable *kv_table_for(kiln_isa isa) {
     default: return NULL;
     }
 }
-/* Row quantisation when storing (kiln_kv_store) follows the process default ISA: every ISA's
+/* The process default ISA's table (kiln_kv_quant_fp8 / _bf16, kiln_kv_store): every ISA's
  * conversion is bit-exact RNE (tests/unit/test_kv.c), so the stored bytes do not depend on it. */
 static const kiln_kv_ktable *kv_table(void) { return kv_table_for(kiln_kernels_current()); }
 
@@ -376,11 +376,18 @@ static void rope_rotate(const kiln_kv_pool *p, int pos, const float *mu, float *
 /* One row of `dim` values into slot (l, pg, kind, h, off). K rows of a pool with K smoothing store
  * x − mu (mu: k_mean, or R(pos)·k_mean with pre-RoPE smoothing; NULL = none) in chunks through a
  * stack buffer: no allocation. */
-static void store_row(kiln_kv_pool *p, int kind, int l, int32_t pg, int h, int off, const float *x, int dim, const float *mu) {
+/* The row conversions through the kernel table t (NULL: scalar); every ISA's are bit-exact RNE. */
+static void quant_fp8_t(const kiln_kv_ktable *t, const float *x, int n, float inv, uint8_t *out) {
+    (t ? t->quant_fp8 : quant_fp8_scalar)(x, n, inv, out);
+}
+static void quant_bf16_t(const kiln_kv_ktable *t, const float *x, int n, uint16_t *out) { (t ? t->quant_bf16 : quant_bf16_scalar)(x, n, out); }
+
+static void store_row(const kiln_kv_ktable *t, kiln_kv_pool *p, int kind, int l, int32_t pg, int h, int off, const float *x, int dim,
+                      const float *mu) {
     uint8_t *dst = row_ptr(p, kind, l, pg, h, off);
     switch (p->cfg.dtype) {
     case KILN_KV_F32: memcpy(dst, x, (size_t)dim * 4); return;
-    case KILN_KV_BF16: kiln_kv_quant_bf16(x, dim, (uint16_t *)dst); return;
+    case KILN_KV_BF16: quant_bf16_t(t, x, dim, (uint16_t *)dst); return;
     default: break;
     }
     const int H = p->cfg.n_kv_heads;
@@ -405,16 +412,23 @@ static void store_row(kiln_kv_pool *p, int kind, int l, int32_t pg, int h, int o
         }
         inv = old > 0.0f ? 1.0f / old : 0.0f;
     }
-    if (!mu) { kiln_kv_quant_fp8(x, dim, inv, dst); return; }
+    if (!mu) { quant_fp8_t(t, x, dim, inv, dst); return; }
     float buf[256];
     for (int i0 = 0; i0 < dim; i0 += 256) {
         int c = dim - i0 < 256 ? dim - i0 : 256;
         for (int j = 0; j < c; j++) buf[j] = x[i0 + j] - mu[i0 + j];
-        kiln_kv_quant_fp8(buf, c, inv, dst + i0);
+        quant_fp8_t(t, buf, c, inv, dst + i0);
     }
 }
 
 void kiln_kv_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, const float *k, const float *v) {
+    kiln_kctx cx;
+    kiln_kctx_default(&cx);
+    kiln_kv_store_cx(&cx, p, s, layer, pos, k, v);
+}
+
+void kiln_kv_store_cx(const kiln_kctx *cx, kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, const float *k, const float *v) {
+    const kiln_kv_ktable *t = kv_table_for(cx->isa);
     const int pt = p->cfg.page_tokens, kd = p->cfg.k_dim, vd = p->cfg.v_dim;
     int32_t pg = s->pages[pos / pt];
     int off = pos % pt;
@@ -426,8 +440,8 @@ void kiln_kv_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, co
     for (int h = 0; h < p->cfg.n_kv_heads; h++) {
         const float *mu = p->k_mean ? p->k_mean + ((size_t)layer * p->cfg.n_kv_heads + (size_t)h) * (size_t)kd : NULL;
         if (mu && p->rope_cs) { rope_rotate(p, pos, mu, rot); mu = rot; }
-        store_row(p, 0, layer, pg, h, off, k + (size_t)h * kd, kd, mu);
-        if (!p->cfg.v_shares_k) store_row(p, 1, layer, pg, h, off, v + (size_t)h * vd, vd, NULL);
+        store_row(t, p, 0, layer, pg, h, off, k + (size_t)h * kd, kd, mu);
+        if (!p->cfg.v_shares_k) store_row(t, p, 1, layer, pg, h, off, v + (size_t)h * vd, vd, NULL);
     }
     if (p->integ) kiln_kv_integ_after_store(p, s, layer, pos);
     if (off == pt - 1 && layer == p->cfg.n_layers - 1) p->pages[pg].flags |= KILN_KV_PAGE_SEALED;

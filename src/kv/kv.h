@@ -143,6 +143,9 @@ kiln_status kiln_kv_seq_share_page(kiln_kv_pool *p, kiln_kv_seq *s, int32_t page
 /* Stores K ([n_kv_heads × k_dim] floats) and V ([n_kv_heads × v_dim] floats; NULL when v_shares_k)
  * of position pos of layer l. The page must be reserved and not shared. */
 void kiln_kv_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, const float *k, const float *v);
+/* kiln_kv_store with the row conversions of the compute context's ISA (kiln_kv_store: the process
+ * default's); the stored bytes are the same on every ISA. */
+void kiln_kv_store_cx(const kiln_kctx *cx, kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, const float *k, const float *v);
 
 /* Frees the calling thread's attention scratch (grow-only, kept between calls so steady-state decode
  * does not allocate). A thread that ran attention calls it before it exits (the scheduler thread

@@ -7,8 +7,10 @@
  *
  * Model: tiny-llama-hd64 from ../shared (a trained Llama, head_dim 64, GQA 2:1), its linear layers
  * requantized to FP8 in memory so that the FP8 form matters; prompt of 40 tokens, then 24 greedy
- * decode steps; every step's logits are compared. The two settings must also give different logits
- * (else the test could not tell whether the settings were applied at all). */
+ * decode steps; every step's logits are compared. Further pairs differ in one setting only (the FP8
+ * form; the thread count, on a synthetic llama with 600 positions so that attention's context split
+ * depends on it) and the cpu / ref backends. The two runs of a pair must give different logits
+ * (else the test could not tell whether the setting was applied at all). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,20 +19,21 @@
 
 #include "kiln.h"
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define PROMPT 40
 #define DECODE 24
-#define VOCAB 512
-#define ROWS (PROMPT + DECODE)
 
-static kiln_model *model;
+static kiln_model *model;      /* tiny-llama-hd64, FP8 weights */
+static kiln_model *long_model; /* a synthetic llama (kiln_mkmodel preset small: 2,048 positions) */
 
 typedef struct {
+    kiln_model *m;
+    int prompt, vocab, rows; /* rows = prompt + DECODE */
     kiln_options o;
-    float *logits; /* [ROWS × VOCAB]: every prompt row, then each decode step's row */
+    float *logits; /* [rows × vocab]: every prompt row, then each decode step's row */
     kiln_status st;
 } run_t;
 
@@ -44,48 +47,49 @@ static int64_t argmax(const float *x, int n) {
 static void *run(void *arg) {
     run_t *r = arg;
     kiln_session *s = NULL;
-    r->st = kiln_session_create(model, &r->o, &s);
+    r->st = kiln_session_create(r->m, &r->o, &s);
     if (r->st != KILN_OK) return NULL;
-    int32_t toks[PROMPT];
-    for (int i = 0; i < PROMPT; i++) toks[i] = i == 0 ? 1 : (int32_t)((i * 37 + 11) % VOCAB);
-    r->st = kiln_session_eval(s, toks, PROMPT, r->logits);
+    int32_t *toks = malloc((size_t)r->prompt * sizeof *toks);
+    if (!toks) { r->st = KILN_ERR_NOMEM; kiln_session_free(s); return NULL; }
+    for (int i = 0; i < r->prompt; i++) toks[i] = i == 0 ? 1 : (int32_t)((i * 37 + 11) % r->vocab);
+    r->st = kiln_session_eval(s, toks, r->prompt, r->logits);
     for (int d = 0; d < DECODE && r->st == KILN_OK; d++) {
-        const float *last = r->logits + (size_t)(PROMPT + d - 1) * VOCAB;
-        int32_t next = (int32_t)argmax(last, VOCAB);
-        r->st = kiln_session_eval(s, &next, 1, r->logits + (size_t)(PROMPT + d) * VOCAB);
+        const float *last = r->logits + (size_t)(r->prompt + d - 1) * (size_t)r->vocab;
+        int32_t next = (int32_t)argmax(last, r->vocab);
+        r->st = kiln_session_eval(s, &next, 1, r->logits + (size_t)(r->prompt + d) * (size_t)r->vocab);
     }
+    free(toks);
     kiln_session_free(s);
     return NULL;
 }
 
-static run_t make_run(kiln_isa isa, int threads, int fp8, kiln_backend_kind be) {
+static run_t make_run(kiln_model *m, int prompt, const kiln_options *o) {
     run_t r;
-    kiln_options_default(&r.o);
-    r.o.isa = isa;
-    r.o.threads = threads;
-    r.o.fp8_gemv = fp8;
-    r.o.backend = be;
+    kiln_model_info info;
+    kiln_model_get_info(m, &info);
+    r.m = m;
+    r.prompt = prompt;
+    r.vocab = info.vocab_size;
+    r.rows = prompt + DECODE;
+    r.o = *o;
     r.o.quiet = 1;
-    r.logits = calloc((size_t)ROWS * VOCAB, sizeof(float));
+    r.logits = calloc((size_t)r.rows * (size_t)r.vocab, sizeof(float));
     assert_non_null(r.logits);
     r.st = KILN_OK;
     return r;
 }
 
-static void pair(kiln_options *a_opts, kiln_options *b_opts) {
-    run_t a = make_run(a_opts->isa, a_opts->threads, a_opts->fp8_gemv, a_opts->backend);
-    run_t b = make_run(b_opts->isa, b_opts->threads, b_opts->fp8_gemv, b_opts->backend);
-    run_t a2 = a, b2 = b;
-    a2.logits = calloc((size_t)ROWS * VOCAB, sizeof(float));
-    b2.logits = calloc((size_t)ROWS * VOCAB, sizeof(float));
-    assert_non_null(a2.logits);
-    assert_non_null(b2.logits);
+/* Each alone, then both at once on two threads: bit-identical to alone; the two must differ. */
+static void pair_on(kiln_model *m, int prompt, kiln_options *a_opts, kiln_options *b_opts) {
+    run_t a = make_run(m, prompt, a_opts), b = make_run(m, prompt, b_opts);
+    run_t a2 = make_run(m, prompt, a_opts), b2 = make_run(m, prompt, b_opts);
+    const size_t bytes = (size_t)a.rows * (size_t)a.vocab * sizeof(float);
     /* each alone */
     run(&a);
     run(&b);
     assert_int_equal(a.st, KILN_OK);
     assert_int_equal(b.st, KILN_OK);
-    assert_true(memcmp(a.logits, b.logits, (size_t)ROWS * VOCAB * sizeof(float)) != 0);
+    assert_true(memcmp(a.logits, b.logits, bytes) != 0);
     /* both at once: B's session is created while A's computes, and the other way round */
     pthread_t ta, tb;
     assert_int_equal(pthread_create(&ta, NULL, run, &a2), 0);
@@ -94,10 +98,11 @@ static void pair(kiln_options *a_opts, kiln_options *b_opts) {
     pthread_join(tb, NULL);
     assert_int_equal(a2.st, KILN_OK);
     assert_int_equal(b2.st, KILN_OK);
-    assert_memory_equal(a2.logits, a.logits, (size_t)ROWS * VOCAB * sizeof(float));
-    assert_memory_equal(b2.logits, b.logits, (size_t)ROWS * VOCAB * sizeof(float));
+    assert_memory_equal(a2.logits, a.logits, bytes);
+    assert_memory_equal(b2.logits, b.logits, bytes);
     free(a.logits); free(b.logits); free(a2.logits); free(b2.logits);
 }
+static void pair(kiln_options *a_opts, kiln_options *b_opts) { pair_on(model, 40, a_opts, b_opts); }
 
 static void test_isa_threads_fp8(void **state) {
     (void)state;
@@ -107,6 +112,33 @@ static void test_isa_threads_fp8(void **state) {
     a.isa = KILN_ISA_AUTO; a.threads = 2; a.fp8_gemv = 2; a.backend = KILN_BACKEND_CPU;
     b.isa = KILN_ISA_SCALAR; b.threads = 1; b.fp8_gemv = 1; b.backend = KILN_BACKEND_CPU;
     pair(&a, &b);
+}
+
+/* One setting apart at a time, so that a leak of that setting alone would show. */
+static void test_fp8_form_only(void **state) {
+    (void)state;
+    kiln_options a, b;
+    kiln_options_default(&a);
+    kiln_options_default(&b);
+    a.threads = b.threads = 2;
+    a.fp8_gemv = 2; /* bf16 activations (AVX512_BF16 CPUs; elsewhere both forms are the exact one) */
+    b.fp8_gemv = 1;
+    if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512vnni")) {
+        fprintf(stderr, "skip part: no AVX512_BF16 here, the two FP8 forms are one\n");
+        return;
+    }
+    pair(&a, &b);
+}
+/* Threads only: with 600 positions of context, decode attention splits the context over the
+ * threads (kv.c), so 1 and 2 threads sum in different orders and give different logits. */
+static void test_threads_only(void **state) {
+    (void)state;
+    kiln_options a, b;
+    kiln_options_default(&a);
+    kiln_options_default(&b);
+    a.threads = 2;
+    b.threads = 1;
+    pair_on(long_model, 600, &a, &b);
 }
 
 static void test_cpu_and_ref_backends(void **state) {
@@ -133,15 +165,28 @@ static int setup(void **state) {
     if (kiln_model_load(path, &o, &model) != KILN_OK) { fprintf(stderr, "%s\n", kiln_last_error()); return -1; }
     int kept = 0;
     if (kiln_model_requantize(model, "fp8", &kept) != KILN_OK) { fprintf(stderr, "%s\n", kiln_last_error()); return -1; }
-    return kept == 0 ? 0 : -1;
+    if (kept != 0) return -1;
+    char dir[] = "/tmp/kiln_isolation_XXXXXX";
+    if (!mkdtemp(dir)) return -1;
+    char mp[64];
+    snprintf(mp, sizeof mp, "%s/m", dir);
+    if (kiln_mkmodel("llama", "preset=small", "f32", 7, mp) != KILN_OK || kiln_model_load(mp, &o, &long_model) != KILN_OK) {
+        fprintf(stderr, "%s\n", kiln_last_error());
+        return -1;
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir); /* the model is mapped; its files may go */
+    return system(cmd) == 0 ? 0 : -1;
 }
 static int teardown(void **state) {
     (void)state;
     kiln_model_free(model);
+    kiln_model_free(long_model);
     return 0;
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_isa_threads_fp8), cmocka_unit_test(test_cpu_and_ref_backends)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_isa_threads_fp8), cmocka_unit_test(test_fp8_form_only),
+                                       cmocka_unit_test(test_threads_only), cmocka_unit_test(test_cpu_and_ref_backends)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

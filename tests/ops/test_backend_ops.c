@@ -19,8 +19,9 @@
  * summation order differs); FP8 on the bf16-dot form, and BF16 weights there when n > 1, 5e-5 (x
  * rounded to bf16; format_bound_n); INT4, Q8_0, Q4_0
  * 1e-4 (x quantised to int8 per 32 like llama.cpp). Norms, SwiGLU, attention: 1e-10 (summation order,
- * vector exp). Ops both backends share (embed, rope, add, bias, MoE routing and combine, KV store)
- * must agree bit for bit. */
+ * vector exp). The ops both backends share (backend_common.h: embed, rope, add, bias, MoE routing
+ * and combine) must agree bit for bit and are checked against computations written here from their
+ * definitions; KV stores (scalar conversions on ref, the ISA's on cpu) must store the same bytes. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -397,6 +398,8 @@ static void test_norm_swiglu_add(void **state) {
             kiln_be_add(bes[b], a, u, (int64_t)n);
             bes[b]->ops->add_bias(bes[b], a, bias, rows, width);
             check_equal("add + add_bias", bes[b], a, wa, n);
+            for (size_t i = 0; i < n; i++) /* the definition, computed here: x + u + bias[column] */
+                if (a[i] != (x[i] + u[i]) + bias[i % (size_t)width]) { fprintf(stderr, "add + add_bias on %s: element %zu\n", be_desc(bes[b]), i); fail(); }
             kiln_be_free(bes[b], got); kiln_be_free(bes[b], g); kiln_be_free(bes[b], a);
         }
         kiln_be_free(ref_be, x); kiln_be_free(ref_be, w); kiln_be_free(ref_be, u); kiln_be_free(ref_be, bias);
@@ -419,6 +422,23 @@ static void test_rope(void **state) {
         float *want = copy_of(ref_be, x, (size_t)n * (size_t)stride);
         ref_be->ops->rope_table(ref_be, &r, pos, n, cs);
         ref_be->ops->rope(ref_be, &r, want, n, stride, H, cases[c].hd, cs);
+        if (!cases[c].use_yarn) /* the rotation written here from the definition (HF's float32 inv_freq) */
+            for (int i = 0; i < n; i++)
+                for (int h = 0; h < H; h++) {
+                    const float *xi = x + (size_t)i * (size_t)stride + (size_t)h * (size_t)cases[c].hd;
+                    const float *yi = want + (size_t)i * (size_t)stride + (size_t)h * (size_t)cases[c].hd;
+                    const int half = cases[c].rot / 2;
+                    for (int j = 0; j < half; j++) {
+                        const float inv = 1.0f / powf(10000.0f, (float)(2 * j) / (float)cases[c].rot), ang = (float)pos[i] * inv;
+                        const int ia = cases[c].st == KILN_ROPE_NORM ? 2 * j : j, ib = cases[c].st == KILN_ROPE_NORM ? 2 * j + 1 : j + half;
+                        const double ea = (double)xi[ia] * cos((double)ang) - (double)xi[ib] * sin((double)ang);
+                        const double eb = (double)xi[ib] * cos((double)ang) + (double)xi[ia] * sin((double)ang);
+                        if (fabs(yi[ia] - ea) > 1e-5 * (1 + fabs(ea)) || fabs(yi[ib] - eb) > 1e-5 * (1 + fabs(eb))) {
+                            fprintf(stderr, "rope case %zu token %d head %d pair %d: %g %g, expected %g %g\n", c, i, h, j, yi[ia], yi[ib], ea, eb);
+                            fail();
+                        }
+                    }
+                }
         /* token 2 (position 17): the rotation changes the first rot dims of each head and only them */
         for (int h = 0; h < H; h++) {
             const size_t o = 2 * (size_t)stride + (size_t)h * (size_t)cases[c].hd;
@@ -444,6 +464,13 @@ static void test_embed_argmax(void **state) {
         tweight t = make_weight(wcases[c].f, 7, wcases[c].cols, wcases[c].group, 0);
         float *want = output(ref_be, 4 * (size_t)wcases[c].cols);
         ref_be->ops->embed(ref_be, &t.w, tokens, 4, want);
+        for (int i = 0; i < 4; i++) { /* each row is the token's row of the table, dequantised by the reference */
+            float *row = malloc((size_t)wcases[c].cols * sizeof(float));
+            assert_non_null(row);
+            kiln_weight_row_f32(&t.w, tokens[i], row);
+            assert_memory_equal(row, want + (size_t)i * (size_t)wcases[c].cols, (size_t)wcases[c].cols * sizeof(float));
+            free(row);
+        }
         for (int b = 0; b < n_bes; b++) {
             float *got = output(bes[b], 4 * (size_t)wcases[c].cols);
             bes[b]->ops->embed(bes[b], &t.w, tokens, 4, got);
@@ -508,6 +535,22 @@ static void test_moe(void **state) {
         float *want = output(ref_be, (size_t)n * c.dim);
         ref_be->ops->moe_experts(ref_be, &c, gate, up, down, active, n_active, offset, xg, hg, ug, yg);
         ref_be->ops->moe_combine(ref_be, n, K, c.dim, slot, rwt, yg, want);
+        for (int i = 0; i < n; i++) /* the definition: Σ_j wt · yg[slot], in selection order */
+            for (int d = 0; d < c.dim; d++) {
+                float e = 0;
+                for (int j = 0; j < K; j++) e += rwt[i * K + j] * yg[(size_t)slot[i * K + j] * c.dim + (size_t)d];
+                assert_true(want[(size_t)i * c.dim + (size_t)d] == e);
+            }
+        /* routing: each token's experts are distinct, its weights sum to routed_scale (norm_topk_prob) */
+        for (int i = 0; i < n; i++) {
+            float sum = 0;
+            for (int j = 0; j < K; j++) {
+                sum += rwt[i * K + j];
+                for (int q = 0; q < j; q++) assert_true(ridx[i * K + j] != ridx[i * K + q]);
+                assert_true(ridx[i * K + j] >= 0 && ridx[i * K + j] < E);
+            }
+            assert_true(fabsf(sum - c.routed_scale) < 1e-5f);
+        }
         for (int b = 0; b < n_bes; b++) {
             float *yb = output(bes[b], (size_t)n * K * c.dim), *got = output(bes[b], (size_t)n * c.dim);
             float *hb = output(bes[b], (size_t)n * K * c.ffn), *ub = output(bes[b], (size_t)n * K * c.ffn);
@@ -587,7 +630,8 @@ static void kv_case(const kvcase *c) {
             snprintf(what, sizeof what, "kv_attend %s H%d KV%d kd%d page%d len%d+%d", c->dt == KILN_KV_FP8 ? "fp8" : c->dt == KILN_KV_BF16 ? "bf16" : "f32",
                      c->H, c->KV, c->kd, c->pt, c->len0, c->n);
             check_nmse(what, be, out, want, out_n, 1e-10);
-            /* the stored rows are the same whatever the backend */
+            /* the stored rows are the same whatever the backend (the ref backend converts with the scalar
+             * code, the cpu backends with their ISA's) */
             float r0[128], r1[128];
             for (int l = 0; l < 2; l++)
                 for (int h = 0; h < c->KV; h++)
