@@ -42,6 +42,8 @@ typedef struct kiln_session kiln_session; /* one sequence's state over a KV cach
 /* ---- options ---------------------------------------------------------------------------------- */
 typedef enum { KILN_KV_AUTO = 0, KILN_KV_F32, KILN_KV_BF16, KILN_KV_FP8 } kiln_kv_dtype;
 typedef enum { KILN_ISA_AUTO = 0, KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX512 } kiln_isa;
+/* Most end-of-generation token ids a model carries (kiln_model_info.eos_ids). */
+#define KILN_MAX_EOS 8
 /* Compute backend of a session or engine (src/backend/backend.h). */
 typedef enum { KILN_BACKEND_CPU = 0, KILN_BACKEND_REF = 1 } kiln_backend_kind;
 /* FP8 KV scales (see the KV block below and docs/KV.md). */
@@ -104,7 +106,13 @@ typedef struct kiln_model_info {
     int bos_id, eos_id;     /* -1 when the model has none */
     int has_tokenizer;
     uint64_t weight_bytes;
+    /* Appended: every token id that ends generation (eos_id is the first). GLM-4.x lists three in
+     * generation_config.json (<|endoftext|>, <|user|>, <|observation|>). */
+    int n_eos;
+    int eos_ids[KILN_MAX_EOS];
 } kiln_model_info;
+/* 1 when id is one of info's end-of-generation ids. */
+int kiln_model_is_eos(const kiln_model_info *info, int id);
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *info);
 
 /* Human-readable (json=0) or JSON (json=1) description: architecture, hyper-parameters, every

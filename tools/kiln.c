@@ -97,7 +97,7 @@ int cmd_run(int argc, char **argv) {
     for (; generated < n_gen; ) {
         int32_t next = kiln_sample(smp, kiln_session_logits(s));
         generated++;
-        if (next == info.eos_id) break;
+        if (kiln_model_is_eos(&info, next)) break;
         if (info.has_tokenizer) {
             size_t len;
             const char *p = kiln_token_piece(m, prev, next, &len);

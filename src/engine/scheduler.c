@@ -75,7 +75,8 @@ void kiln_req_unref(kiln_req *r) {
 struct kiln_engine {
     kiln_model *m;
     kiln_engine_config cfg;
-    int n_ctx, vocab, eos, pt;
+    int n_ctx, vocab, pt;
+    int eos_ids[KILN_MAX_EOS], n_eos; /* every id that ends a request (the model's eos set) */
     char kv_source[512];    /* where FP8 scales came from ("none" for f32 / bf16) */
     kiln_kv_pool *pool;
     kiln_pcache pc;
@@ -106,6 +107,16 @@ struct kiln_engine {
 
 static int pages_for(const kiln_engine *e, int tokens) { return (tokens + e->pt - 1) / e->pt; }
 
+static int is_eos(const kiln_engine *e, int32_t tok) {
+    for (int i = 0; i < e->n_eos; i++)
+        if (e->eos_ids[i] == tok) return 1;
+    return 0;
+}
+/* ignore_eos: no end-of-generation id can be sampled */
+static void mask_eos(const kiln_engine *e, float *lg) {
+    for (int i = 0; i < e->n_eos; i++) lg[e->eos_ids[i]] = -INFINITY;
+}
+
 static void *sched_main(void *arg);
 
 #define KILN_TRY_FREE(expr, e) do { kiln_status st_ = (expr); if (st_ != KILN_OK) { kiln_engine_free(e); return st_; } } while (0)
@@ -125,7 +136,8 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
     if (e->cfg.step_tokens < e->cfg.max_batch) e->cfg.step_tokens = e->cfg.max_batch;
     e->n_ctx = kiln_model_context(m, &o);
     e->vocab = m->hp.vocab;
-    e->eos = m->hp.eos_id;
+    e->n_eos = m->hp.n_eos;
+    memcpy(e->eos_ids, m->hp.eos_ids, sizeof e->eos_ids);
     e->pt = o.kv_page_tokens;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
@@ -483,12 +495,12 @@ static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now
             tids[j] = i;
         }
         for (int i = 0; i < nt; i++) tlp[i] = lg[tids[i]] - lse;
-        if (r->ignore_eos && e->eos >= 0) lg[e->eos] = -INFINITY;
+        if (r->ignore_eos) mask_eos(e, lg);
         int32_t tok = kiln_sample_applied(r->sampler, lg);
-        lp = (tok == e->eos && r->ignore_eos) ? -INFINITY : lg[tok] - lse;
+        lp = (is_eos(e, tok) && r->ignore_eos) ? -INFINITY : lg[tok] - lse;
         r->toks[r->n_toks] = tok;
     } else {
-        if (r->ignore_eos && e->eos >= 0) lg[e->eos] = -INFINITY;
+        if (r->ignore_eos) mask_eos(e, lg);
         r->toks[r->n_toks] = kiln_sample_applied(r->sampler, lg);
     }
     int32_t tok = r->toks[r->n_toks++];
@@ -509,7 +521,7 @@ static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now
     e->acc.generated_tokens++;
     if (k == 0) hist_add(e->acc.ttft_b, &e->acc.ttft_n, &e->acc.ttft_sum, now - r->t_arrival);
     else hist_add(e->acc.itl_b, &e->acc.itl_n, &e->acc.itl_sum, now - r->ev[k - 1].t);
-    if (tok == e->eos && !r->ignore_eos) return KILN_FINISH_STOP;
+    if (is_eos(e, tok) && !r->ignore_eos) return KILN_FINISH_STOP;
     if (k + 1 >= r->max_tokens || r->n_toks >= e->n_ctx) return KILN_FINISH_LENGTH;
     return KILN_FINISH_NONE;
 }

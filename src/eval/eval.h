@@ -19,6 +19,7 @@ typedef struct eval_lm {
     void *ctx;
     int vocab, n_ctx;
     int bos, eos;           /* -1 when none */
+    int eos_ids[KILN_MAX_EOS], n_eos; /* every id that ends a generation (eos is the first) */
     /* Encodes text; *ids malloc'ed (caller frees). */
     kiln_status (*tokenize)(void *ctx, const char *text, size_t len, int add_bos, int32_t **ids, int *n);
     /* Bytes of token id after prev (NULL for an invalid id). */

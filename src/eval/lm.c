@@ -127,6 +127,8 @@ kiln_status eval_lm_session(eval_lm *lm, kiln_model *m, const kiln_options *o) {
     lm->n_ctx = o && o->max_context > 0 && o->max_context < info.max_context ? o->max_context : info.max_context;
     lm->bos = info.bos_id;
     lm->eos = info.eos_id;
+    lm->n_eos = info.n_eos;
+    memcpy(lm->eos_ids, info.eos_ids, sizeof lm->eos_ids);
     lm->tokenize = s_tokenize;
     lm->piece = s_piece;
     lm->eval = s_eval;

@@ -12,6 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* One of the model's end-of-generation ids (eval_lm.eos_ids). */
+static int lm_is_eos(const eval_lm *lm, int32_t id) {
+    for (int i = 0; i < lm->n_eos; i++)
+        if (lm->eos_ids[i] == id) return 1;
+    return 0;
+}
 #include <sys/stat.h>
 
 /* ---- small helpers ------------------------------------------------------------------------------------ */
@@ -900,7 +907,7 @@ static kiln_status run_gsm8k(eval_lm *lm, const kiln_eval_params *p, eval_result
         int32_t prev = seq[len - 1];
         for (int g = 0; g < max_gen && !st; g++) {
             int32_t next = kiln_sample(smp, lm->last_logits(lm->ctx));
-            if (next == lm->eos) break;
+            if (next == lm->eos || lm_is_eos(lm, next)) break;
             size_t pl;
             const char *pc = lm->piece(lm->ctx, prev, next, &pl);
             if (pc && pl) {

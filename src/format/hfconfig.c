@@ -53,3 +53,21 @@ kiln_status kiln_cfg_token_id(const json_t *cfg, const char *file, const char *k
     *out = (int)x;
     return KILN_OK;
 }
+
+kiln_status kiln_cfg_token_ids(const json_t *cfg, const char *file, const char *key, int *ids, int cap, int *n) {
+    json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v)) return KILN_OK;
+    const size_t cnt = json_is_array(v) ? json_array_size(v) : 1;
+    for (size_t i = 0; i < cnt; i++) {
+        json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_integer(e)) return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' must be an integer or a list of integers", file, key);
+        const long long x = json_integer_value(e);
+        if (x < 0 || x > 0x7fffffffLL) return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' = %lld is not a token id", file, key, x);
+        int seen = 0;
+        for (int k = 0; k < *n; k++) seen |= ids[k] == (int)x;
+        if (seen) continue;
+        if (*n == cap) return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' lists more than %d distinct token ids", file, key, cap);
+        ids[(*n)++] = (int)x;
+    }
+    return KILN_OK;
+}

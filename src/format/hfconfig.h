@@ -16,4 +16,8 @@ kiln_status kiln_cfg_bool_opt(const json_t *cfg, const char *file, const char *k
 /* First integer of an int-or-list token-id field (bos_token_id, eos_token_id); *out = -1 when
  * absent or null. A value outside [0, 2^31) is an error naming the field, never cut to an int. */
 kiln_status kiln_cfg_token_id(const json_t *cfg, const char *file, const char *key, int *out);
+/* Every integer of an int-or-list token-id field, appended to ids[*n] (at most cap in all; ids
+ * already there are not repeated). Each must be in [0, 2^31); more than cap distinct ids is an error
+ * naming the field. */
+kiln_status kiln_cfg_token_ids(const json_t *cfg, const char *file, const char *key, int *ids, int cap, int *n);
 #endif

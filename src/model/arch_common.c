@@ -85,6 +85,7 @@ kiln_status kiln_arch_read_common(struct kiln_model *m, json_t *cfg, const char 
     KILN_TRY(kiln_cfg_bool_opt(cfg, file, "tie_word_embeddings", 0, &hp->tie_embeddings));
     KILN_TRY(kiln_cfg_token_id(cfg, file, "bos_token_id", &hp->bos_id));
     KILN_TRY(kiln_cfg_token_id(cfg, file, "eos_token_id", &hp->eos_id));
+    KILN_TRY(kiln_cfg_token_ids(cfg, file, "eos_token_id", hp->eos_ids, KILN_MAX_EOS, &hp->n_eos));
     json_t *td = json_object_get(cfg, "torch_dtype");
     if (!td) td = json_object_get(cfg, "dtype");
     const char *tds = json_is_string(td) ? json_string_value(td) : NULL;

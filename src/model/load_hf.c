@@ -96,6 +96,27 @@ kiln_status kiln_load_hf(struct kiln_model *m, const char *dir) {
         if (m->hp.bos_id < 0) m->hp.bos_id = kiln_tok_bos(m->tok);
         if (m->hp.eos_id < 0) m->hp.eos_id = kiln_tok_eos(m->tok);
     }
+    /* generation_config.json: its eos_token_id (GLM-4.x: a list with the end-of-turn tokens <|user|>
+     * and <|observation|>) ends generation too, as transformers' generate() and vLLM read it */
+    char gc[4200];
+    snprintf(gc, sizeof gc, "%s/generation_config.json", dir);
+    if (file_exists(gc)) {
+        json_error_t ge;
+        json_t *g = json_load_file(gc, 0, &ge);
+        if (!g || !json_is_object(g)) {
+            json_decref(g);
+            return kiln_fail(KILN_ERR_FORMAT, "%s: %s (line %d)", gc, g ? "not a JSON object" : ge.text, g ? 0 : ge.line);
+        }
+        kiln_status gst = kiln_cfg_token_ids(g, gc, "eos_token_id", m->hp.eos_ids, KILN_MAX_EOS, &m->hp.n_eos);
+        json_decref(g);
+        KILN_TRY(gst);
+        if (m->hp.eos_id < 0 && m->hp.n_eos > 0) m->hp.eos_id = m->hp.eos_ids[0];
+    }
+    if (m->hp.n_eos == 0 && m->hp.eos_id >= 0) m->hp.eos_ids[m->hp.n_eos++] = m->hp.eos_id;
+    for (int i = 0; i < m->hp.n_eos; i++)
+        if (m->hp.eos_ids[i] >= m->hp.vocab)
+            return kiln_fail(KILN_ERR_FORMAT, "%s: eos_token_id %d (config.json or generation_config.json) is not below the vocabulary size %d",
+                             path, m->hp.eos_ids[i], m->hp.vocab);
     /* every architecture: the ids a prompt starts with / generation stops at index the embedding */
     if (m->hp.bos_id >= m->hp.vocab || m->hp.eos_id >= m->hp.vocab)
         return kiln_fail(KILN_ERR_FORMAT, "%s: bos_token_id %d / eos_token_id %d must be below the vocabulary size %d", path,

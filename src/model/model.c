@@ -94,6 +94,7 @@ kiln_status kiln_model_load(const char *path, const kiln_options *opts, kiln_mod
         m->path = strdup(resolved);
         st = kind == 1 ? kiln_load_hf(m, resolved) : kind == 2 ? kiln_load_gguf_model(m, resolved) : kiln_load_llama2c(m, resolved);
     }
+    if (st == KILN_OK && m->hp.n_eos == 0 && m->hp.eos_id >= 0) m->hp.eos_ids[m->hp.n_eos++] = m->hp.eos_id; /* llama2.c, GGUF */
     if (st == KILN_OK) st = kiln_model_bind(m);
     if (st != KILN_OK) { kiln_model_free(m); return st; }
     kiln_model_compute_checksums(m);
@@ -165,6 +166,12 @@ int kiln_model_context(const kiln_model *m, const kiln_options *o) {
     return file < KILN_DEFAULT_CONTEXT_CAP ? file : KILN_DEFAULT_CONTEXT_CAP;
 }
 
+int kiln_model_is_eos(const kiln_model_info *info, int id) {
+    for (int i = 0; i < info->n_eos; i++)
+        if (info->eos_ids[i] == id) return 1;
+    return 0;
+}
+
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *in) {
     const kiln_hparams *hp = &m->hp;
     memset(in, 0, sizeof *in);
@@ -173,6 +180,8 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *in) {
     in->n_kv_heads = hp->n_kv_heads; in->head_dim = hp->head_dim; in->ffn_dim = hp->ffn_dim;
     in->max_context = hp->max_seq; in->bos_id = hp->bos_id; in->eos_id = hp->eos_id;
     in->has_tokenizer = m->tok != NULL;
+    in->n_eos = hp->n_eos;
+    for (int i = 0; i < hp->n_eos && i < KILN_MAX_EOS; i++) in->eos_ids[i] = hp->eos_ids[i];
     in->weight_bytes = weight_bytes(m);
 }
 

@@ -20,7 +20,9 @@ typedef struct kiln_hparams {
     kiln_rope_style rope_style;
     int rotary_dim;         /* dims of each head that RoPE rotates (head_dim for llama) */
     int tie_embeddings;
-    int bos_id, eos_id;
+    int bos_id, eos_id;     /* eos_id: the first of eos_ids (-1: none) */
+    int eos_ids[KILN_MAX_EOS], n_eos; /* every id that ends generation: config.json eos_token_id (int or
+                               list), generation_config.json's, else the tokenizer's end token */
     kiln_dtype act_dtype;   /* the checkpoint's activation dtype (torch_dtype): F32, BF16 or F16 */
     /* ---- KV geometry (arch helper, model/arch.h) ----
      * Per token per layer the cache holds n_kv_heads K rows of head_dim values and V rows of kv_v_dim

@@ -423,7 +423,7 @@ static int consume_event(conn *c, choice *h, int k, json_t *lp_dst) {
     size_t len = 0;
     char tmp[32];
     const char *piece = "";
-    int eos = id == c->s->info.eos_id && !c->p.ignore_eos;
+    int eos = kiln_model_is_eos(&c->s->info, id) && !c->p.ignore_eos;
     if (!eos) piece = piece_of(c, h->prev, id, &len, tmp, sizeof tmp);
     if (c->p.logprobs && lp_dst) logprob_entry(c, h, k, piece, len, lp_dst);
     h->text_offset += len;
