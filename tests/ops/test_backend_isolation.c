@@ -18,6 +18,8 @@
 #include <cmocka.h>
 
 #include "kiln.h"
+#include "kernels/gemv.h"
+#include "kv/kv.h"
 #include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -60,6 +62,10 @@ static void *run(void *arg) {
     }
     free(toks);
     kiln_session_free(s);
+    /* a thread that computed frees its grow-only kernel and attention scratch before it ends (as the
+     * engine's scheduler thread does at stop) */
+    kiln_kernels_thread_scratch_free();
+    kiln_kv_thread_scratch_free();
     return NULL;
 }
 
