@@ -218,9 +218,22 @@ void kiln_quant_x32(const float *x, int64_t cols, int8_t *q, float *d) {
 }
 
 /* ---- scratch ------------------------------------------------------------------------------------- */
-/* Slot 0: prepared activations; slot 1: dequantised weight tiles. Grow-only, per thread. */
+/* Slot 0: prepared activations; slot 1: dequantised weight tiles. Grow-only, per thread; freed when
+ * the thread ends (a thread-specific key's destructor: OpenMP team workers end with the thread that
+ * started the team, never calling kiln_kernels_thread_scratch_free), or earlier by that call. */
 static _Thread_local void *tl_buf[2];
 static _Thread_local size_t tl_cap[2];
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_at_exit(void *unused) {
+    (void)unused;
+    kiln_kernels_thread_scratch_free();
+}
+static void scratch_key_make(void) { (void)pthread_key_create(&scratch_key, scratch_at_exit); }
+static void scratch_register(void) {
+    pthread_once(&scratch_once, scratch_key_make);
+    (void)pthread_setspecific(scratch_key, (void *)1); /* non-NULL: the destructor runs at thread exit */
+}
 static void *scratch(int slot, size_t bytes) {
     if (bytes > tl_cap[slot]) {
         size_t cap = (bytes + bytes / 4 + 4095) & ~(size_t)4095;
@@ -229,6 +242,7 @@ static void *scratch(int slot, size_t bytes) {
         free(tl_buf[slot]);
         tl_buf[slot] = p;
         tl_cap[slot] = cap;
+        scratch_register();
     }
     return tl_buf[slot];
 }

@@ -11,6 +11,7 @@
 #include <float.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 
 #define KV_PREFAULT_BYTES ((size_t)256 << 20) /* see kiln_kv_pool_create */
 #include <stdlib.h>
@@ -575,9 +576,22 @@ typedef struct kv_set {
     float *out[KV_MAX_ROWS];
 } kv_set;
 
-/* Grow-only scratch of the calling thread: no allocation in steady-state decode. */
+/* Grow-only scratch of the calling thread: no allocation in steady-state decode. Freed when the
+ * thread ends (a thread-specific key's destructor: OpenMP and pool workers end with their process
+ * or their team, never calling kiln_kv_thread_scratch_free), or earlier by that call. */
 static _Thread_local void *tl_buf[4];
 static _Thread_local size_t tl_cap[4];
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_at_exit(void *unused) {
+    (void)unused;
+    kiln_kv_thread_scratch_free();
+}
+static void scratch_key_make(void) { (void)pthread_key_create(&scratch_key, scratch_at_exit); }
+static void scratch_register(void) {
+    pthread_once(&scratch_once, scratch_key_make);
+    (void)pthread_setspecific(scratch_key, (void *)1); /* non-NULL: the destructor runs at thread exit */
+}
 static void *scratch(int slot, size_t bytes) {
     if (bytes > tl_cap[slot]) {
         size_t cap = (bytes + bytes / 4 + 4095) & ~(size_t)4095;
@@ -586,6 +600,7 @@ static void *scratch(int slot, size_t bytes) {
         free(tl_buf[slot]);
         tl_buf[slot] = q;
         tl_cap[slot] = cap;
+        scratch_register();
     }
     return tl_buf[slot];
 }
