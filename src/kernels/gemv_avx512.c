@@ -561,8 +561,10 @@ static void dequant_f16(const kiln_weight *w, int64_t r0, int64_t r1, float *out
 static void dequant_bf16(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
     dequant_float(KILN_WF_BF16, w, r0, r1, out, ld);
 }
-/* (fp8/256) × (scale·256) rounds once, to the same float as fp8 × scale. */
-static void dequant_fp8(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
+/* (fp8/256) × (scale·256) rounds once, to the same float as fp8 × scale; stored as f32 (out_bf16 = 0)
+ * or rounded once more, RNE, to bf16 with the row zero-padded to ld (out_bf16 = 1: the BF16-dot
+ * GEMM's tiles). */
+AI void dequant_fp8_rows(const kiln_weight *w, int64_t r0, int64_t r1, void *out, int64_t ld, int out_bf16) {
     const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
     const float *S = (const float *)w->scales;
     uint8_t gathered[w->tiled ? w->row_bytes : 1];
@@ -573,17 +575,22 @@ static void dequant_fp8(const kiln_weight *w, int64_t r0, int64_t r1, float *out
             p = gathered;
         }
         const float *srow = S + (r / B) * sc_cols;
-        float *o = out + (r - r0) * ld;
+        float *of = (float *)out + (r - r0) * ld;
+        uint16_t *ob = (uint16_t *)out + (r - r0) * ld;
         for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
             const int64_t ce = min64(cb + B, cols);
-            __m512 s = _mm512_set1_ps(srow[bi] * 256.0f);
+            const __m512 s = _mm512_set1_ps(srow[bi] * 256.0f);
             for (int64_t c = cb; c < ce; c += 16) {
-                __mmask16 m = ce - c >= 16 ? (__mmask16)0xFFFF : mask16(ce - c);
-                _mm512_mask_storeu_ps(o + c, m, _mm512_mul_ps(ld16m(KILN_WF_FP8_BLOCK, p, c, m), s));
+                const __mmask16 m = ce - c >= 16 ? (__mmask16)0xFFFF : mask16(ce - c);
+                const __m512 v = _mm512_mul_ps(ld16m(KILN_WF_FP8_BLOCK, p, c, m), s);
+                if (out_bf16) _mm256_mask_storeu_epi16(ob + c, m, (__m256i)_mm512_cvtneps_pbh(v));
+                else _mm512_mask_storeu_ps(of + c, m, v);
             }
         }
+        for (int64_t c = cols; out_bf16 && c < ld; c++) ob[c] = 0;
     }
 }
+static void dequant_fp8(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) { dequant_fp8_rows(w, r0, r1, out, ld, 0); }
 
 /* ---- f32 GEMM on a dequantised tile: 4 rows of X × 4 rows of W per register tile ------------------- */
 static void gemm_f32(const float *W, int64_t ldw, int nr, const float *X, int64_t ldx, int n, int64_t cols,
@@ -1314,27 +1321,7 @@ static void gemm_bf16(const uint16_t *W, int64_t ldw, int nr, const uint16_t *X,
 
 /* FP8 rows [r0, r1) → bf16 tile rows of fp8 × scale (rounded once, RNE), zero-padded to ld. */
 static void dequant_bf16t_fp8(const kiln_weight *w, int64_t r0, int64_t r1, uint16_t *out, int64_t ld) {
-    const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B;
-    const float *S = (const float *)w->scales;
-    uint8_t gathered[w->tiled ? w->row_bytes : 1];
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *p = w->data + (size_t)r * w->row_bytes;
-        if (w->tiled) {
-            kiln_weight_row_gather(w, r, gathered);
-            p = gathered;
-        }
-        const float *srow = S + (r / B) * sc_cols;
-        uint16_t *o = out + (r - r0) * ld;
-        for (int64_t cb = 0, bi = 0; cb < cols; cb += B, bi++) {
-            const int64_t ce = min64(cb + B, cols);
-            const __m512 sc = _mm512_set1_ps(srow[bi] * 256.0f); /* ld16m yields fp8 / 256 */
-            for (int64_t c = cb; c < ce; c += 16) {
-                const __mmask16 m = ce - c >= 16 ? (__mmask16)0xFFFF : mask16(ce - c);
-                _mm256_mask_storeu_epi16(o + c, m, (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(ld16m(KILN_WF_FP8_BLOCK, p, c, m), sc)));
-            }
-        }
-        for (int64_t c = cols; c < ld; c++) o[c] = 0;
-    }
+    dequant_fp8_rows(w, r0, r1, out, ld, 1);
 }
 
 /* The compute peak loop (gemv_isa.h: peak): 12 independent accumulators, so the loop runs at the
