@@ -522,6 +522,8 @@ static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now
     if (k == 0) hist_add(e->acc.ttft_b, &e->acc.ttft_n, &e->acc.ttft_sum, now - r->t_arrival);
     else hist_add(e->acc.itl_b, &e->acc.itl_n, &e->acc.itl_sum, now - r->ev[k - 1].t);
     if (is_eos(e, tok) && !r->ignore_eos) return KILN_FINISH_STOP;
+    for (int i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] == tok) return KILN_FINISH_STOP;
     if (k + 1 >= r->max_tokens || r->n_toks >= e->n_ctx) return KILN_FINISH_LENGTH;
     return KILN_FINISH_NONE;
 }

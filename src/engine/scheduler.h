@@ -37,12 +37,17 @@ typedef struct kiln_token_event {
     double t;                            /* kiln_now() when sampled */
 } kiln_token_event;
 
+/* Most stop_token_ids one request may give. */
+#define KILN_MAX_STOP_IDS 16
 typedef struct kiln_req kiln_req;
 struct kiln_req {
     /* ---- set by the submitter before kiln_engine_submit, read-only afterwards ---- */
     int32_t *toks;        /* [n_prompt + max_tokens] prompt, then generated ids (scheduler writes) */
     int n_prompt, max_tokens;
     int ignore_eos;
+    int32_t stop_ids[KILN_MAX_STOP_IDS]; /* ids that end this request besides the model's end ids
+                                            (stop_token_ids); not masked by ignore_eos */
+    int n_stop_ids;
     int top_logprobs;     /* -1 = no logprobs; 0..20 = logprob of the sampled token + that many */
     kiln_sampler *sampler;
     double deadline;      /* kiln_now() time after which the request is cancelled (0 = none) */

@@ -241,6 +241,25 @@ static int parse_stop(json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
     return 1;
 }
 
+/* stop_token_ids (vLLM's extension, as in its OpenAI server): up to KILN_MAX_STOP_IDS token ids, each
+ * below the vocabulary, that end a choice like the model's end ids (the id is not part of the text). */
+static int parse_stop_ids(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
+    json_t *v = json_object_get(o, "stop_token_ids");
+    if (!v || json_is_null(v)) return 1;
+    if (!json_is_array(v)) return BAD("stop_token_ids", "'stop_token_ids' must be an array of token ids, got %s", jtype(v));
+    if (json_array_size(v) > KILN_MAX_STOP_IDS)
+        return BADC("stop_token_ids", "invalid_value", "'stop_token_ids' has %zu entries; at most %d are allowed", json_array_size(v), KILN_MAX_STOP_IDS);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *x = json_array_get(v, i);
+        if (!json_is_integer(x)) return BAD("stop_token_ids", "'stop_token_ids'[%zu] must be an integer, got %s", i, jtype(x));
+        const long long id = json_integer_value(x);
+        if (id < 0 || id >= s->info.vocab_size)
+            return BADC("stop_token_ids", "invalid_value", "'stop_token_ids'[%zu] is %lld; token ids are in [0, %d)", i, id, s->info.vocab_size);
+        p->stop_ids[p->n_stop_ids++] = (int32_t)id;
+    }
+    return 1;
+}
+
 int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_oai_params *p, kiln_oai_error *err) {
     memset(p, 0, sizeof *p);
     p->chat = chat;
@@ -295,6 +314,7 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
     if (!parse_logit_bias(s, o, p, err)) goto out;
     if (!opt_bool(o, "ignore_eos", &p->ignore_eos, &present, err)) goto out;
     if (!parse_stop(o, p, err)) goto out;
+    if (!parse_stop_ids(s, o, p, err)) goto out;
     /* logprobs */
     if (chat) {
         if (!opt_bool(o, "logprobs", &b, &present, err)) goto out;

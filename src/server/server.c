@@ -424,6 +424,7 @@ static int consume_event(conn *c, choice *h, int k, json_t *lp_dst) {
     char tmp[32];
     const char *piece = "";
     int eos = kiln_model_is_eos(&c->s->info, id) && !c->p.ignore_eos;
+    for (int i = 0; i < c->p.n_stop_ids; i++) eos |= c->p.stop_ids[i] == id;
     if (!eos) piece = piece_of(c, h->prev, id, &len, tmp, sizeof tmp);
     if (c->p.logprobs && lp_dst) logprob_entry(c, h, k, piece, len, lp_dst);
     h->text_offset += len;
@@ -660,6 +661,8 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
                                          c->p.logprobs ? c->p.top_logprobs : -1, &h->r);
         if (st != KILN_OK) { c->n_ch = i; return fail(c, 500, "server_error", NULL, NULL, kiln_last_error()); }
         h->r->ignore_eos = c->p.ignore_eos;
+        h->r->n_stop_ids = c->p.n_stop_ids;
+        memcpy(h->r->stop_ids, c->p.stop_ids, sizeof h->r->stop_ids);
         h->r->deadline = deadline;
         h->r->notify = conn_notify;
         h->r->notify_arg = c;

@@ -66,6 +66,8 @@ typedef struct kiln_oai_params {
     kiln_sampling sp;
     char *stops[KILN_MAX_STOPS];
     int n_stops;
+    int32_t stop_ids[KILN_MAX_STOP_IDS]; /* stop_token_ids (vLLM's extension): ids that end the choice */
+    int n_stop_ids;
     int logprobs;             /* 1 = return logprobs */
     int top_logprobs;         /* alternatives per token (0..20) */
     int32_t *prompt;          /* token ids, BOS included when the model has one */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-of-generation ids as a set (issue 22, stopping): every id of a list-valued eos_token_id in
 # config.json, and of generation_config.json's eos_token_id, ends generation — in `kiln run` (the
-# session path) and in `kiln serve` (the engine's scheduler: finish_reason "stop"). GLM-4.x configs
+# session path) and in `kiln serve` (the engine's scheduler: finish_reason "stop"); a request's
+# stop_token_ids (vLLM's extension) end it too. GLM-4.x configs
 # list three (<|endoftext|>, <|user|>, <|observation|>); before, only the first was honoured.
 # The model: a synthetic glm4 checkpoint (kiln mkmodel) without eos; its greedy continuation of
 # 1,2,3 is read first, then a token it emits later is made an end id in each position of a list.
@@ -60,6 +61,25 @@ fr, n = r["choices"][0]["finish_reason"], r["usage"]["completion_tokens"]
 assert fr == "stop", f"finish_reason {fr}, expected stop ({r})"
 assert n in (k, k + 1), f"completion_tokens {n}, expected {k} (+ the eos)"
 print(f"ok: kiln serve stops with finish_reason stop after {n} tokens")
+EOF
+# stop_token_ids (vLLM's extension): without any model end id, the request's own ids stop it
+rm -f "$M/generation_config.json"
+kill $SRV; wait $SRV 2>/dev/null || true
+"$KILN" serve "$M" --port $PORT >"$T/serve2.log" 2>&1 &
+SRV=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.1; done
+comp() { curl -s "http://127.0.0.1:$PORT/v1/completions" -H 'content-type: application/json' -d "$1"; }
+R1=$(comp "{\"model\": \"$MODEL_ID\", \"prompt\": [1, 2, 3], \"max_tokens\": 12, \"temperature\": 0}")
+R2=$(comp "{\"model\": \"$MODEL_ID\", \"prompt\": [1, 2, 3], \"max_tokens\": 12, \"temperature\": 0, \"stop_token_ids\": [$A, $TARGET]}")
+R3=$(comp "{\"model\": \"$MODEL_ID\", \"prompt\": [1, 2, 3], \"max_tokens\": 4, \"stop_token_ids\": [$VOCAB]}")
+"$PY" - "$R1" "$R2" "$R3" "$K" <<'EOF'
+import json, sys
+r1, r2, r3, k = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4])
+assert r1["choices"][0]["finish_reason"] == "length", r1
+assert r2["choices"][0]["finish_reason"] == "stop" and r2["usage"]["completion_tokens"] == k + 1, r2
+e = r3.get("error") or {}
+assert e.get("param") == "stop_token_ids" and e.get("type") == "invalid_request_error", r3
+print("ok: stop_token_ids end a request without model end ids; an id past the vocabulary is refused naming the parameter")
 EOF
 
 # bad files name the file and the field
