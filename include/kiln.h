@@ -227,6 +227,10 @@ typedef struct kiln_sampling {
     const float *logit_bias;   /* added to those tokens' logits */
 } kiln_sampling;
 void kiln_sampling_default(kiln_sampling *p); /* zeroes the whole struct first */
+/* kiln_sampling_default, then the model's generation_config.json defaults (temperature, top_p,
+ * top_k, repetition_penalty) where the file gives them: what the server uses for the fields a
+ * request leaves out, as vLLM does. */
+void kiln_model_default_sampling(const kiln_model *m, kiln_sampling *p);
 typedef struct kiln_sampler kiln_sampler;
 kiln_status kiln_sampler_create(const kiln_sampling *p, int vocab, kiln_sampler **out);
 void kiln_sampler_free(kiln_sampler *s);

@@ -22,3 +22,12 @@ const char *kiln_token_piece(const kiln_model *m, int32_t prev, int32_t id, size
     if (!m->tok) return NULL;
     return kiln_tok_piece(m->tok, prev, id, len);
 }
+
+void kiln_model_default_sampling(const kiln_model *m, kiln_sampling *sp) {
+    kiln_sampling_default(sp);
+    const kiln_hparams *hp = &m->hp;
+    if (hp->gen_set & 1) sp->temperature = hp->gen_temperature;
+    if (hp->gen_set & 2) sp->top_p = hp->gen_top_p;
+    if (hp->gen_set & 4) sp->top_k = hp->gen_top_k;
+    if (hp->gen_set & 8) sp->repetition_penalty = hp->gen_repetition_penalty;
+}

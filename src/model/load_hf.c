@@ -62,6 +62,28 @@ static kiln_status load_tensors(struct kiln_model *m, const char *dir) {
     return kiln_fail(KILN_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", dir);
 }
 
+/* generation_config.json's sampling defaults (temperature, top_p, top_k, repetition_penalty), each
+ * validated when present. */
+static kiln_status read_gen_defaults(kiln_hparams *hp, json_t *g, const char *file) {
+    static const struct { const char *key; unsigned bit; double lo, hi; } f[] = {
+        {"temperature", 1, 0, 100}, {"top_p", 2, 0, 1}, {"top_k", 4, 0, 1 << 24}, {"repetition_penalty", 8, 0, 100}};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        json_t *v = json_object_get(g, f[i].key);
+        if (!v || json_is_null(v)) continue;
+        if (!json_is_number(v) || (f[i].bit == 4 && !json_is_integer(v)))
+            return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' must be a %s", file, f[i].key, f[i].bit == 4 ? "integer" : "number");
+        const double x = json_number_value(v);
+        if (!(x >= f[i].lo && x <= f[i].hi) || ((f[i].bit == 2 || f[i].bit == 8) && !(x > 0)))
+            return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' = %g is out of range", file, f[i].key, x);
+        hp->gen_set |= f[i].bit;
+        if (f[i].bit == 1) hp->gen_temperature = (float)x;
+        else if (f[i].bit == 2) hp->gen_top_p = (float)x;
+        else if (f[i].bit == 4) hp->gen_top_k = (int)x;
+        else hp->gen_repetition_penalty = (float)x;
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_load_hf(struct kiln_model *m, const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -108,6 +130,7 @@ kiln_status kiln_load_hf(struct kiln_model *m, const char *dir) {
             return kiln_fail(KILN_ERR_FORMAT, "%s: %s (line %d)", gc, g ? "not a JSON object" : ge.text, g ? 0 : ge.line);
         }
         kiln_status gst = kiln_cfg_token_ids(g, gc, "eos_token_id", m->hp.eos_ids, KILN_MAX_EOS, &m->hp.n_eos);
+        if (gst == KILN_OK) gst = read_gen_defaults(&m->hp, g, gc);
         json_decref(g);
         KILN_TRY(gst);
         if (m->hp.eos_id < 0 && m->hp.n_eos > 0) m->hp.eos_id = m->hp.eos_ids[0];

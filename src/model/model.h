@@ -23,6 +23,11 @@ typedef struct kiln_hparams {
     int bos_id, eos_id;     /* eos_id: the first of eos_ids (-1: none) */
     int eos_ids[KILN_MAX_EOS], n_eos; /* every id that ends generation: config.json eos_token_id (int or
                                list), generation_config.json's, else the tokenizer's end token */
+    /* generation_config.json's default sampling (bits of gen_set: 1 temperature, 2 top_p, 4 top_k,
+     * 8 repetition_penalty), used by the server when a request gives none (as vLLM does) */
+    unsigned gen_set;
+    float gen_temperature, gen_top_p, gen_repetition_penalty;
+    int gen_top_k;
     kiln_dtype act_dtype;   /* the checkpoint's activation dtype (torch_dtype): F32, BF16 or F16 */
     /* ---- KV geometry (arch helper, model/arch.h) ----
      * Per token per layer the cache holds n_kv_heads K rows of head_dim values and V rows of kv_v_dim

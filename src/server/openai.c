@@ -263,7 +263,7 @@ static int parse_stop_ids(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oa
 int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_oai_params *p, kiln_oai_error *err) {
     memset(p, 0, sizeof *p);
     p->chat = chat;
-    kiln_sampling_default(&p->sp);
+    kiln_model_default_sampling(s->m, &p->sp); /* generation_config.json's defaults, then the request's fields */
     json_error_t je;
     json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!o) return BAD(NULL, "the request body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
@@ -295,6 +295,8 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
     /* sampling */
     if (!opt_num(o, "temperature", 0, 2, &dv, &present, err)) goto out;
     if (present) p->sp.temperature = (float)dv;
+    if (!opt_int(o, "top_k", -1, 1 << 24, &iv, &present, err)) goto out; /* vLLM's extension; -1 and 0: off */
+    if (present) p->sp.top_k = iv > 0 ? (int)iv : 0;
     if (!opt_num(o, "top_p", 0, 1, &dv, &present, err)) goto out;
     if (present) {
         if (dv == 0) p->sp.temperature = 0; /* nothing but the most likely token */
