@@ -689,6 +689,21 @@ static void xprep_int4(const kiln_weight *w, const float *x, void *xp) {
 /* Per-weight constants of the INT4 kernel (computed once per call, not per row). */
 typedef struct { __m512i sidx; __mmask32 smask, tsm; int64_t ng, nfull, tail, gstep, cpg, u, nb, tg; } int4_consts;
 
+/* Where INT4 row r's bytes (row_at) and scales are: its group g0 at srow + ss·g0 (g0 a multiple of
+ * u; ss = 1 untiled, 4 tiled), its tail groups at stail. */
+AI void int4_row_ptrs(const kiln_weight *w, int64_t r, const int4_consts *k, row_loc *p, const uint16_t **srow, const uint16_t **stail) {
+    const uint16_t *S = (const uint16_t *)w->scales;
+    *p = row_at(w, r);
+    if (p->cs == 64) {
+        *srow = S + (size_t)r * (size_t)k->ng;
+        *stail = *srow + k->nb * k->u;
+    } else {
+        const uint16_t *base = S + (size_t)(r & ~(int64_t)3) * (size_t)k->ng;
+        *srow = base + (r & 3) * k->u;
+        *stail = base + 4 * k->nb * k->u + (r & 3) * k->tg;
+    }
+}
+
 AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, const int4_consts *k,
                   int64_t pfg) {
     const int64_t ng = k->ng, nfull = k->nfull, tail = k->tail;
@@ -701,16 +716,7 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
     __m512 acc[4];
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) {
-        p[j] = row_at(w, r + j);
-        /* Row j's group g0 is at srow[j] + ss·g0 (g0 a multiple of u), its tail groups at stail[j]. */
-        if (p[j].cs == 64) {
-            srow[j] = S + (size_t)(r + j) * (size_t)ng;
-            stail[j] = srow[j] + k->nb * k->u;
-        } else {
-            const uint16_t *base = S + (size_t)((r + j) & ~(int64_t)3) * (size_t)ng;
-            srow[j] = base + ((r + j) & 3) * k->u;
-            stail[j] = base + 4 * k->nb * k->u + ((r + j) & 3) * k->tg;
-        }
+        int4_row_ptrs(w, r + j, k, &p[j], &srow[j], &stail[j]);
         acc[j] = _mm512_setzero_ps();
     }
     /* g0: the chunk's first group; advanced without a division (G ≤ 128: 128/G groups per chunk;
@@ -1060,23 +1066,14 @@ AI int gemm_token_block(size_t xpb, int nt) {
 /* NR (1 or 4) INT4 rows from r × NT (1..3) tokens from xp. */
 AI void int4_gemm_tile(int NR, int NT, const kiln_weight *w, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy, int64_t r,
                        const int4_consts *k) {
-    const int64_t ng = k->ng, nfull = k->nfull, tail = k->tail;
-    const uint16_t *S = (const uint16_t *)w->scales;
+    const int64_t nfull = k->nfull, tail = k->tail;
     const __m512i sidx = k->sidx, m4 = _mm512_set1_epi8(0x0F);
     row_loc p[4];
     const uint16_t *srow[4], *stail[4];
     __m512 acc[4][3];
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) {
-        p[j] = row_at(w, r + j);
-        if (p[j].cs == 64) {
-            srow[j] = S + (size_t)(r + j) * (size_t)ng;
-            stail[j] = srow[j] + k->nb * k->u;
-        } else {
-            const uint16_t *base = S + (size_t)((r + j) & ~(int64_t)3) * (size_t)ng;
-            srow[j] = base + ((r + j) & 3) * k->u;
-            stail[j] = base + 4 * k->nb * k->u + ((r + j) & 3) * k->tg;
-        }
+        int4_row_ptrs(w, r + j, k, &p[j], &srow[j], &stail[j]);
 #pragma GCC unroll 3
         for (int t = 0; t < NT; t++) acc[j][t] = _mm512_setzero_ps();
     }
