@@ -1063,6 +1063,23 @@ AI int gemm_token_block(size_t xpb, int nt) {
     return tb < nt ? nt : tb;
 }
 
+/* One 128-column chunk of the tile: the NR rows' unpacked weights (lo, hi) and lane scales (ws)
+ * against NT tokens' prepared chunks (o0 + t·xpb): the GEMV's arithmetic per (row, token). */
+AI void int4_gemm_chunk(int NR, int NT, const __m512i *lo, const __m512i *hi, const __m512 *ws, const uint8_t *o0, size_t xpb,
+                        __m512 acc[4][3]) {
+#pragma GCC unroll 3
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *o = o0 + (size_t)t * xpb;
+        const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);
+        const __m512 xs = _mm512_load_ps((const float *)(o + 192));
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(st, lo[j], xe), hi[j], xo);
+            acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws[j], xs), acc[j][t]);
+        }
+    }
+}
+
 /* NR (1 or 4) INT4 rows from r × NT (1..3) tokens from xp. */
 AI void int4_gemm_tile(int NR, int NT, const kiln_weight *w, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy, int64_t r,
                        const int4_consts *k) {
@@ -1089,17 +1106,7 @@ AI void int4_gemm_tile(int NR, int NT, const kiln_weight *w, const uint8_t *xp, 
             hi[j] = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
             ws[j] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(sidx, _mm512_maskz_loadu_epi16(k->smask, srow[j] + ss * g0)));
         }
-#pragma GCC unroll 3
-        for (int t = 0; t < NT; t++) {
-            const uint8_t *o = xp + (size_t)t * xpb + ch * I4_CHUNK;
-            const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);
-            const __m512 xs = _mm512_load_ps((const float *)(o + 192));
-#pragma GCC unroll 4
-            for (int j = 0; j < NR; j++) {
-                const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(st, lo[j], xe), hi[j], xo);
-                acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws[j], xs), acc[j][t]);
-            }
-        }
+        int4_gemm_chunk(NR, NT, lo, hi, ws, xp + ch * I4_CHUNK, xpb, acc);
         g0 += gstep;
         if (++gc == cpg) { gc = 0; g0 += !gstep; }
     }
@@ -1114,17 +1121,7 @@ AI void int4_gemm_tile(int NR, int NT, const kiln_weight *w, const uint8_t *xp, 
             hi[j] = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
             ws[j] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(sidx, _mm512_maskz_loadu_epi16(k->tsm, stail[j])));
         }
-#pragma GCC unroll 3
-        for (int t = 0; t < NT; t++) {
-            const uint8_t *o = xp + (size_t)t * xpb + nfull * I4_CHUNK;
-            const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);
-            const __m512 xs = _mm512_load_ps((const float *)(o + 192));
-#pragma GCC unroll 4
-            for (int j = 0; j < NR; j++) {
-                const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(st, lo[j], xe), hi[j], xo);
-                acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws[j], xs), acc[j][t]);
-            }
-        }
+        int4_gemm_chunk(NR, NT, lo, hi, ws, xp + nfull * I4_CHUNK, xpb, acc);
     }
 #pragma GCC unroll 3
     for (int t = 0; t < NT; t++)

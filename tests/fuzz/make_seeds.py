@@ -144,6 +144,8 @@ def committed(root):
     put(root, "hf", "llama_d8.bin", json.dumps(hcfg, indent=1).encode() + SPLIT + st)
     del hcfg["rope_scaling"]
     put(root, "hf", "llama_d8_plain.bin", json.dumps(hcfg, indent=1).encode() + SPLIT + st)
+    gen = {"eos_token_id": [2, 3], "temperature": 0.6, "top_p": 0.95, "top_k": 40, "repetition_penalty": 1.1}
+    put(root, "hf", "llama_d8_genconfig.bin", json.dumps(hcfg, indent=1).encode() + SPLIT + st + SPLIT + json.dumps(gen).encode())
     # llama2c: checkpoint + tokenizer.bin
     put(root, "llama2c", "tiny_shared.bin", llama2c() + SPLIT + tokbin(TOK_PIECES))
     put(root, "llama2c", "tiny_unshared_gqa.bin", llama2c(dim=8, heads=4, kv=2, shared=False) + SPLIT + tokbin(TOK_PIECES))

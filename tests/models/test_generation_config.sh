@@ -30,6 +30,20 @@ TOPK1=$(text ', "top_k": 1') # top_k 1 is greedy whatever the temperature
 [ "$SAMPLED" != "$GREEDY" ] || { echo "temperature 1 with seed 5 gave the greedy text; the test cannot tell defaults apart"; exit 1; }
 [ "$TOPK1" = "$GREEDY" ] || { echo "top_k 1: '$TOPK1', greedy '$GREEDY'"; exit 1; }
 echo "ok: top_k is honoured (top_k 1 = greedy)"
+bad() { # extra JSON fields, the parameter the error must name, a phrase its message must hold
+    curl -s "http://127.0.0.1:$PORT/v1/completions" -H 'content-type: application/json' \
+        -d "{\"model\": \"$MODEL_ID\", \"prompt\": [1, 2, 3], \"max_tokens\": 2 $1}" |
+        "$PY" -c 'import json,sys; e=json.load(sys.stdin).get("error") or {}; p,m=sys.argv[1],sys.argv[2]
+assert e.get("param") == p and e.get("type") == "invalid_request_error" and m in e.get("message", ""), e' "$2" "$3"
+}
+bad ', "top_k": -2' top_k "must be in [-1"
+bad ', "top_k": 1.5' top_k "top_k"
+bad ', "stop_token_ids": 5' stop_token_ids "must be an array"
+bad ', "stop_token_ids": ["x"]' stop_token_ids "must be an integer"
+bad ', "stop_token_ids": [-1]' stop_token_ids "token ids are in [0,"
+bad ', "stop_token_ids": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]' stop_token_ids "at most 16"
+curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || { echo "the server stopped answering after bad requests"; exit 1; }
+echo "ok: bad top_k / stop_token_ids values get 400 errors naming the parameter; the server keeps serving"
 echo '{"temperature": 0.0, "top_p": 0.9}' > "$M/generation_config.json"
 serve
 DEF=$(text '')
