@@ -37,6 +37,7 @@ const char *kiln_last_error(void);
 const char *kiln_status_name(kiln_status st);
 
 typedef struct kiln_model kiln_model;     /* weights + hyper-parameters + tokenizer (read-only) */
+typedef struct kiln_tokenizer kiln_tokenizer;
 typedef struct kiln_session kiln_session; /* one sequence's state over a KV cache */
 
 /* ---- options ---------------------------------------------------------------------------------- */
@@ -121,8 +122,18 @@ kiln_status kiln_model_describe(const kiln_model *m, FILE *f, int json);
 
 /* Writes the model as a Hugging Face directory (config.json, model.safetensors, tokenizer files). */
 kiln_status kiln_model_save_hf(const kiln_model *m, const char *dir);
+/* Gives the model the tokenizer t (the model owns it from then on; a tokenizer it had is freed):
+ * for writing checkpoints that lacked one (kiln convert --tokenizer). Fails, leaving t with the
+ * caller, when t has more entries than the model's vocabulary. BOS / EOS ids the model lacked are
+ * taken from t. */
+kiln_status kiln_model_set_tokenizer(kiln_model *m, kiln_tokenizer *t);
 /* Writes the model as a GGUF v3 file. */
 kiln_status kiln_model_save_gguf(const kiln_model *m, const char *path);
+/* As kiln_model_save_gguf, with outtype (llama.cpp's convert_hf_to_gguf.py --outtype): NULL or
+ * "auto" keeps every tensor's type; "q8_0" / "q4_0" encode every 2-D float tensor whose columns are
+ * a multiple of 32 (embeddings and output head included, as llama-quantize --pure) in that GGUF
+ * block type with ggml's reference quantizer; norms and other 1-D tensors stay as stored. */
+kiln_status kiln_model_save_gguf_as(const kiln_model *m, const char *path, const char *outtype);
 
 /* Re-quantizes the linear layers (weights "fp8": 128×128 block FP8 E4M3; "int4": compressed-tensors
  * pack-quantized, group 32 or 128) within scope ("all", "mlp", "experts") and writes a Hugging Face
@@ -397,7 +408,6 @@ kiln_status kiln_eval_run(kiln_model *m, const kiln_options *opts, const char *t
 
 /* ---- tokenizers and chat templates (src/tokenizer/, src/model/chat_api.c, docs/TOKENIZERS.md) -- */
 /* A tokenizer on its own (no weights): `kiln tokenize`, tools. */
-typedef struct kiln_tokenizer kiln_tokenizer;
 /* path: a tokenizer.json / tokenizer_config.json / tiktoken.model / llama2.c tokenizer .bin / GGUF
  * file, a directory with tokenizer files, or a model kiln_model_load reads (its tokenizer). */
 kiln_status kiln_tokenizer_load(const char *path, kiln_tokenizer **out);

@@ -155,24 +155,33 @@ int cmd_inspect(int argc, char **argv) {
 }
 
 int cmd_convert(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *fmt = NULL;
+    const char *in = NULL, *out = NULL, *fmt = NULL, *outtype = NULL, *tok_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) fmt = argv[++i];
+        else if (strcmp(argv[i], "--outtype") == 0 && i + 1 < argc) outtype = argv[++i];
+        else if (strcmp(argv[i], "--tokenizer") == 0 && i + 1 < argc) tok_path = argv[++i];
         else if (argv[i][0] == '-') { fprintf(stderr, "kiln convert: error: unknown option '%s'\n", argv[i]); return 2; }
         else if (!in) in = argv[i];
         else if (!out) out = argv[i];
         else return cli_fail_msg("convert", "too many arguments");
     }
-    if (!in || !out) return cli_fail_msg("convert", "usage: kiln convert IN OUT [--format hf|gguf]   (OUT ending in .gguf writes GGUF)");
+    if (!in || !out) return cli_fail_msg("convert", "usage: kiln convert IN OUT [--format hf|gguf] [--outtype auto|q8_0|q4_0] [--tokenizer PATH]   (OUT ending in .gguf writes GGUF; --outtype: GGUF only)");
     size_t lo = strlen(out);
     int gguf = fmt ? strcmp(fmt, "gguf") == 0 : (lo > 5 && strcmp(out + lo - 5, ".gguf") == 0);
     if (fmt && !gguf && strcmp(fmt, "hf") != 0) return cli_fail_msg("convert", "option --format must be hf or gguf");
+    if (outtype && !gguf) return cli_fail_msg("convert", "option --outtype applies to GGUF output only");
     kiln_options o;
     kiln_options_default(&o);
     kiln_model *m;
     kiln_status st = kiln_model_load(in, &o, &m);
     if (st) return cli_fail_status("convert", st);
-    st = gguf ? kiln_model_save_gguf(m, out) : kiln_model_save_hf(m, out);
+    if (tok_path) { /* a tokenizer for a checkpoint without one (kiln mkmodel's): any file kiln tokenize reads */
+        kiln_tokenizer *t;
+        st = kiln_tokenizer_load(tok_path, &t);
+        if (st == KILN_OK && (st = kiln_model_set_tokenizer(m, t)) != KILN_OK) kiln_tokenizer_free(t);
+        if (st) { kiln_model_free(m); return cli_fail_status("convert", st); }
+    }
+    st = gguf ? kiln_model_save_gguf_as(m, out, outtype) : kiln_model_save_hf(m, out);
     kiln_model_free(m);
     if (st) return cli_fail_status("convert", st);
     fprintf(stderr, "wrote %s (%s)\n", out, gguf ? "gguf" : "hugging face directory");
@@ -225,7 +234,7 @@ static int usage(void) {
             "            [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X]\n"
             "            [--tokens ID,...] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE]\n"
             "  inspect MODEL [--json] [--kv [--kv-dtype ...] [--kv-mem ...]]\n"
-            "  convert IN OUT [--format hf|gguf]\n"
+            "  convert IN OUT [--format hf|gguf] [--outtype auto|q8_0|q4_0] [--tokenizer PATH]\n"
             "  mkmodel --arch ARCH (--preset NAME | shape flags) [--dtype f32|bf16] [--seed S] OUT\n"
             "  quantize IN OUT --weights fp8|int4 [--group 32|128] [--scope all|mlp|experts]\n"
             "  bench MODEL [--weights ...] [--integrity | --server | --tokenizer] [--json]\n"

@@ -309,7 +309,7 @@ static void rows_gathered(const kiln_ktable *t, const kiln_weight *w, const floa
             for (int64_t k = r; k < e; k++)
                 for (int64_t gi = 0; gi < ng; gi++) sbuf[(k - r) * ng + gi] = ((const uint16_t *)w->scales)[kiln_weight_int4_scale_index(w, k, gi)];
             v.scales = sbuf;
-        } else /* FP8: f32 [rows / B, cols / B]; the group's rows share one block row (B % 4 == 0) */
+        } else if (w->fmt == KILN_WF_FP8_BLOCK) /* f32 [rows / B, cols / B]; the group's rows share one block row (B % 4 == 0) */
             v.scales = (const float *)w->scales + (size_t)(r / w->block) * (size_t)((cols + w->block - 1) / w->block);
         for (int i = 0; i < n; i++)
             t->gemv[w->fmt](&v, X + (size_t)i * cols, xp ? xp + (size_t)i * xpb : NULL, Y + (size_t)i * rows + r, 0, e - r);
@@ -425,6 +425,7 @@ static int64_t chunk_rows(const kiln_weight *w, int nth) {
     int64_t even = (w->rows + 4 * (int64_t)nth - 1) / (4 * (int64_t)nth);
     if (chunk > even) chunk = even;
     chunk = (chunk + 3) & ~(int64_t)3;
+    if (w->tiled && kiln_weight_tile_rows(w) == 16) chunk = (chunk + 15) & ~(int64_t)15; /* whole 16-row groups */
     return chunk < 16 ? 16 : chunk;
 }
 

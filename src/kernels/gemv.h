@@ -52,10 +52,25 @@ typedef struct kiln_weight {
  * with u = 128 / group groups per 128-column chunk (1 when group > 128), nb = ng / u and
  * tg = ng % u, row j's groups [b·u, b·u + u) are at 4·b·u + j·u of the group's 4·ng entries and its
  * tg tail groups at 4·nb·u + j·tg.
+ *
+ * Q8_0 / Q4_0 have their own tiled layout, the 16-row block interleave, also a pure permutation of
+ * the bytes (row_bytes unchanged): rows 16q..16q+15 keep their byte range [16q·RB, 16q·RB + 16·RB);
+ * inside it, block b (32 columns) of all 16 rows is one run of 16·bb bytes (bb = 34 Q8_0, 18 Q4_0):
+ * the 16 rows' f16 scales (row j at 2j), then 64-byte vectors whose bytes 4j..4j+3 are row j's —
+ * Q8_0: 8 vectors, vector k = the row's int8 weights 4k..4k+3 each xor 0x80 (w + 128 as u8);
+ * Q4_0: 4 vectors, vector k = the row's nibble bytes 4k..4k+3 (low nibbles weights 4k.., high
+ * nibbles 16 + 4k..). Why: one vpdpbusd then multiplies 4 columns of 16 rows by one token's 4
+ * activations broadcast, so 8 of them give the 16 rows' whole block dots in one register, scaled and
+ * accumulated once per block and token (llama.cpp repacks Q4_0 into 8-row interleaves for the
+ * same reason); the row-major layout needs a scale and FMA per 4 columns. The last rows % 16 rows
+ * stay as they were.
  * Only weights kiln owns in memory (requantized ones) are tiled, and only where the kernels of `isa`
  * (the model's layout ISA, chosen when it is loaded) read the layout directly (kiln_weight_prefers_tiled); every other path, the scalar
  * reference included, reads a tiled weight correctly through kiln_weight_row_gather. */
 int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa);
+/* Rows of one tile group of w's format (16 for Q8_0 / Q4_0, else 4): kiln_weight_tile leaves a weight
+ * with fewer rows untiled. */
+int kiln_weight_tile_rows(const kiln_weight *w);
 /* Permutes w's data and (INT4) scales into the tile layout and sets w->tiled; `data` and `scales`
  * are writable aliases of w->data and w->scales. Returns 0, or -1 when the scratch cannot be
  * allocated (w left untouched). */

@@ -936,17 +936,25 @@ static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, floa
 /* Prepared activation: per 32-block 64 bytes {x_q[32] int8, st[8] int32 lane start values}, then the
  * block scales d[cols/32] f32. Q8_0: st = −128·Σ(lane's 4 x_q) (weights xor 0x80 are w + 128);
  * Q4_0: st = −8·Σ (nibbles are w + 8). */
-static size_t xprep_bytes_q(const kiln_weight *w) { return ((size_t)(w->cols / 32) * 68 + 63) & ~(size_t)63; }
+/* After d: tot[cols/32] int32, the block's whole start value (the sum of its 8 st lanes), for the
+ * 16-row interleave kernels (q16_*), whose register lanes are rows, not column groups. */
+static size_t xprep_bytes_q(const kiln_weight *w) { return ((size_t)(w->cols / 32) * 72 + 63) & ~(size_t)63; }
 AI void xprep_q(const kiln_weight *w, const float *x, void *xp, int32_t off) {
     const int64_t nb = w->cols / 32;
     uint8_t *o = (uint8_t *)xp;
     float *d = (float *)(o + nb * 64);
+    int32_t *tot = (int32_t *)(d + nb);
     const __m256i ones = _mm256_set1_epi8(1), voff = _mm256_set1_epi32(-off);
     for (int64_t b = 0; b < nb; b++) {
         __m256i q = _mm512_castsi512_si256(quant32(x + 32 * b, d + b));
         _mm256_store_si256((__m256i *)(o + 64 * b), q);
         __m256i sum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);
-        _mm256_store_si256((__m256i *)(o + 64 * b + 32), _mm256_mullo_epi32(sum, voff));
+        const __m256i st = _mm256_mullo_epi32(sum, voff);
+        _mm256_store_si256((__m256i *)(o + 64 * b + 32), st);
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(st), _mm256_extracti128_si256(st, 1));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+        tot[b] = _mm_cvtsi128_si32(h);
     }
 }
 static void xprep_q8(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 128); }
@@ -1032,19 +1040,152 @@ AI void q_rows4(int f, const kiln_weight *w, const uint8_t *xp, float *y, int64_
     y[2] = _mm512_reduce_add_ps(_mm512_maskz_mov_ps(0x00FF, acc23));
     y[3] = _mm512_reduce_add_ps(_mm512_maskz_mov_ps(0xFF00, acc23));
 }
+/* Tokens per block of the GEMMs: their prepared rows fit in L2 (GEMM_X_BYTES), so a row group's
+ * weights stay in L1 / L2 across the block (a multiple of the register tile's nt tokens). */
+#define GEMM_X_BYTES (256u << 10)
+AI int gemm_token_block(size_t xpb, int nt) {
+    int tb = (int)(GEMM_X_BYTES / (xpb ? xpb : 1));
+    tb -= tb % nt;
+    return tb < nt ? nt : tb;
+}
+
+/* ---- Q8_0 / Q4_0 in the 16-row block interleave (tiled = 1, gemv.h) -------------------------------
+ * One register holds 16 rows: per block, each 64-byte weight vector (4 columns of the 16 rows, u8)
+ * meets one token's 4 int8 activations broadcast in a vpdpbusd; the 8 of a block (Q4_0: 4 vectors,
+ * low and high nibbles) sum the 16 rows' block dots exactly from the block's start value (tot: −128 or
+ * −8 × Σ x_q, undoing the +128 / +8 of the unsigned weights); then one conversion, the 16 rows' f16
+ * scales × the token's scale, one FMA per block and token. GEMV (NT = 1) and GEMM (NT tokens sharing
+ * each weight vector) compute exactly this per (row, token) in this order, so a token's result does
+ * not depend on the batch. */
+AI void q16_tile(int f, int NT, const uint8_t *g, int64_t nb, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy) {
+    const int q8 = f == KILN_WF_Q8_0;
+    const size_t gbb = 16 * (size_t)(q8 ? 34 : 18);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    const float *dx = (const float *)(xp + nb * 64);
+    const int32_t *tot = (const int32_t *)(dx + nb);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *gb = g + (size_t)b * gbb;
+        const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
+        /* Integer sums are exact in any order: with few tokens the block's dots run in two chains
+         * (ia, ib; added at the end) so that vpdpbusd's latency does not serialize the GEMV. */
+        __m512i ia[8], ib[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            ia[t] = _mm512_set1_epi32(*(const int32_t *)((const uint8_t *)(tot + b) + (size_t)t * xpb));
+            ib[t] = _mm512_setzero_si512();
+        }
+        if (q8) {
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m512i wv = _mm512_loadu_si512(gb + 32 + 64 * k);
+#pragma GCC unroll 8
+                for (int t = 0; t < NT; t++) {
+                    const __m512i xb = _mm512_set1_epi32(*(const int32_t *)(xp + (size_t)t * xpb + 64 * b + 4 * k));
+                    if (NT < 4 && (k & 1)) ib[t] = _mm512_dpbusd_epi32(ib[t], wv, xb);
+                    else ia[t] = _mm512_dpbusd_epi32(ia[t], wv, xb);
+                }
+            }
+        } else {
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m512i v = _mm512_loadu_si512(gb + 32 + 64 * k);
+                const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+#pragma GCC unroll 8
+                for (int t = 0; t < NT; t++) {
+                    const uint8_t *xt = xp + (size_t)t * xpb + 64 * b;
+                    ia[t] = _mm512_dpbusd_epi32(ia[t], lo, _mm512_set1_epi32(*(const int32_t *)(xt + 4 * k)));
+                    if (NT < 4) ib[t] = _mm512_dpbusd_epi32(ib[t], hi, _mm512_set1_epi32(*(const int32_t *)(xt + 16 + 4 * k)));
+                    else ia[t] = _mm512_dpbusd_epi32(ia[t], hi, _mm512_set1_epi32(*(const int32_t *)(xt + 16 + 4 * k)));
+                }
+            }
+        }
+        if (NT < 4)
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) ia[t] = _mm512_add_epi32(ia[t], ib[t]);
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            const float dt = *(const float *)((const uint8_t *)(dx + b) + (size_t)t * xpb);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t]), _mm512_mul_ps(ws, _mm512_set1_ps(dt)), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) _mm512_storeu_ps(Y + (size_t)t * (size_t)ldy, acc[t]);
+}
+/* Group q (rows 16q..16q+15) for tokens [0, n) into Y (row 16q of token t at Y[t·ldy]), in tiles of
+ * up to 8 tokens. */
+AI void q16_group(int f, const kiln_weight *w, int64_t q, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy) {
+    const uint8_t *g = w->data + (size_t)q * 16 * w->row_bytes;
+    const int64_t nb = w->cols / 32;
+    int t = 0;
+    for (; t + 8 <= n; t += 8) q16_tile(f, 8, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy);
+    switch (n - t) {
+    case 7: q16_tile(f, 7, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 6: q16_tile(f, 6, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 5: q16_tile(f, 5, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 4: q16_tile(f, 4, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 3: q16_tile(f, 3, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 2: q16_tile(f, 2, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 1: q16_tile(f, 1, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    default: break;
+    }
+}
+/* Rows [r0, r1) of a tiled weight for n tokens (Y[t·ldy + r - yoff]): whole 16-row groups straight
+ * into Y, a group cut by r0 or r1 through a 16 × n scratch (the same arithmetic, so every row gives
+ * the same result whichever range it is computed in); rows past the last group (rows % 16, kept in
+ * checkpoint layout) with the row-major kernel `rest`. */
+AI void q16_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0,
+                 int64_t r1, void (*rest)(int, const kiln_weight *, const uint8_t *, size_t, int, float *, int64_t, int64_t, int64_t, int64_t)) {
+    const int64_t gend = w->rows & ~(int64_t)15;
+    int64_t r = r0;
+    while (r < r1 && r < gend) {
+        const int64_t q = r / 16, e = (q + 1) * 16 < r1 ? (q + 1) * 16 : r1;
+        if (r == 16 * q && e == 16 * (q + 1)) {
+            int64_t qe = q + 1; /* a run of whole groups, in blocks of tokens whose prepared rows fit L2 */
+            while (16 * (qe + 1) <= r1 && 16 * (qe + 1) <= gend) qe++;
+            const int tb = gemm_token_block(xpb, 8);
+            for (int t0 = 0; t0 < n; t0 += tb) {
+                const int nt = n - t0 < tb ? n - t0 : tb;
+                for (int64_t k = q; k < qe; k++)
+                    q16_group(f, w, k, xp + (size_t)t0 * xpb, xpb, nt, Y + (size_t)t0 * (size_t)ldy + 16 * k - yoff, ldy);
+            }
+            r = 16 * qe;
+            continue;
+        }
+        float tmp[16 * 8];
+        for (int t0 = 0; t0 < n; t0 += 8) {
+            const int nt = n - t0 < 8 ? n - t0 : 8;
+            q16_group(f, w, q, xp + (size_t)t0 * xpb, xpb, nt, tmp, 16);
+            for (int t = 0; t < nt; t++)
+                for (int64_t k = r; k < e; k++) Y[(size_t)(t0 + t) * (size_t)ldy + (size_t)(k - yoff)] = tmp[16 * t + (k - 16 * q)];
+        }
+        r = e;
+    }
+    if (r < r1) rest(f, w, xp, xpb, n, Y, ldy, yoff, r, r1);
+}
+
 AI void gemv_q(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0, int64_t r1) {
     int64_t r = r0;
     const int64_t g = pf_groups(w->row_bytes);
     for (; r + 4 <= r1; r += 4) q_rows4(f, w, xp, y + (r - r0), r, PFG(r));
     for (; r < r1; r++) q_row1(f, w, xp, y + (r - r0), r);
 }
+/* The row-major kernel for the rows a 16-row interleave leaves in checkpoint layout (q16_rows). */
+static void q_rest_gemv(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0,
+                        int64_t r1) {
+    for (int t = 0; t < n; t++) gemv_q(f, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + (r0 - yoff), r0, r1);
+}
 static void gemv_q8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
-    gemv_q(KILN_WF_Q8_0, w, xp, y, r0, r1);
+    if (w->tiled) q16_rows(KILN_WF_Q8_0, w, xp, 0, 1, y, 0, r0, r0, r1, q_rest_gemv);
+    else gemv_q(KILN_WF_Q8_0, w, xp, y, r0, r1);
 }
 static void gemv_q4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
-    gemv_q(KILN_WF_Q4_0, w, xp, y, r0, r1);
+    if (w->tiled) q16_rows(KILN_WF_Q4_0, w, xp, 0, 1, y, 0, r0, r0, r1, q_rest_gemv);
+    else gemv_q(KILN_WF_Q4_0, w, xp, y, r0, r1);
 }
 
 
@@ -1056,12 +1197,6 @@ static void gemv_q4(const kiln_weight *w, const float *x, const void *xp, float 
  * multiply and one FMA — the GEMV's arithmetic and summation order per row exactly, so a token's
  * result does not depend on the batch it is computed in. Tokens go in blocks whose prepared rows
  * fit in L2 (GEMM_X_BYTES), so the row group's weights stay in L1 across the block. */
-#define GEMM_X_BYTES (256u << 10)
-AI int gemm_token_block(size_t xpb, int nt) {
-    int tb = (int)(GEMM_X_BYTES / (xpb ? xpb : 1));
-    tb -= tb % nt;
-    return tb < nt ? nt : tb;
-}
 
 /* One 128-column chunk of the tile: the NR rows' unpacked weights (lo, hi) and lane scales (ws)
  * against NT tokens' prepared chunks (o0 + t·xpb): the GEMV's arithmetic per (row, token). */
@@ -1223,11 +1358,17 @@ AI void gemm_q(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n
             for (int t = t0; t < t1; t++) q_row1(f, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + (size_t)r, r);
     }
 }
+static void q_rest_gemm(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0,
+                        int64_t r1) {
+    gemm_q(f, w, xp, xpb, n, Y - yoff, ldy, r0, r1);
+}
 static void gemm_q8(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
-    gemm_q(KILN_WF_Q8_0, w, xp, xpb, n, Y, ldy, r0, r1);
+    if (w->tiled) q16_rows(KILN_WF_Q8_0, w, xp, xpb, n, Y, ldy, 0, r0, r1, q_rest_gemm);
+    else gemm_q(KILN_WF_Q8_0, w, xp, xpb, n, Y, ldy, r0, r1);
 }
 static void gemm_q4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
-    gemm_q(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, r0, r1);
+    if (w->tiled) q16_rows(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, 0, r0, r1, q_rest_gemm);
+    else gemm_q(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, r0, r1);
 }
 
 
@@ -1418,7 +1559,7 @@ static float max_f32(const float *x, int64_t n) {
         .gemm_bf16 = BF16_GEMM(gemm_bf16), .xprep_bf16_bytes = BF16_GEMM(xprep_bytes_bf16row),                  \
         .xprep_bf16 = BF16_GEMM(xprep_bf16row), .dequant_bf16 = {[KILN_WF_FP8_BLOCK] = BF16_GEMM(dequant_bf16t_fp8)}, \
         .bf16_gemm_mask = BF16_GEMM((1u << KILN_WF_BF16) | (1u << KILN_WF_FP8_BLOCK)),                          \
-        .tiled_mask = (1u << KILN_WF_FP8_BLOCK) | (1u << KILN_WF_INT4_GROUP),                                    \
+        .tiled_mask = (1u << KILN_WF_FP8_BLOCK) | (1u << KILN_WF_INT4_GROUP) | (1u << KILN_WF_Q8_0) | (1u << KILN_WF_Q4_0), \
     }
 #define BF16_GEMM(fn) 0
 const kiln_ktable kiln_ktable_avx512 = AVX512_TABLE(xprep_bytes_fp8, xprep_fp8, gemv_fp8);

@@ -13,8 +13,36 @@ static size_t tiled_offset(size_t rb, int j, size_t b) {
     return 256 * n + t * (size_t)j + (b - 64 * n);
 }
 
+/* ---- the 16-row block interleave of Q8_0 / Q4_0 (gemv.h) ---- */
+static int q16_format(const kiln_weight *w) { return w->fmt == KILN_WF_Q8_0 || w->fmt == KILN_WF_Q4_0; }
+/* Row j (0..15) of a 16-row group: its block b from the group's interleaved bytes g into blk (the
+ * GGUF block: f16 d, then 32 int8 / 16 nibble bytes). */
+static void q16_block_get(const uint8_t *g, int q8, int64_t b, int j, uint8_t *blk) {
+    const size_t bb = q8 ? 34 : 18;
+    const uint8_t *gb = g + (size_t)b * 16 * bb;
+    memcpy(blk, gb + 2 * j, 2);
+    const int nv = q8 ? 8 : 4;
+    for (int k = 0; k < nv; k++)
+        for (int i = 0; i < 4; i++) blk[2 + 4 * k + i] = (uint8_t)(gb[32 + 64 * k + 4 * j + i] ^ (q8 ? 0x80 : 0));
+}
+static void q16_block_put(uint8_t *g, int q8, int64_t b, int j, const uint8_t *blk) {
+    const size_t bb = q8 ? 34 : 18;
+    uint8_t *gb = g + (size_t)b * 16 * bb;
+    memcpy(gb + 2 * j, blk, 2);
+    const int nv = q8 ? 8 : 4;
+    for (int k = 0; k < nv; k++)
+        for (int i = 0; i < 4; i++) gb[32 + 64 * k + 4 * j + i] = (uint8_t)(blk[2 + 4 * k + i] ^ (q8 ? 0x80 : 0));
+}
+
 void kiln_weight_row_gather(const kiln_weight *w, int64_t r, uint8_t *out) {
     const size_t rb = w->row_bytes;
+    if (w->tiled && q16_format(w) && r < (w->rows & ~(int64_t)15)) {
+        const int q8 = w->fmt == KILN_WF_Q8_0;
+        const size_t bb = q8 ? 34 : 18;
+        const uint8_t *g = w->data + (size_t)(r & ~(int64_t)15) * rb;
+        for (int64_t b = 0; b < w->cols / 32; b++) q16_block_get(g, q8, b, (int)(r & 15), out + (size_t)b * bb);
+        return;
+    }
     if (!w->tiled || r >= (w->rows & ~(int64_t)3)) {
         memcpy(out, w->data + (size_t)r * rb, rb);
         return;
@@ -36,7 +64,21 @@ int64_t kiln_weight_int4_scale_index(const kiln_weight *w, int64_t r, int64_t gi
 }
 
 int kiln_weight_tile(kiln_weight *w, uint8_t *data, void *scales) {
-    if (w->tiled || w->rows < 4) return 0;
+    if (w->tiled || w->rows < kiln_weight_tile_rows(w)) return 0;
+    if (q16_format(w)) {
+        const size_t rb = w->row_bytes, bb = w->fmt == KILN_WF_Q8_0 ? 34 : 18;
+        uint8_t *tmp = malloc(16 * rb);
+        if (!tmp) return -1;
+        for (int64_t q = 0; q < w->rows / 16; q++) {
+            uint8_t *g = data + (size_t)q * 16 * rb;
+            memcpy(tmp, g, 16 * rb);
+            for (int j = 0; j < 16; j++)
+                for (int64_t b = 0; b < w->cols / 32; b++) q16_block_put(g, bb == 34, b, j, tmp + (size_t)j * rb + (size_t)b * bb);
+        }
+        free(tmp);
+        w->tiled = 1;
+        return 0;
+    }
     const size_t rb = w->row_bytes;
     const int int4 = w->fmt == KILN_WF_INT4_GROUP;
     const int64_t ng = int4 ? w->cols / w->block : 0;
@@ -110,11 +152,13 @@ void kiln_prefault(void *p, size_t n) {
     ((volatile uint8_t *)p)[n - 1] = ((volatile uint8_t *)p)[n - 1];
 }
 
+int kiln_weight_tile_rows(const kiln_weight *w) { return q16_format(w) ? 16 : 4; }
+
 int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa) {
     kiln_kctx cx;
     kiln_kctx_init(&cx, isa, 1, KILN_FP8_AUTO);
     const kiln_ktable *t = cx.kt;
-    if (!t || !(t->tiled_mask & (1u << w->fmt)) || w->rows < 4 || !kiln_cx_matmul_is_fast(&cx, w)) return 0;
+    if (!t || !(t->tiled_mask & (1u << w->fmt)) || w->rows < kiln_weight_tile_rows(w) || !kiln_cx_matmul_is_fast(&cx, w)) return 0;
     if (w->fmt == KILN_WF_FP8_BLOCK) return w->block % 64 == 0; /* the fast FP8 kernel's blocks */
     return 1;
 }

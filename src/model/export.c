@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
+#include "quant/quantize.h"
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -141,14 +142,71 @@ json_t *kiln_export_config(const struct kiln_model *m) {
     return llama_config(&hp);
 }
 
-kiln_status kiln_model_save_gguf(const kiln_model *m, const char *path) {
+/* Re-encodes a 2-D float tensor (F32 / F16 / BF16, cols a multiple of 32) into GGUF Q8_0 / Q4_0
+ * blocks (ggml's reference quantizers, quant/quantize.h) in a new buffer *out (caller frees).
+ * 1-D F16 / BF16 tensors (norms, biases) become F32, as llama.cpp's converter writes them.
+ * Returns 1 (blocks), 2 (F32), or 0 when the tensor is left as it is. */
+static int gguf_block_encode(const kiln_tensor *t, kiln_dtype to, uint8_t **out, uint64_t *nbytes, kiln_status *st) {
+    *st = KILN_OK;
+    if (to != KILN_DT_Q8_0 && to != KILN_DT_Q4_0) return 0;
+    if (t->ndim == 1 && (t->dtype == KILN_DT_F16 || t->dtype == KILN_DT_BF16)) { /* norms and biases: F32, as llama.cpp's converter writes them */
+        const int64_t n = t->shape[0];
+        float *f = malloc((size_t)n * sizeof *f);
+        if (!f) {
+            *st = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+            return 0;
+        }
+        kiln_dtype_get(t->dtype)->to_f32(t->data, f, n);
+        *out = (uint8_t *)f;
+        *nbytes = (uint64_t)n * 4;
+        return 2;
+    }
+    if (t->ndim != 2 || t->shape[1] % 32 || !(t->dtype == KILN_DT_F32 || t->dtype == KILN_DT_F16 || t->dtype == KILN_DT_BF16)) return 0;
+    const int64_t rows = t->shape[0], cols = t->shape[1];
+    const size_t in_row = (size_t)t->nbytes / (size_t)rows, out_row = (size_t)(cols / 32) * (to == KILN_DT_Q8_0 ? 34 : 18);
+    const kiln_dtype_info *di = kiln_dtype_get(t->dtype);
+    uint8_t *q = malloc(out_row * (size_t)rows);
+    float *f = malloc((size_t)cols * sizeof *f);
+    if (!q || !f) {
+        free(q);
+        free(f);
+        *st = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        return 0;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        di->to_f32(t->data + (size_t)r * in_row, f, cols);
+        if (to == KILN_DT_Q8_0) kiln_quantize_row_q8_0(f, q + (size_t)r * out_row, cols);
+        else kiln_quantize_row_q4_0(f, q + (size_t)r * out_row, cols);
+    }
+    free(f);
+    *out = q;
+    *nbytes = out_row * (uint64_t)rows;
+    return 1;
+}
+
+kiln_status kiln_model_save_gguf(const kiln_model *m, const char *path) { return kiln_model_save_gguf_as(m, path, NULL); }
+
+kiln_status kiln_model_save_gguf_as(const kiln_model *m, const char *path, const char *outtype) {
     const kiln_hparams *hp = &m->hp;
+    kiln_dtype to = KILN_DT_COUNT; /* as stored */
+    if (outtype && strcmp(outtype, "q8_0") == 0) to = KILN_DT_Q8_0;
+    else if (outtype && strcmp(outtype, "q4_0") == 0) to = KILN_DT_Q4_0;
+    else if (outtype && strcmp(outtype, "auto") != 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: --outtype '%s' is not one of auto, q8_0, q4_0", path, outtype);
     kiln_tensor *ts;
     void **own;
     KILN_TRY(kiln_export_tensors(m, KILN_ROPE_NORM, 1, &ts, &own));
+    uint8_t **blocks = calloc((size_t)m->tt.n + 1, sizeof *blocks);
+    if (!blocks) {
+        free(ts);
+        kiln_export_free_owned(own);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    }
     kiln_gguf_writer *w = kiln_gguf_writer_new();
     kiln_gguf_set_str(w, "general.architecture", "llama");
     kiln_gguf_set_str(w, "general.name", "kiln export");
+    /* llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0 / _Q4_0 (display only: types are per tensor) */
+    if (to == KILN_DT_Q8_0 || to == KILN_DT_Q4_0) kiln_gguf_set_u32(w, "general.file_type", to == KILN_DT_Q8_0 ? 7 : 2);
     kiln_gguf_set_u32(w, "llama.context_length", (uint32_t)hp->max_seq);
     kiln_gguf_set_u32(w, "llama.embedding_length", (uint32_t)hp->dim);
     kiln_gguf_set_u32(w, "llama.block_count", (uint32_t)hp->n_layers);
@@ -166,10 +224,17 @@ kiln_status kiln_model_save_gguf(const kiln_model *m, const char *path) {
             st = kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tensor '%s' has no GGUF llama name", path, ts[i].name);
             break;
         }
-        kiln_gguf_add_tensor(w, gname, ts[i].dtype, ts[i].ndim, ts[i].shape, ts[i].data, ts[i].nbytes);
+        uint64_t nb;
+        const int enc = gguf_block_encode(&ts[i], to, &blocks[i], &nb, &st);
+        if (enc)
+            kiln_gguf_add_tensor(w, gname, enc == 2 ? KILN_DT_F32 : to, ts[i].ndim, ts[i].shape, blocks[i], nb);
+        else if (st == KILN_OK)
+            kiln_gguf_add_tensor(w, gname, ts[i].dtype, ts[i].ndim, ts[i].shape, ts[i].data, ts[i].nbytes);
     }
     if (st == KILN_OK) st = kiln_gguf_write(w, path);
     kiln_gguf_writer_free(w);
+    for (int i = 0; i < m->tt.n; i++) free(blocks[i]);
+    free(blocks);
     free(ts);
     kiln_export_free_owned(own);
     return st;

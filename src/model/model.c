@@ -116,6 +116,18 @@ void kiln_model_free(kiln_model *m) {
     free(m);
 }
 
+kiln_status kiln_model_set_tokenizer(kiln_model *m, kiln_tokenizer *t) {
+    if (!m || !t) return kiln_fail(KILN_ERR_INVALID_ARG, "set tokenizer: no model or no tokenizer");
+    const int nv = kiln_tok_vocab_size(t);
+    if (nv > m->hp.vocab)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "tokenizer: %d entries do not fit the model's vocabulary of %d", nv, m->hp.vocab);
+    if (m->tok) kiln_tok_free(m->tok);
+    m->tok = t;
+    if (m->hp.bos_id < 0) m->hp.bos_id = kiln_tok_bos(t);
+    if (m->hp.eos_id < 0) m->hp.eos_id = kiln_tok_eos(t);
+    return KILN_OK;
+}
+
 /* ---- binding ------------------------------------------------------------------------------------ */
 
 kiln_status kiln_weight_from_tensor(const kiln_tensor *t, int64_t rows, int64_t cols, kiln_weight *w) {

@@ -191,7 +191,7 @@ static void tile_and_check(tweight *t) {
     assert_non_null(scopy);
     if (ng) memcpy(scopy, t->scales, 2 * (size_t)(orig.rows * ng));
     assert_int_equal(kiln_weight_tile(&t->w, t->data, t->scales), 0);
-    assert_int_equal(t->w.tiled, orig.rows >= 4);
+    assert_int_equal(t->w.tiled, orig.rows >= kiln_weight_tile_rows(&orig));
     for (int64_t r = 0; r < orig.rows; r++) {
         kiln_weight_row_gather(&t->w, r, row);
         assert_memory_equal(row, copy + (size_t)r * rb, rb);
@@ -345,7 +345,7 @@ static void test_int4_avx_vnni_exact(void **s) {
     kiln_kernels_avx_vnni(was);
     kiln_kernels_select(KILN_ISA_AUTO);
 }
-/* The tile layout (FP8, INT4 g32/g128; rows not multiples of 4, column tails inside the last
+/* The tile layouts (FP8, INT4 g32/g128 4-row tiles; Q8_0 / Q4_0 16-row interleaves; rows not multiples of 4, column tails inside the last
  * 64-byte chunk, sub-ranges starting inside a tile group) on every ISA: the AVX-512 kernels read it
  * directly, the others through gathered row groups, the reference through kiln_weight_row_f32. */
 static void test_tiled(void **s) {
@@ -361,6 +361,12 @@ static void test_tiled(void **s) {
     int64_t c4[] = {32, 96, 128, 160, 288, 640};
     int b4[] = {32, 64, 128};
     run_format(KILN_WF_INT4_GROUP, c4, 6, b4, 3);
+    /* Q8_0 / Q4_0: the 16-row block interleave (rows 33 and 130 leave 1 and 2 rows untiled; the
+     * sub-ranges of check_case cut groups) */
+    int64_t cq[] = {32, 96, 288};
+    int bq[] = {32};
+    run_format(KILN_WF_Q8_0, cq, 3, bq, 1);
+    run_format(KILN_WF_Q4_0, cq, 3, bq, 1);
     /* several MiB, threaded: row chunks and the prefetch running ahead over tile groups */
     for (int k = 1; k < 3; k++) {
         if (!kiln_cpu_supports(isas[k])) continue;
@@ -368,6 +374,8 @@ static void test_tiled(void **s) {
         check_case(isas[k], KILN_WF_FP8_BLOCK, 2102, 1000, 128, 1);
         check_case(isas[k], KILN_WF_INT4_GROUP, 4202, 1056, 32, 1);
         check_case(isas[k], KILN_WF_INT4_GROUP, 4202, 1024, 128, 3);
+        check_case(isas[k], KILN_WF_Q8_0, 4210, 1024, 32, 1);
+        check_case(isas[k], KILN_WF_Q4_0, 4210, 1024, 32, 9);
     }
     /* DAZ: the AVX-512 FP8 general path (exact mode) gathers tiled rows */
     unsigned int old = __builtin_ia32_stmxcsr();

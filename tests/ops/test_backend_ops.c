@@ -209,7 +209,8 @@ static void check_equal(const char *what, const kiln_backend *be, const float *y
 /* ---- weights ------------------------------------------------------------------------------------ */
 typedef struct { kiln_weight w; void *data, *scales; } tweight;
 /* A rows × cols weight of format f (group: INT4 group or FP8 block) quantised from Gaussian values;
- * tiled = 1 lays it out in the 4-row tiles where the AVX-512 kernels read them. */
+ * tiled = 1 lays it out in its format's tile layout (4-row tiles; Q8_0 / Q4_0 16-row interleaves)
+ * where the AVX-512 kernels read it. */
 static tweight make_weight(kiln_wformat f, int64_t rows, int64_t cols, int group, int tiled) {
     float *src = malloc((size_t)rows * (size_t)cols * sizeof(float));
     assert_non_null(src);
@@ -246,7 +247,8 @@ static const wcase wcases[] = {
     {KILN_WF_FP8_BLOCK, 128, 100, 0},{KILN_WF_FP8_BLOCK, 128, 256, 0}, {KILN_WF_FP8_BLOCK, 128, 256, 1},
     {KILN_WF_INT4_GROUP, 32, 96, 0}, {KILN_WF_INT4_GROUP, 32, 160, 1}, {KILN_WF_INT4_GROUP, 128, 256, 0},
     {KILN_WF_INT4_GROUP, 128, 256, 1}, {KILN_WF_Q8_0, 0, 32, 0},       {KILN_WF_Q8_0, 0, 160, 0},
-    {KILN_WF_Q4_0, 0, 96, 0},        {KILN_WF_Q4_0, 0, 256, 0},
+    {KILN_WF_Q4_0, 0, 96, 0},        {KILN_WF_Q4_0, 0, 256, 0},        {KILN_WF_Q8_0, 0, 160, 1},
+    {KILN_WF_Q4_0, 0, 256, 1},
 };
 #define N_WCASES ((int)(sizeof wcases / sizeof *wcases))
 
