@@ -36,7 +36,11 @@ static void q16_block_put(uint8_t *g, int q8, int64_t b, int j, const uint8_t *b
 
 void kiln_weight_row_gather(const kiln_weight *w, int64_t r, uint8_t *out) {
     const size_t rb = w->row_bytes;
-    if (w->tiled && q16_format(w) && r < (w->rows & ~(int64_t)15)) {
+    if (w->tiled && q16_format(w)) {
+        if (r >= (w->rows & ~(int64_t)15)) { /* past the last 16-row group: checkpoint layout */
+            memcpy(out, w->data + (size_t)r * rb, rb);
+            return;
+        }
         const int q8 = w->fmt == KILN_WF_Q8_0;
         const size_t bb = q8 ? 34 : 18;
         const uint8_t *g = w->data + (size_t)(r & ~(int64_t)15) * rb;

@@ -398,6 +398,83 @@ static void test_tiled(void **s) {
     kiln_kernels_select(KILN_ISA_AUTO);
     tile_mode = 0;
 }
+/* The 16-row interleave kernels (AVX-512; Q8_0, Q4_0) against a scalar model
+ * of their arithmetic, bit for bit: per (row, token) and 32-column block, the exact integer dot of the
+ * signed weights and the activation's int8 values (kiln_quant_x32), converted to f32, times
+ * (weight scale × activation scale) rounded once, fused-multiply-added onto the row's sum in block
+ * order. Any indexing slip (a scale of the wrong group or row, a vector of the wrong columns) breaks
+ * this even where it stays inside the reference's error bound. Rows 37: two groups and 5 rows left in
+ * checkpoint layout (those against the untiled kernel's result); n = 1 (GEMV) and n = 11 (GEMM). */
+static int32_t q16_weight_int(const tweight *t, const uint8_t *rowbytes, int64_t c) {
+    switch (t->w.fmt) {
+    case KILN_WF_Q8_0: return (int8_t)rowbytes[34 * (c / 32) + 2 + c % 32];
+    case KILN_WF_Q4_0: {
+        const uint8_t v = rowbytes[18 * (c / 32) + 2 + c % 16];
+        return (int32_t)((c % 32 < 16 ? v & 15 : v >> 4)) - 8;
+    }
+    default: return (int32_t)((rowbytes[c / 2] >> (4 * (c & 1))) & 15) - 8;
+    }
+}
+static float q16_model(const tweight *t, const uint8_t *data0, const uint16_t *scales0, int64_t r, const int8_t *xq, const float *xd) {
+    const kiln_weight *w = &t->w;
+    const uint8_t *row = data0 + (size_t)r * w->row_bytes;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < w->cols / 32; b++) {
+        int32_t dot = 0;
+        for (int64_t c = 32 * b; c < 32 * b + 32; c++) dot += q16_weight_int(t, row, c) * xq[c];
+        float ws;
+        if (w->fmt == KILN_WF_INT4_GROUP) ws = kiln_bf16_to_f32(scales0[r * (w->cols / w->block) + 32 * b / w->block]);
+        else {
+            uint16_t h;
+            memcpy(&h, row + (w->fmt == KILN_WF_Q8_0 ? 34 : 18) * b, 2);
+            ws = kiln_f16_to_f32(h);
+        }
+        acc = fmaf((float)dot, ws * xd[b], acc);
+    }
+    return acc;
+}
+static void test_q16_kernel_exact(void **s) {
+    (void)s;
+    if (!kiln_cpu_supports(KILN_ISA_AVX512)) { skip(); return; }
+    kiln_kernels_select(KILN_ISA_AVX512);
+    const struct { kiln_wformat f; int block; int64_t cols; } cs[] = {
+        {KILN_WF_Q8_0, 32, 96}, {KILN_WF_Q8_0, 32, 1056}, {KILN_WF_Q4_0, 32, 96}, {KILN_WF_Q4_0, 32, 1056}, {KILN_WF_Q4_0, 32, 5632 + 96},
+    };
+    const int64_t rows = 37;
+    for (size_t k = 0; k < sizeof cs / sizeof *cs; k++)
+        for (int n = 1; n <= 11; n += 10) {
+            const int64_t cols = cs[k].cols;
+            tweight t = make_weight(cs[k].f, rows, cols, cs[k].block);
+            const size_t db = t.w.row_bytes * (size_t)rows, sb = cs[k].f == KILN_WF_INT4_GROUP ? 2 * (size_t)(rows * (cols / cs[k].block)) : 0;
+            uint8_t *data0 = malloc(db);
+            uint16_t *scales0 = malloc(sb + 2);
+            assert_non_null(data0); assert_non_null(scales0);
+            memcpy(data0, t.data, db);
+            if (sb) memcpy(scales0, t.scales, sb);
+            float *X = make_x(n, cols), *Yu = malloc(sizeof(float) * (size_t)(n * rows)), *Yt = malloc(sizeof(float) * (size_t)(n * rows));
+            int8_t *xq = malloc((size_t)cols);
+            float *xd = malloc(sizeof(float) * (size_t)(cols / 32));
+            assert_non_null(Yu); assert_non_null(Yt); assert_non_null(xq); assert_non_null(xd);
+            kiln_matmul_rows(&t.w, X, Yu, n, 0, rows);
+            tile_and_check(&t);
+            assert_true(t.w.tiled);
+            kiln_matmul_rows(&t.w, X, Yt, n, 0, rows);
+            for (int i = 0; i < n; i++) {
+                kiln_quant_x32(X + (size_t)i * (size_t)cols, cols, xq, xd);
+                for (int64_t r = 0; r < rows; r++) {
+                    const float got = Yt[(size_t)i * (size_t)rows + (size_t)r];
+                    const float want = r < 32 ? q16_model(&t, data0, scales0, r, xq, xd) : Yu[(size_t)i * (size_t)rows + (size_t)r];
+                    if (memcmp(&got, &want, sizeof got) != 0) {
+                        fprintf(stderr, "%s g%d cols %lld n %d: token %d row %lld: %.9g, model %.9g\n", kiln_wformat_name(cs[k].f), cs[k].block,
+                                (long long)cols, n, i, (long long)r, got, want);
+                        fail();
+                    }
+                }
+            }
+            free(X); free(Yu); free(Yt); free(xq); free(xd); free(data0); free(scales0); free_weight(&t);
+        }
+    kiln_kernels_select(KILN_ISA_AUTO);
+}
 /* INT4 on AVX-512: the tiled weight goes through the 4-row tile kernel, the same weight untiled
  * through the general row kernel; both accumulate in the same order, so the outputs must be equal
  * bit for bit (an indexing slip in either, e.g. a scale of the wrong row or chunk, breaks this
@@ -618,7 +695,7 @@ int main(void) {
         cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),        cmocka_unit_test(test_fp8_bf16_exact_inputs),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
-        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_int4_avx_vnni_exact), cmocka_unit_test(test_matmul_many),
+        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_q16_kernel_exact), cmocka_unit_test(test_int4_avx_vnni_exact), cmocka_unit_test(test_matmul_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
