@@ -335,17 +335,21 @@ static void xprep_int4(const kiln_weight *w, const float *x, void *xp) {
 /* ---- Q8_0 / Q4_0 --------------------------------------------------------------------------------- */
 /* Prepared activation: per 32-block 64 bytes {x_q[32] int8, st[8] int32}, then d[cols/32] f32.
  * Q4_0: st = −8·Σ(lane's 4 x_q); Q8_0 (sign trick) needs no start value: st = 0. */
-static size_t xprep_bytes_q(const kiln_weight *w) { return ((size_t)(w->cols / 32) * 68 + 63) & ~(size_t)63; }
+/* After d: tot[cols/32] int32, the block's whole start value (the sum of its st lanes), for the
+ * 16-row interleave kernels (q16_*). */
+static size_t xprep_bytes_q(const kiln_weight *w) { return ((size_t)(w->cols / 32) * 72 + 63) & ~(size_t)63; }
 AI void xprep_q(const kiln_weight *w, const float *x, void *xp, int32_t off) {
     const int64_t nb = w->cols / 32;
     uint8_t *o = (uint8_t *)xp;
     float *d = (float *)(o + nb * 64);
+    int32_t *tot = (int32_t *)(d + nb);
     int8_t q[32];
     for (int64_t b = 0; b < nb; b++) {
         kiln_quant_x32(x + 32 * b, 32, q, d + b);
         memcpy(o + 64 * b, q, 32);
         int32_t *st = (int32_t *)(o + 64 * b + 32);
-        for (int l = 0; l < 8; l++) st[l] = -off * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
+        tot[b] = 0;
+        for (int l = 0; l < 8; l++) tot[b] += st[l] = -off * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
     }
 }
 static void xprep_q8(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 0); }
@@ -405,13 +409,140 @@ AI void gemv_q(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0
     for (; r + 4 <= r1; r += 4) q_rows(f, 4, w, xp, y + (r - r0), r, r + 4 * (g + 1) <= w->rows ? g : 0);
     for (; r < r1; r++) q_rows(f, 1, w, xp, y + (r - r0), r, 0);
 }
+/* ---- Q8_0 / Q4_0 in the 16-row block interleave (tiled = 1, gemv.h), AVX2 -----------------------
+ * A 256-bit register holds 8 rows: each 16-row group is two halves (bytes 0–31 / 32–63 of every
+ * 64-byte vector, scales 0–7 / 8–15). Per block and token: the 8 rows' exact block dots (Q4_0:
+ * vpmaddubsw of the nibbles (0..15) by the broadcast activation words, all 8 products summed in
+ * int16 — at most 8 · 2 · 15 · 127 = 30,480, no saturation — then one vpmaddwd, plus the start
+ * value −8·Σx; Q8_0: signed weights (the stored w + 128 xor 0x80) by the sign trick, vpmaddwd per
+ * vector), one conversion, (scales × the token's scale), one FMA. The same integers and float
+ * operations per (row, token) as the AVX-512 kernel, so the same results bit for bit; GEMV (NT = 1)
+ * and GEMM alike (batch-invariant). */
+AI void q16h_tile(int f, int NT, const kiln_weight *w, int64_t q, int half, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy) {
+    const int q8 = f == KILN_WF_Q8_0;
+    const int64_t nb = w->cols / 32;
+    const size_t gbb = 16 * (size_t)(q8 ? 34 : 18), h = 32 * (size_t)half;
+    const uint8_t *g = w->data + (size_t)q * 16 * w->row_bytes;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), x80 = _mm256_set1_epi8((char)0x80);
+    const float *dx = (const float *)(xp + nb * 64);
+    const int32_t *tot = (const int32_t *)(dx + nb);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *gb = g + (size_t)b * gbb;
+        if (NT == 1 && half == 0) /* GEMV: the weight stream 8 KiB ahead (half 1 re-reads the group from cache) */
+            for (size_t l = 0; l < gbb; l += 64) PF_LINE(gb + 8192 + l);
+        const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + h / 2)));
+        __m256i ia[4];
+        if (q8) {
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) ia[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(gb + 32 + 64 * k + h)), x80), a = _mm256_abs_epi8(v);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    const __m256i xb = _mm256_set1_epi32(*(const int32_t *)(xp + (size_t)t * xpb + 64 * b + 4 * k));
+                    ia[t] = _mm256_add_epi32(ia[t], _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_sign_epi8(xb, v)), ones));
+                }
+            }
+        } else {
+            __m256i s16[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) s16[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(gb + 32 + 64 * k + h));
+                const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    const uint8_t *xt = xp + (size_t)t * xpb + 64 * b;
+                    s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(*(const int32_t *)(xt + 4 * k))));
+                    s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(*(const int32_t *)(xt + 16 + 4 * k))));
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++)
+                ia[t] = _mm256_add_epi32(_mm256_madd_epi16(s16[t], ones), _mm256_set1_epi32(*(const int32_t *)((const uint8_t *)(tot + b) + (size_t)t * xpb)));
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const float dt = *(const float *)((const uint8_t *)(dx + b) + (size_t)t * xpb);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_mul_ps(ws, _mm256_set1_ps(dt)), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(Y + (size_t)t * (size_t)ldy + 8 * half, acc[t]);
+}
+/* Group q for tokens [0, n) (row 16q of token t at Y[t·ldy]), both halves, in tiles of up to 4 tokens. */
+AI void q16h_group(int f, const kiln_weight *w, int64_t q, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy) {
+    for (int half = 0; half < 2; half++) {
+        int t = 0;
+        for (; t + 4 <= n; t += 4) q16h_tile(f, 4, w, q, half, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy);
+        switch (n - t) {
+        case 3: q16h_tile(f, 3, w, q, half, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+        case 2: q16h_tile(f, 2, w, q, half, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+        case 1: q16h_tile(f, 1, w, q, half, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+        default: break;
+        }
+    }
+}
+/* Rows [r0, r1) of a tiled weight for n tokens (Y[t·ldy + r - yoff]), as the AVX-512 q16_rows: whole
+ * groups straight into Y in token blocks whose prepared rows fit L2, a cut group through a scratch,
+ * the rows past the last group (checkpoint layout) with the row-major kernel per token. */
+#define Q16_X_BYTES (256u << 10)
+AI void q16h_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0, int64_t r1) {
+    const int64_t gend = w->rows & ~(int64_t)15;
+    int tb = (int)(Q16_X_BYTES / (xpb ? xpb : 1));
+    tb = tb < 4 ? 4 : tb - tb % 4;
+    int64_t r = r0;
+    while (r < r1 && r < gend) {
+        const int64_t q = r / 16, e = (q + 1) * 16 < r1 ? (q + 1) * 16 : r1;
+        if (r == 16 * q && e == 16 * (q + 1)) {
+            int64_t qe = q + 1;
+            while (16 * (qe + 1) <= r1 && 16 * (qe + 1) <= gend) qe++;
+            for (int t0 = 0; t0 < n; t0 += tb) {
+                const int nt = n - t0 < tb ? n - t0 : tb;
+                for (int64_t k = q; k < qe; k++)
+                    q16h_group(f, w, k, xp + (size_t)t0 * xpb, xpb, nt, Y + (size_t)t0 * (size_t)ldy + 16 * k - yoff, ldy);
+            }
+            r = 16 * qe;
+            continue;
+        }
+        float tmp[16 * 4];
+        for (int t0 = 0; t0 < n; t0 += 4) {
+            const int nt = n - t0 < 4 ? n - t0 : 4;
+            q16h_group(f, w, q, xp + (size_t)t0 * xpb, xpb, nt, tmp, 16);
+            for (int t = 0; t < nt; t++)
+                for (int64_t k = r; k < e; k++) Y[(size_t)(t0 + t) * (size_t)ldy + (size_t)(k - yoff)] = tmp[16 * t + (k - 16 * q)];
+        }
+        r = e;
+    }
+    for (int t = 0; r < r1 && t < n; t++) gemv_q(f, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + (r - yoff), r, r1);
+}
+
 static void gemv_q8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
-    gemv_q(KILN_WF_Q8_0, w, xp, y, r0, r1);
+    if (w->tiled) q16h_rows(KILN_WF_Q8_0, w, xp, 0, 1, y, 0, r0, r0, r1);
+    else gemv_q(KILN_WF_Q8_0, w, xp, y, r0, r1);
 }
 static void gemv_q4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
-    gemv_q(KILN_WF_Q4_0, w, xp, y, r0, r1);
+    if (w->tiled) q16h_rows(KILN_WF_Q4_0, w, xp, 0, 1, y, 0, r0, r0, r1);
+    else gemv_q(KILN_WF_Q4_0, w, xp, y, r0, r1);
+}
+/* GEMM (prefill, batched decode) on the prepared rows: tiled weights through q16h_rows; weights in
+ * checkpoint layout (mapped files under --no-repack) one GEMV per token over L2-sized row blocks. */
+static void gemm_q8(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (w->tiled) q16h_rows(KILN_WF_Q8_0, w, xp, xpb, n, Y, ldy, 0, r0, r1);
+    else
+        for (int t = 0; t < n; t++) gemv_q(KILN_WF_Q8_0, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + r0, r0, r1);
+}
+static void gemm_q4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (w->tiled) q16h_rows(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, 0, r0, r1);
+    else
+        for (int t = 0; t < n; t++) gemv_q(KILN_WF_Q4_0, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + r0, r0, r1);
 }
 
 /* The compute peak loop (gemv_isa.h: peak) for AVX2: f32 FMA and the int8 dot as the INT4 / Q8_0
@@ -503,6 +634,8 @@ const kiln_ktable kiln_ktable_avx2 = {
              [KILN_WF_Q4_0] = gemv_q4},
     .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8},
     .gemm_f32 = gemm_f32,
+    .gemm_prep = {[KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4},
+    .tiled_mask = (1u << KILN_WF_Q8_0) | (1u << KILN_WF_Q4_0),
     .read_sum = read_sum,
     .peak = peak,
     .silu_mul = silu_mul,
