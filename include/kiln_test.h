@@ -64,6 +64,9 @@ double kiln_compute_peak_gops(int kind, kiln_isa isa, int threads);
  * MoE layers the num_experts_per_tok experts a token is routed to, the router and the shared
  * experts): achieved GFLOP/s of a prefill = 2 × this × tokens/s. */
 uint64_t kiln_model_token_macs(const kiln_model *m);
+/* The weight format name (kiln_wformat_name: "q8_0", "int4", ...) of layer 0's first linear layer
+ * (the output head's for a model without layers): what `kiln bench --weights native` runs. */
+const char *kiln_model_linear_format(const kiln_model *m);
 /* Aggregate decode tokens/s of `batch` sequences stepped together (src/engine/bench_batch.c): each
  * prefilled with `ctx` tokens, then `steps` timed steps of one token per sequence through the
  * forward pass on the options' backend (KV integrity off). */

@@ -17,6 +17,7 @@
 
 typedef struct {
     char weights[16];
+    char native[16]; /* --weights native: the model's own format (for the compute peak it is set against) */
     double prompt_tps, decode_tps, linear_tps;
     unsigned long long bytes_per_token;
     unsigned long long macs_per_token; /* linear-layer multiply-accumulates of one token */
@@ -55,6 +56,7 @@ static kiln_status bench_open(const char *path, const kiln_options *o, const cha
         if ((st = kiln_model_requantize_scope(r->m, weights, scope, &r->kept))) goto out;
         if (strcmp(scope, "all") == 0 && (st = kiln_model_requantize_head(r->m, weights))) goto out;
     }
+    if (strcmp(weights, "native") == 0) snprintf(r->native, sizeof r->native, "%s", kiln_model_linear_format(r->m));
     r->bytes_per_token = kiln_model_decode_weight_bytes(r->m);
     r->macs_per_token = kiln_model_token_macs(r->m);
     kiln_model_info info;
@@ -226,7 +228,7 @@ int cmd_bench(int argc, char **argv) {
         printf("prompt GFLOP/s (linear layers, 2 × multiply-accumulates per token × prompt tok/s) against the peak of the GEMM's instruction:");
         for (int i = 0; i < n; i++) {
             const bench_row *r = &rows[i];
-            const double g = 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9, pk = row_peak(r->weights, pk_f32, pk_int8, pk_bf16);
+            const double g = 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9, pk = row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16);
             printf(" %s %.0f (%.0f%%)%s", r->weights, g, pk > 0 ? 100 * g / pk : 0.0, i + 1 < n ? "," : "\n");
         }
         printf("| weights | prompt tok/s | decode tok/s | weight MB/token | achieved GB/s | %% of measured | vs first | vs first, paired | linear layers only: steps/s, %% of measured |\n");
@@ -244,8 +246,8 @@ int cmd_bench(int argc, char **argv) {
                    r->weights, r->prompt_tps, r->decode_tps, r->bytes_per_token, achieved, best_bw, achieved / best_bw, r->kept,
                    r->linear_tps, lin / best_bw, best_burst, achieved / best_burst, r->decode_tps / rows[0].decode_tps, r->paired,
                    2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9,
-                   row_peak(r->weights, pk_f32, pk_int8, pk_bf16) > 0
-                       ? 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9 / row_peak(r->weights, pk_f32, pk_int8, pk_bf16) : 0.0,
+                   row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16) > 0
+                       ? 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9 / row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16) : 0.0,
                    pk_f32, pk_int8, pk_bf16);
         else if (r->linear_tps > 0)
             printf("| %s | %.1f | %.2f | %.1f | %.2f | %.0f%% | %.2fx | %.2fx | %.2f, %.0f%% |\n", r->weights, r->prompt_tps, r->decode_tps,

@@ -146,5 +146,5 @@ void kiln_model_prepare_compute(kiln_model *m, const kiln_options *opts) {
     m->repacked = 1;
     pthread_mutex_unlock(&repack_mu);
     if (b && !(opts && opts->quiet))
-        fprintf(stderr, "kiln: %.1f MB of FP8/INT4 weights copied into the GEMV tile layout (--no-repack: compute on the mapped file)\n", (double)b / 1e6);
+        fprintf(stderr, "kiln: %.1f MB of quantized weights (FP8, INT4, Q8_0, Q4_0) copied into the kernels' tile layouts (--no-repack: compute on the mapped file)\n", (double)b / 1e6);
 }

@@ -86,6 +86,14 @@ uint64_t kiln_model_token_macs(const kiln_model *m) {
     return k;
 }
 
+const char *kiln_model_linear_format(const kiln_model *m) {
+    const kiln_arch_model *am = m->arch_state;
+    if (!am || m->hp.n_layers < 1) return kiln_wformat_name(m->output.fmt);
+    kiln_arch_linear lin[KILN_ARCH_DENSE_LINEARS + 3];
+    const int nw = kiln_arch_layer_linears(&am->layers[0], 0, lin);
+    return nw > 0 && lin[0].w ? kiln_wformat_name(lin[0].w->fmt) : kiln_wformat_name(m->output.fmt);
+}
+
 double kiln_model_bench_linear_step(const kiln_model *m, const kiln_options *opts, int reps) {
     const kiln_arch_model *am = m->arch_state;
     if (m->arch != &kiln_arch_llama || !am || reps < 1) return 0.0;
