@@ -1,4 +1,5 @@
 /* cmd_bench.c — `kiln bench MODEL [--weights f32,bf16,fp8,int4] [--prompt N] [--gen N] [--repeat R] [--json]`:
+ * (a GGUF file: its own format, `native`, first, then any --weights asked for; alone by default)
  * for each weight format in one run (the model re-loaded and quantized in memory each time, every
  * linear layer including the output head): prompt tokens/s, batch-1 decode tokens/s, weight bytes
  * read per decode token, achieved GB/s, and the machine's read bandwidth measured by the bench itself
@@ -141,7 +142,7 @@ int cmd_bench(int argc, char **argv) {
     args_t a = {argc, argv, 0, "bench", 0};
     kiln_options o;
     kiln_options_default(&o);
-    const char *path = NULL, *weights = "f32,bf16,fp8,int4", *scope = "all";
+    const char *path = NULL, *weights = NULL, *scope = "all";
     long n_prompt = 128, n_gen = 64, seed = 1, repeat = 5;
     int json = 0;
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
@@ -160,8 +161,22 @@ int cmd_bench(int argc, char **argv) {
     }
     if (a.bad) return 2;
     if (!path) return cli_fail_msg("bench", "usage: kiln bench MODEL [--weights f32,bf16,fp8,int4,int4-g128,q8_0,q4_0|native] [--scope all|experts] [--prompt N] [--gen N] [--repeat R (5)] [--threads N] [--json]");
+    /* A GGUF file is measured as it is first (llama.cpp users compare files, not kiln's requantized
+     * formats), then any --weights asked for; other checkpoints default to kiln's own formats. */
+    const size_t pl = strlen(path);
+    const int gguf = pl > 5 && strcmp(path + pl - 5, ".gguf") == 0;
     char list[256];
-    snprintf(list, sizeof list, "%s", weights ? weights : "");
+    if (gguf) {
+        int has_native = 0;
+        if (weights) {
+            char tmp[256];
+            snprintf(tmp, sizeof tmp, "%s", weights);
+            for (char *w = strtok(tmp, ","); w; w = strtok(NULL, ",")) has_native |= strcmp(w, "native") == 0;
+        }
+        if (!weights) snprintf(list, sizeof list, "native");
+        else if (has_native) snprintf(list, sizeof list, "%s", weights);
+        else snprintf(list, sizeof list, "native,%s", weights);
+    } else snprintf(list, sizeof list, "%s", weights ? weights : "f32,bf16,fp8,int4");
     bench_row rows[16];
     int n = 0;
     double best_bw = 0, best_burst = 0;

@@ -470,6 +470,16 @@ int kiln_gguf_get_u64(const kiln_gguf *g, const char *key, uint64_t *v) {
     return 0;
 }
 
+int kiln_gguf_get_token_id(const kiln_gguf *g, const char *key, int64_t *v) {
+    const gguf_kv *kv = find_kv(g, key);
+    if (!kv || kv->type == KILN_GGUF_STRING || kv->type == KILN_GGUF_ARRAY || kv->type == KILN_GGUF_BOOL || is_float(kv->type)) return -1;
+    if (is_signed(kv->type)) *v = kv->num.i;
+    else if (kv->num.u == 0xFFFFFFFFull || kv->num.u == UINT64_MAX) *v = -1;
+    else if (kv->num.u > (uint64_t)INT64_MAX) *v = INT64_MAX; /* out of every range */
+    else *v = (int64_t)kv->num.u;
+    return 0;
+}
+
 int kiln_gguf_get_f32(const kiln_gguf *g, const char *key, float *v) {
     const gguf_kv *kv = find_kv(g, key);
     if (!kv || kv->type == KILN_GGUF_STRING || kv->type == KILN_GGUF_ARRAY || kv->type == KILN_GGUF_BOOL) return -1;

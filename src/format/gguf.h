@@ -24,6 +24,10 @@ const char *kiln_gguf_path(const kiln_gguf *g);
 /* Metadata lookups. Return 0 when found with the right type (integers of any width convert), -1
  * otherwise. */
 int kiln_gguf_get_u64(const kiln_gguf *g, const char *key, uint64_t *v);
+/* A token-id key: -1 when the key is absent or not an integer; else 0 with *v the id, or -1 for
+ * llama.cpp's "no token" sentinel (LLAMA_TOKEN_NULL: a signed -1, or 0xFFFFFFFF / 2^64-1 as its
+ * writers store it unsigned). Other values come back as they are (the caller checks the range). */
+int kiln_gguf_get_token_id(const kiln_gguf *g, const char *key, int64_t *v);
 int kiln_gguf_get_f32(const kiln_gguf *g, const char *key, float *v);
 int kiln_gguf_get_str(const kiln_gguf *g, const char *key, const char **s, size_t *len);
 /* Arrays: element type and count; element i as string / number. */

@@ -188,7 +188,7 @@ void kiln_kctx_default(kiln_kctx *cx) {
 int kiln_cx_fp8_rounds_x(const kiln_kctx *cx) { return cx->kt == &kiln_ktable_avx512_bf16; }
 
 const char *kiln_wformat_name(kiln_wformat f) {
-    static const char *names[KILN_WF_COUNT] = {"f32", "f16", "bf16", "fp8", "int4", "q8_0", "q4_0"};
+    static const char *names[KILN_WF_COUNT] = {"f32", "f16", "bf16", "fp8", "int4", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"};
     return (unsigned)f < KILN_WF_COUNT ? names[f] : "?";
 }
 
@@ -215,6 +215,11 @@ void kiln_quant_x32(const float *x, int64_t cols, int8_t *q, float *d) {
             q[32 * b + i] = (int8_t)v;
         }
     }
+}
+
+/* f32 rows of a K-quant weight for the driver's tiles (gemv_isa.h): the reference dequantization. */
+void kiln_dequant_rows_ref(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
+    for (int64_t r = r0; r < r1; r++) kiln_weight_row_f32(w, r, out + (size_t)(r - r0) * (size_t)ld);
 }
 
 /* ---- scratch ------------------------------------------------------------------------------------- */
@@ -257,7 +262,8 @@ void kiln_kernels_thread_scratch_free(void) {
 
 /* ---- driver -------------------------------------------------------------------------------------- */
 static int fast_ok(const kiln_ktable *t, const kiln_weight *w) {
-    if (!t || (unsigned)w->fmt >= KILN_WF_COUNT || !t->gemv[w->fmt] || w->cols <= 0) return 0;
+    if (!t || (unsigned)w->fmt >= KILN_WF_COUNT || w->cols <= 0) return 0;
+    if (!t->gemv[w->fmt]) return t->dequant[w->fmt] && t->gemm_f32; /* f32 tiles for every n (K-quants) */
     switch (w->fmt) {
     case KILN_WF_F32: return w->row_bytes % 4 == 0;
     case KILN_WF_FP8_BLOCK: return w->block > 0;
@@ -355,7 +361,7 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
     }
     float *tile = NULL;
     int64_t rb = prefill_block_rows(w);
-    if (n > 1 && t->gemm_f32 && (f == KILN_WF_F32 || t->dequant[f])) {
+    if ((n > 1 || !t->gemv[f]) && t->gemm_f32 && (f == KILN_WF_F32 || t->dequant[f])) {
         if (f != KILN_WF_F32) tile = scratch(1, (size_t)rb * (size_t)cols * 4);
         if (f == KILN_WF_F32 || tile) {
             for (int64_t b = r0; b < r1; b += rb) {
@@ -390,7 +396,7 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
 /* Bytes of one prepared activation row for w (0: the kernel reads X itself). */
 static void prep_size(const kiln_ktable *t, const kiln_weight *w, int n, size_t *xpb) {
     *xpb = t->xprep_bytes[w->fmt] ? t->xprep_bytes[w->fmt](w) : 0;
-    if (n > 1 && t->gemm_f32 && t->dequant[w->fmt]) *xpb = 0; /* prefill via f32 tiles reads X itself */
+    if ((n > 1 || !t->gemv[w->fmt]) && t->gemm_f32 && t->dequant[w->fmt]) *xpb = 0; /* f32 tiles read X itself */
     if (bf16_gemm(t, w, n)) *xpb = t->xprep_bf16_bytes(w);   /* ... unless it goes through the bf16 GEMM */
     *xpb = (*xpb + 63) & ~(size_t)63; /* each prepared row 64-byte aligned (the kernels' loads) */
 }

@@ -23,6 +23,9 @@ typedef enum kiln_wformat {
                            w = (q - 8) × scale; group = block (32 or 128) */
     KILN_WF_Q8_0,       /* GGUF blocks of 32 along cols (scales inside the data) */
     KILN_WF_Q4_0,
+    KILN_WF_Q4_K,       /* GGUF K-quant super-blocks of 256 along cols (quant/dtype.h): computed through */
+    KILN_WF_Q5_K,       /* f32 tiles of their reference dequantization (the driver's GEMM for every n; */
+    KILN_WF_Q6_K,       /* no direct SIMD kernel yet) */
     KILN_WF_COUNT
 } kiln_wformat;
 

@@ -146,12 +146,17 @@ kiln_status kiln_weight_from_tensor(const kiln_tensor *t, int64_t rows, int64_t 
     case KILN_DT_BF16: w->fmt = KILN_WF_BF16; w->row_bytes = (size_t)cols * 2; break;
     case KILN_DT_Q8_0: w->fmt = KILN_WF_Q8_0; w->row_bytes = (size_t)cols / 32 * 34; break;
     case KILN_DT_Q4_0: w->fmt = KILN_WF_Q4_0; w->row_bytes = (size_t)cols / 32 * 18; break;
+    case KILN_DT_Q4_K: w->fmt = KILN_WF_Q4_K; w->row_bytes = (size_t)cols / 256 * 144; break;
+    case KILN_DT_Q5_K: w->fmt = KILN_WF_Q5_K; w->row_bytes = (size_t)cols / 256 * 176; break;
+    case KILN_DT_Q6_K: w->fmt = KILN_WF_Q6_K; w->row_bytes = (size_t)cols / 256 * 210; break;
     default:
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported for a weight matrix",
                          t->file ? t->file : "?", t->name, kiln_dtype_get(t->dtype)->name);
     }
-    if ((t->dtype == KILN_DT_Q8_0 || t->dtype == KILN_DT_Q4_0) && cols % 32)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s': %lld columns is not a multiple of 32", t->file, t->name, (long long)cols);
+    const int blk = kiln_dtype_get(t->dtype)->block_elems;
+    if (blk > 1 && cols % blk)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' (%s): %lld columns is not a multiple of its block of %d", t->file, t->name,
+                         kiln_dtype_get(t->dtype)->name, (long long)cols, blk);
     return KILN_OK;
 }
 

@@ -23,6 +23,15 @@ typedef enum kiln_dtype {
     KILN_DT_BOOL,
     KILN_DT_Q8_0, /* GGUF: 32 weights per block = f16 scale + 32 × int8 (34 bytes) */
     KILN_DT_Q4_0, /* GGUF: 32 weights per block = f16 scale + 16 bytes of nibbles, value-8 (18 bytes) */
+    /* GGUF K-quants: super-blocks of 256 weights (ggml-common.h's block_q4_K / _q5_K / _q6_K):
+     *   Q4_K (144 bytes): f16 d, f16 dmin, 12 bytes of 6-bit scales and mins for 8 sub-blocks of 32,
+     *     128 bytes of nibbles; w = d·sc·q − dmin·m;
+     *   Q5_K (176 bytes): as Q4_K plus 32 bytes of high bits (q 0..31) before the nibbles;
+     *   Q6_K (210 bytes): 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 int8 scales (one per 16
+     *     weights), f16 d; w = d·sc·(q − 32). */
+    KILN_DT_Q4_K,
+    KILN_DT_Q5_K,
+    KILN_DT_Q6_K,
     KILN_DT_COUNT
 } kiln_dtype;
 

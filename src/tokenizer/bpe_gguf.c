@@ -86,8 +86,18 @@ static kiln_status load_gguf(kiln_bpe *b, const kiln_gguf *g) {
         }
     }
     uint64_t v;
-    if (!kiln_gguf_get_u64(g, "tokenizer.ggml.bos_token_id", &v) && v < n_tok) b->bos = (int32_t)v;
-    if (!kiln_gguf_get_u64(g, "tokenizer.ggml.eos_token_id", &v) && v < n_tok) b->eos = (int32_t)v;
+    /* special ids: llama.cpp's "no token" sentinel (-1 / 0xFFFFFFFF) reads as none; any other id
+     * outside the vocabulary is refused naming the key */
+    static const char *const id_keys[2] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"};
+    for (int k = 0; k < 2; k++) {
+        int64_t id;
+        if (kiln_gguf_get_token_id(g, id_keys[k], &id) != 0 || id == -1) continue;
+        if (id < 0 || (uint64_t)id >= (uint64_t)n_tok)
+            return kiln_fail(KILN_ERR_FORMAT, "%s: key '%s': token id %lld out of range (vocabulary of %llu)", b->name, id_keys[k],
+                             (long long)id, (unsigned long long)n_tok);
+        if (k == 0) b->bos = (int32_t)id;
+        else b->eos = (int32_t)id;
+    }
     if (!kiln_gguf_get_u64(g, "tokenizer.ggml.add_bos_token", &v)) b->add_bos = v != 0;
     if (!kiln_gguf_get_u64(g, "tokenizer.ggml.add_eos_token", &v)) b->add_eos = v != 0;
     if (!kiln_gguf_get_str(g, "tokenizer.chat_template", &s, &len)) {

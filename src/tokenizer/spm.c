@@ -288,15 +288,21 @@ done:
 }
 
 /* ---- GGUF ------------------------------------------------------------------------------------- */
+/* A special-token id key: absent → def (when inside the vocabulary); llama.cpp's "no token"
+ * sentinel (-1 / 0xFFFFFFFF) → none (-1); any other id outside [0, n) is refused naming the key. */
 static kiln_status gguf_id(const kiln_gguf *g, const char *key, int def, int n, int *out) {
-    uint64_t v;
-    if (kiln_gguf_get_u64(g, key, &v) != 0) {
+    int64_t v;
+    if (kiln_gguf_get_token_id(g, key, &v) != 0) {
         *out = def < n ? def : -1;
         return KILN_OK;
     }
-    if (v >= (uint64_t)n)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: key '%s': token id %llu out of range (vocabulary of %d)",
-                         kiln_gguf_path(g), key, (unsigned long long)v, n);
+    if (v == -1) {
+        *out = -1;
+        return KILN_OK;
+    }
+    if (v < 0 || v >= (int64_t)n)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: key '%s': token id %lld out of range (vocabulary of %d)",
+                         kiln_gguf_path(g), key, (long long)v, n);
     *out = (int)v;
     return KILN_OK;
 }

@@ -45,6 +45,14 @@ g.save(sys.argv[2], kv, tensors)
 PY
 }
 
+# --- GGUF special-token ids: llama.cpp's "no token" sentinel is none; other bad ids are refused ---
+gg null_ids.gguf 'g.set_kv(kv, "tokenizer.ggml.padding_token_id", g.U32, 0xFFFFFFFF); g.set_kv(kv, "tokenizer.ggml.unknown_token_id", g.I32, -1)'
+expect_ok "GGUF padding / unknown id = llama.cpp's no-token sentinel" "decode" "$KILN" run "$T/null_ids.gguf" --tokens 1 -n 2
+gg bad_eos.gguf 'g.set_kv(kv, "tokenizer.ggml.eos_token_id", g.U32, 70000)'
+expect_error "GGUF eos id past the vocabulary" "'tokenizer.ggml.eos_token_id': token id 70000 out of range" "$KILN" run "$T/bad_eos.gguf" --tokens 1 -n 2
+gg neg_bos.gguf 'g.set_kv(kv, "tokenizer.ggml.bos_token_id", g.I32, -5)'
+expect_error "GGUF negative bos id" "'tokenizer.ggml.bos_token_id': token id -5 out of range" "$KILN" run "$T/neg_bos.gguf" --tokens 1 -n 2
+
 # --- GGUF hyper-parameters: held to config.json's ranges ---------------------------------------
 gg rope.gguf 'g.set_kv(kv, "llama.rope.dimension_count", g.U32, 16)'          # head size is 8
 expect_error "GGUF rope dimension above the head size" "llama.rope.dimension_count = 16" "$KILN" run "$T/rope.gguf" --tokens 1 -n 2
