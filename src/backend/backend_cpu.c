@@ -13,7 +13,8 @@ static int cpu_supports(const kiln_backend *be, kiln_op op, kiln_wformat fmt) {
     case KILN_OP_MATMUL:
     case KILN_OP_MATMUL_HEADS:
     case KILN_OP_MOE_EXPERTS:
-        return (unsigned)fmt < KILN_WF_COUNT && be->cx.kt && be->cx.kt->gemv[fmt] != NULL;
+        /* a GEMV kernel, or (the K-quants) dequantization into the driver's f32 GEMM tiles */
+        return (unsigned)fmt < KILN_WF_COUNT && be->cx.kt && (be->cx.kt->gemv[fmt] != NULL || be->cx.kt->dequant[fmt] != NULL);
     case KILN_OP_COUNT: return 0;
     default: return 1;
     }
