@@ -488,39 +488,16 @@ AI void q16h_group(int f, const kiln_weight *w, int64_t q, const uint8_t *xp, si
         }
     }
 }
-/* Rows [r0, r1) of a tiled weight for n tokens (Y[t·ldy + r - yoff]), as the AVX-512 q16_rows: whole
- * groups straight into Y in token blocks whose prepared rows fit L2, a cut group through a scratch,
- * the rows past the last group (checkpoint layout) with the row-major kernel per token. */
-#define Q16_X_BYTES (256u << 10)
-AI void q16h_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0, int64_t r1) {
-    const int64_t gend = w->rows & ~(int64_t)15;
-    int tb = (int)(Q16_X_BYTES / (xpb ? xpb : 1));
-    tb = tb < 4 ? 4 : tb - tb % 4;
-    int64_t r = r0;
-    while (r < r1 && r < gend) {
-        const int64_t q = r / 16, e = (q + 1) * 16 < r1 ? (q + 1) * 16 : r1;
-        if (r == 16 * q && e == 16 * (q + 1)) {
-            int64_t qe = q + 1;
-            while (16 * (qe + 1) <= r1 && 16 * (qe + 1) <= gend) qe++;
-            for (int t0 = 0; t0 < n; t0 += tb) {
-                const int nt = n - t0 < tb ? n - t0 : tb;
-                for (int64_t k = q; k < qe; k++)
-                    q16h_group(f, w, k, xp + (size_t)t0 * xpb, xpb, nt, Y + (size_t)t0 * (size_t)ldy + 16 * k - yoff, ldy);
-            }
-            r = 16 * qe;
-            continue;
-        }
-        float tmp[16 * 4];
-        for (int t0 = 0; t0 < n; t0 += 4) {
-            const int nt = n - t0 < 4 ? n - t0 : 4;
-            q16h_group(f, w, q, xp + (size_t)t0 * xpb, xpb, nt, tmp, 16);
-            for (int t = 0; t < nt; t++)
-                for (int64_t k = r; k < e; k++) Y[(size_t)(t0 + t) * (size_t)ldy + (size_t)(k - yoff)] = tmp[16 * t + (k - 16 * q)];
-        }
-        r = e;
-    }
-    for (int t = 0; r < r1 && t < n; t++) gemv_q(f, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + (r - yoff), r, r1);
+/* The row walk (kernels/q16_rows.h); rows past the last group through the row-major GEMV per token. */
+AI void q16h_rest(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0, int64_t r1) {
+    for (int t = 0; t < n; t++) gemv_q(f, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + (r0 - yoff), r0, r1);
 }
+#define Q16_ROWS q16h_rows
+#define Q16_GROUP q16h_group
+#define Q16_NT 4
+#define Q16_X_BYTES (256u << 10)
+#define Q16_REST q16h_rest
+#include "kernels/q16_rows.h"
 
 static void gemv_q8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;

@@ -1151,59 +1151,29 @@ AI void q16_group(int f, const kiln_weight *w, int64_t q, const uint8_t *xp, siz
     default: break;
     }
 }
-/* Rows [r0, r1) of a tiled weight for n tokens (Y[t·ldy + r - yoff]): whole 16-row groups straight
- * into Y, a group cut by r0 or r1 through a 16 × n scratch (the same arithmetic, so every row gives
- * the same result whichever range it is computed in); rows past the last group (rows % 16, kept in
- * checkpoint layout) with the row-major kernel `rest`. */
-AI void q16_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0,
-                 int64_t r1, void (*rest)(int, const kiln_weight *, const uint8_t *, size_t, int, float *, int64_t, int64_t, int64_t, int64_t)) {
-    const int64_t gend = w->rows & ~(int64_t)15;
-    int64_t r = r0;
-    while (r < r1 && r < gend) {
-        const int64_t q = r / 16, e = (q + 1) * 16 < r1 ? (q + 1) * 16 : r1;
-        if (r == 16 * q && e == 16 * (q + 1)) {
-            int64_t qe = q + 1; /* a run of whole groups, in blocks of tokens whose prepared rows fit L2 */
-            while (16 * (qe + 1) <= r1 && 16 * (qe + 1) <= gend) qe++;
-            const int tb = gemm_token_block(xpb, 8);
-            for (int t0 = 0; t0 < n; t0 += tb) {
-                const int nt = n - t0 < tb ? n - t0 : tb;
-                for (int64_t k = q; k < qe; k++)
-                    q16_group(f, w, k, xp + (size_t)t0 * xpb, xpb, nt, Y + (size_t)t0 * (size_t)ldy + 16 * k - yoff, ldy);
-            }
-            r = 16 * qe;
-            continue;
-        }
-        float tmp[16 * 8];
-        for (int t0 = 0; t0 < n; t0 += 8) {
-            const int nt = n - t0 < 8 ? n - t0 : 8;
-            q16_group(f, w, q, xp + (size_t)t0 * xpb, xpb, nt, tmp, 16);
-            for (int t = 0; t < nt; t++)
-                for (int64_t k = r; k < e; k++) Y[(size_t)(t0 + t) * (size_t)ldy + (size_t)(k - yoff)] = tmp[16 * t + (k - 16 * q)];
-        }
-        r = e;
-    }
-    if (r < r1) rest(f, w, xp, xpb, n, Y, ldy, yoff, r, r1);
-}
-
 AI void gemv_q(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0, int64_t r1) {
     int64_t r = r0;
     const int64_t g = pf_groups(w->row_bytes);
     for (; r + 4 <= r1; r += 4) q_rows4(f, w, xp, y + (r - r0), r, PFG(r));
     for (; r < r1; r++) q_row1(f, w, xp, y + (r - r0), r);
 }
-/* The row-major kernel for the rows a 16-row interleave leaves in checkpoint layout (q16_rows). */
-static void q_rest_gemv(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0,
-                        int64_t r1) {
-    for (int t = 0; t < n; t++) gemv_q(f, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + (r0 - yoff), r0, r1);
-}
+/* The row walk over the 16-row interleave (kernels/q16_rows.h); the rows it leaves in checkpoint
+ * layout go through the row-major kernels, per token (GEMV) or as a GEMM. */
+AI void q_rest(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0, int64_t r1);
+#define Q16_ROWS q16_rows
+#define Q16_GROUP q16_group
+#define Q16_NT 8
+#define Q16_X_BYTES GEMM_X_BYTES
+#define Q16_REST q_rest
+#include "kernels/q16_rows.h"
 static void gemv_q8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
-    if (w->tiled) q16_rows(KILN_WF_Q8_0, w, xp, 0, 1, y, 0, r0, r0, r1, q_rest_gemv);
+    if (w->tiled) q16_rows(KILN_WF_Q8_0, w, xp, 0, 1, y, 0, r0, r0, r1);
     else gemv_q(KILN_WF_Q8_0, w, xp, y, r0, r1);
 }
 static void gemv_q4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
-    if (w->tiled) q16_rows(KILN_WF_Q4_0, w, xp, 0, 1, y, 0, r0, r0, r1, q_rest_gemv);
+    if (w->tiled) q16_rows(KILN_WF_Q4_0, w, xp, 0, 1, y, 0, r0, r0, r1);
     else gemv_q(KILN_WF_Q4_0, w, xp, y, r0, r1);
 }
 
@@ -1377,16 +1347,16 @@ AI void gemm_q(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n
             for (int t = t0; t < t1; t++) q_row1(f, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + (size_t)r, r);
     }
 }
-static void q_rest_gemm(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0,
-                        int64_t r1) {
-    gemm_q(f, w, xp, xpb, n, Y - yoff, ldy, r0, r1);
+AI void q_rest(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0, int64_t r1) {
+    if (xpb == 0) gemv_q(f, w, xp, Y + (r0 - yoff), r0, r1); /* GEMV: one token, y[r - yoff] */
+    else gemm_q(f, w, xp, xpb, n, Y - yoff, ldy, r0, r1);
 }
 static void gemm_q8(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
-    if (w->tiled) q16_rows(KILN_WF_Q8_0, w, xp, xpb, n, Y, ldy, 0, r0, r1, q_rest_gemm);
+    if (w->tiled) q16_rows(KILN_WF_Q8_0, w, xp, xpb, n, Y, ldy, 0, r0, r1);
     else gemm_q(KILN_WF_Q8_0, w, xp, xpb, n, Y, ldy, r0, r1);
 }
 static void gemm_q4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
-    if (w->tiled) q16_rows(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, 0, r0, r1, q_rest_gemm);
+    if (w->tiled) q16_rows(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, 0, r0, r1);
     else gemm_q(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, r0, r1);
 }
 

@@ -2,7 +2,7 @@
  * float32 accumulation in index order. */
 #include "kernels/gemv.h"
 #include "base/fp.h"
-#include "quant/dtype.h"
+#include "kernels/kquant.h"
 #include <string.h>
 
 static float scale_at(const kiln_weight *w, int64_t r, int64_t c) {
@@ -60,9 +60,9 @@ void kiln_weight_row_f32(const kiln_weight *w, int64_t r, float *out) {
             }
         }
         break;
-    case KILN_WF_Q4_K: kiln_dtype_get(KILN_DT_Q4_K)->to_f32(row, out, (size_t)n); break;
-    case KILN_WF_Q5_K: kiln_dtype_get(KILN_DT_Q5_K)->to_f32(row, out, (size_t)n); break;
-    case KILN_WF_Q6_K: kiln_dtype_get(KILN_DT_Q6_K)->to_f32(row, out, (size_t)n); break;
+    case KILN_WF_Q4_K: kiln_q4_k_to_f32(row, out, (size_t)n); break;
+    case KILN_WF_Q5_K: kiln_q5_k_to_f32(row, out, (size_t)n); break;
+    case KILN_WF_Q6_K: kiln_q6_k_to_f32(row, out, (size_t)n); break;
     default: memset(out, 0, (size_t)n * 4); break;
     }
 }
