@@ -1532,16 +1532,113 @@ static float max_f32(const float *x, int64_t n) {
 }
 
 /* One table per FP8 form (see gemv_fp8_impl); everything else is shared. */
+/* ---- GGUF K-quants: batch-1 GEMV in f32 (prefill: the driver's dequantized f32 tiles) ------------
+ * Per 32 (Q4_K) or 16 (Q6_K) weights sharing one sub-block scale: the quants widened to f32 and
+ * multiplied into a partial dot with x, then scaled once (d · sc); Q4_K's mins come off as
+ * dmin · m · Σx over the sub-block, whose sums the prepared activation holds (xprep_kq: f32
+ * [cols / 32]). Not the memory roofline of an int8-dot kernel (issue 21), but no f32 copy of the
+ * weights is written: each block goes from memory to registers once. */
+static size_t xprep_bytes_kq(const kiln_weight *w) { return (size_t)(w->cols / 32) * 4; }
+static void xprep_kq(const kiln_weight *w, const float *x, void *xp) {
+    float *s = xp;
+    for (int64_t b = 0; b < w->cols / 32; b++) s[b] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(x + 32 * b), _mm512_loadu_ps(x + 32 * b + 16)));
+}
+AI __m512 u8x16_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
+static void kq_scale_min(int j, const uint8_t *s, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+static void gemv_q4k(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    const float *xs = xp;
+    const int64_t nsb = w->cols / 256;
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+        __m512 acc = _mm512_setzero_ps();
+        float mins = 0.0f;
+        for (int64_t sb = 0; sb < nsb; sb++, p += 144) {
+            PFH(p + PF_BYTES);
+            PFH(p + PF_BYTES + 64);
+            PFH(p + PF_BYTES + 128);
+            uint16_t h;
+            memcpy(&h, p, 2);
+            const float d = _cvtsh_ss(h);
+            memcpy(&h, p + 2, 2);
+            const float dmin = _cvtsh_ss(h);
+            const float *xb = x + 256 * sb;
+            for (int g = 0; g < 4; g++) {
+                const __m128i q0 = _mm_loadu_si128((const __m128i *)(p + 16 + 32 * g)), q1 = _mm_loadu_si128((const __m128i *)(p + 32 + 32 * g));
+                const float *xl = xb + 64 * g, *xh = xl + 32;
+                __m512 lo = _mm512_mul_ps(u8x16_ps(_mm_and_si128(q0, m4)), _mm512_loadu_ps(xl));
+                lo = _mm512_fmadd_ps(u8x16_ps(_mm_and_si128(q1, m4)), _mm512_loadu_ps(xl + 16), lo);
+                __m512 hi = _mm512_mul_ps(u8x16_ps(_mm_and_si128(_mm_srli_epi16(q0, 4), m4)), _mm512_loadu_ps(xh));
+                hi = _mm512_fmadd_ps(u8x16_ps(_mm_and_si128(_mm_srli_epi16(q1, 4), m4)), _mm512_loadu_ps(xh + 16), hi);
+                int sc, m;
+                kq_scale_min(2 * g, p + 4, &sc, &m);
+                acc = _mm512_fmadd_ps(lo, _mm512_set1_ps(d * (float)sc), acc);
+                mins += dmin * (float)m * xs[8 * sb + 2 * g];
+                kq_scale_min(2 * g + 1, p + 4, &sc, &m);
+                acc = _mm512_fmadd_ps(hi, _mm512_set1_ps(d * (float)sc), acc);
+                mins += dmin * (float)m * xs[8 * sb + 2 * g + 1];
+            }
+        }
+        y[r - r0] = _mm512_reduce_add_ps(acc) - mins;
+    }
+}
+static void gemv_q6k(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)xp;
+    const int64_t nsb = w->cols / 256;
+    const __m512i m4 = _mm512_set1_epi32(0x0F), m3 = _mm512_set1_epi32(3), b32 = _mm512_set1_epi32(32);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; sb++, p += 210) {
+            PFH(p + PF_BYTES);
+            PFH(p + PF_BYTES + 64);
+            PFH(p + PF_BYTES + 128);
+            PFH(p + PF_BYTES + 192);
+            uint16_t h;
+            memcpy(&h, p + 208, 2);
+            const float d = _cvtsh_ss(h);
+            const int8_t *sc = (const int8_t *)(p + 192);
+            for (int half = 0; half < 2; half++)
+                for (int l0 = 0; l0 < 32; l0 += 16) { /* weights 128·half + 32k + l0 .. +16, k = 0..3 */
+                    const uint8_t *ql = p + 64 * half + l0, *qh = p + 128 + 32 * half + l0;
+                    const __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)ql));
+                    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + 32)));
+                    const __m512i hb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qh));
+                    const __m512i q[4] = {
+                        _mm512_sub_epi32(_mm512_or_si512(_mm512_and_si512(a, m4), _mm512_slli_epi32(_mm512_and_si512(hb, m3), 4)), b32),
+                        _mm512_sub_epi32(_mm512_or_si512(_mm512_and_si512(b, m4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), m3), 4)), b32),
+                        _mm512_sub_epi32(_mm512_or_si512(_mm512_srli_epi32(a, 4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), m3), 4)), b32),
+                        _mm512_sub_epi32(_mm512_or_si512(_mm512_srli_epi32(b, 4), _mm512_slli_epi32(_mm512_srli_epi32(hb, 6), 4)), b32)};
+                    const float *xb = x + 256 * sb + 128 * half + l0;
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) {
+                        const __m512 dot = _mm512_mul_ps(_mm512_cvtepi32_ps(q[k]), _mm512_loadu_ps(xb + 32 * k));
+                        acc = _mm512_fmadd_ps(dot, _mm512_set1_ps(d * (float)sc[8 * half + l0 / 16 + 2 * k]), acc);
+                    }
+                }
+        }
+        y[r - r0] = _mm512_reduce_add_ps(acc);
+    }
+}
+
 #define AVX512_TABLE(FP8_XPREP_BYTES, FP8_XPREP, FP8_GEMV)                                                       \
     {                                                                                                            \
         .dot = dot_f32, .axpy = axpy_f32, .scale = scale_f32,                                                    \
         .xprep_bytes = {[KILN_WF_FP8_BLOCK] = FP8_XPREP_BYTES, [KILN_WF_INT4_GROUP] = xprep_bytes_int4,          \
-                        [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q},                         \
+                        [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q, [KILN_WF_Q4_K] = xprep_bytes_kq}, \
         .xprep = {[KILN_WF_FP8_BLOCK] = FP8_XPREP, [KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, \
-                  [KILN_WF_Q4_0] = xprep_q4},                                                                    \
+                  [KILN_WF_Q4_0] = xprep_q4, [KILN_WF_Q4_K] = xprep_kq},                                         \
         .gemv = {[KILN_WF_F32] = gemv_f32, [KILN_WF_F16] = gemv_f16, [KILN_WF_BF16] = gemv_bf16,                 \
                  [KILN_WF_FP8_BLOCK] = FP8_GEMV, [KILN_WF_INT4_GROUP] = gemv_int4, [KILN_WF_Q8_0] = gemv_q8,     \
-                 [KILN_WF_Q4_0] = gemv_q4},                                                                      \
+                 [KILN_WF_Q4_0] = gemv_q4, [KILN_WF_Q4_K] = gemv_q4k, [KILN_WF_Q6_K] = gemv_q6k},                \
         .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8, \
                     [KILN_WF_Q4_K] = kiln_dequant_rows_ref, [KILN_WF_Q5_K] = kiln_dequant_rows_ref,               \
                     [KILN_WF_Q6_K] = kiln_dequant_rows_ref},                                                       \
