@@ -46,8 +46,19 @@ export function client(srv, apiKey = 'none', opts = {}) {
 }
 
 // /metrics as { 'name{labels}': number }.
+// A network error (not an HTTP status) is retried twice: fetch reuses its keep-alive connections,
+// and one the server closed for idleness at the moment it is reused fails without the request ever
+// reaching the server (seen once in the abuse tests, after seconds of trickling clients).
 export async function metrics(srv) {
-  const txt = await (await fetch(`${srv.url}/metrics`)).text();
+  let txt;
+  for (let k = 0; ; k++) {
+    try {
+      txt = await (await fetch(`${srv.url}/metrics`)).text();
+      break;
+    } catch (e) {
+      if (k >= 2 || !(e instanceof TypeError)) throw e;
+    }
+  }
   const out = {};
   for (const line of txt.split('\n')) {
     if (!line || line.startsWith('#')) continue;
