@@ -236,6 +236,8 @@ typedef struct kiln_sampling {
     int n_logit_bias;          /* entries of logit_bias_ids / logit_bias (copied at create) */
     const int32_t *logit_bias_ids; /* token ids in [0, vocab) */
     const float *logit_bias;   /* added to those tokens' logits */
+    float min_p;               /* 0 = off: keep only tokens whose probability is at least min_p × the
+                                  most likely token's (vLLM / llama.cpp min_p), after top-k / top-p */
 } kiln_sampling;
 void kiln_sampling_default(kiln_sampling *p); /* zeroes the whole struct first */
 /* kiln_sampling_default, then the model's generation_config.json defaults (temperature, top_p,

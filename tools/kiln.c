@@ -28,6 +28,7 @@ int cmd_run(int argc, char **argv) {
         else if (strcmp(k, "--temp") == 0) { if (cli_float(&a, k, cli_value(&a), 0, 100, &dv)) sp.temperature = (float)dv; }
         else if (strcmp(k, "--top-k") == 0) { if (cli_long(&a, k, cli_value(&a), 0, 1 << 24, &lv)) sp.top_k = (int)lv; }
         else if (strcmp(k, "--top-p") == 0) { if (cli_float(&a, k, cli_value(&a), 1e-9, 1, &dv)) sp.top_p = (float)dv; }
+        else if (strcmp(k, "--min-p") == 0) { if (cli_float(&a, k, cli_value(&a), 0, 1, &dv)) sp.min_p = (float)dv; }
         else if (strcmp(k, "--seed") == 0) { if (cli_long(&a, k, cli_value(&a), 0, 0x7fffffffL, &lv)) sp.seed = (uint64_t)lv; }
         /* penalties with the server's (OpenAI / vLLM) semantics and ranges: docs/SERVER.md */
         else if (strcmp(k, "--presence-penalty") == 0) { if (cli_float(&a, k, cli_value(&a), -2, 2, &dv)) sp.presence_penalty = (float)dv; }
@@ -42,7 +43,7 @@ int cmd_run(int argc, char **argv) {
         else { fprintf(stderr, "kiln run: error: unexpected argument '%s'\n", k); return 2; }
     }
     if (a.bad) return 2;
-    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X] [--threads N] [--no-repack] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC]");
+    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X] [--threads N] [--no-repack] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC]");
     if (prompt && tokens_arg) return cli_fail_msg("run", "give either -p or --tokens, not both");
 
     kiln_model *m;
@@ -230,7 +231,7 @@ static int usage(void) {
     fprintf(stderr,
             "kiln — LLM inference engine\n"
             "usage: kiln <command> [options]\n"
-            "  run MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--no-repack]\n"
+            "  run MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads N] [--no-repack]\n"
             "            [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X]\n"
             "            [--tokens ID,...] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE]\n"
             "  inspect MODEL [--json] [--kv [--kv-dtype ...] [--kv-mem ...]]\n"

@@ -43,6 +43,7 @@ kiln_status kiln_sampler_create(const kiln_sampling *p, int vocab, kiln_sampler 
     if (!(p->temperature >= 0.0f) || p->temperature > 100.0f) return kiln_fail(KILN_ERR_INVALID_ARG, "temperature %g is out of range [0, 100]", p->temperature);
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) return kiln_fail(KILN_ERR_INVALID_ARG, "top_p %g is out of range (0, 1]", p->top_p);
     if (p->top_k < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "top_k %d is negative", p->top_k);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) return kiln_fail(KILN_ERR_INVALID_ARG, "min_p %g is out of range [0, 1]", p->min_p);
     if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
         return kiln_fail(KILN_ERR_INVALID_ARG, "presence_penalty %g / frequency_penalty %g must be finite", p->presence_penalty, p->frequency_penalty);
     if (!(p->repetition_penalty >= 0.0f) || !isfinite(p->repetition_penalty))
@@ -157,12 +158,17 @@ static int32_t sample_core(kiln_sampler *s, const float *logits) {
     for (int i = 0; i < V; i++) { s->probs[i] = expf((logits[i] - mx) / s->p.temperature); sum += s->probs[i]; }
     for (int i = 0; i < V; i++) { s->probs[i] = (float)(s->probs[i] / sum); s->idx[i] = i; }
     int n = V;
-    if (s->p.top_k > 0 || s->p.top_p < 1.0f) {
+    if (s->p.top_k > 0 || s->p.top_p < 1.0f || s->p.min_p > 0.0f) {
         qsort_r(s->idx, (size_t)V, sizeof *s->idx, cmp_desc, s->probs);
         if (s->p.top_k > 0 && s->p.top_k < n) n = s->p.top_k;
         if (s->p.top_p < 1.0f) {
             double c = 0;
             for (int i = 0; i < n; i++) { c += s->probs[s->idx[i]]; if (c >= s->p.top_p) { n = i + 1; break; } }
+        }
+        if (s->p.min_p > 0.0f) { /* relative to the most likely token: unchanged by the cuts above */
+            const float thr = s->p.min_p * s->probs[s->idx[0]];
+            for (int i = 1; i < n; i++)
+                if (s->probs[s->idx[i]] < thr) { n = i; break; }
         }
     }
     double total = 0;

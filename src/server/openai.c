@@ -302,6 +302,8 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
         if (dv == 0) p->sp.temperature = 0; /* nothing but the most likely token */
         else p->sp.top_p = (float)dv;
     }
+    if (!opt_num(o, "min_p", 0, 1, &dv, &present, err)) goto out; /* vLLM's / llama.cpp's extension; 0: off */
+    if (present) p->sp.min_p = (float)dv;
     if (!opt_int(o, "seed", INT64_MIN, INT64_MAX, &iv, &present, err)) goto out;
     if (present) p->sp.seed = (uint64_t)iv;
     else p->sp.seed = (uint64_t)atomic_fetch_add(&s->id_counter, 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);

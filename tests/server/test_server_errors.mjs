@@ -47,6 +47,8 @@ const rows = [
   ['temperature wrong type', C, J({ ...good, temperature: 'hot' }), 400, 'temperature'],
   ['temperature out of range', C, J({ ...good, temperature: 5 }), 400, 'temperature', 'invalid_value'],
   ['top_p out of range', C, J({ ...good, top_p: 1.5 }), 400, 'top_p', 'invalid_value'],
+  ['min_p out of range', C, J({ ...good, min_p: 1.5 }), 400, 'min_p', 'invalid_value'],
+  ['min_p wrong type', C, J({ ...good, min_p: 'some' }), 400, 'min_p'],
   ['seed wrong type', C, J({ ...good, seed: 'abc' }), 400, 'seed'],
   ['stream wrong type', C, J({ ...good, stream: 'yes' }), 400, 'stream'],
   ['stream_options without stream', C, J({ ...good, stream_options: { include_usage: true } }), 400, 'stream_options'],

@@ -117,6 +117,17 @@ test('penalties at 0 and repetition_penalty 1 leave seeded sampling unchanged', 
   assert.equal(a.choices[0].text, b.choices[0].text);
 });
 
+test('min_p 1 keeps only the most likely token: seeded sampling at temperature 1 is the greedy text; min_p 0 is off', async () => {
+  const g = await ai.completions.create({ model: MODEL_ID, prompt: PROMPT, max_tokens: 30, temperature: 0 });
+  for (const seed of [3, 4]) {
+    const m = await ai.completions.create({ model: MODEL_ID, prompt: PROMPT, max_tokens: 30, temperature: 1, seed, min_p: 1 });
+    assert.equal(m.choices[0].text, g.choices[0].text, `seed ${seed}`);
+  }
+  const a = await ai.completions.create({ model: MODEL_ID, prompt: PROMPT, max_tokens: 30, temperature: 0.9, seed: 77 });
+  const b = await ai.completions.create({ model: MODEL_ID, prompt: PROMPT, max_tokens: 30, temperature: 0.9, seed: 77, min_p: 0 });
+  assert.equal(a.choices[0].text, b.choices[0].text);
+});
+
 test('logit_bias +100 forces a token at temperature 0 (completions and chat)', async () => {
   const id = idOf(' do');
   const g = await greedy(PROMPT, { logit_bias: { [id]: 100 } });

@@ -189,6 +189,34 @@ static void test_bias_greedy(void **st) {
     kiln_sampler_free(s);
 }
 
+/* min_p: with probabilities softmax(0, -1, -2, -3, ...) the second token's is e^-1 ≈ 0.368 of the
+ * first's and the third's e^-2 ≈ 0.135: min_p 0.3 keeps tokens 0 and 1 only, min_p 0.5 token 0
+ * only; over 400 seeds, min_p 0.3 samples both of them and nothing else, min_p 0 also others. */
+static void test_min_p(void **st) {
+    (void)st;
+    float lg[V];
+    for (int i = 0; i < V; i++) lg[i] = -(float)i;
+    int seen[3][V];
+    const float mp[3] = {0.0f, 0.3f, 0.5f};
+    memset(seen, 0, sizeof seen);
+    for (int k = 0; k < 3; k++)
+        for (uint64_t seed = 1; seed <= 400; seed++) {
+            kiln_sampling p;
+            kiln_sampling_default(&p);
+            p.min_p = mp[k];
+            p.seed = seed;
+            kiln_sampler *s = mk(&p);
+            seen[k][kiln_sample(s, lg)]++;
+            kiln_sampler_free(s);
+        }
+    int others0 = 0;
+    for (int i = 2; i < V; i++) others0 += seen[0][i];
+    assert_true(others0 > 0);
+    assert_true(seen[1][0] > 0 && seen[1][1] > 0);
+    for (int i = 2; i < V; i++) assert_int_equal(seen[1][i], 0);
+    assert_int_equal(seen[2][0], 400);
+}
+
 static void test_bad_args(void **st) {
     (void)st;
     kiln_sampler *s = NULL;
@@ -206,6 +234,9 @@ static void test_bad_args(void **st) {
     p.logit_bias_ids = ids;
     p.logit_bias = b;
     assert_int_equal(kiln_sampler_create(&p, V, &s), KILN_ERR_INVALID_ARG);
+    kiln_sampling_default(&p);
+    p.min_p = 1.5f;
+    assert_int_equal(kiln_sampler_create(&p, V, &s), KILN_ERR_INVALID_ARG);
     assert_null(s);
 }
 
@@ -213,7 +244,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_frequency_presence), cmocka_unit_test(test_repetition), cmocka_unit_test(test_combined_order),
         cmocka_unit_test(test_greedy_no_repeat), cmocka_unit_test(test_seeded_equivalence), cmocka_unit_test(test_bias_greedy),
-        cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_bad_args), cmocka_unit_test(test_min_p),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
