@@ -20,6 +20,7 @@
  *                 start −128·Σx_q), Q4_0 nibbles unsigned (lane start −8·Σx_q).
  * Four weight rows are processed together so activation loads are shared. */
 #include "kernels/gemv_isa.h"
+#include "kernels/kquant.h"
 #include "base/fp.h"
 #include <immintrin.h>
 #include <math.h>
@@ -1544,15 +1545,6 @@ static void xprep_kq(const kiln_weight *w, const float *x, void *xp) {
     for (int64_t b = 0; b < w->cols / 32; b++) s[b] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(x + 32 * b), _mm512_loadu_ps(x + 32 * b + 16)));
 }
 AI __m512 u8x16_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
-static void kq_scale_min(int j, const uint8_t *s, int *sc, int *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
 static void gemv_q4k(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     const float *xs = xp;
     const int64_t nsb = w->cols / 256;
@@ -1578,11 +1570,11 @@ static void gemv_q4k(const kiln_weight *w, const float *x, const void *xp, float
                 lo = _mm512_fmadd_ps(u8x16_ps(_mm_and_si128(q1, m4)), _mm512_loadu_ps(xl + 16), lo);
                 __m512 hi = _mm512_mul_ps(u8x16_ps(_mm_and_si128(_mm_srli_epi16(q0, 4), m4)), _mm512_loadu_ps(xh));
                 hi = _mm512_fmadd_ps(u8x16_ps(_mm_and_si128(_mm_srli_epi16(q1, 4), m4)), _mm512_loadu_ps(xh + 16), hi);
-                int sc, m;
-                kq_scale_min(2 * g, p + 4, &sc, &m);
+                uint8_t sc, m;
+                kiln_kq_scale_min(2 * g, p + 4, &sc, &m);
                 acc = _mm512_fmadd_ps(lo, _mm512_set1_ps(d * (float)sc), acc);
                 mins += dmin * (float)m * xs[8 * sb + 2 * g];
-                kq_scale_min(2 * g + 1, p + 4, &sc, &m);
+                kiln_kq_scale_min(2 * g + 1, p + 4, &sc, &m);
                 acc = _mm512_fmadd_ps(hi, _mm512_set1_ps(d * (float)sc), acc);
                 mins += dmin * (float)m * xs[8 * sb + 2 * g + 1];
             }

@@ -9,7 +9,7 @@
  * (Q4_K / Q5_K) are packed into 12 bytes: j < 4: scale = s[j] & 63, min = s[j+4] & 63; else the low
  * 4 bits from s[j+4] (scale: low nibble, min: high nibble) and the top 2 from s[j-4] >> 6 (scale) and
  * s[j] >> 6 (min). */
-static void k_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {
+void kiln_kq_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {
     if (j < 4) {
         *sc = s[j] & 63;
         *m = s[j + 4] & 63;
@@ -27,9 +27,9 @@ static void qk45_to_f32(const uint8_t *p, float *y, int five) {
     const uint8_t *sc6 = p + 4, *qh = p + 16, *ql = p + (five ? 48 : 16);
     for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
         uint8_t sc, m;
-        k_scale_min(is, sc6, &sc, &m);
+        kiln_kq_scale_min(is, sc6, &sc, &m);
         const float d1 = d * sc, m1 = dmin * m;
-        k_scale_min(is + 1, sc6, &sc, &m);
+        kiln_kq_scale_min(is + 1, sc6, &sc, &m);
         const float d2 = d * sc, m2 = dmin * m;
         const int u1 = 1 << (j / 32), u2 = 2 << (j / 32);
         for (int l = 0; l < 32; l++) {

@@ -5,6 +5,11 @@
 #ifndef KILN_KERNELS_KQUANT_H
 #define KILN_KERNELS_KQUANT_H
 #include <stddef.h>
+#include <stdint.h>
+
+/* Q4_K / Q5_K: sub-block j's (0..7) 6-bit scale and min from the 12 packed bytes s (ggml's
+ * get_scale_min_k4). */
+void kiln_kq_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m);
 
 void kiln_q4_k_to_f32(const void *src, float *dst, size_t n);
 void kiln_q5_k_to_f32(const void *src, float *dst, size_t n);
