@@ -46,7 +46,7 @@ typedef enum { KILN_ISA_AUTO = 0, KILN_ISA_SCALAR, KILN_ISA_AVX2, KILN_ISA_AVX51
 /* Most end-of-generation token ids a model carries (kiln_model_info.eos_ids). */
 #define KILN_MAX_EOS 8
 /* Compute backend of a session or engine (src/backend/backend.h). */
-typedef enum { KILN_BACKEND_CPU = 0, KILN_BACKEND_REF = 1 } kiln_backend_kind;
+typedef enum { KILN_BACKEND_CPU = 0, KILN_BACKEND_REF = 1, KILN_BACKEND_VULKAN = 2 } kiln_backend_kind;
 /* FP8 KV scales (see the KV block below and docs/KV.md). */
 typedef enum { KILN_KV_SCALE_STATIC = 0, KILN_KV_SCALE_DYNAMIC } kiln_kv_scale_mode;
 /* KV integrity mode (see the KV integrity block below and docs/INTEGRITY.md). DEFAULT = HEAL. */
@@ -84,12 +84,19 @@ typedef struct kiln_options {
     /* FP8 K smoothing. Appended field; zero = default (post-RoPE mean when calibrated). */
     kiln_kv_smooth kv_smooth;
     /* Compute. Appended fields; zero = default. */
-    kiln_backend_kind backend; /* CPU (default): the SIMD kernels; REF: the scalar reference, one thread */
+    kiln_backend_kind backend; /* CPU (default): the SIMD kernels; REF: the scalar reference, one thread;
+                               VULKAN: SPIR-V compute on a Vulkan device (docs/VULKAN.md) */
     int fp8_gemv;           /* activation form of the FP8 GEMV and of the BF16 / FP8 GEMM of steps of
                                several tokens: 0 = auto (bf16 activations and vdpbf16ps on CPUs with
                                AVX512_BF16 unless KILN_FP8_EXACT=1), 1 = exact f32 activations (f32
                                tiles for prefill), 2 = bf16 (default 0) */
+    int device_index;       /* VULKAN: which device (`--device vulkan:N`, the order kiln_list_devices
+                               prints) (default 0) */
 } kiln_options;
+
+/* Writes one line per compute device kiln can use besides the CPU (Vulkan devices: "vulkan:N  NAME
+ * (TYPE, ...)") to f. KILN_ERR_UNSUPPORTED when there is none or the build has no Vulkan. */
+kiln_status kiln_list_devices(FILE *f);
 
 /* Fills *o with the defaults documented above. */
 void kiln_options_default(kiln_options *o);

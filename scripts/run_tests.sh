@@ -12,6 +12,9 @@ export KILN=${KILN:-$PWD/kiln}
 case "$KILN" in /*) ;; *) KILN=$PWD/$KILN ;; esac
 export SHARED=${SHARED:-$(cd .. && pwd)/shared}
 export PY=${PY:-/usr/bin/python3}
+# The python architecture tests also run on the vulkan backend when the build has a Vulkan device
+# (tests/reference/harness.py); a build with Vulkan but no device fails tests/ops/test_backend_ops.
+if "$KILN" inspect --devices 2>/dev/null | grep -q '^vulkan:0 '; then export KILN_DEVICES=${KILN_DEVICES:-cpu vulkan}; fi
 export TMPDIR_KILN=$(mktemp -d)
 trap 'rm -rf "$TMPDIR_KILN"' EXIT
 pass=0; fail=0; skip=0; failed=()

@@ -143,7 +143,21 @@ int cli_common_option(args_t *a, kiln_options *o) {
         if (!s) return 1;
         if (strcmp(s, "cpu") == 0) o->backend = KILN_BACKEND_CPU;
         else if (strcmp(s, "ref") == 0) o->backend = KILN_BACKEND_REF;
-        else { fprintf(stderr, "kiln %s: error: option --backend: '%s' is not one of cpu, ref\n", a->cmd, s); a->bad = 1; }
+        else if (strcmp(s, "vulkan") == 0) o->backend = KILN_BACKEND_VULKAN;
+        else { fprintf(stderr, "kiln %s: error: option --backend: '%s' is not one of cpu, ref, vulkan\n", a->cmd, s); a->bad = 1; }
+        return 1;
+    }
+    if (strcmp(k, "--device") == 0) { /* cpu | ref | vulkan[:N] (kiln inspect --devices lists N) */
+        const char *s = cli_value(a);
+        if (!s) return 1;
+        char *end = NULL;
+        if (strcmp(s, "cpu") == 0) o->backend = KILN_BACKEND_CPU;
+        else if (strcmp(s, "ref") == 0) o->backend = KILN_BACKEND_REF;
+        else if (strcmp(s, "vulkan") == 0) { o->backend = KILN_BACKEND_VULKAN; o->device_index = 0; }
+        else if (strncmp(s, "vulkan:", 7) == 0 && s[7] >= '0' && s[7] <= '9' && (o->device_index = (int)strtol(s + 7, &end, 10), *end == 0) &&
+                 o->device_index < 1000)
+            o->backend = KILN_BACKEND_VULKAN;
+        else { fprintf(stderr, "kiln %s: error: option --device: '%s' is not one of cpu, ref, vulkan, vulkan:N\n", a->cmd, s); a->bad = 1; }
         return 1;
     }
     if (strcmp(k, "--fp8-gemv") == 0) { /* FP8 weight GEMV form (kernels/gemv.h: kiln_kctx) */

@@ -139,12 +139,18 @@ out:
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
     int json = 0;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--devices") == 0) { /* the compute devices besides the CPU (--device vulkan:N) */
+            printf("cpu  the host CPU (--device cpu; --device ref: its scalar reference kernels)\n");
+            kiln_status st = kiln_list_devices(stdout);
+            return st ? cli_fail_status("inspect", st) : 0;
+        }
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) json = 1;
         else if (argv[i][0] == '-') { fprintf(stderr, "kiln inspect: error: unknown option '%s'\n", argv[i]); return 2; }
         else path = argv[i];
     }
-    if (!path) return cli_fail_msg("inspect", "usage: kiln inspect MODEL [--json]");
+    if (!path) return cli_fail_msg("inspect", "usage: kiln inspect MODEL [--json] | kiln inspect --devices");
     kiln_options o;
     kiln_options_default(&o);
     kiln_model *m;
@@ -234,7 +240,7 @@ static int usage(void) {
             "  run MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads N] [--no-repack]\n"
             "            [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X]\n"
             "            [--tokens ID,...] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE]\n"
-            "  inspect MODEL [--json] [--kv [--kv-dtype ...] [--kv-mem ...]]\n"
+            "  inspect MODEL [--json] [--kv [--kv-dtype ...] [--kv-mem ...]] | inspect --devices\n"
             "  convert IN OUT [--format hf|gguf] [--outtype auto|q8_0|q4_0] [--tokenizer PATH]\n"
             "  mkmodel --arch ARCH (--preset NAME | shape flags) [--dtype f32|bf16] [--seed S] OUT\n"
             "  quantize IN OUT --weights fp8|int4 [--group 32|128] [--scope all|mlp|experts]\n"

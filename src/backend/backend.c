@@ -1,6 +1,7 @@
 /* backend.c — backend objects: creation from a kind or from kiln_options, names. */
 #include "backend/backend.h"
 #include "backend/backend_common.h"
+#include "backend/vulkan/backend_vulkan.h"
 #include "base/status.h"
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@ const char *kiln_backend_kind_name(kiln_backend_kind k) {
     switch (k) {
     case KILN_BACKEND_CPU: return "cpu";
     case KILN_BACKEND_REF: return "ref";
+    case KILN_BACKEND_VULKAN: return "vulkan";
     }
     return "?";
 }
@@ -20,9 +22,13 @@ const char *kiln_op_name(kiln_op op) {
 }
 
 kiln_status kiln_backend_create(kiln_backend_kind kind, kiln_isa isa, int threads, int fp8, kiln_backend **out) {
+    return kiln_backend_create_device(kind, isa, threads, fp8, 0, out);
+}
+
+kiln_status kiln_backend_create_device(kiln_backend_kind kind, kiln_isa isa, int threads, int fp8, int device_index, kiln_backend **out) {
     *out = NULL;
-    if (kind != KILN_BACKEND_CPU && kind != KILN_BACKEND_REF)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "backend %d is not one of cpu, ref", (int)kind);
+    if (kind != KILN_BACKEND_CPU && kind != KILN_BACKEND_REF && kind != KILN_BACKEND_VULKAN)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "backend %d is not one of cpu, ref, vulkan", (int)kind);
     if (fp8 < KILN_FP8_AUTO || fp8 > KILN_FP8_BF16)
         return kiln_fail(KILN_ERR_INVALID_ARG, "fp8 GEMV form %d is not one of 0 (auto), 1 (exact), 2 (bf16)", fp8);
     kiln_backend *be = calloc(1, sizeof *be);
@@ -37,6 +43,11 @@ kiln_status kiln_backend_create(kiln_backend_kind kind, kiln_isa isa, int thread
         kiln_kctx_init(&be->cx, isa, threads, fp8);
         be->ops = &kiln_backend_cpu_ops;
     }
+    if (kind == KILN_BACKEND_VULKAN) {
+        kiln_status st = kiln_backend_vulkan_open(be, device_index);
+        if (st != KILN_OK) { free(be); return st; }
+        be->ops = &kiln_backend_vulkan_ops;
+    }
     *out = be;
     return KILN_OK;
 }
@@ -44,10 +55,16 @@ kiln_status kiln_backend_create(kiln_backend_kind kind, kiln_isa isa, int thread
 kiln_status kiln_backend_from_options(const kiln_options *o, kiln_backend **out) {
     kiln_options d;
     if (!o) { kiln_options_default(&d); o = &d; }
-    return kiln_backend_create(o->backend, o->isa, o->threads, o->fp8_gemv, out);
+    return kiln_backend_create_device(o->backend, o->isa, o->threads, o->fp8_gemv, o->device_index, out);
 }
 
-void kiln_backend_free(kiln_backend *be) { free(be); }
+void kiln_backend_free(kiln_backend *be) {
+    if (!be) return;
+    if (be->kind == KILN_BACKEND_VULKAN) kiln_backend_vulkan_close(be);
+    free(be);
+}
+
+kiln_status kiln_list_devices(FILE *f) { return kiln_backend_vulkan_list(f); }
 
 /* ---- ops shared by the cpu and ref backends (backend_common.h) ---------------------------------- */
 void *kiln_be_common_alloc(const kiln_backend *be, size_t bytes) {

@@ -12,6 +12,9 @@
  * the thread that computes).
  *
  * Backends (KILN_BACKEND_* in kiln.h):
+ *   vulkan  SPIR-V compute shaders on a Vulkan device (backend/vulkan/, docs/VULKAN.md): matmuls,
+ *        norms, RoPE, element-wise ops on the device; the rest on the host through the cpu
+ *        backend's kernels, on the same host-visible buffers;
  *   cpu  the SIMD kernels of kernels/ (AVX-512 / AVX2 / scalar, per the object's ISA), attention
  *        over KV pages with the integrity seals verified in the same call, decode sections on
  *        kiln's worker pool and prefill on OpenMP, both as wide as the object's thread count;
@@ -113,13 +116,18 @@ typedef struct kiln_backend_ops {
 struct kiln_backend {
     const kiln_backend_ops *ops;
     kiln_backend_kind kind;
-    const char *name;   /* "cpu", "ref" */
-    kiln_kctx cx;       /* ISA, kernel table, threads, FP8 GEMV form (ref: scalar, one thread) */
+    const char *name;   /* "cpu", "ref", "vulkan" */
+    kiln_kctx cx;       /* ISA, kernel table, threads, FP8 GEMV form (ref: scalar, one thread; vulkan:
+                           those of the host-side ops, which run the cpu backend's kernels) */
+    void *impl;         /* vulkan: the device state (backend/vulkan/); NULL otherwise */
+    const char *device_name; /* vulkan: "vulkan:N NAME (...)"; NULL otherwise */
 };
 
-/* A backend object. isa / threads / fp8 as kiln_kctx_init (ref ignores them: scalar, 1 thread). */
+/* A backend object. isa / threads / fp8 as kiln_kctx_init (ref ignores them: scalar, 1 thread).
+ * vulkan opens device 0; kiln_backend_create_device opens another. */
 kiln_status kiln_backend_create(kiln_backend_kind kind, kiln_isa isa, int threads, int fp8, kiln_backend **out);
-/* From kiln_options: backend, isa, threads, fp8_gemv. */
+kiln_status kiln_backend_create_device(kiln_backend_kind kind, kiln_isa isa, int threads, int fp8, int device_index, kiln_backend **out);
+/* From kiln_options: backend, isa, threads, fp8_gemv, device_index. */
 kiln_status kiln_backend_from_options(const kiln_options *o, kiln_backend **out);
 void kiln_backend_free(kiln_backend *be);
 const char *kiln_backend_kind_name(kiln_backend_kind k);
@@ -127,6 +135,7 @@ const char *kiln_op_name(kiln_op op);
 
 extern const kiln_backend_ops kiln_backend_cpu_ops;
 extern const kiln_backend_ops kiln_backend_ref_ops;
+extern const kiln_backend_ops kiln_backend_vulkan_ops;
 
 /* ---- call-site helpers (one line each over be->ops) ---- */
 static inline void *kiln_be_alloc(const kiln_backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }

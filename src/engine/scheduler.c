@@ -170,6 +170,7 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
     }
     if (st == KILN_OK) st = kiln_pcache_init(&e->pc, e->pool);
     if (st == KILN_OK) st = kiln_backend_from_options(&o, &e->be);
+    if (st == KILN_OK && !o.quiet && e->be->device_name) fprintf(stderr, "kiln: compute: %s\n", e->be->device_name);
     if (st == KILN_OK) st = kiln_forward_ws_init(&e->ws, m, e->be, e->cfg.step_tokens, e->n_ctx);
     if (st == KILN_OK) {
         size_t S = (size_t)e->cfg.step_tokens, B = (size_t)e->cfg.max_batch, P = (size_t)e->pool->n_pages;

@@ -126,6 +126,7 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_se
     if (st == KILN_OK) st = kiln_forward_ws_init(&s->ws, m, s->be, SESSION_CHUNK, s->n_ctx);
     if (st != KILN_OK) { kiln_session_free(s); return st; }
     if (!o.quiet) print_summary(&s->kv, m->hp.max_seq, budget_capped);
+    if (!o.quiet && s->be->device_name) fprintf(stderr, "kiln: compute: %s\n", s->be->device_name);
     *out = s;
     return KILN_OK;
 }

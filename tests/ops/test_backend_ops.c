@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "backend/vulkan/backend_vulkan.h"
 #include "quant/quantize.h"
 #include <math.h>
 #include <stdio.h>
@@ -47,7 +48,7 @@ static float nrand(void) {
 }
 
 /* ---- the backends ------------------------------------------------------------------------------- */
-#define MAX_BE 12
+#define MAX_BE 16
 static kiln_backend *ref_be;
 static kiln_backend *bes[MAX_BE];
 static int n_bes;
@@ -69,7 +70,21 @@ static int setup(void **state) {
                 bes[n_bes++] = be;
             }
     }
-    fprintf(stderr, "backends under test: %d (cpu: ISAs × FP8 forms × 1/2 threads), oracle: ref\n", n_bes);
+    /* vulkan (lavapipe in make test): required when the build has it, so that a CI machine whose
+     * Vulkan driver went missing fails here instead of silently testing less. Host-side ops on the
+     * exact FP8 form, so that the device's float results are held to the exact bounds. */
+    kiln_backend *vk = NULL;
+    const kiln_status vst = kiln_backend_create(KILN_BACKEND_VULKAN, KILN_ISA_AUTO, 2, KILN_FP8_EXACT, &vk);
+    if (vst == KILN_OK) {
+        fprintf(stderr, "vulkan: %s\n", vk->device_name);
+        assert_true(n_bes < MAX_BE);
+        bes[n_bes++] = vk;
+    } else if (kiln_backend_vulkan_built()) {
+        fprintf(stderr, "vulkan backend built but not usable: %s\n", kiln_last_error());
+        fail();
+    } else
+        fprintf(stderr, "vulkan backend not built: not tested (%s)\n", kiln_last_error());
+    fprintf(stderr, "backends under test: %d (cpu: ISAs × FP8 forms × 1/2 threads; vulkan), oracle: ref\n", n_bes);
     return 0;
 }
 static int teardown(void **state) {
@@ -229,6 +244,7 @@ static void free_weight(tweight *t) { free(t->data); free(t->scales); }
  * fp8 × scale to bf16 too): each rounding a relative error uniform within ±2^-8, NMSE ≈ 2^-16/3 ≈
  * 5e-6 apiece. */
 static double format_bound_n(kiln_wformat f, const kiln_backend *be, int n) {
+    if (be->kind == KILN_BACKEND_VULKAN) return 1e-9; /* f32 products of the dequantized weights: only the summation order differs */
     switch (f) {
     case KILN_WF_INT4_GROUP:
     case KILN_WF_Q8_0:
@@ -680,10 +696,24 @@ static void test_supports(void **state) {
         for (int f = 0; f < KILN_WF_COUNT; f++) assert_true(ref_be->ops->supports(ref_be, (kiln_op)op, (kiln_wformat)f));
     for (int b = 0; b < n_bes; b++)
         for (int f = 0; f < KILN_WF_COUNT; f++) {
+            if (bes[b]->kind == KILN_BACKEND_VULKAN) { /* shaders for every format but the K-quants (host kernels) */
+                const int kq = f == KILN_WF_Q4_K || f == KILN_WF_Q5_K || f == KILN_WF_Q6_K;
+                assert_int_equal(bes[b]->ops->supports(bes[b], KILN_OP_MATMUL, (kiln_wformat)f), !kq);
+                assert_int_equal(bes[b]->ops->supports(bes[b], KILN_OP_KV_ATTEND, (kiln_wformat)f), 0);
+                continue;
+            }
             const int native = bes[b]->ops->supports(bes[b], KILN_OP_MATMUL, (kiln_wformat)f);
             /* scalar cpu has no kernels of its own; the SIMD tables cover every format */
             assert_int_equal(native, bes[b]->cx.isa != KILN_ISA_SCALAR);
             assert_true(bes[b]->ops->supports(bes[b], KILN_OP_RMSNORM, (kiln_wformat)f));
+        }
+    for (int b = 0; b < n_bes; b++) /* every op above that vulkan calls native ran on the device */
+        if (bes[b]->kind == KILN_BACKEND_VULKAN) {
+            uint64_t disp, host;
+            kiln_backend_vulkan_counts(bes[b], &disp, &host);
+            fprintf(stderr, "vulkan: %llu dispatches, %llu native ops computed on the host\n", (unsigned long long)disp, (unsigned long long)host);
+            assert_true(disp > 1000);
+            assert_int_equal(host, 0);
         }
     assert_false(ref_be->ops->supports(ref_be, KILN_OP_COUNT, KILN_WF_F32));
     assert_string_equal(kiln_op_name(KILN_OP_KV_ATTEND), "kv_attend");

@@ -4,7 +4,8 @@ check_arch(arch): `kiln mkmodel --arch ARCH --preset tiny` → `kiln run DIR --t
 --temp 0 --dump-logits F` → the reference forward over prompt + generated tokens (teacher forcing:
 one causal pass gives every position's logits) → every logits row within `tol` relative error
 (max |kiln − ref| / max |ref| per row), and every greedy token equal to the reference argmax.
-Environment: KILN (binary), TMPDIR. Exit codes follow the test convention (0 pass, 1 fail)."""
+Environment: KILN (binary), TMPDIR, KILN_DEVICES (the --device values to run kiln on, space-separated;
+default "cpu"; scripts/run_tests.sh adds "vulkan" when the build has a Vulkan device). Exit codes follow the test convention (0 pass, 1 fail)."""
 import json
 import os
 import random
@@ -53,6 +54,8 @@ def run_kiln(d, prompt, n_gen, extra=()):
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError("kiln run failed (%d): %s" % (p.returncode, p.stderr.strip()))
+    if "instead of the device" in p.stderr:  # the vulkan backend fell back to the host for an op it runs natively
+        raise RuntimeError("kiln run: an op left the device: %s" % p.stderr.strip())
     line = p.stdout.strip().splitlines()[0] if p.stdout.strip() else ""
     gen = [int(x) for x in line.split(",") if x.strip()]
     return gen, np.fromfile(f, dtype=np.float32)
@@ -135,6 +138,8 @@ def check_arch(arch, preset="tiny", seed=1, dtype="f32", tol=1e-3, min_experts=0
         rng = random.Random(1234 + seed)
         prompt = [rng.randrange(vocab) for _ in range(64)]
         ok = True
-        for kv in kvs:
-            ok = compare(arch, d, prompt, 32, tol, extra, min_experts, want_group_limit, kv) and ok
+        for dev in os.environ.get("KILN_DEVICES", "cpu").split():
+            for kv in kvs:
+                print("device %s:" % dev)
+                ok = compare(arch, d, prompt, 32, tol, list(extra) + ["--device", dev], min_experts, want_group_limit, kv) and ok
     return 0 if ok else 1

@@ -1,6 +1,7 @@
 // lib.mjs — helpers shared by the server tests (tests/server/test_*.mjs): start `kiln serve` on a
 // free loopback port and stop it, read /metrics, run `kiln run` for reference outputs.
-// Environment: KILN (the binary), SHARED (shared data; models/stories260K).
+// Environment: KILN (the binary), SHARED (shared data; models/stories260K), KILN_SERVE_DEVICE (a
+// --device for every server started here: test_server_vulkan.sh runs suites with `vulkan`).
 import { spawn, spawnSync } from 'node:child_process';
 import path from 'node:path';
 import OpenAI from 'openai';
@@ -16,7 +17,8 @@ process.on('exit', () => { for (const p of live) p.kill('SIGKILL'); });
 // Starts the server with extra arguments; resolves to { url, base, port, proc, stop() }.
 export function startServer(args = [], { model = MODEL } = {}) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(KILN, ['serve', model, '--host', '127.0.0.1', '--port', '0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const dev = process.env.KILN_SERVE_DEVICE ? ['--device', process.env.KILN_SERVE_DEVICE] : [];
+    const proc = spawn(KILN, ['serve', model, '--host', '127.0.0.1', '--port', '0', ...dev, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
     live.add(proc);
     let log = '';
     const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('server did not start:\n' + log)); }, 20000);

@@ -1,0 +1,595 @@
+/* backend_vulkan.c — the vulkan backend: the forward pass's ops as SPIR-V compute dispatches on one
+ * Vulkan device (vk_device.h), tested on Mesa's lavapipe in `make test` and run unchanged on GPUs.
+ *
+ * What runs where (this first stage of docs/VULKAN.md):
+ *   device   matmul / matmul_many / matmul_heads / grouped MoE experts for F32, F16, BF16, FP8 block,
+ *            INT4 group, Q8_0 and Q4_0 weights (dequantized in registers), RMSNorm, RoPE, add, bias,
+ *            SwiGLU;
+ *   host     through the cpu backend's kernels on the same buffers: embedding rows, the RoPE table,
+ *            MoE routing and combine, KV store and attention over the pool's pages (with the seals),
+ *            argmax, and the K-quant matmuls (no shader yet). `supports` reports these as 0.
+ * That split works because every buffer kiln_be_alloc hands out is host-visible device memory,
+ * mapped for the buffer's life: the host-side ops read and write the same bytes the shaders do.
+ *
+ * Weights are uploaded once, at their first use, into device-local buffers (row-major, as
+ * checkpoints store them: a weight kiln tiled for the CPU kernels is gathered back into row order),
+ * in chunks of whole rows no larger than the device's maxStorageBufferRange (128 MiB on lavapipe)
+ * and starting at a multiple of 128 rows (the FP8 scale blocks). The cache is keyed by the weight's
+ * data pointer, shape and format, plus a fingerprint of 3 × 64 sampled bytes checked at every use,
+ * so that a weight freed and another allocated at the same address is not served stale.
+ *
+ * Every op records its dispatches into one command buffer, submits it once and waits (a flush per
+ * op, so a host-side op always sees finished results). Pointers an op gets that kiln_be_alloc did
+ * not hand out (norm weights, biases, callers' own arrays) are staged through a host-visible arena
+ * and copied back after the flush when the op writes them.
+ *
+ * Failure: when a dispatch or submit fails (device lost, out of memory), the backend reports it
+ * once on stderr, marks itself failed and computes that op and every later one on the host. */
+#include "backend/backend.h"
+#include "backend/backend_common.h"
+#include "backend/vulkan/backend_vulkan.h"
+#include "backend/vulkan/vk_device.h"
+#include "base/fp.h"
+#include "base/status.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint8_t *p;
+    size_t size;
+    kiln_vk_buf b;
+} vk_alloc;
+
+typedef struct {
+    kiln_vk_buf data, scales;
+    int64_t row0, rows;
+} vk_chunk;
+
+typedef struct {
+    const void *data, *scales;
+    kiln_wformat fmt;
+    int64_t rows, cols;
+    uint64_t fingerprint;
+    int n_chunks;
+    vk_chunk *chunks;
+} vk_weight;
+
+typedef struct {
+    void *host;
+    const uint8_t *staged;
+    size_t bytes;
+} vk_copyback;
+
+typedef struct {
+    kiln_vk *vk;
+    size_t align, max_range;
+    uint32_t max_gx;
+    vk_alloc *allocs;
+    int n_allocs, cap_allocs;
+    vk_weight *weights;
+    int n_weights, cap_weights;
+    kiln_vk_buf lut;         /* FP8 e4m3 byte → f32 */
+    kiln_vk_buf arena;       /* staging for pointers kiln_be_alloc did not hand out */
+    size_t arena_used;
+    kiln_vk_buf *extra;      /* staging buffers beyond the arena, freed at the flush */
+    int n_extra, cap_extra;
+    vk_copyback *cb;
+    int n_cb, cap_cb;
+    int failed;
+    uint64_t n_dispatch, n_host; /* ops run on the device / ops `supports` calls native that fell back to the host */
+} vk_state;
+
+static vk_state *ST(const kiln_backend *be) { return (vk_state *)be->impl; }
+
+/* ---- growable arrays ------------------------------------------------------------------------------ */
+static int grow(void **arr, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 0;
+    int nc = *cap ? *cap * 2 : 16;
+    while (nc < need) nc *= 2;
+    void *p = realloc(*arr, (size_t)nc * elem);
+    if (!p) return -1;
+    *arr = p;
+    *cap = nc;
+    return 0;
+}
+
+static void fail_once(vk_state *s, const char *op) {
+    if (!s->failed) fprintf(stderr, "kiln: %s: %s failed (%s); computing on the host from now on\n", kiln_vk_device_name(s->vk), op, kiln_last_error());
+    s->failed = 1;
+}
+
+/* ---- buffers ------------------------------------------------------------------------------------- */
+static void *vk_be_alloc(const kiln_backend *be, size_t bytes) {
+    vk_state *s = ST(be);
+    if (grow((void **)&s->allocs, &s->cap_allocs, s->n_allocs + 1, sizeof *s->allocs)) return NULL;
+    vk_alloc a = {0};
+    if (kiln_vk_buf_create(s->vk, bytes ? bytes : 64, 1, &a.b) != KILN_OK || !a.b.map) {
+        kiln_vk_buf_destroy(s->vk, &a.b);
+        return NULL;
+    }
+    a.p = a.b.map;
+    a.size = bytes;
+    memset(a.p, 0, bytes);
+    s->allocs[s->n_allocs++] = a;
+    return a.p;
+}
+
+static void vk_be_free(const kiln_backend *be, void *p) {
+    if (!p) return;
+    vk_state *s = ST(be);
+    for (int i = 0; i < s->n_allocs; i++)
+        if (s->allocs[i].p == p) {
+            kiln_vk_buf_destroy(s->vk, &s->allocs[i].b);
+            s->allocs[i] = s->allocs[--s->n_allocs];
+            return;
+        }
+}
+
+/* A binding covering [ptr, ptr + bytes) and the element (float / word) offset of ptr inside it.
+ * Buffers kiln_be_alloc handed out are bound in place; any other pointer is copied into staging
+ * (and back after the flush when `written`). Returns -1 when the range cannot be bound (larger than
+ * the device's maxStorageBufferRange): the caller computes on the host. */
+typedef struct {
+    kiln_vk_bind b;
+    uint32_t off;
+} vref;
+
+static int stage(vk_state *s, const void *ptr, size_t bytes, int written, vref *r) {
+    const size_t need = (bytes + s->align + 3) & ~(size_t)3;
+    if (need > s->max_range) return -1;
+    kiln_vk_buf *buf;
+    size_t at;
+    if (s->arena.buf && s->arena_used + need <= s->arena.size) {
+        buf = &s->arena;
+        at = s->arena_used;
+        s->arena_used += (need + s->align - 1) / s->align * s->align;
+    } else {
+        if (grow((void **)&s->extra, &s->cap_extra, s->n_extra + 1, sizeof *s->extra)) return -1;
+        buf = &s->extra[s->n_extra];
+        if (kiln_vk_buf_create(s->vk, need, 1, buf) != KILN_OK || !buf->map) { kiln_vk_buf_destroy(s->vk, buf); return -1; }
+        s->n_extra++;
+        at = 0;
+    }
+    memcpy(buf->map + at, ptr, bytes);
+    if (written) {
+        if (grow((void **)&s->cb, &s->cap_cb, s->n_cb + 1, sizeof *s->cb)) return -1;
+        s->cb[s->n_cb++] = (vk_copyback){(void *)(uintptr_t)ptr, buf->map + at, bytes};
+    }
+    r->b = (kiln_vk_bind){buf->buf, at, (VkDeviceSize)need};
+    r->off = 0;
+    return 0;
+}
+
+static int resolve(vk_state *s, const void *ptr, size_t bytes, int written, vref *r) {
+    const uint8_t *p = ptr;
+    for (int i = 0; i < s->n_allocs; i++) {
+        const vk_alloc *a = &s->allocs[i];
+        if (p >= a->p && p < a->p + (a->size ? a->size : 1)) {
+            const size_t off = (size_t)(p - a->p), aligned = off / s->align * s->align, delta = off - aligned;
+            size_t range = a->b.size - aligned;
+            if (range > s->max_range) range = s->max_range & ~(size_t)3;
+            if (delta + bytes > range || (delta & 3)) return -1;
+            r->b = (kiln_vk_bind){a->b.buf, aligned, range};
+            r->off = (uint32_t)(delta / 4);
+            return 0;
+        }
+    }
+    return stage(s, ptr, bytes, written, r);
+}
+
+/* Submits and waits, then copies staged outputs back and resets the staging. -1 on a device error. */
+static int flush(vk_state *s) {
+    const kiln_status st = kiln_vk_flush(s->vk);
+    if (st == KILN_OK)
+        for (int i = 0; i < s->n_cb; i++) memcpy(s->cb[i].host, s->cb[i].staged, s->cb[i].bytes);
+    s->n_cb = 0;
+    for (int i = 0; i < s->n_extra; i++) kiln_vk_buf_destroy(s->vk, &s->extra[i]);
+    s->n_extra = 0;
+    s->arena_used = 0;
+    return st == KILN_OK ? 0 : -1;
+}
+
+/* Drops what an op recorded before it found it cannot run on the device (unrun: the host then
+ * computes the whole op, in-place ops included) and resets the staging. */
+static void abandon_op(vk_state *s, const char *op) {
+    if (s->n_host++ == 0 && !s->failed)
+        fprintf(stderr, "kiln: %s: %s ran on the host instead of the device (an operand larger than a storage-buffer binding); "
+                        "further ones are counted, not reported\n", kiln_vk_device_name(s->vk), op);
+    kiln_vk_discard(s->vk);
+    s->n_cb = 0;
+    (void)flush(s);
+}
+
+#define abandon(s) abandon_op((s), __func__)
+
+/* ---- weights ------------------------------------------------------------------------------------- */
+static int fmt_on_device(kiln_wformat f) {
+    switch (f) {
+    case KILN_WF_F32: case KILN_WF_F16: case KILN_WF_BF16: case KILN_WF_FP8_BLOCK:
+    case KILN_WF_INT4_GROUP: case KILN_WF_Q8_0: case KILN_WF_Q4_0: return 1;
+    default: return 0;
+    }
+}
+
+static kiln_vk_shader matmul_shader(kiln_wformat f) {
+    switch (f) {
+    case KILN_WF_F16: return KILN_VK_SH_matmul_f16;
+    case KILN_WF_BF16: return KILN_VK_SH_matmul_bf16;
+    case KILN_WF_FP8_BLOCK: return KILN_VK_SH_matmul_fp8;
+    case KILN_WF_INT4_GROUP: return KILN_VK_SH_matmul_int4;
+    case KILN_WF_Q8_0: return KILN_VK_SH_matmul_q8_0;
+    case KILN_WF_Q4_0: return KILN_VK_SH_matmul_q4_0;
+    default: return KILN_VK_SH_matmul_f32;
+    }
+}
+
+/* 64-bit FNV-1a over 64 bytes at the start, middle and end of the data (and the scales pointer). */
+static uint64_t fingerprint(const kiln_weight *w) {
+    const size_t n = (size_t)w->rows * w->row_bytes;
+    const size_t at[3] = {0, n / 2, n > 64 ? n - 64 : 0};
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)(uintptr_t)w->scales;
+    for (int k = 0; k < 3; k++)
+        for (size_t i = at[k]; i < at[k] + 64 && i < n; i++) h = (h ^ w->data[i]) * 1099511628211ull;
+    return h;
+}
+
+static void weight_free(vk_state *s, vk_weight *vw) {
+    for (int c = 0; c < vw->n_chunks; c++) {
+        kiln_vk_buf_destroy(s->vk, &vw->chunks[c].data);
+        kiln_vk_buf_destroy(s->vk, &vw->chunks[c].scales);
+    }
+    free(vw->chunks);
+    memset(vw, 0, sizeof *vw);
+}
+
+/* Uploads rows [row0, row0 + rows) of w into c: data row-major, scales as the shader reads them
+ * (FP8: the chunk's scale-block rows; INT4: bf16 [rows, cols / group] in row order). */
+static kiln_status upload_chunk(vk_state *s, const kiln_weight *w, int64_t row0, int64_t rows, vk_chunk *c) {
+    c->row0 = row0;
+    c->rows = rows;
+    const size_t rb = w->row_bytes, bytes = (size_t)rows * rb;
+    uint8_t *tmp = malloc(bytes + 4);
+    if (!tmp) return kiln_fail(KILN_ERR_NOMEM, "vulkan: out of memory staging a weight chunk of %zu bytes", bytes);
+    for (int64_t r = 0; r < rows; r++) kiln_weight_row_gather(w, row0 + r, tmp + (size_t)r * rb);
+    kiln_status st = kiln_vk_buf_create(s->vk, (bytes + 3) & ~(size_t)3, 0, &c->data);
+    if (st == KILN_OK) st = kiln_vk_upload(s->vk, &c->data, 0, tmp, bytes);
+    free(tmp);
+    if (st) return st;
+    size_t sbytes = 0;
+    void *sc = NULL;
+    if (w->fmt == KILN_WF_FP8_BLOCK) {
+        const int64_t B = w->block, scols = (w->cols + B - 1) / B, sr0 = row0 / B, sr1 = (row0 + rows + B - 1) / B;
+        sbytes = (size_t)(sr1 - sr0) * (size_t)scols * sizeof(float);
+        sc = malloc(sbytes);
+        if (sc) memcpy(sc, (const float *)w->scales + (size_t)sr0 * (size_t)scols, sbytes);
+    } else if (w->fmt == KILN_WF_INT4_GROUP) {
+        const int64_t ng = w->cols / w->block;
+        sbytes = (size_t)rows * (size_t)ng * 2;
+        uint16_t *b = malloc(sbytes + 2);
+        if (b)
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t g = 0; g < ng; g++) b[r * ng + g] = ((const uint16_t *)w->scales)[kiln_weight_int4_scale_index(w, row0 + r, g)];
+        sc = b;
+    }
+    if (sbytes) {
+        if (!sc) return kiln_fail(KILN_ERR_NOMEM, "vulkan: out of memory staging %zu bytes of scales", sbytes);
+        st = kiln_vk_buf_create(s->vk, (sbytes + 3) & ~(size_t)3, 0, &c->scales);
+        if (st == KILN_OK) st = kiln_vk_upload(s->vk, &c->scales, 0, sc, sbytes);
+        free(sc);
+    }
+    return st;
+}
+
+/* The device copy of w, uploaded at its first use; NULL when it cannot be (then: host). */
+static const vk_weight *device_weight(vk_state *s, const kiln_weight *w) {
+    const uint64_t fp = fingerprint(w);
+    for (int i = 0; i < s->n_weights; i++) {
+        vk_weight *vw = &s->weights[i];
+        if (vw->data == w->data && vw->fmt == w->fmt && vw->rows == w->rows && vw->cols == w->cols) {
+            if (vw->fingerprint == fp && vw->scales == w->scales) return vw;
+            weight_free(s, vw); /* the address now holds another weight */
+            s->weights[i] = s->weights[--s->n_weights];
+            break;
+        }
+    }
+    if (w->rows <= 0 || w->cols <= 0 || w->row_bytes == 0) return NULL;
+    int64_t per = (int64_t)(s->max_range / w->row_bytes);
+    if (per < w->rows) per = per / 128 * 128;
+    if (per < 1) return NULL;
+    if (w->fmt == KILN_WF_FP8_BLOCK && per < w->rows && (w->block <= 0 || per % w->block)) return NULL;
+    if (grow((void **)&s->weights, &s->cap_weights, s->n_weights + 1, sizeof *s->weights)) return NULL;
+    vk_weight vw = {w->data, w->scales, w->fmt, w->rows, w->cols, fp, 0, NULL};
+    const int n = (int)((w->rows + per - 1) / per);
+    vw.chunks = calloc((size_t)n, sizeof *vw.chunks);
+    if (!vw.chunks) return NULL;
+    for (int c = 0; c < n; c++) {
+        const int64_t r0 = (int64_t)c * per, rr = w->rows - r0 < per ? w->rows - r0 : per;
+        vw.n_chunks = c + 1;
+        if (upload_chunk(s, w, r0, rr, &vw.chunks[c]) != KILN_OK) {
+            fail_once(s, "weight upload");
+            weight_free(s, &vw);
+            return NULL;
+        }
+    }
+    s->weights[s->n_weights++] = vw;
+    return &s->weights[s->n_weights - 1];
+}
+
+/* ---- matmul -------------------------------------------------------------------------------------- */
+typedef struct {
+    uint32_t rows, cols, r0, n, x_off, x_stride, y_off, y_stride, block, scols, row_bytes;
+} mm_push;
+
+/* Records Y[t, r] (t < n) = W · X[t] for w: X rows x_stride floats apart from x, Y rows y_stride
+ * apart from y. -1 when something cannot be bound or uploaded (nothing of w recorded then... the
+ * caller abandons the op and computes it on the host). */
+static int record_matmul(vk_state *s, const kiln_weight *w, const float *X, int64_t x_stride, float *Y, int64_t y_stride, int n) {
+    if (!fmt_on_device(w->fmt) || n <= 0) return n <= 0 ? 0 : -1;
+    if (w->fmt == KILN_WF_INT4_GROUP && (w->cols % 8 || w->block <= 0 || w->cols % w->block)) return -1;
+    if ((w->fmt == KILN_WF_Q8_0 || w->fmt == KILN_WF_Q4_0) && w->cols % 32) return -1;
+    const vk_weight *vw = device_weight(s, w);
+    if (!vw) return -1;
+    vref xr, yr;
+    if (resolve(s, X, ((size_t)(n - 1) * (size_t)x_stride + (size_t)w->cols) * sizeof(float), 0, &xr)) return -1;
+    if (resolve(s, Y, ((size_t)(n - 1) * (size_t)y_stride + (size_t)w->rows) * sizeof(float), 1, &yr)) return -1;
+    const kiln_vk_bind lut = {s->lut.buf, 0, VK_WHOLE_SIZE};
+    for (int c = 0; c < vw->n_chunks; c++) {
+        const vk_chunk *ch = &vw->chunks[c];
+        const kiln_vk_bind b[5] = {{ch->data.buf, 0, VK_WHOLE_SIZE}, {ch->scales.buf ? ch->scales.buf : ch->data.buf, 0, VK_WHOLE_SIZE}, xr.b, yr.b, lut};
+        for (int64_t r = 0; r < ch->rows; r += s->max_gx) {
+            const int64_t rr = ch->rows - r < (int64_t)s->max_gx ? ch->rows - r : (int64_t)s->max_gx;
+            const int64_t B = w->block > 0 ? w->block : 1;
+            const mm_push pc = {(uint32_t)rr, (uint32_t)w->cols, (uint32_t)r, (uint32_t)n, xr.off, (uint32_t)x_stride,
+                                yr.off + (uint32_t)ch->row0, (uint32_t)y_stride, (uint32_t)B,
+                                (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B), (uint32_t)w->row_bytes};
+            s->n_dispatch++;
+            if (kiln_vk_dispatch(s->vk, matmul_shader(w->fmt), b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)n, 1) != KILN_OK) {
+                fail_once(s, "matmul dispatch");
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void vk_matmul_many(const kiln_backend *be, const kiln_weight *const *w, float *const *Y, int nw, const float *X, int n) {
+    vk_state *s = ST(be);
+    for (int k = 0; k < nw; k++) {
+        if (!fmt_on_device(w[k]->fmt)) { /* K-quants: the host kernels (supports says so) */
+            kiln_backend_cpu_ops.matmul_many(be, &w[k], &Y[k], 1, X, n);
+            continue;
+        }
+        if (s->failed || record_matmul(s, w[k], X, w[k]->cols, Y[k], w[k]->rows, n) != 0 || flush(s) != 0) {
+            abandon(s);
+            kiln_backend_cpu_ops.matmul_many(be, &w[k], &Y[k], 1, X, n);
+        }
+    }
+}
+
+static void vk_matmul_heads(const kiln_backend *be, const kiln_weight *w, int H, int n, const float *X, int64_t x_tok, int64_t x_head,
+                            float *Y, int64_t y_tok, int64_t y_head, float *gin, float *gout) {
+    vk_state *s = ST(be);
+    int ok = !s->failed;
+    for (int h = 0; ok && h < H; h++)
+        ok = record_matmul(s, &w[h], X + (size_t)h * (size_t)x_head, x_tok, Y + (size_t)h * (size_t)y_head, y_tok, n) == 0;
+    if (ok && flush(s) == 0) return;
+    abandon(s);
+    kiln_backend_cpu_ops.matmul_heads(be, w, H, n, X, x_tok, x_head, Y, y_tok, y_head, gin, gout);
+}
+
+/* ---- element-wise ops ---------------------------------------------------------------------------- */
+typedef struct { uint32_t len, a_off, b_off, base, width; } ew_push;
+
+/* y = op(y, x) over len elements (width: add_bias's row width), in dispatches of ≤ max groups. */
+static int record_ew(vk_state *s, kiln_vk_shader sh, float *y, const float *x, size_t x_len, int64_t len, int width) {
+    if (len <= 0) return 0;
+    if ((uint64_t)len > UINT32_MAX) return -1;
+    vref yr, xr;
+    if (resolve(s, y, (size_t)len * sizeof(float), 1, &yr) || resolve(s, x, x_len * sizeof(float), 0, &xr)) return -1;
+    const kiln_vk_bind b[2] = {yr.b, xr.b};
+    const uint64_t per = (uint64_t)s->max_gx * 256;
+    for (uint64_t base = 0; base < (uint64_t)len; base += per) {
+        const uint64_t cnt = (uint64_t)len - base < per ? (uint64_t)len - base : per;
+        const ew_push pc = {(uint32_t)len, yr.off, xr.off, (uint32_t)base, (uint32_t)(width > 0 ? width : 1)};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, sh, b, 2, &pc, sizeof pc, (uint32_t)((cnt + 255) / 256), 1, 1) != KILN_OK) { fail_once(s, "dispatch"); return -1; }
+    }
+    return 0;
+}
+
+static void vk_add(const kiln_backend *be, float *y, const float *x, int64_t len) {
+    vk_state *s = ST(be);
+    if (!s->failed && record_ew(s, KILN_VK_SH_add, y, x, (size_t)len, len, 0) == 0 && flush(s) == 0) return;
+    abandon(s);
+    kiln_be_common_add(be, y, x, len);
+}
+
+static void vk_add_bias(const kiln_backend *be, float *y, const float *b, int rows, int width) {
+    vk_state *s = ST(be);
+    if (!s->failed && record_ew(s, KILN_VK_SH_add_bias, y, b, (size_t)width, (int64_t)rows * width, width) == 0 && flush(s) == 0) return;
+    abandon(s);
+    kiln_be_common_add_bias(be, y, b, rows, width);
+}
+
+static void vk_swiglu(const kiln_backend *be, float *g, const float *u, int64_t len) {
+    vk_state *s = ST(be);
+    if (!s->failed && record_ew(s, KILN_VK_SH_swiglu, g, u, (size_t)len, len, 0) == 0 && flush(s) == 0) return;
+    abandon(s);
+    kiln_backend_cpu_ops.swiglu(be, g, u, len);
+}
+
+typedef struct { uint32_t width, o_off, x_off, w_off; float eps; } norm_push;
+
+static int record_rmsnorm(vk_state *s, float *out, const float *x, const float *w, int rows, int width, float eps) {
+    if (rows <= 0 || width <= 0) return 0;
+    const size_t bytes = (size_t)rows * (size_t)width * sizeof(float);
+    vref orr, xr, wr;
+    if (resolve(s, out, bytes, 1, &orr)) return -1;
+    if (out == x) xr = orr;
+    else if (resolve(s, x, bytes, 0, &xr)) return -1;
+    if (resolve(s, w, (size_t)width * sizeof(float), 0, &wr)) return -1;
+    const kiln_vk_bind b[3] = {orr.b, xr.b, wr.b};
+    for (int r = 0; r < rows; r += (int)s->max_gx) {
+        const int rr = rows - r < (int)s->max_gx ? rows - r : (int)s->max_gx;
+        const norm_push pc = {(uint32_t)width, orr.off + (uint32_t)r * (uint32_t)width, xr.off + (uint32_t)r * (uint32_t)width, wr.off, eps};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_rmsnorm, b, 3, &pc, sizeof pc, (uint32_t)rr, 1, 1) != KILN_OK) { fail_once(s, "dispatch"); return -1; }
+    }
+    return 0;
+}
+
+static void vk_rmsnorm(const kiln_backend *be, float *out, const float *x, const float *w, int rows, int width, float eps) {
+    vk_state *s = ST(be);
+    if (!s->failed && record_rmsnorm(s, out, x, w, rows, width, eps) == 0 && flush(s) == 0) return;
+    abandon(s);
+    kiln_backend_cpu_ops.rmsnorm(be, out, x, w, rows, width, eps);
+}
+
+typedef struct { uint32_t x_off, row_stride, n_heads, head_stride, rot, neox, cs_off, pairs_total; } rope_push;
+
+static void vk_rope(const kiln_backend *be, const kiln_rope *r, float *x, int n, int64_t row_stride, int n_heads, int head_stride,
+                    const float *cs) {
+    vk_state *s = ST(be);
+    const uint64_t pairs = (uint64_t)n * (uint64_t)n_heads * (uint64_t)(r->rot_dim / 2);
+    if (pairs == 0) return;
+    int ok = !s->failed && pairs <= (uint64_t)s->max_gx * 64;
+    vref xr, cr;
+    const size_t xbytes = ((size_t)(n - 1) * (size_t)row_stride + (size_t)(n_heads - 1) * (size_t)head_stride + (size_t)r->rot_dim) * sizeof(float);
+    if (ok) ok = resolve(s, x, xbytes, 1, &xr) == 0 && resolve(s, cs, (size_t)n * (size_t)r->rot_dim * sizeof(float), 0, &cr) == 0;
+    if (ok) {
+        const kiln_vk_bind b[2] = {xr.b, cr.b};
+        const rope_push pc = {xr.off, (uint32_t)row_stride, (uint32_t)n_heads, (uint32_t)head_stride, (uint32_t)r->rot_dim,
+                              r->style == KILN_ROPE_NEOX, cr.off, (uint32_t)pairs};
+        s->n_dispatch++;
+        ok = kiln_vk_dispatch(s->vk, KILN_VK_SH_rope, b, 2, &pc, sizeof pc, (uint32_t)((pairs + 63) / 64), 1, 1) == KILN_OK;
+        if (!ok) fail_once(s, "dispatch");
+    }
+    if (ok && flush(s) == 0) return;
+    abandon(s);
+    kiln_be_common_rope(be, r, x, n, row_stride, n_heads, head_stride, cs);
+}
+
+/* ---- MoE experts ----------------------------------------------------------------------------------- */
+static int record_swiglu(vk_state *s, float *g, const float *u, int64_t len) { return record_ew(s, KILN_VK_SH_swiglu, g, u, (size_t)len, len, 0); }
+
+static void vk_moe_experts(const kiln_backend *be, const kiln_moe_cfg *c, const kiln_weight *gate, const kiln_weight *up, const kiln_weight *down,
+                           const int *active, int n_active, const int *offset, const float *xg, float *hg, float *ug, float *yg) {
+    vk_state *s = ST(be);
+    int ok = !s->failed;
+    for (int a = 0; ok && a < n_active; a++) {
+        const int e = active[a], off = offset[e], cnt = offset[e + 1] - offset[e];
+        if (cnt <= 0) continue;
+        const float *x = xg + (size_t)off * (size_t)c->dim;
+        float *h = hg + (size_t)off * (size_t)c->ffn, *u = ug + (size_t)off * (size_t)c->ffn, *y = yg + (size_t)off * (size_t)c->dim;
+        ok = record_matmul(s, &gate[e], x, c->dim, h, c->ffn, cnt) == 0 && record_matmul(s, &up[e], x, c->dim, u, c->ffn, cnt) == 0 &&
+             record_swiglu(s, h, u, (int64_t)cnt * c->ffn) == 0 && record_matmul(s, &down[e], h, c->ffn, y, c->dim, cnt) == 0;
+    }
+    if (ok && flush(s) == 0) return;
+    abandon(s);
+    kiln_backend_cpu_ops.moe_experts(be, c, gate, up, down, active, n_active, offset, xg, hg, ug, yg);
+}
+
+/* ---- host-side ops: the cpu backend's, on the mapped buffers ------------------------------------------ */
+static void vk_embed(const kiln_backend *be, const kiln_weight *t, const int32_t *tok, int n, float *x) { kiln_backend_cpu_ops.embed(be, t, tok, n, x); }
+static void vk_rope_table(const kiln_backend *be, const kiln_rope *r, const int *pos, int n, float *cs) { kiln_backend_cpu_ops.rope_table(be, r, pos, n, cs); }
+static int vk_moe_route(const kiln_backend *be, const kiln_moe_cfg *c, const float *logits, const float *bias, int n, int *idx, float *wt, float *tmp) {
+    return kiln_backend_cpu_ops.moe_route(be, c, logits, bias, n, idx, wt, tmp);
+}
+static void vk_moe_combine(const kiln_backend *be, int n, int K, int dim, const int *slot, const float *wt, const float *yg, float *Y) {
+    kiln_backend_cpu_ops.moe_combine(be, n, K, dim, slot, wt, yg, Y);
+}
+static void vk_kv_store(const kiln_backend *be, kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer, const float *k, int64_t k_tok,
+                        const float *v, int64_t v_tok) {
+    kiln_backend_cpu_ops.kv_store(be, p, seq, pos, n, layer, k, k_tok, v, v_tok);
+}
+static void vk_kv_attend(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos, const float *q,
+                         int n_heads, float scale, float *out) {
+    kiln_backend_cpu_ops.kv_attend(be, p, layer, n, seq, pos, q, n_heads, scale, out);
+}
+static int64_t vk_argmax(const kiln_backend *be, const float *x, int64_t len) { return kiln_backend_cpu_ops.argmax(be, x, len); }
+
+static int vk_supports(const kiln_backend *be, kiln_op op, kiln_wformat fmt) {
+    (void)be;
+    switch (op) {
+    case KILN_OP_MATMUL:
+    case KILN_OP_MATMUL_HEADS:
+    case KILN_OP_MOE_EXPERTS: return fmt_on_device(fmt);
+    case KILN_OP_RMSNORM:
+    case KILN_OP_ROPE:
+    case KILN_OP_ADD:
+    case KILN_OP_SWIGLU: return 1;
+    default: return 0;
+    }
+}
+
+const kiln_backend_ops kiln_backend_vulkan_ops = {
+    .supports = vk_supports,
+    .alloc = vk_be_alloc,
+    .free = vk_be_free,
+    .embed = vk_embed,
+    .rmsnorm = vk_rmsnorm,
+    .rope_table = vk_rope_table,
+    .rope = vk_rope,
+    .add = vk_add,
+    .add_bias = vk_add_bias,
+    .swiglu = vk_swiglu,
+    .matmul_many = vk_matmul_many,
+    .matmul_heads = vk_matmul_heads,
+    .moe_route = vk_moe_route,
+    .moe_experts = vk_moe_experts,
+    .moe_combine = vk_moe_combine,
+    .kv_store = vk_kv_store,
+    .kv_attend = vk_kv_attend,
+    .argmax = vk_argmax,
+};
+
+/* ---- lifetime ------------------------------------------------------------------------------------ */
+kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
+    vk_state *s = calloc(1, sizeof *s);
+    if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status st = kiln_vk_open(device_index, &s->vk);
+    if (st) { free(s); return st; }
+    s->align = kiln_vk_offset_align(s->vk);
+    if (s->align < 4) s->align = 4;
+    s->max_range = kiln_vk_max_range(s->vk) & ~(size_t)255;
+    s->max_gx = kiln_vk_max_groups_x(s->vk);
+    if (s->max_gx > 65535) s->max_gx = 65535;
+    st = kiln_vk_buf_create(s->vk, 256 * sizeof(float), 0, &s->lut);
+    if (st == KILN_OK) st = kiln_vk_upload(s->vk, &s->lut, 0, kiln_fp8_e4m3_table, 256 * sizeof(float));
+    if (st == KILN_OK) st = kiln_vk_buf_create(s->vk, (size_t)4 << 20, 1, &s->arena);
+    if (st) {
+        kiln_vk_buf_destroy(s->vk, &s->lut);
+        kiln_vk_close(s->vk);
+        free(s);
+        return st;
+    }
+    be->impl = s;
+    be->device_name = kiln_vk_device_name(s->vk);
+    return KILN_OK;
+}
+
+void kiln_backend_vulkan_close(kiln_backend *be) {
+    vk_state *s = ST(be);
+    if (!s) return;
+    (void)kiln_vk_flush(s->vk);
+    for (int i = 0; i < s->n_weights; i++) weight_free(s, &s->weights[i]);
+    for (int i = 0; i < s->n_allocs; i++) kiln_vk_buf_destroy(s->vk, &s->allocs[i].b);
+    for (int i = 0; i < s->n_extra; i++) kiln_vk_buf_destroy(s->vk, &s->extra[i]);
+    kiln_vk_buf_destroy(s->vk, &s->lut);
+    kiln_vk_buf_destroy(s->vk, &s->arena);
+    kiln_vk_close(s->vk);
+    free(s->weights); free(s->allocs); free(s->extra); free(s->cb);
+    free(s);
+    be->impl = NULL;
+}
+
+kiln_status kiln_backend_vulkan_list(FILE *f) { return kiln_vk_list(f); }
+
+void kiln_backend_vulkan_counts(const kiln_backend *be, uint64_t *dispatches, uint64_t *host_fallbacks) {
+    const vk_state *s = ST(be);
+    *dispatches = s ? s->n_dispatch : 0;
+    *host_fallbacks = s ? s->n_host : 0;
+}
+
+int kiln_backend_vulkan_built(void) { return 1; }

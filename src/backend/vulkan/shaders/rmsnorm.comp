@@ -1,0 +1,24 @@
+#version 450
+// rmsnorm.comp — out[row, i] = w[i] · (ss · x[row, i]), ss = 1 / sqrt(mean(x²) + eps): one
+// workgroup per row, Σx² as a tree sum in shared memory. out may be x (each invocation reads its
+// elements before the barrier that precedes any write).
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) buffer Ob { float o[]; };
+layout(std430, binding = 1) readonly buffer Xb { float x[]; };
+layout(std430, binding = 2) readonly buffer Wb { float w[]; };
+layout(push_constant) uniform P { uint width, o_off, x_off, w_off; float eps; } p;
+shared float part[64];
+void main() {
+    const uint row = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
+    const uint xb = p.x_off + row * p.width, ob = p.o_off + row * p.width;
+    float acc = 0.0;
+    for (uint i = tid; i < p.width; i += 64u) acc += x[xb + i] * x[xb + i];
+    part[tid] = acc;
+    barrier();
+    for (uint h = 32u; h > 0u; h >>= 1) {
+        if (tid < h) part[tid] += part[tid + h];
+        barrier();
+    }
+    const float ss = 1.0 / sqrt(part[0] / float(p.width) + p.eps);
+    for (uint i = tid; i < p.width; i += 64u) o[ob + i] = w[p.w_off + i] * (ss * x[xb + i]);
+}

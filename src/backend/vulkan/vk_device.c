@@ -1,0 +1,402 @@
+/* vk_device.c — one Vulkan device for the vulkan backend: instance and device selection, buffers,
+ * the compute pipelines of the embedded SPIR-V (created on first use: a driver compiles SPIR-V when
+ * the pipeline is made, lavapipe through LLVM, so unused shaders cost nothing), descriptor sets from
+ * a pool that is reset at every flush, and one command buffer submitted per flush. */
+#include "backend/vulkan/vk_device.h"
+#include "base/status.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* The SPIR-V the build embeds (build/vk_spirv.S): kiln_spv_NAME .. kiln_spv_NAME_end. */
+#define KILN_VK_EXTERN(name) extern const uint32_t kiln_spv_##name[]; extern const uint8_t kiln_spv_##name##_end[];
+KILN_VK_SHADERS(KILN_VK_EXTERN)
+#undef KILN_VK_EXTERN
+
+#define SETS_PER_POOL 512
+
+struct kiln_vk {
+    VkInstance instance;
+    VkPhysicalDevice phys;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties memprops;
+    VkDevice dev;
+    uint32_t queue_family;
+    VkQueue queue;
+    VkCommandPool cmd_pool;
+    VkCommandBuffer cmd;
+    VkFence fence;
+    int recording, recorded;
+    VkDescriptorSetLayout set_layout;
+    VkPipelineLayout pipe_layout;
+    VkDescriptorPool desc_pool;
+    int sets_used;
+    VkPipeline pipes[KILN_VK_SH_COUNT];
+    kiln_vk_buf dummy;
+    char name[440];
+};
+
+static const char *vk_result_name(VkResult r) {
+    switch (r) {
+    case VK_ERROR_OUT_OF_HOST_MEMORY: return "out of host memory";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "out of device memory";
+    case VK_ERROR_INITIALIZATION_FAILED: return "initialization failed";
+    case VK_ERROR_DEVICE_LOST: return "device lost";
+    case VK_ERROR_INCOMPATIBLE_DRIVER: return "incompatible driver (no Vulkan implementation found)";
+    case VK_ERROR_LAYER_NOT_PRESENT: return "layer not present";
+    case VK_ERROR_EXTENSION_NOT_PRESENT: return "extension not present";
+    case VK_ERROR_FEATURE_NOT_PRESENT: return "feature not present";
+    case VK_ERROR_TOO_MANY_OBJECTS: return "too many objects";
+    case VK_ERROR_OUT_OF_POOL_MEMORY: return "out of pool memory";
+    default: return "error";
+    }
+}
+
+static kiln_status create_instance(VkInstance *out) {
+    const VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "kiln", .apiVersion = VK_API_VERSION_1_1};
+    const VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
+    VkResult r = vkCreateInstance(&ci, NULL, out);
+    if (r != VK_SUCCESS)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "vulkan: cannot create an instance: %s (VkResult %d); install a Vulkan driver "
+                                               "(Debian: mesa-vulkan-drivers) or use --backend cpu", vk_result_name(r), (int)r);
+    return KILN_OK;
+}
+
+static const char *type_name(VkPhysicalDeviceType t) {
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "CPU";
+    default: return "other";
+    }
+}
+
+static void describe(const VkPhysicalDeviceProperties *p, char *out, size_t n) {
+    char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE + 1];
+    snprintf(name, sizeof name, "%.200s", p->deviceName);
+    snprintf(out, n, "%.200s (%s, Vulkan %u.%u, max storage buffer %u MiB)", name, type_name(p->deviceType), VK_API_VERSION_MAJOR(p->apiVersion),
+             VK_API_VERSION_MINOR(p->apiVersion), p->limits.maxStorageBufferRange >> 20);
+}
+
+kiln_status kiln_vk_list(FILE *f) {
+    VkInstance inst;
+    kiln_status st = create_instance(&inst);
+    if (st) return st;
+    uint32_t n = 0;
+    vkEnumeratePhysicalDevices(inst, &n, NULL);
+    VkPhysicalDevice *pd = calloc(n ? n : 1, sizeof *pd);
+    if (!pd) { vkDestroyInstance(inst, NULL); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    vkEnumeratePhysicalDevices(inst, &n, pd);
+    for (uint32_t i = 0; i < n; i++) {
+        VkPhysicalDeviceProperties p;
+        vkGetPhysicalDeviceProperties(pd[i], &p);
+        char d[400];
+        describe(&p, d, sizeof d);
+        fprintf(f, "vulkan:%u  %s\n", i, d);
+    }
+    free(pd);
+    vkDestroyInstance(inst, NULL);
+    if (n == 0) return kiln_fail(KILN_ERR_UNSUPPORTED, "vulkan: the loader found no device");
+    return KILN_OK;
+}
+
+static kiln_status setup_device(kiln_vk *vk, int index) {
+    uint32_t n = 0;
+    vkEnumeratePhysicalDevices(vk->instance, &n, NULL);
+    if (n == 0) return kiln_fail(KILN_ERR_UNSUPPORTED, "vulkan: the loader found no device (install mesa-vulkan-drivers for lavapipe, or a GPU driver)");
+    if (index < 0 || (uint32_t)index >= n)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "vulkan: device index %d is out of range: %u device%s (kiln inspect --devices lists them)", index, n,
+                         n == 1 ? "" : "s");
+    VkPhysicalDevice *pd = calloc(n, sizeof *pd);
+    if (!pd) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    vkEnumeratePhysicalDevices(vk->instance, &n, pd);
+    vk->phys = pd[index];
+    free(pd);
+    vkGetPhysicalDeviceProperties(vk->phys, &vk->props);
+    vkGetPhysicalDeviceMemoryProperties(vk->phys, &vk->memprops);
+    char d[400];
+    describe(&vk->props, d, sizeof d);
+    snprintf(vk->name, sizeof vk->name, "vulkan:%d %s", index, d);
+
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(vk->phys, &nq, NULL);
+    VkQueueFamilyProperties *qf = calloc(nq ? nq : 1, sizeof *qf);
+    if (!qf) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    vkGetPhysicalDeviceQueueFamilyProperties(vk->phys, &nq, qf);
+    int fam = -1;
+    for (uint32_t i = 0; i < nq && fam < 0; i++)
+        if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) fam = (int)i;
+    free(qf);
+    if (fam < 0) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: no compute queue", vk->name);
+    vk->queue_family = (uint32_t)fam;
+    const float prio = 1.0f;
+    const VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = vk->queue_family, .queueCount = 1,
+                                         .pQueuePriorities = &prio};
+    const VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci};
+    VkResult r = vkCreateDevice(vk->phys, &dci, NULL, &vk->dev);
+    if (r != VK_SUCCESS) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: cannot create the device: %s", vk->name, vk_result_name(r));
+    vkGetDeviceQueue(vk->dev, vk->queue_family, 0, &vk->queue);
+    return KILN_OK;
+}
+
+static kiln_status setup_commands(kiln_vk *vk) {
+    const VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                         .queueFamilyIndex = vk->queue_family};
+    if (vkCreateCommandPool(vk->dev, &pci, NULL, &vk->cmd_pool) != VK_SUCCESS) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot create a command pool", vk->name);
+    const VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = vk->cmd_pool,
+                                            .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
+    if (vkAllocateCommandBuffers(vk->dev, &ai, &vk->cmd) != VK_SUCCESS) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot allocate a command buffer", vk->name);
+    const VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if (vkCreateFence(vk->dev, &fci, NULL, &vk->fence) != VK_SUCCESS) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot create a fence", vk->name);
+
+    VkDescriptorSetLayoutBinding b[KILN_VK_BINDINGS];
+    for (int i = 0; i < KILN_VK_BINDINGS; i++)
+        b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = 1,
+                                              .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
+    const VkDescriptorSetLayoutCreateInfo lci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = KILN_VK_BINDINGS, .pBindings = b};
+    if (vkCreateDescriptorSetLayout(vk->dev, &lci, NULL, &vk->set_layout) != VK_SUCCESS)
+        return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot create a descriptor set layout", vk->name);
+    const VkPushConstantRange pcr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = KILN_VK_PUSH_BYTES};
+    const VkPipelineLayoutCreateInfo plci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1, .pSetLayouts = &vk->set_layout,
+                                             .pushConstantRangeCount = 1, .pPushConstantRanges = &pcr};
+    if (vkCreatePipelineLayout(vk->dev, &plci, NULL, &vk->pipe_layout) != VK_SUCCESS)
+        return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot create a pipeline layout", vk->name);
+    const VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = SETS_PER_POOL * KILN_VK_BINDINGS};
+    const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = SETS_PER_POOL, .poolSizeCount = 1, .pPoolSizes = &ps};
+    if (vkCreateDescriptorPool(vk->dev, &dpci, NULL, &vk->desc_pool) != VK_SUCCESS)
+        return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot create a descriptor pool", vk->name);
+    return kiln_vk_buf_create(vk, 256, 1, &vk->dummy);
+}
+
+kiln_status kiln_vk_open(int index, kiln_vk **out) {
+    *out = NULL;
+    kiln_vk *vk = calloc(1, sizeof *vk);
+    if (!vk) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status st = create_instance(&vk->instance);
+    if (st == KILN_OK) st = setup_device(vk, index);
+    if (st == KILN_OK) st = setup_commands(vk);
+    if (st != KILN_OK) { kiln_vk_close(vk); return st; }
+    *out = vk;
+    return KILN_OK;
+}
+
+void kiln_vk_close(kiln_vk *vk) {
+    if (!vk) return;
+    if (vk->dev) {
+        vkDeviceWaitIdle(vk->dev);
+        for (int i = 0; i < KILN_VK_SH_COUNT; i++)
+            if (vk->pipes[i]) vkDestroyPipeline(vk->dev, vk->pipes[i], NULL);
+        kiln_vk_buf_destroy(vk, &vk->dummy);
+        if (vk->desc_pool) vkDestroyDescriptorPool(vk->dev, vk->desc_pool, NULL);
+        if (vk->pipe_layout) vkDestroyPipelineLayout(vk->dev, vk->pipe_layout, NULL);
+        if (vk->set_layout) vkDestroyDescriptorSetLayout(vk->dev, vk->set_layout, NULL);
+        if (vk->fence) vkDestroyFence(vk->dev, vk->fence, NULL);
+        if (vk->cmd_pool) vkDestroyCommandPool(vk->dev, vk->cmd_pool, NULL);
+        vkDestroyDevice(vk->dev, NULL);
+    }
+    if (vk->instance) vkDestroyInstance(vk->instance, NULL);
+    free(vk);
+}
+
+const char *kiln_vk_device_name(const kiln_vk *vk) { return vk->name; }
+size_t kiln_vk_max_range(const kiln_vk *vk) { return vk->props.limits.maxStorageBufferRange; }
+size_t kiln_vk_offset_align(const kiln_vk *vk) {
+    const size_t a = (size_t)vk->props.limits.minStorageBufferOffsetAlignment;
+    return a ? a : 1;
+}
+uint32_t kiln_vk_max_groups_x(const kiln_vk *vk) { return vk->props.limits.maxComputeWorkGroupCount[0]; }
+uint32_t kiln_vk_max_groups_y(const kiln_vk *vk) { return vk->props.limits.maxComputeWorkGroupCount[1]; }
+
+/* ---- buffers ------------------------------------------------------------------------------------- */
+static int find_memory(const kiln_vk *vk, uint32_t type_bits, VkMemoryPropertyFlags want) {
+    for (uint32_t i = 0; i < vk->memprops.memoryTypeCount; i++)
+        if ((type_bits & (1u << i)) && (vk->memprops.memoryTypes[i].propertyFlags & want) == want) return (int)i;
+    return -1;
+}
+
+kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln_vk_buf *b) {
+    memset(b, 0, sizeof *b);
+    if (bytes == 0) bytes = 4;
+    const VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = bytes,
+                                    .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                    .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    VkResult r = vkCreateBuffer(vk->dev, &bci, NULL, &b->buf);
+    if (r != VK_SUCCESS) return kiln_fail(KILN_ERR_NOMEM, "%s: cannot create a buffer of %zu bytes: %s", vk->name, bytes, vk_result_name(r));
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(vk->dev, b->buf, &req);
+    const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    int type = -1;
+    if (host_visible) {
+        /* host-cached first: the host-side ops (attention, sampling) read these buffers */
+        type = find_memory(vk, req.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+        if (type < 0) type = find_memory(vk, req.memoryTypeBits, hv);
+    } else {
+        type = find_memory(vk, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | hv);
+        if (type < 0) type = find_memory(vk, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+        if (type < 0) type = find_memory(vk, req.memoryTypeBits, hv);
+    }
+    if (type < 0) {
+        vkDestroyBuffer(vk->dev, b->buf, NULL);
+        b->buf = VK_NULL_HANDLE;
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: no memory type for a %s buffer of %zu bytes", vk->name, host_visible ? "host-visible" : "device", bytes);
+    }
+    const VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size, .memoryTypeIndex = (uint32_t)type};
+    r = vkAllocateMemory(vk->dev, &mai, NULL, &b->mem);
+    if (r != VK_SUCCESS) {
+        vkDestroyBuffer(vk->dev, b->buf, NULL);
+        b->buf = VK_NULL_HANDLE;
+        return kiln_fail(KILN_ERR_NOMEM, "%s: cannot allocate %zu bytes of %s memory: %s", vk->name, bytes, host_visible ? "host-visible" : "device",
+                         vk_result_name(r));
+    }
+    vkBindBufferMemory(vk->dev, b->buf, b->mem, 0);
+    if (vk->memprops.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
+        void *p = NULL;
+        if (vkMapMemory(vk->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &p) != VK_SUCCESS) {
+            kiln_vk_buf_destroy(vk, b);
+            return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot map a buffer of %zu bytes", vk->name, bytes);
+        }
+        b->map = p;
+    }
+    b->size = bytes;
+    return KILN_OK;
+}
+
+void kiln_vk_buf_destroy(kiln_vk *vk, kiln_vk_buf *b) {
+    if (b->map) vkUnmapMemory(vk->dev, b->mem);
+    if (b->buf) vkDestroyBuffer(vk->dev, b->buf, NULL);
+    if (b->mem) vkFreeMemory(vk->dev, b->mem, NULL);
+    memset(b, 0, sizeof *b);
+}
+
+static kiln_status begin(kiln_vk *vk) {
+    if (vk->recording) return KILN_OK;
+    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO, .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    if (vkBeginCommandBuffer(vk->cmd, &bi) != VK_SUCCESS) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot begin a command buffer", vk->name);
+    vk->recording = 1;
+    vk->recorded = 0;
+    return KILN_OK;
+}
+
+kiln_status kiln_vk_upload(kiln_vk *vk, kiln_vk_buf *b, size_t offset, const void *src, size_t bytes) {
+    if (b->map) {
+        memcpy(b->map + offset, src, bytes);
+        return KILN_OK;
+    }
+    kiln_status st = kiln_vk_flush(vk);
+    if (st) return st;
+    kiln_vk_buf stage;
+    st = kiln_vk_buf_create(vk, bytes, 1, &stage);
+    if (st) return st;
+    memcpy(stage.map, src, bytes);
+    st = begin(vk);
+    if (st == KILN_OK) {
+        const VkBufferCopy region = {.srcOffset = 0, .dstOffset = offset, .size = bytes};
+        vkCmdCopyBuffer(vk->cmd, stage.buf, b->buf, 1, &region);
+        vk->recorded = 1;
+        st = kiln_vk_flush(vk);
+    }
+    kiln_vk_buf_destroy(vk, &stage);
+    return st;
+}
+
+/* ---- pipelines and dispatch ---------------------------------------------------------------------- */
+static kiln_status pipeline(kiln_vk *vk, kiln_vk_shader s, VkPipeline *out) {
+    if (vk->pipes[s]) { *out = vk->pipes[s]; return KILN_OK; }
+    static const uint32_t *const code[KILN_VK_SH_COUNT] = {
+#define KILN_VK_CODE(name) kiln_spv_##name,
+        KILN_VK_SHADERS(KILN_VK_CODE)
+#undef KILN_VK_CODE
+    };
+    static const uint8_t *const end[KILN_VK_SH_COUNT] = {
+#define KILN_VK_END(name) kiln_spv_##name##_end,
+        KILN_VK_SHADERS(KILN_VK_END)
+#undef KILN_VK_END
+    };
+    static const char *const names[KILN_VK_SH_COUNT] = {
+#define KILN_VK_NAME(name) #name,
+        KILN_VK_SHADERS(KILN_VK_NAME)
+#undef KILN_VK_NAME
+    };
+    const VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                          .codeSize = (size_t)(end[s] - (const uint8_t *)code[s]), .pCode = code[s]};
+    VkShaderModule mod;
+    if (vkCreateShaderModule(vk->dev, &mci, NULL, &mod) != VK_SUCCESS)
+        return kiln_fail(KILN_ERR_INTERNAL, "%s: shader %s: cannot create the module", vk->name, names[s]);
+    const VkComputePipelineCreateInfo cpci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main"},
+        .layout = vk->pipe_layout};
+    VkResult r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &cpci, NULL, &vk->pipes[s]);
+    vkDestroyShaderModule(vk->dev, mod, NULL);
+    if (r != VK_SUCCESS) {
+        vk->pipes[s] = VK_NULL_HANDLE;
+        return kiln_fail(KILN_ERR_INTERNAL, "%s: shader %s: cannot create the pipeline: %s", vk->name, names[s], vk_result_name(r));
+    }
+    *out = vk->pipes[s];
+    return KILN_OK;
+}
+
+kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_bind *binds, int n_bind, const void *push, size_t push_bytes,
+                             uint32_t gx, uint32_t gy, uint32_t gz) {
+    if (gx == 0 || gy == 0 || gz == 0) return KILN_OK;
+    VkPipeline pipe = VK_NULL_HANDLE;
+    kiln_status st = pipeline(vk, shader, &pipe);
+    if (st) return st;
+    if (vk->sets_used == SETS_PER_POOL && (st = kiln_vk_flush(vk)) != KILN_OK) return st;
+    if ((st = begin(vk)) != KILN_OK) return st;
+    VkDescriptorSet set;
+    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = vk->desc_pool,
+                                             .descriptorSetCount = 1, .pSetLayouts = &vk->set_layout};
+    if (vkAllocateDescriptorSets(vk->dev, &dai, &set) != VK_SUCCESS) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot allocate a descriptor set", vk->name);
+    vk->sets_used++;
+    VkDescriptorBufferInfo bi[KILN_VK_BINDINGS];
+    VkWriteDescriptorSet wr[KILN_VK_BINDINGS];
+    for (int i = 0; i < KILN_VK_BINDINGS; i++) {
+        if (i < n_bind) bi[i] = (VkDescriptorBufferInfo){.buffer = binds[i].buf, .offset = binds[i].offset, .range = binds[i].range};
+        else bi[i] = (VkDescriptorBufferInfo){.buffer = vk->dummy.buf, .offset = 0, .range = VK_WHOLE_SIZE};
+        wr[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set, .dstBinding = (uint32_t)i, .descriptorCount = 1,
+                                       .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &bi[i]};
+    }
+    vkUpdateDescriptorSets(vk->dev, KILN_VK_BINDINGS, wr, 0, NULL);
+    vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+    vkCmdBindDescriptorSets(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vk->pipe_layout, 0, 1, &set, 0, NULL);
+    uint8_t pc[KILN_VK_PUSH_BYTES] = {0};
+    memcpy(pc, push, push_bytes < sizeof pc ? push_bytes : sizeof pc);
+    vkCmdPushConstants(vk->cmd, vk->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, KILN_VK_PUSH_BYTES, pc);
+    vkCmdDispatch(vk->cmd, gx, gy, gz);
+    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_HOST_READ_BIT};
+    vkCmdPipelineBarrier(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0,
+                         NULL, 0, NULL);
+    vk->recorded = 1;
+    return KILN_OK;
+}
+
+kiln_status kiln_vk_flush(kiln_vk *vk) {
+    if (!vk->recording) return KILN_OK;
+    vk->recording = 0;
+    if (vkEndCommandBuffer(vk->cmd) != VK_SUCCESS) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot end the command buffer", vk->name);
+    kiln_status st = KILN_OK;
+    if (vk->recorded) {
+        const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->cmd};
+        VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
+        if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
+        if (r != VK_SUCCESS) st = kiln_fail(KILN_ERR_INTERNAL, "%s: submit failed: %s", vk->name, vk_result_name(r));
+        vkResetFences(vk->dev, 1, &vk->fence);
+    }
+    vkResetCommandBuffer(vk->cmd, 0);
+    vkResetDescriptorPool(vk->dev, vk->desc_pool, 0);
+    vk->sets_used = 0;
+    vk->recorded = 0;
+    return st;
+}
+
+void kiln_vk_discard(kiln_vk *vk) {
+    if (!vk->recording) return;
+    vk->recording = 0;
+    vkEndCommandBuffer(vk->cmd);
+    vkResetCommandBuffer(vk->cmd, 0);
+    vkResetDescriptorPool(vk->dev, vk->desc_pool, 0);
+    vk->sets_used = 0;
+    vk->recorded = 0;
+}

@@ -1,0 +1,77 @@
+/* vk_device.h — internal: one Vulkan device as the vulkan backend uses it (instance, device, one
+ * compute queue, buffers, the compute pipelines of the embedded SPIR-V, and a command buffer that
+ * collects dispatches until a flush submits them and waits).
+ *
+ * Every pipeline has the same layout: KILN_VK_BINDINGS storage buffers (binding i ↔ bufs[i]; an op
+ * that reads fewer binds a small dummy buffer to the rest) and up to KILN_VK_PUSH_BYTES of push
+ * constants, so one descriptor-set layout and one pipeline layout serve every shader. */
+#ifndef KILN_BACKEND_VK_DEVICE_H
+#define KILN_BACKEND_VK_DEVICE_H
+#include "kiln.h"
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <vulkan/vulkan.h>
+
+#define KILN_VK_BINDINGS 5
+#define KILN_VK_PUSH_BYTES 128
+
+/* The shaders (src/backend/vulkan/shaders/), one pipeline each; the Makefile's VK_SHADERS lists
+ * the same names (build/vk_spirv.S embeds build/shaders/NAME.spv as kiln_spv_NAME). */
+#define KILN_VK_SHADERS(X) \
+    X(matmul_f32) X(matmul_f16) X(matmul_bf16) X(matmul_fp8) X(matmul_int4) X(matmul_q8_0) X(matmul_q4_0) \
+    X(rmsnorm) X(add) X(add_bias) X(swiglu) X(rope)
+typedef enum {
+#define KILN_VK_ENUM(name) KILN_VK_SH_##name,
+    KILN_VK_SHADERS(KILN_VK_ENUM)
+#undef KILN_VK_ENUM
+    KILN_VK_SH_COUNT
+} kiln_vk_shader;
+
+typedef struct kiln_vk_buf {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    uint8_t *map;   /* persistently mapped when host-visible, else NULL */
+    size_t size;
+} kiln_vk_buf;
+
+/* One storage-buffer binding of a dispatch. */
+typedef struct kiln_vk_bind {
+    VkBuffer buf;
+    VkDeviceSize offset, range;
+} kiln_vk_bind;
+
+typedef struct kiln_vk kiln_vk;
+
+/* Opens physical device `index` (the order of `kiln inspect --devices`). Errors name the device
+ * and what failed (no loader, no device, index out of range, no compute queue). */
+kiln_status kiln_vk_open(int index, kiln_vk **out);
+void kiln_vk_close(kiln_vk *vk);
+/* "NAME (TYPE, driver D, Vulkan X.Y)" of the opened device. */
+const char *kiln_vk_device_name(const kiln_vk *vk);
+/* maxStorageBufferRange and minStorageBufferOffsetAlignment of the device. */
+size_t kiln_vk_max_range(const kiln_vk *vk);
+size_t kiln_vk_offset_align(const kiln_vk *vk);
+/* maxComputeWorkGroupCount[0] and [1]. */
+uint32_t kiln_vk_max_groups_x(const kiln_vk *vk);
+uint32_t kiln_vk_max_groups_y(const kiln_vk *vk);
+/* Writes one line per physical device to f; KILN_ERR_UNSUPPORTED when there is no loader or no device. */
+kiln_status kiln_vk_list(FILE *f);
+
+/* A buffer of `bytes` (≥ 1): host_visible = 1 → host-visible coherent memory, mapped; 0 → device-
+ * local memory (mapped too when the device has a heap that is both). Errors name the device and size. */
+kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln_vk_buf *b);
+void kiln_vk_buf_destroy(kiln_vk *vk, kiln_vk_buf *b);
+/* Copies bytes into b at offset: directly when mapped, otherwise through a staging buffer (one
+ * submit, waited for). */
+kiln_status kiln_vk_upload(kiln_vk *vk, kiln_vk_buf *b, size_t offset, const void *src, size_t bytes);
+
+/* Records one dispatch of `shader` (bindings beyond n_bind get the dummy buffer) and a memory
+ * barrier after it, so that the next dispatch sees its writes. */
+kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_bind *binds, int n_bind, const void *push,
+                             size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
+/* Submits what was recorded since the last flush and waits for it (no-op when nothing was). */
+kiln_status kiln_vk_flush(kiln_vk *vk);
+/* Drops what was recorded since the last flush without running it. */
+void kiln_vk_discard(kiln_vk *vk);
+#endif

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The vulkan backend end to end (on Mesa's lavapipe in make test, on a GPU where there is one):
+#   - stories260K greedy text byte-identical to llama2.c's printed outputs (F32 weights and KV);
+#   - its logits within 1e-5 relative of the ref backend's over a prompt and 40 decode steps;
+#   - GGUF Q8_0 / Q4_0 conversions: the same greedy text as the ref backend (both compute the
+#     dequantized weights' products in f32; only summation order differs);
+#   - FP8 KV with the integrity fault campaign: every injected fault detected, the healed text equal
+#     to the fault-free one;
+#   - no op the backend runs natively fell back to the host (it says so on stderr when one does).
+# The architecture tests against PyTorch run on the device too (scripts/run_tests.sh: KILN_DEVICES).
+# Skipped (77) only when the build has no Vulkan; a build with it but no usable device fails.
+set -euo pipefail
+M=$SHARED/models/stories260K
+E=$M/expected
+[ -f "$M/stories260K.bin" ] || { echo "no stories260K under $SHARED"; exit 77; }
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+if ! "$KILN" inspect --devices > "$T/devices" 2>&1; then
+    grep -q "built without Vulkan" "$T/devices" && { echo "kiln built without Vulkan"; exit 77; }
+    echo "vulkan build without a usable device:"; cat "$T/devices"; exit 1
+fi
+grep -q '^vulkan:0 ' "$T/devices" || { echo "no vulkan:0 in:"; cat "$T/devices"; exit 1; }
+V=(--device vulkan)
+no_fallback() { if grep -q "instead of the device" "$1"; then echo "an op left the device:"; cat "$1"; exit 1; fi; }
+
+begins_with() { # file-with-output, expected-file
+    local n; n=$(stat -c %s "$2")
+    if ! cmp -s <(head -c "$n" "$1") "$2"; then
+        echo "output does not begin with $2"; echo "--- got:"; head -c "$n" "$1"; echo; echo "--- expected:"; cat "$2"; exit 1
+    fi
+}
+"$KILN" run "$M" --temp 0 -n 200 "${V[@]}" > "$T/bos.txt" 2> "$T/bos.err"
+grep -q "compute: vulkan:0" "$T/bos.err" || { echo "start-up summary does not name the device:"; cat "$T/bos.err"; exit 1; }
+no_fallback "$T/bos.err"
+begins_with "$T/bos.txt" "$E/bos_greedy_n200.txt"
+"$KILN" run "$M" --temp 0 -n 64 -p "Once upon a time" "${V[@]}" > "$T/once.txt" 2> "$T/once.err"
+P=$(sed -n 's/^prompt: \([0-9]*\) tokens.*/\1/p' "$T/once.err")
+"$KILN" run "$M" --temp 0 -n $((64 - P + 1)) -p "Once upon a time" "${V[@]}" 2>/dev/null | head -c -1 > "$T/once_exact.txt"
+head -c -1 "$E/once_upon_a_time_n64.txt" > "$T/once_ref.txt"
+cmp "$T/once_exact.txt" "$T/once_ref.txt"
+
+# Logits against the ref backend.
+"$KILN" run "$M" --temp 0 -n 40 --tokens 1,403,407,261,412 --dump-logits "$T/vk.bin" "${V[@]}" > /dev/null 2> "$T/l.err"
+no_fallback "$T/l.err"
+"$KILN" run "$M" --temp 0 -n 40 --tokens 1,403,407,261,412 --dump-logits "$T/ref.bin" --device ref > /dev/null 2>&1
+"$PY" - "$T/vk.bin" "$T/ref.bin" <<'EOF'
+import sys
+import numpy as np
+a = np.fromfile(sys.argv[1], dtype=np.float32).reshape(-1, 512)
+b = np.fromfile(sys.argv[2], dtype=np.float32).reshape(-1, 512)
+assert a.shape == b.shape and a.shape[0] == 5 + 39, (a.shape, b.shape)
+err = (np.abs(a - b).max(axis=1) / np.abs(b).max(axis=1)).max()
+print("vulkan vs ref logits: %d rows, max relative error %.3g" % (a.shape[0], err))
+sys.exit(0 if err < 1e-5 else 1)
+EOF
+
+# GGUF Q8_0 / Q4_0: same greedy text as the ref backend.
+for q in q8_0 q4_0; do
+    "$KILN" convert "$M" "$T/$q.gguf" --outtype $q > /dev/null 2>&1
+    "$KILN" run "$T/$q.gguf" --temp 0 -n 120 "${V[@]}" > "$T/$q.vk" 2> "$T/$q.err"
+    no_fallback "$T/$q.err"
+    "$KILN" run "$T/$q.gguf" --temp 0 -n 120 --device ref > "$T/$q.ref" 2>/dev/null
+    cmp "$T/$q.vk" "$T/$q.ref" || { echo "$q: vulkan and ref greedy texts differ"; exit 1; }
+done
+
+# FP8 KV + fault injection: all caught, healed output identical.
+"$KILN" run "$M" --temp 0 -n 150 --kv-dtype fp8 "${V[@]}" > "$T/fp8.txt" 2>/dev/null
+"$KILN" run "$M" --temp 0 -n 150 --kv-dtype fp8 --inject-kv-faults "bitflip=10,stale=2,every=4" "${V[@]}" > "$T/fp8f.txt" 2> "$T/fp8f.err"
+cmp "$T/fp8.txt" "$T/fp8f.txt" || { echo "healed fp8 output differs from the fault-free one"; exit 1; }
+grep -Eq "injected ([1-9][0-9]*), detected \1," "$T/fp8f.err" || { echo "not every injected fault detected:"; tail -2 "$T/fp8f.err"; exit 1; }
+
+# Bad device index: a clear error naming it.
+if "$KILN" run "$M" -n 2 --device vulkan:9 > /dev/null 2> "$T/bad.err"; then echo "vulkan:9 accepted"; exit 1; fi
+grep -q "device index 9 is out of range" "$T/bad.err" || { echo "bad error:"; cat "$T/bad.err"; exit 1; }
+echo "ok"
