@@ -69,7 +69,7 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
     "         [--max-batch 32] [--max-queue 64] [--step-tokens 256] [--no-prefix-cache] [--max-body 1M]\n" \
     "         [--request-timeout 600] [--shutdown-grace 10] [--max-connections 512] [--max-conn-per-ip 64]\n" \
     "         [--header-timeout 30] [--body-timeout 60] [--http-threads 4]\n" \
-    "         [--kv-mem SIZE] [--kv-dtype auto|f32|bf16|fp8] [--kv-page 16] [--ctx N] [--threads N] [--isa ...] [--backend cpu|ref] [--fp8-gemv auto|exact|bf16]\n" \
+    "         [--kv-mem SIZE] [--kv-dtype auto|f32|bf16|fp8] [--kv-page 16] [--ctx N] [--threads N] [--isa ...] [--device cpu|ref|vulkan[:N]] [--fp8-gemv auto|exact|bf16]\n" \
     "         [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC]"
 
 int cmd_serve(int argc, char **argv) {
