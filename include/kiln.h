@@ -349,6 +349,15 @@ typedef struct kiln_server_options {
                                  complete request headers; trickled bytes do not extend it (default 30) */
     double body_timeout_s;    /* absolute: from the headers to the complete body (default 60) */
     int http_threads;         /* request threads (epoll thread pool; default 4) */
+    /* Tools and reasoning (docs/SERVER.md "Tools and reasoning"). Appended fields; NULL = default. */
+    const char *tool_parser;      /* "auto" (default: from the chat template), "glm45" (also glm47,
+                                     glm4_moe), "kimi_k2", "none" */
+    const char *reasoning_parser; /* "auto" (default: "think" when the template mentions <think>),
+                                     "think" (deepseek_r1 semantics; also deepseek_r1, glm45, kimi_k2),
+                                     "none" */
+    const char *test_forced_output; /* test hook: every completion generates exactly the tokens of
+                                     this text, then the model's end id (so that tests drive the
+                                     parsers with the real format through the real tokenizer) */
 } kiln_server_options;
 void kiln_server_options_default(kiln_server_options *o);
 
@@ -451,6 +460,9 @@ const kiln_tokenizer *kiln_model_tokenizer(const kiln_model *m);
  * parse_special = 1. Errors name the template line and construct (see docs/TOKENIZERS.md). */
 kiln_status kiln_chat_render(const kiln_model *m, const char *messages_json, const char *tools_json,
                              int add_generation_prompt, const char *extra_json, char **out);
+/* The source of the template kiln_chat_render uses (have_tools: the "tool_use" variant where the
+ * tokenizer_config has one); *out malloc'ed. Fails as kiln_chat_render does when there is none. */
+kiln_status kiln_chat_template_source(const kiln_model *m, int have_tools, char **out);
 /* The same without loading weights: path is a model or tokenizer directory, a
  * tokenizer_config.json, a GGUF file, or a .jinja template file (then no special-token variables
  * unless extra_json gives them). template_path (may be NULL) replaces the template source. */

@@ -504,6 +504,16 @@ static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now
         if (r->ignore_eos) mask_eos(e, lg);
         r->toks[r->n_toks] = kiln_sample_applied(r->sampler, lg);
     }
+    if (r->n_ev < r->n_forced) { /* the test hook: this position's token is given */
+        r->toks[r->n_toks] = r->forced[r->n_ev];
+        if (K >= 0) {
+            float mx = -INFINITY;
+            for (int i = 0; i < V; i++) if (lg[i] > mx) mx = lg[i];
+            double s = 0;
+            for (int i = 0; i < V; i++) s += exp((double)lg[i] - mx);
+            lp = lg[r->toks[r->n_toks]] - (mx + (float)log(s));
+        }
+    }
     int32_t tok = r->toks[r->n_toks++];
     pthread_mutex_lock(&r->mu);
     int k = r->n_ev;

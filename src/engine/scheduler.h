@@ -51,6 +51,9 @@ struct kiln_req {
     int top_logprobs;     /* -1 = no logprobs; 0..20 = logprob of the sampled token + that many */
     kiln_sampler *sampler;
     double deadline;      /* kiln_now() time after which the request is cancelled (0 = none) */
+    const int32_t *forced; /* test hook (kiln serve --test-forced-output): output token k < n_forced is
+                              forced[k] whatever the logits say (borrowed; outlives the request) */
+    int n_forced;
     kiln_req *share_from; /* n > 1 siblings: the first choice (same prompt); this request is admitted
                              once that one has computed its prompt, so the prompt's full pages
                              come from the prefix cache. Holds a reference (dropped with this one). */

@@ -324,3 +324,18 @@ kiln_status kiln_chat_render(const kiln_model *m, const char *messages_json, con
     if (!m) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_chat_render: NULL model");
     return kiln_chat_render_path(m->path, NULL, messages_json, tools_json, add_generation_prompt, extra_json, out);
 }
+
+kiln_status kiln_chat_template_source(const kiln_model *m, int have_tools, char **out) {
+    *out = NULL;
+    if (!m) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_chat_template_source: NULL model");
+    chat_src cs;
+    memset(&cs, 0, sizeof cs);
+    cs.vars = json_object();
+    if (!cs.vars) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status st = find_template(m->path, have_tools, &cs);
+    if (st == KILN_OK && !cs.source) st = kiln_fail(KILN_ERR_FORMAT, "%s: no chat template", m->path);
+    if (st == KILN_OK) *out = cs.source;
+    else free(cs.source);
+    json_decref(cs.vars);
+    return st;
+}

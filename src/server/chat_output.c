@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 enum { P_START, P_REASONING, P_CONTENT, P_TOOLS };
 
@@ -45,15 +44,21 @@ kiln_reasoning_parser kiln_reasoning_parser_for_template(const char *src) {
     return src && strstr(src, "<think>") ? KILN_REASONING_THINK : KILN_REASONING_NONE;
 }
 
-void kiln_chat_out_init(kiln_chat_out *o, kiln_tool_parser tools, kiln_reasoning_parser reasoning, const json_t *tool_defs,
-                        const char *only_name, int single) {
+int kiln_prompt_opens_think(const char *prompt, size_t n) {
+    while (n && isspace((unsigned char)prompt[n - 1])) n--;
+    return n >= sizeof THINK_OPEN - 1 && memcmp(prompt + n - (sizeof THINK_OPEN - 1), LIT(THINK_OPEN)) == 0;
+}
+
+void kiln_chat_out_init(kiln_chat_out *o, kiln_tool_parser tools, kiln_reasoning_parser reasoning, int prompt_opened_think,
+                        const json_t *tool_defs, const char *only_name, int single) {
     memset(o, 0, sizeof *o);
     o->tools = tools;
     o->reasoning = reasoning;
     o->tool_defs = tool_defs;
     o->only_name = only_name;
     o->single = single;
-    o->phase = reasoning == KILN_REASONING_THINK ? P_START : P_CONTENT;
+    o->phase = reasoning == KILN_REASONING_NONE ? P_CONTENT : P_START;
+    if (reasoning == KILN_REASONING_THINK && prompt_opened_think) o->reasoning = KILN_REASONING_R1; /* reasoning from the start */
     o->calls = json_array();
 }
 
@@ -120,15 +125,8 @@ static void add_call(kiln_chat_out *o, kiln_chat_delta *d, json_t *call) {
 
 /* "chatcmpl-tool-" + 32 hex digits of the OS CSPRNG (vLLM's id shape). */
 static void random_id(char out[48]) {
-    unsigned char r[16] = {0};
-    size_t got = 0;
-    while (got < sizeof r) {
-        ssize_t k = getrandom(r + got, sizeof r - got, 0);
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
-    int o = snprintf(out, 48, "chatcmpl-tool-");
-    for (int i = 0; i < 16; i++) o += snprintf(out + o, 48 - (size_t)o, "%02x", r[i]);
+    memcpy(out, "chatcmpl-tool-", 14);
+    kiln_random_hex(out + 14, 16);
 }
 
 /* ---- GLM ----------------------------------------------------------------------------------------- */
@@ -260,13 +258,15 @@ void kiln_chat_out_push(kiln_chat_out *o, const char *text, size_t n, int final,
         char *b = o->buf.p ? o->buf.p : "";
         const size_t len = o->buf.len;
         if (o->phase == P_START) {
-            if (len >= sizeof THINK_OPEN - 1 && memcmp(b, LIT(THINK_OPEN)) == 0) {
-                drop_front(&o->buf, sizeof THINK_OPEN - 1);
-            } else if (!final && memcmp(b, THINK_OPEN, len) == 0) {
-                return; /* may still become "<think>" */
+            const int opens = len >= sizeof THINK_OPEN - 1 && memcmp(b, LIT(THINK_OPEN)) == 0;
+            if (!opens && !final && memcmp(b, THINK_OPEN, len) == 0) return; /* may still become "<think>" */
+            if (opens) drop_front(&o->buf, sizeof THINK_OPEN - 1);
+            if (opens || o->reasoning == KILN_REASONING_R1) {
+                o->phase = P_REASONING;
+                o->saw_reasoning = 1;
+            } else {
+                o->phase = P_CONTENT; /* THINK: the output did not open a thinking block */
             }
-            o->phase = P_REASONING;
-            o->saw_reasoning = 1;
             continue;
         }
         if (o->phase == P_REASONING) {
@@ -332,13 +332,13 @@ json_t *kiln_chat_out_content(const kiln_chat_out *o) {
         size_t k = n;
         trim(&t, &k);
         if (k == 0) return json_null();
-    } else if (o->reasoning != KILN_REASONING_NONE && n == 0) {
+    } else if (o->saw_reasoning && n == 0) {
         return json_null();
     }
     return json_stringn(s, n);
 }
 
 json_t *kiln_chat_out_reasoning(const kiln_chat_out *o) {
-    if (o->reasoning == KILN_REASONING_NONE || !o->saw_reasoning) return NULL;
+    if (!o->saw_reasoning) return NULL;
     return json_stringn(o->thought.p ? o->thought.p : "", o->thought.len);
 }

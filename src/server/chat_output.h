@@ -2,9 +2,9 @@
  * vLLM's reasoning and tool-call parsers split it, streamed or whole (docs/SERVER.md, "Tools and
  * reasoning").
  *
- * Reasoning (KILN_REASONING_THINK, vLLM's deepseek_r1 semantics, which its glm45 parser follows
- * when thinking is on): a leading "<think>" is dropped; everything up to "</think>" is reasoning,
- * the rest content; output without "</think>" is all reasoning.
+ * Reasoning (kiln_reasoning_parser below): a leading "<think>" is dropped; from there everything
+ * up to "</think>" is reasoning, the rest content; reasoning never closed stays reasoning (content
+ * null), as vLLM's deepseek_r1 parser has it.
  * Tool calls, in the content after the reasoning:
  *   KILN_TOOLS_GLM45 (GLM-4.5 / 4.6 / 4.7 / 5.x): "<tool_call>NAME" then pairs
  *     "<arg_key>K</arg_key>" "<arg_value>V</arg_value>" (whitespace, or a literal "\n", between
@@ -26,7 +26,11 @@
 #include <jansson.h>
 
 typedef enum { KILN_TOOLS_NONE = 0, KILN_TOOLS_GLM45, KILN_TOOLS_KIMI_K2 } kiln_tool_parser;
-typedef enum { KILN_REASONING_NONE = 0, KILN_REASONING_THINK } kiln_reasoning_parser;
+/* THINK: reasoning when the prompt ends inside an opened "<think>" (templates that open it, as
+ * GLM-4.7's and DeepSeek-R1's do) or when the output begins with "<think>" (GLM-4.5 / 4.6, Qwen3);
+ * otherwise the output is all content. R1: vLLM's deepseek_r1 — the output is reasoning from its
+ * start until "</think>", whatever the prompt. */
+typedef enum { KILN_REASONING_NONE = 0, KILN_REASONING_THINK, KILN_REASONING_R1 } kiln_reasoning_parser;
 
 /* "none", "glm45" (also "glm47", "glm4_moe"), "kimi_k2" → *out; -1 for another name. */
 int kiln_tool_parser_from_name(const char *name, kiln_tool_parser *out);
@@ -35,6 +39,8 @@ const char *kiln_tool_parser_name(kiln_tool_parser p);
  * "<|tool_calls_section_begin|>" / "tool_declare", else NONE. */
 kiln_tool_parser kiln_tool_parser_for_template(const char *template_source);
 /* THINK when the template source mentions "<think>", else NONE. */
+/* 1 when a rendered prompt ends inside an opened thinking block ("<think>" then only whitespace). */
+int kiln_prompt_opens_think(const char *prompt, size_t n);
 kiln_reasoning_parser kiln_reasoning_parser_for_template(const char *template_source);
 
 typedef struct kiln_chat_out {
@@ -58,8 +64,8 @@ typedef struct kiln_chat_delta {
     json_t *calls; /* NULL when none */
 } kiln_chat_delta;
 
-void kiln_chat_out_init(kiln_chat_out *o, kiln_tool_parser tools, kiln_reasoning_parser reasoning, const json_t *tool_defs,
-                        const char *only_name, int single);
+void kiln_chat_out_init(kiln_chat_out *o, kiln_tool_parser tools, kiln_reasoning_parser reasoning, int prompt_opened_think,
+                        const json_t *tool_defs, const char *only_name, int single);
 /* Feeds generated text; final = 1 at the end (releases what was held back). d receives what can be
  * sent now (cleared first). */
 void kiln_chat_out_push(kiln_chat_out *o, const char *text, size_t n, int final, kiln_chat_delta *d);

@@ -3,6 +3,7 @@
  * offending parameter (the `param` field) and gets the status OpenAI uses for it. */
 #include "server/server_internal.h"
 #include "base/status.h"
+#include <ctype.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -95,9 +96,10 @@ static int opt_num(json_t *o, const char *k, double lo, double hi, double *out, 
 
 /* Parameters kiln does not implement: accepted only at their neutral value. */
 static int neutral_only(json_t *o, kiln_oai_error *err, int chat) {
-    static const char *absent[] = {"tools", "functions", "tool_choice", "function_call", "suffix", "audio", "prediction", NULL};
+    static const char *absent[] = {"functions", "function_call", "suffix", "audio", "prediction", "tools", "tool_choice", NULL};
     json_t *v;
     for (int i = 0; absent[i]; i++) {
+        if (chat && (strcmp(absent[i], "tools") == 0 || strcmp(absent[i], "tool_choice") == 0)) continue; /* parse_tools */
         v = json_object_get(o, absent[i]);
         if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0) && !(json_is_string(v) && strcmp(json_string_value(v), "none") == 0))
             return BADC(absent[i], "unsupported_parameter", "'%s' is not supported by this server", absent[i]);
@@ -260,6 +262,82 @@ static int parse_stop_ids(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oa
     return 1;
 }
 
+/* tools, tool_choice, parallel_tool_calls (chat). OpenAI's rules: tools is an array of
+ * {"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}} with names of
+ * 1–64 characters from [a-zA-Z0-9_-]; tool_choice is "none", "auto", "required" or
+ * {"type": "function", "function": {"name"}} naming one of them; "required" and a named function
+ * need tools. */
+static int parse_tools(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
+    p->parallel_tools = 1;
+    json_t *t = json_object_get(o, "tools");
+    if (t && json_is_null(t)) t = NULL;
+    if (t) {
+        if (!json_is_array(t)) return BAD("tools", "'tools' must be an array, got %s", jtype(t));
+        size_t i;
+        json_t *e;
+        json_array_foreach(t, i, e) {
+            json_t *ty = json_object_get(e, "type"), *f = json_object_get(e, "function");
+            if (!json_is_object(e)) return BAD("tools", "tools[%zu] must be an object, got %s", i, jtype(e));
+            if (!json_is_string(ty) || strcmp(json_string_value(ty), "function") != 0)
+                return BAD("tools", "tools[%zu].type must be \"function\"", i);
+            if (!json_is_object(f)) return BAD("tools", "tools[%zu].function must be an object", i);
+            json_t *nm = json_object_get(f, "name"), *pa = json_object_get(f, "parameters"), *de = json_object_get(f, "description");
+            if (!json_is_string(nm)) return BAD("tools", "tools[%zu].function.name must be a string", i);
+            const char *n = json_string_value(nm);
+            size_t nl = json_string_length(nm);
+            int okname = nl >= 1 && nl <= 64;
+            for (size_t k = 0; okname && k < nl; k++) okname = isalnum((unsigned char)n[k]) || n[k] == '_' || n[k] == '-';
+            if (!okname) return BADC("tools", "invalid_value", "tools[%zu].function.name '%.80s' must be 1-64 characters of a-z, A-Z, 0-9, _ and -", i, n);
+            if (pa && !json_is_null(pa) && !json_is_object(pa)) return BAD("tools", "tools[%zu].function.parameters must be an object (a JSON schema)", i);
+            if (de && !json_is_null(de) && !json_is_string(de)) return BAD("tools", "tools[%zu].function.description must be a string", i);
+        }
+        if (json_array_size(t) == 0) t = NULL;
+    }
+    json_t *c = json_object_get(o, "tool_choice");
+    if (c && json_is_null(c)) c = NULL;
+    p->tool_choice = KILN_TOOL_CHOICE_AUTO;
+    if (c && json_is_string(c)) {
+        const char *v = json_string_value(c);
+        if (strcmp(v, "none") == 0) p->tool_choice = KILN_TOOL_CHOICE_NONE;
+        else if (strcmp(v, "auto") == 0) p->tool_choice = KILN_TOOL_CHOICE_AUTO;
+        else if (strcmp(v, "required") == 0) p->tool_choice = KILN_TOOL_CHOICE_REQUIRED;
+        else return BADC("tool_choice", "invalid_value", "'tool_choice' '%.64s' is not one of none, auto, required, or {\"type\": \"function\", ...}", v);
+    } else if (c && json_is_object(c)) {
+        json_t *ty = json_object_get(c, "type"), *nm = json_object_get(json_object_get(c, "function"), "name");
+        if (!json_is_string(ty) || strcmp(json_string_value(ty), "function") != 0 || !json_is_string(nm))
+            return BAD("tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": \"...\"}}");
+        p->tool_choice = KILN_TOOL_CHOICE_NAMED;
+        p->tool_name = strdup(json_string_value(nm));
+        if (!p->tool_name) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        int found = 0;
+        size_t i;
+        json_t *e;
+        json_array_foreach(t, i, e) found |= strcmp(json_string_value(json_object_get(json_object_get(e, "function"), "name")), p->tool_name) == 0;
+        if (!found) return BADC("tool_choice", "invalid_value", "'tool_choice' names function '%.80s', which is not in 'tools'", p->tool_name);
+    } else if (c) {
+        return BAD("tool_choice", "'tool_choice' must be a string or an object, got %s", jtype(c));
+    }
+    if (!t && (p->tool_choice == KILN_TOOL_CHOICE_REQUIRED || p->tool_choice == KILN_TOOL_CHOICE_NAMED))
+        return BAD("tool_choice", "'tool_choice' %s needs 'tools'", p->tool_choice == KILN_TOOL_CHOICE_REQUIRED ? "\"required\"" : "naming a function");
+    int b, present;
+    if (!opt_bool(o, "parallel_tool_calls", &b, &present, err)) return 0;
+    if (present) p->parallel_tools = b;
+    if (t && !s->has_template && p->tool_choice != KILN_TOOL_CHOICE_NONE)
+        return BADC("tools", "unsupported_parameter", "this model has no chat template, so 'tools' cannot be shown to it");
+    p->tools = t ? json_incref(t) : NULL;
+    p->tool_parser = t && p->tool_choice != KILN_TOOL_CHOICE_NONE && s->has_template ? s->tool_parser : KILN_TOOLS_NONE;
+    return 1;
+}
+
+/* The reasoning split of this request: the server's parser unless chat_template_kwargs turns
+ * thinking off ("enable_thinking": false, GLM; "thinking": false, DeepSeek / Kimi), as vLLM's
+ * parsers do. */
+static void choose_reasoning(kiln_server *s, json_t *kw, kiln_oai_params *p) {
+    p->reasoning = s->has_template ? s->reasoning_parser : KILN_REASONING_NONE;
+    json_t *et = json_object_get(kw, "enable_thinking"), *th = json_object_get(kw, "thinking");
+    if ((json_is_boolean(et) && !json_is_true(et)) || (json_is_boolean(th) && !json_is_true(th))) p->reasoning = KILN_REASONING_NONE;
+}
+
 int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_oai_params *p, kiln_oai_error *err) {
     memset(p, 0, sizeof *p);
     p->chat = chat;
@@ -353,10 +431,13 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
         json_t *kw = json_object_get(o, "chat_template_kwargs");
         if (kw && json_is_null(kw)) kw = NULL;
         if (kw && !json_is_object(kw)) { BAD("chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s", jtype(kw)); goto out; }
+        if (!parse_tools(s, o, p, err)) goto out;
+        choose_reasoning(s, kw, p);
         kiln_sbuf text = {0};
         int templated = 0;
-        int rok = kiln_server_render_chat(s, msgs, kw, &text, &templated, err);
+        int rok = kiln_server_render_chat(s, msgs, p->tools, kw, &text, &templated, err);
         if (rok && text.oom) rok = kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        p->think_opened = templated && kiln_prompt_opens_think(text.p ? text.p : "", text.len);
         if (rok) rok = tokenize(s, text.p ? text.p : "", text.len, p, "messages", templated, err);
         kiln_sbuf_free(&text);
         if (!rok) goto out;
@@ -381,6 +462,10 @@ out:
 
 void kiln_oai_params_free(kiln_oai_params *p) {
     for (int i = 0; i < p->n_stops; i++) free(p->stops[i]);
+    json_decref(p->tools);
+    free(p->tool_name);
+    p->tools = NULL;
+    p->tool_name = NULL;
     free(p->prompt);
     free(p->bias_ids);
     free(p->bias_vals);

@@ -63,6 +63,10 @@ typedef struct choice {
     int cancel_sent;          /* we cancelled r (disconnect, stop string, a failed sibling) */
     size_t text_offset;
     json_t *lp;               /* non-streaming logprobs accumulator */
+    kiln_chat_out co;         /* chat: the reasoning / content / tool-call split of the text */
+    int co_on;
+    int reasoning_tokens;     /* tokens up to and including the one that closed the reasoning */
+    int think_closed;
 } choice;
 
 /* Every open connection (MHD_OPTION_NOTIFY_CONNECTION's socket context), in s->socks. */
@@ -259,6 +263,7 @@ static void conn_unref(conn *c) {
         }
         kiln_detok_free(&h->dt);
         json_decref(h->lp);
+        if (h->co_on) kiln_chat_out_free(&h->co);
     }
     if (gone) atomic_fetch_add(&c->s->disconnects, 1);
     if (c->in_flight) atomic_fetch_sub(&c->s->in_flight, 1);
@@ -431,7 +436,13 @@ static int consume_event(conn *c, choice *h, int k, json_t *lp_dst) {
     h->prev = id;
     h->n_out++;
     h->seen = k + 1;
-    if (kiln_detok_push(&h->dt, piece, len)) {
+    const int stopped = kiln_detok_push(&h->dt, piece, len);
+    if (h->co_on && h->co.reasoning != KILN_REASONING_NONE && !h->think_closed) {
+        h->reasoning_tokens++; /* this token is (part of) the reasoning, or closes it */
+        const size_t tl = h->dt.text.len, look = len + 8 < tl ? len + 8 : tl;
+        if (look && memmem(h->dt.text.p + tl - look, look, "</think>", 8)) h->think_closed = 1;
+    }
+    if (stopped) {
         h->finish = "stop";
         atomic_fetch_add(&c->s->stop_strings, 1);
         h->cancel_sent = 1;
@@ -497,10 +508,21 @@ static json_t *usage_json(conn *c) {
     pthread_mutex_lock(&c->ch[0].r->mu);
     cached = c->ch[0].r->cached_tokens > 0 ? c->ch[0].r->cached_tokens : 0;
     pthread_mutex_unlock(&c->ch[0].r->mu);
-    for (int i = 0; i < c->n_ch; i++) out += c->ch[i].n_out;
+    int reasoning = 0;
+    for (int i = 0; i < c->n_ch; i++) { /* counted while no "</think>" was seen; 0 when the output had no reasoning */
+        out += c->ch[i].n_out;
+        if (c->ch[i].co_on && c->ch[i].co.saw_reasoning) reasoning += c->ch[i].reasoning_tokens;
+    }
     return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", c->p.n_prompt, "completion_tokens", out, "total_tokens",
                      c->p.n_prompt + out, "prompt_tokens_details", "cached_tokens", cached, "completion_tokens_details",
-                     "reasoning_tokens", 0);
+                     "reasoning_tokens", reasoning);
+}
+
+/* finish_reason of choice h: "tool_calls" when calls were parsed, unless tool_choice named the
+ * function (vLLM answers those "stop"). */
+static const char *finish_of(conn *c, choice *h) {
+    if (h->co_on && json_array_size(h->co.calls) > 0 && c->p.tool_choice != KILN_TOOL_CHOICE_NAMED) return "tool_calls";
+    return h->finish;
 }
 
 static json_t *envelope(conn *c, const char *object) {
@@ -533,12 +555,23 @@ static enum MHD_Result run_blocking(conn *c) {
         kiln_sbuf text = {0};
         kiln_detok_take(&h->dt, 1, &text);
         json_t *ch = json_pack("{s:i}", "index", i);
-        json_t *t = json_stringn(text.p ? text.p : "", text.len);
+        if (c->p.chat && h->co_on) {
+            kiln_chat_delta d = {0};
+            kiln_chat_out_push(&h->co, text.p ? text.p : "", text.len, 1, &d);
+            kiln_chat_delta_free(&d);
+            json_t *msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", kiln_chat_out_content(&h->co), "refusal");
+            json_t *rc = kiln_chat_out_reasoning(&h->co);
+            if (rc) json_object_set_new(msg, "reasoning_content", rc);
+            if (json_array_size(h->co.calls)) json_object_set(msg, "tool_calls", h->co.calls);
+            json_object_set_new(ch, "message", msg);
+        } else {
+            json_t *t = json_stringn(text.p ? text.p : "", text.len);
+            if (c->p.chat) json_object_set_new(ch, "message", json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", t, "refusal"));
+            else json_object_set_new(ch, "text", t);
+        }
         kiln_sbuf_free(&text);
-        if (c->p.chat) json_object_set_new(ch, "message", json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", t, "refusal"));
-        else json_object_set_new(ch, "text", t);
         json_object_set_new(ch, "logprobs", h->lp ? json_incref(h->lp) : json_null());
-        json_object_set_new(ch, "finish_reason", json_string(h->finish));
+        json_object_set_new(ch, "finish_reason", json_string(finish_of(c, h)));
         json_array_append_new(choices, ch);
     }
     json_object_set_new(res, "choices", choices);
@@ -574,11 +607,28 @@ static json_t *chunk(conn *c, int index, const char *text, size_t n, json_t *lp,
     return j;
 }
 
+/* A chat chunk of what the output splitter released: reasoning_content, content and tool_calls
+ * deltas (OpenAI's streamed tool calls: each call whole, with its index, id, type and name). */
+static void emit_split(conn *c, int index, choice *h, const char *text, size_t n, int final, json_t *lp) {
+    kiln_chat_delta d = {0};
+    kiln_chat_out_push(&h->co, text, n, final, &d);
+    if (d.reasoning.len || d.content.len || d.calls || lp) {
+        json_t *j = chunk(c, index, NULL, 0, lp, NULL, 0);
+        json_t *delta = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta");
+        if (d.reasoning.len) json_object_set_new(delta, "reasoning_content", json_stringn(d.reasoning.p, d.reasoning.len));
+        if (d.content.len) json_object_set_new(delta, "content", json_stringn(d.content.p, d.content.len));
+        if (d.calls) json_object_set(delta, "tool_calls", d.calls);
+        sse(c, j);
+    }
+    kiln_chat_delta_free(&d);
+}
+
 /* One event of choice `index` consumed: the text it released (and its logprobs) as a chunk. */
 static void emit_event(conn *c, int index, choice *h, json_t *lp) {
     kiln_sbuf text = {0};
     kiln_detok_take(&h->dt, 0, &text);
-    if (text.len || lp) sse(c, chunk(c, index, text.p ? text.p : "", text.len, lp, NULL, 0));
+    if (h->co_on) emit_split(c, index, h, text.p ? text.p : "", text.len, 0, lp);
+    else if (text.len || lp) sse(c, chunk(c, index, text.p ? text.p : "", text.len, lp, NULL, 0));
     kiln_sbuf_free(&text);
 }
 
@@ -603,9 +653,10 @@ static int stream_produce(conn *c) {
         if (c->failed) break;
         kiln_sbuf text = {0};
         kiln_detok_take(&h->dt, 1, &text);
-        if (text.len) sse(c, chunk(c, i, text.p, text.len, NULL, NULL, 0));
+        if (h->co_on) emit_split(c, i, h, text.p ? text.p : "", text.len, 1, NULL);
+        else if (text.len) sse(c, chunk(c, i, text.p, text.len, NULL, NULL, 0));
         kiln_sbuf_free(&text);
-        sse(c, chunk(c, i, c->p.chat ? NULL : "", 0, NULL, h->finish, 0));
+        sse(c, chunk(c, i, c->p.chat ? NULL : "", 0, NULL, finish_of(c, h), 0));
     }
     if (c->failed) {
         cancel_all(c);
@@ -676,10 +727,18 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
         }
         h->dt.n_stops = c->p.n_stops;
         h->prev = c->p.prompt[c->p.n_prompt - 1];
+        h->r->forced = s->forced;
+        h->r->n_forced = s->n_forced;
+        if (chat && (c->p.tool_parser != KILN_TOOLS_NONE || c->p.reasoning != KILN_REASONING_NONE)) {
+            kiln_chat_out_init(&h->co, c->p.tool_parser, c->p.reasoning, c->p.think_opened, c->p.tools,
+                               c->p.tool_choice == KILN_TOOL_CHOICE_NAMED ? c->p.tool_name : NULL, !c->p.parallel_tools);
+            h->co_on = 1;
+        }
     }
     c->created = (long)time(NULL);
-    snprintf(c->id, sizeof c->id, "%s%016llx", chat ? "chatcmpl-" : "cmpl-",
-             (unsigned long long)(atomic_fetch_add(&s->id_counter, 1) * 0x9E3779B97F4A7C15ull ^ (unsigned long long)s->created));
+    /* ids from the OS CSPRNG: one client cannot guess another's (OpenAI's ids are random too) */
+    const int pre = snprintf(c->id, sizeof c->id, "%s", chat ? "chatcmpl-" : "cmpl-");
+    kiln_random_hex(c->id + pre, 16);
     char why[256];
     kiln_submit_result res = KILN_SUBMIT_OK;
     for (int i = 0; i < c->n_ch && res == KILN_SUBMIT_OK; i++) {
@@ -872,6 +931,21 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
     kiln_status st = kiln_engine_create(m, opts, &ec, &s->eng);
     if (st != KILN_OK) { free(s->api_key); free(s); return st; }
     kiln_server_probe_template(s); /* before the first request can arrive */
+    st = kiln_server_choose_parsers(s, so);
+    if (st == KILN_OK && so->test_forced_output) { /* the test hook: its tokens, then the first end id */
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (!s->info.has_tokenizer) st = kiln_fail(KILN_ERR_INVALID_ARG, "--test-forced-output needs a model with a tokenizer");
+        else st = kiln_tokenizer_encode(kiln_model_tokenizer(m), so->test_forced_output, strlen(so->test_forced_output), 0, 1, &ids, &n);
+        if (st == KILN_OK && (s->forced = malloc((n + 1) * sizeof *s->forced)) == NULL) st = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        if (st == KILN_OK) {
+            memcpy(s->forced, ids, n * sizeof *ids);
+            s->forced[n] = s->info.eos_id >= 0 ? s->info.eos_id : 0;
+            s->n_forced = (int)n + (s->info.eos_id >= 0);
+        }
+        free(ids);
+    }
+    if (st != KILN_OK) { kiln_engine_free(s->eng); free(s->forced); free(s->api_key); free(s); return st; }
 
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
@@ -881,7 +955,7 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
     snprintf(port, sizeof port, "%d", so->port);
     int gr = getaddrinfo(so->host, port, &hints, &ai);
     if (gr != 0 || !ai) {
-        kiln_engine_free(s->eng); free(s->api_key); free(s);
+        kiln_engine_free(s->eng); free(s->forced); free(s->api_key); free(s);
         return kiln_fail(KILN_ERR_INVALID_ARG, "--host '%s': %s", so->host, gai_strerror(gr));
     }
     /* connections: a bounded pool of epoll threads (nothing in them blocks: a connection waiting
@@ -917,7 +991,7 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
         }
         pthread_mutex_destroy(&s->sup_mu);
         pthread_cond_destroy(&s->sup_cv);
-        kiln_engine_free(s->eng); free(s->api_key); free(s);
+        kiln_engine_free(s->eng); free(s->forced); free(s->api_key); free(s);
         return kiln_fail(KILN_ERR_IO, "cannot listen on %s:%d (address in use or not available)", so->host, so->port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_LISTEN_FD);
@@ -935,14 +1009,14 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
         fprintf(stderr,
                 "kiln serve: model '%s' (%s, %d layers, vocab %d), context %d tokens\n"
                 "kiln serve: KV pool %s, %d pages × %d tokens = %lld tokens%s%s; max batch %d, queue %d, step %d tokens, prefix cache %s\n"
-                "kiln serve: chat template: %s\n"
+                "kiln serve: chat template: %s; %s\n"
                 "kiln serve: body limit %zu bytes, request timeout %g s, API key %s\n"
                 "kiln serve: connections: %u (%u per address), header deadline %g s, body deadline %g s, %u HTTP threads\n"
                 "kiln serve: listening on http://%s:%d\n",
                 s->model_name, s->info.arch, s->info.n_layers, s->info.vocab_size, kiln_engine_context(s->eng), dtn, es.kv_pages_total,
                 es.page_tokens, (long long)es.kv_capacity_tokens, dt == KILN_KV_FP8 ? ", fp8 scales: " : "",
                 dt == KILN_KV_FP8 ? kiln_engine_kv_source(s->eng) : "", so->max_batch, so->max_queue,
-                ec.step_tokens < so->max_batch ? so->max_batch : ec.step_tokens, so->prefix_cache ? "on" : "off", s->template_note, so->max_body_bytes,
+                ec.step_tokens < so->max_batch ? so->max_batch : ec.step_tokens, so->prefix_cache ? "on" : "off", s->template_note, s->parsers_note, so->max_body_bytes,
                 so->request_timeout_s, s->api_key ? "required" : "off", max_conn, per_ip, s->header_to, s->body_to, threads, so->host, s->port);
         fflush(stderr);
     }
@@ -987,5 +1061,6 @@ void kiln_server_stop(kiln_server *s) {
     pthread_mutex_destroy(&s->sup_mu);
     pthread_cond_destroy(&s->sup_cv);
     free(s->api_key);
+    free(s->forced);
     free(s);
 }

@@ -5,6 +5,7 @@
 #include "kiln.h"
 #include "engine/scheduler.h"
 #include "server/text.h"
+#include "server/chat_output.h"
 #include <jansson.h>
 #include <stdatomic.h>
 
@@ -30,6 +31,11 @@ struct kiln_server {
     double t_start;
     long created;
     int has_template;            /* chat uses the model's template (else the built-in one) */
+    kiln_tool_parser tool_parser;          /* --tool-parser, or the template's */
+    kiln_reasoning_parser reasoning_parser; /* --reasoning-parser, or the template's */
+    char parsers_note[160];      /* for the start-up summary */
+    int32_t *forced;             /* --test-forced-output's token ids (then an end id); NULL = none */
+    int n_forced;
     char template_note[320];     /* for the start-up summary */
     /* connection supervision (server.c, "connections"): suspended connections and deadlines */
     double header_to, body_to;   /* resolved header / body deadlines (s) */
@@ -74,7 +80,16 @@ typedef struct kiln_oai_params {
     int n_prompt;
     int32_t *bias_ids;        /* logit_bias (sp.logit_bias_ids / sp.logit_bias point here) */
     float *bias_vals;
+    /* chat: tools and reasoning (chat_output.h) */
+    json_t *tools;            /* the request's "tools" (a reference), NULL when none */
+    int tool_choice;          /* KILN_TOOL_CHOICE_* */
+    char *tool_name;          /* tool_choice naming a function */
+    int parallel_tools;       /* parallel_tool_calls (default 1) */
+    kiln_tool_parser tool_parser;          /* for this request: NONE when no tools / "none" / no parser */
+    kiln_reasoning_parser reasoning;       /* for this request: NONE when thinking is turned off */
+    int think_opened;                      /* the rendered prompt ends inside "<think>" */
 } kiln_oai_params;
+enum { KILN_TOOL_CHOICE_AUTO = 0, KILN_TOOL_CHOICE_NONE, KILN_TOOL_CHOICE_REQUIRED, KILN_TOOL_CHOICE_NAMED };
 #define KILN_MAX_LOGIT_BIAS 300 /* OpenAI's limit */
 #define KILN_MAX_N 16           /* choices per request (n) */
 
@@ -86,7 +101,10 @@ void kiln_oai_params_free(kiln_oai_params *p);
  * (*templated = 1: the text holds its special tokens and BOS, encode with add_bos 0 and special
  * tokens parsed), else the built-in plain template (*templated = 0). kwargs: the request's
  * chat_template_kwargs object or NULL. */
-int kiln_server_render_chat(kiln_server *s, json_t *messages, json_t *kwargs, kiln_sbuf *out, int *templated, kiln_oai_error *err);
+int kiln_server_render_chat(kiln_server *s, json_t *messages, json_t *tools, json_t *kwargs, kiln_sbuf *out, int *templated, kiln_oai_error *err);
+/* Sets s's parsers from so (tool_parser / reasoning_parser, "auto" = from the chat template) and
+ * the summary note; KILN_ERR_INVALID_ARG naming an unknown parser. */
+kiln_status kiln_server_choose_parsers(kiln_server *s, const kiln_server_options *so);
 /* At start: whether the model's chat template renders (sets s->has_template, s->template_note). */
 void kiln_server_probe_template(kiln_server *s);
 

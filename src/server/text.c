@@ -1,5 +1,6 @@
 /* text.c — byte buffers, UTF-8 repair and the streaming detokenizer (see text.h). */
 #include "server/text.h"
+#include <sys/random.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,3 +146,20 @@ size_t kiln_detok_take(kiln_detok *d, int final, kiln_sbuf *out) {
 }
 
 void kiln_detok_free(kiln_detok *d) { kiln_sbuf_free(&d->text); }
+
+void kiln_random_hex(char *out, size_t nbytes) {
+    unsigned char r[64] = {0};
+    if (nbytes > sizeof r) nbytes = sizeof r;
+    size_t got = 0;
+    while (got < nbytes) {
+        ssize_t k = getrandom(r + got, nbytes - got, 0);
+        if (k <= 0) break; /* cannot happen for <= 256 bytes once the pool is initialised */
+        got += (size_t)k;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < nbytes; i++) {
+        out[2 * i] = hex[r[i] >> 4];
+        out[2 * i + 1] = hex[r[i] & 15];
+    }
+    out[2 * nbytes] = 0;
+}

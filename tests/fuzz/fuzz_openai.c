@@ -1,7 +1,10 @@
 /* fuzz_openai — the OpenAI request parser of kiln serve (kiln_oai_parse, src/server/openai.c):
- * JSON body, every parameter's type and range, logit_bias, stop, messages through the model's chat
- * template (chat_template_kwargs as its variables) or the built-in one, tokenization, context
- * checks. Each input is parsed as a /v1/chat/completions and as a /v1/completions body.
+ * JSON body, every parameter's type and range, logit_bias, stop, tools / tool_choice, messages
+ * (assistant tool calls included) through the model's chat template (chat_template_kwargs as its
+ * variables) or the built-in one, tokenization, context checks. Each input is parsed as a
+ * /v1/chat/completions and as a /v1/completions body. The same bytes are then read as model output
+ * by the reasoning / tool-call splitter (src/server/chat_output.c) with each parser, whole and in
+ * 7-byte pieces: both must give the same content, reasoning and calls.
  *
  * The model, made once at start: $KILN_FUZZ_MODEL when set; else stories260K from $SHARED
  * (default ../shared) in a private directory beside a small chat_template.jinja (a trained
@@ -9,6 +12,7 @@
  * llama without a tokenizer (token-id prompts only). Input: the request body. */
 #include "fuzz_common.h"
 #include "server/server_internal.h"
+#include "server/chat_output.h"
 
 static kiln_server srv;
 static kiln_model *model;
@@ -60,7 +64,48 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+/* The splitter over data as generated text: whole and in pieces, same result. */
+static void split_output(const uint8_t *data, size_t size) {
+    static const char tools_json[] = "[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"parameters\":{\"type\":\"object\","
+                                     "\"properties\":{\"q\":{\"type\":\"string\"}}}}}]";
+    json_t *tools = json_loads(tools_json, 0, NULL);
+    const kiln_tool_parser tps[3] = {KILN_TOOLS_NONE, KILN_TOOLS_GLM45, KILN_TOOLS_KIMI_K2};
+    const kiln_reasoning_parser rps[3] = {KILN_REASONING_NONE, KILN_REASONING_THINK, KILN_REASONING_R1};
+    for (int t = 0; t < 3; t++)
+        for (int r = 0; r < 3; r++) {
+            char *got[2][3] = {{NULL}};
+            for (int pass = 0; pass < 2; pass++) {
+                kiln_chat_out o;
+                kiln_chat_out_init(&o, tps[t], rps[r], (int)(size & 1), tools, NULL, 0);
+                kiln_chat_delta d = {0};
+                const size_t step = pass ? 7 : size + 1;
+                for (size_t i = 0; i <= size; i += step)
+                    kiln_chat_out_push(&o, (const char *)data + i, i + step <= size ? step : size - i, i + step > size, &d);
+                kiln_chat_delta_free(&d);
+                json_t *c = kiln_chat_out_content(&o), *rc = kiln_chat_out_reasoning(&o);
+                got[pass][0] = json_dumps(c, JSON_ENCODE_ANY);
+                got[pass][1] = rc ? json_dumps(rc, JSON_ENCODE_ANY) : strdup("-");
+                json_t *fns = json_array(); /* the calls without their ids (GLM's are random) */
+                size_t i;
+                json_t *call;
+                json_array_foreach(o.calls, i, call) json_array_append(fns, json_object_get(call, "function"));
+                got[pass][2] = json_dumps(fns, 0);
+                json_decref(fns);
+                json_decref(c);
+                json_decref(rc);
+                kiln_chat_out_free(&o);
+            }
+            for (int k = 0; k < 3; k++) {
+                if (!got[0][k] || !got[1][k] || strcmp(got[0][k], got[1][k]) != 0) abort();
+                free(got[0][k]);
+                free(got[1][k]);
+            }
+        }
+    json_decref(tools);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    split_output(data, size);
     for (int chat = 0; chat < 2; chat++) {
         kiln_oai_params p;
         kiln_oai_error err;

@@ -173,6 +173,8 @@ def committed(root):
                       "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1,
                       "logit_bias": {"1": -100, "42": 3.5}, "stop": ["\n", "The end"], "logprobs": True, "top_logprobs": 3,
                       "max_completion_tokens": 8, "chat_template_kwargs": {"enable_thinking": False}, "ignore_eos": True},
+        "chat_tools": {"model": "kiln", "messages": MESSAGES, "parallel_tool_calls": False, "tool_choice": {"type": "function", "function": {"name": "get"}},
+                       "tools": [{"type": "function", "function": {"name": "get", "description": "d", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]},
         "completion_text": {"model": "kiln", "prompt": "Lily was happy", "max_tokens": 4, "logprobs": 2, "stop": "."},
         "completion_ids": {"model": "kiln", "prompt": [1, 2, 3, 4], "max_tokens": 2},
         "completion_nested": {"model": "kiln", "prompt": [[1, 5, 9]], "temperature": 0, "user": "u"},
@@ -180,6 +182,10 @@ def committed(root):
     for k, v in reqs.items():
         put(root, "openai", k + ".json", json.dumps(v))
     put(root, "openai", "not_object.json", "[1, 2]")
+    # model output as the reasoning / tool-call splitter reads the same bytes
+    put(root, "openai", "glm_output.txt", "<think>why</think>\nok<tool_call>get\n<arg_key>q</arg_key>\n<arg_value>x</arg_value>\n</tool_call>")
+    put(root, "openai", "kimi_output.txt", "a<|tool_calls_section_begin|><|tool_call_begin|>functions.get:0<|tool_call_argument_begin|>"
+        "{\"q\": 1}<|tool_call_end|><|tool_calls_section_end|>")
     put(root, "openai", "bad_utf8.json", b'{"model":"kiln","prompt":"\xff\xfe"}')
     # GGUF: a hand-written v3 file: a few metadata kinds and one tensor (model load fails: not a
     # whole model; kiln convert seeds whole ones at test time)

@@ -24,12 +24,13 @@ typedef struct {
     json_t *dcalls;
 } split;
 
+static int opened; /* the prompt ended inside "<think>" */
 static void run(kiln_tool_parser tp, kiln_reasoning_parser rp, const char *text, size_t step, const char *only, int single, split *out) {
     json_error_t e;
     json_t *tools = json_loads(TOOLS, 0, &e);
     assert_non_null(tools);
     kiln_chat_out o;
-    kiln_chat_out_init(&o, tp, rp, tools, only, single);
+    kiln_chat_out_init(&o, tp, rp, opened, tools, only, single);
     kiln_chat_delta d = {0};
     memset(out, 0, sizeof *out);
     out->dcalls = json_array();
@@ -148,13 +149,20 @@ static void test_kimi_calls(void **st) {
 
 static void test_reasoning(void **st) {
     (void)st;
-    /* deepseek_r1 semantics: a leading <think> dropped, reasoning up to </think>, the rest content
-     * (not stripped); without </think> everything is reasoning and content is null */
-    check(KILN_TOOLS_NONE, KILN_REASONING_THINK, "<think>Let me think.</think>\nThe answer is 4.", "\nThe answer is 4.", "Let me think.", 0, NULL, NULL, NULL, 0, NULL);
+    /* R1 (vLLM's deepseek_r1), and THINK after a prompt that opened "<think>": a leading <think>
+     * dropped, reasoning up to </think>, the rest content (not stripped); without </think>
+     * everything is reasoning and content is null */
+    opened = 1;
     check(KILN_TOOLS_NONE, KILN_REASONING_THINK, "the prompt opened it</think>done", "done", "the prompt opened it", 0, NULL, NULL, NULL, 0, NULL);
+    opened = 0;
+    check(KILN_TOOLS_NONE, KILN_REASONING_R1, "no tags at all", NULL, "no tags at all", 0, NULL, NULL, NULL, 0, NULL);
+    /* THINK, prompt not opened: reasoning only when the output opens it; otherwise all content */
+    check(KILN_TOOLS_NONE, KILN_REASONING_THINK, "plain answer</think>?", "plain answer</think>?", NULL, 0, NULL, NULL, NULL, 0, NULL);
+    check(KILN_TOOLS_NONE, KILN_REASONING_THINK, "<thin", "<thin", NULL, 0, NULL, NULL, NULL, 0, NULL);
+    check(KILN_TOOLS_NONE, KILN_REASONING_THINK, "<think>Let me think.</think>\nThe answer is 4.", "\nThe answer is 4.", "Let me think.", 0, NULL, NULL, NULL, 0, NULL);
     check(KILN_TOOLS_NONE, KILN_REASONING_THINK, "<think>never closed", NULL, "never closed", 0, NULL, NULL, NULL, 0, NULL);
     check(KILN_TOOLS_NONE, KILN_REASONING_THINK, "<think></think>", NULL, "", 0, NULL, NULL, NULL, 0, NULL);
-    check(KILN_TOOLS_NONE, KILN_REASONING_THINK, "<thin", NULL, "<thin", 0, NULL, NULL, NULL, 0, NULL);
+    check(KILN_TOOLS_NONE, KILN_REASONING_R1, "<thin", NULL, "<thin", 0, NULL, NULL, NULL, 0, NULL);
     /* reasoning, then a GLM call in the content */
     const char *n[] = {"search"}, *a[] = {"{\"q\": \"kiln\"}"};
     check(KILN_TOOLS_GLM45, KILN_REASONING_THINK, "<think>I need to search.</think>\n<tool_call>search\n<arg_key>q</arg_key>\n<arg_value>kiln</arg_value>\n</tool_call>",
@@ -173,6 +181,8 @@ static void test_parser_names(void **st) {
     assert_int_equal(kiln_tool_parser_for_template("<|im_system|>tool_declare<|im_middle|>"), KILN_TOOLS_KIMI_K2);
     assert_int_equal(kiln_tool_parser_for_template("{{ messages }}"), KILN_TOOLS_NONE);
     assert_int_equal(kiln_reasoning_parser_for_template("<think></think>"), KILN_REASONING_THINK);
+    assert_true(kiln_prompt_opens_think("<|assistant|>\n<think>\n", strlen("<|assistant|>\n<think>\n")));
+    assert_false(kiln_prompt_opens_think("<|assistant|>\n<think></think>", strlen("<|assistant|>\n<think></think>")));
 }
 
 int main(void) {
