@@ -105,8 +105,20 @@ static void emit_text(kiln_sbuf *whole, kiln_sbuf *delta, const char *s, size_t 
     kiln_sbuf_put(delta, s, n);
 }
 
+/* A JSON string of s[0..n), invalid UTF-8 replaced by U+FFFD (generated text reaches here valid
+ * from the detokenizer; this keeps every input answerable). */
+static json_t *text_json(const char *s, size_t n) {
+    if (kiln_utf8_valid(s, n)) return json_stringn(s, n);
+    kiln_sbuf b = {0};
+    kiln_utf8_repair(s, n, &b);
+    json_t *j = json_stringn(b.p ? b.p : "", b.len);
+    kiln_sbuf_free(&b);
+    return j;
+}
+
 static json_t *new_call(const char *id, const char *name, size_t name_len, const char *args, size_t args_len) {
-    return json_pack("{s:s,s:s,s:{s:s%,s:s%}}", "id", id, "type", "function", "function", "name", name, name_len, "arguments", args, args_len);
+    return json_pack("{s:o,s:s,s:{s:o,s:o}}", "id", text_json(id, strlen(id)), "type", "function", "function", "name", text_json(name, name_len),
+                     "arguments", text_json(args, args_len));
 }
 
 static void add_call(kiln_chat_out *o, kiln_chat_delta *d, json_t *call) {
@@ -148,13 +160,14 @@ static const char *param_type(const json_t *tools, const char *name, size_t name
 static json_t *convert_value(const char *v, size_t n) {
     char *z = strndup(v, n);
     if (!z) return NULL;
+    n = strlen(z); /* a NUL in the value ends it */
     json_t *j = json_loads(z, JSON_DECODE_ANY, NULL);
     if (!j) {
         if (strcmp(z, "True") == 0) j = json_true();
         else if (strcmp(z, "False") == 0) j = json_false();
         else if (strcmp(z, "None") == 0) j = json_null();
-        else if (n >= 2 && (z[0] == '\'' || z[0] == '"') && z[n - 1] == z[0] && !memchr(z + 1, z[0], n - 2)) j = json_stringn(z + 1, n - 2);
-        else j = json_stringn(z, n);
+        else if (n >= 2 && (z[0] == '\'' || z[0] == '"') && z[n - 1] == z[0] && !memchr(z + 1, z[0], n - 2)) j = text_json(z + 1, n - 2);
+        else j = text_json(z, n);
     }
     free(z);
     return j;
@@ -195,7 +208,7 @@ static json_t *parse_glm(const kiln_chat_out *o, const char *s, size_t n) {
         char *key = strndup(k, kl);
         if (!key) break;
         const char *ty = param_type(o->tool_defs, name, name_len, key);
-        json_object_set_new(args, key, ty && strcmp(ty, "string") == 0 ? json_stringn(v, vl) : convert_value(v, vl));
+        if (kiln_utf8_valid(key, strlen(key))) json_object_set_new(args, key, ty && strcmp(ty, "string") == 0 ? text_json(v, vl) : convert_value(v, vl));
         free(key);
         p = ve + sizeof GLM_VAL_END - 1;
     }
@@ -335,10 +348,10 @@ json_t *kiln_chat_out_content(const kiln_chat_out *o) {
     } else if (o->saw_reasoning && n == 0) {
         return json_null();
     }
-    return json_stringn(s, n);
+    return text_json(s, n);
 }
 
 json_t *kiln_chat_out_reasoning(const kiln_chat_out *o) {
     if (!o->saw_reasoning) return NULL;
-    return json_stringn(o->thought.p ? o->thought.p : "", o->thought.len);
+    return text_json(o->thought.p ? o->thought.p : "", o->thought.len);
 }

@@ -12,6 +12,7 @@
  * header / body / send deadline (shutdown(2) of the socket, which libmicrohttpd then closes). */
 #include "kiln_test.h"
 #include "server/server_internal.h"
+#include "server/anthropic.h"
 #include "base/status.h"
 #include <microhttpd.h>
 #include <arpa/inet.h>
@@ -103,6 +104,9 @@ struct kiln_conn {
     kiln_sbuf out;
     size_t out_off;
     int stream_started, stream_done;
+    /* the Anthropic Messages API (/v1/messages): errors, response and events in its shapes */
+    int anthropic;
+    int blk_type, blk_index;  /* the open content block while streaming: 0 none, 1 thinking, 2 text */
 };
 
 /* ---- connections: parking, kicks, deadlines (the supervisor thread) ------------------------------ */
@@ -306,7 +310,7 @@ static enum MHD_Result send_json(conn *c, int code, json_t *j, int retry_after) 
 }
 
 static enum MHD_Result send_error(conn *c, const kiln_oai_error *e) {
-    return send_json(c, e->http, kiln_oai_error_json(e), e->http == 429 ? 1 : 0);
+    return send_json(c, e->http, c->anthropic ? kiln_anthropic_error_json(e) : kiln_oai_error_json(e), e->http == 429 ? 1 : 0);
 }
 
 static enum MHD_Result fail(conn *c, int http, const char *type, const char *param, const char *code, const char *msg) {
@@ -530,6 +534,68 @@ static json_t *envelope(conn *c, const char *object) {
                      c->s->model_name, "system_fingerprint", "kiln");
 }
 
+/* ---- the Anthropic Messages shapes ------------------------------------------------------------------------------ */
+/* stop_reason (and stop_sequence) of choice h: tool_use when calls were parsed, max_tokens,
+ * stop_sequence with the matched string, else end_turn. */
+static const char *anthropic_stop(conn *c, choice *h, json_t **seq) {
+    *seq = json_null();
+    if (h->co_on && json_array_size(h->co.calls) > 0) return "tool_use";
+    if (h->finish && strcmp(h->finish, "length") == 0) return "max_tokens";
+    if (h->dt.stopped && h->dt.stop_index < c->p.n_stops) {
+        json_decref(*seq);
+        *seq = json_string(c->p.stops[h->dt.stop_index]);
+        return "stop_sequence";
+    }
+    return "end_turn";
+}
+
+static json_t *anthropic_tool_use(json_t *call) {
+    json_t *f = json_object_get(call, "function");
+    char *id = kiln_anthropic_tool_id(json_string_value(json_object_get(call, "id")));
+    json_t *b = json_pack("{s:s,s:s,s:O,s:o}", "type", "tool_use", "id", id ? id : "toolu_0", "name", json_object_get(f, "name"), "input",
+                          kiln_anthropic_tool_input(json_string_value(json_object_get(f, "arguments"))));
+    free(id);
+    return b;
+}
+
+/* usage: input_tokens excludes the prompt tokens read from the prefix cache (Anthropic counts
+ * those as cache_read_input_tokens). */
+static json_t *anthropic_usage(conn *c, int with_input) {
+    int cached;
+    pthread_mutex_lock(&c->ch[0].r->mu);
+    cached = c->ch[0].r->cached_tokens > 0 ? c->ch[0].r->cached_tokens : 0;
+    pthread_mutex_unlock(&c->ch[0].r->mu);
+    if (!with_input) return json_pack("{s:i}", "output_tokens", c->ch[0].n_out);
+    return json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", c->p.n_prompt - cached, "output_tokens", c->ch[0].n_out, "cache_read_input_tokens", cached,
+                     "cache_creation_input_tokens", 0);
+}
+
+static json_t *anthropic_message(conn *c, json_t *content, const char *stop, json_t *seq) {
+    json_t *m = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o}", "id", c->id, "type", "message", "role", "assistant", "model", c->s->model_name, "content",
+                          content, "stop_sequence", seq);
+    json_object_set_new(m, "stop_reason", stop ? json_string(stop) : json_null());
+    json_object_set_new(m, "usage", anthropic_usage(c, 1));
+    return m;
+}
+
+/* The whole message of choice 0 after its final push: thinking, text and tool_use blocks. */
+static json_t *anthropic_response(conn *c) {
+    choice *h = &c->ch[0];
+    json_t *blocks = json_array();
+    json_t *rc = kiln_chat_out_reasoning(&h->co), *ct = kiln_chat_out_content(&h->co);
+    if (rc && json_string_length(rc))
+        json_array_append_new(blocks, json_pack("{s:s,s:O,s:s}", "type", "thinking", "thinking", rc, "signature", ""));
+    if (json_is_string(ct) && json_string_length(ct)) json_array_append_new(blocks, json_pack("{s:s,s:O}", "type", "text", "text", ct));
+    json_decref(rc);
+    json_decref(ct);
+    size_t i;
+    json_t *call;
+    json_array_foreach(h->co.calls, i, call) json_array_append_new(blocks, anthropic_tool_use(call));
+    json_t *seq;
+    const char *stop = anthropic_stop(c, h, &seq);
+    return anthropic_message(c, blocks, stop, seq);
+}
+
 /* ---- non-streaming ------------------------------------------------------------------------------------------- */
 /* A non-streaming completion, from the access handler (again after each resume): consumes what
  * the choices have, parks the connection until there is more, answers once every choice is over. */
@@ -548,6 +614,15 @@ static enum MHD_Result run_blocking(conn *c) {
     }
     c->waiting = 0;
     if (c->failed) return send_error(c, &c->err);
+    if (c->anthropic) {
+        kiln_sbuf text = {0};
+        kiln_detok_take(&c->ch[0].dt, 1, &text);
+        kiln_chat_delta d = {0};
+        kiln_chat_out_push(&c->ch[0].co, text.p ? text.p : "", text.len, 1, &d);
+        kiln_chat_delta_free(&d);
+        kiln_sbuf_free(&text);
+        return send_json(c, 200, anthropic_response(c), 0);
+    }
     json_t *res = envelope(c, c->p.chat ? "chat.completion" : "text_completion");
     json_t *choices = json_array();
     for (int i = 0; i < c->n_ch; i++) {
@@ -607,6 +682,59 @@ static json_t *chunk(conn *c, int index, const char *text, size_t n, json_t *lp,
     return j;
 }
 
+/* An Anthropic server-sent event: "event: NAME" and its data. */
+static void sse_event(conn *c, const char *name, json_t *j) {
+    kiln_sbuf_printf(&c->out, "event: %s\n", name);
+    sse(c, j);
+}
+
+static void anthropic_close_block(conn *c) {
+    if (!c->blk_type) return;
+    sse_event(c, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", c->blk_index));
+    c->blk_type = 0;
+    c->blk_index++;
+}
+
+/* Text of one kind (1 thinking, 2 text) as a delta of the open block of that kind (opened here). */
+static void anthropic_text(conn *c, int kind, const char *p, size_t n) {
+    if (!n) return;
+    if (c->blk_type != kind) {
+        anthropic_close_block(c);
+        json_t *cb = kind == 1 ? json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", "") : json_pack("{s:s,s:s}", "type", "text", "text", "");
+        sse_event(c, "content_block_start", json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", c->blk_index, "content_block", cb));
+        c->blk_type = kind;
+    }
+    json_t *d = kind == 1 ? json_pack("{s:s,s:s%}", "type", "thinking_delta", "thinking", p, n) : json_pack("{s:s,s:s%}", "type", "text_delta", "text", p, n);
+    sse_event(c, "content_block_delta", json_pack("{s:s,s:i,s:o}", "type", "content_block_delta", "index", c->blk_index, "delta", d));
+}
+
+/* What the splitter released, as Anthropic content-block events (each tool call one tool_use block:
+ * start with empty input, its arguments as one input_json_delta, stop). */
+static void anthropic_split(conn *c, choice *h, const char *text, size_t n, int final) {
+    kiln_chat_delta d = {0};
+    kiln_chat_out_push(&h->co, text, n, final, &d);
+    anthropic_text(c, 1, d.reasoning.p, d.reasoning.len);
+    anthropic_text(c, 2, d.content.p, d.content.len);
+    size_t i;
+    json_t *call;
+    json_array_foreach(d.calls, i, call) {
+        anthropic_close_block(c);
+        json_t *tu = anthropic_tool_use(call);
+        json_object_set_new(tu, "input", json_object());
+        sse_event(c, "content_block_start", json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", c->blk_index, "content_block", tu));
+        const char *args = json_string_value(json_object_get(json_object_get(call, "function"), "arguments"));
+        json_t *in = kiln_anthropic_tool_input(args);
+        char *js = json_dumps(in, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(in);
+        sse_event(c, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta", "index", c->blk_index, "delta", "type",
+                                                      "input_json_delta", "partial_json", js ? js : "{}"));
+        free(js);
+        c->blk_type = 3;
+        anthropic_close_block(c);
+    }
+    kiln_chat_delta_free(&d);
+}
+
 /* A chat chunk of what the output splitter released: reasoning_content, content and tool_calls
  * deltas (OpenAI's streamed tool calls: each call whole, with its index, id, type and name). */
 static void emit_split(conn *c, int index, choice *h, const char *text, size_t n, int final, json_t *lp) {
@@ -627,7 +755,8 @@ static void emit_split(conn *c, int index, choice *h, const char *text, size_t n
 static void emit_event(conn *c, int index, choice *h, json_t *lp) {
     kiln_sbuf text = {0};
     kiln_detok_take(&h->dt, 0, &text);
-    if (h->co_on) emit_split(c, index, h, text.p ? text.p : "", text.len, 0, lp);
+    if (c->anthropic) anthropic_split(c, h, text.p ? text.p : "", text.len, 0);
+    else if (h->co_on) emit_split(c, index, h, text.p ? text.p : "", text.len, 0, lp);
     else if (text.len || lp) sse(c, chunk(c, index, text.p ? text.p : "", text.len, lp, NULL, 0));
     kiln_sbuf_free(&text);
 }
@@ -636,7 +765,39 @@ static void emit_event(conn *c, int index, choice *h, json_t *lp) {
  * nothing new yet (the reader parks the connection), else 0. Each choice streams
  * its own chunks (its `index`) and its own finish chunk; the usage chunk and [DONE] come after
  * the last choice ends. */
+static int stream_produce_anthropic(conn *c) {
+    if (!c->stream_started) {
+        c->stream_started = 1;
+        json_t *m = anthropic_message(c, json_array(), NULL, json_null());
+        json_object_set_new(json_object_get(m, "usage"), "output_tokens", json_integer(0));
+        sse_event(c, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", m));
+        sse_event(c, "ping", json_pack("{s:s}", "type", "ping"));
+        return 0;
+    }
+    if (!has_news(c)) return check_gone(c) < 0 ? -1 : 1;
+    choice *h = &c->ch[0];
+    if (!drain_choice(c, h, emit_event)) return 0;
+    if (c->failed) {
+        cancel_all(c);
+        sse_event(c, "error", kiln_anthropic_error_json(&c->err));
+    } else {
+        kiln_sbuf text = {0};
+        kiln_detok_take(&h->dt, 1, &text);
+        anthropic_split(c, h, text.p ? text.p : "", text.len, 1);
+        kiln_sbuf_free(&text);
+        anthropic_close_block(c);
+        json_t *seq;
+        const char *stop = anthropic_stop(c, h, &seq);
+        sse_event(c, "message_delta", json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta", "stop_reason", stop, "stop_sequence", seq,
+                                                "usage", anthropic_usage(c, 0)));
+        sse_event(c, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+    }
+    c->stream_done = 1;
+    return 0;
+}
+
 static int stream_produce(conn *c) {
+    if (c->anthropic) return stream_produce_anthropic(c);
     if (!c->stream_started) {
         c->stream_started = 1;
         if (c->p.chat) {
@@ -699,7 +860,18 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
     kiln_server *s = c->s;
     kiln_oai_error err;
     if (atomic_load(&s->closing)) return fail(c, 503, "server_error", NULL, "server_shutting_down", "the server is shutting down");
-    if (!kiln_oai_parse(s, c->body.p ? c->body.p : "", c->body.len, chat, &c->p, &err)) return send_error(c, &err);
+    char *converted = NULL; /* /v1/messages: the Anthropic body as the chat completion it asks for */
+    if (c->anthropic) {
+        json_t *cb = NULL;
+        if (!kiln_anthropic_request(s, c->body.p ? c->body.p : "", c->body.len, 0, &cb, &err)) return send_error(c, &err);
+        converted = json_dumps(cb, JSON_COMPACT);
+        json_decref(cb);
+        if (!converted) return fail(c, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    const int parsed = converted ? kiln_oai_parse(s, converted, strlen(converted), 1, &c->p, &err)
+                                 : kiln_oai_parse(s, c->body.p ? c->body.p : "", c->body.len, chat, &c->p, &err);
+    free(converted);
+    if (!parsed) return send_error(c, &err);
     c->have_params = 1;
     c->n_ch = c->p.n;
     double deadline = s->o.request_timeout_s > 0 ? kiln_now() + s->o.request_timeout_s : 0;
@@ -729,7 +901,7 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
         h->prev = c->p.prompt[c->p.n_prompt - 1];
         h->r->forced = s->forced;
         h->r->n_forced = s->n_forced;
-        if (chat && (c->p.tool_parser != KILN_TOOLS_NONE || c->p.reasoning != KILN_REASONING_NONE)) {
+        if (chat && (c->anthropic || c->p.tool_parser != KILN_TOOLS_NONE || c->p.reasoning != KILN_REASONING_NONE)) {
             kiln_chat_out_init(&h->co, c->p.tool_parser, c->p.reasoning, c->p.think_opened, c->p.tools,
                                c->p.tool_choice == KILN_TOOL_CHOICE_NAMED ? c->p.tool_name : NULL, !c->p.parallel_tools);
             h->co_on = 1;
@@ -737,7 +909,7 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
     }
     c->created = (long)time(NULL);
     /* ids from the OS CSPRNG: one client cannot guess another's (OpenAI's ids are random too) */
-    const int pre = snprintf(c->id, sizeof c->id, "%s", chat ? "chatcmpl-" : "cmpl-");
+    const int pre = snprintf(c->id, sizeof c->id, "%s", c->anthropic ? "msg_" : chat ? "chatcmpl-" : "cmpl-");
     kiln_random_hex(c->id + pre, 16);
     char why[256];
     kiln_submit_result res = KILN_SUBMIT_OK;
@@ -784,6 +956,8 @@ static int key_ok(const char *given, const char *want) {
 
 static int authorized(conn *c) {
     if (!c->s->api_key) return 1;
+    const char *x = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "x-api-key"); /* Anthropic's header */
+    if (x) return key_ok(x, c->s->api_key);
     const char *h = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) return key_ok(NULL, c->s->api_key) && 0;
     h += 7;
@@ -813,9 +987,11 @@ static enum MHD_Result route(conn *c, const char *url, const char *method) {
         return r;
     }
     if (strncmp(url, "/v1/", 4) != 0 && strcmp(url, "/v1") != 0)
-        return fail(c, 404, "invalid_request_error", NULL, "not_found", "unknown route (try /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics)");
+        return fail(c, 404, "invalid_request_error", NULL, "not_found", "unknown route (try /v1/chat/completions, /v1/completions, /v1/messages, /v1/models, /health, /metrics)");
+    c->anthropic = strncmp(url, "/v1/messages", 12) == 0; /* errors in Anthropic's shape from here on */
     if (!authorized(c))
-        return fail(c, 401, "invalid_request_error", NULL, "invalid_api_key", "Incorrect API key provided: send it as 'Authorization: Bearer KEY'");
+        return fail(c, 401, "invalid_request_error", NULL, "invalid_api_key",
+                    "Incorrect API key provided: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
     if (c->too_large) {
         char m[128];
         snprintf(m, sizeof m, "the request body exceeds the limit of %zu bytes", s->o.max_body_bytes);
@@ -830,7 +1006,23 @@ static enum MHD_Result route(conn *c, const char *url, const char *method) {
         if (strcmp(url + 11, s->model_name) != 0) return fail(c, 404, "invalid_request_error", "model", "model_not_found", "no such model");
         return send_json(c, 200, model_obj(s), 0);
     }
-    int chat = strcmp(url, "/v1/chat/completions") == 0;
+    if (strcmp(url, "/v1/messages/count_tokens") == 0) { /* Anthropic: the prompt's tokens, nothing generated */
+        if (!post) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use POST");
+        kiln_oai_error err;
+        json_t *cb = NULL;
+        if (!kiln_anthropic_request(s, c->body.p ? c->body.p : "", c->body.len, 1, &cb, &err)) return send_error(c, &err);
+        char *txt = json_dumps(cb, JSON_COMPACT);
+        json_decref(cb);
+        kiln_oai_params p;
+        int ok = txt && kiln_oai_parse(s, txt, strlen(txt), 1, &p, &err);
+        free(txt);
+        if (!ok) return send_error(c, &err);
+        const int n = p.n_prompt;
+        kiln_oai_params_free(&p);
+        return send_json(c, 200, json_pack("{s:i}", "input_tokens", n), 0);
+    }
+    c->anthropic = strcmp(url, "/v1/messages") == 0;
+    int chat = c->anthropic || strcmp(url, "/v1/chat/completions") == 0;
     if (chat || strcmp(url, "/v1/completions") == 0) {
         if (!post) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use POST");
         /* in flight until the connection lets go of it (the response sent or the client gone); a

@@ -112,18 +112,20 @@ int kiln_detok_push(kiln_detok *d, const char *piece, size_t n) {
     kiln_sbuf_put(&d->text, piece, n);
     /* a stop string completed by these bytes starts at most stop_len - 1 bytes before them */
     size_t best = (size_t)-1;
+    int best_i = 0;
     for (int i = 0; i < d->n_stops; i++) {
         size_t L = d->stop_len[i];
         if (!L || d->text.len < L) continue;
         size_t from = old >= L - 1 ? old - (L - 1) : 0;
         if (from < d->sent) from = d->sent;
         const char *hit = memmem(d->text.p + from, d->text.len - from, d->stops[i], L);
-        if (hit && (size_t)(hit - d->text.p) < best) best = (size_t)(hit - d->text.p);
+        if (hit && (size_t)(hit - d->text.p) < best) best = (size_t)(hit - d->text.p), best_i = i;
     }
     if (best != (size_t)-1) {
         d->text.len = best;
         if (d->text.p) d->text.p[best] = 0;
         d->stopped = 1;
+        d->stop_index = best_i;
     }
     return d->stopped;
 }

@@ -34,6 +34,7 @@ typedef struct kiln_detok {
     size_t stop_len[KILN_MAX_STOPS];
     int n_stops;
     int stopped;         /* a stop string matched; text ends where it began */
+    int stop_index;      /* which one (stops[stop_index]) */
 } kiln_detok;
 
 /* Adds a token's bytes; returns 1 when a stop string is now complete. */

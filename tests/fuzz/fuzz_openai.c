@@ -4,7 +4,8 @@
  * variables) or the built-in one, tokenization, context checks. Each input is parsed as a
  * /v1/chat/completions and as a /v1/completions body. The same bytes are then read as model output
  * by the reasoning / tool-call splitter (src/server/chat_output.c) with each parser, whole and in
- * 7-byte pieces: both must give the same content, reasoning and calls.
+ * 7-byte pieces: both must give the same content, reasoning and calls; and as an Anthropic Messages
+ * body (src/server/anthropic.c), translated and parsed as the chat completion it becomes.
  *
  * The model, made once at start: $KILN_FUZZ_MODEL when set; else stories260K from $SHARED
  * (default ../shared) in a private directory beside a small chat_template.jinja (a trained
@@ -13,6 +14,7 @@
 #include "fuzz_common.h"
 #include "server/server_internal.h"
 #include "server/chat_output.h"
+#include "server/anthropic.h"
 
 static kiln_server srv;
 static kiln_model *model;
@@ -96,7 +98,11 @@ static void split_output(const uint8_t *data, size_t size) {
                 kiln_chat_out_free(&o);
             }
             for (int k = 0; k < 3; k++) {
-                if (!got[0][k] || !got[1][k] || strcmp(got[0][k], got[1][k]) != 0) abort();
+                if (!got[0][k] || !got[1][k]) abort();
+                if (strcmp(got[0][k], got[1][k]) != 0) {
+                    fprintf(stderr, "split_output: tools %d reasoning %d field %d: whole %s, in pieces %s\n", t, r, k, got[0][k], got[1][k]);
+                    abort();
+                }
                 free(got[0][k]);
                 free(got[1][k]);
             }
@@ -104,8 +110,31 @@ static void split_output(const uint8_t *data, size_t size) {
     json_decref(tools);
 }
 
+/* data as an Anthropic Messages body (and a count_tokens one): translated, then parsed as the chat
+ * completion it becomes; every refusal says why. */
+static void anthropic(const uint8_t *data, size_t size) {
+    for (int count = 0; count < 2; count++) {
+        json_t *cb = NULL;
+        kiln_oai_error err;
+        memset(&err, 0, sizeof err);
+        if (!kiln_anthropic_request(&srv, (const char *)data, size, count, &cb, &err)) {
+            if (err.http < 400 || err.http > 599 || !err.msg[0]) abort();
+            json_decref(kiln_anthropic_error_json(&err));
+            continue;
+        }
+        char *txt = json_dumps(cb, JSON_COMPACT);
+        json_decref(cb);
+        if (!txt) abort();
+        kiln_oai_params p;
+        if (kiln_oai_parse(&srv, txt, strlen(txt), 1, &p, &err)) kiln_oai_params_free(&p);
+        else if (err.http < 400 || err.http > 599 || !err.msg[0]) abort();
+        free(txt);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     split_output(data, size);
+    anthropic(data, size);
     for (int chat = 0; chat < 2; chat++) {
         kiln_oai_params p;
         kiln_oai_error err;

@@ -182,6 +182,16 @@ def committed(root):
     for k, v in reqs.items():
         put(root, "openai", k + ".json", json.dumps(v))
     put(root, "openai", "not_object.json", "[1, 2]")
+    # Anthropic Messages bodies
+    put(root, "openai", "anthropic_tools.json", json.dumps({"model": "kiln", "max_tokens": 16, "system": [{"type": "text", "text": "s"}],
+        "messages": [{"role": "user", "content": "hi"},
+                     {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": ""}, {"type": "text", "text": "x"},
+                                                       {"type": "tool_use", "id": "toolu_1", "name": "get", "input": {"q": 1}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "42"}]},
+                                                  {"type": "text", "text": "more"}]}],
+        "tools": [{"name": "get", "description": "d", "input_schema": {"type": "object", "properties": {"q": {"type": "integer"}}}}],
+        "tool_choice": {"type": "any", "disable_parallel_tool_use": True}, "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "stop_sequences": ["END"], "temperature": 0.5, "stream": True}))
     # model output as the reasoning / tool-call splitter reads the same bytes
     put(root, "openai", "glm_output.txt", "<think>why</think>\nok<tool_call>get\n<arg_key>q</arg_key>\n<arg_value>x</arg_value>\n</tool_call>")
     put(root, "openai", "kimi_output.txt", "a<|tool_calls_section_begin|><|tool_call_begin|>functions.get:0<|tool_call_argument_begin|>"
