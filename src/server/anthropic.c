@@ -103,7 +103,7 @@ static int convert_message(json_t *m, size_t i, json_t *msgs, kiln_oai_error *er
             json_t *id = json_object_get(b, "id"), *nm = json_object_get(b, "name"), *in = json_object_get(b, "input");
             if (!json_is_string(id) || !json_is_string(nm)) { ok = BAD("%s: tool_use blocks need string id and name", bw); break; }
             if (in && !json_is_object(in)) { ok = BAD("%s.input: expected an object", bw); break; }
-            char *args = json_dumps(in ? in : json_object(), JSON_COMPACT | JSON_PRESERVE_ORDER);
+            char *args = in ? json_dumps(in, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
             json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:s}}", "id", id, "type", "function", "function", "name", nm, "arguments", args ? args : "{}"));
             free(args);
         } else if (strcmp(ty, "thinking") == 0 && !user) {
