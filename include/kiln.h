@@ -355,6 +355,9 @@ typedef struct kiln_server_options {
     const char *reasoning_parser; /* "auto" (default: "think" when the template mentions <think>),
                                      "think" (deepseek_r1 semantics; also deepseek_r1, glm45, kimi_k2),
                                      "none" */
+    const char *cors_origin;      /* CORS: the Origin allowed to call the API from a browser
+                                     ("*" = any); NULL = no CORS headers (browsers refuse cross-origin
+                                     calls) */
     const char *test_forced_output; /* test hook: every completion generates exactly the tokens of
                                      this text, then the model's end id (so that tests drive the
                                      parsers with the real format through the real tokenizer) */

@@ -62,6 +62,7 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
     if (strcmp(k, "--body-timeout") == 0) { if (cli_float(a, k, cli_value(a), 0.05, 1e6, &d)) so->body_timeout_s = d; return 1; }
     if (strcmp(k, "--http-threads") == 0) { if (cli_long(a, k, cli_value(a), 1, 256, &v)) so->http_threads = (int)v; return 1; }
     if (strcmp(k, "--tool-parser") == 0) { so->tool_parser = cli_value(a); return 1; }            /* checked at start */
+    if (strcmp(k, "--cors-origin") == 0) { so->cors_origin = cli_value(a); return 1; }
     if (strcmp(k, "--reasoning-parser") == 0) { so->reasoning_parser = cli_value(a); return 1; }  /* checked at start */
     if (strcmp(k, "--test-forced-output") == 0) { so->test_forced_output = cli_value(a); return 1; } /* test hook (docs/SERVER.md) */
     return 0;
@@ -72,7 +73,7 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
     "         [--max-batch 32] [--max-queue 64] [--step-tokens 256] [--no-prefix-cache] [--max-body 1M]\n" \
     "         [--request-timeout 600] [--shutdown-grace 10] [--max-connections 512] [--max-conn-per-ip 64]\n" \
     "         [--header-timeout 30] [--body-timeout 60] [--http-threads 4]\n" \
-    "         [--tool-parser auto|glm45|glm47|kimi_k2|none] [--reasoning-parser auto|think|none]\n" \
+    "         [--tool-parser auto|glm45|glm47|kimi_k2|none] [--reasoning-parser auto|think|none] [--cors-origin ORIGIN|*]\n" \
     "         [--kv-mem SIZE] [--kv-dtype auto|f32|bf16|fp8] [--kv-page 16] [--ctx N] [--threads N] [--isa ...] [--device cpu|ref|vulkan[:N]] [--fp8-gemv auto|exact|bf16]\n" \
     "         [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC]"
 

@@ -78,6 +78,14 @@ void kiln_chat_delta_free(kiln_chat_delta *d) {
     d->calls = NULL;
 }
 
+int kiln_chat_marker(const char *piece, size_t n) {
+    static const char *const m[] = {THINK_OPEN, THINK_CLOSE, GLM_OPEN, GLM_CLOSE, GLM_KEY, GLM_KEY_END, GLM_VAL, GLM_VAL_END, KIMI_SECTION, KIMI_SECTION1,
+                                    "<|tool_calls_section_end|>", "<|tool_call_section_end|>", KIMI_OPEN, KIMI_ARGS, KIMI_CLOSE, NULL};
+    for (int i = 0; m[i]; i++)
+        if (strlen(m[i]) == n && memcmp(m[i], piece, n) == 0) return 1;
+    return 0;
+}
+
 /* ---- small string helpers ---------------------------------------------------------------------------- */
 static const char *find(const char *s, size_t n, const char *pat, size_t m) { return m <= n ? memmem(s, n, pat, m) : NULL; }
 

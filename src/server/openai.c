@@ -395,6 +395,9 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
     if (present) p->sp.repetition_penalty = (float)dv;
     if (!parse_logit_bias(s, o, p, err)) goto out;
     if (!opt_bool(o, "ignore_eos", &p->ignore_eos, &present, err)) goto out;
+    p->skip_special = 1; /* vLLM's skip_special_tokens: special tokens never reach the text */
+    if (!opt_bool(o, "skip_special_tokens", &b, &present, err)) goto out;
+    if (present) p->skip_special = b;
     if (!parse_stop(o, p, err)) goto out;
     if (!parse_stop_ids(s, o, p, err)) goto out;
     /* logprobs */

@@ -284,9 +284,22 @@ static void count_code(kiln_server *s, int code) {
 }
 
 /* ---- responses -------------------------------------------------------------------------------------- */
+/* CORS (--cors-origin): the allowed origin on every response to a request that sent Origin. */
+static void add_cors(conn *c, struct MHD_Response *resp) {
+    const char *allow = c->s->cors_origin;
+    if (!allow) return;
+    const char *origin = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Origin");
+    if (!origin) return;
+    if (strcmp(allow, "*") == 0) MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    else if (strcmp(allow, origin) == 0) MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+    else return;
+    MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 static enum MHD_Result send_buf(conn *c, int code, const char *ctype, const char *data, size_t n, int retry_after) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)data, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
+    add_cors(c, resp);
     MHD_add_response_header(resp, "Content-Type", ctype);
     if (retry_after > 0) {
         char v[16];
@@ -435,6 +448,10 @@ static int consume_event(conn *c, choice *h, int k, json_t *lp_dst) {
     int eos = kiln_model_is_eos(&c->s->info, id) && !c->p.ignore_eos;
     for (int i = 0; i < c->p.n_stop_ids; i++) eos |= c->p.stop_ids[i] == id;
     if (!eos) piece = piece_of(c, h->prev, id, &len, tmp, sizeof tmp);
+    /* skip_special_tokens: special tokens add no text, except the markers an active parser reads */
+    if (!eos && len && c->p.skip_special && c->s->info.has_tokenizer && kiln_tokenizer_is_special(kiln_model_tokenizer(c->s->m), id) &&
+        !(h->co_on && kiln_chat_marker(piece, len)))
+        len = 0;
     if (c->p.logprobs && lp_dst) logprob_entry(c, h, k, piece, len, lp_dst);
     h->text_offset += len;
     h->prev = id;
@@ -936,6 +953,7 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, c, stream_free);
     if (!resp) { conn_unref(c); return MHD_NO; }
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    add_cors(c, resp);
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     enum MHD_Result ret = MHD_queue_response(c->mc, 200, resp);
@@ -970,9 +988,102 @@ static json_t *model_obj(kiln_server *s) {
                      "max_model_len", kiln_engine_context(s->eng));
 }
 
+/* CORS preflight: 204 with the methods and headers the API takes (origin checked by add_cors). */
+static enum MHD_Result preflight(conn *c) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    add_cors(c, resp);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    enum MHD_Result ret = MHD_queue_response(c->mc, 204, resp);
+    MHD_destroy_response(resp);
+    count_code(c->s, 204);
+    return ret;
+}
+
+/* vLLM's POST /tokenize: {"prompt": text, "add_special_tokens": true} or {"messages": [...], "tools"?,
+ * "chat_template_kwargs"?} (the chat prompt a completion would have) → {"tokens", "count",
+ * "max_model_len"}. */
+static enum MHD_Result handle_tokenize(conn *c) {
+    kiln_server *s = c->s;
+    json_error_t je;
+    json_t *o = json_loadb(c->body.p ? c->body.p : "", c->body.len, 0, &je);
+    if (!json_is_object(o)) { json_decref(o); return fail(c, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object"); }
+    if (!s->info.has_tokenizer) { json_decref(o); return fail(c, 400, "invalid_request_error", NULL, NULL, "this model has no tokenizer"); }
+    json_t *pr = json_object_get(o, "prompt"), *msgs = json_object_get(o, "messages"), *as = json_object_get(o, "add_special_tokens");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    kiln_oai_error err;
+    int ok = 0;
+    if (json_is_string(pr)) {
+        if (as && !json_is_boolean(as)) { json_decref(o); return fail(c, 400, "invalid_request_error", "add_special_tokens", NULL, "'add_special_tokens' must be a boolean"); }
+        const int bos = !as || json_is_true(as);
+        if (kiln_tokenizer_encode(kiln_model_tokenizer(s->m), json_string_value(pr), json_string_length(pr), bos && s->info.bos_id >= 0, 1, &ids, &n) != KILN_OK)
+            kiln_oai_fail(&err, 400, "invalid_request_error", "prompt", NULL, "cannot tokenize 'prompt': %s", kiln_last_error());
+        else ok = 1;
+    } else if (json_is_array(msgs)) {
+        json_t *body = json_pack("{s:s,s:O,s:i}", "model", s->model_name, "messages", msgs, "max_tokens", 1);
+        json_t *t = json_object_get(o, "tools"), *kw = json_object_get(o, "chat_template_kwargs");
+        if (t) json_object_set(body, "tools", t);
+        if (kw) json_object_set(body, "chat_template_kwargs", kw);
+        char *txt = json_dumps(body, JSON_COMPACT);
+        json_decref(body);
+        kiln_oai_params p;
+        if (txt && kiln_oai_parse(s, txt, strlen(txt), 1, &p, &err)) {
+            ids = p.prompt;
+            n = (size_t)p.n_prompt;
+            p.prompt = NULL;
+            kiln_oai_params_free(&p);
+            ok = 1;
+        }
+        free(txt);
+    } else {
+        kiln_oai_fail(&err, 400, "invalid_request_error", "prompt", NULL, "give 'prompt' (a string) or 'messages' (an array)");
+    }
+    json_decref(o);
+    if (!ok) return send_error(c, &err);
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    free(ids);
+    return send_json(c, 200, json_pack("{s:o,s:i,s:i}", "tokens", a, "count", (int)n, "max_model_len", kiln_engine_context(s->eng)), 0);
+}
+
+/* vLLM's POST /detokenize: {"tokens": [ids]} → {"prompt": text} (every id must be in the vocabulary). */
+static enum MHD_Result handle_detokenize(conn *c) {
+    kiln_server *s = c->s;
+    json_error_t je;
+    json_t *o = json_loadb(c->body.p ? c->body.p : "", c->body.len, 0, &je), *t = json_object_get(o, "tokens");
+    if (!json_is_array(t)) { json_decref(o); return fail(c, 400, "invalid_request_error", "tokens", NULL, "'tokens' must be an array of token ids"); }
+    kiln_sbuf text = {0};
+    int32_t prev = -1;
+    size_t i;
+    json_t *v;
+    json_array_foreach(t, i, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->info.vocab_size) {
+            char m[128];
+            snprintf(m, sizeof m, "tokens[%zu] is not a token id in [0, %d)", i, s->info.vocab_size);
+            json_decref(o);
+            kiln_sbuf_free(&text);
+            return fail(c, 400, "invalid_request_error", "tokens", "invalid_value", m);
+        }
+        const int32_t id = (int32_t)json_integer_value(v);
+        size_t len = 0;
+        char tmp[32];
+        const char *piece = piece_of(c, prev, id, &len, tmp, sizeof tmp);
+        kiln_sbuf_put(&text, piece, len);
+        prev = id;
+    }
+    json_decref(o);
+    json_t *r = json_pack("{s:o}", "prompt", kiln_json_bytes_string(text.p ? text.p : "", text.len));
+    kiln_sbuf_free(&text);
+    return send_json(c, 200, r, 0);
+}
+
 static enum MHD_Result route(conn *c, const char *url, const char *method) {
     kiln_server *s = c->s;
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
+    if (strcmp(method, "OPTIONS") == 0 && s->cors_origin) return preflight(c);
     if (strcmp(url, "/health") == 0) {
         if (!get) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET /health");
         if (atomic_load(&s->closing)) return send_json(c, 503, json_pack("{s:s}", "status", "shutting_down"), 0);
@@ -986,7 +1097,8 @@ static enum MHD_Result route(conn *c, const char *url, const char *method) {
         kiln_sbuf_free(&b);
         return r;
     }
-    if (strncmp(url, "/v1/", 4) != 0 && strcmp(url, "/v1") != 0)
+    const int tok_route = strcmp(url, "/tokenize") == 0 || strcmp(url, "/detokenize") == 0;
+    if (!tok_route && strncmp(url, "/v1/", 4) != 0 && strcmp(url, "/v1") != 0)
         return fail(c, 404, "invalid_request_error", NULL, "not_found", "unknown route (try /v1/chat/completions, /v1/completions, /v1/messages, /v1/models, /health, /metrics)");
     c->anthropic = strncmp(url, "/v1/messages", 12) == 0; /* errors in Anthropic's shape from here on */
     if (!authorized(c))
@@ -996,6 +1108,10 @@ static enum MHD_Result route(conn *c, const char *url, const char *method) {
         char m[128];
         snprintf(m, sizeof m, "the request body exceeds the limit of %zu bytes", s->o.max_body_bytes);
         return fail(c, 413, "invalid_request_error", NULL, "request_too_large", m);
+    }
+    if (tok_route) {
+        if (!post) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use POST");
+        return url[1] == 't' ? handle_tokenize(c) : handle_detokenize(c);
     }
     if (strcmp(url, "/v1/models") == 0) {
         if (!get) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET /v1/models");
@@ -1118,10 +1234,11 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
     if (so->model_name && *so->model_name) snprintf(s->model_name, sizeof s->model_name, "%s", so->model_name);
     else base_name(model_path ? model_path : "model", s->model_name, sizeof s->model_name);
     if (so->api_key && *so->api_key) s->api_key = strdup(so->api_key);
-    if (so->max_body_bytes < 1024) { free(s->api_key); free(s); return kiln_fail(KILN_ERR_INVALID_ARG, "--max-body %zu is below 1024 bytes", so->max_body_bytes); }
+    if (so->cors_origin && *so->cors_origin) s->cors_origin = strdup(so->cors_origin);
+    if (so->max_body_bytes < 1024) { free(s->cors_origin); free(s->api_key); free(s); return kiln_fail(KILN_ERR_INVALID_ARG, "--max-body %zu is below 1024 bytes", so->max_body_bytes); }
     kiln_engine_config ec = {so->max_batch, so->max_queue, so->step_tokens, so->prefix_cache};
     kiln_status st = kiln_engine_create(m, opts, &ec, &s->eng);
-    if (st != KILN_OK) { free(s->api_key); free(s); return st; }
+    if (st != KILN_OK) { free(s->cors_origin); free(s->api_key); free(s); return st; }
     kiln_server_probe_template(s); /* before the first request can arrive */
     st = kiln_server_choose_parsers(s, so);
     if (st == KILN_OK && so->test_forced_output) { /* the test hook: its tokens, then the first end id */
@@ -1137,7 +1254,7 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
         }
         free(ids);
     }
-    if (st != KILN_OK) { kiln_engine_free(s->eng); free(s->forced); free(s->api_key); free(s); return st; }
+    if (st != KILN_OK) { kiln_engine_free(s->eng); free(s->forced); free(s->cors_origin); free(s->api_key); free(s); return st; }
 
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
@@ -1147,7 +1264,7 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
     snprintf(port, sizeof port, "%d", so->port);
     int gr = getaddrinfo(so->host, port, &hints, &ai);
     if (gr != 0 || !ai) {
-        kiln_engine_free(s->eng); free(s->forced); free(s->api_key); free(s);
+        kiln_engine_free(s->eng); free(s->forced); free(s->cors_origin); free(s->api_key); free(s);
         return kiln_fail(KILN_ERR_INVALID_ARG, "--host '%s': %s", so->host, gai_strerror(gr));
     }
     /* connections: a bounded pool of epoll threads (nothing in them blocks: a connection waiting
@@ -1183,7 +1300,7 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
         }
         pthread_mutex_destroy(&s->sup_mu);
         pthread_cond_destroy(&s->sup_cv);
-        kiln_engine_free(s->eng); free(s->forced); free(s->api_key); free(s);
+        kiln_engine_free(s->eng); free(s->forced); free(s->cors_origin); free(s->api_key); free(s);
         return kiln_fail(KILN_ERR_IO, "cannot listen on %s:%d (address in use or not available)", so->host, so->port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_LISTEN_FD);
@@ -1253,6 +1370,7 @@ void kiln_server_stop(kiln_server *s) {
     pthread_mutex_destroy(&s->sup_mu);
     pthread_cond_destroy(&s->sup_cv);
     free(s->api_key);
+    free(s->cors_origin);
     free(s->forced);
     free(s);
 }

@@ -34,6 +34,7 @@ struct kiln_server {
     kiln_tool_parser tool_parser;          /* --tool-parser, or the template's */
     kiln_reasoning_parser reasoning_parser; /* --reasoning-parser, or the template's */
     char parsers_note[160];      /* for the start-up summary */
+    char *cors_origin;           /* --cors-origin; NULL = none */
     int32_t *forced;             /* --test-forced-output's token ids (then an end id); NULL = none */
     int n_forced;
     char template_note[320];     /* for the start-up summary */
@@ -88,6 +89,7 @@ typedef struct kiln_oai_params {
     kiln_tool_parser tool_parser;          /* for this request: NONE when no tools / "none" / no parser */
     kiln_reasoning_parser reasoning;       /* for this request: NONE when thinking is turned off */
     int think_opened;                      /* the rendered prompt ends inside "<think>" */
+    int skip_special;                      /* skip_special_tokens (default 1) */
 } kiln_oai_params;
 enum { KILN_TOOL_CHOICE_AUTO = 0, KILN_TOOL_CHOICE_NONE, KILN_TOOL_CHOICE_REQUIRED, KILN_TOOL_CHOICE_NAMED };
 #define KILN_MAX_LOGIT_BIAS 300 /* OpenAI's limit */

@@ -12,7 +12,9 @@
 //   - a Kimi K2 round trip: ids "functions.NAME:IDX", arguments verbatim, content before the section;
 //   - tool_choice none (no parsing), a named function (only its calls, finish_reason stop),
 //     parallel_tool_calls false, enable_thinking false (no reasoning split), and bad requests (400
-//     naming the parameter).
+//     naming the parameter);
+//   - skip_special_tokens (special tokens out of the text by default), /tokenize and /detokenize
+//     against @huggingface/tokenizers, CORS headers and preflight.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -82,9 +84,15 @@ async function serve(model, out) {
   servers.push(srv);
   return srv;
 }
+const SPECIAL_OUT = 'A<｜begin▁of▁sentence｜>B';
 const gTools = await serve(glm, GLM_OUT);
 const gAnswer = await serve(glm, GLM_ANSWER);
 const kTools = await serve(kimi, KIMI_OUT);
+const sSpecial = await (async () => {
+  const srv = await startServer(['--model-name', 'm', '--test-forced-output', SPECIAL_OUT, '--cors-origin', 'https://app.example'], { model: glm });
+  servers.push(srv);
+  return srv;
+})();
 test.after(async () => {
   for (const s of servers) assert.equal(await s.stop(), 0);
   fs.rmSync(dir, { recursive: true });
@@ -223,4 +231,50 @@ test('bad tools requests: 400 naming the parameter', async () => {
   }
   const h = await fetch(`${gTools.url}/health`);
   assert.equal(h.status, 200, 'still serving');
+});
+
+test('skip_special_tokens: special tokens leave no text unless asked for', async () => {
+  const ai = client(sSpecial);
+  const def = await ai.chat.completions.create({ model: 'm', messages: USER });
+  assert.equal(def.choices[0].message.content, 'AB');
+  const keep = await ai.chat.completions.create({ model: 'm', messages: USER, skip_special_tokens: false });
+  assert.equal(keep.choices[0].message.content, SPECIAL_OUT);
+  assert.equal(def.usage.completion_tokens, keep.usage.completion_tokens);
+});
+
+test('/tokenize and /detokenize agree with @huggingface/tokenizers', async () => {
+  const text = 'Hello, 世界! Tool calls <tool_call> are text here.';
+  const t = await raw(gTools, '/tokenize', { body: JSON.stringify({ model: 'm', prompt: text }) });
+  assert.equal(t.status, 200, t.text);
+  // add_special_tokens defaults to true: BOS first, as transformers' encode does for this tokenizer
+  // (tokenizer_config.json add_bos_token); @huggingface/tokenizers applies only tokenizer.json
+  const bosText = typeof cfg.bos_token === 'string' ? cfg.bos_token : cfg.bos_token.content;
+  assert.equal(cfg.add_bos_token, true);
+  assert.deepEqual(t.json.tokens, [tok.token_to_id(bosText), ...tok.encode(text, { add_special_tokens: false }).ids]);
+  assert.equal(t.json.count, t.json.tokens.length);
+  assert.equal(t.json.max_model_len, 2048);
+  const t2 = await raw(gTools, '/tokenize', { body: JSON.stringify({ prompt: text, add_special_tokens: false }) });
+  assert.deepEqual(t2.json.tokens, tok.encode(text, { add_special_tokens: false }).ids);
+  const tm = await raw(gTools, '/tokenize', { body: JSON.stringify({ messages: USER, tools: TOOLS }) });
+  assert.deepEqual(tm.json.tokens, referenceIds('glm-4.6.jinja', USER, TOOLS));
+  const d = await raw(gTools, '/detokenize', { body: JSON.stringify({ tokens: t2.json.tokens }) });
+  assert.equal(d.json.prompt, tok.decode(t2.json.tokens));
+  assert.equal(d.json.prompt, text);
+  const bad = await raw(gTools, '/detokenize', { body: JSON.stringify({ tokens: [1, 999999] }) });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.param, 'tokens');
+});
+
+test('CORS: the allowed origin on responses and preflights, nothing for others', async () => {
+  const pre = await fetch(`${sSpecial.url}/v1/chat/completions`, { method: 'OPTIONS', headers: { Origin: 'https://app.example', 'Access-Control-Request-Method': 'POST' } });
+  assert.equal(pre.status, 204);
+  assert.equal(pre.headers.get('access-control-allow-origin'), 'https://app.example');
+  assert.match(pre.headers.get('access-control-allow-headers'), /Authorization/);
+  assert.match(pre.headers.get('access-control-allow-methods'), /POST/);
+  const r = await fetch(`${sSpecial.url}/v1/models`, { headers: { Origin: 'https://app.example' } });
+  assert.equal(r.headers.get('access-control-allow-origin'), 'https://app.example');
+  const other = await fetch(`${sSpecial.url}/v1/models`, { headers: { Origin: 'https://evil.example' } });
+  assert.equal(other.headers.get('access-control-allow-origin'), null);
+  const none = await fetch(`${gTools.url}/v1/models`, { headers: { Origin: 'https://app.example' } });
+  assert.equal(none.headers.get('access-control-allow-origin'), null, 'no --cors-origin: no CORS');
 });
