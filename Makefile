@@ -10,8 +10,8 @@ CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -Isrc -Itools -fopenmp -g $(OPT) \
-              $(shell pkg-config --cflags jansson libpcre2-8 icu-uc 2>/dev/null) $(CFLAGS_VK)
-LIBS    = -fopenmp -lmvec -lm -lpthread $(shell pkg-config --libs jansson libpcre2-8 libmicrohttpd icu-uc 2>/dev/null) -lxxhash $(LIBS_VK)
+              $(shell pkg-config --cflags jansson libpcre2-8 icu-uc 2>/dev/null) $(CFLAGS_VK) $(CFLAGS_MPI)
+LIBS    = -fopenmp -lmvec -lm -lpthread $(shell pkg-config --libs jansson libpcre2-8 libmicrohttpd icu-uc 2>/dev/null) -lxxhash $(LIBS_VK) $(LIBS_MPI)
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
 
@@ -35,6 +35,17 @@ else
 $(info kiln: building without the vulkan backend (libvulkan-dev or glslc missing): cpu and ref backends only)
 SRCS     := $(filter-out $(VK_DIR)/vk_device.c $(VK_DIR)/backend_vulkan.c,$(SRCS))
 VK_OBJS  :=
+endif
+# Scale-out over MPI (src/dist/, docs/SCALE.md) when Open MPI's headers are there (libopenmpi-dev);
+# otherwise dist_absent.c, whose --tp says how to get it.
+HAVE_MPI := $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1)
+ifeq ($(HAVE_MPI),1)
+SRCS     := $(filter-out src/dist/dist_absent.c,$(SRCS))
+CFLAGS_MPI := $(shell pkg-config --cflags ompi-c)
+LIBS_MPI := $(shell pkg-config --libs ompi-c)
+else
+$(info kiln: building without MPI (libopenmpi-dev missing): --tp needs it)
+SRCS     := $(filter-out src/dist/dist_mpi.c,$(SRCS))
 endif
 OBJS     := $(SRCS:%.c=$(BUILD)/%.o) $(VK_OBJS)
 TOOL_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tools/*.c)))

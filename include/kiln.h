@@ -123,6 +123,34 @@ typedef struct kiln_model_info {
 int kiln_model_is_eos(const kiln_model_info *info, int id);
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *info);
 
+/* Tensor parallelism (docs/SCALE.md): turns a loaded model into rank `rank` of `tp` shards (its
+ * heads, FFN rows and the matching projection slices; hyper-parameters divided), before its first
+ * session. The shard's forward pass needs the ranks' partial sums added: fn(ctx, x, n) must replace
+ * x[0, n) by the sum over the ranks (kiln's MPI one: kiln_dist_allreduce_sum in src/dist). */
+kiln_status kiln_model_shard(kiln_model *m, int rank, int tp);
+void kiln_model_set_allreduce(kiln_model *m, void (*fn)(void *ctx, float *x, int64_t n), void *ctx);
+
+/* ---- scale-out: processes of one model over MPI (src/dist, docs/SCALE.md) ---------------------- */
+/* Starts MPI (MPI_Init_thread, errors returned rather than aborting). Fails when the build has no
+ * MPI. Call once, before anything else uses MPI. */
+kiln_status kiln_dist_init(int *argc, char ***argv);
+int kiln_dist_rank(void);   /* 0 when not started */
+int kiln_dist_size(void);   /* 1 when not started */
+/* x[0, n) = the sum over the ranks of every rank's x (in place): the tensor-parallel partial sums
+ * of a row-parallel projection (kiln_model_set_allreduce's function; ctx unused). A failure is
+ * reported on stderr and aborts the job: a rank cannot continue with a wrong sum. */
+void kiln_dist_allreduce_sum(void *ctx, float *x, int64_t n);
+/* v[0, n) of rank 0 to every rank. */
+kiln_status kiln_dist_bcast_i32(int32_t *v, int n);
+/* Every rank gives `value` for `what`; KILN_ERR_INVALID_ARG naming the first rank whose value
+ * differs from rank 0's (e.g. another model file or --tp), on every rank. */
+kiln_status kiln_dist_agree(const char *what, const char *value);
+/* MPI_Finalize when started. */
+void kiln_dist_finalize(void);
+/* 1 when this build has MPI. */
+int kiln_dist_built(void);
+
+
 /* Human-readable (json=0) or JSON (json=1) description: architecture, hyper-parameters, every
  * tensor's name, dtype and shape, total weight bytes. */
 kiln_status kiln_model_describe(const kiln_model *m, FILE *f, int json);

@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential pkg-config libjansson-dev libpcre2-dev libxxhash-dev libmicrohttpd-dev libcmocka-dev libicu-dev
       python3 python3-numpy python3-torch python3-jinja2 nodejs npm
       clang libclang-rt-dev libomp-dev   # clang + libFuzzer + its OpenMP: make fuzz, the short fuzz pass of make test
-      libvulkan-dev glslc mesa-vulkan-drivers)  # the vulkan backend; lavapipe runs its tests on the CPU
+      libvulkan-dev glslc mesa-vulkan-drivers   # the vulkan backend; lavapipe runs its tests on the CPU
+      openmpi-bin libopenmpi-dev)               # scale-out over MPI (--tp under mpirun)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,7 +17,7 @@ int cmd_run(int argc, char **argv) {
     kiln_sampling sp;
     kiln_sampling_default(&sp);
     const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL, *dump_path = NULL;
-    long n_gen = 256;
+    long n_gen = 256, tp = 1;
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
         const char *k = argv[a.i];
         long lv;
@@ -38,17 +38,45 @@ int cmd_run(int argc, char **argv) {
         }
         else if (strcmp(k, "--tokens") == 0) tokens_arg = cli_value(&a);
         else if (strcmp(k, "--dump-logits") == 0) dump_path = cli_value(&a);
+        else if (strcmp(k, "--tp") == 0) cli_long(&a, k, cli_value(&a), 1, 1024, &tp); /* tensor parallel over mpirun's ranks (docs/SCALE.md) */
         else if (k[0] == '-' && k[1]) { fprintf(stderr, "kiln run: error: unknown option '%s'\n", k); return 2; }
         else if (!model_path) model_path = k;
         else { fprintf(stderr, "kiln run: error: unexpected argument '%s'\n", k); return 2; }
     }
     if (a.bad) return 2;
-    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X] [--threads N] [--no-repack] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC]");
+    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X] [--threads N] [--no-repack] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N]");
     if (prompt && tokens_arg) return cli_fail_msg("run", "give either -p or --tokens, not both");
 
     kiln_model *m;
-    kiln_status st = kiln_model_load(model_path, &o, &m);
-    if (st) return cli_fail_status("run", st);
+    kiln_status st;
+    /* --tp N under `mpirun -np N`: every rank loads the model and keeps its shard; rank 0 samples,
+     * prints and broadcasts each token; the others compute silently */
+    int rank = 0;
+    if (tp > 1) {
+        if ((st = kiln_dist_init(&argc, &argv))) return cli_fail_status("run", st);
+        rank = kiln_dist_rank();
+        char v[64];
+        snprintf(v, sizeof v, "%ld", tp);
+        if (kiln_dist_size() != tp) {
+            if (rank == 0) fprintf(stderr, "kiln run: error: --tp %ld needs %ld processes: start it with mpirun -np %ld (got %d)\n", tp, tp, tp, kiln_dist_size());
+            kiln_dist_finalize();
+            return 2;
+        }
+        if ((st = kiln_dist_agree("--tp", v)) || (st = kiln_dist_agree("the model", model_path)) ||
+            (st = kiln_dist_agree("--kv-dtype", o.kv_dtype == KILN_KV_FP8 ? "fp8" : o.kv_dtype == KILN_KV_BF16 ? "bf16" : o.kv_dtype == KILN_KV_F32 ? "f32" : "auto"))) {
+            kiln_dist_finalize();
+            return cli_fail_status("run", st);
+        }
+        if (rank > 0) {
+            o.quiet = 1;
+            dump_path = NULL;
+            if (!freopen("/dev/null", "w", stdout)) { kiln_dist_finalize(); return cli_fail_msg("run", "cannot silence a rank's output"); }
+        }
+    }
+    st = kiln_model_load(model_path, &o, &m);
+    if (st == KILN_OK && tp > 1 && (st = kiln_model_shard(m, rank, (int)tp)) != KILN_OK) kiln_model_free(m);
+    if (st) { kiln_dist_finalize(); return cli_fail_status("run", st); }
+    if (tp > 1) kiln_model_set_allreduce(m, kiln_dist_allreduce_sum, NULL);
     kiln_model_info info;
     kiln_model_get_info(m, &info);
     int32_t *ids = NULL;
@@ -96,7 +124,8 @@ int cmd_run(int argc, char **argv) {
     int32_t prev = ids[n_prompt - 1];
     long generated = 0;
     for (; generated < n_gen; ) {
-        int32_t next = kiln_sample(smp, kiln_session_logits(s));
+        int32_t next = rank == 0 ? kiln_sample(smp, kiln_session_logits(s)) : 0;
+        if (tp > 1 && (st = kiln_dist_bcast_i32(&next, 1))) { rc = cli_fail_status("run", st); goto out; }
         generated++;
         if (kiln_model_is_eos(&info, next)) break;
         if (info.has_tokenizer) {
@@ -118,9 +147,10 @@ int cmd_run(int argc, char **argv) {
     double t2 = kiln_now();
     printf("\n");
     fflush(stdout);
+    if (rank == 0)
     fprintf(stderr, "prompt: %d tokens, %.1f tokens/s | decode: %ld tokens, %.1f tokens/s\n", n_prompt,
             n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), generated, generated > 1 ? (generated - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0);
-    { /* KV integrity counters (issue 5) */
+    if (rank == 0) { /* KV integrity counters (issue 5) */
         kiln_kv_integrity_stats is;
         kiln_session_kv_integrity(s, &is);
         cli_print_integrity(stderr, &is);
@@ -132,6 +162,7 @@ out:
     kiln_sampler_free(smp);
     kiln_session_free(s);
     kiln_model_free(m);
+    kiln_dist_finalize();
     return rc;
 }
 

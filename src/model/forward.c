@@ -189,11 +189,13 @@ kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, k
         if (ah->attn == KILN_ATTN_MLA)
             KILN_TRY(kiln_mla_forward(be, &ah->mla, &L->mla, &ah->rope, pool, l, b->seq, b->pos, ws->xb, n, ws->cs, ws->tmp, &ws->mla));
         else gqa(m, ah, L, pool, l, ws, b);
+        if (m->allreduce) m->allreduce(m->allreduce_ctx, ws->tmp, nd); /* tensor parallel: o_proj's partial sums */
         if (L->post_attn_norm) kiln_be_rmsnorm(be, ws->tmp, ws->tmp, L->post_attn_norm, n, dim, hp->norm_eps);
         kiln_be_add(be, ws->x, ws->tmp, nd);
         kiln_be_rmsnorm(be, ws->xb, ws->x, L->ffn_norm, n, dim, hp->norm_eps);
         if (L->is_moe) KILN_TRY(kiln_moe_forward(be, &ah->moe, &L->moe, ws->xb, n, ws->tmp, &ws->moe));
         else mlp(m, ah, L, ws, ws->xb, n);
+        if (m->allreduce) m->allreduce(m->allreduce_ctx, ws->tmp, nd); /* tensor parallel: down_proj's partial sums */
         if (L->post_ffn_norm) kiln_be_rmsnorm(be, ws->tmp, ws->tmp, L->post_ffn_norm, n, dim, hp->norm_eps);
         kiln_be_add(be, ws->x, ws->tmp, nd);
     }

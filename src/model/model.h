@@ -64,6 +64,10 @@ struct kiln_model {
      * their checksums: kiln_model_check_weights re-checks them too. */
     struct kiln_checked_copy { const void *data; size_t nbytes; uint64_t checksum; char name[120]; } *copies;
     int n_copies, cap_copies;
+    /* ---- tensor parallelism (model/shard.c): this process's shard of tp ---- */
+    int tp;                   /* 0 / 1: the whole model */
+    void (*allreduce)(void *ctx, float *x, int64_t n); /* sums row-parallel partial outputs over the ranks */
+    void *allreduce_ctx;
 };
 
 /* Copies the FP8/INT4 linear weights still in the mapped checkpoint layout into owned buffers in the

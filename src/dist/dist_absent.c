@@ -1,0 +1,17 @@
+/* dist_absent.c — dist.h in a build without MPI (libopenmpi-dev was missing when `make` ran; the
+ * Makefile compiles this file instead of dist_mpi.c): one process, and starting several refused. */
+#include "dist/dist.h"
+#include "base/status.h"
+
+kiln_status kiln_dist_init(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp: this kiln was built without MPI (install libopenmpi-dev and openmpi-bin, then rebuild)");
+}
+int kiln_dist_rank(void) { return 0; }
+int kiln_dist_size(void) { return 1; }
+int kiln_dist_built(void) { return 0; }
+void kiln_dist_allreduce_sum(void *ctx, float *x, int64_t n) { (void)ctx; (void)x; (void)n; }
+kiln_status kiln_dist_bcast_i32(int32_t *v, int n) { (void)v; (void)n; return KILN_OK; }
+kiln_status kiln_dist_agree(const char *what, const char *value) { (void)what; (void)value; return KILN_OK; }
+void kiln_dist_finalize(void) {}

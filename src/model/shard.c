@@ -1,0 +1,141 @@
+/* shard.c — tensor parallelism by transforming a loaded model into one rank's shard (docs/SCALE.md).
+ *
+ * Megatron's split of a dense block over T ranks: rank r keeps query heads [r·H/T, (r+1)·H/T) and
+ * the KV heads they read [r·KV/T, (r+1)·KV/T) (GQA groups stay whole on one rank), the FFN rows
+ * [r·F/T, (r+1)·F/T); Q/K/V, gate and up are split by output rows (column-parallel: views of the
+ * mapped rows, or copies of the rows a fused weight interleaves), o_proj and down by input columns
+ * (row-parallel: each row's slice copied). The shard's hyper-parameters become H/T, KV/T, F/T, so the
+ * KV pool, the scratch and the one forward pass size themselves for the shard unchanged; the
+ * forward pass sums the row-parallel partial outputs over the ranks with the all-reduce the caller
+ * sets (kiln_model_set_allreduce), once after attention and once after the MLP of every block.
+ * Embedding, norms and the LM head stay whole on every rank (every rank then holds the same hidden
+ * state and logits; the vocabulary-parallel head is for a later stage).
+ *
+ * Limits of this stage, each refused with a message naming it: MLA and MoE layers, T not dividing
+ * H, KV or F (no KV-head replication yet), weights tiled for the CPU kernels (shard before the
+ * first session), column slices of FP8 / INT4 / K-quant weights and of Q8_0 / Q4_0 slices not on a
+ * 32-column block boundary. */
+#include "model/model.h"
+#include "model/arch.h"
+#include "base/status.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes from the start of a row to column c of w's format; -1 when c is not on a boundary the
+ * format can be cut at (or the format cannot be cut by columns). */
+static int64_t col_offset(const kiln_weight *w, int64_t c) {
+    switch (w->fmt) {
+    case KILN_WF_F32: return c * 4;
+    case KILN_WF_F16: case KILN_WF_BF16: return c * 2;
+    case KILN_WF_Q8_0: return c % 32 ? -1 : c / 32 * 34;
+    case KILN_WF_Q4_0: return c % 32 ? -1 : c / 32 * 18;
+    default: return -1;
+    }
+}
+
+static kiln_status check_plain(const kiln_weight *w, const char *name, int l) {
+    if (w->tiled) return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp: layer %d %s is tiled for the CPU kernels: shard the model before its first session", l, name);
+    return KILN_OK;
+}
+
+/* Rows [r0, r0 + n) of w as a view (column-parallel). FP8 block scales are shared by 128-row blocks:
+ * the view must start on one. */
+static kiln_status slice_rows(kiln_weight *w, int64_t r0, int64_t n, const char *name, int l) {
+    KILN_TRY(check_plain(w, name, l));
+    if (w->fmt == KILN_WF_FP8_BLOCK || w->fmt == KILN_WF_INT4_GROUP)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp: layer %d %s is %s: this stage shards F32 / F16 / BF16 / Q8_0 / Q4_0 weights", l, name,
+                         kiln_wformat_name(w->fmt));
+    w->data += (size_t)r0 * w->row_bytes;
+    w->rows = n;
+    return KILN_OK;
+}
+
+/* The rows of `parts` ranges [start, start + n) of w, copied in that order into an owned buffer. */
+static kiln_status gather_rows(struct kiln_model *m, kiln_weight *w, const int64_t *start, const int64_t *n, int parts, const char *name, int l) {
+    KILN_TRY(check_plain(w, name, l));
+    if (w->fmt == KILN_WF_FP8_BLOCK || w->fmt == KILN_WF_INT4_GROUP)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp: layer %d %s is %s: this stage shards F32 / F16 / BF16 / Q8_0 / Q4_0 weights", l, name,
+                         kiln_wformat_name(w->fmt));
+    int64_t total = 0;
+    for (int i = 0; i < parts; i++) total += n[i];
+    uint8_t *d = kiln_model_own(m, malloc((size_t)total * w->row_bytes + 64));
+    if (!d) return kiln_fail_oom(m->path, name, (unsigned long long)total * w->row_bytes);
+    size_t o = 0;
+    for (int i = 0; i < parts; i++) {
+        memcpy(d + o, w->data + (size_t)start[i] * w->row_bytes, (size_t)n[i] * w->row_bytes);
+        o += (size_t)n[i] * w->row_bytes;
+    }
+    w->data = d;
+    w->rows = total;
+    return KILN_OK;
+}
+
+/* Columns [c0, c0 + n) of every row, copied (row-parallel). */
+static kiln_status slice_cols(struct kiln_model *m, kiln_weight *w, int64_t c0, int64_t n, const char *name, int l) {
+    KILN_TRY(check_plain(w, name, l));
+    const int64_t b0 = col_offset(w, c0), b1 = col_offset(w, c0 + n);
+    if (b0 < 0 || b1 < 0)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp: layer %d %s (%s) cannot be cut at columns %lld..%lld: this stage cuts F32 / F16 / BF16 anywhere, "
+                         "Q8_0 / Q4_0 on 32-column blocks", l, name, kiln_wformat_name(w->fmt), (long long)c0, (long long)(c0 + n));
+    const size_t rb = (size_t)(b1 - b0);
+    uint8_t *d = kiln_model_own(m, malloc((size_t)w->rows * rb + 64));
+    if (!d) return kiln_fail_oom(m->path, name, (unsigned long long)w->rows * rb);
+    for (int64_t r = 0; r < w->rows; r++) memcpy(d + (size_t)r * rb, w->data + (size_t)r * w->row_bytes + (size_t)b0, rb);
+    w->data = d;
+    w->cols = n;
+    w->row_bytes = rb;
+    return KILN_OK;
+}
+
+kiln_status kiln_model_shard(kiln_model *m, int rank, int tp) {
+    if (tp < 1 || rank < 0 || rank >= tp) return kiln_fail(KILN_ERR_INVALID_ARG, "--tp %d: rank %d is out of range", tp, rank);
+    if (tp == 1) return KILN_OK;
+    kiln_hparams *hp = &m->hp;
+    kiln_arch_model *am = m->arch_state;
+    if (!am) return kiln_fail(KILN_ERR_INTERNAL, "--tp: the model is not bound");
+    if (m->repacked) return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp: shard the model before its first session (its weights are already repacked)");
+    if (am->hp.attn == KILN_ATTN_MLA) return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp: %s uses MLA attention; this stage shards GQA models", hp->arch);
+    const int H = hp->n_heads, KV = hp->n_kv_heads, F = hp->ffn_dim, hd = hp->head_dim;
+    if (H % tp || KV % tp)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp %d: %d query heads and %d KV heads must both be multiples of it (KV-head replication is not built yet)",
+                         tp, H, KV);
+    if (F % tp) return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp %d: the FFN width %d is not a multiple of it", tp, F);
+    const int64_t q0 = (int64_t)rank * (H / tp) * hd, qn = (int64_t)(H / tp) * hd;
+    const int64_t k0 = (int64_t)rank * (KV / tp) * hd, kn = (int64_t)(KV / tp) * hd;
+    const int64_t f0 = (int64_t)rank * (F / tp), fn = F / tp;
+    for (int l = 0; l < hp->n_layers; l++) {
+        kiln_arch_layer *L = &am->layers[l];
+        if (L->is_moe) return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp: layer %d is MoE; this stage shards dense layers (expert parallelism is to come)", l);
+        if (am->hp.qkv_fused) {
+            const int64_t st[3] = {q0, (int64_t)H * hd + k0, (int64_t)H * hd + (int64_t)KV * hd + k0}, n[3] = {qn, kn, kn};
+            KILN_TRY(gather_rows(m, &L->wqkv, st, n, 3, "qkv", l));
+        } else {
+            KILN_TRY(slice_rows(&L->wq, q0, qn, "q_proj", l));
+            KILN_TRY(slice_rows(&L->wk, k0, kn, "k_proj", l));
+            KILN_TRY(slice_rows(&L->wv, k0, kn, "v_proj", l));
+        }
+        if (L->bq) L->bq += q0;
+        if (L->bk) L->bk += k0;
+        if (L->bv) L->bv += k0;
+        KILN_TRY(slice_cols(m, &L->wo, q0, qn, "o_proj", l));
+        if (am->hp.ffn_fused) {
+            const int64_t st[2] = {f0, (int64_t)F + f0}, n[2] = {fn, fn};
+            KILN_TRY(gather_rows(m, &L->w_gate_up, st, n, 2, "gate_up_proj", l));
+        } else {
+            KILN_TRY(slice_rows(&L->w_gate, f0, fn, "gate_proj", l));
+            KILN_TRY(slice_rows(&L->w_up, f0, fn, "up_proj", l));
+        }
+        KILN_TRY(slice_cols(m, &L->w_down, f0, fn, "down_proj", l));
+    }
+    hp->n_heads = H / tp;
+    hp->n_kv_heads = KV / tp;
+    hp->ffn_dim = F / tp;
+    m->tp = tp;
+    return KILN_OK;
+}
+
+void kiln_model_set_allreduce(kiln_model *m, void (*fn)(void *ctx, float *x, int64_t n), void *ctx) {
+    m->allreduce = fn;
+    m->allreduce_ctx = ctx;
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Tensor parallelism over MPI (docs/SCALE.md): `mpirun -np N kiln run MODEL --tp N` against the same
+# model in one process.
+#   - stories260K (F32, 8 heads / 4 KV heads, FFN 172): greedy text byte-identical at N = 2 and 4 and
+#     logits within 1e-4 relative (only the summation order of the row-parallel products differs);
+#     each rank's KV cache holds 1/N of the bytes per token;
+#   - glm4 (fused gate_up, QKV bias, post-norms), ChatGLM (fused QKV) and a llama in BF16 and as a
+#     GGUF Q8_0 file: logits within 1e-4 relative at N = 2;
+#   - refusals that name the problem: a process count other than --tp, ranks given different models
+#     (MPMD launch), a MoE model, heads not divisible.
+# Skipped (77) without mpirun or an MPI build, and under make check (Open MPI's own allocations
+# read as leaks to LeakSanitizer).
+set -euo pipefail
+[ -n "${KILN_CHECK:-}" ] && { echo "MPI runs are not sanitizer-checked (Open MPI's allocations read as leaks)"; exit 77; }
+command -v mpirun >/dev/null || { echo "mpirun not installed (openmpi-bin)"; exit 77; }
+M=$SHARED/models/stories260K
+[ -f "$M/stories260K.bin" ] || { echo "no stories260K under $SHARED"; exit 77; }
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+if "$KILN" run "$M" -n 1 --tp 2 > /dev/null 2> "$T/probe"; then echo "--tp 2 without mpirun was accepted"; exit 1; fi
+grep -q "built without MPI" "$T/probe" && { echo "kiln built without MPI"; exit 77; }
+grep -q "needs 2 processes" "$T/probe" || { echo "unexpected error for --tp 2 in one process:"; cat "$T/probe"; exit 1; }
+MPI=(mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1)
+
+close() { # reference.bin candidate.bin vocab what
+    "$PY" - "$1" "$2" "$3" "$4" <<'EOF'
+import sys
+import numpy as np
+a = np.fromfile(sys.argv[1], dtype=np.float32).reshape(-1, int(sys.argv[3]))
+b = np.fromfile(sys.argv[2], dtype=np.float32).reshape(-1, int(sys.argv[3]))
+assert a.shape == b.shape, (a.shape, b.shape)
+err = (np.abs(a - b).max(axis=1) / np.abs(a).max(axis=1)).max()
+print("%s: %d rows, max relative error %.3g" % (sys.argv[4], a.shape[0], err))
+sys.exit(0 if err < 1e-4 else 1)
+EOF
+}
+
+# stories260K: text and logits
+"$KILN" run "$M" --temp 0 -n 200 > "$T/one.txt" 2> "$T/one.err"
+"$KILN" run "$M" --temp 0 -n 40 --tokens 1,403,407 --dump-logits "$T/one.bin" > /dev/null 2>&1
+for n in 2 4; do
+    "${MPI[@]}" -np $n "$KILN" run "$M" --temp 0 -n 200 --tp $n > "$T/tp.txt" 2> "$T/tp.err"
+    cmp "$T/one.txt" "$T/tp.txt" || { echo "--tp $n: greedy text differs from one process"; cat "$T/tp.err"; exit 1; }
+    want=$((1280 / n))
+    grep -q "$want bytes/token" "$T/tp.err" || { echo "--tp $n: rank 0's KV is not 1/$n of 1280 bytes per token:"; grep "kv cache" "$T/tp.err"; exit 1; }
+    "${MPI[@]}" -np $n "$KILN" run "$M" --temp 0 -n 40 --tokens 1,403,407 --tp $n --dump-logits "$T/tp.bin" > /dev/null 2>&1
+    close "$T/one.bin" "$T/tp.bin" 512 "stories260K --tp $n"
+done
+
+# other architectures and formats at --tp 2
+logits_tp2() { # model vocab what
+    "$KILN" run "$1" --temp 0 -n 16 --tokens 1,5,9,13,17 --dump-logits "$T/a.bin" > /dev/null 2> "$T/a.err" || { cat "$T/a.err"; exit 1; }
+    "${MPI[@]}" -np 2 "$KILN" run "$1" --temp 0 -n 16 --tokens 1,5,9,13,17 --tp 2 --dump-logits "$T/b.bin" > /dev/null 2> "$T/b.err" || { cat "$T/b.err"; exit 1; }
+    close "$T/a.bin" "$T/b.bin" "$2" "$3"
+}
+"$KILN" mkmodel --arch glm4 --preset tiny "$T/glm4" > /dev/null
+logits_tp2 "$T/glm4" "$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$T/glm4/config.json")" "glm4 --tp 2"
+"$KILN" mkmodel --arch chatglm --preset tiny "$T/chatglm" > /dev/null
+logits_tp2 "$T/chatglm" "$("$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("padded_vocab_size") or c["vocab_size"])' "$T/chatglm/config.json")" "chatglm --tp 2"
+"$KILN" mkmodel --arch llama --dim 128 --ffn 256 --layers 2 --heads 4 --kv-heads 2 --vocab 512 --seq 256 --dtype bf16 "$T/llama" > /dev/null
+logits_tp2 "$T/llama" 512 "llama bf16 --tp 2"
+"$KILN" convert "$T/llama" "$T/llama-q8.gguf" --outtype q8_0 > /dev/null 2>&1
+logits_tp2 "$T/llama-q8.gguf" 512 "llama GGUF Q8_0 --tp 2"
+
+# refusals
+if "${MPI[@]}" -np 2 "$KILN" run "$M" -n 2 --tp 4 > /dev/null 2> "$T/e1"; then echo "-np 2 with --tp 4 accepted"; exit 1; fi
+grep -q "needs 4 processes" "$T/e1" || { echo "wrong error for -np 2 --tp 4:"; cat "$T/e1"; exit 1; }
+if "${MPI[@]}" -np 1 "$KILN" run "$M" -n 2 --tp 2 : -np 1 "$KILN" run "$T/glm4" -n 2 --tp 2 > /dev/null 2> "$T/e2"; then echo "ranks with different models accepted"; exit 1; fi
+grep -q "rank 1 was started with the model" "$T/e2" || { echo "wrong error for mismatched ranks:"; cat "$T/e2"; exit 1; }
+"$KILN" mkmodel --arch deepseek_v3 --preset tiny "$T/dsv3" > /dev/null
+if "${MPI[@]}" -np 2 "$KILN" run "$T/dsv3" -n 2 --tokens 1,2 --tp 2 > /dev/null 2> "$T/e3"; then echo "MLA model sharded"; exit 1; fi
+grep -q "MLA" "$T/e3" || { echo "wrong error for an MLA model:"; cat "$T/e3"; exit 1; }
+if "${MPI[@]}" -np 3 "$KILN" run "$M" -n 2 --tp 3 > /dev/null 2> "$T/e4"; then echo "8 heads over 3 ranks accepted"; exit 1; fi
+grep -q "must both be multiples" "$T/e4" || { echo "wrong error for --tp 3:"; cat "$T/e4"; exit 1; }
+echo "ok"
