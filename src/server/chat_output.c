@@ -113,9 +113,8 @@ static void emit_text(kiln_sbuf *whole, kiln_sbuf *delta, const char *s, size_t 
     kiln_sbuf_put(delta, s, n);
 }
 
-/* A JSON string of s[0..n), invalid UTF-8 replaced by U+FFFD (generated text reaches here valid
- * from the detokenizer; this keeps every input answerable). */
-static json_t *text_json(const char *s, size_t n) {
+/* Generated text reaches the splitter valid from the detokenizer; repairing keeps every input answerable. */
+json_t *kiln_json_bytes_string(const char *s, size_t n) {
     if (kiln_utf8_valid(s, n)) return json_stringn(s, n);
     kiln_sbuf b = {0};
     kiln_utf8_repair(s, n, &b);
@@ -125,8 +124,8 @@ static json_t *text_json(const char *s, size_t n) {
 }
 
 static json_t *new_call(const char *id, const char *name, size_t name_len, const char *args, size_t args_len) {
-    return json_pack("{s:o,s:s,s:{s:o,s:o}}", "id", text_json(id, strlen(id)), "type", "function", "function", "name", text_json(name, name_len),
-                     "arguments", text_json(args, args_len));
+    return json_pack("{s:o,s:s,s:{s:o,s:o}}", "id", kiln_json_bytes_string(id, strlen(id)), "type", "function", "function", "name", kiln_json_bytes_string(name, name_len),
+                     "arguments", kiln_json_bytes_string(args, args_len));
 }
 
 static void add_call(kiln_chat_out *o, kiln_chat_delta *d, json_t *call) {
@@ -174,8 +173,8 @@ static json_t *convert_value(const char *v, size_t n) {
         if (strcmp(z, "True") == 0) j = json_true();
         else if (strcmp(z, "False") == 0) j = json_false();
         else if (strcmp(z, "None") == 0) j = json_null();
-        else if (n >= 2 && (z[0] == '\'' || z[0] == '"') && z[n - 1] == z[0] && !memchr(z + 1, z[0], n - 2)) j = text_json(z + 1, n - 2);
-        else j = text_json(z, n);
+        else if (n >= 2 && (z[0] == '\'' || z[0] == '"') && z[n - 1] == z[0] && !memchr(z + 1, z[0], n - 2)) j = kiln_json_bytes_string(z + 1, n - 2);
+        else j = kiln_json_bytes_string(z, n);
     }
     free(z);
     return j;
@@ -216,7 +215,7 @@ static json_t *parse_glm(const kiln_chat_out *o, const char *s, size_t n) {
         char *key = strndup(k, kl);
         if (!key) break;
         const char *ty = param_type(o->tool_defs, name, name_len, key);
-        if (kiln_utf8_valid(key, strlen(key))) json_object_set_new(args, key, ty && strcmp(ty, "string") == 0 ? text_json(v, vl) : convert_value(v, vl));
+        if (kiln_utf8_valid(key, strlen(key))) json_object_set_new(args, key, ty && strcmp(ty, "string") == 0 ? kiln_json_bytes_string(v, vl) : convert_value(v, vl));
         free(key);
         p = ve + sizeof GLM_VAL_END - 1;
     }
@@ -356,10 +355,10 @@ json_t *kiln_chat_out_content(const kiln_chat_out *o) {
     } else if (o->saw_reasoning && n == 0) {
         return json_null();
     }
-    return text_json(s, n);
+    return kiln_json_bytes_string(s, n);
 }
 
 json_t *kiln_chat_out_reasoning(const kiln_chat_out *o) {
     if (!o->saw_reasoning) return NULL;
-    return text_json(o->thought.p ? o->thought.p : "", o->thought.len);
+    return kiln_json_bytes_string(o->thought.p ? o->thought.p : "", o->thought.len);
 }

@@ -74,6 +74,8 @@ void kiln_chat_out_push(kiln_chat_out *o, const char *text, size_t n, int final,
 json_t *kiln_chat_out_content(const kiln_chat_out *o);
 json_t *kiln_chat_out_reasoning(const kiln_chat_out *o);
 void kiln_chat_delta_free(kiln_chat_delta *d);
+/* A JSON string of arbitrary bytes, invalid UTF-8 replaced by U+FFFD (kiln_utf8_repair). */
+json_t *kiln_json_bytes_string(const char *s, size_t n);
 /* 1 when piece[0..n) is one of the markers the parsers read ("<think>", "<tool_call>", "<arg_key>",
  * "<|tool_call_begin|>", ...): such tokens are kept when skip_special_tokens drops the others. */
 int kiln_chat_marker(const char *piece, size_t n);

@@ -24,15 +24,6 @@ int kiln_oai_fail(kiln_oai_error *e, int http, const char *type, const char *par
     return 0;
 }
 
-json_t *kiln_json_bytes_string(const char *s, size_t n) {
-    if (kiln_utf8_valid(s, n)) return json_stringn(s, n);
-    kiln_sbuf b = {0};
-    kiln_utf8_repair(s, n, &b);
-    json_t *j = json_stringn(b.p ? b.p : "", b.len);
-    kiln_sbuf_free(&b);
-    return j;
-}
-
 json_t *kiln_oai_error_json(const kiln_oai_error *e) {
     json_t *o = json_object();
     json_object_set_new(o, "message", kiln_json_bytes_string(e->msg, strlen(e->msg)));

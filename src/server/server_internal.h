@@ -110,8 +110,7 @@ kiln_status kiln_server_choose_parsers(kiln_server *s, const kiln_server_options
 /* At start: whether the model's chat template renders (sets s->has_template, s->template_note). */
 void kiln_server_probe_template(kiln_server *s);
 
-/* JSON string of arbitrary bytes (repaired to valid UTF-8). */
-json_t *kiln_json_bytes_string(const char *s, size_t n);
+/* kiln_json_bytes_string: chat_output.h */
 /* The Prometheus text of /metrics (metrics.c). */
 void kiln_server_metrics(kiln_server *s, kiln_sbuf *out);
 #endif
