@@ -288,6 +288,10 @@ int32_t kiln_sample(kiln_sampler *s, const float *logits);
 /* Greedy pick without a sampler: the first index of the largest logit of logits[0, n) (NaNs never
  * chosen; llama2.c's argmax), vectorised. */
 int32_t kiln_argmax(const float *logits, int n);
+/* Speculative decoding's prompt-lookup drafter (src/engine/spec.c): the up to k tokens that followed
+ * the most recent earlier occurrence of the longest suffix of ctx[0, n_ctx) of n_min..n_max tokens
+ * that occurs earlier; written to out, their count returned (0: no match). */
+int kiln_ngram_draft(const int32_t *ctx, int n_ctx, int n_min, int n_max, int k, int32_t *out);
 /* The prompt tokens the repetition penalty also covers (no-op without it). */
 kiln_status kiln_sampler_prompt(kiln_sampler *s, const int32_t *ids, size_t n);
 /* Applies the logit processors in place; touches only the biased tokens and the tokens seen so

@@ -17,7 +17,8 @@ int cmd_run(int argc, char **argv) {
     kiln_sampling sp;
     kiln_sampling_default(&sp);
     const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL, *dump_path = NULL;
-    long n_gen = 256, tp = 1;
+    long n_gen = 256, tp = 1, spec_k = 4, spec_n = 3;
+    int spec = 0; /* --spec ngram: prompt-lookup speculative decoding (docs/SPECULATIVE.md) */
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
         const char *k = argv[a.i];
         long lv;
@@ -38,13 +39,21 @@ int cmd_run(int argc, char **argv) {
         }
         else if (strcmp(k, "--tokens") == 0) tokens_arg = cli_value(&a);
         else if (strcmp(k, "--dump-logits") == 0) dump_path = cli_value(&a);
+        else if (strcmp(k, "--spec") == 0) {
+            const char *v = cli_value(&a);
+            if (v && strcmp(v, "ngram") == 0) spec = 1;
+            else if (v && strcmp(v, "off") == 0) spec = 0;
+            else if (v) { fprintf(stderr, "kiln run: error: option --spec: '%s' is not one of ngram, off\n", v); return 2; }
+        }
+        else if (strcmp(k, "--spec-k") == 0) cli_long(&a, k, cli_value(&a), 1, 16, &spec_k);
+        else if (strcmp(k, "--spec-ngram") == 0) cli_long(&a, k, cli_value(&a), 1, 16, &spec_n);
         else if (strcmp(k, "--tp") == 0) cli_long(&a, k, cli_value(&a), 1, 1024, &tp); /* tensor parallel over mpirun's ranks (docs/SCALE.md) */
         else if (k[0] == '-' && k[1]) { fprintf(stderr, "kiln run: error: unknown option '%s'\n", k); return 2; }
         else if (!model_path) model_path = k;
         else { fprintf(stderr, "kiln run: error: unexpected argument '%s'\n", k); return 2; }
     }
     if (a.bad) return 2;
-    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X] [--threads N] [--no-repack] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N]");
+    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X] [--threads N] [--no-repack] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N] [--spec ngram|off] [--spec-k K] [--spec-ngram N]");
     if (prompt && tokens_arg) return cli_fail_msg("run", "give either -p or --tokens, not both");
 
     kiln_model *m;
@@ -123,7 +132,83 @@ int cmd_run(int argc, char **argv) {
     double t1 = kiln_now();
     int32_t prev = ids[n_prompt - 1];
     long generated = 0;
-    for (; generated < n_gen; ) {
+    long drafted = 0, accepted = 0, verifies = 0;
+    /* Speculation is exact for greedy decoding without logit processors (their state would have to
+     * follow every drafted token): elsewhere it is off, said once. */
+    const int processors = sp.presence_penalty != 0 || sp.frequency_penalty != 0 || (sp.repetition_penalty != 0 && sp.repetition_penalty != 1) ||
+                           sp.n_logit_bias > 0;
+    if (spec && (sp.temperature != 0 || processors || tp > 1)) {
+        if (rank == 0) fprintf(stderr, "kiln run: --spec ngram needs --temp 0, no penalties or logit bias and no --tp (this stage): speculation off\n");
+        spec = 0;
+    }
+    if (spec) { /* draft from the context, verify next + k drafts in one forward, keep the agreeing prefix */
+        const int V = info.vocab_size;
+        float *rows = malloc((size_t)(spec_k + 1) * (size_t)V * sizeof *rows);
+        int32_t *hist = malloc((size_t)(n_prompt + n_gen + spec_k + 2) * sizeof *hist), *toks = malloc((size_t)(spec_k + 1) * sizeof *toks);
+        if (!rows || !hist || !toks) { free(rows); free(hist); free(toks); rc = cli_fail_msg("run", "out of memory"); goto out; }
+        memcpy(hist, ids, (size_t)n_prompt * sizeof *ids);
+        int n_hist = n_prompt, done = 0;
+        int32_t next = kiln_sample(smp, kiln_session_logits(s));
+        while (!done) {
+            /* `next` is generated: print it */
+            generated++;
+            if (kiln_model_is_eos(&info, next)) break;
+            if (info.has_tokenizer) {
+                size_t len;
+                const char *p = kiln_token_piece(m, prev, next, &len);
+                if (p) { fwrite(p, 1, len, stdout); fflush(stdout); }
+            } else {
+                printf("%s%d", generated > 1 ? "," : "", next);
+                fflush(stdout);
+            }
+            prev = next;
+            hist[n_hist++] = next;
+            if (generated == n_gen || kiln_session_length(s) >= info.max_context) break;
+            /* drafts: each must still leave room for the token after it (n_gen, the context) */
+            long room = spec_k;
+            if (room > n_gen - generated - 1) room = n_gen - generated - 1;
+            if (room > info.max_context - kiln_session_length(s) - 1) room = info.max_context - kiln_session_length(s) - 1;
+            const int nd = room > 0 ? kiln_ngram_draft(hist, n_hist, 1, (int)spec_n, (int)room, toks + 1) : 0;
+            toks[0] = next;
+            const int len0 = kiln_session_length(s);
+            if ((st = kiln_session_eval(s, toks, nd + 1, rows))) { rc = cli_fail_status("run", st); break; }
+            verifies++;
+            drafted += nd;
+            int acc = 0;
+            int32_t t = kiln_sample(smp, rows); /* the target's pick after toks[0] */
+            while (acc < nd && t == toks[1 + acc]) {
+                acc++;
+                t = kiln_sample(smp, rows + (size_t)acc * V);
+            }
+            accepted += acc;
+            if (acc < nd && (st = kiln_session_truncate(s, len0 + 1 + acc))) { rc = cli_fail_status("run", st); break; }
+            int kept_rows = 1 + acc; /* rows of the tokens decoding continues after */
+            for (int j = 0; j < acc && !done; j++) { /* the accepted drafts are generated tokens */
+                generated++;
+                if (kiln_model_is_eos(&info, toks[1 + j])) { kept_rows = 1 + j; done = 1; break; }
+                if (info.has_tokenizer) {
+                    size_t len;
+                    const char *p = kiln_token_piece(m, prev, toks[1 + j], &len);
+                    if (p) { fwrite(p, 1, len, stdout); fflush(stdout); }
+                } else {
+                    printf("%s%d", generated > 1 ? "," : "", toks[1 + j]);
+                    fflush(stdout);
+                }
+                prev = toks[1 + j];
+                hist[n_hist++] = toks[1 + j];
+            }
+            if (dump && fwrite(rows, sizeof(float), (size_t)kept_rows * (size_t)V, dump) != (size_t)kept_rows * (size_t)V) {
+                rc = cli_fail_msg("run", "write to the --dump-logits file failed");
+                break;
+            }
+            next = t;
+        }
+        free(rows);
+        free(hist);
+        free(toks);
+        if (rc) goto out;
+    }
+    for (; !spec && generated < n_gen; ) {
         int32_t next = rank == 0 ? kiln_sample(smp, kiln_session_logits(s)) : 0;
         if (tp > 1 && (st = kiln_dist_bcast_i32(&next, 1))) { rc = cli_fail_status("run", st); goto out; }
         generated++;
@@ -150,6 +235,9 @@ int cmd_run(int argc, char **argv) {
     if (rank == 0)
     fprintf(stderr, "prompt: %d tokens, %.1f tokens/s | decode: %ld tokens, %.1f tokens/s\n", n_prompt,
             n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), generated, generated > 1 ? (generated - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0);
+    if (spec && rank == 0)
+        fprintf(stderr, "speculation: ngram (n <= %ld, k = %ld): %ld drafted, %ld accepted (%.0f%%), %.2f tokens per forward\n", spec_n, spec_k, drafted,
+                accepted, drafted ? 100.0 * (double)accepted / (double)drafted : 0.0, verifies ? (double)(accepted + verifies) / (double)verifies : 0.0);
     if (rank == 0) { /* KV integrity counters (issue 5) */
         kiln_kv_integrity_stats is;
         kiln_session_kv_integrity(s, &is);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Speculative decoding with prompt lookup (`kiln run --spec ngram`, docs/SPECULATIVE.md): greedy
+# output token-identical to --spec off on stories260K for k = 1..4, from BOS and from a prompt, with
+# F32 and FP8 KV; the dumped logits have the same rows and agree within 1e-5 relative (the drafts'
+# batched forward rounds like a prefill); some drafts are accepted; sampling turns it off, saying so.
+set -euo pipefail
+M=$SHARED/models/stories260K
+[ -f "$M/stories260K.bin" ] || { echo "no stories260K under $SHARED"; exit 77; }
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+for kv in f32 fp8; do
+    "$KILN" run "$M" --temp 0 -n 200 --kv-dtype $kv > "$T/off.txt" 2>/dev/null
+    "$KILN" run "$M" --temp 0 -n 120 --kv-dtype $kv -p "Once upon a time, Lily" > "$T/offp.txt" 2>/dev/null
+    for k in 1 2 3 4; do
+        "$KILN" run "$M" --temp 0 -n 200 --kv-dtype $kv --spec ngram --spec-k $k > "$T/on.txt" 2> "$T/on.err"
+        cmp "$T/off.txt" "$T/on.txt" || { echo "kv $kv k=$k: text differs from --spec off"; exit 1; }
+        "$KILN" run "$M" --temp 0 -n 120 --kv-dtype $kv -p "Once upon a time, Lily" --spec ngram --spec-k $k > "$T/onp.txt" 2>/dev/null
+        cmp "$T/offp.txt" "$T/onp.txt" || { echo "kv $kv k=$k: prompted text differs from --spec off"; exit 1; }
+    done
+    acc=$(sed -n 's/^speculation: .* \([0-9]*\) accepted.*/\1/p' "$T/on.err")
+    [ "${acc:-0}" -gt 0 ] || { echo "kv $kv: no draft accepted:"; cat "$T/on.err"; exit 1; }
+    grep "^speculation" "$T/on.err"
+done
+"$KILN" run "$M" --temp 0 -n 60 --tokens 1,403,407 --dump-logits "$T/a.bin" > /dev/null 2>&1
+"$KILN" run "$M" --temp 0 -n 60 --tokens 1,403,407 --dump-logits "$T/b.bin" --spec ngram --spec-k 3 > /dev/null 2>&1
+"$PY" - "$T/a.bin" "$T/b.bin" <<'EOF'
+import sys
+import numpy as np
+a = np.fromfile(sys.argv[1], dtype=np.float32).reshape(-1, 512)
+b = np.fromfile(sys.argv[2], dtype=np.float32).reshape(-1, 512)
+assert a.shape == b.shape, (a.shape, b.shape)
+err = (np.abs(a - b).max(axis=1) / np.abs(a).max(axis=1)).max()
+print("logits: %d rows, max relative error %.3g" % (a.shape[0], err))
+sys.exit(0 if err < 1e-5 else 1)
+EOF
+"$KILN" run "$M" --temp 0.8 -n 5 --spec ngram > /dev/null 2> "$T/s.err"
+grep -q "speculation off" "$T/s.err" || { echo "sampling did not turn speculation off:"; cat "$T/s.err"; exit 1; }
+echo ok
