@@ -299,6 +299,9 @@ kiln_status kiln_sampler_prompt(kiln_sampler *s, const int32_t *ids, size_t n);
 void kiln_sampler_apply(kiln_sampler *s, float *logits);
 /* Samples from logits already passed through kiln_sampler_apply and records the token. */
 int32_t kiln_sample_applied(kiln_sampler *s, const float *logits);
+/* Samples from logits already passed through kiln_sampler_apply without recording the token (a
+ * grammar checks the pick first; kiln_sampler_accept records the one kept). */
+int32_t kiln_sample_pick(kiln_sampler *s, const float *logits);
 /* Records a generated token (counts for the presence / frequency / repetition penalties). */
 void kiln_sampler_accept(kiln_sampler *s, int32_t id);
 

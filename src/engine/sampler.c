@@ -178,6 +178,8 @@ static int32_t sample_core(kiln_sampler *s, const float *logits) {
     return s->idx[n - 1];
 }
 
+int32_t kiln_sample_pick(kiln_sampler *s, const float *logits) { return sample_core(s, logits); }
+
 int32_t kiln_sample_applied(kiln_sampler *s, const float *logits) {
     int32_t t = sample_core(s, logits);
     kiln_sampler_accept(s, t);

@@ -5,6 +5,7 @@
  * the forward step, sampling and output, statistics. */
 #include "kiln_test.h"
 #include "engine/scheduler.h"
+#include "engine/json_grammar.h"
 #include "engine/prefix_cache.h"
 #include "base/status.h"
 #include "model/forward.h"
@@ -60,10 +61,21 @@ kiln_status kiln_req_create(const int32_t *prompt, int n_prompt, int max_tokens,
     return KILN_OK;
 }
 
+kiln_status kiln_req_set_grammar(kiln_req *r, kiln_jg *g) {
+    r->grammar = g;
+    if (!g) return KILN_OK;
+    r->gstate = malloc(sizeof *r->gstate);
+    if (!r->gstate) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_jg_start(g, r->gstate);
+    return KILN_OK;
+}
+
 void kiln_req_unref(kiln_req *r) {
     if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
     kiln_req_unref(r->share_from);
     kiln_sampler_free(r->sampler);
+    kiln_jg_free(r->grammar);
+    free(r->gstate);
     free(r->toks); free(r->ev); free(r->hashes); free(r->top_ids); free(r->top_lp);
     free(r->seq.pages);
     pthread_mutex_destroy(&r->mu);
@@ -473,6 +485,61 @@ static void hist_add(uint64_t *b, uint64_t *n, double *sum, double v) {
     *sum += v;
 }
 
+/* Structured output: whether token tok may follow r's text (EOS: only once the document is whole);
+ * on success *next is the state after it. Tokens with no text never may (they would not advance). */
+static int grammar_allows(const kiln_engine *e, const kiln_req *r, int32_t tok, kiln_jg_state *next) {
+    if (is_eos(e, tok)) return kiln_jg_done(r->gstate);
+    size_t len = 0;
+    const char *piece = kiln_token_piece(e->m, r->toks[r->n_toks - 1], tok, &len);
+    if (!piece || !len) return 0;
+    /* copy only the frames in use: the rest of the state is never read */
+    memcpy(next, r->gstate, offsetof(kiln_jg_state, f) + (size_t)r->gstate->depth * sizeof r->gstate->f[0]);
+    return kiln_jg_feed(next, piece, len);
+}
+
+/* The sampler's pick under r's grammar: the pick itself when the grammar allows it (the common
+ * case, one check), else every token the grammar refuses is masked to -inf and the pick made again
+ * from what remains — sampling from the masked distribution exactly (llama.cpp does the same).
+ * No token allowed: the first end id (the request then stops). Records the token in the sampler. */
+static int32_t pick_token(kiln_engine *e, kiln_req *r, float *lg) {
+    int32_t tok = kiln_sample_pick(r->sampler, lg);
+    if (r->grammar) {
+        kiln_jg_state *next = malloc(sizeof *next);
+        if (!next) { kiln_sampler_accept(r->sampler, tok); return tok; }
+        if (grammar_allows(e, r, tok, next)) {
+            memcpy(r->gstate, next, sizeof *next);
+        } else {
+            /* most tokens are refused at their first byte (everything but the few bytes that may
+             * come next in the document's structure): each first byte is tried once per step and a
+             * token whose first byte is refused is masked without feeding the rest of it */
+            int any = 0;
+            uint8_t first_ok[256] = {0}; /* 0 not tried, 1 allowed, 2 refused */
+            const int32_t prev = r->toks[r->n_toks - 1];
+            for (int v = 0; v < e->vocab; v++) {
+                if (lg[v] == -INFINITY) continue;
+                if (!is_eos(e, v)) {
+                    size_t len = 0;
+                    const char *piece = kiln_token_piece(e->m, prev, v, &len);
+                    if (!piece || !len) { lg[v] = -INFINITY; continue; }
+                    const unsigned char b = (unsigned char)piece[0];
+                    if (!first_ok[b]) {
+                        memcpy(next, r->gstate, offsetof(kiln_jg_state, f) + (size_t)r->gstate->depth * sizeof r->gstate->f[0]);
+                        first_ok[b] = kiln_jg_feed(next, piece, 1) ? 1 : 2;
+                    }
+                    if (first_ok[b] == 2) { lg[v] = -INFINITY; continue; }
+                }
+                if (grammar_allows(e, r, v, next)) any = 1;
+                else lg[v] = -INFINITY;
+            }
+            tok = any ? kiln_sample_pick(r->sampler, lg) : e->eos_ids[0];
+            if (any && grammar_allows(e, r, tok, next)) memcpy(r->gstate, next, sizeof *next);
+        }
+        free(next);
+    }
+    kiln_sampler_accept(r->sampler, tok);
+    return tok;
+}
+
 /* Samples r's next token from its logits row and publishes it; returns the finish reason. */
 static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now) {
     int V = e->vocab, K = r->top_logprobs;
@@ -497,12 +564,12 @@ static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now
         }
         for (int i = 0; i < nt; i++) tlp[i] = lg[tids[i]] - lse;
         if (r->ignore_eos) mask_eos(e, lg);
-        int32_t tok = kiln_sample_applied(r->sampler, lg);
+        int32_t tok = pick_token(e, r, lg);
         lp = (is_eos(e, tok) && r->ignore_eos) ? -INFINITY : lg[tok] - lse;
         r->toks[r->n_toks] = tok;
     } else {
         if (r->ignore_eos) mask_eos(e, lg);
-        r->toks[r->n_toks] = kiln_sample_applied(r->sampler, lg);
+        r->toks[r->n_toks] = pick_token(e, r, lg);
     }
     if (r->n_ev < r->n_forced) { /* the test hook: this position's token is given */
         r->toks[r->n_toks] = r->forced[r->n_ev];

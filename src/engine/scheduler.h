@@ -51,6 +51,7 @@ struct kiln_req {
     int top_logprobs;     /* -1 = no logprobs; 0..20 = logprob of the sampled token + that many */
     kiln_sampler *sampler;
     double deadline;      /* kiln_now() time after which the request is cancelled (0 = none) */
+    struct kiln_jg *grammar; /* structured output (json_grammar.h): owned, freed with the request; NULL = none */
     const int32_t *forced; /* test hook (kiln serve --test-forced-output): output token k < n_forced is
                               forced[k] whatever the logits say (borrowed; outlives the request) */
     int n_forced;
@@ -89,8 +90,12 @@ struct kiln_req {
     int preempted;
     int heals;            /* integrity heals since r's last clean step (gives up after 8) */
     kiln_req *prev, *next;/* waiting list */
+    struct kiln_jg_state *gstate; /* the grammar's parser state after the generated tokens */
 };
 
+/* Gives r (before submission) the grammar its output must follow (json_grammar.h); r owns g from
+ * then on, also on failure (KILN_ERR_NOMEM). */
+kiln_status kiln_req_set_grammar(kiln_req *r, struct kiln_jg *g);
 /* Creates a request for n_prompt ids (copied) that may generate up to max_tokens; the sampler is
  * created from sp. The caller holds one reference. */
 kiln_status kiln_req_create(const int32_t *prompt, int n_prompt, int max_tokens, const kiln_sampling *sp, int vocab,

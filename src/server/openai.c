@@ -3,6 +3,7 @@
  * offending parameter (the `param` field) and gets the status OpenAI uses for it. */
 #include "server/server_internal.h"
 #include "base/status.h"
+#include "engine/json_grammar.h"
 #include <ctype.h>
 #include <limits.h>
 #include <math.h>
@@ -95,12 +96,10 @@ static int neutral_only(json_t *o, kiln_oai_error *err, int chat) {
         if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0) && !(json_is_string(v) && strcmp(json_string_value(v), "none") == 0))
             return BADC(absent[i], "unsupported_parameter", "'%s' is not supported by this server", absent[i]);
     }
+
     v = json_object_get(o, "response_format");
-    if (v && !json_is_null(v)) {
-        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-        if (!t || !json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-            return BADC("response_format", "unsupported_parameter", "only response_format {\"type\": \"text\"} is supported");
-    }
+    if (!chat && v && !json_is_null(v))
+        return BADC("response_format", "unsupported_parameter", "response_format is a chat completions parameter");
     if (!chat) {
         int b, present;
         if (!opt_bool(o, "echo", &b, &present, err)) return 0;
@@ -320,6 +319,30 @@ static int parse_tools(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_e
     return 1;
 }
 
+/* response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+ * "json_schema": {"name", "schema", "strict"?}}; the schema is compiled here once so that a
+ * schema kiln cannot follow is a 400 naming it (engine/json_grammar.h lists what it takes). */
+static int parse_response_format(json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
+    json_t *v = json_object_get(o, "response_format");
+    if (!v || json_is_null(v)) return 1;
+    json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+    const char *ty = json_string_value(t);
+    if (!ty) return BAD("response_format", "'response_format' must be an object with a type");
+    if (strcmp(ty, "text") == 0) return 1;
+    if (strcmp(ty, "json_object") == 0) { p->json_mode = 1; return 1; }
+    if (strcmp(ty, "json_schema") != 0)
+        return BADC("response_format", "invalid_value", "response_format.type '%.40s' is not one of text, json_object, json_schema", ty);
+    json_t *js = json_object_get(v, "json_schema"), *sc = json_object_get(js, "schema");
+    if (!json_is_object(js) || !json_is_object(sc)) return BAD("response_format", "response_format.json_schema.schema must be an object (a JSON Schema)");
+    p->schema = json_dumps(sc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!p->schema) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    kiln_jg *g = NULL;
+    if (kiln_jg_compile(p->schema, &g) != KILN_OK) return BADC("response_format", "invalid_value", "response_format.json_schema.%s", kiln_last_error());
+    kiln_jg_free(g);
+    p->json_mode = 2;
+    return 1;
+}
+
 /* The reasoning split of this request: the server's parser unless chat_template_kwargs turns
  * thinking off ("enable_thinking": false, GLM; "thinking": false, DeepSeek / Kimi), as vLLM's
  * parsers do. */
@@ -426,6 +449,7 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
         if (kw && json_is_null(kw)) kw = NULL;
         if (kw && !json_is_object(kw)) { BAD("chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s", jtype(kw)); goto out; }
         if (!parse_tools(s, o, p, err)) goto out;
+        if (!parse_response_format(o, p, err)) goto out;
         choose_reasoning(s, kw, p);
         kiln_sbuf text = {0};
         int templated = 0;
@@ -458,6 +482,8 @@ void kiln_oai_params_free(kiln_oai_params *p) {
     for (int i = 0; i < p->n_stops; i++) free(p->stops[i]);
     json_decref(p->tools);
     free(p->tool_name);
+    free(p->schema);
+    p->schema = NULL;
     p->tools = NULL;
     p->tool_name = NULL;
     free(p->prompt);

@@ -13,6 +13,7 @@
 #include "kiln_test.h"
 #include "server/server_internal.h"
 #include "server/anthropic.h"
+#include "engine/json_grammar.h"
 #include "base/status.h"
 #include <microhttpd.h>
 #include <arpa/inet.h>
@@ -918,6 +919,12 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
         h->prev = c->p.prompt[c->p.n_prompt - 1];
         h->r->forced = s->forced;
         h->r->n_forced = s->n_forced;
+        if (c->p.json_mode) { /* structured output: each choice its own grammar state */
+            kiln_jg *g = NULL;
+            kiln_status gst = kiln_jg_compile(c->p.json_mode == 2 ? c->p.schema : NULL, &g);
+            if (gst == KILN_OK) gst = kiln_req_set_grammar(h->r, g);
+            if (gst != KILN_OK) { c->n_ch = i + 1; return fail(c, 500, "server_error", NULL, NULL, kiln_last_error()); }
+        }
         if (chat && (c->anthropic || c->p.tool_parser != KILN_TOOLS_NONE || c->p.reasoning != KILN_REASONING_NONE)) {
             kiln_chat_out_init(&h->co, c->p.tool_parser, c->p.reasoning, c->p.think_opened, c->p.tools,
                                c->p.tool_choice == KILN_TOOL_CHOICE_NAMED ? c->p.tool_name : NULL, !c->p.parallel_tools);

@@ -90,6 +90,8 @@ typedef struct kiln_oai_params {
     kiln_reasoning_parser reasoning;       /* for this request: NONE when thinking is turned off */
     int think_opened;                      /* the rendered prompt ends inside "<think>" */
     int skip_special;                      /* skip_special_tokens (default 1) */
+    int json_mode;                         /* response_format: 0 text, 1 json_object, 2 json_schema */
+    char *schema;                          /* json_schema: the schema (compact JSON) */
 } kiln_oai_params;
 enum { KILN_TOOL_CHOICE_AUTO = 0, KILN_TOOL_CHOICE_NONE, KILN_TOOL_CHOICE_REQUIRED, KILN_TOOL_CHOICE_NAMED };
 #define KILN_MAX_LOGIT_BIAS 300 /* OpenAI's limit */

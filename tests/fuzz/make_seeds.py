@@ -182,6 +182,10 @@ def committed(root):
     for k, v in reqs.items():
         put(root, "openai", k + ".json", json.dumps(v))
     put(root, "openai", "not_object.json", "[1, 2]")
+    put(root, "openai", "chat_json_schema.json", json.dumps({"model": "kiln", "messages": [{"role": "user", "content": "x"}], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "s", "strict": True, "schema": {"type": "object", "properties": {
+            "a": {"type": "string", "maxLength": 3}, "b": {"type": "array", "items": {"enum": [1, "x", None]}, "maxItems": 2},
+            "c": {"type": "number"}, "d": {"type": "object", "properties": {"e": {"type": "boolean"}}}}}}}}))
     # Anthropic Messages bodies
     put(root, "openai", "anthropic_tools.json", json.dumps({"model": "kiln", "max_tokens": 16, "system": [{"type": "text", "text": "s"}],
         "messages": [{"role": "user", "content": "hi"},
