@@ -7,7 +7,8 @@
 #   - glm4 (fused gate_up, QKV bias, post-norms), ChatGLM (fused QKV) and a llama in BF16 and as a
 #     GGUF Q8_0 file: logits within 1e-4 relative at N = 2;
 #   - refusals that name the problem: a process count other than --tp, ranks given different models
-#     (MPMD launch), a MoE model, heads not divisible.
+#     (MPMD launch), an MLA model, heads not divisible;
+#   - a rank killed mid-generation ends the whole job with a non-zero exit within seconds.
 # Skipped (77) without mpirun or an MPI build, and under make check (Open MPI's own allocations
 # read as leaks to LeakSanitizer).
 set -euo pipefail
@@ -71,4 +72,19 @@ if "${MPI[@]}" -np 2 "$KILN" run "$T/dsv3" -n 2 --tokens 1,2 --tp 2 > /dev/null 
 grep -q "MLA" "$T/e3" || { echo "wrong error for an MLA model:"; cat "$T/e3"; exit 1; }
 if "${MPI[@]}" -np 3 "$KILN" run "$M" -n 2 --tp 3 > /dev/null 2> "$T/e4"; then echo "8 heads over 3 ranks accepted"; exit 1; fi
 grep -q "must both be multiples" "$T/e4" || { echo "wrong error for --tp 3:"; cat "$T/e4"; exit 1; }
+# a rank killed mid-generation: the job ends (mpirun non-zero) within seconds, nothing hangs
+"$KILN" mkmodel --arch llama --dim 512 --ffn 1024 --layers 8 --heads 8 --kv-heads 4 --vocab 512 --seq 4096 "$T/long" > /dev/null 2>&1
+"${MPI[@]}" -np 2 "$KILN" run "$T/long" --tokens 1,2 -n 4000 --temp 0 --tp 2 > /dev/null 2> "$T/k.err" &
+mp=$!
+for _ in $(seq 50); do [ "$(pgrep -f "^$KILN run $T/long" | wc -l)" -ge 2 ] && break; sleep 0.2; done
+sleep 1
+victim=$(pgrep -f "^$KILN run $T/long" | tail -n 1)
+[ -n "$victim" ] || { echo "no rank to kill (generation already over?)"; exit 1; }
+kill -9 "$victim"
+t0=$(date +%s)
+while kill -0 $mp 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt 30 ]; do sleep 0.2; done
+if kill -0 $mp 2>/dev/null; then kill -9 $mp; echo "mpirun still running 30 s after a rank was killed"; exit 1; fi
+if wait $mp; then echo "mpirun exited 0 after a rank was killed"; exit 1; fi
+echo "a killed rank ended the job in $(( $(date +%s) - t0 )) s"
+[ -z "$(pgrep -f "^$KILN run $T/long")" ] || { echo "ranks left running"; exit 1; }
 echo "ok"
