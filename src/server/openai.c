@@ -252,6 +252,30 @@ static int parse_stop_ids(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oa
     return 1;
 }
 
+/* Body fields that change nothing here — unknown ones, and the OpenAI fields kiln accepts without
+ * acting on them (user, metadata, store, service_tier, …) — listed for the X-Kiln-Ignored-Fields
+ * header, so that a client learns a field it relies on was not applied rather than have it
+ * silently mean nothing (vLLM warns in its log likewise). */
+static void note_ignored(json_t *o, kiln_oai_params *p) {
+    static const char *const known[] = {
+        "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "n", "stream",
+        "stream_options", "stop", "stop_token_ids", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
+        "logprobs", "top_logprobs", "ignore_eos", "skip_special_tokens", "chat_template_kwargs", "tools", "tool_choice",
+        "parallel_tool_calls", "response_format", "echo", "best_of", "suffix", "functions", "function_call", "audio", "prediction", NULL};
+    p->ignored[0] = 0;
+    size_t at = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++) ok = strcmp(k, known[i]) == 0;
+        if (ok) continue;
+        int w = snprintf(p->ignored + at, sizeof p->ignored - at, "%s%.60s", at ? ", " : "", k);
+        if (w < 0 || (size_t)w >= sizeof p->ignored - at) { p->ignored[at] = 0; break; }
+        at += (size_t)w;
+    }
+}
+
 /* tools, tool_choice, parallel_tool_calls (chat). OpenAI's rules: tools is an array of
  * {"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}} with names of
  * 1–64 characters from [a-zA-Z0-9_-]; tool_choice is "none", "auto", "required" or
@@ -372,6 +396,7 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
                       json_string_value(mv), s->model_name);
         goto out;
     }
+    note_ignored(o, p);
     if (!neutral_only(o, err, chat)) goto out;
     /* n */
     if (!opt_int(o, "n", 1, KILN_MAX_N, &iv, &present, err)) goto out;

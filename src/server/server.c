@@ -295,12 +295,19 @@ static void add_cors(conn *c, struct MHD_Response *resp) {
     else if (strcmp(allow, origin) == 0) MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
     else return;
     MHD_add_response_header(resp, "Vary", "Origin");
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers", "X-Kiln-Ignored-Fields");
+}
+
+/* X-Kiln-Ignored-Fields: the body fields the request's answer does not act on (openai.c). */
+static void add_ignored(conn *c, struct MHD_Response *resp) {
+    if (c->have_params && c->p.ignored[0]) MHD_add_response_header(resp, "X-Kiln-Ignored-Fields", c->p.ignored);
 }
 
 static enum MHD_Result send_buf(conn *c, int code, const char *ctype, const char *data, size_t n, int retry_after) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)data, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
     add_cors(c, resp);
+    add_ignored(c, resp);
     MHD_add_response_header(resp, "Content-Type", ctype);
     if (retry_after > 0) {
         char v[16];
@@ -961,6 +968,7 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
     if (!resp) { conn_unref(c); return MHD_NO; }
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     add_cors(c, resp);
+    add_ignored(c, resp);
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     enum MHD_Result ret = MHD_queue_response(c->mc, 200, resp);

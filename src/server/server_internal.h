@@ -90,6 +90,8 @@ typedef struct kiln_oai_params {
     kiln_reasoning_parser reasoning;       /* for this request: NONE when thinking is turned off */
     int think_opened;                      /* the rendered prompt ends inside "<think>" */
     int skip_special;                      /* skip_special_tokens (default 1) */
+    char ignored[256];                     /* body fields kiln does not know or does not act on, listed
+                                              in the X-Kiln-Ignored-Fields response header */
     int json_mode;                         /* response_format: 0 text, 1 json_object, 2 json_schema */
     char *schema;                          /* json_schema: the schema (compact JSON) */
 } kiln_oai_params;

@@ -278,3 +278,11 @@ test('CORS: the allowed origin on responses and preflights, nothing for others',
   const none = await fetch(`${gTools.url}/v1/models`, { headers: { Origin: 'https://app.example' } });
   assert.equal(none.headers.get('access-control-allow-origin'), null, 'no --cors-origin: no CORS');
 });
+
+test('fields that change nothing are listed in X-Kiln-Ignored-Fields', async () => {
+  const r = await raw(gTools, '/v1/chat/completions', { body: JSON.stringify({ model: 'm', messages: USER, max_tokens: 2, user: 'u-1', frobnicate: 3 }) });
+  assert.equal(r.status, 200);
+  assert.equal(r.headers.get('x-kiln-ignored-fields'), 'user, frobnicate');
+  const plain = await raw(gTools, '/v1/chat/completions', { body: JSON.stringify({ model: 'm', messages: USER, max_tokens: 2 }) });
+  assert.equal(plain.headers.get('x-kiln-ignored-fields'), null);
+});
