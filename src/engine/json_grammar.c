@@ -449,3 +449,11 @@ int kiln_jg_done(const kiln_jg_state *st) {
             if ((f->alive >> i & 1) && f->node->opt_len[i] == f->pos) return 1;
     return 0;
 }
+
+int kiln_jg_plain_room(const kiln_jg_state *st) {
+    if (st->dead || st->done || st->depth < 1) return -1;
+    const kiln_jg_frame *f = &st->f[st->depth - 1];
+    if (f->kind != K_STR || f->pos != 0 || f->phase != 0) return -1;
+    const uint32_t room = f->node->max_len - f->count;
+    return room > INT32_MAX ? INT32_MAX : (int)room;
+}

@@ -40,6 +40,11 @@ void kiln_jg_start(const kiln_jg *g, kiln_jg_state *st);
 /* Feeds bytes; returns 1 while the text so far is a prefix of a valid document, 0 once it cannot be
  * (the state is then dead). */
 int kiln_jg_feed(kiln_jg_state *st, const char *bytes, size_t n);
+/* Inside a string, between characters (no escape or multi-byte character pending): how many more
+ * characters the string may take (its maxLength left; INT32_MAX when unbounded). -1 elsewhere. A
+ * token of plain characters (printable ASCII but '"' and '\\') of length len then keeps the state
+ * alive exactly when len <= that room: the mask needs no feed for it. */
+int kiln_jg_plain_room(const kiln_jg_state *st);
 /* 1 when the text so far is a whole valid document (then only the end of generation may follow). */
 int kiln_jg_done(const kiln_jg_state *st);
 #endif

@@ -95,6 +95,7 @@ struct kiln_engine {
     kiln_backend *be;       /* computes the engine's steps (its own ISA, threads, FP8 form) */
     kiln_forward_ws ws;
     float *logits;          /* [max_batch × vocab] */
+    int16_t *plain_len;     /* structured output: plain_lengths() (NULL until needed) */
     int32_t *b_tok;         /* [step_tokens] the step's tokens ... */
     kiln_kv_seq **b_seq;    /* ... their sequences ... */
     int *b_pos, *b_out;     /* ... positions and logits rows */
@@ -236,7 +237,7 @@ void kiln_engine_free(kiln_engine *e) {
     kiln_kv_pool_free(e->pool);
     kiln_forward_ws_free(&e->ws);
     kiln_backend_free(e->be);
-    free(e->logits); free(e->b_tok); free(e->b_seq); free(e->b_pos); free(e->b_out); free(e->b_req); free(e->b_cnt);
+    free(e->logits); free(e->plain_len); free(e->b_tok); free(e->b_seq); free(e->b_pos); free(e->b_out); free(e->b_req); free(e->b_cnt);
     free(e->running); free(e->m_pages); free(e->m_hashes); free(e->bad_pages);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
@@ -497,6 +498,27 @@ static int grammar_allows(const kiln_engine *e, const kiln_req *r, int32_t tok, 
     return kiln_jg_feed(next, piece, len);
 }
 
+/* Per token of the vocabulary, its length when its text is plain string characters (printable
+ * ASCII but '"' and '\\'), else 0: computed once per engine, at the first grammar mask inside a
+ * string (pieces are taken after a non-BOS token, as they appear mid-output). The scheduler thread
+ * is the only caller. */
+static const int16_t *plain_lengths(kiln_engine *e) {
+    if (e->plain_len) return e->plain_len;
+    int16_t *t = calloc((size_t)e->vocab, sizeof *t);
+    if (!t) return NULL;
+    const int32_t after = e->eos_ids[0]; /* any token but BOS: SentencePiece keeps the leading space */
+    for (int v = 0; v < e->vocab; v++) {
+        size_t len = 0;
+        const char *p = kiln_token_piece(e->m, after, v, &len);
+        if (!p || !len || len > 512 || is_eos(e, v)) continue;
+        int ok = 1;
+        for (size_t i = 0; i < len && ok; i++) ok = p[i] >= 0x20 && p[i] <= 0x7E && p[i] != '"' && p[i] != '\\';
+        if (ok) t[v] = (int16_t)len;
+    }
+    e->plain_len = t;
+    return t;
+}
+
 /* The sampler's pick under r's grammar: the pick itself when the grammar allows it (the common
  * case, one check), else every token the grammar refuses is masked to -inf and the pick made again
  * from what remains — sampling from the masked distribution exactly (llama.cpp does the same).
@@ -515,8 +537,15 @@ static int32_t pick_token(kiln_engine *e, kiln_req *r, float *lg) {
             int any = 0;
             uint8_t first_ok[256] = {0}; /* 0 not tried, 1 allowed, 2 refused */
             const int32_t prev = r->toks[r->n_toks - 1];
+            const int room = kiln_jg_plain_room(r->gstate); /* inside a string: plain tokens need no feed */
+            const int16_t *plain = room >= 0 ? plain_lengths(e) : NULL;
             for (int v = 0; v < e->vocab; v++) {
                 if (lg[v] == -INFINITY) continue;
+                if (plain && plain[v] > 0) {
+                    if (plain[v] <= room) any = 1;
+                    else lg[v] = -INFINITY;
+                    continue;
+                }
                 if (!is_eos(e, v)) {
                     size_t len = 0;
                     const char *piece = kiln_token_piece(e->m, prev, v, &len);
