@@ -147,6 +147,9 @@ kiln_status kiln_dist_bcast_i32(int32_t *v, int n);
 kiln_status kiln_dist_agree(const char *what, const char *value);
 /* MPI_Finalize when started. */
 void kiln_dist_finalize(void);
+/* This rank's all-reduces so far: seconds inside MPI_Allreduce (waiting for the slowest rank
+ * included), calls, bytes reduced. */
+void kiln_dist_stats(double *seconds, unsigned long long *calls, unsigned long long *bytes);
 /* 1 when this build has MPI. */
 int kiln_dist_built(void);
 

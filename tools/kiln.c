@@ -235,6 +235,13 @@ int cmd_run(int argc, char **argv) {
     if (rank == 0)
     fprintf(stderr, "prompt: %d tokens, %.1f tokens/s | decode: %ld tokens, %.1f tokens/s\n", n_prompt,
             n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), generated, generated > 1 ? (generated - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0);
+    if (tp > 1 && rank == 0) { /* the communication share of this rank's run (docs/SCALE.md) */
+        double secs;
+        unsigned long long calls, bytes;
+        kiln_dist_stats(&secs, &calls, &bytes);
+        fprintf(stderr, "tensor parallel: %ld ranks, %llu all-reduces of %.1f KiB each, %.3f s in MPI_Allreduce = %.1f%% of prompt + decode time\n", tp,
+                calls, calls ? (double)bytes / (double)calls / 1024.0 : 0.0, secs, t2 - t0 > 0 ? 100.0 * secs / (t2 - t0) : 0.0);
+    }
     if (spec && rank == 0)
         fprintf(stderr, "speculation: ngram (n <= %ld, k = %ld): %ld drafted, %ld accepted (%.0f%%), %.2f tokens per forward\n", spec_n, spec_k, drafted,
                 accepted, drafted ? 100.0 * (double)accepted / (double)drafted : 0.0, verifies ? (double)(accepted + verifies) / (double)verifies : 0.0);

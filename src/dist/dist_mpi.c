@@ -8,6 +8,8 @@
 #include <string.h>
 
 static int started, rank_, size_ = 1;
+static double t_allreduce;              /* seconds inside MPI_Allreduce (kiln_dist_stats) */
+static unsigned long long n_allreduce, b_allreduce;
 
 static kiln_status mpi_fail(const char *call, int rc) {
     char msg[MPI_MAX_ERROR_STRING] = "?";
@@ -35,6 +37,9 @@ int kiln_dist_built(void) { return 1; }
 void kiln_dist_allreduce_sum(void *ctx, float *x, int64_t n) {
     (void)ctx;
     if (!started || size_ == 1) return;
+    const double t0 = MPI_Wtime();
+    n_allreduce++;
+    b_allreduce += (unsigned long long)n * sizeof *x;
     while (n > 0) { /* MPI counts are int */
         const int k = n > (1 << 30) ? 1 << 30 : (int)n;
         int rc = MPI_Allreduce(MPI_IN_PLACE, x, k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -46,6 +51,13 @@ void kiln_dist_allreduce_sum(void *ctx, float *x, int64_t n) {
         x += k;
         n -= k;
     }
+    t_allreduce += MPI_Wtime() - t0;
+}
+
+void kiln_dist_stats(double *seconds, unsigned long long *calls, unsigned long long *bytes) {
+    *seconds = t_allreduce;
+    *calls = n_allreduce;
+    *bytes = b_allreduce;
 }
 
 kiln_status kiln_dist_bcast_i32(int32_t *v, int n) {
