@@ -1353,8 +1353,9 @@ int kiln_server_port(const kiln_server *s) { return s->port; }
 void kiln_server_stop(kiln_server *s) {
     if (!s) return;
     atomic_store(&s->closing, 1);
-    /* 1. stop accepting connections; new requests on open connections get 503 */
-    MHD_socket lfd = MHD_quiesce_daemon(s->d);
+    /* 1. new work gets 503 at once — /health and every completion route, on new connections too:
+     * the listener stays open through the grace period, so a load balancer's probe is answered
+     * "shutting down" instead of hanging in the accept queue */
     kiln_engine_close(s->eng);
     /* 2. let in-flight requests finish for the grace period */
     double until = kiln_now() + s->o.shutdown_grace_s;
@@ -1364,7 +1365,9 @@ void kiln_server_stop(kiln_server *s) {
         if ((es.waiting == 0 && es.running == 0 && atomic_load(&s->in_flight) == 0) || kiln_now() > until) break;
         usleep(20000);
     }
-    /* 3. cancel the rest: their handlers (resumed by the notify hook) answer 503 / an error event */
+    /* 3. stop accepting connections, then cancel the rest: their handlers (resumed by the notify
+     * hook) answer 503 / an error event */
+    MHD_socket lfd = MHD_quiesce_daemon(s->d);
     kiln_engine_stop(s->eng);
     double answered = kiln_now() + 2;
     while (atomic_load(&s->in_flight) > 0 && kiln_now() < answered) usleep(10000);
