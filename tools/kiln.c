@@ -10,6 +10,19 @@
 #include <unistd.h>
 
 /* ---- run ---------------------------------------------------------------------------------------- */
+/* Streams generated token `tok` (the generated-th) to stdout: its text, or its id for models
+ * without a tokenizer. */
+static void print_token(const kiln_model *m, const kiln_model_info *info, int32_t prev, int32_t tok, long generated) {
+    if (info->has_tokenizer) {
+        size_t len;
+        const char *p = kiln_token_piece(m, prev, tok, &len);
+        if (p) fwrite(p, 1, len, stdout);
+    } else {
+        printf("%s%d", generated > 1 ? "," : "", tok);
+    }
+    fflush(stdout);
+}
+
 int cmd_run(int argc, char **argv) {
     args_t a = {argc, argv, 0, "run", 0};
     kiln_options o;
@@ -153,14 +166,7 @@ int cmd_run(int argc, char **argv) {
             /* `next` is generated: print it */
             generated++;
             if (kiln_model_is_eos(&info, next)) break;
-            if (info.has_tokenizer) {
-                size_t len;
-                const char *p = kiln_token_piece(m, prev, next, &len);
-                if (p) { fwrite(p, 1, len, stdout); fflush(stdout); }
-            } else {
-                printf("%s%d", generated > 1 ? "," : "", next);
-                fflush(stdout);
-            }
+            print_token(m, &info, prev, next, generated);
             prev = next;
             hist[n_hist++] = next;
             if (generated == n_gen || kiln_session_length(s) >= info.max_context) break;
@@ -186,14 +192,7 @@ int cmd_run(int argc, char **argv) {
             for (int j = 0; j < acc && !done; j++) { /* the accepted drafts are generated tokens */
                 generated++;
                 if (kiln_model_is_eos(&info, toks[1 + j])) { kept_rows = 1 + j; done = 1; break; }
-                if (info.has_tokenizer) {
-                    size_t len;
-                    const char *p = kiln_token_piece(m, prev, toks[1 + j], &len);
-                    if (p) { fwrite(p, 1, len, stdout); fflush(stdout); }
-                } else {
-                    printf("%s%d", generated > 1 ? "," : "", toks[1 + j]);
-                    fflush(stdout);
-                }
+                print_token(m, &info, prev, toks[1 + j], generated);
                 prev = toks[1 + j];
                 hist[n_hist++] = toks[1 + j];
             }
@@ -213,14 +212,7 @@ int cmd_run(int argc, char **argv) {
         if (tp > 1 && (st = kiln_dist_bcast_i32(&next, 1))) { rc = cli_fail_status("run", st); goto out; }
         generated++;
         if (kiln_model_is_eos(&info, next)) break;
-        if (info.has_tokenizer) {
-            size_t len;
-            const char *p = kiln_token_piece(m, prev, next, &len);
-            if (p) { fwrite(p, 1, len, stdout); fflush(stdout); }
-        } else {
-            printf("%s%d", generated > 1 ? "," : "", next);
-            fflush(stdout);
-        }
+        print_token(m, &info, prev, next, generated);
         prev = next;
         if (generated == n_gen) break;
         if (kiln_session_length(s) >= info.max_context) break;
