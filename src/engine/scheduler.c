@@ -486,6 +486,11 @@ static void hist_add(uint64_t *b, uint64_t *n, double *sum, double v) {
     *sum += v;
 }
 
+/* Copies the frames of st in use (the rest of a state is never read). */
+static void jg_copy(kiln_jg_state *dst, const kiln_jg_state *st) {
+    memcpy(dst, st, offsetof(kiln_jg_state, f) + (size_t)st->depth * sizeof st->f[0]);
+}
+
 /* Structured output: whether token tok may follow r's text (EOS: only once the document is whole);
  * on success *next is the state after it. Tokens with no text never may (they would not advance). */
 static int grammar_allows(const kiln_engine *e, const kiln_req *r, int32_t tok, kiln_jg_state *next) {
@@ -493,8 +498,7 @@ static int grammar_allows(const kiln_engine *e, const kiln_req *r, int32_t tok, 
     size_t len = 0;
     const char *piece = kiln_token_piece(e->m, r->toks[r->n_toks - 1], tok, &len);
     if (!piece || !len) return 0;
-    /* copy only the frames in use: the rest of the state is never read */
-    memcpy(next, r->gstate, offsetof(kiln_jg_state, f) + (size_t)r->gstate->depth * sizeof r->gstate->f[0]);
+    jg_copy(next, r->gstate);
     return kiln_jg_feed(next, piece, len);
 }
 
@@ -526,10 +530,9 @@ static const int16_t *plain_lengths(kiln_engine *e) {
 static int32_t pick_token(kiln_engine *e, kiln_req *r, float *lg) {
     int32_t tok = kiln_sample_pick(r->sampler, lg);
     if (r->grammar) {
-        kiln_jg_state *next = malloc(sizeof *next);
-        if (!next) { kiln_sampler_accept(r->sampler, tok); return tok; }
+        kiln_jg_state next_state, *next = &next_state; /* ~650 bytes: no allocation per token */
         if (grammar_allows(e, r, tok, next)) {
-            memcpy(r->gstate, next, sizeof *next);
+            jg_copy(r->gstate, next);
         } else {
             /* most tokens are refused at their first byte (everything but the few bytes that may
              * come next in the document's structure): each first byte is tried once per step and a
@@ -552,7 +555,7 @@ static int32_t pick_token(kiln_engine *e, kiln_req *r, float *lg) {
                     if (!piece || !len) { lg[v] = -INFINITY; continue; }
                     const unsigned char b = (unsigned char)piece[0];
                     if (!first_ok[b]) {
-                        memcpy(next, r->gstate, offsetof(kiln_jg_state, f) + (size_t)r->gstate->depth * sizeof r->gstate->f[0]);
+                        jg_copy(next, r->gstate);
                         first_ok[b] = kiln_jg_feed(next, piece, 1) ? 1 : 2;
                     }
                     if (first_ok[b] == 2) { lg[v] = -INFINITY; continue; }
@@ -561,9 +564,8 @@ static int32_t pick_token(kiln_engine *e, kiln_req *r, float *lg) {
                 else lg[v] = -INFINITY;
             }
             tok = any ? kiln_sample_pick(r->sampler, lg) : e->eos_ids[0];
-            if (any && grammar_allows(e, r, tok, next)) memcpy(r->gstate, next, sizeof *next);
+            if (any && grammar_allows(e, r, tok, next)) jg_copy(r->gstate, next);
         }
-        free(next);
     }
     kiln_sampler_accept(r->sampler, tok);
     return tok;
