@@ -17,7 +17,8 @@ const char *kiln_backend_kind_name(kiln_backend_kind k) {
 
 const char *kiln_op_name(kiln_op op) {
     static const char *const names[KILN_OP_COUNT] = {"embed", "rmsnorm", "rope", "add", "swiglu", "matmul",
-                                                    "matmul_heads", "moe_route", "moe_experts", "moe_combine", "kv_store", "kv_attend", "argmax"};
+                                                    "matmul_heads", "moe_route", "moe_experts", "moe_combine", "kv_store", "kv_attend", "argmax",
+                                                    "layernorm", "fp8_round", "kv_index", "kv_attend_sparse"};
     return (unsigned)op < KILN_OP_COUNT ? names[op] : "?";
 }
 
@@ -124,4 +125,67 @@ void kiln_be_common_moe_combine(const kiln_backend *be, int n, int K, int dim, c
             for (int d = 0; d < dim; d++) y[d] += w * src[d];
         }
     }
+}
+
+/* ---- DSA ops ------------------------------------------------------------------------------------ */
+#include "base/fp.h"
+#include <math.h>
+
+void kiln_be_common_layernorm(const kiln_backend *be, float *out, const float *x, const float *w, const float *b, int rows, int width, float eps) {
+    (void)be;
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * (size_t)width;
+        float *o = out + (size_t)r * (size_t)width;
+        float mean = 0.0f, var = 0.0f;
+        for (int i = 0; i < width; i++) mean += xr[i];
+        mean /= (float)width;
+        for (int i = 0; i < width; i++) var += (xr[i] - mean) * (xr[i] - mean);
+        var /= (float)width; /* biased variance, as torch's layer_norm */
+        const float inv = 1.0f / sqrtf(var + eps);
+        for (int i = 0; i < width; i++) o[i] = (xr[i] - mean) * inv * w[i] + (b ? b[i] : 0.0f);
+    }
+}
+
+/* 2^ceil(log2(a)) for a normal positive float, from its bits as the official kernel's
+ * fast_log2_ceil / fast_pow2 (exponent, plus one when any mantissa bit is set). */
+static float pow2_ceil(float a) {
+    uint32_t bits;
+    memcpy(&bits, &a, 4);
+    int e = (int)((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0);
+    return ldexpf(1.0f, e);
+}
+
+void kiln_be_common_fp8_round(const kiln_backend *be, float *x, int rows, int width, int hadamard) {
+    (void)be;
+    const float norm = hadamard ? 1.0f / sqrtf((float)width) : 1.0f;
+    for (int r = 0; r < rows; r++) {
+        float *v = x + (size_t)r * (size_t)width;
+        if (hadamard) { /* the fast Walsh–Hadamard transform (Sylvester order), then the 1/sqrt(width) scale */
+            for (int len = 1; len < width; len <<= 1)
+                for (int i = 0; i < width; i += 2 * len)
+                    for (int j = i; j < i + len; j++) {
+                        float a = v[j], c = v[j + len];
+                        v[j] = a + c;
+                        v[j + len] = a - c;
+                    }
+            for (int i = 0; i < width; i++) v[i] *= norm;
+        }
+        for (int b0 = 0; b0 < width; b0 += 128) {
+            float amax = 1e-4f; /* the official clamp: max(amax, 1e-4) */
+            for (int i = b0; i < b0 + 128; i++) amax = fmaxf(amax, fabsf(v[i]));
+            const float s = pow2_ceil(amax * (1.0f / 448.0f)), inv = 1.0f / s; /* exact: s is a power of two */
+            for (int i = b0; i < b0 + 128; i++) v[i] = kiln_fp8_e4m3_to_f32(kiln_kv_f32_to_fp8(v[i] * inv)) * s;
+        }
+    }
+}
+
+void kiln_be_common_kv_index_topk(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                                  const float *qi, int n_ih, int d, int off, const float *w, float w_scale, int topk, int32_t *sel, int *nsel) {
+    kiln_kv_index_topk_cx(&be->cx, p, layer, n, seq, pos, qi, n_ih, d, off, w, w_scale, topk, sel, nsel);
+}
+
+void kiln_be_common_kv_attend_sparse(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                                     const int32_t *sel, const int *nsel, int topk, const float *q, int n_heads, int kq, float scale, int verify,
+                                     float *out) {
+    kiln_kv_attend_sparse_cx(&be->cx, p, layer, n, seq, pos, sel, nsel, topk, q, n_heads, kq, scale, verify, out);
 }

@@ -53,6 +53,10 @@ typedef enum kiln_op {
     KILN_OP_KV_STORE,
     KILN_OP_KV_ATTEND,
     KILN_OP_ARGMAX,
+    KILN_OP_LAYERNORM,
+    KILN_OP_FP8_ROUND,
+    KILN_OP_KV_INDEX,
+    KILN_OP_KV_ATTEND_SPARSE,
     KILN_OP_COUNT
 } kiln_op;
 
@@ -111,6 +115,22 @@ typedef struct kiln_backend_ops {
                       const float *q, int n_heads, float scale, float *out);
     /* The first index of the largest non-NaN value of x[0, len) (greedy sampling); -1 when len ≤ 0. */
     int64_t (*argmax)(const kiln_backend *be, const float *x, int64_t len);
+    /* ---- DeepSeek sparse attention (model/mla.c, docs/DSA.md) ---- */
+    /* out [rows, width] = (x − mean) / sqrt(var + eps) · w + b per row (LayerNorm; out may equal x). */
+    void (*layernorm)(const kiln_backend *be, float *out, const float *x, const float *w, const float *b, int rows, int width, float eps);
+    /* In place over x [rows, width] (width a multiple of 128): with hadamard (width a power of two)
+     * first x ← Hx / sqrt(width), H the Sylvester Hadamard matrix (DeepSeek's rotate_activation);
+     * then every 128-value block is rounded through FP8 E4M3 with a power-of-two scale as
+     * DeepSeek-V3.2's act_quant with scale_fmt ue8m0: s = 2^ceil(log2(max(amax, 1e-4) / 448)),
+     * x ← fp8(x / s) · s (round to nearest even, saturating at ±448). */
+    void (*fp8_round)(const kiln_backend *be, float *x, int rows, int width, int hadamard);
+    /* The lightning indexer's top-k selection (kv.h: kiln_kv_index_topk_cx). */
+    void (*kv_index_topk)(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                          const float *qi, int n_ih, int d, int off, const float *w, float w_scale, int topk, int32_t *sel, int *nsel);
+    /* Attention over the selected positions only (kv.h: kiln_kv_attend_sparse_cx). */
+    void (*kv_attend_sparse)(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                             const int32_t *sel, const int *nsel, int topk, const float *q, int n_heads, int kq, float scale, int verify,
+                             float *out);
 } kiln_backend_ops;
 
 struct kiln_backend {

@@ -22,4 +22,13 @@ int kiln_be_common_moe_route(const kiln_backend *be, const kiln_moe_cfg *c, cons
 void kiln_be_common_moe_combine(const kiln_backend *be, int n, int K, int dim, const int *slot, const float *wt, const float *yg, float *Y);
 void kiln_be_common_kv_store(const kiln_backend *be, kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer,
                              const float *k, int64_t k_tok, const float *v, int64_t v_tok);
+/* DSA ops (backend.h): plain loops every backend shares (the vulkan backend runs them on the host
+ * over its mapped buffers). */
+void kiln_be_common_layernorm(const kiln_backend *be, float *out, const float *x, const float *w, const float *b, int rows, int width, float eps);
+void kiln_be_common_fp8_round(const kiln_backend *be, float *x, int rows, int width, int hadamard);
+void kiln_be_common_kv_index_topk(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                                  const float *qi, int n_ih, int d, int off, const float *w, float w_scale, int topk, int32_t *sel, int *nsel);
+void kiln_be_common_kv_attend_sparse(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                                     const int32_t *sel, const int *nsel, int topk, const float *q, int n_heads, int kq, float scale, int verify,
+                                     float *out);
 #endif

@@ -93,4 +93,8 @@ const kiln_backend_ops kiln_backend_ref_ops = {
     .kv_store = kiln_be_common_kv_store,
     .kv_attend = ref_kv_attend,
     .argmax = ref_argmax,
+    .layernorm = kiln_be_common_layernorm,
+    .fp8_round = kiln_be_common_fp8_round,
+    .kv_index_topk = kiln_be_common_kv_index_topk,
+    .kv_attend_sparse = kiln_be_common_kv_attend_sparse,
 };

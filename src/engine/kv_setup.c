@@ -275,6 +275,11 @@ static kiln_status setup_scales(struct kiln_model *m, const kiln_options *o, int
     kiln_kv_layout_for_model(m, c);
     c->page_tokens = o->kv_page_tokens > 0 ? o->kv_page_tokens : 16;
     c->dtype = kiln_resolve_kv_dtype(m, o->kv_dtype);
+    if (m->hp.kv_dsa && c->dtype == KILN_KV_FP8)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "--kv-dtype fp8 (kv_dtype): this sparse-attention (DSA) model already stores its latent and "
+                         "indexer keys as FP8 with a power-of-two scale per 128 values, as its official inference code defines; kiln keeps "
+                         "those values exactly in bf16 (default) or f32 pages, and a second FP8 rounding with one scale per layer would change "
+                         "them (docs/DSA.md)");
     c->scale_mode = o->kv_scale_mode;
     c->mem_bytes = o->kv_mem_bytes;
     KILN_TRY(kiln_kv_config_check(c));

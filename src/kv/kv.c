@@ -468,6 +468,14 @@ void kiln_kv_read_row(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, in
     }
 }
 
+void kiln_kv_read_row_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, int h, int off, int n, float *out) {
+    const int pt = p->cfg.page_tokens;
+    int32_t pg = s->pages[pos / pt];
+    const uint8_t *r = row_ptr(p, 0, layer, pg, h, pos % pt);
+    float sc = row_scale(p, 0, layer, pg, h);
+    for (int i = 0; i < n; i++) out[i] = decode1(p->cfg.dtype, r, off + i) * sc;
+}
+
 void kiln_kv_seq_kstats(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, double *ksum, float *kmin, float *kmax) {
     const int H = p->cfg.n_kv_heads, kd = p->cfg.k_dim;
     float *buf = malloc((size_t)kd * sizeof *buf);

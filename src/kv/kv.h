@@ -173,6 +173,30 @@ void kiln_kv_attend(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, cons
 /* Dequantized row of position pos, KV head h, of layer l: K (is_v = 0, k_dim values) or V
  * (is_v = 1, v_dim values). For tests, calibration and inspection. */
 void kiln_kv_read_row(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, int h, int is_v, float *out);
+/* Values [off, off + n) of K row (layer, pos, KV head h), dequantized (no K-smoothing mean: for
+ * pools whose rows hold several fields, e.g. DSA's [latent | indexer key], kv_sparse.c). */
+void kiln_kv_read_row_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, int h, int off, int n, float *out);
+
+/* ---- DeepSeek sparse attention (DSA; kv_sparse.c, model/mla.h) over an MLA pool (n_kv_heads 1,
+ * V = the first v_dim values of the K row) whose K row is [latent (kq values) | indexer key (d
+ * values at offset off)]. ---- */
+/* The lightning indexer's selection: for token i (sequence seq[i], position pos[i]) the score of
+ * position t <= pos[i] is  s_t = Σ_h (w[i·Hi + h] · w_scale) · relu(qi[i, h, :] · k_t),  k_t the indexer key
+ * stored at t (w already multiplied by w_scale); sel[i·topk ..] receives the min(topk, pos[i] + 1) positions of highest score (ties:
+ * the lower position first), in increasing position order, and nsel[i] their count. With
+ * integrity on, every page read is verified first (kv/integrity.h) and positions in a page that
+ * failed are never selected (nsel may then be smaller). qi [n, Hi, d], w [n, Hi]. */
+void kiln_kv_index_topk_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                           const float *qi, int n_ih, int d, int off, const float *w, float w_scale, int topk, int32_t *sel, int *nsel);
+/* Attention of n tokens over their selected positions only (sel/nsel as above, rows of topk):
+ * q [n, H, kq] against the first kq values of each selected row, softmax × scale, out [n, H, v_dim]
+ * = Σ p_t · (first v_dim values of row t). verify: 1 = check the seals of the pages of
+ * [0, pos[i]] here (a layer that reuses another layer's selection; kiln_kv_index_topk_cx verified
+ * them for a layer with its own indexer), and never read a page that failed. */
+void kiln_kv_attend_sparse_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                              const int32_t *sel, const int *nsel, int topk, const float *q, int n_heads, int kq, float scale, int verify,
+                              float *out);
+
 /* amax of the stored rows of positions [0, n) per (layer, KV head), max-accumulated into
  * kamax / vamax [n_layers × n_kv_heads] (vamax may be NULL). */
 void kiln_kv_seq_amax(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, float *kamax, float *vamax);

@@ -16,6 +16,8 @@
  *   deepseek_v3    deepseek_v3                       arch_deepseek.c
  *   kimi_k2        kimi_k2, kimi_k25 (text_config)   arch_deepseek.c
  *   glm4_moe_lite  glm4_moe_lite                     arch_deepseek.c GLM-4.7-Flash
+ *   deepseek_v32   deepseek_v32                      arch_deepseek.c DeepSeek-V3.2 (sparse attention, mla.h)
+ *   glm_moe_dsa    glm_moe_dsa                       arch_deepseek.c GLM-5 / 5.1 / 5.2 (sparse attention)
  * llama2.c and GGUF llama files have no config.json: their loaders fill m->hp and the llama row
  * binds them like any other (the GGUF loader renames tensors to the Hugging Face names). */
 #ifndef KILN_MODEL_ARCH_H
@@ -49,6 +51,9 @@ typedef struct kiln_arch_hp {
     unsigned char *is_moe;    /* [n_layers] */
     int n_moe_layers;
     int n_nextn;              /* num_nextn_predict_layers: MTP layers stored after the last layer, not run */
+    /* DSA (deepseek_v32, glm_moe_dsa): [n_layers] 1 = the layer runs its own indexer ("full"),
+     * 0 = it reuses the previous full layer's selection ("shared"); NULL for the other rows */
+    unsigned char *idx_full;
 } kiln_arch_hp;
 
 typedef struct kiln_arch_layer {
@@ -117,7 +122,7 @@ typedef struct kiln_arch_linear {
     int expert;        /* routed expert index, or -1 */
     char name[64];     /* checkpoint name below "model.layers.N." */
 } kiln_arch_linear;
-#define KILN_ARCH_DENSE_LINEARS 17
+#define KILN_ARCH_DENSE_LINEARS 19
 /* Fills out (room for KILN_ARCH_DENSE_LINEARS + 3 · n_experts entries) with the present linear
  * weights of L; returns how many. */
 int kiln_arch_layer_linears(kiln_arch_layer *L, int n_experts, kiln_arch_linear *out);

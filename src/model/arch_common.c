@@ -10,11 +10,11 @@
 #include <string.h>
 
 extern const kiln_arch kiln_arch_chatglm, kiln_arch_glm4, kiln_arch_glm4_moe, kiln_arch_deepseek_v3, kiln_arch_kimi_k2,
-    kiln_arch_glm4_moe_lite;
+    kiln_arch_glm4_moe_lite, kiln_arch_deepseek_v32, kiln_arch_glm_moe_dsa;
 
 static const kiln_arch *const table[] = {&kiln_arch_llama,       &kiln_arch_chatglm,  &kiln_arch_glm4,
                                          &kiln_arch_glm4_moe,    &kiln_arch_deepseek_v3, &kiln_arch_kimi_k2,
-                                         &kiln_arch_glm4_moe_lite};
+                                         &kiln_arch_glm4_moe_lite, &kiln_arch_deepseek_v32, &kiln_arch_glm_moe_dsa};
 #define N_ARCH ((int)(sizeof table / sizeof table[0]))
 
 const kiln_arch *kiln_arch_find(const char *model_type, const char *architecture) {
@@ -27,7 +27,7 @@ const kiln_arch *kiln_arch_find(const char *model_type, const char *architecture
     return NULL;
 }
 
-const char *kiln_arch_names(void) { return "llama, chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2 (kimi_k25), glm4_moe_lite"; }
+const char *kiln_arch_names(void) { return "llama, chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2 (kimi_k25), glm4_moe_lite, deepseek_v32, glm_moe_dsa"; }
 
 const kiln_arch *kiln_arch_find_gguf(const char *gguf_arch) {
     for (int i = 0; i < N_ARCH; i++)
@@ -406,7 +406,9 @@ int kiln_arch_layer_linears(kiln_arch_layer *L, int n_experts, kiln_arch_linear 
         {&L->mla.wq_b, "self_attn.q_b_proj"}, {&L->mla.wq, "self_attn.q_proj"}, {&L->mla.wkv_a, "self_attn.kv_a_proj_with_mqa"},
         {&L->mla.wo, "self_attn.o_proj"}, {&L->w_gate_up, "mlp.gate_up_proj"}, {&L->w_gate, "mlp.gate_proj"},
         {&L->w_up, "mlp.up_proj"}, {&L->w_down, "mlp.down_proj"}, {&L->moe.sh_gate, "mlp.shared_experts.gate_proj"},
-        {&L->moe.sh_up, "mlp.shared_experts.up_proj"}, {&L->moe.sh_down, "mlp.shared_experts.down_proj"}};
+        {&L->moe.sh_up, "mlp.shared_experts.up_proj"}, {&L->moe.sh_down, "mlp.shared_experts.down_proj"},
+        /* DSA's indexer projections; weights_proj stays as stored (the official code runs it in f32) */
+        {&L->mla.iwq_b, "self_attn.indexer.wq_b"}, {&L->mla.iwk, "self_attn.indexer.wk"}};
     int n = 0;
     for (size_t i = 0; i < sizeof slots / sizeof *slots; i++) {
         if (!slots[i].w->data) continue;

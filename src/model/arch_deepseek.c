@@ -12,13 +12,107 @@
  *        (or per mlp_layer_types), MoE after (see moe.h).
  * RoPE on the qk_rope dims: rope_interleave (default true) = adjacent pairs, as the official code's
  * interleave-then-rotate_half; YaRN from rope_scaling. Attention: mla.h. MTP layers (index >=
- * num_hidden_layers) are left unbound. */
+ * num_hidden_layers) are left unbound.
+ *
+ * The sparse-attention rows, DeepSeek-V3.2 ("deepseek_v32") and GLM-5.x ("glm_moe_dsa"), add per
+ * layer with an indexer (docs/DSA.md):
+ *   self_attn.indexer.wq_b [index_n_heads·index_head_dim, q_lora_rank], .wk [index_head_dim, hidden],
+ *   .k_norm.weight / .k_norm.bias [index_head_dim], .weights_proj [index_n_heads, hidden]
+ * and the config fields index_n_heads, index_head_dim, index_topk, indexer_rope_interleave (GLM:
+ * default true; DeepSeek-V3.2's indexer RoPE is NEOX-paired) and GLM-5.2's indexer_types (or its
+ * index_topk_pattern / index_topk_freq / index_skip_topk_offset schedule, as transformers derives
+ * it). */
 #include "model/arch.h"
 #include "base/status.h"
 #include "format/hfconfig.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+/* "full" / "shared" per layer from indexer_types, or from index_topk_pattern ("FSS…" or a list),
+ * or from index_topk_freq / index_skip_topk_offset (transformers' GlmMoeDsaConfig: layer i is full
+ * when max(i − offset + 1, 0) % freq == 0; freq 1 = every layer). */
+static kiln_status dsa_layer_types(struct kiln_model *m, json_t *cfg, const char *file, unsigned char *full) {
+    const int L = m->hp.n_layers;
+    json_t *types = json_object_get(cfg, "indexer_types");
+    const char *key = "indexer_types";
+    if (!types || json_is_null(types)) {
+        types = json_object_get(cfg, "index_topk_pattern");
+        key = "index_topk_pattern";
+    }
+    if (types && !json_is_null(types)) {
+        if (json_is_string(types)) {
+            const char *s = json_string_value(types);
+            if ((int)strlen(s) != L)
+                return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' = \"%s\" has %zu letters; num_hidden_layers is %d", file, key, s, strlen(s), L);
+            for (int l = 0; l < L; l++) {
+                if (s[l] != 'F' && s[l] != 'S')
+                    return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' letter %d is '%c'; each must be F (full) or S (shared)", file, key, l, s[l]);
+                full[l] = s[l] == 'F';
+            }
+        } else {
+            if (!json_is_array(types) || (int)json_array_size(types) != L)
+                return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s' must be a list of %d entries (num_hidden_layers), not %s of %zu", file, key, L,
+                                 json_is_array(types) ? "a list" : "a non-list", json_is_array(types) ? json_array_size(types) : (size_t)0);
+            for (int l = 0; l < L; l++) {
+                const char *t = json_string_value(json_array_get(types, (size_t)l));
+                if (!t || (strcmp(t, "full") != 0 && strcmp(t, "shared") != 0))
+                    return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s[%d]' = %s is not a known indexer type (\"full\" or \"shared\")", file, key, l,
+                                     t ? t : "(not a string)");
+                full[l] = strcmp(t, "full") == 0;
+            }
+        }
+    } else {
+        int freq, offset;
+        KILN_TRY(kiln_cfg_int_opt(cfg, file, "index_topk_freq", -(1 << 20), 1 << 20, 1, &freq));
+        KILN_TRY(kiln_cfg_int_opt(cfg, file, "index_skip_topk_offset", -(1 << 20), 1 << 20, 2, &offset));
+        if (freq < 1) freq = 1;
+        for (int l = 0; l < L; l++) {
+            int k = l - offset + 1;
+            full[l] = (k > 0 ? k : 0) % freq == 0;
+        }
+    }
+    if (L > 0 && !full[0])
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s': layer 0 is \"shared\" but a shared layer reuses the selection of an earlier full layer", file, key);
+    return KILN_OK;
+}
+
+/* DSA fields of deepseek_v32 / glm_moe_dsa (after the MLA fields). */
+static kiln_status dsa_read(struct kiln_model *m, json_t *cfg, const char *file, int glm) {
+    kiln_arch_model *am = m->arch_state;
+    kiln_arch_hp *ah = &am->hp;
+    kiln_mla_cfg *c = &ah->mla;
+    c->dsa = 1;
+    KILN_TRY(kiln_cfg_int(cfg, file, "index_n_heads", 1, 4096, &c->idx_heads));
+    KILN_TRY(kiln_cfg_int(cfg, file, "index_head_dim", 1, 1 << 16, &c->idx_dim));
+    KILN_TRY(kiln_cfg_int(cfg, file, "index_topk", -(1 << 30), 1 << 30, &c->idx_topk));
+    if (c->idx_topk <= 0) return kiln_fail(KILN_ERR_FORMAT, "%s: field 'index_topk' = %d must be at least 1", file, c->idx_topk);
+    if (c->idx_dim % 128 || (c->idx_dim & (c->idx_dim - 1)))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: field 'index_head_dim' = %d: the indexer's Hadamard rotation and FP8 blocks of 128 need a "
+                         "power of two of at least 128", file, c->idx_dim);
+    if (c->idx_dim < c->qk_rope)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field 'index_head_dim' = %d is smaller than qk_rope_head_dim = %d (the indexer's rotated part)", file,
+                         c->idx_dim, c->qk_rope);
+    if (c->kv_lora_rank % 128)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: field 'kv_lora_rank' = %d: the latent's FP8 rounding works in blocks of 128 values", file,
+                         c->kv_lora_rank);
+    if (c->q_lora_rank <= 0)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: field 'q_lora_rank' is null: the indexer reads the low-rank query (q_lora_rank required)", file);
+    int inter;
+    KILN_TRY(kiln_cfg_bool_opt(cfg, file, "indexer_rope_interleave", glm, &inter));
+    c->idx_rope = ah->rope;
+    c->idx_rope.style = inter ? KILN_ROPE_NORM : KILN_ROPE_NEOX;
+    c->idx_norm_eps = 1e-6f; /* indexer.k_norm: LayerNorm(head_dim) with the default eps of both codes */
+    /* GLM-5's q_a / kv_a RMSNorms use rms_norm_eps (1e-5) in the engines that serve it (vLLM, SGLang);
+     * transformers' GlmMoeDsaRMSNorm(q_lora_rank) falls back to 1e-6 (docs/DSA.md: differences) */
+    if (glm) c->lora_eps = m->hp.norm_eps;
+    ah->idx_full = kiln_model_own(m, calloc((size_t)m->hp.n_layers, 1));
+    if (!ah->idx_full) return kiln_fail_oom(m->path, "indexer layer flags (num_hidden_layers)", (unsigned long long)m->hp.n_layers);
+    KILN_TRY(dsa_layer_types(m, cfg, file, ah->idx_full));
+    m->hp.head_dim = c->kv_lora_rank + c->qk_rope + c->idx_dim;
+    m->hp.kv_dsa = 1;
+    return KILN_OK;
+}
 
 static kiln_status mla_read(struct kiln_model *m, json_t *top, const char *file) {
     kiln_hparams *hp = &m->hp;
@@ -67,6 +161,7 @@ static kiln_status mla_read(struct kiln_model *m, json_t *top, const char *file)
     hp->kv_v_shares_k = 1;
     hp->rope_theta = (float)theta;
     hp->rotary_dim = c->qk_rope;
+    if (mt && (!strcmp(mt, "deepseek_v32") || !strcmp(mt, "glm_moe_dsa"))) return dsa_read(m, cfg, file, !strcmp(mt, "glm_moe_dsa"));
     return KILN_OK;
 }
 
@@ -102,6 +197,15 @@ static kiln_status mla_bind(struct kiln_model *m) {
         KILN_TRY(kiln_bind_linear(m, P("self_attn.kv_b_proj"), H * (c->qk_nope + c->v_head), c->kv_lora_rank, &A->wkv_b));
         KILN_TRY(kiln_bind_linear(m, P("self_attn.o_proj"), D, H * c->v_head, &A->wo));
         KILN_TRY(kiln_mla_absorb(m, c, A));
+        if (c->dsa && ah->idx_full[l]) {
+            const int64_t Hi = c->idx_heads, d = c->idx_dim;
+            A->idx_full = 1;
+            KILN_TRY(kiln_bind_linear(m, P("self_attn.indexer.wq_b"), Hi * d, c->q_lora_rank, &A->iwq_b));
+            KILN_TRY(kiln_bind_linear(m, P("self_attn.indexer.wk"), d, D, &A->iwk));
+            KILN_TRY(kiln_arch_vec(m, P("self_attn.indexer.k_norm.weight"), d, &A->ik_norm_w));
+            KILN_TRY(kiln_arch_vec(m, P("self_attn.indexer.k_norm.bias"), d, &A->ik_norm_b));
+            KILN_TRY(kiln_bind_linear(m, P("self_attn.indexer.weights_proj"), Hi, D, &A->iw_proj));
+        }
         char mp[96];
         snprintf(mp, sizeof mp, "%smodel.layers.%d.mlp.", pre, l);
         if (ah->is_moe[l]) KILN_TRY(kiln_arch_bind_moe(m, mp, L));
@@ -113,4 +217,6 @@ static kiln_status mla_bind(struct kiln_model *m) {
 
 const kiln_arch kiln_arch_deepseek_v3 = {"deepseek_v3", {"deepseek_v3"}, {"DeepseekV3ForCausalLM"}, mla_read, mla_bind, kiln_mkmodel_arch, NULL, NULL, 0};
 const kiln_arch kiln_arch_kimi_k2 = {"kimi_k2", {"kimi_k2", "kimi_k25"}, {"KimiK25ForConditionalGeneration"}, mla_read, mla_bind, kiln_mkmodel_arch, NULL, NULL, 0};
+const kiln_arch kiln_arch_deepseek_v32 = {"deepseek_v32", {"deepseek_v32"}, {"DeepseekV32ForCausalLM"}, mla_read, mla_bind, kiln_mkmodel_arch, NULL, NULL, 0};
+const kiln_arch kiln_arch_glm_moe_dsa = {"glm_moe_dsa", {"glm_moe_dsa"}, {"GlmMoeDsaForCausalLM"}, mla_read, mla_bind, kiln_mkmodel_arch, NULL, NULL, 0};
 const kiln_arch kiln_arch_glm4_moe_lite = {"glm4_moe_lite", {"glm4_moe_lite"}, {"Glm4MoeLiteForCausalLM"}, mla_read, mla_bind, kiln_mkmodel_arch, NULL, NULL, 0};

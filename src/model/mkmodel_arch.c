@@ -1,5 +1,5 @@
 /* mkmodel_arch.c — synthetic checkpoints for the GLM / DeepSeek / Kimi architectures
- * (`kiln mkmodel --arch chatglm|glm4|glm4_moe|deepseek_v3|kimi_k2|glm4_moe_lite --preset ...`).
+ * (`kiln mkmodel --arch chatglm|glm4|glm4_moe|deepseek_v3|kimi_k2|glm4_moe_lite|deepseek_v32|glm_moe_dsa --preset ...`).
  *
  * Writes config.json with the fields of the official configs and model.safetensors with the
  * official tensor names, deterministic uniform weights (std 1/sqrt(fan_in) for matrices, 1 ± 0.1
@@ -13,6 +13,11 @@
  *                768/512/192/64/256, 64 experts top-4 of 1536), 2 layers (1 dense + 1 MoE), vocab 4096.
  *   kimi-k2      kimi_k2 with Kimi K2's per-layer shapes (hidden 7168, 64 heads, MLA 1536/512/128/64/128,
  *                experts of 2048, top-8) but 16 experts and 2 layers (1 dense + 1 MoE), vocab 4096.
+ *   tiny (deepseek_v32, glm_moe_dsa)  sparse attention with index_topk 16, 16 indexer heads of 128;
+ *   tiny-shared  glm_moe_dsa with 4 layers, indexer_types full, shared, shared, full (GLM-5.2's
+ *                cross-layer sharing).
+ *   glm52        glm_moe_dsa with GLM-5's per-layer shapes (hidden 6144, 64 heads, MLA 2048/512/192/64/256,
+ *                indexer 32 × 128 top-2048, experts of 2048 top-8) but 16 experts, 2 layers, vocab 4096.
  * Shape keys from the command line override the preset: dim, layers, heads, kv-heads, head-dim,
  * ffn, vocab, seq. */
 #include "model/arch.h"
@@ -37,29 +42,42 @@ typedef struct ashape {
     double routed_scale;
     double yarn_factor, beta_fast, beta_slow, mscale, mscale_all_dim;   /* yarn_factor 0 = none */
     int orig_ctx;
+    int idx_heads, idx_dim, idx_topk; /* DSA (deepseek_v32, glm_moe_dsa) */
+    const char *idx_pattern;          /* glm_moe_dsa indexer_types as F/S letters, NULL = every layer full */
 } ashape;
 
 static const ashape presets[] = {
     /* arch, preset, dim, L, H, KV, hd, ffn, vocab, seq, partial, theta, bias, qknorm,
        q_lora, kv_lora, nope, rope, v, E, k, shared, moe_ffn, first_dense, n_group, topk_group, nextn, rsf,
-       yarn factor, beta_fast, beta_slow, mscale, mscale_all_dim, orig_ctx */
-    {"chatglm", "tiny", 64, 2, 4, 2, 32, 96, 256, 256, 0.5, 5000000, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"glm4", "tiny", 64, 2, 4, 2, 32, 96, 256, 256, 0.5, 10000, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"glm4_moe", "tiny", 64, 3, 4, 2, 32, 128, 256, 256, 0.5, 10000, 1, 1, 0, 0, 0, 0, 0, 16, 4, 1, 32, 1, 4, 2, 1, 2.5, 0, 0, 0, 0, 0, 0},
+       yarn factor, beta_fast, beta_slow, mscale, mscale_all_dim, orig_ctx, idx_heads, idx_dim, idx_topk, idx_pattern */
+    {"chatglm", "tiny", 64, 2, 4, 2, 32, 96, 256, 256, 0.5, 5000000, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL},
+    {"glm4", "tiny", 64, 2, 4, 2, 32, 96, 256, 256, 0.5, 10000, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL},
+    {"glm4_moe", "tiny", 64, 3, 4, 2, 32, 128, 256, 256, 0.5, 10000, 1, 1, 0, 0, 0, 0, 0, 16, 4, 1, 32, 1, 4, 2, 1, 2.5, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL},
     {"deepseek_v3", "tiny", 64, 3, 4, 4, 0, 128, 256, 256, 1.0, 10000, 0, 0, 0, 32, 16, 8, 16, 16, 4, 1, 32, 1, 4, 2, 1, 2.5, 40, 32, 1,
-     1.0, 0.8, 4096},
+     1.0, 0.8, 4096, 0, 0, 0, NULL},
     {"kimi_k2", "tiny", 64, 3, 4, 4, 0, 128, 256, 256, 1.0, 50000, 0, 0, 32, 512, 32, 64, 32, 8, 4, 1, 32, 1, 1, 1, 0, 2.827, 32, 1, 1,
-     1.0, 1.0, 4096},
+     1.0, 1.0, 4096, 0, 0, 0, NULL},
     {"glm4_moe_lite", "tiny", 64, 3, 4, 4, 0, 128, 256, 256, 1.0, 1000000, 0, 0, 32, 32, 24, 8, 32, 16, 4, 1, 32, 1, 1, 1, 1, 1.8, 0,
-     0, 0, 0, 0, 0},
+     0, 0, 0, 0, 0, 0, 0, 0, NULL},
     {"glm4_moe_lite", "glm47-flash", 2048, 2, 20, 20, 0, 10240, 4096, 4096, 1.0, 1000000, 0, 0, 768, 512, 192, 64, 256, 64, 4, 1, 1536, 1,
-     1, 1, 0, 1.8, 0, 0, 0, 0, 0, 0},
+     1, 1, 0, 1.8, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL},
+    /* DSA: index_topk 16 so that a 64-token prompt selects a strict subset; 16 indexer heads so that
+     * an all-ReLU-zero score (a tie) is rare (2^-16 per position) */
+    {"deepseek_v32", "tiny", 64, 3, 4, 4, 0, 128, 256, 256, 1.0, 10000, 0, 0, 32, 128, 16, 16, 16, 16, 4, 1, 32, 1, 4, 2, 1, 2.5, 40, 32, 1,
+     1.0, 1.0, 4096, 16, 128, 16, NULL}, /* mscale = mscale_all_dim = 1 as the released config */
+    {"glm_moe_dsa", "tiny", 64, 3, 4, 4, 0, 128, 256, 256, 1.0, 1000000, 0, 0, 32, 128, 24, 16, 32, 16, 4, 1, 32, 1, 1, 1, 1, 2.5, 0,
+     0, 0, 0, 0, 0, 16, 128, 16, NULL},
+    {"glm_moe_dsa", "tiny-shared", 64, 4, 4, 4, 0, 128, 256, 256, 1.0, 1000000, 0, 0, 32, 128, 24, 16, 32, 16, 4, 1, 32, 1, 1, 1, 1, 2.5, 0,
+     0, 0, 0, 0, 0, 16, 128, 16, "FSSF"},
+    {"glm_moe_dsa", "glm52", 6144, 2, 64, 64, 0, 12288, 4096, 4096, 1.0, 1000000, 0, 0, 2048, 512, 192, 64, 256, 16, 8, 1, 2048, 1, 1, 1, 0,
+     2.5, 0, 0, 0, 0, 0, 0, 32, 128, 2048, NULL},
     {"kimi_k2", "kimi-k2", 7168, 2, 64, 64, 0, 18432, 4096, 4096, 1.0, 50000, 0, 0, 1536, 512, 128, 64, 128, 16, 8, 1, 2048, 1, 1, 1, 0,
-     2.827, 32, 1, 1, 1.0, 1.0, 4096},
+     2.827, 32, 1, 1, 1.0, 1.0, 4096, 0, 0, 0, NULL},
 };
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
 
-static int is_mla(const char *a) { return !strcmp(a, "deepseek_v3") || !strcmp(a, "kimi_k2") || !strcmp(a, "glm4_moe_lite"); }
+static int is_dsa(const char *a) { return !strcmp(a, "deepseek_v32") || !strcmp(a, "glm_moe_dsa"); }
+static int is_mla(const char *a) { return !strcmp(a, "deepseek_v3") || !strcmp(a, "kimi_k2") || !strcmp(a, "glm4_moe_lite") || is_dsa(a); }
 static int is_moe(const char *a) { return is_mla(a) || !strcmp(a, "glm4_moe"); }
 
 static kiln_status parse(const char *arch, const char *spec, ashape *s) {
@@ -315,6 +333,14 @@ static void layer_mla(tlist *t, const ashape *s, int l, int moe) {
     NORM(P("self_attn.kv_a_layernorm.weight"), s->kv_lora);
     W(P("self_attn.kv_b_proj.weight"), H * (s->nope + s->v), s->kv_lora);
     W(P("self_attn.o_proj.weight"), s->dim, H * s->v);
+    /* DSA: the indexer of a "full" layer (MTP layers past the pattern have one too) */
+    if (s->idx_heads && (!s->idx_pattern || l >= (int)strlen(s->idx_pattern) || s->idx_pattern[l] == 'F')) {
+        W(P("self_attn.indexer.wq_b.weight"), s->idx_heads * s->idx_dim, s->q_lora);
+        W(P("self_attn.indexer.wk.weight"), s->idx_dim, s->dim);
+        NORM(P("self_attn.indexer.k_norm.weight"), s->idx_dim);
+        BIAS(P("self_attn.indexer.k_norm.bias"), s->idx_dim);
+        W(P("self_attn.indexer.weights_proj.weight"), s->idx_heads, s->dim);
+    }
     NORM(P("post_attention_layernorm.weight"), s->dim);
     add_ffn(t, s, l, moe);
 #undef P
@@ -401,8 +427,12 @@ static json_t *config(const ashape *s, const char *dtype) {
                 moe_fields(c, s);
             }
         } else { /* MLA */
-            int lite = !strcmp(a, "glm4_moe_lite");
-            json_object_set_new(c, "architectures", jarch(lite ? "Glm4MoeLiteForCausalLM" : "DeepseekV3ForCausalLM"));
+            /* glm4_moe_lite and glm_moe_dsa: GLM's config style (rope_parameters, eps 1e-5) */
+            int lite = !strcmp(a, "glm4_moe_lite") || !strcmp(a, "glm_moe_dsa");
+            json_object_set_new(c, "architectures", jarch(!strcmp(a, "glm_moe_dsa")    ? "GlmMoeDsaForCausalLM"
+                                                          : !strcmp(a, "deepseek_v32") ? "DeepseekV32ForCausalLM"
+                                                          : lite                       ? "Glm4MoeLiteForCausalLM"
+                                                                                       : "DeepseekV3ForCausalLM"));
             SS("model_type", a);
             SB("attention_bias", 0);
             if (s->q_lora) SI("q_lora_rank", s->q_lora);
@@ -438,6 +468,17 @@ static json_t *config(const ashape *s, const char *dtype) {
             } else if (!lite) {
                 json_object_set_new(c, "rope_scaling", json_null());
             }
+            if (s->idx_heads) {
+                SI("index_n_heads", s->idx_heads);
+                SI("index_head_dim", s->idx_dim);
+                SI("index_topk", s->idx_topk);
+                if (!strcmp(a, "glm_moe_dsa")) SB("indexer_rope_interleave", 1);
+                if (s->idx_pattern) {
+                    json_t *v = json_array();
+                    for (const char *q = s->idx_pattern; *q; q++) json_array_append_new(v, json_string(*q == 'F' ? "full" : "shared"));
+                    json_object_set_new(c, "indexer_types", v);
+                }
+            }
         }
     }
     SS("torch_dtype", dtype);
@@ -447,7 +488,7 @@ static json_t *config(const ashape *s, const char *dtype) {
 
 kiln_status kiln_mkmodel_arch(const char *arch, const char *spec, const char *dtype, uint64_t seed, const char *out_dir) {
     if (!kiln_arch_find(arch, NULL) || !strcmp(arch, "kimi_k25"))
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "mkmodel: --arch '%s' is not supported (known: llama, chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2, glm4_moe_lite)",
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "mkmodel: --arch '%s' is not supported (known: llama, chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2, glm4_moe_lite, deepseek_v32, glm_moe_dsa)",
                          arch);
     kiln_dtype dt;
     if (!strcmp(dtype, "f32")) dt = KILN_DT_F32;

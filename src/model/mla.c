@@ -2,13 +2,14 @@
 #include "model/mla.h"
 #include "model/model.h"
 #include "base/status.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 kiln_status kiln_mla_ws_init(kiln_mla_ws *ws, const kiln_backend *be, const kiln_mla_cfg *c, int max_tokens) {
     memset(ws, 0, sizeof *ws);
     ws->max_tokens = max_tokens;
-    size_t T = (size_t)max_tokens, H = (size_t)c->n_heads, row = (size_t)(c->kv_lora_rank + c->qk_rope);
+    size_t T = (size_t)max_tokens, H = (size_t)c->n_heads, row = (size_t)kiln_mla_row(c);
     size_t qd = H * (size_t)(c->qk_nope + c->qk_rope);
     size_t g = (size_t)(c->kv_lora_rank > c->qk_nope ? c->kv_lora_rank : c->qk_nope);
     if ((size_t)c->v_head > g) g = (size_t)c->v_head;
@@ -21,7 +22,15 @@ kiln_status kiln_mla_ws_init(kiln_mla_ws *ws, const kiln_backend *be, const kiln
     ws->ov = kiln_be_alloc(be, T * H * (size_t)c->v_head * sizeof(float));
     ws->gin = kiln_be_alloc(be, T * g * sizeof(float));
     ws->gout = kiln_be_alloc(be, T * g * sizeof(float));
-    if (!ws->qa || !ws->q || !ws->kva || !ws->lat || !ws->qabs || !ws->olat || !ws->ov || !ws->gin || !ws->gout) {
+    int dsa_ok = 1;
+    if (c->dsa) {
+        ws->qi = kiln_be_alloc(be, T * (size_t)c->idx_heads * (size_t)c->idx_dim * sizeof(float));
+        ws->iw = kiln_be_alloc(be, T * (size_t)c->idx_heads * sizeof(float));
+        ws->sel = calloc(T * (size_t)c->idx_topk, sizeof *ws->sel);
+        ws->nsel = calloc(T, sizeof *ws->nsel);
+        dsa_ok = ws->qi && ws->iw && ws->sel && ws->nsel;
+    }
+    if (!dsa_ok || !ws->qa || !ws->q || !ws->kva || !ws->lat || !ws->qabs || !ws->olat || !ws->ov || !ws->gin || !ws->gout) {
         kiln_mla_ws_free(ws, be);
         return kiln_fail(KILN_ERR_NOMEM, "out of memory allocating MLA scratch (%d tokens, %d heads)", max_tokens, c->n_heads);
     }
@@ -29,9 +38,11 @@ kiln_status kiln_mla_ws_init(kiln_mla_ws *ws, const kiln_backend *be, const kiln
 }
 
 void kiln_mla_ws_free(kiln_mla_ws *ws, const kiln_backend *be) {
-    float *bufs[] = {ws->qa, ws->q, ws->kva, ws->lat, ws->qabs, ws->olat, ws->ov, ws->gin, ws->gout};
+    float *bufs[] = {ws->qa, ws->q, ws->kva, ws->lat, ws->qabs, ws->olat, ws->ov, ws->gin, ws->gout, ws->qi, ws->iw};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) kiln_be_free(be, bufs[i]);
+    free(ws->sel);
+    free(ws->nsel);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -65,8 +76,9 @@ kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, cons
                              int layer, kiln_kv_seq *const *seq, const int *pos, const float *X, int n, const float *cs, float *Y,
                              kiln_mla_ws *ws) {
     const int H = c->n_heads, r = c->kv_lora_rank, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head;
-    const int qh = dn + dr, row = r + dr;
+    const int qh = dn + dr, row = kiln_mla_row(c), krow = r + dr; /* cached row; latent projection row */
     if (n < 1 || n > ws->max_tokens) return kiln_fail(KILN_ERR_INTERNAL, "mla: batch of %d tokens (max %d)", n, ws->max_tokens);
+    if (c->dsa && !L->idx_full && layer == 0) return kiln_fail(KILN_ERR_INTERNAL, "mla: layer 0 reuses an indexer selection that does not exist");
     if (pool->cfg.n_kv_heads != 1 || pool->cfg.k_dim != row || pool->cfg.v_dim < r)
         return kiln_fail(KILN_ERR_INTERNAL, "mla: KV pool rows are %d heads × %d (K) / %d (V) values; the latent needs 1 × %d with V >= %d",
                          pool->cfg.n_kv_heads, pool->cfg.k_dim, pool->cfg.v_dim, row, r);
@@ -88,21 +100,47 @@ kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, cons
     }
     /* latents [n, r + dr]: RMSNorm over the c part, RoPE over the shared k_pe part */
     for (int i = 0; i < n; i++) {
-        const float *src = ws->kva + (size_t)i * row;
+        const float *src = ws->kva + (size_t)i * krow;
         float *lat = ws->lat + (size_t)i * row;
         kiln_be_rmsnorm(be, lat, src, L->kv_a_norm, 1, r, c->lora_eps);
+        /* DSA: the official code rounds the normed latent through FP8 (per 128, power-of-two
+         * scales) before caching it: its FP8 KV cache, simulated in bf16 */
+        if (c->dsa) be->ops->fp8_round(be, lat, 1, r, 0);
         memcpy(lat + r, src + r, (size_t)dr * sizeof(float));
     }
     be->ops->rope(be, rope, ws->lat + r, n, row, 1, dr, cs);
     be->ops->rope(be, rope, ws->q + dn, n, (int64_t)H * qh, H, qh, cs);
     /* absorbed queries [n, H, r + dr]: q_abs_h = [W_UK_hᵀ q_nope_h, q_pe_h] */
-    be->ops->matmul_heads(be, L->ukt, H, n, ws->q, (int64_t)H * qh, qh, ws->qabs, (int64_t)H * row, row, ws->gin, ws->gout);
+    be->ops->matmul_heads(be, L->ukt, H, n, ws->q, (int64_t)H * qh, qh, ws->qabs, (int64_t)H * krow, krow, ws->gin, ws->gout);
     for (int i = 0; i < n; i++)
         for (int h = 0; h < H; h++)
-            memcpy(ws->qabs + ((size_t)i * H + h) * row + r, ws->q + (size_t)i * H * qh + (size_t)h * qh + dn, (size_t)dr * sizeof(float));
+            memcpy(ws->qabs + ((size_t)i * H + h) * krow + r, ws->q + (size_t)i * H * qh + (size_t)h * qh + dn, (size_t)dr * sizeof(float));
+    if (c->dsa && L->idx_full) { /* the indexer's key of each token goes into its cached row; its query and head weights */
+        const int Hi = c->idx_heads, d = c->idx_dim;
+        for (int i = 0; i < n; i++) /* ki [n, d] straight into the row's last d values */
+            kiln_be_matmul(be, &L->iwk, X + (size_t)i * c->dim, ws->lat + (size_t)i * row + krow, 1);
+        for (int i = 0; i < n; i++) {
+            float *ki = ws->lat + (size_t)i * row + krow;
+            be->ops->layernorm(be, ki, ki, L->ik_norm_w, L->ik_norm_b, 1, d, c->idx_norm_eps);
+        }
+        kiln_be_matmul(be, &L->iwq_b, ws->qa, ws->qi, n);
+        kiln_be_matmul(be, &L->iw_proj, X, ws->iw, n);
+        be->ops->rope(be, &c->idx_rope, ws->qi, n, (int64_t)Hi * d, Hi, d, cs);
+        be->ops->rope(be, &c->idx_rope, ws->lat + krow, n, row, 1, d, cs);
+        be->ops->fp8_round(be, ws->qi, n * Hi, d, 1);
+        for (int i = 0; i < n; i++) be->ops->fp8_round(be, ws->lat + (size_t)i * row + krow, 1, d, 1);
+    }
     /* store every token's latent, then attend (token i sees positions [0, pos[i]] of its sequence) */
     be->ops->kv_store(be, pool, seq, pos, n, layer, ws->lat, row, pool->cfg.v_shares_k ? NULL : ws->lat, row);
-    be->ops->kv_attend(be, pool, layer, n, seq, pos, ws->qabs, H, c->scale, ws->olat);
+    if (c->dsa) {
+        if (L->idx_full) /* w · Hi^-1/2 · d^-1/2: weights_proj's scale and the indexer's softmax scale */
+            be->ops->kv_index_topk(be, pool, layer, n, seq, pos, ws->qi, c->idx_heads, c->idx_dim, krow, ws->iw,
+                                   1.0f / sqrtf((float)c->idx_heads) / sqrtf((float)c->idx_dim), c->idx_topk, ws->sel, ws->nsel);
+        be->ops->kv_attend_sparse(be, pool, layer, n, seq, pos, ws->sel, ws->nsel, c->idx_topk, ws->qabs, H, krow, c->scale, !L->idx_full,
+                                  ws->olat);
+    } else {
+        be->ops->kv_attend(be, pool, layer, n, seq, pos, ws->qabs, H, c->scale, ws->olat);
+    }
     /* o_h = W_UV_h o_lat_h → ov [n, H, dv] */
     be->ops->matmul_heads(be, L->uv, H, n, ws->olat, (int64_t)H * ostride, ostride, ws->ov, (int64_t)H * dv, dv, ws->gin, ws->gout);
     kiln_be_matmul(be, &L->wo, ws->ov, Y, n);

@@ -13,7 +13,23 @@
  * which equals the expanded form k_h = [W_UK_h c, k_pe], v_h = W_UV_h c of the official code.
  * scale = 1/sqrt(dn + dr) × yarn_get_mscale(factor, mscale_all_dim)².
  * The KV pool holds one row of r + dr values per token per layer (n_kv_heads 1, head_dim r + dr).
- * W_UK_hᵀ and W_UV_h are float32 copies made at bind time from kv_b_proj (any storage format). */
+ * W_UK_hᵀ and W_UV_h are float32 copies made at bind time from kv_b_proj (any storage format).
+ *
+ * DeepSeek sparse attention (DSA: deepseek_v32, glm_moe_dsa; docs/DSA.md), as DeepSeek-V3.2's
+ * official inference code (inference/model.py, kernel.py) defines it:
+ *   c      ← FP8 round trip of rmsnorm(c) per 128 values (power-of-two scales, act_quant ue8m0)
+ *   the lightning indexer (Hi heads of d values, d = index_head_dim):
+ *     qi   = indexer.wq_b(qr)                 [Hi, d], qr = q_a_layernorm(q_a_proj x)
+ *     ki   = indexer.k_norm(indexer.wk x)     [d]   (LayerNorm with bias, eps 1e-6)
+ *     RoPE over the first qk_rope values of each (NEOX pairs for deepseek_v32, adjacent pairs
+ *     when indexer_rope_interleave), then the Hadamard rotation H/sqrt(d) and the FP8 round trip
+ *     of qi and ki (one power-of-two scale per 128 values)
+ *     w    = indexer.weights_proj x · Hi^-1/2 · d^-1/2     [Hi]
+ *     score_t = Σ_h w_h · relu(qi_h · ki_t) over the positions t <= pos; the top index_topk
+ *   attention of every head over the selected positions only (the absorbed form above).
+ * The cached row grows to [c (r) | k_pe (dr) | ki (d)]: one pool, one block table, one seal per
+ * page slice for both (kv/kv_sparse.c). Layers whose indexer_types entry is "shared" (GLM-5.2)
+ * have no indexer and reuse the selection of the last "full" layer before them. */
 #ifndef KILN_MODEL_MLA_H
 #define KILN_MODEL_MLA_H
 #include "backend/backend.h"
@@ -22,7 +38,15 @@ typedef struct kiln_mla_cfg {
     int dim, n_heads, q_lora_rank /* 0 = q_proj */, kv_lora_rank, qk_nope, qk_rope, v_head;
     float scale;       /* softmax scale */
     float lora_eps;    /* eps of q_a_layernorm / kv_a_layernorm (the official code uses the RMSNorm default 1e-6) */
+    /* DSA (dsa = 1): indexer heads, head size, top-k, k_norm eps, and its RoPE (the model's
+     * frequencies with the indexer's own pair layout) */
+    int dsa, idx_heads, idx_dim, idx_topk;
+    float idx_norm_eps;
+    kiln_rope idx_rope;
 } kiln_mla_cfg;
+
+/* Values per cached row: r + dr, and the indexer key after them under DSA. */
+static inline int kiln_mla_row(const kiln_mla_cfg *c) { return c->kv_lora_rank + c->qk_rope + (c->dsa ? c->idx_dim : 0); }
 
 typedef struct kiln_mla_layer {
     kiln_weight wq_a, wq_b;     /* [q_lora, dim], [H·(dn+dr), q_lora] (q_lora_rank > 0) */
@@ -34,11 +58,20 @@ typedef struct kiln_mla_layer {
     kiln_weight *ukt;           /* [H] float32 views [r, dn]: W_UK_hᵀ */
     kiln_weight *uv;            /* [H] float32 views [dv, r]: W_UV_h */
     kiln_weight wo;             /* [dim, H·dv] */
+    /* DSA: idx_full = this layer runs its own indexer (else it reuses the previous selection) */
+    int idx_full;
+    kiln_weight iwq_b;          /* [Hi·d, q_lora] */
+    kiln_weight iwk;            /* [d, dim] */
+    kiln_weight iw_proj;        /* [Hi, dim] */
+    const float *ik_norm_w, *ik_norm_b; /* [d] */
 } kiln_mla_layer;
 
 typedef struct kiln_mla_ws {
     int max_tokens;
     float *qa, *q, *kva, *lat, *qabs, *olat, *ov, *gin, *gout;
+    float *qi, *iw;             /* DSA: indexer queries [T, Hi·d], head weights [T, Hi] */
+    int32_t *sel;               /* DSA: selected positions [T, topk] (kept for the "shared" layers after) */
+    int *nsel;                  /* [T] */
 } kiln_mla_ws;
 
 /* Scratch for up to max_tokens tokens; the float buffers come from the backend. */

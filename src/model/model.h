@@ -36,6 +36,10 @@ typedef struct kiln_hparams {
      * kv_v_shares_k = 1 (V is the first kv_v_dim values of the K row; nothing else need be stored). */
     int kv_v_dim;
     int kv_v_shares_k;
+    /* DSA (deepseek_v32, glm_moe_dsa): the row is [latent | indexer key], both already rounded by the
+     * model to FP8 with power-of-two scales per 128 values (docs/DSA.md); F32 and BF16 pools hold
+     * those values exactly, an FP8 pool with one scale per layer would round them a second time. */
+    int kv_dsa;
 } kiln_hparams;
 
 

@@ -41,7 +41,7 @@ def reference_logits(d, ids, kv="f32", scales=None):
             out = ref_glm.chatglm_forward(t, cfg, ids)
         elif mt == "glm4_moe":
             out = ref_glm4_moe.glm4_moe_forward(t, cfg, ids, stats)
-        elif mt in ("deepseek_v3", "kimi_k2", "kimi_k25", "glm4_moe_lite"):
+        elif mt in ("deepseek_v3", "kimi_k2", "kimi_k25", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa"):
             out = ref_deepseek.deepseek_forward(t, cfg, ids, stats)
         else:
             raise ValueError("no reference for model_type " + mt)

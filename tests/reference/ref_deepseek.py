@@ -6,9 +6,12 @@ GLM-4.7-Flash's Glm4MoeLite use): the expanded (non-absorbed) attention
   rope (rope_interleave: interleave then rotate_half) with YaRN cos/sin scaling
   scaling = qk_head_dim^-0.5 × yarn_get_mscale(factor, mscale_all_dim)²
 and DeepseekV3MoE routing. q_a_layernorm / kv_a_layernorm use the RMSNorm default eps 1e-6.
-A kimi_k25 config is read through text_config with tensors under "language_model."."""
+A kimi_k25 config is read through text_config with tensors under "language_model.".
+deepseek_v32 / glm_moe_dsa add DeepSeek sparse attention: ref_dsa.py (the official inference code's
+indexer and FP8 steps); GLM-5's q_a / kv_a norms use rms_norm_eps as vLLM and SGLang do."""
 import torch
 
+import ref_dsa
 from ref_common import (causal_attention, cos_sin, default_inv_freq, kv_round, linear, moe_block, moe_layers, rms_norm, rotate_half,
                         swiglu_mlp, yarn_get_mscale, yarn_inv_freq)
 
@@ -55,6 +58,11 @@ def deepseek_forward(t, cfg, ids, stats):
         return x * cos + rotate_half(x) * sin
 
     sparse = moe_layers(cfg)
+    dsa = "index_topk" in cfg
+    glm_dsa = cfg.get("model_type") == "glm_moe_dsa"
+    lora_eps = eps if glm_dsa else 1e-6
+    full = ref_dsa.full_layers(cfg) if dsa else None
+    mask = None
     x = t["model.embed_tokens.weight"][torch.tensor(ids)]
     for l in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % l
@@ -63,12 +71,17 @@ def deepseek_forward(t, cfg, ids, stats):
         if ql is None:
             q = linear(h, t, a + "q_proj")
         else:
-            q = linear(rms_norm(linear(h, t, a + "q_a_proj"), t[a + "q_a_layernorm.weight"], 1e-6), t, a + "q_b_proj")
+            qr = rms_norm(linear(h, t, a + "q_a_proj"), t[a + "q_a_layernorm.weight"], lora_eps)
+            q = linear(qr, t, a + "q_b_proj")
         q = q.view(T, H, dn + dr).transpose(0, 1)
         q_pass, q_rot = torch.split(q, [dn, dr], dim=-1)
         ckv = linear(h, t, a + "kv_a_proj_with_mqa")
         k_pass, k_rot = torch.split(ckv, [r, dr], dim=-1)
-        c = rms_norm(k_pass, t[a + "kv_a_layernorm.weight"], 1e-6)
+        c = rms_norm(k_pass, t[a + "kv_a_layernorm.weight"], lora_eps)
+        if dsa:
+            c = ref_dsa.act_quant_roundtrip(c)  # the official code's FP8 latent
+            if full[l]:  # a "shared" layer keeps the previous full layer's mask
+                mask = ref_dsa.indexer_mask(t, a, cfg, h, qr, cos[:, : dr // 2], sin[:, : dr // 2], glm_dsa)
         q_rot, k_rot = rope_(q_rot), rope_(k_rot.view(1, T, dr))
         # what an engine caches: the latent row [c, k_rot] (one KV head); round it like the cache does
         store = _deinterleave if interleave else (lambda z: z)
@@ -79,7 +92,8 @@ def deepseek_forward(t, cfg, ids, stats):
         k_pass, v = torch.split(kv, [dn, dv], dim=-1)
         k_rot = k_rot.expand(H, T, dr)
         qs, ks = torch.cat((q_pass, q_rot), dim=-1), torch.cat((k_pass, k_rot), dim=-1)
-        o = causal_attention(qs, ks, v, scaling).transpose(0, 1).reshape(T, H * dv)
+        o = (ref_dsa.masked_attention(qs, ks, v, scaling, mask) if dsa else causal_attention(qs, ks, v, scaling))
+        o = o.transpose(0, 1).reshape(T, H * dv)
         x = x + linear(o, t, a + "o_proj")
         h = rms_norm(x, t[p + "post_attention_layernorm.weight"], eps)
         x = x + (moe_block(h, t, p + "mlp.", cfg, stats) if sparse[l] else swiglu_mlp(h, t, p + "mlp."))

@@ -542,6 +542,10 @@ const kiln_backend_ops kiln_backend_vulkan_ops = {
     .kv_store = vk_kv_store,
     .kv_attend = vk_kv_attend,
     .argmax = vk_argmax,
+    .layernorm = kiln_be_common_layernorm,
+    .fp8_round = kiln_be_common_fp8_round,
+    .kv_index_topk = kiln_be_common_kv_index_topk,
+    .kv_attend_sparse = kiln_be_common_kv_attend_sparse,
 };
 
 /* ---- lifetime ------------------------------------------------------------------------------------ */

@@ -1,0 +1,273 @@
+/* kv_sparse.c — DeepSeek sparse attention over the paged MLA pool (kv.h: kiln_kv_index_topk_cx,
+ * kiln_kv_attend_sparse_cx; the model side is model/mla.c, the semantics docs/DSA.md).
+ *
+ * Row layout of a DSA pool (n_kv_heads 1, v_shares_k): [c (kv_lora_rank) | k_pe (qk_rope) |
+ * indexer key (index_head_dim)], one row per token per layer. c and the indexer key hold values
+ * that the model already rounded to FP8 E4M3 with power-of-two scales per 128 values, which F32
+ * and BF16 storage keep exactly.
+ *
+ * Both ops are written for clarity first (rows dequantized through kiln_kv_read_row_part, scalar
+ * dot products): the indexer scan costs Hi·d multiply-adds per position and the sparse attention
+ * reads topk rows whatever the context length, so decode attention is flat in context length
+ * beyond topk apart from the scan. Work is split over tokens (prefill) or heads (decode) on kiln's
+ * worker pool. */
+#include "kv/kv.h"
+#include "kv/integrity.h"
+#include "base/pool.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- top-k: a min-heap of the kept positions, "worse" = lower score, or equal score and later position */
+
+typedef struct { float s; int32_t t; } scored;
+
+static int worse(scored a, scored b) { return a.s < b.s || (a.s == b.s && a.t > b.t); }
+
+static void sift_down(scored *h, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && worse(h[l], h[m])) m = l;
+        if (r < n && worse(h[r], h[m])) m = r;
+        if (m == i) return;
+        scored x = h[i]; h[i] = h[m]; h[m] = x;
+        i = m;
+    }
+}
+
+static int cmp_pos(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The topk best of scores[0, n) that are not NaN / -inf (positions whose pages were not read), in
+ * increasing position order; returns how many. heap: room for topk entries. */
+static int select_topk(const float *scores, int n, int topk, scored *heap, int32_t *out) {
+    int k = 0;
+    for (int t = 0; t < n; t++) {
+        float s = scores[t];
+        if (!(s > -INFINITY)) continue; /* -inf and NaN */
+        scored c = {s, t};
+        if (k < topk) {
+            heap[k++] = c;
+            if (k == topk)
+                for (int i = k / 2 - 1; i >= 0; i--) sift_down(heap, k, i);
+        } else if (worse(heap[0], c)) {
+            heap[0] = c;
+            sift_down(heap, k, 0);
+        }
+    }
+    for (int i = 0; i < k; i++) out[i] = heap[i].t;
+    qsort(out, (size_t)k, sizeof *out, cmp_pos);
+    return k;
+}
+
+/* ---- the indexer scan ---- */
+
+/* The integrity walker (kiln_kv_integ_attend) hands back the span it was given: the scan's state
+ * starts with one, so the callback recovers it. */
+typedef struct {
+    kiln_kv_span sp;
+    const kiln_kv_pool *p;
+    const kiln_kv_seq *s;
+    int layer, Hi, d, off;
+    const float *qi, *w; /* [Hi, d], [Hi] of this token */
+    float *scores, *kbuf;
+} idx_scan;
+
+static void scan_range(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {
+    (void)rw;
+    const idx_scan *c = (const idx_scan *)sp;
+    for (int t = t0; t < t1; t++) {
+        kiln_kv_read_row_part(c->p, c->s, c->layer, t, 0, c->off, c->d, c->kbuf);
+        float sum = 0.0f;
+        for (int h = 0; h < c->Hi; h++) {
+            const float *q = c->qi + (size_t)h * c->d;
+            float dot = 0.0f;
+            for (int i = 0; i < c->d; i++) dot += q[i] * c->kbuf[i];
+            sum += c->w[h] * (dot > 0.0f ? dot : 0.0f);
+        }
+        c->scores[t] = sum;
+    }
+}
+
+typedef struct {
+    const kiln_kv_pool *p;
+    int layer, Hi, d, off, topk;
+    float w_scale;
+    kiln_kv_seq *const *seq;
+    const int *pos;
+    const float *qi, *w;
+    int32_t *sel;
+    int *nsel;
+} idx_job;
+
+static void index_token(void *arg, int64_t i) {
+    const idx_job *j = arg;
+    const int ctx = j->pos[i] + 1;
+    float *scores = malloc((size_t)ctx * sizeof *scores), *kbuf = malloc((size_t)j->d * sizeof *kbuf);
+    scored *heap = malloc((size_t)j->topk * sizeof *heap);
+    float *w = malloc((size_t)j->Hi * sizeof *w);
+    if (!scores || !kbuf || !heap || !w) { /* nothing selected: the step attends to nothing (cannot happen at these sizes) */
+        j->nsel[i] = 0;
+        free(scores); free(kbuf); free(heap); free(w);
+        return;
+    }
+    for (int t = 0; t < ctx; t++) scores[t] = -INFINITY;
+    idx_scan c;
+    memset(&c, 0, sizeof c);
+    c.p = j->p;
+    c.s = j->seq[i];
+    c.layer = j->layer;
+    c.Hi = j->Hi;
+    c.d = j->d;
+    c.off = j->off;
+    c.qi = j->qi + (size_t)i * j->Hi * j->d;
+    for (int h = 0; h < j->Hi; h++) w[h] = j->w[(size_t)i * j->Hi + h] * j->w_scale;
+    c.w = w;
+    c.scores = scores;
+    c.kbuf = kbuf;
+    if (j->p->integ) {
+        kiln_kv_rows rw;
+        memset(&rw, 0, sizeof rw);
+        rw.R = 1;
+        rw.lim[0] = ctx;
+        kiln_kv_integ_attend(j->p, j->layer, c.s, 0, scan_range, &c.sp, &rw, 0, ctx);
+    } else {
+        scan_range(&c.sp, NULL, 0, ctx);
+    }
+    j->nsel[i] = select_topk(scores, ctx, j->topk, heap, j->sel + (size_t)i * j->topk);
+    free(scores); free(kbuf); free(heap); free(w);
+}
+
+void kiln_kv_index_topk_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                           const float *qi, int n_ih, int d, int off, const float *w, float w_scale, int topk, int32_t *sel, int *nsel) {
+    idx_job j = {.p = p, .layer = layer, .Hi = n_ih, .d = d, .off = off, .topk = topk, .w_scale = w_scale, .seq = seq, .pos = pos, .qi = qi, .w = w,
+                 .sel = sel, .nsel = nsel};
+    if (p->integ) kiln_kv_integ_begin_attend(p, layer, n, seq, pos); /* a new verification round for this layer */
+    kiln_pool_for(n, index_token, &j, n > 1 ? cx->threads : 1);
+}
+
+/* ---- sparse attention ---- */
+
+typedef struct {
+    kiln_kv_span sp;
+    unsigned char *ok;
+} mark_ctx;
+
+static void mark_range(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {
+    (void)rw;
+    const mark_ctx *c = (const mark_ctx *)sp;
+    memset(c->ok + t0, 1, (size_t)(t1 - t0));
+}
+
+typedef struct {
+    const kiln_kv_pool *p;
+    int layer, topk, H, kq, vd;
+    float scale;
+    kiln_kv_seq *const *seq;
+    const int32_t *sel;
+    const int *nsel;
+    const float *q;
+    float *out;
+    const float *rows; /* decode: the one token's gathered rows [nsel, kq] */
+} sparse_job;
+
+/* Gathers token i's selected rows into g [nsel[i], kq]. */
+static void gather(const sparse_job *j, int64_t i, float *g) {
+    const int32_t *s = j->sel + (size_t)i * j->topk;
+    for (int k = 0; k < j->nsel[i]; k++) kiln_kv_read_row_part(j->p, j->seq[i], j->layer, s[k], 0, 0, j->kq, g + (size_t)k * j->kq);
+}
+
+/* Head h of token i over the gathered rows g; sc: scratch [nsel[i]]. */
+static void attend_head(const sparse_job *j, int64_t i, int h, const float *g, float *sc) {
+    const int m = j->nsel[i], kq = j->kq, vd = j->vd;
+    const float *q = j->q + ((size_t)i * j->H + (size_t)h) * kq;
+    float *o = j->out + ((size_t)i * j->H + (size_t)h) * vd;
+    memset(o, 0, (size_t)vd * sizeof *o);
+    if (m == 0) return;
+    float mx = -INFINITY;
+    for (int k = 0; k < m; k++) {
+        const float *r = g + (size_t)k * kq;
+        float dot = 0.0f;
+        for (int e = 0; e < kq; e++) dot += q[e] * r[e];
+        sc[k] = dot * j->scale;
+        mx = fmaxf(mx, sc[k]);
+    }
+    float sum = 0.0f;
+    for (int k = 0; k < m; k++) {
+        float e = expf(sc[k] - mx);
+        sum += e;
+        const float *r = g + (size_t)k * kq;
+        for (int c = 0; c < vd; c++) o[c] += e * r[c];
+    }
+    float inv = 1.0f / sum;
+    for (int c = 0; c < vd; c++) o[c] *= inv;
+}
+
+static void sparse_token(void *arg, int64_t i) {
+    const sparse_job *j = arg;
+    const int m = j->nsel[i];
+    float *g = malloc(((size_t)(m > 0 ? m : 1) * j->kq + (size_t)(m > 0 ? m : 1)) * sizeof *g);
+    if (!g) return;
+    gather(j, i, g);
+    for (int h = 0; h < j->H; h++) attend_head(j, i, h, g, g + (size_t)(m > 0 ? m : 1) * j->kq);
+    free(g);
+}
+
+static void sparse_head(void *arg, int64_t h) {
+    const sparse_job *j = arg;
+    float *sc = malloc((size_t)(j->nsel[0] > 0 ? j->nsel[0] : 1) * sizeof *sc);
+    if (!sc) return;
+    attend_head(j, 0, (int)h, j->rows, sc);
+    free(sc);
+}
+
+void kiln_kv_attend_sparse_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                              const int32_t *sel, const int *nsel, int topk, const float *q, int n_heads, int kq, float scale, int verify,
+                              float *out) {
+    int *keep = NULL;
+    int32_t *sel_ok = NULL;
+    if (verify && p->integ) { /* this layer's pages were not read by an indexer scan in this step: verify them here */
+        keep = malloc((size_t)n * sizeof *keep);
+        sel_ok = malloc((size_t)n * (size_t)topk * sizeof *sel_ok);
+        if (!keep || !sel_ok) { free(keep); free(sel_ok); return; }
+        kiln_kv_integ_begin_attend(p, layer, n, seq, pos);
+        for (int i = 0; i < n; i++) {
+            const int ctx = pos[i] + 1;
+            mark_ctx c;
+            memset(&c, 0, sizeof c);
+            c.ok = calloc((size_t)ctx, 1);
+            if (!c.ok) { keep[i] = 0; continue; }
+            kiln_kv_rows rw;
+            memset(&rw, 0, sizeof rw);
+            rw.R = 1;
+            rw.lim[0] = ctx;
+            kiln_kv_integ_attend(p, layer, seq[i], 0, mark_range, &c.sp, &rw, 0, ctx);
+            int k = 0;
+            for (int e = 0; e < nsel[i]; e++) {
+                int32_t t = sel[(size_t)i * topk + e];
+                if (t >= 0 && t < ctx && c.ok[t]) sel_ok[(size_t)i * topk + k++] = t;
+            }
+            keep[i] = k;
+            free(c.ok);
+        }
+        sel = sel_ok;
+        nsel = keep;
+    }
+    sparse_job j = {.p = p, .layer = layer, .topk = topk, .H = n_heads, .kq = kq, .vd = p->cfg.v_dim, .scale = scale, .seq = seq,
+                    .sel = sel, .nsel = nsel, .q = q, .out = out};
+    if (n == 1) { /* decode: gather once, heads in parallel */
+        float *g = malloc((size_t)(nsel[0] > 0 ? nsel[0] : 1) * (size_t)kq * sizeof *g);
+        if (g) {
+            gather(&j, 0, g);
+            j.rows = g;
+            kiln_pool_for(n_heads, sparse_head, &j, cx->threads);
+            free(g);
+        }
+    } else {
+        kiln_pool_for(n, sparse_token, &j, cx->threads);
+    }
+    free(keep);
+    free(sel_ok);
+}
