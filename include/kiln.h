@@ -223,6 +223,9 @@ typedef struct kiln_kv_info {
     int64_t capacity_tokens;    /* n_pages × page_tokens */
     int max_context;            /* the session's context limit */
     char scale_source[512];     /* where FP8 scales come / would come from; "none" for f32/bf16 */
+    /* DeepSeek sparse attention models (deepseek_v32, glm_moe_dsa): the K row is [latent (dsa_latent)
+     * | rope part (dsa_rope) | indexer key (dsa_index_key)]; all 0 for other models */
+    int dsa_latent, dsa_rope, dsa_index_key;
 } kiln_kv_info;
 
 /* The KV pool a session with these options would get, without allocating it or running any

@@ -39,6 +39,14 @@ static const char *dtype_name(kiln_kv_dtype d) {
 
 static int session_ctx(const struct kiln_model *m, const kiln_options *o) { return kiln_model_context(m, o); }
 
+/* The DSA row's fields (model/mla.h): latent = kv_v_dim, rope = rotary_dim, the rest the indexer key. */
+static void fill_dsa(const struct kiln_model *m, kiln_kv_info *in) {
+    if (!m->hp.kv_dsa) return;
+    in->dsa_latent = m->hp.kv_v_dim;
+    in->dsa_rope = m->hp.rotary_dim;
+    in->dsa_index_key = m->hp.head_dim - m->hp.kv_v_dim - m->hp.rotary_dim;
+}
+
 static void fill_info(const kiln_kv_setup *su, int64_t n_pages, int n_ctx, kiln_kv_info *in) {
     const kiln_kv_config *c = &su->cfg;
     memset(in, 0, sizeof *in);
@@ -81,6 +89,7 @@ kiln_status kiln_kv_plan(const kiln_model *m, const kiln_options *opts, kiln_kv_
     KILN_TRY(kiln_kv_setup_for_model((kiln_model *)m, &o, n_ctx, 0, &su));
     int64_t pages = kiln_kv_plan_pages(&su.cfg);
     fill_info(&su, pages, n_ctx, out);
+    fill_dsa(m, out);
     kiln_status st = pages < 1 ? budget_error(&su.cfg) : KILN_OK;
     kiln_kv_setup_free(&su);
     return st;
@@ -120,7 +129,10 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_se
     if (kiln_kv_plan_pages(&su.cfg) < 1) st = budget_error(&su.cfg);
     if (st == KILN_OK) st = kiln_kv_pool_create(&su.cfg, &s->pool);
     if (st == KILN_OK) st = kiln_session_integ_attach_(s->pool, m, &o); /* KV integrity (issue 5), default heal */
-    if (st == KILN_OK) fill_info(&su, s->pool->n_pages, s->n_ctx, &s->kv);
+    if (st == KILN_OK) {
+        fill_info(&su, s->pool->n_pages, s->n_ctx, &s->kv);
+        fill_dsa(m, &s->kv);
+    }
     const int budget_capped = su.budget_capped;
     kiln_kv_setup_free(&su);
     if (st == KILN_OK) st = kiln_forward_ws_init(&s->ws, m, s->be, SESSION_CHUNK, s->n_ctx);

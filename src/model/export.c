@@ -304,7 +304,7 @@ static kiln_status parse_spec(const char *spec, llama_shape *s) {
 kiln_status kiln_mkmodel(const char *arch, const char *spec, const char *dtype, uint64_t seed, const char *out_dir) {
     const kiln_arch *row = kiln_arch_find(arch, NULL); /* the mkmodel column of the architecture table */
     if (!row || !row->mkmodel || strcmp(arch, row->name) != 0)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "mkmodel: --arch '%s' is not supported (known: llama, chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2, glm4_moe_lite)",
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "mkmodel: --arch '%s' is not supported (known: llama, chatglm, glm4, glm4_moe, deepseek_v3, kimi_k2, glm4_moe_lite, deepseek_v32, glm_moe_dsa)",
                          arch);
     return row->mkmodel(arch, spec, dtype, seed, out_dir);
 }

@@ -4,7 +4,8 @@
 #           is byte-identical to the fault-free run with integrity off, every fault is detected before
 #           use, no false alarm — stories260K (f32, bf16, fp8 static, fp8 dynamic; a short prompt and a
 #           150-token prompt that prefills in several chunks) and a bench-500m-shaped synthetic model
-#           (`kiln mkmodel --preset small`, BF16 KV);
+#           (`kiln mkmodel --preset small`, BF16 KV), and a sparse-attention model (glm_moe_dsa with
+#           shared-indexer layers);
 #   strict: the call fails with a clear KILN_ERR_INTEGRITY message; detect: counts, exits 0;
 #   bad --kv-integrity / --inject-kv-faults values are named in the error.
 set -u
@@ -46,6 +47,11 @@ heal_case "stories260K 150-token prompt" "bitflip=3,stale=2,wrongpage=2,lostwrit
 
 "$KILN" mkmodel --arch llama --preset small "$T/small" >/dev/null 2>&1 || err "mkmodel small"
 heal_case "small preset bf16" "all=1,every=5,seed=6" "$T/small" --tokens "$LONG" -n 40 --kv-dtype bf16
+# sparse attention (DSA): the indexer scan verifies every page it reads, the shared-indexer layers
+# verify theirs in the sparse attention; a heal replays the selection as well
+"$KILN" mkmodel --arch glm_moe_dsa --preset tiny-shared "$T/dsa" >/dev/null 2>&1 || err "mkmodel glm_moe_dsa"
+DSA_P=$(awk 'BEGIN{for(i=0;i<150;i++) printf "%s%d", (i?",":""), (i*37+11)%256}')
+heal_case "glm_moe_dsa tiny-shared bf16" "all=2,every=3,seed=7" "$T/dsa" --tokens "$DSA_P" -n 40 --kv-dtype bf16
 
 # strict: the request fails with a message that says what failed
 "$KILN" run "$M" -p "$P" -n 80 --temp 0 --kv-integrity strict --inject-kv-faults bitflip=1,after=10 >"$T/s" 2>"$T/s.err"

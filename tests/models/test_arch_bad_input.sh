@@ -5,6 +5,9 @@
 #   - n_routed_experts disagreeing with the expert tensors (fewer and more than the checkpoint has)
 #   - unknown model_type / unknown mkmodel --arch
 #   - unsupported values (scoring_func softmax, rope_scaling type, original_rope false)
+#   - DeepSeek sparse attention (deepseek_v32, glm_moe_dsa): index_topk <= 0, indexer_types of the
+#     wrong length or with an unknown type, a shared layer 0, indexer tensors of the wrong shape,
+#     an index_head_dim the Hadamard / FP8 blocks cannot take, --kv-dtype fp8
 set -u
 KILN=${KILN:-./kiln}
 PY=${PY:-/usr/bin/python3}
@@ -59,6 +62,26 @@ expect "chatglm original_rope false" "$T/orr" "original_rope"
 
 mk glm4_moe grp; edit "$T/grp" 'c["n_group"]=3'
 expect "n_group not dividing experts" "$T/grp" "n_group" "n_routed_experts"
+
+mk deepseek_v32 tk0; edit "$T/tk0" 'c["index_topk"]=0'
+expect "index_topk 0" "$T/tk0" "index_topk" "= 0"
+mk deepseek_v32 tkn; edit "$T/tkn" 'c["index_topk"]=-5'
+expect "index_topk negative" "$T/tkn" "index_topk" "-5"
+mk glm_moe_dsa itl; edit "$T/itl" 'c["indexer_types"]=["full","shared"]'
+expect "indexer_types wrong length" "$T/itl" "indexer_types" "3 entries"
+mk glm_moe_dsa itu; edit "$T/itu" 'c["indexer_types"]=["full","sparse","full"]'
+expect "indexer_types unknown type" "$T/itu" "indexer_types[1]" "sparse"
+mk glm_moe_dsa its; edit "$T/its" 'c["indexer_types"]=["shared","full","full"]'
+expect "indexer_types shared layer 0" "$T/its" "indexer_types" "layer 0"
+mk glm_moe_dsa itp; edit "$T/itp" 'c["index_topk_pattern"]="FSX"'
+expect "index_topk_pattern bad letter" "$T/itp" "index_topk_pattern" "'X'"
+mk deepseek_v32 ish; edit "$T/ish" 'c["index_n_heads"]=8'
+expect "indexer tensor shape" "$T/ish" "self_attn.indexer.wq_b" "1024"
+mk deepseek_v32 ihd; edit "$T/ihd" 'c["index_head_dim"]=96'
+expect "index_head_dim not a power of two" "$T/ihd" "index_head_dim" "96"
+mk glm_moe_dsa kv8
+err=$("$KILN" run "$T/kv8" --tokens 1,2,3 -n 1 --kv-dtype fp8 2>&1 >/dev/null); rc=$?
+if [ $rc -eq 0 ] || [ $rc -gt 128 ] || ! grep -qF -- "--kv-dtype fp8" <<<"$err"; then echo "FAIL DSA --kv-dtype fp8: exit $rc: $err"; fail=1; else echo "ok   DSA --kv-dtype fp8: $err"; fi
 
 err=$("$KILN" mkmodel --arch glm5 --preset tiny "$T/x" 2>&1); rc=$?
 if [ $rc -eq 0 ] || ! grep -q "glm5" <<<"$err"; then echo "FAIL mkmodel unknown arch: $err"; fail=1; else echo "ok   mkmodel unknown arch: $err"; fi

@@ -50,6 +50,14 @@ def main():
                 print("FAIL %s: mkmodel: %s" % (arch, p.stderr.strip()))
                 return 1
             cfg = json.load(open(os.path.join(d, "config.json")))
+            # the pool's row: [latent | rope part | indexer key] (kiln inspect --kv --json)
+            p = subprocess.run([harness.KILN, "inspect", d, "--kv", "--json"], capture_output=True, text=True)
+            kv = json.loads(p.stdout)
+            want = (cfg["kv_lora_rank"], cfg["qk_rope_head_dim"], cfg["index_head_dim"])
+            got = (kv["dsa_latent"], kv["dsa_rope"], kv["dsa_index_key"])
+            if got != want or kv["k_dim"] != sum(want) or kv["v_dim"] != cfg["kv_lora_rank"]:
+                print("FAIL %s/%s: kiln inspect --kv row %s (k_dim %d, v_dim %d), expected %s" % (arch, preset, got, kv["k_dim"], kv["v_dim"], want))
+                ok = False
             rng = random.Random(1235)
             prompt = [rng.randrange(cfg["vocab_size"]) for _ in range(64)]
             for dev in os.environ.get("KILN_DEVICES", "cpu").split():
