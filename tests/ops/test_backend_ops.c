@@ -689,6 +689,192 @@ static void test_kv(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) kv_case(&cases[i]);
 }
 
+/* ---- DeepSeek sparse attention ops --------------------------------------------------------------- */
+/* E4M3 written out here from the format (bias 7, 3 mantissa bits, subnormals below 2^-6, max 448):
+ * round to nearest, ties to the even code, saturating; the comparison for fp8_round. */
+static double e4m3_value(int code) { /* code 0..126: the non-negative finite values, ascending */
+    int e = code >> 3, m = code & 7;
+    return e == 0 ? ldexp(m / 8.0, -6) : ldexp(1.0 + m / 8.0, e - 7);
+}
+static double e4m3_round(double x) {
+    double a = fabs(x) > 448.0 ? 448.0 : fabs(x);
+    int best = 0;
+    for (int c = 1; c <= 126; c++) {
+        double d = fabs(e4m3_value(c) - a), db = fabs(e4m3_value(best) - a);
+        if (d < db || (d == db && (c & 1) == 0)) best = c;
+    }
+    return x < 0 ? -e4m3_value(best) : e4m3_value(best);
+}
+
+static void test_dsa_norm_fp8(void **state) {
+    (void)state;
+    /* layernorm: rows of 128 with an offset (a mean to remove), against double arithmetic */
+    const int rows = 7, w = 128;
+    float *x = input(ref_be, (size_t)rows * w), *g = input(ref_be, w), *b = input(ref_be, w);
+    for (int i = 0; i < rows * w; i++) x[i] = 3.0f + 2.0f * x[i];
+    double *want = malloc((size_t)rows * w * sizeof *want);
+    for (int r = 0; r < rows; r++) {
+        double mean = 0, var = 0;
+        for (int i = 0; i < w; i++) mean += x[r * w + i];
+        mean /= w;
+        for (int i = 0; i < w; i++) var += (x[r * w + i] - mean) * (x[r * w + i] - mean);
+        var /= w;
+        for (int i = 0; i < w; i++) want[r * w + i] = (x[r * w + i] - mean) / sqrt(var + 1e-6) * g[i] + b[i];
+    }
+    for (int p = 0; p <= n_bes; p++) {
+        const kiln_backend *be = p == 0 ? ref_be : bes[p - 1];
+        float *out = output(be, (size_t)rows * w);
+        be->ops->layernorm(be, out, x, g, b, rows, w, 1e-6f);
+        for (int i = 0; i < rows * w; i++) assert_true(fabs(out[i] - want[i]) <= 1e-5 * (1.0 + fabs(want[i])));
+        kiln_be_free(be, out);
+    }
+    /* fp8_round: without the rotation every value must equal the rounding computed here exactly
+     * (power-of-two scale from the block's amax, E4M3 nearest-even); with it, the Hadamard is done
+     * here in double, so a value sitting on an FP8 rounding boundary may land one step apart */
+    const int fr = 5, fw = 256;
+    float *src = input(ref_be, (size_t)fr * fw);
+    for (int i = 0; i < fr * fw; i++) src[i] *= (i / 128) % 3 == 0 ? 1e-3f : (i / 128) % 3 == 1 ? 50.0f : 1.0f;
+    src[3] = 0.0f;
+    for (int i = 128; i < 256; i++) src[i] = 1e-6f * src[i]; /* amax below the 1e-4 clamp */
+    for (int had = 0; had <= 1; had++) {
+        double *v = malloc((size_t)fr * fw * sizeof *v);
+        for (int r = 0; r < fr; r++)
+            for (int i = 0; i < fw; i++) {
+                double acc = 0;
+                if (had)
+                    for (int j = 0; j < fw; j++) acc += (__builtin_popcount((unsigned)(i & j)) & 1 ? -1.0 : 1.0) * src[r * fw + j];
+                else acc = src[r * fw + i];
+                v[r * fw + i] = had ? acc / sqrt((double)fw) : acc;
+            }
+        for (int blk = 0; blk < fr * fw / 128; blk++) {
+            double amax = 1e-4;
+            for (int i = 0; i < 128; i++) amax = fmax(amax, fabs(v[blk * 128 + i]));
+            double sc = ldexp(1.0, (int)ceil(log2((float)((float)amax * (1.0f / 448.0f)))));
+            for (int i = 0; i < 128; i++) v[blk * 128 + i] = e4m3_round(v[blk * 128 + i] / sc) * sc;
+        }
+        for (int p = 0; p <= n_bes; p++) {
+            const kiln_backend *be = p == 0 ? ref_be : bes[p - 1];
+            float *y = output(be, (size_t)fr * fw);
+            memcpy(y, src, (size_t)fr * fw * sizeof *y);
+            be->ops->fp8_round(be, y, fr, fw, had);
+            int off_by_step = 0;
+            for (int i = 0; i < fr * fw; i++) {
+                if ((double)y[i] == v[i]) continue;
+                off_by_step++;
+                assert_true(had);                                       /* exact without the rotation */
+                assert_true(fabs(y[i] - v[i]) <= fabs(v[i]) / 8.0 + 1e-30); /* one E4M3 step at most */
+            }
+            assert_true(off_by_step <= fr * fw / 200);
+            kiln_be_free(be, y);
+        }
+        free(v);
+    }
+    free(want);
+    kiln_be_free(ref_be, x); kiln_be_free(ref_be, g); kiln_be_free(ref_be, b); kiln_be_free(ref_be, src);
+}
+
+/* The indexer's selection and the sparse attention over a pool of rows [latent kq | indexer key d]:
+ * two sequences (a decode token and a 5-token prefill chunk), against a brute-force selection and a
+ * softmax computed here in double. */
+static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk) {
+    const int kq = 48, vd = 32, d = 128, Hi = 4, H = 3, n = 6;
+    kiln_kv_config cfg = {.n_layers = 1, .n_kv_heads = 1, .head_dim = kq + d, .k_dim = kq + d, .v_dim = vd, .v_shares_k = 1,
+                          .page_tokens = pt, .dtype = dt};
+    cfg.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&cfg) + (int64_t)(2 * ((ctx + pt - 1) / pt) + 2) * (int64_t)kiln_kv_page_cost(&cfg);
+    const int row = kq + d;
+    float *rows = input(ref_be, (size_t)2 * ctx * row);
+    if (dt == KILN_KV_BF16) /* values bf16 holds exactly, so that the expected numbers below need no rounding */
+        for (int i = 0; i < 2 * ctx * row; i++) rows[i] = (float)(int)(rows[i] * 64.0f) / 64.0f;
+    float *qi = input(ref_be, (size_t)n * Hi * d), *w = input(ref_be, (size_t)n * Hi), *q = input(ref_be, (size_t)n * H * kq);
+    int pos[6] = {ctx - 1, ctx - 5, ctx - 4, ctx - 3, ctx - 2, ctx - 1};
+    int32_t *want_sel = malloc((size_t)n * topk * sizeof *want_sel);
+    int want_n[6];
+    double *want_out = calloc((size_t)n * H * vd, sizeof *want_out);
+    for (int i = 0; i < n; i++) {
+        const float *R = rows + (size_t)(i == 0 ? 0 : ctx) * row; /* token 0: sequence A, the others sequence B */
+        const int m = pos[i] + 1;
+        double *sc = malloc((size_t)m * sizeof *sc);
+        for (int t = 0; t < m; t++) {
+            double s = 0;
+            for (int h = 0; h < Hi; h++) {
+                double dot = 0;
+                for (int e = 0; e < d; e++) dot += (double)qi[((size_t)i * Hi + h) * d + e] * R[(size_t)t * row + kq + e];
+                s += 0.5 * w[i * Hi + h] * (dot > 0 ? dot : 0);
+            }
+            sc[t] = s;
+        }
+        int k = m < topk ? m : topk;
+        unsigned char *taken = calloc((size_t)m, 1);
+        for (int j = 0; j < k; j++) { /* the best remaining, the lower position on ties */
+            int b = -1;
+            for (int t = 0; t < m; t++)
+                if (!taken[t] && (b < 0 || sc[t] > sc[b])) b = t;
+            taken[b] = 1;
+        }
+        want_n[i] = 0;
+        for (int t = 0; t < m; t++)
+            if (taken[t]) want_sel[(size_t)i * topk + want_n[i]++] = t;
+        for (int h = 0; h < H; h++) {
+            double mx = -INFINITY, *p = malloc((size_t)k * sizeof *p), sum = 0;
+            for (int j = 0; j < k; j++) {
+                const int t = want_sel[(size_t)i * topk + j];
+                double dot = 0;
+                for (int e = 0; e < kq; e++) dot += (double)q[((size_t)i * H + h) * kq + e] * R[(size_t)t * row + e];
+                p[j] = dot * 0.125;
+                mx = fmax(mx, p[j]);
+            }
+            for (int j = 0; j < k; j++) sum += (p[j] = exp(p[j] - mx));
+            for (int j = 0; j < k; j++)
+                for (int c = 0; c < vd; c++)
+                    want_out[((size_t)i * H + h) * vd + c] += p[j] / sum * R[(size_t)want_sel[(size_t)i * topk + j] * row + c];
+            free(p);
+        }
+        free(taken);
+        free(sc);
+    }
+    for (int p = 0; p <= n_bes; p++) {
+        const kiln_backend *be = p == 0 ? ref_be : bes[p - 1];
+        kiln_kv_pool *pool;
+        assert_int_equal(kiln_kv_pool_create(&cfg, &pool), KILN_OK);
+        kiln_kv_seq sa = {0}, sb = {0};
+        assert_int_equal(kiln_kv_seq_reserve(pool, &sa, ctx), KILN_OK);
+        assert_int_equal(kiln_kv_seq_reserve(pool, &sb, ctx), KILN_OK);
+        for (int t = 0; t < ctx; t++) {
+            kiln_kv_seq *s1 = &sa, *s2 = &sb;
+            be->ops->kv_store(be, pool, &s1, &t, 1, 0, rows + (size_t)t * row, 0, NULL, 0);
+            be->ops->kv_store(be, pool, &s2, &t, 1, 0, rows + (size_t)(ctx + t) * row, 0, NULL, 0);
+        }
+        kiln_kv_seq *seqs[6] = {&sa, &sb, &sb, &sb, &sb, &sb};
+        int32_t *sel = malloc((size_t)n * topk * sizeof *sel);
+        int nsel[6];
+        float *out = output(be, (size_t)n * H * vd);
+        be->ops->kv_index_topk(be, pool, 0, n, seqs, pos, qi, Hi, d, kq, w, 0.5f, topk, sel, nsel);
+        for (int i = 0; i < n; i++) {
+            assert_int_equal(nsel[i], want_n[i]);
+            assert_memory_equal(sel + (size_t)i * topk, want_sel + (size_t)i * topk, (size_t)want_n[i] * sizeof *sel);
+        }
+        for (int verify = 0; verify <= 1; verify++) {
+            be->ops->kv_attend_sparse(be, pool, 0, n, seqs, pos, sel, nsel, topk, q, H, kq, 0.125f, verify, out);
+            for (int i = 0; i < n * H * vd; i++) assert_true(fabs(out[i] - want_out[i]) <= 1e-5 * (1.0 + fabs(want_out[i])));
+        }
+        free(sel);
+        kiln_be_free(be, out);
+        kiln_kv_seq_release(pool, &sa);
+        kiln_kv_seq_release(pool, &sb);
+        kiln_kv_pool_free(pool);
+    }
+    free(want_sel);
+    free(want_out);
+    kiln_be_free(ref_be, rows); kiln_be_free(ref_be, qi); kiln_be_free(ref_be, w); kiln_be_free(ref_be, q);
+}
+
+static void test_dsa_select_attend(void **state) {
+    (void)state;
+    dsa_case(KILN_KV_F32, 16, 70, 16);  /* a strict subset, partial last page */
+    dsa_case(KILN_KV_BF16, 7, 40, 8);
+    dsa_case(KILN_KV_F32, 16, 12, 16);  /* context below topk: every position of the shorter prefixes */
+}
+
 /* ---- supports ----------------------------------------------------------------------------------- */
 static void test_supports(void **state) {
     (void)state;
@@ -717,13 +903,15 @@ static void test_supports(void **state) {
         }
     assert_false(ref_be->ops->supports(ref_be, KILN_OP_COUNT, KILN_WF_F32));
     assert_string_equal(kiln_op_name(KILN_OP_KV_ATTEND), "kv_attend");
+    assert_string_equal(kiln_op_name(KILN_OP_KV_ATTEND_SPARSE), "kv_attend_sparse");
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_prefill), cmocka_unit_test(test_matmul_many),     cmocka_unit_test(test_matmul_heads),
         cmocka_unit_test(test_norm_swiglu_add), cmocka_unit_test(test_rope),     cmocka_unit_test(test_embed_argmax),
-        cmocka_unit_test(test_moe),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_supports),
+        cmocka_unit_test(test_moe),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_dsa_norm_fp8),
+        cmocka_unit_test(test_dsa_select_attend), cmocka_unit_test(test_supports),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
