@@ -71,6 +71,9 @@ const char *kiln_model_linear_format(const kiln_model *m);
  * prefilled with `ctx` tokens, then `steps` timed steps of one token per sequence through the
  * forward pass on the options' backend (KV integrity off). */
 kiln_status kiln_bench_batched_decode(kiln_model *m, const kiln_options *opts, int batch, int ctx, int steps, double *tps);
+/* Of the last kiln_bench_batched_decode: seconds per timed decode step spent in the sparse-attention
+ * indexer scan and in the sparse attention (both 0 for models without DeepSeek sparse attention). */
+void kiln_bench_batched_sparse(double *index_s, double *attend_s);
 /* Re-quantizes the output head (lm_head) in memory too: "f32", "bf16", "fp8", "int4" (group 32),
  * "int4-g128". */
 kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights);

@@ -12,4 +12,6 @@ void kiln_clear_error(void);
 kiln_status kiln_fail_oom(const char *file, const char *what, unsigned long long bytes);
 
 #define KILN_TRY(expr) do { kiln_status st_ = (expr); if (st_ != KILN_OK) return st_; } while (0)
+/* Monotonic wall clock in seconds (also in kiln_test.h, for the tools). */
+double kiln_now(void);
 #endif

@@ -9,6 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+static double last_index_s, last_attend_s;
+
+void kiln_bench_batched_sparse(double *index_s, double *attend_s) {
+    *index_s = last_index_s;
+    *attend_s = last_attend_s;
+}
+
 kiln_status kiln_bench_batched_decode(kiln_model *m, const kiln_options *opts, int batch, int ctx, int steps, double *tps) {
     *tps = 0;
     if (batch < 1 || batch > 1024 || ctx < 1 || steps < 1)
@@ -53,9 +60,12 @@ kiln_status kiln_bench_batched_decode(kiln_model *m, const kiln_options *opts, i
             st = kiln_forward(m, pool, &seqs[b], &ws, toks + i, ctx - i < 64 ? ctx - i : 64, NULL);
         sp[b] = &seqs[b];
     }
-    double t0 = 0;
+    double t0 = 0, ix0 = 0, at0 = 0;
     for (int s = 0; st == KILN_OK && s <= steps; s++) {
-        if (s == 1) t0 = kiln_now(); /* the first step warms the batch's buffers; steps 1..steps are timed */
+        if (s == 1) { /* the first step warms the batch's buffers; steps 1..steps are timed */
+            t0 = kiln_now();
+            kiln_kv_sparse_times(&ix0, &at0);
+        }
         for (int b = 0; b < batch; b++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
             toks[b] = (int32_t)((x >> 33) % (uint64_t)m->hp.vocab);
@@ -68,6 +78,10 @@ kiln_status kiln_bench_batched_decode(kiln_model *m, const kiln_options *opts, i
     if (st == KILN_OK) {
         const double dt = kiln_now() - t0;
         *tps = dt > 0 ? (double)batch * steps / dt : 0;
+        double ix1, at1;
+        kiln_kv_sparse_times(&ix1, &at1);
+        last_index_s = (ix1 - ix0) / steps;
+        last_attend_s = (at1 - at0) / steps;
     }
     for (int b = 0; seqs && pool && b < batch; b++) {
         kiln_kv_seq_release(pool, &seqs[b]);

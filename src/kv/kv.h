@@ -188,6 +188,9 @@ void kiln_kv_read_row_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int laye
  * failed are never selected (nsel may then be smaller). qi [n, Hi, d], w [n, Hi]. */
 void kiln_kv_index_topk_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                            const float *qi, int n_ih, int d, int off, const float *w, float w_scale, int topk, int32_t *sel, int *nsel);
+/* Seconds spent in the two ops above since the process started (all threads' calls, wall time of
+ * each call): what `kiln bench --batch` reports per decode step for sparse-attention models. */
+void kiln_kv_sparse_times(double *index_s, double *attend_s);
 /* Attention of n tokens over their selected positions only (sel/nsel as above, rows of topk):
  * q [n, H, kq] against the first kq values of each selected row, softmax × scale, out [n, H, v_dim]
  * = Σ p_t · (first v_dim values of row t). verify: 1 = check the seals of the pages of

@@ -6,17 +6,28 @@
  * that the model already rounded to FP8 E4M3 with power-of-two scales per 128 values, which F32
  * and BF16 storage keep exactly.
  *
- * Both ops are written for clarity first (rows dequantized through kiln_kv_read_row_part, scalar
- * dot products): the indexer scan costs Hi·d multiply-adds per position and the sparse attention
+ * Both ops are written for clarity first (rows dequantized through kiln_kv_read_row_part, one
+ * dot product of the context's ISA per (head, position): kiln_cx_dot): the indexer scan costs Hi·d multiply-adds per position and the sparse attention
  * reads topk rows whatever the context length, so decode attention is flat in context length
  * beyond topk apart from the scan. Work is split over tokens (prefill) or heads (decode) on kiln's
  * worker pool. */
 #include "kv/kv.h"
 #include "kv/integrity.h"
 #include "base/pool.h"
+#include "base/status.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* cumulative wall time of the two ops, in nanoseconds (kiln_kv_sparse_times) */
+static uint64_t index_ns, attend_ns;
+
+void kiln_kv_sparse_times(double *index_s, double *attend_s) {
+    *index_s = (double)__atomic_load_n(&index_ns, __ATOMIC_RELAXED) * 1e-9;
+    *attend_s = (double)__atomic_load_n(&attend_ns, __ATOMIC_RELAXED) * 1e-9;
+}
+
+static void add_ns(uint64_t *ctr, double t0) { __atomic_fetch_add(ctr, (uint64_t)((kiln_now() - t0) * 1e9), __ATOMIC_RELAXED); }
 
 /* ---- top-k: a min-heap of the kept positions, "worse" = lower score, or equal score and later position */
 
@@ -64,58 +75,66 @@ static int select_topk(const float *scores, int n, int topk, scored *heap, int32
 
 /* ---- the indexer scan ---- */
 
+#define SCAN_BLOCK 64    /* keys dequantized together and multiplied as one small matmul */
+#define SCAN_CHUNK 1024  /* positions per task: a long decode context is split over the threads */
+
 /* The integrity walker (kiln_kv_integ_attend) hands back the span it was given: the scan's state
  * starts with one, so the callback recovers it. */
 typedef struct {
     kiln_kv_span sp;
+    kiln_kctx cx;        /* one thread: the scan runs inside a task of the pool */
     const kiln_kv_pool *p;
     const kiln_kv_seq *s;
     int layer, Hi, d, off;
-    const float *qi, *w; /* [Hi, d], [Hi] of this token */
-    float *scores, *kbuf;
+    const float *qi, *w; /* [Hi, d], [Hi] (w × w_scale) of this token */
+    float *scores;       /* [ctx] of this token */
+    float *kb, *y;       /* [SCAN_BLOCK, d], [Hi, SCAN_BLOCK] */
 } idx_scan;
 
 static void scan_range(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {
     (void)rw;
     const idx_scan *c = (const idx_scan *)sp;
-    for (int t = t0; t < t1; t++) {
-        kiln_kv_read_row_part(c->p, c->s, c->layer, t, 0, c->off, c->d, c->kbuf);
-        float sum = 0.0f;
-        for (int h = 0; h < c->Hi; h++) {
-            const float *q = c->qi + (size_t)h * c->d;
-            float dot = 0.0f;
-            for (int i = 0; i < c->d; i++) dot += q[i] * c->kbuf[i];
-            sum += c->w[h] * (dot > 0.0f ? dot : 0.0f);
+    for (int b0 = t0; b0 < t1; b0 += SCAN_BLOCK) {
+        const int B = t1 - b0 < SCAN_BLOCK ? t1 - b0 : SCAN_BLOCK;
+        for (int t = 0; t < B; t++) kiln_kv_read_row_part(c->p, c->s, c->layer, b0 + t, 0, c->off, c->d, c->kb + (size_t)t * c->d);
+        /* y [Hi, B] = qi [Hi, d] · keysᵀ: the keys block as an F32 weight of B rows */
+        const kiln_weight keys = {.fmt = KILN_WF_F32, .rows = B, .cols = c->d, .data = (const uint8_t *)c->kb, .row_bytes = (size_t)c->d * sizeof(float)};
+        kiln_cx_matmul(&c->cx, &keys, c->qi, c->y, c->Hi);
+        for (int t = 0; t < B; t++) {
+            float sum = 0.0f;
+            for (int h = 0; h < c->Hi; h++) {
+                const float dot = c->y[(size_t)h * B + t];
+                sum += c->w[h] * (dot > 0.0f ? dot : 0.0f);
+            }
+            c->scores[b0 + t] = sum;
         }
-        c->scores[t] = sum;
     }
 }
 
 typedef struct {
+    const kiln_kctx *cx;
     const kiln_kv_pool *p;
-    int layer, Hi, d, off, topk;
-    float w_scale;
+    int layer, Hi, d, off, topk, n;
     kiln_kv_seq *const *seq;
     const int *pos;
-    const float *qi, *w;
+    const float *qi;
+    float *w;                 /* [n, Hi] head weights × w_scale */
+    float **scores;           /* [n] → [pos + 1] */
+    const int64_t *task0;     /* [n + 1] first task of each token */
     int32_t *sel;
     int *nsel;
 } idx_job;
 
-static void index_token(void *arg, int64_t i) {
+/* Task k: one SCAN_CHUNK of one token's context. */
+static void scan_task(void *arg, int64_t k) {
     const idx_job *j = arg;
-    const int ctx = j->pos[i] + 1;
-    float *scores = malloc((size_t)ctx * sizeof *scores), *kbuf = malloc((size_t)j->d * sizeof *kbuf);
-    scored *heap = malloc((size_t)j->topk * sizeof *heap);
-    float *w = malloc((size_t)j->Hi * sizeof *w);
-    if (!scores || !kbuf || !heap || !w) { /* nothing selected: the step attends to nothing (cannot happen at these sizes) */
-        j->nsel[i] = 0;
-        free(scores); free(kbuf); free(heap); free(w);
-        return;
-    }
-    for (int t = 0; t < ctx; t++) scores[t] = -INFINITY;
+    int i = 0;
+    while (j->task0[i + 1] <= k) i++;
+    const int ctx = j->pos[i] + 1, t0 = (int)(k - j->task0[i]) * SCAN_CHUNK, t1 = t0 + SCAN_CHUNK < ctx ? t0 + SCAN_CHUNK : ctx;
     idx_scan c;
     memset(&c, 0, sizeof c);
+    c.cx = *j->cx;
+    c.cx.threads = 1;
     c.p = j->p;
     c.s = j->seq[i];
     c.layer = j->layer;
@@ -123,29 +142,59 @@ static void index_token(void *arg, int64_t i) {
     c.d = j->d;
     c.off = j->off;
     c.qi = j->qi + (size_t)i * j->Hi * j->d;
-    for (int h = 0; h < j->Hi; h++) w[h] = j->w[(size_t)i * j->Hi + h] * j->w_scale;
-    c.w = w;
-    c.scores = scores;
-    c.kbuf = kbuf;
-    if (j->p->integ) {
-        kiln_kv_rows rw;
-        memset(&rw, 0, sizeof rw);
-        rw.R = 1;
-        rw.lim[0] = ctx;
-        kiln_kv_integ_attend(j->p, j->layer, c.s, 0, scan_range, &c.sp, &rw, 0, ctx);
-    } else {
-        scan_range(&c.sp, NULL, 0, ctx);
+    c.w = j->w + (size_t)i * j->Hi;
+    c.scores = j->scores[i];
+    c.kb = malloc((size_t)SCAN_BLOCK * (size_t)j->d * sizeof *c.kb);
+    c.y = malloc((size_t)SCAN_BLOCK * (size_t)j->Hi * sizeof *c.y);
+    if (c.kb && c.y) { /* else the range stays -inf: never selected */
+        if (j->p->integ) {
+            kiln_kv_rows rw;
+            memset(&rw, 0, sizeof rw);
+            rw.R = 1;
+            rw.lim[0] = ctx;
+            kiln_kv_integ_attend(j->p, j->layer, c.s, 0, scan_range, &c.sp, &rw, t0, t1);
+        } else {
+            scan_range(&c.sp, NULL, t0, t1);
+        }
     }
-    j->nsel[i] = select_topk(scores, ctx, j->topk, heap, j->sel + (size_t)i * j->topk);
-    free(scores); free(kbuf); free(heap); free(w);
+    free(c.kb);
+    free(c.y);
+}
+
+static void select_token(void *arg, int64_t i) {
+    const idx_job *j = arg;
+    scored *heap = malloc((size_t)j->topk * sizeof *heap);
+    j->nsel[i] = heap ? select_topk(j->scores[i], j->pos[i] + 1, j->topk, heap, j->sel + (size_t)i * j->topk) : 0;
+    free(heap);
 }
 
 void kiln_kv_index_topk_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                            const float *qi, int n_ih, int d, int off, const float *w, float w_scale, int topk, int32_t *sel, int *nsel) {
-    idx_job j = {.p = p, .layer = layer, .Hi = n_ih, .d = d, .off = off, .topk = topk, .w_scale = w_scale, .seq = seq, .pos = pos, .qi = qi, .w = w,
-                 .sel = sel, .nsel = nsel};
-    if (p->integ) kiln_kv_integ_begin_attend(p, layer, n, seq, pos); /* a new verification round for this layer */
-    kiln_pool_for(n, index_token, &j, n > 1 ? cx->threads : 1);
+    const double t0 = kiln_now();
+    float **scores = calloc((size_t)n, sizeof *scores), *ws = malloc((size_t)n * (size_t)n_ih * sizeof *ws);
+    int64_t *task0 = malloc(((size_t)n + 1) * sizeof *task0);
+    int ok = scores && ws && task0;
+    for (int i = 0; ok && i < n; i++) {
+        ok = (scores[i] = malloc(((size_t)pos[i] + 1) * sizeof **scores)) != NULL;
+        for (int t = 0; ok && t <= pos[i]; t++) scores[i][t] = -INFINITY;
+    }
+    if (ok) {
+        task0[0] = 0;
+        for (int i = 0; i < n; i++) task0[i + 1] = task0[i] + (pos[i] + SCAN_CHUNK) / SCAN_CHUNK;
+        for (int i = 0; i < n * n_ih; i++) ws[i] = w[i] * w_scale;
+        idx_job j = {.cx = cx, .p = p, .layer = layer, .Hi = n_ih, .d = d, .off = off, .topk = topk, .n = n, .seq = seq, .pos = pos,
+                     .qi = qi, .w = ws, .scores = scores, .task0 = task0, .sel = sel, .nsel = nsel};
+        if (p->integ) kiln_kv_integ_begin_attend(p, layer, n, seq, pos); /* a new verification round for this layer */
+        kiln_pool_for(task0[n], scan_task, &j, task0[n] > 1 ? cx->threads : 1);
+        kiln_pool_for(n, select_token, &j, n > 1 ? cx->threads : 1);
+    } else {
+        for (int i = 0; i < n; i++) nsel[i] = 0; /* out of memory: nothing selected (the step attends to nothing) */
+    }
+    for (int i = 0; scores && i < n; i++) free(scores[i]);
+    free(scores);
+    free(ws);
+    free(task0);
+    add_ns(&index_ns, t0);
 }
 
 /* ---- sparse attention ---- */
@@ -162,6 +211,7 @@ static void mark_range(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1)
 }
 
 typedef struct {
+    const kiln_kctx *cx;
     const kiln_kv_pool *p;
     int layer, topk, H, kq, vd;
     float scale;
@@ -188,10 +238,7 @@ static void attend_head(const sparse_job *j, int64_t i, int h, const float *g, f
     if (m == 0) return;
     float mx = -INFINITY;
     for (int k = 0; k < m; k++) {
-        const float *r = g + (size_t)k * kq;
-        float dot = 0.0f;
-        for (int e = 0; e < kq; e++) dot += q[e] * r[e];
-        sc[k] = dot * j->scale;
+        sc[k] = kiln_cx_dot(j->cx, q, g + (size_t)k * kq, kq) * j->scale;
         mx = fmaxf(mx, sc[k]);
     }
     float sum = 0.0f;
@@ -226,6 +273,7 @@ static void sparse_head(void *arg, int64_t h) {
 void kiln_kv_attend_sparse_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                               const int32_t *sel, const int *nsel, int topk, const float *q, int n_heads, int kq, float scale, int verify,
                               float *out) {
+    const double t0 = kiln_now();
     int *keep = NULL;
     int32_t *sel_ok = NULL;
     if (verify && p->integ) { /* this layer's pages were not read by an indexer scan in this step: verify them here */
@@ -255,7 +303,7 @@ void kiln_kv_attend_sparse_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int la
         sel = sel_ok;
         nsel = keep;
     }
-    sparse_job j = {.p = p, .layer = layer, .topk = topk, .H = n_heads, .kq = kq, .vd = p->cfg.v_dim, .scale = scale, .seq = seq,
+    sparse_job j = {.cx = cx, .p = p, .layer = layer, .topk = topk, .H = n_heads, .kq = kq, .vd = p->cfg.v_dim, .scale = scale, .seq = seq,
                     .sel = sel, .nsel = nsel, .q = q, .out = out};
     if (n == 1) { /* decode: gather once, heads in parallel */
         float *g = malloc((size_t)(nsel[0] > 0 ? nsel[0] : 1) * (size_t)kq * sizeof *g);
@@ -270,4 +318,5 @@ void kiln_kv_attend_sparse_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int la
     }
     free(keep);
     free(sel_ok);
+    add_ns(&attend_ns, t0);
 }
