@@ -106,6 +106,9 @@ static void print_summary(const kiln_kv_info *in, int file_ctx, int budget_cappe
         fprintf(stderr, "; context %d of the file's %d (%s)", in->max_context, file_ctx,
                 in->max_context == KILN_DEFAULT_CONTEXT_CAP ? "default cap; --ctx raises it" : "--ctx");
     if (budget_capped) fprintf(stderr, "; default budget capped at 1/4 of available memory (--kv-mem sets it)");
+    if (in->dsa_index_key)
+        fprintf(stderr, "; sparse-attention rows: latent %d + rope %d + indexer key %d (latent and indexer key FP8-rounded per 128 by the "
+                "model, held exactly; rope part in %s)", in->dsa_latent, in->dsa_rope, in->dsa_index_key, in->dtype_name);
     fprintf(stderr, "\n");
 }
 
