@@ -31,6 +31,7 @@ kiln_status kiln_tt_add(kiln_tensor_table *tt, const kiln_tensor *t) {
     }
     kiln_tensor *d = &tt->v[tt->n];
     *d = *t;
+    d->used = 0;
     d->name = strdup(t->name);
     if (!d->name) return kiln_fail(KILN_ERR_NOMEM, "out of memory adding tensor '%s'", t->name);
     if (kiln_name_index_add(&tt->by_name, d->name, tt->n, tensor_name_at, tt) != 0) {
@@ -43,7 +44,9 @@ kiln_status kiln_tt_add(kiln_tensor_table *tt, const kiln_tensor *t) {
 
 const kiln_tensor *kiln_tt_find(const kiln_tensor_table *tt, const char *name) {
     int i = kiln_name_index_find(&tt->by_name, name, tensor_name_at, tt);
-    return i < 0 ? NULL : &tt->v[i];
+    if (i < 0) return NULL;
+    __atomic_store_n(&tt->v[i].used, 1, __ATOMIC_RELAXED); /* the table's usage record, not its contents */
+    return &tt->v[i];
 }
 
 void kiln_tt_truncate(kiln_tensor_table *tt, int n) {

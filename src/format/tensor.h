@@ -20,6 +20,7 @@ typedef struct kiln_tensor {
     const char *file;             /* the file it came from (for error messages); not owned */
     uint64_t offset;              /* byte offset of data in that file */
     uint64_t checksum;            /* XXH3-64 of the data, computed at load (model/checksum.c) */
+    unsigned char used;           /* looked up by name (kiln_tt_find) since load: what `kiln inspect` reports as used */
 } kiln_tensor;
 
 typedef struct kiln_tensor_table {
@@ -33,6 +34,8 @@ uint64_t kiln_tensor_numel(const kiln_tensor *t);
 kiln_status kiln_tt_add(kiln_tensor_table *tt, const kiln_tensor *t);
 /* Drops the tensors added after the first n (a loader undoing a failed open). */
 void kiln_tt_truncate(kiln_tensor_table *tt, int n);
+/* The tensor named `name`, or NULL; marks it used (binders find every tensor they read by name, so the
+ * tensors never looked up are the ones a model does not use: `kiln inspect` lists them). */
 const kiln_tensor *kiln_tt_find(const kiln_tensor_table *tt, const char *name);
 void kiln_tt_free(kiln_tensor_table *tt);
 

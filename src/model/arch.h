@@ -51,6 +51,7 @@ typedef struct kiln_arch_hp {
     unsigned char *is_moe;    /* [n_layers] */
     int n_moe_layers;
     int n_nextn;              /* num_nextn_predict_layers: MTP layers stored after the last layer, not run */
+    int mtp_checked;          /* kiln_arch_check_mtp checked their shapes */
     /* DSA (deepseek_v32, glm_moe_dsa): [n_layers] 1 = the layer runs its own indexer ("full"),
      * 0 = it reuses the previous full layer's selection ("shared"); NULL for the other rows */
     unsigned char *idx_full;
@@ -126,6 +127,14 @@ typedef struct kiln_arch_linear {
 /* Fills out (room for KILN_ARCH_DENSE_LINEARS + 3 · n_experts entries) with the present linear
  * weights of L; returns how many. */
 int kiln_arch_layer_linears(kiln_arch_layer *L, int n_experts, kiln_arch_linear *out);
+
+/* 1 when the forward pass never reads tensor t (its binder never looked it up, or it belongs to an
+ * MTP layer, which is checked but not run), with the reason in buf (for `kiln inspect`); 0 otherwise. */
+int kiln_arch_tensor_unused(const struct kiln_model *m, const kiln_tensor *t, char *buf, size_t cap);
+/* MTP (next-n) layers (glm4_moe and the MLA family): checks the shapes of every tensor of layers
+ * [n_layers, n_layers + num_nextn_predict_layers) that are present (a checkpoint may ship without
+ * them); they are not run (speculative decoding with MTP is not built yet). */
+kiln_status kiln_arch_check_mtp(struct kiln_model *m, const char *prefix, kiln_status (*bind_layer)(struct kiln_model *, int, kiln_arch_layer *));
 
 /* ---- helpers shared by the arch_*.c files (arch_common.c) ---- */
 kiln_arch_model *kiln_arch_state_new(struct kiln_model *m);

@@ -427,3 +427,61 @@ int kiln_arch_layer_linears(kiln_arch_layer *L, int n_experts, kiln_arch_linear 
         }
     return n;
 }
+
+/* ---- tensors a model does not use ------------------------------------------------------------- */
+
+/* Layer index of a name "...layers.N....", or -1. */
+static int layer_of(const char *name) {
+    const char *p = strstr(name, "layers.");
+    if (!p) return -1;
+    char *end;
+    long l = strtol(p + 7, &end, 10);
+    return end != p + 7 && *end == '.' ? (int)l : -1;
+}
+
+int kiln_arch_tensor_unused(const struct kiln_model *m, const kiln_tensor *t, char *buf, size_t cap) {
+    const kiln_arch_model *am = m->arch_state;
+    const int l = layer_of(t->name);
+    const int mtp = l >= m->hp.n_layers && am && am->hp.n_nextn > 0;
+    if (t->used && !mtp) return 0;
+    if (mtp)
+        snprintf(buf, cap, "MTP layer %d (num_nextn_predict_layers = %d):%s not run (speculative decoding with MTP is not built yet)", l,
+                 am->hp.n_nextn, am->hp.mtp_checked ? " shapes checked at load;" : "");
+    else if (strstr(t->name, "inv_freq"))
+        snprintf(buf, cap, "RoPE frequency buffer: kiln computes the frequencies from the config");
+    else if (am && am->hp.idx_full && l >= 0 && l < m->hp.n_layers && !am->hp.idx_full[l] && strstr(t->name, ".indexer."))
+        snprintf(buf, cap, "indexer of a layer whose indexer_types entry is \"shared\": it reuses layer %d's selection", l - 1);
+    else
+        snprintf(buf, cap, "not read by the %s architecture", m->hp.arch);
+    return 1;
+}
+
+kiln_status kiln_arch_check_mtp(struct kiln_model *m, const char *prefix, kiln_status (*bind_layer)(struct kiln_model *, int, kiln_arch_layer *)) {
+    kiln_arch_model *am = m->arch_state;
+    const int64_t D = m->hp.dim;
+    am->hp.mtp_checked = 1;
+    for (int l = m->hp.n_layers; l < m->hp.n_layers + am->hp.n_nextn; l++) {
+        char n[192];
+        snprintf(n, sizeof n, "%slayers.%d.eh_proj.weight", prefix, l);
+        if (!kiln_tt_find(&m->tt, n)) continue; /* shipped without its MTP layer: nothing to check */
+        kiln_arch_layer *L = kiln_model_own(m, calloc(1, sizeof *L));
+        if (!L) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        kiln_weight eh;
+        KILN_TRY(kiln_bind_linear(m, (snprintf(n, sizeof n, "%slayers.%d.eh_proj", prefix, l), n), D, 2 * D, &eh));
+        const char *norms[] = {"enorm", "hnorm", "shared_head.norm"};
+        for (int i = 0; i < 3; i++) {
+            const float *v;
+            snprintf(n, sizeof n, "%slayers.%d.%s.weight", prefix, l, norms[i]);
+            KILN_TRY(kiln_arch_vec(m, n, D, &v));
+        }
+        const kiln_tensor *t;
+        snprintf(n, sizeof n, "%slayers.%d.embed_tokens.weight", prefix, l);
+        if ((t = kiln_tt_find(&m->tt, n)) && (t->ndim != 2 || t->shape[0] != m->hp.vocab || t->shape[1] != D))
+            return kiln_fail(KILN_ERR_FORMAT, "%s: MTP tensor '%s' must be [%d, %lld] (vocab, hidden)", t->file ? t->file : m->path, n, m->hp.vocab, (long long)D);
+        snprintf(n, sizeof n, "%slayers.%d.shared_head.head.weight", prefix, l);
+        if ((t = kiln_tt_find(&m->tt, n)) && (t->ndim != 2 || t->shape[0] != m->hp.vocab || t->shape[1] != D))
+            return kiln_fail(KILN_ERR_FORMAT, "%s: MTP tensor '%s' must be [%d, %lld] (vocab, hidden)", t->file ? t->file : m->path, n, m->hp.vocab, (long long)D);
+        KILN_TRY(bind_layer(m, l, L)); /* the decoder block: attention and MoE, every shape */
+    }
+    return KILN_OK;
+}

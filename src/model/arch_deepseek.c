@@ -165,12 +165,51 @@ static kiln_status mla_read(struct kiln_model *m, json_t *top, const char *file)
     return KILN_OK;
 }
 
-static kiln_status mla_bind(struct kiln_model *m) {
-    kiln_hparams *hp = &m->hp;
+/* Layer l's tensors (a decoder layer, or an MTP layer past num_hidden_layers) into L; MoE when
+ * is_moe says so (MTP layers: MoE whenever the model has MoE layers). */
+static kiln_status bind_mla_layer(struct kiln_model *m, int l, kiln_arch_layer *L) {
     kiln_arch_model *am = m->arch_state;
     kiln_arch_hp *ah = &am->hp;
     const kiln_mla_cfg *c = &ah->mla;
-    const int64_t D = hp->dim, H = hp->n_heads, qh = c->qk_nope + c->qk_rope;
+    const int64_t D = m->hp.dim, H = m->hp.n_heads, qh = c->qk_nope + c->qk_rope;
+    const int mtp = l >= m->hp.n_layers;
+    const char *pre = ah->prefix; /* "model." or "language_model.model." */
+    char n[192];
+    kiln_mla_layer *A = &L->mla;
+#define P(fmt) (snprintf(n, sizeof n, "%slayers.%d." fmt, pre, l), n)
+    KILN_TRY(kiln_arch_vec(m, P("input_layernorm.weight"), D, &L->attn_norm));
+    KILN_TRY(kiln_arch_vec(m, P("post_attention_layernorm.weight"), D, &L->ffn_norm));
+    if (c->q_lora_rank > 0) {
+        KILN_TRY(kiln_bind_linear(m, P("self_attn.q_a_proj"), c->q_lora_rank, D, &A->wq_a));
+        KILN_TRY(kiln_arch_vec(m, P("self_attn.q_a_layernorm.weight"), c->q_lora_rank, &A->q_a_norm));
+        KILN_TRY(kiln_bind_linear(m, P("self_attn.q_b_proj"), H * qh, c->q_lora_rank, &A->wq_b));
+    } else {
+        KILN_TRY(kiln_bind_linear(m, P("self_attn.q_proj"), H * qh, D, &A->wq));
+    }
+    KILN_TRY(kiln_bind_linear(m, P("self_attn.kv_a_proj_with_mqa"), c->kv_lora_rank + c->qk_rope, D, &A->wkv_a));
+    KILN_TRY(kiln_arch_vec(m, P("self_attn.kv_a_layernorm.weight"), c->kv_lora_rank, &A->kv_a_norm));
+    KILN_TRY(kiln_bind_linear(m, P("self_attn.kv_b_proj"), H * (c->qk_nope + c->v_head), c->kv_lora_rank, &A->wkv_b));
+    KILN_TRY(kiln_bind_linear(m, P("self_attn.o_proj"), D, H * c->v_head, &A->wo));
+    if (!mtp) KILN_TRY(kiln_mla_absorb(m, c, A)); /* MTP layers are checked, not run: no absorbed copies */
+    if (c->dsa && (mtp || ah->idx_full[l])) {
+        const int64_t Hi = c->idx_heads, d = c->idx_dim;
+        A->idx_full = 1;
+        KILN_TRY(kiln_bind_linear(m, P("self_attn.indexer.wq_b"), Hi * d, c->q_lora_rank, &A->iwq_b));
+        KILN_TRY(kiln_bind_linear(m, P("self_attn.indexer.wk"), d, D, &A->iwk));
+        KILN_TRY(kiln_arch_vec(m, P("self_attn.indexer.k_norm.weight"), d, &A->ik_norm_w));
+        KILN_TRY(kiln_arch_vec(m, P("self_attn.indexer.k_norm.bias"), d, &A->ik_norm_b));
+        KILN_TRY(kiln_bind_linear(m, P("self_attn.indexer.weights_proj"), Hi, D, &A->iw_proj));
+    }
+#undef P
+    char mp[96];
+    snprintf(mp, sizeof mp, "%slayers.%d.mlp.", pre, l);
+    if (mtp ? ah->n_moe_layers > 0 : ah->is_moe[l]) return kiln_arch_bind_moe(m, mp, L);
+    return kiln_arch_bind_mlp(m, mp, m->hp.ffn_dim, L);
+}
+
+static kiln_status mla_bind(struct kiln_model *m) {
+    kiln_arch_model *am = m->arch_state;
+    kiln_arch_hp *ah = &am->hp;
     const char *pre = kiln_tt_find(&m->tt, "language_model.model.embed_tokens.weight") ? "language_model." : "";
     snprintf(ah->prefix, sizeof ah->prefix, "%smodel.", pre);
     char n[192], n2[192], n3[192];
@@ -179,40 +218,8 @@ static kiln_status mla_bind(struct kiln_model *m) {
     snprintf(n3, sizeof n3, "%slm_head", pre);
     KILN_TRY(kiln_arch_bind_ends(m, n, n2, n3));
     KILN_TRY(kiln_arch_layers_new(m, am));
-#define P(fmt) (snprintf(n, sizeof n, "%smodel.layers.%d." fmt, pre, l), n)
-    for (int l = 0; l < hp->n_layers; l++) {
-        kiln_arch_layer *L = &am->layers[l];
-        kiln_mla_layer *A = &L->mla;
-        KILN_TRY(kiln_arch_vec(m, P("input_layernorm.weight"), D, &L->attn_norm));
-        KILN_TRY(kiln_arch_vec(m, P("post_attention_layernorm.weight"), D, &L->ffn_norm));
-        if (c->q_lora_rank > 0) {
-            KILN_TRY(kiln_bind_linear(m, P("self_attn.q_a_proj"), c->q_lora_rank, D, &A->wq_a));
-            KILN_TRY(kiln_arch_vec(m, P("self_attn.q_a_layernorm.weight"), c->q_lora_rank, &A->q_a_norm));
-            KILN_TRY(kiln_bind_linear(m, P("self_attn.q_b_proj"), H * qh, c->q_lora_rank, &A->wq_b));
-        } else {
-            KILN_TRY(kiln_bind_linear(m, P("self_attn.q_proj"), H * qh, D, &A->wq));
-        }
-        KILN_TRY(kiln_bind_linear(m, P("self_attn.kv_a_proj_with_mqa"), c->kv_lora_rank + c->qk_rope, D, &A->wkv_a));
-        KILN_TRY(kiln_arch_vec(m, P("self_attn.kv_a_layernorm.weight"), c->kv_lora_rank, &A->kv_a_norm));
-        KILN_TRY(kiln_bind_linear(m, P("self_attn.kv_b_proj"), H * (c->qk_nope + c->v_head), c->kv_lora_rank, &A->wkv_b));
-        KILN_TRY(kiln_bind_linear(m, P("self_attn.o_proj"), D, H * c->v_head, &A->wo));
-        KILN_TRY(kiln_mla_absorb(m, c, A));
-        if (c->dsa && ah->idx_full[l]) {
-            const int64_t Hi = c->idx_heads, d = c->idx_dim;
-            A->idx_full = 1;
-            KILN_TRY(kiln_bind_linear(m, P("self_attn.indexer.wq_b"), Hi * d, c->q_lora_rank, &A->iwq_b));
-            KILN_TRY(kiln_bind_linear(m, P("self_attn.indexer.wk"), d, D, &A->iwk));
-            KILN_TRY(kiln_arch_vec(m, P("self_attn.indexer.k_norm.weight"), d, &A->ik_norm_w));
-            KILN_TRY(kiln_arch_vec(m, P("self_attn.indexer.k_norm.bias"), d, &A->ik_norm_b));
-            KILN_TRY(kiln_bind_linear(m, P("self_attn.indexer.weights_proj"), Hi, D, &A->iw_proj));
-        }
-        char mp[96];
-        snprintf(mp, sizeof mp, "%smodel.layers.%d.mlp.", pre, l);
-        if (ah->is_moe[l]) KILN_TRY(kiln_arch_bind_moe(m, mp, L));
-        else KILN_TRY(kiln_arch_bind_mlp(m, mp, hp->ffn_dim, L));
-    }
-#undef P
-    return KILN_OK;
+    for (int l = 0; l < m->hp.n_layers; l++) KILN_TRY(bind_mla_layer(m, l, &am->layers[l]));
+    return kiln_arch_check_mtp(m, ah->prefix, bind_mla_layer);
 }
 
 const kiln_arch kiln_arch_deepseek_v3 = {"deepseek_v3", {"deepseek_v3"}, {"DeepseekV3ForCausalLM"}, mla_read, mla_bind, kiln_mkmodel_arch, NULL, NULL, 0};

@@ -8,8 +8,8 @@
  * mlp.experts.E.{gate,up,down}_proj of moe_intermediate_size, mlp.shared_experts.* of
  * moe_intermediate_size × n_shared_experts), routed as in moe.h.
  * MTP (next-n) layers: model.layers.{num_hidden_layers ...} hold num_nextn_predict_layers extra
- * blocks (eh_proj, enorm, hnorm, shared_head, plus a decoder layer). They are not bound or run;
- * their tensors stay in the table, so loading a checkpoint that has them works unchanged. */
+ * blocks (eh_proj, enorm, hnorm, shared_head, plus a decoder layer). Their shapes are checked at
+ * load (kiln_arch_check_mtp) when present; they are not run. */
 #include "model/arch.h"
 #include "base/status.h"
 #include "format/hfconfig.h"
@@ -28,30 +28,31 @@ static kiln_status glm4_moe_read(struct kiln_model *m, json_t *cfg, const char *
     return kiln_arch_read_moe(m, cfg, file);
 }
 
-static kiln_status glm4_moe_bind(struct kiln_model *m) {
-    kiln_hparams *hp = &m->hp;
-    kiln_arch_model *am = m->arch_state;
-    kiln_arch_hp *ah = &am->hp;
-    const int64_t D = hp->dim, hd = hp->head_dim;
-    KILN_TRY(kiln_arch_bind_ends(m, "model.embed_tokens.weight", "model.norm.weight", "lm_head"));
-    KILN_TRY(kiln_arch_layers_new(m, am));
+/* Layer l (a decoder layer, or an MTP layer past num_hidden_layers: MoE) into L. */
+static kiln_status glm4_moe_layer(struct kiln_model *m, int l, kiln_arch_layer *L) {
+    kiln_arch_hp *ah = &((kiln_arch_model *)m->arch_state)->hp;
+    const int64_t D = m->hp.dim, hd = m->hp.head_dim;
     char n[192], mp[96];
 #define P(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
-    for (int l = 0; l < hp->n_layers; l++) {
-        kiln_arch_layer *L = &am->layers[l];
-        KILN_TRY(kiln_arch_vec(m, P("input_layernorm.weight"), D, &L->attn_norm));
-        KILN_TRY(kiln_arch_vec(m, P("post_attention_layernorm.weight"), D, &L->ffn_norm));
-        KILN_TRY(kiln_arch_bind_self_attn(m, P("self_attn."), L));
-        if (ah->qk_norm) {
-            KILN_TRY(kiln_arch_vec(m, P("self_attn.q_norm.weight"), hd, &L->q_norm));
-            KILN_TRY(kiln_arch_vec(m, P("self_attn.k_norm.weight"), hd, &L->k_norm));
-        }
-        snprintf(mp, sizeof mp, "model.layers.%d.mlp.", l);
-        if (ah->is_moe[l]) KILN_TRY(kiln_arch_bind_moe(m, mp, L));
-        else KILN_TRY(kiln_arch_bind_mlp(m, mp, hp->ffn_dim, L));
+    KILN_TRY(kiln_arch_vec(m, P("input_layernorm.weight"), D, &L->attn_norm));
+    KILN_TRY(kiln_arch_vec(m, P("post_attention_layernorm.weight"), D, &L->ffn_norm));
+    KILN_TRY(kiln_arch_bind_self_attn(m, P("self_attn."), L));
+    if (ah->qk_norm) {
+        KILN_TRY(kiln_arch_vec(m, P("self_attn.q_norm.weight"), hd, &L->q_norm));
+        KILN_TRY(kiln_arch_vec(m, P("self_attn.k_norm.weight"), hd, &L->k_norm));
     }
 #undef P
-    return KILN_OK;
+    snprintf(mp, sizeof mp, "model.layers.%d.mlp.", l);
+    if (l >= m->hp.n_layers ? ah->n_moe_layers > 0 : ah->is_moe[l]) return kiln_arch_bind_moe(m, mp, L);
+    return kiln_arch_bind_mlp(m, mp, m->hp.ffn_dim, L);
+}
+
+static kiln_status glm4_moe_bind(struct kiln_model *m) {
+    kiln_arch_model *am = m->arch_state;
+    KILN_TRY(kiln_arch_bind_ends(m, "model.embed_tokens.weight", "model.norm.weight", "lm_head"));
+    KILN_TRY(kiln_arch_layers_new(m, am));
+    for (int l = 0; l < m->hp.n_layers; l++) KILN_TRY(glm4_moe_layer(m, l, &am->layers[l]));
+    return kiln_arch_check_mtp(m, "model.", glm4_moe_layer);
 }
 
 const kiln_arch kiln_arch_glm4_moe = {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, glm4_moe_read, glm4_moe_bind, kiln_mkmodel_arch, NULL, NULL, 0};

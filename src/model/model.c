@@ -202,6 +202,16 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *in) {
     in->weight_bytes = weight_bytes(m);
 }
 
+/* kiln_arch_tensor_unused for every model: llama2.c files have no arch state and read every tensor. */
+static int unused_reason(const kiln_model *m, const kiln_tensor *t, char *buf, size_t cap) {
+    if (!m->arch_state) {
+        if (t->used) return 0;
+        snprintf(buf, cap, "not read by the %s architecture", m->hp.arch);
+        return 1;
+    }
+    return kiln_arch_tensor_unused(m, t, buf, cap);
+}
+
 kiln_status kiln_model_describe(const kiln_model *m, FILE *f, int json) {
     const kiln_hparams *hp = &m->hp;
     if (json) {
@@ -230,6 +240,16 @@ kiln_status kiln_model_describe(const kiln_model *m, FILE *f, int json) {
             json_array_append_new(ts, jt);
         }
         json_object_set_new(o, "tensors", ts);
+        json_t *un = json_array();
+        for (int i = 0; i < m->tt.n; i++) {
+            char why[256];
+            if (!unused_reason(m, &m->tt.v[i], why, sizeof why)) continue;
+            json_t *u = json_object();
+            json_object_set_new(u, "name", json_string(m->tt.v[i].name));
+            json_object_set_new(u, "reason", json_string(why));
+            json_array_append_new(un, u);
+        }
+        json_object_set_new(o, "unused_tensors", un);
         json_object_set_new(o, "n_tensors", json_integer(m->tt.n));
         json_object_set_new(o, "weight_bytes", json_integer((json_int_t)weight_bytes(m)));
         json_object_set_new(o, "has_tokenizer", json_boolean(m->tok != NULL));
@@ -255,5 +275,13 @@ kiln_status kiln_model_describe(const kiln_model *m, FILE *f, int json) {
         fprintf(f, "]\n");
     }
     fprintf(f, "total weight bytes: %llu\n", (unsigned long long)weight_bytes(m));
+    int n_unused = 0;
+    for (int i = 0; i < m->tt.n; i++) {
+        char why[256];
+        if (!unused_reason(m, &m->tt.v[i], why, sizeof why)) continue;
+        if (n_unused++ == 0) fprintf(f, "tensors not used by the forward pass:\n");
+        fprintf(f, "  %-56s %s\n", m->tt.v[i].name, why);
+    }
+    if (n_unused == 0) fprintf(f, "every tensor is used by the forward pass\n");
     return KILN_OK;
 }

@@ -8,6 +8,7 @@
 #   - DeepSeek sparse attention (deepseek_v32, glm_moe_dsa): index_topk <= 0, indexer_types of the
 #     wrong length or with an unknown type, a shared layer 0, indexer tensors of the wrong shape,
 #     an index_head_dim the Hadamard / FP8 blocks cannot take, --kv-dtype fp8
+#   - an MTP layer tensor of the wrong shape; `kiln inspect` listing the unused (MTP) tensors
 set -u
 KILN=${KILN:-./kiln}
 PY=${PY:-/usr/bin/python3}
@@ -82,6 +83,27 @@ expect "index_head_dim not a power of two" "$T/ihd" "index_head_dim" "96"
 mk glm_moe_dsa kv8
 err=$("$KILN" run "$T/kv8" --tokens 1,2,3 -n 1 --kv-dtype fp8 2>&1 >/dev/null); rc=$?
 if [ $rc -eq 0 ] || [ $rc -gt 128 ] || ! grep -qF -- "--kv-dtype fp8" <<<"$err"; then echo "FAIL DSA --kv-dtype fp8: exit $rc: $err"; fail=1; else echo "ok   DSA --kv-dtype fp8: $err"; fi
+
+# an MTP layer's tensor of the wrong shape (the safetensors header rewritten: eh_proj [64, 128] → [128, 64])
+mk deepseek_v32 mtp
+"$PY" - "$T/mtp/model.safetensors" <<'EOF'
+import json, struct, sys
+p = sys.argv[1]
+raw = open(p, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+h["model.layers.3.eh_proj.weight"]["shape"] = [128, 64]
+hb = json.dumps(h).encode()
+hb += b" " * ((8 - len(hb) % 8) % 8)
+open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
+EOF
+expect "MTP tensor shape" "$T/mtp" "model.layers.3.eh_proj.weight" "[128, 64]"
+# kiln inspect names what the forward pass does not read, and why
+mk glm_moe_dsa ins
+out=$("$KILN" inspect "$T/ins" 2>&1)
+if grep -q "model.layers.3.eh_proj.weight .*MTP layer 3 (num_nextn_predict_layers = 1): shapes checked" <<<"$out" &&
+   ! grep -q "model.layers.0.self_attn.q_a_proj.weight .*MTP" <<<"$out"; then echo "ok   inspect lists the MTP layer as unused";
+else echo "FAIL inspect unused tensors: $(grep -A3 'not used' <<<"$out")"; fail=1; fi
 
 err=$("$KILN" mkmodel --arch glm5 --preset tiny "$T/x" 2>&1); rc=$?
 if [ $rc -eq 0 ] || ! grep -q "glm5" <<<"$err"; then echo "FAIL mkmodel unknown arch: $err"; fail=1; else echo "ok   mkmodel unknown arch: $err"; fi
