@@ -2,7 +2,12 @@
  * plain (F32/F16/BF16, GGUF Q8_0/Q4_0), FP8 E4M3 with 128×128 block scales (DeepSeek-V3 / GLM-FP8:
  * `weight` + `weight_scale_inv`, dequant = fp8 × scale_inv), and INT4 compressed-tensors
  * pack-quantized (Kimi K2.x: `weight_packed` int32 [out, in/8] with eight values offset by +8,
- * lowest nibble first; `weight_scale` [out, in/group]; `weight_shape` [2]). */
+ * lowest nibble first; `weight_scale` [out, in/group]; `weight_shape` [2]), and FP8 compressed-tensors
+ * float-quantized (GLM-4.7-FP8 style: `weight` F8_E4M3 [out, in] × `weight_scale` of strategy
+ * "block" [out/B, in/B], "tensor" [1] or "channel" [out, 1]). Block and tensor scales run on the
+ * FP8 block kernels exactly (a tensor scale fills every block); per-channel scales have no kernel
+ * of their own yet, so those weights are widened at load to BF16 = bf16(fp8 × scale), the same
+ * numbers a dequantized BF16 twin holds, at twice the FP8 bytes. */
 #include "model/model.h"
 #include "base/fp.h"
 #include "base/status.h"
@@ -47,6 +52,51 @@ static kiln_status scales_as(struct kiln_model *m, const kiln_tensor *t, kiln_dt
 }
 
 static int shape_is(const kiln_tensor *t, int64_t a, int64_t b) { return t->ndim == 2 && t->shape[0] == a && t->shape[1] == b; }
+
+/* The FP8 block size the config names: quantization_config.weight_block_size (fp8), or the
+ * block_structure of a compressed-tensors float-quantized weights group; 128 when neither. */
+static int config_fp8_block(const struct kiln_model *m) {
+    json_t *qc = m->config ? json_object_get((json_t *)m->config, "quantization_config") : NULL;
+    json_t *wbs = qc ? json_object_get(qc, "weight_block_size") : NULL;
+    if (json_is_array(wbs) && json_array_size(wbs) == 2) return (int)json_integer_value(json_array_get(wbs, 0));
+    json_t *groups = qc ? json_object_get(qc, "config_groups") : NULL;
+    const char *gname;
+    json_t *g;
+    json_object_foreach(groups, gname, g) {
+        json_t *bs = json_object_get(json_object_get(g, "weights"), "block_structure");
+        if (json_is_array(bs) && json_array_size(bs) == 2) return (int)json_integer_value(json_array_get(bs, 0));
+    }
+    return 128;
+}
+
+/* compressed-tensors FP8 with one scale per tensor ([1], [1, 1] or a scalar) or per output channel
+ * ([rows, 1] / [rows]): *w becomes FP8 block-128 with the tensor scale in every block (exact), or
+ * BF16 = bf16(fp8 × scale[row]) for channel scales. Returns 0 when sc has neither shape. */
+static int fp8_tensor_or_channel(struct kiln_model *m, const kiln_tensor *t, const kiln_tensor *sc, int64_t rows, int64_t cols, kiln_weight *w,
+                                 kiln_status *st) {
+    const uint64_t ns = kiln_tensor_numel(sc);
+    const int per_tensor = ns == 1, per_channel = (int64_t)ns == rows && rows > 1 && (sc->ndim == 1 || (sc->ndim == 2 && sc->shape[1] == 1));
+    if (!per_tensor && !per_channel) return 0;
+    const float *s;
+    *st = scales_as(m, sc, KILN_DT_F32, (const void **)&s);
+    if (*st) return 1;
+    if (per_tensor) {
+        const int B = 128;
+        const int64_t nb = ((rows + B - 1) / B) * ((cols + B - 1) / B);
+        float *bs = kiln_model_own(m, malloc((size_t)nb * sizeof *bs));
+        if (!bs) { *st = kiln_fail_oom(fname(sc), sc->name, (unsigned long long)nb * 4); return 1; }
+        for (int64_t i = 0; i < nb; i++) bs[i] = s[0];
+        *w = (kiln_weight){.fmt = KILN_WF_FP8_BLOCK, .rows = rows, .cols = cols, .data = t->data, .row_bytes = (size_t)cols, .block = B, .scales = bs};
+        return 1;
+    }
+    uint16_t *b = kiln_model_own(m, kiln_alloc64((size_t)rows * (size_t)cols * sizeof *b));
+    if (!b) { *st = kiln_fail_oom(fname(t), t->name, (unsigned long long)rows * (unsigned long long)cols * 2); return 1; }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) b[r * cols + c] = kiln_f32_to_bf16(kiln_fp8_e4m3_to_f32(t->data[r * cols + c]) * s[r]);
+    *w = (kiln_weight){.fmt = KILN_WF_BF16, .rows = rows, .cols = cols, .data = (const uint8_t *)b, .row_bytes = (size_t)cols * 2};
+    *st = KILN_OK;
+    return 1;
+}
 
 kiln_status kiln_bind_linear(struct kiln_model *m, const char *prefix, int64_t rows, int64_t cols, kiln_weight *w) {
     memset(w, 0, sizeof *w);
@@ -94,11 +144,10 @@ kiln_status kiln_bind_linear(struct kiln_model *m, const char *prefix, int64_t r
         if (!shape_is(t, rows, cols))
             return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld] but the config implies [%lld, %lld]", fname(t), t->name,
                              (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)rows, (long long)cols);
+        kiln_status st;
+        if (fp8_tensor_or_channel(m, t, sc, rows, cols, w, &st)) return st;
         int64_t sr = sc->ndim == 2 ? sc->shape[0] : 0, scc = sc->ndim == 2 ? sc->shape[1] : 0;
-        int block = 128;
-        json_t *qc = m->config ? json_object_get((json_t *)m->config, "quantization_config") : NULL;
-        json_t *wbs = qc ? json_object_get(qc, "weight_block_size") : NULL;
-        if (json_is_array(wbs) && json_array_size(wbs) == 2) block = (int)json_integer_value(json_array_get(wbs, 0));
+        const int block = config_fp8_block(m);
         if (block <= 0 || sr != (rows + block - 1) / block || scc != (cols + block - 1) / block)
             return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld] but %d×%d blocks of [%lld, %lld] need [%lld, %lld]", fname(sc),
                              sc->name, (long long)sr, (long long)scc, block, block, (long long)rows, (long long)cols,
@@ -112,6 +161,36 @@ kiln_status kiln_bind_linear(struct kiln_model *m, const char *prefix, int64_t r
         return scales_as(m, sc, KILN_DT_F32, &w->scales);
     }
     return kiln_weight_from_tensor(t, rows, cols, w);
+}
+
+/* A compressed-tensors float-quantized weights group: FP8 E4M3 (num_bits 8, type float), symmetric,
+ * static, strategy tensor / channel / block (square block_structure). Activations are not
+ * quantized by kiln (input_activations are read as the checkpoint's dynamic per-token FP8 scheme
+ * would compute them on the fly: kiln keeps them in f32, as for the fp8 block checkpoints). */
+static kiln_status check_float_group(const char *file, const char *gname, json_t *wq) {
+    const int bits = (int)json_integer_value(json_object_get(wq, "num_bits"));
+    const char *type = json_string_value(json_object_get(wq, "type"));
+    const char *strategy = json_string_value(json_object_get(wq, "strategy"));
+    if (bits != 8)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: quantization_config.config_groups.%s.weights.num_bits = %d is not supported by float-quantized (8)",
+                         file, gname, bits);
+    if (!type || strcmp(type, "float") != 0)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: quantization_config.config_groups.%s.weights.type = '%s' is not supported by float-quantized (float)",
+                         file, gname, type ? type : "(missing)");
+    if (json_is_false(json_object_get(wq, "symmetric")))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: quantization_config.config_groups.%s.weights.symmetric must be true", file, gname);
+    if (json_is_true(json_object_get(wq, "dynamic")))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: quantization_config.config_groups.%s.weights.dynamic = true: weight scales must be stored", file, gname);
+    if (!strategy || (strcmp(strategy, "tensor") != 0 && strcmp(strategy, "channel") != 0 && strcmp(strategy, "block") != 0))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: quantization_config.config_groups.%s.weights.strategy = '%s' is not supported (tensor, channel, block)",
+                         file, gname, strategy ? strategy : "(missing)");
+    if (strcmp(strategy, "block") == 0) {
+        json_t *bs = json_object_get(wq, "block_structure");
+        if (!json_is_array(bs) || json_array_size(bs) != 2 || json_integer_value(json_array_get(bs, 0)) != json_integer_value(json_array_get(bs, 1)) ||
+            json_integer_value(json_array_get(bs, 0)) <= 0)
+            return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: quantization_config.config_groups.%s.weights.block_structure must be [B, B] (square blocks)", file, gname);
+    }
+    return KILN_OK;
 }
 
 kiln_status kiln_check_quant_config(const void *config_json, const char *file) {
@@ -141,12 +220,17 @@ kiln_status kiln_check_quant_config(const void *config_json, const char *file) {
             if (!json_is_object(wq)) continue;
             const char *gformat = json_string_value(json_object_get(g, "format"));
             const char *f = gformat ? gformat : format;
+            if (f && strcmp(f, "float-quantized") == 0) {
+                KILN_TRY(check_float_group(file, gname, wq));
+                continue;
+            }
             int bits = (int)json_integer_value(json_object_get(wq, "num_bits"));
             const char *type = json_string_value(json_object_get(wq, "type"));
             const char *strategy = json_string_value(json_object_get(wq, "strategy"));
             json_t *gs = json_object_get(wq, "group_size");
             if (f && strcmp(f, "pack-quantized") != 0)
-                return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: quantization_config.config_groups.%s: format '%s' is not supported (pack-quantized)", file, gname, f);
+                return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: quantization_config.config_groups.%s: format '%s' is not supported (pack-quantized, "
+                                 "float-quantized)", file, gname, f);
             if (bits != 4)
                 return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: quantization_config.config_groups.%s.weights.num_bits = %d is not supported (4)", file, gname, bits);
             if (type && strcmp(type, "int") != 0)
