@@ -3,7 +3,8 @@ on the dequantized weights (F32 activations, F32 KV):
   kimi_k2      INT4 compressed-tensors pack-quantized, group 32 (Kimi K2.x's own release format):
                weight_packed (I32 [out, in/8], value + 8, lowest nibble first), weight_scale (BF16
                [out, in/32]), weight_shape (I32 [2])
-  deepseek_v3 / glm4_moe_lite / glm4_moe  FP8 E4M3 with 128×128 block scales: weight (F8_E4M3) +
+  glm_moe_dsa  INT4 as kimi_k2 (sparse attention with INT4 experts)
+  deepseek_v3 / glm4_moe_lite / glm4_moe / deepseek_v32  FP8 E4M3 with 128×128 block scales: weight (F8_E4M3) +
                weight_scale_inv (F32 [ceil(out/128), ceil(in/128)])
 Everything else stays as written by mkmodel. The quantization here is the test's own (numpy); the
 reference dequantizes with tests/reference/st_reader.py, so only the file format is shared.
@@ -123,7 +124,8 @@ def requantize(d, mode):
     return n
 
 
-MODES = (("kimi_k2", "int4"), ("deepseek_v3", "fp8"), ("glm4_moe_lite", "fp8"), ("glm4_moe", "int4"))
+MODES = (("kimi_k2", "int4"), ("deepseek_v3", "fp8"), ("glm4_moe_lite", "fp8"), ("glm4_moe", "int4"), ("glm_moe_dsa", "int4"),
+         ("deepseek_v32", "fp8"))
 EXTRA = {"int4": ["--isa", "scalar"], "fp8": []}
 os.environ["KILN_FP8_EXACT"] = "1"  # inherited by every kiln run below (see the docstring)
 
