@@ -129,6 +129,8 @@ kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, cons
         be->ops->rope(be, &c->idx_rope, ws->lat + krow, n, row, 1, d, cs);
         be->ops->fp8_round(be, ws->qi, n * Hi, d, 1);
         for (int i = 0; i < n; i++) be->ops->fp8_round(be, ws->lat + (size_t)i * row + krow, 1, d, 1);
+    } else if (c->dsa) { /* a "shared" layer caches no indexer key: zeros, not the scratch's last contents */
+        for (int i = 0; i < n; i++) memset(ws->lat + (size_t)i * row + krow, 0, (size_t)c->idx_dim * sizeof(float));
     }
     /* store every token's latent, then attend (token i sees positions [0, pos[i]] of its sequence) */
     be->ops->kv_store(be, pool, seq, pos, n, layer, ws->lat, row, pool->cfg.v_shares_k ? NULL : ws->lat, row);

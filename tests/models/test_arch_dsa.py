@@ -1,9 +1,16 @@
-"""kiln vs the independent PyTorch reference (tests/reference/ref_dsa.py, written from DeepSeek-V3.2's
-official inference code) on synthetic DeepSeek sparse attention checkpoints: deepseek_v32 and
-glm_moe_dsa (every layer with its own indexer, and GLM-5.2's shared-indexer layers), F32 and BF16 KV.
-index_topk is 16 and the prompt 64 tokens (plus 32 greedy steps), so the selection is a strict
-subset: the test also checks that dense attention (the same reference with index_topk above the
-context) is far from kiln's logits, i.e. that the comparison really exercises the sparse selection."""
+"""DeepSeek sparse attention checkpoints (deepseek_v32, glm_moe_dsa with every layer's own indexer and
+with GLM-5.2's shared-indexer layers): what the logits comparison needs besides itself.
+
+The comparison of kiln's logits with the independent PyTorch reference (tests/reference/ref_dsa.py,
+written from DeepSeek-V3.2's official inference code) runs in tests/models/test_arch_kv_quant.c:
+the model rounds its latent and indexer keys through FP8, so a reference that rounds its own values
+is ill-conditioned (a value within float noise of a rounding midpoint goes the other way, one FP8
+step, and moves later logits by up to ~1e-3); there the reference checks every cached FP8 value
+against its own rounding (within noise) and is then fed kiln's cache, and must match within 1e-3.
+This test checks that the comparison means something: with index_topk 16 and a 64-token prompt plus
+32 greedy steps the selection is a strict subset, so the same reference with dense attention
+(index_topk above the context) must be far from kiln's logits; and `kiln inspect --kv` reports the
+row's three parts."""
 import json
 import os
 import random
@@ -60,10 +67,6 @@ def main():
                 ok = False
             rng = random.Random(1235)
             prompt = [rng.randrange(cfg["vocab_size"]) for _ in range(64)]
-            for dev in os.environ.get("KILN_DEVICES", "cpu").split():
-                for kv in ("f32", "bf16"):
-                    print("%s/%s device %s:" % (arch, preset, dev))
-                    ok = harness.compare(arch, d, prompt, 32, 1e-3, ["--device", dev], 8, False, kv) and ok
             gap = dense_gap(d, prompt, 32)
             print("%s/%s: dense attention differs from kiln's sparse logits by %.3g relative (must be > 1e-2)" % (arch, preset, gap))
             if gap <= 1e-2:

@@ -16,6 +16,12 @@
  *      neighbour when that value lies within 1e-3 of a step of the midpoint (noise), and (b) the
  *      reference fed exactly the stored rows reproduces kiln's logits within 1e-3 relative error and
  *      its greedy tokens.
+ * DeepSeek sparse attention (deepseek_v32, glm_moe_dsa; docs/DSA.md) is the same problem without
+ * any KV option: the model itself rounds the latent and the indexer keys through FP8 (per-128
+ * power-of-two scales), so its cases run with BF16 and F32 pages (FP8 pages are refused for it), the
+ * shared-indexer preset too, and with the routed experts stored as INT4 (group 32) and as FP8
+ * blocks (kiln's own checkpoint writer; the reference reads the dequantized values); the checker
+ * verifies the model's FP8 roundings of both row parts the same way.
  * Skipped (77) when the Python interpreter ($PY, default /usr/bin/python3) is missing. */
 #include "kiln.h"
 #include "engine/session_internal.h"
@@ -49,15 +55,33 @@ static int write_file(const char *dir, const char *name, const void *p, size_t n
     return fclose(f) != 0 || w != n;
 }
 
-/* Writes DIR = root/arch-kv with the checkpoint and the run's dump files; 0 on success. */
-static int run_case(const char *root, const char *arch, const char *kv) {
-    char dir[4400], scales[4500];
-    snprintf(dir, sizeof dir, "%s/%s-%s", root, arch, kv);
+/* Writes DIR = root/NAME with the checkpoint (arch, preset; routed experts stored as `experts`:
+ * NULL = as mkmodel wrote them, "int4" = INT4 group 32, "fp8" = FP8 128-blocks) and the run's dump
+ * files; 0 on success. */
+static int run_case(const char *root, const char *name, const char *arch, const char *preset, const char *kv, const char *experts) {
+    char dir[4400], scales[4500], spec[64];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
     snprintf(scales, sizeof scales, "%s/test_kv_scales.json", dir);
-    if (kiln_mkmodel(arch, "preset=tiny", "f32", 1, dir) != KILN_OK) return fail("mkmodel");
+    snprintf(spec, sizeof spec, "preset=%s", preset);
     kiln_options o;
     kiln_options_default(&o);
     o.quiet = 1;
+    if (experts) { /* write the F32 checkpoint aside, then its quantized-experts copy as the case's checkpoint */
+        char src[4500];
+        snprintf(src, sizeof src, "%s-src", dir);
+        kiln_model *ms;
+        if (kiln_mkmodel(arch, spec, "f32", 1, src) != KILN_OK) return fail("mkmodel");
+        if (kiln_model_load(src, &o, &ms) != KILN_OK) return fail("load source");
+        kiln_status qs = kiln_model_quantize_save(ms, dir, experts, 32, "experts", 0);
+        kiln_model_free(ms);
+        if (qs != KILN_OK) return fail("quantize experts");
+    } else if (kiln_mkmodel(arch, spec, "f32", 1, dir) != KILN_OK) {
+        return fail("mkmodel");
+    }
+    /* the SIMD INT4 kernels quantize activations (W4A8) and the bf16-dot FP8 form rounds them to
+     * bf16 (W8A16), neither of which the F32 reference models (tests/kernels bound those paths) */
+    if (experts && !strcmp(experts, "int4")) o.isa = KILN_ISA_SCALAR;
+    if (experts && !strcmp(experts, "fp8")) o.fp8_gemv = KILN_FP8_EXACT;
     kiln_model *m;
     if (kiln_model_load(dir, &o, &m) != KILN_OK) return fail("load");
     kiln_model_info info;
@@ -81,7 +105,7 @@ static int run_case(const char *root, const char *arch, const char *kv) {
         o.kv_dtype = KILN_KV_FP8;
         o.kv_scales_path = scales;
     } else {
-        o.kv_dtype = KILN_KV_BF16;
+        o.kv_dtype = !strcmp(kv, "f32") ? KILN_KV_F32 : KILN_KV_BF16;
     }
     if (kiln_session_create(m, &o, &s) != KILN_OK) { fail("session"); goto out; }
     if (kiln_session_eval(s, tok, N_PROMPT, logits) != KILN_OK) { fail("prompt"); goto out; }
@@ -146,16 +170,25 @@ int main(void) {
     char root[4200];
     snprintf(root, sizeof root, "%.3000s/kiln_kvq_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(root)) return 1;
-    static const char *const archs[] = {"chatglm", "glm4", "glm4_moe", "deepseek_v3", "kimi_k2", "glm4_moe_lite"};
+    static const struct { const char *arch, *preset, *kv, *experts; } cases[] = {
+        {"chatglm", "tiny", "fp8", NULL},         {"chatglm", "tiny", "bf16", NULL},        {"glm4", "tiny", "fp8", NULL},
+        {"glm4", "tiny", "bf16", NULL},           {"glm4_moe", "tiny", "fp8", NULL},        {"glm4_moe", "tiny", "bf16", NULL},
+        {"deepseek_v3", "tiny", "fp8", NULL},     {"deepseek_v3", "tiny", "bf16", NULL},    {"kimi_k2", "tiny", "fp8", NULL},
+        {"kimi_k2", "tiny", "bf16", NULL},        {"glm4_moe_lite", "tiny", "fp8", NULL},   {"glm4_moe_lite", "tiny", "bf16", NULL},
+        {"deepseek_v32", "tiny", "f32", NULL},    {"deepseek_v32", "tiny", "bf16", NULL},   {"glm_moe_dsa", "tiny", "f32", NULL},
+        {"glm_moe_dsa", "tiny", "bf16", NULL},    {"glm_moe_dsa", "tiny-shared", "f32", NULL}, {"glm_moe_dsa", "tiny-shared", "bf16", NULL},
+        {"glm_moe_dsa", "tiny", "bf16", "int4"},  {"deepseek_v32", "tiny", "bf16", "fp8"},
+    };
     int failures = 0;
-    char cmd[8192];
+    char cmd[16384];
     int len = snprintf(cmd, sizeof cmd, "'%s' '%s'", py, checker);
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-        for (int k = 0; k < 2; k++) {
-            const char *kv = k ? "bf16" : "fp8";
-            if (run_case(root, archs[i], kv) != 0) { failures++; continue; }
-            len += snprintf(cmd + len, sizeof cmd - (size_t)len, " '%s/%s-%s'", root, archs[i], kv);
-        }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "%s-%s-%s%s%s", cases[i].arch, cases[i].preset, cases[i].kv, cases[i].experts ? "-experts-" : "",
+                 cases[i].experts ? cases[i].experts : "");
+        if (run_case(root, name, cases[i].arch, cases[i].preset, cases[i].kv, cases[i].experts) != 0) { failures++; continue; }
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " '%s/%s'", root, name);
+    }
     /* one interpreter checks every dump (torch starts once) */
     if (system(cmd) != 0) failures++;
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

@@ -8,7 +8,11 @@ Usage: check_kv_dump.py DIR...  Each DIR holds the checkpoint plus kv_meta.json,
       float32 noise in x of 1e-5 × the row's largest magnitude (a value that close to a rounding
       midpoint may round either way);
   (b) the reference fed exactly the stored rows must reproduce kiln's logits within 1e-3 relative
-      error (max |kiln − ref| / max |ref| per row) and its greedy tokens."""
+      error (max |kiln − ref| / max |ref| per row) and its greedy tokens.
+DeepSeek sparse attention rows ([latent c | k_pe | indexer key], docs/DSA.md; kv "f32" or "bf16"):
+the c and indexer-key parts hold the model's own FP8 rounding (act_quant: a power-of-two scale per
+128 values), checked like (a) against the reference's pre-rounding values (ref_dsa.PRE), k_pe like
+any cached value, and the key part of a "shared" layer must be zeros."""
 import json
 import os
 import sys
@@ -18,6 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import ref_dsa  # noqa: E402
 from ref_common import KvMode, fp8_round  # noqa: E402
 
 TOL = 1e-3
@@ -38,6 +43,9 @@ def check_rounding(pre, got, kind, scale):
         x = pre * inv
         g = got * inv
         rnd = fp8_round
+    elif kind == "f32":  # no rounding: a stored value is right within the float noise alone
+        delta = NOISE * np.abs(pre).max(axis=1, keepdims=True)
+        return pre.size, 0, int((np.abs(got - pre) > delta).sum())
     else:
         x, g = pre, got
         rnd = round_bf16
@@ -47,6 +55,26 @@ def check_rounding(pre, got, kind, scale):
     exact = np.abs(g - rnd(x)) <= tol
     ok = (g >= lo - tol) & (g <= hi + tol)
     return pre.size, int((~exact & ok).sum()), int((~ok).sum())
+
+
+def check_act_quant(pre, got):
+    """pre, got [T, n] (n a multiple of 128): got must be act_quant's rounding of some x' within
+    NOISE × max|row| of pre, under the block's power-of-two scale (or the neighbouring scale when the
+    block's amax sits within that noise of a power of two). Returns (#values, #other way, #wrong)."""
+    T, n = pre.shape
+    x = pre.reshape(T, n // 128, 128).astype(np.float32)
+    g = got.reshape(T, n // 128, 128).astype(np.float32)
+    delta = NOISE * np.abs(pre).max(axis=1).reshape(T, 1, 1)
+    amax = np.abs(x).max(axis=2, keepdims=True)
+    exact = np.zeros(x.shape, bool)
+    ok = np.zeros(x.shape, bool)
+    for f in (1.0 - NOISE, 1.0, 1.0 + NOISE):
+        s = ref_dsa.pow2_scale((amax * np.float32(f)).ravel()).reshape(amax.shape)
+        lo, hi = fp8_round((x - delta) / s) * s, fp8_round((x + delta) / s) * s
+        ok |= (g >= lo) & (g <= hi)
+        if f == 1.0:
+            exact = g == fp8_round(x / s) * s
+    return x.size, int((~exact & ok).sum()), int((~ok).sum())
 
 
 def main(d):
@@ -79,7 +107,24 @@ def main(d):
     finally:
         KvMode.inject = None
     n_all = n_flip = n_bad = 0
-    for l in range(L):
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    if "index_topk" in cfg:  # DSA row: [c (r) | k_pe (dr) | indexer key (d)]
+        r, dr = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+        for l in range(L):
+            c_pre, k_pre = ref_dsa.PRE[l]
+            row = dump[l, :, 0, :]
+            for a, fl, bd in (check_act_quant(c_pre.numpy(), row[:, :r]),
+                              check_rounding(KvMode.pre[(l, "k")].numpy()[0, :, r:r + dr].astype(np.float32), row[:, r:r + dr], kind, None),
+                              check_act_quant(k_pre.numpy(), row[:, r + dr:]) if k_pre is not None
+                              else (row[:, r + dr:].size, 0, int(np.count_nonzero(row[:, r + dr:])))):
+                n_all += a
+                n_flip += fl
+                n_bad += bd
+        layers = []
+    else:
+        layers = range(L)
+    for l in layers:
         for which, lo_, hi_ in (("k", 0, kd), ("v", kd, kd + vd)):
             if which == "v" and shared:
                 continue

@@ -78,16 +78,26 @@ def deepseek_forward(t, cfg, ids, stats):
         ckv = linear(h, t, a + "kv_a_proj_with_mqa")
         k_pass, k_rot = torch.split(ckv, [r, dr], dim=-1)
         c = rms_norm(k_pass, t[a + "kv_a_layernorm.weight"], lora_eps)
+        kidx = None
         if dsa:
+            c_pre = c
             c = ref_dsa.act_quant_roundtrip(c)  # the official code's FP8 latent
-            if full[l]:  # a "shared" layer keeps the previous full layer's mask
-                mask = ref_dsa.indexer_mask(t, a, cfg, h, qr, cos[:, : dr // 2], sin[:, : dr // 2], glm_dsa)
+            k_pre = kidx = None
+            if full[l]:  # a "shared" layer keeps the previous full layer's selection and caches no key
+                k_pre = ref_dsa.indexer_key_pre(t, a, cfg, h, cos[:, : dr // 2], sin[:, : dr // 2], glm_dsa)
+                kidx = ref_dsa.act_quant_roundtrip(k_pre)
+            ref_dsa.PRE[l] = (c_pre, k_pre)  # what the checker of a kiln KV dump compares the stored FP8 values with
+            kidx_row = kidx if kidx is not None else torch.zeros(T, cfg["index_head_dim"])
         q_rot, k_rot = rope_(q_rot), rope_(k_rot.view(1, T, dr))
         # what an engine caches: the latent row [c, k_rot] (one KV head); round it like the cache does
         store = _deinterleave if interleave else (lambda z: z)
         load = _interleave if interleave else (lambda z: z)
-        lat = kv_round(torch.cat((c.view(1, T, r), store(k_rot)), dim=-1), l, "k")
-        c, k_rot = lat[0, :, :r], load(lat[:, :, r:])
+        # the cached row: [c, k_rot] (and the indexer key under DSA, as kiln's pool stores it)
+        parts = (c.view(1, T, r), store(k_rot)) + ((kidx_row.view(1, T, -1),) if dsa else ())
+        lat = kv_round(torch.cat(parts, dim=-1), l, "k")
+        c, k_rot = lat[0, :, :r], load(lat[:, :, r:r + dr])
+        if dsa and full[l]:
+            mask = ref_dsa.indexer_mask(t, a, cfg, h, qr, cos[:, : dr // 2], sin[:, : dr // 2], glm_dsa, lat[0, :, r + dr:])
         kv = linear(c, t, a + "kv_b_proj").view(T, H, dn + dv).transpose(0, 1)
         k_pass, v = torch.split(kv, [dn, dv], dim=-1)
         k_rot = k_rot.expand(H, T, dr)

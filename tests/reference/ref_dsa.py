@@ -63,16 +63,24 @@ def rope_first(x, cos, sin, dr, interleave):
     return x
 
 
-def indexer_mask(t, a, cfg, h, qr, cos, sin, glm):
-    """The additive mask [T, T] (0 = attended) of one full indexer layer at prefix `a` ("model.layers.N.self_attn.")."""
+PRE = {}  # layer → (latent c, indexer key) before their FP8 rounding (k None on shared layers)
+
+
+def indexer_key_pre(t, a, cfg, h, cos, sin, glm):
+    """The indexer key of every position [T, d] right before act_quant: k_norm(wk x), RoPE, Hadamard."""
+    d, dr = cfg["index_head_dim"], cfg["qk_rope_head_dim"]
+    k = torch.nn.functional.layer_norm(linear(h, t, a + "indexer.wk"), (d,), t[a + "indexer.k_norm.weight"], t[a + "indexer.k_norm.bias"], 1e-6)
+    k = rope_first(k, cos, sin, dr, cfg.get("indexer_rope_interleave", glm))
+    return k @ (hadamard(d) * d ** -0.5)
+
+
+def indexer_mask(t, a, cfg, h, qr, cos, sin, glm, k):
+    """The additive mask [T, T] (0 = attended) of one full indexer layer at prefix `a` ("model.layers.N.self_attn."),
+    given the (FP8-rounded) keys k [T, d] as cached."""
     T = h.shape[0]
     Hi, d, K, dr = cfg["index_n_heads"], cfg["index_head_dim"], cfg["index_topk"], cfg["qk_rope_head_dim"]
-    inter = cfg.get("indexer_rope_interleave", glm)
-    q = linear(qr, t, a + "indexer.wq_b").view(T, Hi, d)
-    k = torch.nn.functional.layer_norm(linear(h, t, a + "indexer.wk"), (d,), t[a + "indexer.k_norm.weight"], t[a + "indexer.k_norm.bias"], 1e-6)
-    q, k = rope_first(q, cos, sin, dr, inter), rope_first(k, cos, sin, dr, inter)
-    H = hadamard(d) * d ** -0.5
-    q, k = act_quant_roundtrip(q @ H), act_quant_roundtrip(k @ H)
+    q = rope_first(linear(qr, t, a + "indexer.wq_b").view(T, Hi, d), cos, sin, dr, cfg.get("indexer_rope_interleave", glm))
+    q = act_quant_roundtrip(q @ (hadamard(d) * d ** -0.5))
     w = linear(h, t, a + "indexer.weights_proj") * Hi ** -0.5 * d ** -0.5
     # q, k hold fp8 × scale: q·k = (q_fp8·k_fp8)·q_scale·k_scale exactly (power-of-two scales)
     dots = torch.relu(torch.einsum("mhd,nd->mhn", q, k))
