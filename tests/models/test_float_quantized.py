@@ -15,7 +15,6 @@ Also: a float-quantized group with num_bits 4 or an unknown strategy is refused 
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -24,36 +23,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 from ref_common import fp8_round  # noqa: E402
-from st_reader import _FP8  # noqa: E402
+from st_reader import _FP8, read_raw, write_file  # noqa: E402
 
 KILN = os.environ.get("KILN") or "./kiln"
 CODES = np.argsort(_FP8[:127])  # positive finite E4M3 values ascending → their codes (identity here, kept explicit)
-
-
-def read_raw(path):
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    h = json.loads(data[8:8 + n])
-    out = {}
-    for name, info in h.items():
-        if name == "__metadata__":
-            continue
-        a, b = info["data_offsets"]
-        out[name] = (info["dtype"], info["shape"], data[8 + n + a:8 + n + b])
-    return out
-
-
-def write_raw(path, tensors):
-    header, blobs, off = {}, [], 0
-    for name in sorted(tensors):
-        dt, shape, raw = tensors[name]
-        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    hb = json.dumps(header).encode()
-    hb += b" " * ((8 - len(hb) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
 
 
 def bf16_to_f32(raw, shape):
@@ -111,7 +84,7 @@ def make(src, dst, strategy, twin):
         else:
             out[name] = ("F8_E4M3", shape, e4m3_codes(q).tobytes())
             out[name[:-len("weight")] + "weight_scale"] = ("F32", list(s.shape), s.astype("<f4").tobytes())
-    write_raw(os.path.join(dst, "model.safetensors"), out)
+    write_file(os.path.join(dst, "model.safetensors"), out)
     if not twin:
         cfg = json.load(open(os.path.join(dst, "config.json")))
         w = {"num_bits": 8, "type": "float", "strategy": strategy, "symmetric": True, "dynamic": False}
