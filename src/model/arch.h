@@ -134,6 +134,9 @@ int kiln_arch_tensor_unused(const struct kiln_model *m, const kiln_tensor *t, ch
 /* MTP (next-n) layers (glm4_moe and the MLA family): checks the shapes of every tensor of layers
  * [n_layers, n_layers + num_nextn_predict_layers) that are present (a checkpoint may ship without
  * them); they are not run (speculative decoding with MTP is not built yet). */
+/* An MTP layer's feed-forward block at `mlp_prefix` is MoE when it has a router (mlp.gate.weight):
+ * the layer-type lists of the configs stop at num_hidden_layers. */
+int kiln_arch_mtp_is_moe(struct kiln_model *m, const char *mlp_prefix);
 kiln_status kiln_arch_check_mtp(struct kiln_model *m, const char *prefix, kiln_status (*bind_layer)(struct kiln_model *, int, kiln_arch_layer *));
 
 /* ---- helpers shared by the arch_*.c files (arch_common.c) ---- */

@@ -456,6 +456,12 @@ int kiln_arch_tensor_unused(const struct kiln_model *m, const kiln_tensor *t, ch
     return 1;
 }
 
+int kiln_arch_mtp_is_moe(struct kiln_model *m, const char *mlp_prefix) {
+    char n[192];
+    snprintf(n, sizeof n, "%sgate.weight", mlp_prefix);
+    return kiln_tt_find(&m->tt, n) != NULL;
+}
+
 kiln_status kiln_arch_check_mtp(struct kiln_model *m, const char *prefix, kiln_status (*bind_layer)(struct kiln_model *, int, kiln_arch_layer *)) {
     kiln_arch_model *am = m->arch_state;
     const int64_t D = m->hp.dim;

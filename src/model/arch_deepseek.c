@@ -166,7 +166,7 @@ static kiln_status mla_read(struct kiln_model *m, json_t *top, const char *file)
 }
 
 /* Layer l's tensors (a decoder layer, or an MTP layer past num_hidden_layers) into L; MoE when
- * is_moe says so (MTP layers: MoE whenever the model has MoE layers). */
+ * is_moe says so (MTP layers: kiln_arch_mtp_is_moe). */
 static kiln_status bind_mla_layer(struct kiln_model *m, int l, kiln_arch_layer *L) {
     kiln_arch_model *am = m->arch_state;
     kiln_arch_hp *ah = &am->hp;
@@ -203,7 +203,7 @@ static kiln_status bind_mla_layer(struct kiln_model *m, int l, kiln_arch_layer *
 #undef P
     char mp[96];
     snprintf(mp, sizeof mp, "%slayers.%d.mlp.", pre, l);
-    if (mtp ? ah->n_moe_layers > 0 : ah->is_moe[l]) return kiln_arch_bind_moe(m, mp, L);
+    if (mtp ? kiln_arch_mtp_is_moe(m, mp) : ah->is_moe[l]) return kiln_arch_bind_moe(m, mp, L);
     return kiln_arch_bind_mlp(m, mp, m->hp.ffn_dim, L);
 }
 

@@ -43,7 +43,7 @@ static kiln_status glm4_moe_layer(struct kiln_model *m, int l, kiln_arch_layer *
     }
 #undef P
     snprintf(mp, sizeof mp, "model.layers.%d.mlp.", l);
-    if (l >= m->hp.n_layers ? ah->n_moe_layers > 0 : ah->is_moe[l]) return kiln_arch_bind_moe(m, mp, L);
+    if (l >= m->hp.n_layers ? kiln_arch_mtp_is_moe(m, mp) : ah->is_moe[l]) return kiln_arch_bind_moe(m, mp, L);
     return kiln_arch_bind_mlp(m, mp, m->hp.ffn_dim, L);
 }
 

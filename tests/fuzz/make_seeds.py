@@ -247,9 +247,14 @@ def runtime(root, kiln, shared):
     tmp = tempfile.mkdtemp(prefix="kiln-seeds-")
     try:
         shapes = ["--dim", "16", "--ffn", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--vocab", "32", "--seq", "32"]
-        for arch in ["llama", "glm4", "chatglm", "glm4_moe", "deepseek_v3", "kimi_k2", "glm4_moe_lite"]:
+        for arch in ["llama", "glm4", "chatglm", "glm4_moe", "deepseek_v3", "kimi_k2", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa",
+                     "glm_moe_dsa-shared"]:
             d = os.path.join(tmp, arch)
-            cmd = [kiln, "mkmodel", "--arch", arch] + ([] if arch == "llama" else ["--preset", "tiny"]) + shapes
+            if arch == "glm_moe_dsa-shared":  # indexer_types full/shared: 4 layers, the preset's own count
+                cmd = [kiln, "mkmodel", "--arch", "glm_moe_dsa", "--preset", "tiny-shared"] + [x for i, x in enumerate(shapes)
+                                                                                              if shapes[i - 1] != "--layers" and x != "--layers"]
+            else:
+                cmd = [kiln, "mkmodel", "--arch", arch] + ([] if arch == "llama" else ["--preset", "tiny"]) + shapes
             if arch not in ("llama", "glm4", "chatglm"):
                 cmd += ["--dtype", "bf16"]
             if subprocess.run(cmd + [d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
