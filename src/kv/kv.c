@@ -476,6 +476,33 @@ void kiln_kv_read_row_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int laye
     for (int i = 0; i < n; i++) out[i] = decode1(p->cfg.dtype, r, off + i) * sc;
 }
 
+void kiln_kv_read_rows_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos0, int count, int h, int off, int n, float *out) {
+    const int pt = p->cfg.page_tokens;
+    for (int t = pos0; t < pos0 + count; t++, out += n) {
+        const int32_t pg = s->pages[t / pt];
+        const uint8_t *r = row_ptr(p, 0, layer, pg, h, t % pt);
+        const float sc = row_scale(p, 0, layer, pg, h);
+        switch (p->cfg.dtype) {
+        case KILN_KV_F32:
+            memcpy(out, r + 4 * (size_t)off, (size_t)n * sizeof(float));
+            break;
+        case KILN_KV_BF16:
+            for (int i = 0; i < n; i++) { /* bf16 → f32: the 16 bits on top */
+                uint16_t b;
+                memcpy(&b, r + 2 * ((size_t)off + (size_t)i), 2);
+                const uint32_t u = (uint32_t)b << 16;
+                memcpy(&out[i], &u, 4);
+            }
+            break;
+        default:
+            for (int i = 0; i < n; i++) out[i] = kiln_fp8_e4m3_to_f32(r[off + i]);
+            break;
+        }
+        if (sc != 1.0f)
+            for (int i = 0; i < n; i++) out[i] *= sc;
+    }
+}
+
 void kiln_kv_seq_kstats(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, double *ksum, float *kmin, float *kmax) {
     const int H = p->cfg.n_kv_heads, kd = p->cfg.k_dim;
     float *buf = malloc((size_t)kd * sizeof *buf);

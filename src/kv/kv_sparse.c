@@ -96,7 +96,7 @@ static void scan_range(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1)
     const idx_scan *c = (const idx_scan *)sp;
     for (int b0 = t0; b0 < t1; b0 += SCAN_BLOCK) {
         const int B = t1 - b0 < SCAN_BLOCK ? t1 - b0 : SCAN_BLOCK;
-        for (int t = 0; t < B; t++) kiln_kv_read_row_part(c->p, c->s, c->layer, b0 + t, 0, c->off, c->d, c->kb + (size_t)t * c->d);
+        kiln_kv_read_rows_part(c->p, c->s, c->layer, b0, B, 0, c->off, c->d, c->kb);
         /* y [Hi, B] = qi [Hi, d] · keysᵀ: the keys block as an F32 weight of B rows */
         const kiln_weight keys = {.fmt = KILN_WF_F32, .rows = B, .cols = c->d, .data = (const uint8_t *)c->kb, .row_bytes = (size_t)c->d * sizeof(float)};
         kiln_cx_matmul(&c->cx, &keys, c->qi, c->y, c->Hi);
