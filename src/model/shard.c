@@ -11,7 +11,19 @@
  * Embedding, norms and the LM head stay whole on every rank (every rank then holds the same hidden
  * state and logits; the vocabulary-parallel head is for a later stage).
  *
- * Limits of this stage, each refused with a message naming it: MLA and MoE layers, T not dividing
+ * MLA (DeepSeek-V3, Kimi K2, GLM-4.7-Flash, and the sparse-attention GLM-5.x / DeepSeek-V3.2):
+ * rank r keeps query heads [r·H/T, (r+1)·H/T): q_b_proj (or q_proj) rows and the absorbed per-head
+ * W_UKᵀ / W_UV of those heads, o_proj's columns of their values. The low-rank projections q_a /
+ * kv_a, their norms and the indexer are computed whole on every rank, so every rank holds the whole
+ * latent cache: replicated, not split. Why: the latent is one 576-value row per token shared by every
+ * head (MQA), a split by heads has nothing to split, and a split by positions needs a second
+ * all-reduce of the softmax statistics per layer; replication costs KV memory (each rank holds all
+ * of it: capacity in tokens does not grow with T) and no communication. MoE layers: every routed and
+ * shared expert's intermediate width is split like a dense MLP (gate/up rows, down columns), the
+ * router whole on every rank (every rank routes every token identically), one all-reduce after the
+ * block as for a dense MLP; expert parallelism (experts partitioned, all-to-all) is a later stage.
+ *
+ * Limits of this stage, each refused with a message naming it: T not dividing
  * H, KV or F (no KV-head replication yet), weights tiled for the CPU kernels (shard before the
  * first session), column slices of FP8 / INT4 / K-quant weights and of Q8_0 / Q4_0 slices not on a
  * 32-column block boundary. */
@@ -88,6 +100,24 @@ static kiln_status slice_cols(struct kiln_model *m, kiln_weight *w, int64_t c0, 
     return KILN_OK;
 }
 
+/* Heads [h0, h0 + hn) of an MLA layer (see the top of the file). */
+static kiln_status shard_mla(struct kiln_model *m, const kiln_mla_cfg *c, kiln_mla_layer *A, int h0, int hn, int l) {
+    const int64_t qh = c->qk_nope + c->qk_rope;
+    if (c->q_lora_rank > 0) KILN_TRY(slice_rows(&A->wq_b, h0 * qh, hn * qh, "q_b_proj", l));
+    else KILN_TRY(slice_rows(&A->wq, h0 * qh, hn * qh, "q_proj", l));
+    A->ukt += h0; /* the absorbed per-head views (float32 copies made at bind) */
+    A->uv += h0;
+    A->wkv_b.rows = 0; /* kv_b_proj was only read to build those */
+    return slice_cols(m, &A->wo, (int64_t)h0 * c->v_head, (int64_t)hn * c->v_head, "o_proj", l);
+}
+
+/* Intermediate columns [f0, f0 + fn) of one SwiGLU expert (gate/up rows, down columns). */
+static kiln_status shard_swiglu(struct kiln_model *m, kiln_weight *g, kiln_weight *u, kiln_weight *d, int64_t f0, int64_t fn, const char *what, int l) {
+    KILN_TRY(slice_rows(g, f0, fn, what, l));
+    KILN_TRY(slice_rows(u, f0, fn, what, l));
+    return slice_cols(m, d, f0, fn, what, l);
+}
+
 kiln_status kiln_model_shard(kiln_model *m, int rank, int tp) {
     if (tp < 1 || rank < 0 || rank >= tp) return kiln_fail(KILN_ERR_INVALID_ARG, "--tp %d: rank %d is out of range", tp, rank);
     if (tp == 1) return KILN_OK;
@@ -95,8 +125,11 @@ kiln_status kiln_model_shard(kiln_model *m, int rank, int tp) {
     kiln_arch_model *am = m->arch_state;
     if (!am) return kiln_fail(KILN_ERR_INTERNAL, "--tp: the model is not bound");
     if (m->repacked) return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp: shard the model before its first session (its weights are already repacked)");
-    if (am->hp.attn == KILN_ATTN_MLA) return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp: %s uses MLA attention; this stage shards GQA models", hp->arch);
-    const int H = hp->n_heads, KV = hp->n_kv_heads, F = hp->ffn_dim, hd = hp->head_dim;
+    const int mla = am->hp.attn == KILN_ATTN_MLA;
+    const int H = hp->n_heads, KV = mla ? tp : hp->n_kv_heads, F = hp->ffn_dim, hd = hp->head_dim; /* MLA: the latent is replicated */
+    kiln_moe_cfg *mc = &am->hp.moe;
+    if (am->hp.n_moe_layers > 0 && (mc->ffn % tp || mc->shared_ffn % tp))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp %d: the experts' width %d (shared %d) is not a multiple of it", tp, mc->ffn, mc->shared_ffn);
     if (H % tp || KV % tp)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp %d: %d query heads and %d KV heads must both be multiples of it (KV-head replication is not built yet)",
                          tp, H, KV);
@@ -106,8 +139,9 @@ kiln_status kiln_model_shard(kiln_model *m, int rank, int tp) {
     const int64_t f0 = (int64_t)rank * (F / tp), fn = F / tp;
     for (int l = 0; l < hp->n_layers; l++) {
         kiln_arch_layer *L = &am->layers[l];
-        if (L->is_moe) return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp: layer %d is MoE; this stage shards dense layers (expert parallelism is to come)", l);
-        if (am->hp.qkv_fused) {
+        if (mla) {
+            KILN_TRY(shard_mla(m, &am->hp.mla, &L->mla, rank * (H / tp), H / tp, l));
+        } else if (am->hp.qkv_fused) {
             const int64_t st[3] = {q0, (int64_t)H * hd + k0, (int64_t)H * hd + (int64_t)KV * hd + k0}, n[3] = {qn, kn, kn};
             KILN_TRY(gather_rows(m, &L->wqkv, st, n, 3, "qkv", l));
         } else {
@@ -115,22 +149,37 @@ kiln_status kiln_model_shard(kiln_model *m, int rank, int tp) {
             KILN_TRY(slice_rows(&L->wk, k0, kn, "k_proj", l));
             KILN_TRY(slice_rows(&L->wv, k0, kn, "v_proj", l));
         }
-        if (L->bq) L->bq += q0;
-        if (L->bk) L->bk += k0;
-        if (L->bv) L->bv += k0;
-        KILN_TRY(slice_cols(m, &L->wo, q0, qn, "o_proj", l));
-        if (am->hp.ffn_fused) {
+        if (!mla) {
+            if (L->bq) L->bq += q0;
+            if (L->bk) L->bk += k0;
+            if (L->bv) L->bv += k0;
+            KILN_TRY(slice_cols(m, &L->wo, q0, qn, "o_proj", l));
+        }
+        if (L->is_moe) {
+            const int E = mc->n_experts;
+            const int64_t e0 = (int64_t)rank * (mc->ffn / tp), en = mc->ffn / tp;
+            for (int e = 0; e < E; e++) KILN_TRY(shard_swiglu(m, &L->exp_w[e], &L->exp_w[E + e], &L->exp_w[2 * E + e], e0, en, "expert", l));
+            if (mc->shared_ffn > 0) {
+                const int64_t s0 = (int64_t)rank * (mc->shared_ffn / tp), sn = mc->shared_ffn / tp;
+                KILN_TRY(shard_swiglu(m, &L->moe.sh_gate, &L->moe.sh_up, &L->moe.sh_down, s0, sn, "shared expert", l));
+            }
+        } else if (am->hp.ffn_fused) {
             const int64_t st[2] = {f0, (int64_t)F + f0}, n[2] = {fn, fn};
             KILN_TRY(gather_rows(m, &L->w_gate_up, st, n, 2, "gate_up_proj", l));
         } else {
             KILN_TRY(slice_rows(&L->w_gate, f0, fn, "gate_proj", l));
             KILN_TRY(slice_rows(&L->w_up, f0, fn, "up_proj", l));
         }
-        KILN_TRY(slice_cols(m, &L->w_down, f0, fn, "down_proj", l));
+        if (!L->is_moe) KILN_TRY(slice_cols(m, &L->w_down, f0, fn, "down_proj", l));
     }
     hp->n_heads = H / tp;
-    hp->n_kv_heads = KV / tp;
+    if (mla) am->hp.mla.n_heads = H / tp;
+    else hp->n_kv_heads = KV / tp;
     hp->ffn_dim = F / tp;
+    if (am->hp.n_moe_layers > 0) {
+        mc->ffn /= tp;
+        mc->shared_ffn /= tp;
+    }
     m->tp = tp;
     return KILN_OK;
 }

@@ -4,10 +4,11 @@
 #   - stories260K (F32, 8 heads / 4 KV heads, FFN 172): greedy text byte-identical at N = 2 and 4 and
 #     logits within 1e-4 relative (only the summation order of the row-parallel products differs);
 #     each rank's KV cache holds 1/N of the bytes per token;
-#   - glm4 (fused gate_up, QKV bias, post-norms), ChatGLM (fused QKV) and a llama in BF16 and as a
-#     GGUF Q8_0 file: logits within 1e-4 relative at N = 2;
+#   - glm4 (fused gate_up, QKV bias, post-norms), ChatGLM (fused QKV), a llama in BF16 and as a
+#     GGUF Q8_0 file, and the MLA + MoE families (deepseek_v3, kimi_k2, glm_moe_dsa with sparse
+#     attention; glm_moe_dsa's shared-indexer preset at N = 4): logits within 1e-4 relative at N = 2;
 #   - refusals that name the problem: a process count other than --tp, ranks given different models
-#     (MPMD launch), an MLA model, heads not divisible;
+#     (MPMD launch), experts' width not divisible, heads not divisible;
 #   - a rank killed mid-generation ends the whole job with a non-zero exit within seconds.
 # Skipped (77) without mpirun or an MPI build, and under make check (Open MPI's own allocations
 # read as leaks to LeakSanitizer).
@@ -61,15 +62,25 @@ logits_tp2 "$T/chatglm" "$("$PY" -c 'import json,sys; c=json.load(open(sys.argv[
 logits_tp2 "$T/llama" 512 "llama bf16 --tp 2"
 "$KILN" convert "$T/llama" "$T/llama-q8.gguf" --outtype q8_0 > /dev/null 2>&1
 logits_tp2 "$T/llama-q8.gguf" 512 "llama GGUF Q8_0 --tp 2"
+# MLA + MoE (heads split, latent replicated, every expert's width split) and sparse attention
+for a in deepseek_v3 kimi_k2 glm_moe_dsa; do
+    "$KILN" mkmodel --arch $a --preset tiny "$T/$a" > /dev/null
+    logits_tp2 "$T/$a" 256 "$a --tp 2"
+done
+"$KILN" mkmodel --arch glm_moe_dsa --preset tiny-shared "$T/dsa-shared" > /dev/null
+"$KILN" run "$T/dsa-shared" --temp 0 -n 16 --tokens 1,5,9,13,17 --dump-logits "$T/a.bin" > /dev/null 2>&1
+"${MPI[@]}" -np 4 "$KILN" run "$T/dsa-shared" --temp 0 -n 16 --tokens 1,5,9,13,17 --tp 4 --dump-logits "$T/b.bin" > /dev/null 2> "$T/b.err" || { cat "$T/b.err"; exit 1; }
+close "$T/a.bin" "$T/b.bin" 256 "glm_moe_dsa tiny-shared --tp 4"
 
 # refusals
 if "${MPI[@]}" -np 2 "$KILN" run "$M" -n 2 --tp 4 > /dev/null 2> "$T/e1"; then echo "-np 2 with --tp 4 accepted"; exit 1; fi
 grep -q "needs 4 processes" "$T/e1" || { echo "wrong error for -np 2 --tp 4:"; cat "$T/e1"; exit 1; }
 if "${MPI[@]}" -np 1 "$KILN" run "$M" -n 2 --tp 2 : -np 1 "$KILN" run "$T/glm4" -n 2 --tp 2 > /dev/null 2> "$T/e2"; then echo "ranks with different models accepted"; exit 1; fi
 grep -q "rank 1 was started with the model" "$T/e2" || { echo "wrong error for mismatched ranks:"; cat "$T/e2"; exit 1; }
-"$KILN" mkmodel --arch deepseek_v3 --preset tiny "$T/dsv3" > /dev/null
-if "${MPI[@]}" -np 2 "$KILN" run "$T/dsv3" -n 2 --tokens 1,2 --tp 2 > /dev/null 2> "$T/e3"; then echo "MLA model sharded"; exit 1; fi
-grep -q "MLA" "$T/e3" || { echo "wrong error for an MLA model:"; cat "$T/e3"; exit 1; }
+# the experts' width (32) over 3 ranks
+"$KILN" mkmodel --arch deepseek_v3 --preset tiny,heads=6 "$T/dsv3h6" > /dev/null
+if "${MPI[@]}" -np 3 "$KILN" run "$T/dsv3h6" -n 2 --tokens 1,2 --tp 3 > /dev/null 2> "$T/e3"; then echo "experts of width 32 over 3 ranks accepted"; exit 1; fi
+grep -q "experts' width 32" "$T/e3" || { echo "wrong error for experts not divisible:"; cat "$T/e3"; exit 1; }
 if "${MPI[@]}" -np 3 "$KILN" run "$M" -n 2 --tp 3 > /dev/null 2> "$T/e4"; then echo "8 heads over 3 ranks accepted"; exit 1; fi
 grep -q "must both be multiples" "$T/e4" || { echo "wrong error for --tp 3:"; cat "$T/e4"; exit 1; }
 # a rank killed mid-generation: the job ends (mpirun non-zero) within seconds, nothing hangs
