@@ -861,6 +861,8 @@ static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk) {
         kiln_be_free(be, out);
         kiln_kv_seq_release(pool, &sa);
         kiln_kv_seq_release(pool, &sb);
+        free(sa.pages); /* the block tables (the release returns the pages, not the tables) */
+        free(sb.pages);
         kiln_kv_pool_free(pool);
     }
     free(want_sel);
