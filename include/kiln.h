@@ -291,6 +291,15 @@ void kiln_sampler_free(kiln_sampler *s);
 /* Samples the next token. With logit processors on it works on a copy of the logits and records
  * the token as generated (as kiln_sample_applied does). */
 int32_t kiln_sample(kiln_sampler *s, const float *logits);
+/* Speculative decoding's verification of one drafted token (docs/SPECULATIVE.md): the drafter
+ * proposed `draft` deterministically (prompt lookup: a one-hot draft distribution), the target's
+ * logits at that position are `logits`. Greedy (temperature 0): the argmax, *accepted = (it is the
+ * draft). Sampling: the standard rejection rule for a one-hot draft — the draft is kept with the
+ * probability p(draft) of the target distribution (after the logit processors, temperature, top-k,
+ * top-p and min-p, exactly as kiln_sample builds it); otherwise a token is drawn from p with the
+ * draft removed and renormalised. The returned token is distributed exactly as kiln_sample's, and
+ * recorded as generated. */
+int32_t kiln_sample_verify(kiln_sampler *s, const float *logits, int32_t draft, int *accepted);
 /* Greedy pick without a sampler: the first index of the largest logit of logits[0, n) (NaNs never
  * chosen; llama2.c's argmax), vectorised. */
 int32_t kiln_argmax(const float *logits, int n);

@@ -146,12 +146,11 @@ int cmd_run(int argc, char **argv) {
     int32_t prev = ids[n_prompt - 1];
     long generated = 0;
     long drafted = 0, accepted = 0, verifies = 0;
-    /* Speculation is exact for greedy decoding without logit processors (their state would have to
-     * follow every drafted token): elsewhere it is off, said once. */
-    const int processors = sp.presence_penalty != 0 || sp.frequency_penalty != 0 || (sp.repetition_penalty != 0 && sp.repetition_penalty != 1) ||
-                           sp.n_logit_bias > 0;
-    if (spec && (sp.temperature != 0 || processors || tp > 1)) {
-        if (rank == 0) fprintf(stderr, "kiln run: --spec ngram needs --temp 0, no penalties or logit bias and no --tp (this stage): speculation off\n");
+    /* Speculation keeps the output distribution exactly (greedy: the same tokens; sampling: the
+     * rejection rule of kiln_sample_verify, drafts checked one by one so the penalties' state follows
+     * every accepted token). Not under --tp yet: off there, said once. */
+    if (spec && tp > 1) {
+        if (rank == 0) fprintf(stderr, "kiln run: --spec ngram is not available with --tp (this stage): speculation off\n");
         spec = 0;
     }
     if (spec) { /* draft from the context, verify next + k drafts in one forward, keep the agreeing prefix */
@@ -180,12 +179,15 @@ int cmd_run(int argc, char **argv) {
             if ((st = kiln_session_eval(s, toks, nd + 1, rows))) { rc = cli_fail_status("run", st); break; }
             verifies++;
             drafted += nd;
-            int acc = 0;
-            int32_t t = kiln_sample(smp, rows); /* the target's pick after toks[0] */
-            while (acc < nd && t == toks[1 + acc]) {
-                acc++;
-                t = kiln_sample(smp, rows + (size_t)acc * V);
+            /* row j holds the target's logits after toks[j]: verify draft j + 1 there; the first
+             * rejection's replacement (or, all kept, the pick after the last draft) is t */
+            int acc = 0, ok = 1;
+            int32_t t = 0;
+            while (acc < nd && ok) {
+                t = kiln_sample_verify(smp, rows + (size_t)acc * V, toks[1 + acc], &ok);
+                acc += ok;
             }
+            if (ok) t = kiln_sample(smp, rows + (size_t)acc * V);
             accepted += acc;
             if (acc < nd && (st = kiln_session_truncate(s, len0 + 1 + acc))) { rc = cli_fail_status("run", st); break; }
             int kept_rows = 1 + acc; /* rows of the tokens decoding continues after */

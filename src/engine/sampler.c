@@ -148,10 +148,10 @@ static int cmp_desc(const void *a, const void *b, void *ctx) {
     return x > y ? -1 : x < y ? 1 : (*(const int32_t *)a - *(const int32_t *)b);
 }
 
-static int32_t sample_core(kiln_sampler *s, const float *logits) {
+/* The sampling distribution of logits (temperature > 0): probs[idx[0 .. n)] are the candidates that
+ * survive top-k / top-p / min-p (unnormalised among themselves: divide by their sum); returns n. */
+static int distribution(kiln_sampler *s, const float *logits) {
     int V = s->vocab;
-    if (s->p.temperature == 0.0f) /* greedy: first maximum, as llama2.c's argmax (vectorised) */
-        return (int32_t)kiln_argmax_f32(logits, V);
     float mx = -INFINITY;
     for (int i = 0; i < V; i++) if (logits[i] > mx) mx = logits[i];
     double sum = 0;
@@ -171,11 +171,63 @@ static int32_t sample_core(kiln_sampler *s, const float *logits) {
                 if (s->probs[s->idx[i]] < thr) { n = i; break; }
         }
     }
+    return n;
+}
+
+static int32_t sample_core(kiln_sampler *s, const float *logits) {
+    if (s->p.temperature == 0.0f) /* greedy: first maximum, as llama2.c's argmax (vectorised) */
+        return (int32_t)kiln_argmax_f32(logits, s->vocab);
+    const int n = distribution(s, logits);
     double total = 0;
     for (int i = 0; i < n; i++) total += s->probs[s->idx[i]];
     double r = rand_f32(&s->rng) * total, c = 0;
     for (int i = 0; i < n; i++) { c += s->probs[s->idx[i]]; if (r < c) return s->idx[i]; }
     return s->idx[n - 1];
+}
+
+/* kiln_sample_verify on logits the processors were applied to. */
+static int32_t verify_core(kiln_sampler *s, const float *logits, int32_t draft, int *accepted) {
+    if (s->p.temperature == 0.0f) {
+        const int32_t t = (int32_t)kiln_argmax_f32(logits, s->vocab);
+        *accepted = t == draft;
+        return t;
+    }
+    const int n = distribution(s, logits);
+    double total = 0, pd = 0;
+    for (int i = 0; i < n; i++) {
+        total += s->probs[s->idx[i]];
+        if (s->idx[i] == draft) pd = s->probs[draft];
+    }
+    /* keep the draft with probability p(draft) = pd / total */
+    if (pd > 0 && (double)rand_f32(&s->rng) * total < pd) {
+        *accepted = 1;
+        return draft;
+    }
+    *accepted = 0;
+    /* rejected: p with the draft removed, renormalised (the residual max(p − q, 0) of a one-hot q) */
+    const double rest = total - pd;
+    if (!(rest > 0)) return draft; /* p is all on the draft: the branch above always keeps it */
+    double r = rand_f32(&s->rng) * rest, c = 0;
+    int32_t last = -1;
+    for (int i = 0; i < n; i++) {
+        if (s->idx[i] == draft) continue;
+        last = s->idx[i];
+        c += s->probs[last];
+        if (r < c) return last;
+    }
+    return last;
+}
+
+int32_t kiln_sample_verify(kiln_sampler *s, const float *logits, int32_t draft, int *accepted) {
+    const float *l = logits;
+    if (s->active) {
+        memcpy(s->work, logits, (size_t)s->vocab * sizeof *s->work);
+        kiln_sampler_apply(s, s->work);
+        l = s->work;
+    }
+    const int32_t t = verify_core(s, l, draft, accepted);
+    kiln_sampler_accept(s, t);
+    return t;
 }
 
 int32_t kiln_sample_pick(kiln_sampler *s, const float *logits) { return sample_core(s, logits); }
