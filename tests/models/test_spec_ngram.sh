@@ -2,7 +2,8 @@
 # Speculative decoding with prompt lookup (`kiln run --spec ngram`, docs/SPECULATIVE.md): greedy
 # output token-identical to --spec off on stories260K for k = 1..4, from BOS and from a prompt, with
 # F32 and FP8 KV; the dumped logits have the same rows and agree within 1e-5 relative (the drafts'
-# batched forward rounds like a prefill); some drafts are accepted; sampling turns it off, saying so.
+# batched forward rounds like a prefill); some drafts are accepted; greedy with presence, frequency or
+# repetition penalties token-identical too; sampling keeps speculation on (rejection rule) and accepts drafts.
 set -euo pipefail
 M=$SHARED/models/stories260K
 [ -f "$M/stories260K.bin" ] || { echo "no stories260K under $SHARED"; exit 77; }
@@ -32,6 +33,17 @@ err = (np.abs(a - b).max(axis=1) / np.abs(a).max(axis=1)).max()
 print("logits: %d rows, max relative error %.3g" % (a.shape[0], err))
 sys.exit(0 if err < 1e-5 else 1)
 EOF
-"$KILN" run "$M" --temp 0.8 -n 5 --spec ngram > /dev/null 2> "$T/s.err"
-grep -q "speculation off" "$T/s.err" || { echo "sampling did not turn speculation off:"; cat "$T/s.err"; exit 1; }
+# greedy with logit processors: the penalties' state follows every accepted draft, so the text is
+# the same as without speculation
+for pen in "--presence-penalty 0.6" "--frequency-penalty 0.3" "--repeat-penalty 1.3"; do
+    "$KILN" run "$M" --temp 0 -n 150 $pen > "$T/poff.txt" 2>/dev/null
+    "$KILN" run "$M" --temp 0 -n 150 $pen --spec ngram > "$T/pon.txt" 2> "$T/pon.err"
+    cmp "$T/poff.txt" "$T/pon.txt" || { echo "$pen: text differs from --spec off"; exit 1; }
+    grep speculation "$T/pon.err"
+done
+# sampling: speculation stays on and drafts are accepted (the rule's exactness: tests/unit/test_sampler_spec.c)
+"$KILN" run "$M" --temp 0.8 --seed 5 -n 300 --spec ngram > /dev/null 2> "$T/s.err"
+acc=$(sed -n 's/.* drafted, \([0-9]*\) accepted.*/\1/p' "$T/s.err")
+[ -n "$acc" ] && [ "$acc" -gt 0 ] || { echo "sampling: no draft accepted:"; cat "$T/s.err"; exit 1; }
+grep speculation "$T/s.err"
 echo ok
