@@ -1330,9 +1330,15 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
         const kiln_kv_pool *pool = kiln_engine_pool(s->eng);
         kiln_kv_dtype dt = pool->cfg.dtype;
         const char *dtn = dt == KILN_KV_F32 ? "f32" : dt == KILN_KV_BF16 ? "bf16" : dt == KILN_KV_FP8 ? "fp8_e4m3" : "?";
+        char dsa_note[256] = ""; /* sparse-attention models: what a KV row holds (docs/DSA.md) */
+        kiln_kv_info kvi;
+        if (kiln_kv_plan(s->m, opts, &kvi) == KILN_OK && kvi.dsa_index_key)
+            snprintf(dsa_note, sizeof dsa_note, "kiln serve: sparse-attention KV rows: latent %d + rope %d + indexer key %d (latent and indexer key "
+                     "FP8-rounded per 128 by the model, held exactly in %s pages)\n", kvi.dsa_latent, kvi.dsa_rope, kvi.dsa_index_key, dtn);
         fprintf(stderr,
                 "kiln serve: model '%s' (%s, %d layers, vocab %d), context %d tokens\n"
                 "kiln serve: KV pool %s, %d pages × %d tokens = %lld tokens%s%s; max batch %d, queue %d, step %d tokens, prefix cache %s\n"
+                "%s"
                 "kiln serve: chat template: %s; %s\n"
                 "kiln serve: body limit %zu bytes, request timeout %g s, API key %s\n"
                 "kiln serve: connections: %u (%u per address), header deadline %g s, body deadline %g s, %u HTTP threads\n"
@@ -1340,7 +1346,7 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
                 s->model_name, s->info.arch, s->info.n_layers, s->info.vocab_size, kiln_engine_context(s->eng), dtn, es.kv_pages_total,
                 es.page_tokens, (long long)es.kv_capacity_tokens, dt == KILN_KV_FP8 ? ", fp8 scales: " : "",
                 dt == KILN_KV_FP8 ? kiln_engine_kv_source(s->eng) : "", so->max_batch, so->max_queue,
-                ec.step_tokens < so->max_batch ? so->max_batch : ec.step_tokens, so->prefix_cache ? "on" : "off", s->template_note, s->parsers_note, so->max_body_bytes,
+                ec.step_tokens < so->max_batch ? so->max_batch : ec.step_tokens, so->prefix_cache ? "on" : "off", dsa_note, s->template_note, s->parsers_note, so->max_body_bytes,
                 so->request_timeout_s, s->api_key ? "required" : "off", max_conn, per_ip, s->header_to, s->body_to, threads, so->host, s->port);
         fflush(stderr);
     }
