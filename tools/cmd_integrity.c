@@ -100,12 +100,13 @@ int cmd_bench_integrity(int argc, char **argv) {
     kiln_options_default(&o);
     const char *model_path = NULL, *dts = "bf16,fp8", *modes_s = "off,detect,heal,strict";
     long ctx = 4096, prompt = 512, decode = 8, repeat = 3, faults = 100000, clean = 1000000;
-    int json = 0, do_cost = 1, do_camp = 1;
+    int json = 0, do_cost = 1, do_camp = 1, ctx_given = 0;
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
         const char *k = argv[a.i];
         if (strcmp(k, "--kv-dtype") == 0) { dts = cli_value(&a); continue; } /* a list here */
         if (strcmp(k, "--ctx") == 0 || strcmp(k, "--context") == 0 || strcmp(k, "--kv-context") == 0) { /* the bench's context */
             cli_long(&a, k, cli_value(&a), 2, 1 << 24, &ctx);
+            ctx_given = 1;
             continue;
         }
         if (cli_common_option(&a, &o)) continue;
@@ -160,6 +161,13 @@ int cmd_bench_integrity(int argc, char **argv) {
         kiln_status st = kiln_model_load(model_path, &o, &m);
         if (st) return cli_fail_status("bench", st);
         kiln_model_get_info(m, &info);
+        if (!ctx_given && ctx + decode + 8 > info.max_context && info.max_context > decode + 16) {
+            /* the default context does not fit this model: measure at the longest one that does */
+            ctx = info.max_context - decode - 8;
+            if (prompt > ctx) prompt = ctx;
+            if (!json) printf("context %ld: the default 4096 + %ld decoded tokens exceed the model's context %d (--ctx sets it)\n", ctx, decode,
+                              info.max_context);
+        }
         if (ctx + decode + 8 > info.max_context) {
             char msg[300];
             snprintf(msg, sizeof msg, "--ctx %ld + %ld decoded tokens exceeds the model's context %d", ctx, decode, info.max_context);

@@ -53,6 +53,12 @@ heal_case "small preset bf16" "all=1,every=5,seed=6" "$T/small" --tokens "$LONG"
 DSA_P=$(awk 'BEGIN{for(i=0;i<150;i++) printf "%s%d", (i?",":""), (i*37+11)%256}')
 heal_case "glm_moe_dsa tiny-shared bf16" "all=2,every=3,seed=7" "$T/dsa" --tokens "$DSA_P" -n 40 --kv-dtype bf16
 
+# `kiln bench --integrity` with its defaults on the default model (stories260K's context is 512: the
+# bench measures at the longest context that fits and says so)
+"$KILN" bench "$M" --integrity > "$T/bi.out" 2> "$T/bi.err" || { err "bench --integrity with its defaults failed"; cat "$T/bi.err"; }
+grep -q "^context 496: the default 4096" "$T/bi.out" || err "bench --integrity: no line saying which context it measured"
+grep -q "^bitflip *100000 *100000 *100000 *0 " "$T/bi.out" || err "bench --integrity: the default campaign's bit flips are not all detected"
+
 # strict: the request fails with a message that says what failed
 "$KILN" run "$M" -p "$P" -n 80 --temp 0 --kv-integrity strict --inject-kv-faults bitflip=1,after=10 >"$T/s" 2>"$T/s.err"
 rc=$?
