@@ -2,7 +2,9 @@
 #include "backend/backend.h"
 #include "backend/backend_common.h"
 #include "backend/vulkan/backend_vulkan.h"
+#include "base/fp.h"
 #include "base/status.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,8 +130,6 @@ void kiln_be_common_moe_combine(const kiln_backend *be, int n, int K, int dim, c
 }
 
 /* ---- DSA ops ------------------------------------------------------------------------------------ */
-#include "base/fp.h"
-#include <math.h>
 
 void kiln_be_common_layernorm(const kiln_backend *be, float *out, const float *x, const float *w, const float *b, int rows, int width, float eps) {
     (void)be;

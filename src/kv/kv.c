@@ -468,14 +468,6 @@ void kiln_kv_read_row(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, in
     }
 }
 
-void kiln_kv_read_row_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, int h, int off, int n, float *out) {
-    const int pt = p->cfg.page_tokens;
-    int32_t pg = s->pages[pos / pt];
-    const uint8_t *r = row_ptr(p, 0, layer, pg, h, pos % pt);
-    float sc = row_scale(p, 0, layer, pg, h);
-    for (int i = 0; i < n; i++) out[i] = decode1(p->cfg.dtype, r, off + i) * sc;
-}
-
 void kiln_kv_read_rows_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos0, int count, int h, int off, int n, float *out) {
     const int pt = p->cfg.page_tokens;
     for (int t = pos0; t < pos0 + count; t++, out += n) {
@@ -501,6 +493,10 @@ void kiln_kv_read_rows_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int lay
         if (sc != 1.0f)
             for (int i = 0; i < n; i++) out[i] *= sc;
     }
+}
+
+void kiln_kv_read_row_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, int h, int off, int n, float *out) {
+    kiln_kv_read_rows_part(p, s, layer, pos, 1, h, off, n, out);
 }
 
 void kiln_kv_seq_kstats(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, double *ksum, float *kmin, float *kmax) {

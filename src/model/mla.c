@@ -26,9 +26,10 @@ kiln_status kiln_mla_ws_init(kiln_mla_ws *ws, const kiln_backend *be, const kiln
     if (c->dsa) {
         ws->qi = kiln_be_alloc(be, T * (size_t)c->idx_heads * (size_t)c->idx_dim * sizeof(float));
         ws->iw = kiln_be_alloc(be, T * (size_t)c->idx_heads * sizeof(float));
+        ws->ki = kiln_be_alloc(be, T * (size_t)c->idx_dim * sizeof(float));
         ws->sel = calloc(T * (size_t)c->idx_topk, sizeof *ws->sel);
         ws->nsel = calloc(T, sizeof *ws->nsel);
-        dsa_ok = ws->qi && ws->iw && ws->sel && ws->nsel;
+        dsa_ok = ws->qi && ws->iw && ws->ki && ws->sel && ws->nsel;
     }
     if (!dsa_ok || !ws->qa || !ws->q || !ws->kva || !ws->lat || !ws->qabs || !ws->olat || !ws->ov || !ws->gin || !ws->gout) {
         kiln_mla_ws_free(ws, be);
@@ -38,7 +39,7 @@ kiln_status kiln_mla_ws_init(kiln_mla_ws *ws, const kiln_backend *be, const kiln
 }
 
 void kiln_mla_ws_free(kiln_mla_ws *ws, const kiln_backend *be) {
-    float *bufs[] = {ws->qa, ws->q, ws->kva, ws->lat, ws->qabs, ws->olat, ws->ov, ws->gin, ws->gout, ws->qi, ws->iw};
+    float *bufs[] = {ws->qa, ws->q, ws->kva, ws->lat, ws->qabs, ws->olat, ws->ov, ws->gin, ws->gout, ws->qi, ws->iw, ws->ki};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) kiln_be_free(be, bufs[i]);
     free(ws->sel);
@@ -117,18 +118,18 @@ kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, cons
             memcpy(ws->qabs + ((size_t)i * H + h) * krow + r, ws->q + (size_t)i * H * qh + (size_t)h * qh + dn, (size_t)dr * sizeof(float));
     if (c->dsa && L->idx_full) { /* the indexer's key of each token goes into its cached row; its query and head weights */
         const int Hi = c->idx_heads, d = c->idx_dim;
-        for (int i = 0; i < n; i++) /* ki [n, d] straight into the row's last d values */
-            kiln_be_matmul(be, &L->iwk, X + (size_t)i * c->dim, ws->lat + (size_t)i * row + krow, 1);
-        for (int i = 0; i < n; i++) {
-            float *ki = ws->lat + (size_t)i * row + krow;
-            be->ops->layernorm(be, ki, ki, L->ik_norm_w, L->ik_norm_b, 1, d, c->idx_norm_eps);
+        { /* keys ki [n, d] and head weights [n, Hi] read the same X: one parallel section */
+            const kiln_weight *w2[2] = {&L->iwk, &L->iw_proj};
+            float *y2[2] = {ws->ki, ws->iw};
+            kiln_be_matmul_many(be, w2, y2, 2, X, n);
         }
         kiln_be_matmul(be, &L->iwq_b, ws->qa, ws->qi, n);
-        kiln_be_matmul(be, &L->iw_proj, X, ws->iw, n);
+        be->ops->layernorm(be, ws->ki, ws->ki, L->ik_norm_w, L->ik_norm_b, n, d, c->idx_norm_eps);
         be->ops->rope(be, &c->idx_rope, ws->qi, n, (int64_t)Hi * d, Hi, d, cs);
-        be->ops->rope(be, &c->idx_rope, ws->lat + krow, n, row, 1, d, cs);
+        be->ops->rope(be, &c->idx_rope, ws->ki, n, d, 1, d, cs);
         be->ops->fp8_round(be, ws->qi, n * Hi, d, 1);
-        for (int i = 0; i < n; i++) be->ops->fp8_round(be, ws->lat + (size_t)i * row + krow, 1, d, 1);
+        be->ops->fp8_round(be, ws->ki, n, d, 1);
+        for (int i = 0; i < n; i++) memcpy(ws->lat + (size_t)i * row + krow, ws->ki + (size_t)i * d, (size_t)d * sizeof(float));
     } else if (c->dsa) { /* a "shared" layer caches no indexer key: zeros, not the scratch's last contents */
         for (int i = 0; i < n; i++) memset(ws->lat + (size_t)i * row + krow, 0, (size_t)c->idx_dim * sizeof(float));
     }

@@ -69,7 +69,7 @@ typedef struct kiln_mla_layer {
 typedef struct kiln_mla_ws {
     int max_tokens;
     float *qa, *q, *kva, *lat, *qabs, *olat, *ov, *gin, *gout;
-    float *qi, *iw;             /* DSA: indexer queries [T, Hi·d], head weights [T, Hi] */
+    float *qi, *iw, *ki;        /* DSA: indexer queries [T, Hi·d], head weights [T, Hi], keys [T, d] */
     int32_t *sel;               /* DSA: selected positions [T, topk] (kept for the "shared" layers after) */
     int *nsel;                  /* [T] */
 } kiln_mla_ws;

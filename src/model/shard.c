@@ -107,7 +107,7 @@ static kiln_status shard_mla(struct kiln_model *m, const kiln_mla_cfg *c, kiln_m
     else KILN_TRY(slice_rows(&A->wq, h0 * qh, hn * qh, "q_proj", l));
     A->ukt += h0; /* the absorbed per-head views (float32 copies made at bind) */
     A->uv += h0;
-    A->wkv_b.rows = 0; /* kv_b_proj was only read to build those */
+    KILN_TRY(slice_rows(&A->wkv_b, h0 * (int64_t)(c->qk_nope + c->v_head), hn * (int64_t)(c->qk_nope + c->v_head), "kv_b_proj", l));
     return slice_cols(m, &A->wo, (int64_t)h0 * c->v_head, (int64_t)hn * c->v_head, "o_proj", l);
 }
 
