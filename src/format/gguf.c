@@ -458,6 +458,13 @@ const char *kiln_gguf_key(const kiln_gguf *g, int i, kiln_gguf_type *type) {
     return g->kv[i].key;
 }
 
+int kiln_gguf_key_type(const kiln_gguf *g, const char *key, kiln_gguf_type *type) {
+    const gguf_kv *kv = find_kv(g, key);
+    if (!kv) return -1;
+    if (type) *type = kv->type;
+    return 0;
+}
+
 int kiln_gguf_get_u64(const kiln_gguf *g, const char *key, uint64_t *v) {
     const gguf_kv *kv = find_kv(g, key);
     if (!kv || kv->type == KILN_GGUF_STRING || kv->type == KILN_GGUF_ARRAY || is_float(kv->type)) return -1;

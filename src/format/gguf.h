@@ -21,6 +21,9 @@ kiln_status kiln_gguf_open(const char *path, kiln_tensor_table *tt, kiln_gguf **
 void kiln_gguf_close(kiln_gguf *g);
 const char *kiln_gguf_path(const kiln_gguf *g);
 
+/* 0 with *type (which may be NULL) when `key` is present, -1 when absent: tells a key of the wrong
+ * type (the lookups below return -1) from a missing one. */
+int kiln_gguf_key_type(const kiln_gguf *g, const char *key, kiln_gguf_type *type);
 /* Metadata lookups. Return 0 when found with the right type (integers of any width convert), -1
  * otherwise. */
 int kiln_gguf_get_u64(const kiln_gguf *g, const char *key, uint64_t *v);

@@ -35,13 +35,13 @@ const kiln_arch *kiln_arch_find_gguf(const char *gguf_arch) {
     return NULL;
 }
 
-int kiln_arch_gguf_rename(const kiln_arch *a, const char *from, int to_hf, char *out, size_t cap) {
+int kiln_gguf_rename_table(const char *const (*names)[2], int n_names, const char *from, int to_hf, char *out, size_t cap) {
     const int src = to_hf ? 0 : 1, dst = to_hf ? 1 : 0;
-    for (int i = 0; i < a->n_gguf_names; i++) {
-        const char *pat = a->gguf_names[i][src];
+    for (int i = 0; i < n_names; i++) {
+        const char *pat = names[i][src];
         const char *pct = strstr(pat, "%d");
         if (!pct) {
-            if (strcmp(from, pat) == 0) { snprintf(out, cap, "%s", a->gguf_names[i][dst]); return 1; }
+            if (strcmp(from, pat) == 0) { snprintf(out, cap, "%s", names[i][dst]); return 1; }
             continue;
         }
         const size_t pre = (size_t)(pct - pat);
@@ -49,10 +49,14 @@ int kiln_arch_gguf_rename(const kiln_arch *a, const char *from, int to_hf, char 
         char *end;
         const long l = strtol(from + pre, &end, 10);
         if (end == from + pre || l < 0 || l > 1 << 24 || strcmp(end, pct + 2) != 0) continue;
-        snprintf(out, cap, a->gguf_names[i][dst], (int)l);
+        snprintf(out, cap, names[i][dst], (int)l);
         return 1;
     }
     return 0;
+}
+
+int kiln_arch_gguf_rename(const kiln_arch *a, const char *from, int to_hf, char *out, size_t cap) {
+    return kiln_gguf_rename_table(a->gguf_names, a->n_gguf_names, from, to_hf, out, cap);
 }
 
 /* ---- config ------------------------------------------------------------------------------------- */

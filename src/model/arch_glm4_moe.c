@@ -55,4 +55,4 @@ static kiln_status glm4_moe_bind(struct kiln_model *m) {
     return kiln_arch_check_mtp(m, "model.", glm4_moe_layer);
 }
 
-const kiln_arch kiln_arch_glm4_moe = {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, glm4_moe_read, glm4_moe_bind, kiln_mkmodel_arch, NULL, NULL, 0};
+const kiln_arch kiln_arch_glm4_moe = {"glm4_moe", {"glm4_moe"}, {"Glm4MoeForCausalLM"}, glm4_moe_read, glm4_moe_bind, kiln_mkmodel_arch, "glm4moe", NULL, 0};

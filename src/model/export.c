@@ -7,6 +7,7 @@
 #include "model/model.h"
 #include "model/arch.h"
 #include "model/export.h"
+#include "model/gguf_moe.h"
 #include "base/fp.h"
 #include "base/status.h"
 #include "format/gguf.h"
@@ -142,11 +143,7 @@ json_t *kiln_export_config(const struct kiln_model *m) {
     return llama_config(&hp);
 }
 
-/* Re-encodes a 2-D float tensor (F32 / F16 / BF16, cols a multiple of 32) into GGUF Q8_0 / Q4_0
- * blocks (ggml's reference quantizers, quant/quantize.h) in a new buffer *out (caller frees).
- * 1-D F16 / BF16 tensors (norms, biases) become F32, as llama.cpp's converter writes them.
- * Returns 1 (blocks), 2 (F32), or 0 when the tensor is left as it is. */
-static int gguf_block_encode(const kiln_tensor *t, kiln_dtype to, uint8_t **out, uint64_t *nbytes, kiln_status *st) {
+int kiln_export_gguf_encode(const kiln_tensor *t, kiln_dtype to, uint8_t **out, uint64_t *nbytes, kiln_status *st) {
     *st = KILN_OK;
     if (to != KILN_DT_Q8_0 && to != KILN_DT_Q4_0) return 0;
     if (t->ndim == 1 && (t->dtype == KILN_DT_F16 || t->dtype == KILN_DT_BF16)) { /* norms and biases: F32, as llama.cpp's converter writes them */
@@ -161,8 +158,8 @@ static int gguf_block_encode(const kiln_tensor *t, kiln_dtype to, uint8_t **out,
         *nbytes = (uint64_t)n * 4;
         return 2;
     }
-    if (t->ndim != 2 || t->shape[1] % 32 || !(t->dtype == KILN_DT_F32 || t->dtype == KILN_DT_F16 || t->dtype == KILN_DT_BF16)) return 0;
-    const int64_t rows = t->shape[0], cols = t->shape[1];
+    if (t->ndim < 2 || t->shape[t->ndim - 1] % 32 || !(t->dtype == KILN_DT_F32 || t->dtype == KILN_DT_F16 || t->dtype == KILN_DT_BF16)) return 0;
+    const int64_t cols = t->shape[t->ndim - 1], rows = (int64_t)(kiln_tensor_numel(t) / (uint64_t)cols); /* 3-D: stacked experts, per head */
     const size_t in_row = (size_t)t->nbytes / (size_t)rows, out_row = (size_t)(cols / 32) * (to == KILN_DT_Q8_0 ? 34 : 18);
     const kiln_dtype_info *di = kiln_dtype_get(t->dtype);
     uint8_t *q = malloc(out_row * (size_t)rows);
@@ -193,6 +190,7 @@ kiln_status kiln_model_save_gguf_as(const kiln_model *m, const char *path, const
     else if (outtype && strcmp(outtype, "q4_0") == 0) to = KILN_DT_Q4_0;
     else if (outtype && strcmp(outtype, "auto") != 0)
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s: --outtype '%s' is not one of auto, q8_0, q4_0", path, outtype);
+    if (m->arch && m->arch != &kiln_arch_llama) return kiln_gguf_moe_save(m, path, to); /* deepseek2 / glm4moe (model/gguf_moe.c) */
     kiln_tensor *ts;
     void **own;
     KILN_TRY(kiln_export_tensors(m, KILN_ROPE_NORM, 1, &ts, &own));
@@ -225,7 +223,7 @@ kiln_status kiln_model_save_gguf_as(const kiln_model *m, const char *path, const
             break;
         }
         uint64_t nb;
-        const int enc = gguf_block_encode(&ts[i], to, &blocks[i], &nb, &st);
+        const int enc = kiln_export_gguf_encode(&ts[i], to, &blocks[i], &nb, &st);
         if (enc)
             kiln_gguf_add_tensor(w, gname, enc == 2 ? KILN_DT_F32 : to, ts[i].ndim, ts[i].shape, blocks[i], nb);
         else if (st == KILN_OK)

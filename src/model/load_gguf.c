@@ -1,12 +1,14 @@
 /* load_gguf.c — a GGUF file as a kiln model: llama.* hyper-parameters, tensors renamed from
  * llama.cpp names (blk.N.attn_q.weight ...) to the Hugging Face names the binder uses, and the
  * embedded tokenizer. llama.cpp stores Q/K rows permuted for adjacent-pair RoPE, so GGUF llama
- * models run with KILN_ROPE_NORM (no data is moved). */
+ * models run with KILN_ROPE_NORM (no data is moved). The MoE families (deepseek2, glm4moe) are read
+ * by model/gguf_moe.c. */
 #include "model/model.h"
 #include "model/arch.h"
 #include "base/status.h"
 #include "format/gguf.h"
 #include "model/hparams_check.h"
+#include "model/gguf_moe.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,9 +38,14 @@ kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path) {
         return kiln_fail(KILN_ERR_FORMAT, "%s: required metadata key 'general.architecture' is missing", path);
     }
     const kiln_arch *row = kiln_arch_find_gguf(arch);
-    if (!row || row != &kiln_arch_llama) { /* the rows with a GGUF column; llama's keys are read below */
+    if (!row) {
         kiln_tt_free(&raw);
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported (known: llama)", path, arch);
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported (known: llama, deepseek2, glm4moe)", path, arch);
+    }
+    if (row != &kiln_arch_llama) { /* the MoE families: model/gguf_moe.c */
+        st = kiln_gguf_moe_load(m, path, &raw, arch);
+        kiln_tt_free(&raw);
+        return st;
     }
     m->arch = row;
     kiln_hparams *hp = &m->hp;
