@@ -75,6 +75,23 @@ static const char *const deepseek2_names[][2] = {
     {"blk.%d.attn_kv_a_norm.weight", "model.layers.%d.self_attn.kv_a_layernorm.weight"},
     {"blk.%d.attn_kv_b.weight", "model.layers.%d.self_attn.kv_b_proj.weight"},
 };
+/* glm-dsa (GLM-5.x): deepseek2's names plus the lightning indexer's */
+static const char *const glm_dsa_names[][2] = {
+    GLOBAL_NAMES,
+    FFN_NAMES,
+    {"blk.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight"},
+    {"blk.%d.attn_q_a.weight", "model.layers.%d.self_attn.q_a_proj.weight"},
+    {"blk.%d.attn_q_a_norm.weight", "model.layers.%d.self_attn.q_a_layernorm.weight"},
+    {"blk.%d.attn_q_b.weight", "model.layers.%d.self_attn.q_b_proj.weight"},
+    {"blk.%d.attn_kv_a_mqa.weight", "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight"},
+    {"blk.%d.attn_kv_a_norm.weight", "model.layers.%d.self_attn.kv_a_layernorm.weight"},
+    {"blk.%d.attn_kv_b.weight", "model.layers.%d.self_attn.kv_b_proj.weight"},
+    {"blk.%d.indexer.attn_q_b.weight", "model.layers.%d.self_attn.indexer.wq_b.weight"},
+    {"blk.%d.indexer.attn_k.weight", "model.layers.%d.self_attn.indexer.wk.weight"},
+    {"blk.%d.indexer.k_norm.weight", "model.layers.%d.self_attn.indexer.k_norm.weight"},
+    {"blk.%d.indexer.k_norm.bias", "model.layers.%d.self_attn.indexer.k_norm.bias"},
+    {"blk.%d.indexer.proj.weight", "model.layers.%d.self_attn.indexer.weights_proj.weight"},
+};
 /* glm4moe: llama.cpp's GLM4_MOE loads post_attention_layernorm as ATTN_POST_NORM (the pre-MLP norm) */
 static const char *const glm4moe_names[][2] = {
     GLOBAL_NAMES,
@@ -94,14 +111,15 @@ static const char *const glm4moe_names[][2] = {
 static const char *const expert_proj[3] = {"gate", "up", "down"};
 
 typedef struct {
-    const char *arch;            /* "deepseek2" / "glm4moe" */
+    const char *arch;            /* "deepseek2" / "glm-dsa" / "glm4moe" */
     const char *const (*names)[2];
     int n_names;
-    int mla;
+    int mla, dsa;
 } family;
 static const family families[] = {
-    {"deepseek2", deepseek2_names, N_NAMES(deepseek2_names), 1},
-    {"glm4moe", glm4moe_names, N_NAMES(glm4moe_names), 0},
+    {"deepseek2", deepseek2_names, N_NAMES(deepseek2_names), 1, 0},
+    {"glm-dsa", glm_dsa_names, N_NAMES(glm_dsa_names), 1, 1},
+    {"glm4moe", glm4moe_names, N_NAMES(glm4moe_names), 0, 0},
 };
 
 static const family *family_of(const char *gguf_arch) {
@@ -343,14 +361,57 @@ static kiln_status rope_meta(meta *M, json_t *c, int allow_yarn, uint64_t ctx) {
     return KILN_OK;
 }
 
-static kiln_status deepseek2_config(meta *M, const kiln_tensor_table *raw, json_t *c) {
+/* glm-dsa's indexer keys: head count, key length, top-k and the per-layer full / shared types
+ * (absent: llama.cpp's rule — every layer full below a 1M-token context (GLM-5, 5.1), else
+ * GLM-5.2's pattern, full at layers 0, 1, 2, 6, 10 …: index_topk_freq 4 from offset 3). */
+static kiln_status dsa_meta(meta *M, json_t *c, uint64_t ctx) {
+    uint64_t heads, dim, topk, n_types;
+    KILN_TRY(meta_uint(M, "attention.indexer.head_count", 1, 1, 4096, 0, &heads, NULL));
+    KILN_TRY(meta_uint(M, "attention.indexer.key_length", 1, 1, 1 << 16, 0, &dim, NULL));
+    KILN_TRY(meta_uint(M, "attention.indexer.top_k", 1, 1, 1u << 30, 0, &topk, NULL));
+    SI("index_n_heads", heads);
+    SI("index_head_dim", dim);
+    SI("index_topk", topk);
+    SB("indexer_rope_interleave", 1); /* llama.cpp ropes the indexer in adjacent pairs (GLM's layout) */
+    const int L = (int)json_integer_value(json_object_get(c, "num_hidden_layers"));
+    const char *key = key_of(M, "attention.indexer.types");
+    kiln_gguf_type t, et;
+    if (kiln_gguf_key_type(M->g, key, &t) != 0) {
+        if (ctx >= 1048576) {
+            SI("index_topk_freq", 4);
+            SI("index_skip_topk_offset", 3);
+        } else {
+            SI("index_topk_freq", 1);
+        }
+        return KILN_OK;
+    }
+    if (t != KILN_GGUF_ARRAY || kiln_gguf_get_arr(M->g, key, &et, &n_types) != 0 || et == KILN_GGUF_STRING || et == KILN_GGUF_ARRAY)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s' must be an array of integers (1 full, 0 shared)", M->file, key);
+    if (n_types != (uint64_t)L)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s' has %llu entries; the model has %d decoder layers", M->file, key, (unsigned long long)n_types, L);
+    json_t *types = json_array();
+    for (int l = 0; l < L; l++) {
+        double v = -1;
+        kiln_gguf_arr_f64(M->g, key, (uint64_t)l, &v);
+        if (v != 0 && v != 1) {
+            json_decref(types);
+            return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s[%d]' = %g is not 1 (full) or 0 (shared)", M->file, key, l, v);
+        }
+        json_array_append_new(types, json_string(v == 1 ? "full" : "shared"));
+    }
+    json_object_set_new(c, "indexer_types", types);
+    return KILN_OK;
+}
+
+static kiln_status deepseek2_config(meta *M, const kiln_tensor_table *raw, json_t *c, int dsa) {
     uint64_t heads, ctx, q_lora, kv_lora, rope, k_mla, v_mla, k_len, v_len;
     int has_q, has_k_mla, has_v_mla;
-    SS("model_type", "deepseek_v3");
+    SS("model_type", dsa ? "glm_moe_dsa" : "deepseek_v3");
     json_t *a = json_array();
-    json_array_append_new(a, json_string("DeepseekV3ForCausalLM"));
+    json_array_append_new(a, json_string(dsa ? "GlmMoeDsaForCausalLM" : "DeepseekV3ForCausalLM"));
     json_object_set_new(c, "architectures", a);
-    KILN_TRY(common_meta(M, raw, c, 0, &heads, &ctx));
+    KILN_TRY(common_meta(M, raw, c, dsa, &heads, &ctx));
+    if (dsa) KILN_TRY(dsa_meta(M, c, ctx));
     SI("num_key_value_heads", heads);
     KILN_TRY(meta_uint(M, "attention.q_lora_rank", 0, 1, 1 << 16, 0, &q_lora, &has_q));
     if (has_q) SI("q_lora_rank", q_lora);
@@ -523,13 +584,13 @@ static kiln_status read_tensors(struct kiln_model *m, const family *F, const kil
 
 kiln_status kiln_gguf_moe_load(struct kiln_model *m, const char *path, const kiln_tensor_table *raw, const char *gguf_arch) {
     const family *F = family_of(gguf_arch);
-    if (!F) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported (known: llama, deepseek2, glm4moe)", path, gguf_arch);
+    if (!F) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported (known: llama, deepseek2, glm-dsa, glm4moe)", path, gguf_arch);
     meta M = {.g = m->gguf, .file = path, .arch = F->arch};
     json_t *cfg = json_object();
     if (!cfg) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     m->config = cfg; /* freed with the model; `kiln convert FILE.gguf DIR` writes it as config.json */
     KILN_TRY(refuse_keys(&M));
-    KILN_TRY(F->mla ? deepseek2_config(&M, raw, cfg) : glm4moe_config(&M, raw, cfg));
+    KILN_TRY(F->mla ? deepseek2_config(&M, raw, cfg, F->dsa) : glm4moe_config(&M, raw, cfg));
     m->arch = kiln_arch_find(json_string_value(json_object_get(cfg, "model_type")), NULL);
     if (!m->arch) return kiln_fail(KILN_ERR_INTERNAL, "%s: no architecture row for %s", path, gguf_arch);
     snprintf(m->hp.arch, sizeof m->hp.arch, "%s", m->arch->name);
@@ -680,11 +741,14 @@ kiln_status kiln_gguf_moe_save(const struct kiln_model *m, const char *path, kil
     const kiln_hparams *hp = &m->hp;
     const char *name = m->arch->name;
     const int mla = ah->attn == KILN_ATTN_MLA;
-    if (mla && ah->mla.dsa)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: architecture '%s' (sparse attention): the GGUF glm-dsa / deepseek32 writer does not exist yet", path, name);
+    const int dsa = mla && ah->mla.dsa;
+    if (dsa && strcmp(name, "glm_moe_dsa") != 0)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: architecture '%s': the GGUF deepseek32 writer does not exist yet (glm_moe_dsa is written as glm-dsa)", path, name);
     if (strcmp(name, "glm4_moe") != 0 && !mla)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: architecture '%s' has no GGUF writer (llama, deepseek_v3, kimi_k2, glm4_moe_lite, glm4_moe)", path, name);
-    const family *F = family_of(mla ? "deepseek2" : "glm4moe");
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: architecture '%s' has no GGUF writer (llama, deepseek_v3, kimi_k2, glm4_moe_lite, glm4_moe, glm_moe_dsa)", path, name);
+    if (dsa && ah->mla.idx_rope.style != KILN_ROPE_NORM)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: indexer_rope_interleave = false: llama.cpp's glm-dsa ropes the indexer in adjacent pairs only", path);
+    const family *F = family_of(dsa ? "glm-dsa" : mla ? "deepseek2" : "glm4moe");
     const char *A = F->arch;
     /* what llama.cpp has no key for */
     int lead = 0;
@@ -704,7 +768,8 @@ kiln_status kiln_gguf_moe_save(const struct kiln_model *m, const char *path, kil
     writer W = {.w = kiln_gguf_writer_new(), .path = path, .to = to};
     if (!W.w) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     const kiln_moe_cfg *mc = &ah->moe;
-    const int n_layers_out = hp->n_layers + (mla ? 0 : ah->n_nextn); /* deepseek2: MTP layers dropped, as the converter does */
+    /* deepseek2: MTP layers dropped, as its converter does; glm4moe and glm-dsa keep them */
+    const int n_layers_out = hp->n_layers + (mla && !dsa ? 0 : ah->n_nextn);
     kiln_gguf_set_str(W.w, "general.architecture", A);
     kiln_gguf_set_str(W.w, "general.name", "kiln export");
     if (to == KILN_DT_Q8_0 || to == KILN_DT_Q4_0) kiln_gguf_set_u32(W.w, "general.file_type", to == KILN_DT_Q8_0 ? 7 : 2);
@@ -748,6 +813,21 @@ kiln_status kiln_gguf_moe_save(const struct kiln_model *m, const char *path, kil
             set_f(&W, A, "rope.scaling.yarn_log_multiplier", 0.1 * (double)ah->yarn.mscale_all_dim);
             set_f(&W, A, "rope.scaling.yarn_beta_fast", ah->yarn.beta_fast);
             set_f(&W, A, "rope.scaling.yarn_beta_slow", ah->yarn.beta_slow);
+        }
+        if (dsa) {
+            set_u(&W, A, "attention.indexer.head_count", (uint64_t)c->idx_heads);
+            set_u(&W, A, "attention.indexer.key_length", (uint64_t)c->idx_dim);
+            set_u(&W, A, "attention.indexer.top_k", (uint64_t)c->idx_topk);
+            set_u(&W, A, "nextn_predict_layers", (uint64_t)ah->n_nextn);
+            int32_t *types = malloc((size_t)hp->n_layers * sizeof *types);
+            if (!types) {
+                kiln_gguf_writer_free(W.w);
+                return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+            }
+            for (int l = 0; l < hp->n_layers; l++) types[l] = ah->idx_full[l] ? 1 : 0;
+            snprintf(key, sizeof key, "%s.attention.indexer.types", A);
+            kiln_gguf_set_arr_i32(W.w, key, types, (uint64_t)hp->n_layers);
+            free(types);
         }
     } else {
         set_u(&W, A, "attention.key_length", (uint64_t)hp->head_dim);

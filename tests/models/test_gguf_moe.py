@@ -65,11 +65,16 @@ def expected_tensors(arch, c):
     lead, ff = c["first_k_dense_replace"], c["intermediate_size"]
     t = {"token_embd.weight": [D, V], "output_norm.weight": [D], "output.weight": [D, V]}
     L = c["num_hidden_layers"]
-    nextn = c.get("num_nextn_predict_layers", 0) if arch == "glm4moe" else 0
+    nextn = c.get("num_nextn_predict_layers", 0) if arch in ("glm4moe", "glm-dsa") else 0
     for i in range(L + nextn):
         b = f"blk.{i}."
         t[b + "attn_norm.weight"] = [D]
-        if arch == "deepseek2":
+        if arch == "glm-dsa":  # created NOT_REQUIRED on every layer: present on the indexer ("full") layers
+            Hi, d = c["index_n_heads"], c["index_head_dim"]
+            t[b + "indexer.k_norm.weight"], t[b + "indexer.k_norm.bias"] = [d], [d]
+            t[b + "indexer.proj.weight"], t[b + "indexer.attn_k.weight"] = [D, Hi], [D, d]
+            t[b + "indexer.attn_q_b.weight"] = [c["q_lora_rank"], Hi * d]
+        if arch in ("deepseek2", "glm-dsa"):
             r, dr, dn, dv, ql = c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"], c["v_head_dim"], c["q_lora_rank"]
             if ql:
                 t[b + "attn_q_a_norm.weight"] = [ql]
@@ -118,15 +123,21 @@ def expected_keys(arch, c):
          f"{a}.expert_used_count": c["num_experts_per_tok"], f"{a}.expert_shared_count": c["n_shared_experts"],
          f"{a}.expert_feed_forward_length": c["moe_intermediate_size"], f"{a}.leading_dense_block_count": c["first_k_dense_replace"],
          f"{a}.expert_gating_func": 2, f"{a}.expert_weights_norm": True, f"{a}.context_length": c["max_position_embeddings"]}
-    if arch == "deepseek2":
+    if arch in ("deepseek2", "glm-dsa"):
         r, dr, dn, dv = c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"], c["v_head_dim"]
-        k.update({f"{a}.block_count": c["num_hidden_layers"], f"{a}.attention.head_count_kv": 1, f"{a}.attention.kv_lora_rank": r,
+        nextn = c["num_nextn_predict_layers"] if arch == "glm-dsa" else 0
+        k.update({f"{a}.block_count": c["num_hidden_layers"] + nextn, f"{a}.attention.head_count_kv": 1, f"{a}.attention.kv_lora_rank": r,
                   f"{a}.attention.key_length": r + dr, f"{a}.attention.value_length": r, f"{a}.attention.key_length_mla": dn + dr,
                   f"{a}.attention.value_length_mla": dv, f"{a}.rope.dimension_count": dr})
         if c["q_lora_rank"]:
             k[f"{a}.attention.q_lora_rank"] = c["q_lora_rank"]
         if c.get("n_group", 1) > 1 and c["topk_group"] < c["n_group"]:
             k[f"{a}.expert_group_count"], k[f"{a}.expert_group_used_count"] = c["n_group"], c["topk_group"]
+        if arch == "glm-dsa":
+            k.update({f"{a}.attention.indexer.head_count": c["index_n_heads"], f"{a}.attention.indexer.key_length": c["index_head_dim"],
+                      f"{a}.attention.indexer.top_k": c["index_topk"], f"{a}.nextn_predict_layers": nextn})
+            pat = c.get("indexer_types")
+            k[f"{a}.attention.indexer.types"] = [1 if x == "full" else 0 for x in pat] if pat else [1] * c["num_hidden_layers"]
         rs = c.get("rope_scaling")
         if rs:
             k[f"{a}.rope.scaling.type"] = "yarn"
@@ -140,7 +151,9 @@ def expected_keys(arch, c):
 
 
 def logits(model, out, backend="cpu"):
-    run("run", model, "--tokens", "1,5,9,13,40,77,3,200", "-n", "1", "--temp", "0", "--dump-logits", out, "--backend", backend)
+    # 40 tokens: past the DSA presets' index_topk of 16, so sparse attention selects a strict subset
+    ids = ",".join(str((7 * i + 3) % 250) for i in range(40))
+    run("run", model, "--tokens", ids, "-n", "1", "--temp", "0", "--dump-logits", out, "--backend", backend)
     return np.fromfile(out, dtype=np.float32)
 
 
@@ -162,7 +175,7 @@ def check_layouts(gg_path, hf_dir, arch, c):
         want = np.concatenate([st[f"{pre}model.layers.{lay}.mlp.experts.{e}.{p}_proj.weight"][1].reshape(-1) for e in range(E)])
         got = np.frombuffer(data[:want.nbytes], dtype=want.dtype)
         assert np.array_equal(got, want), f"blk.{lay}.ffn_{p}_exps.weight is not the {E} experts stacked"
-    if arch == "deepseek2":
+    if arch in ("deepseek2", "glm-dsa"):
         H, r, dn, dv = c["num_attention_heads"], c["kv_lora_rank"], c["qk_nope_head_dim"], c["v_head_dim"]
         dt, kvb = st[f"{pre}model.layers.0.self_attn.kv_b_proj.weight"]
         kvb = kvb.reshape(H, dn + dv, r)
@@ -183,7 +196,7 @@ def check_file(gg, hf_dir, arch, c):
         assert md[k] == v, f"{gg}: {k} = {md[k]}, expected {v}"
     want = expected_tensors(arch, c)
     got = {t["name"]: t["ne"] for t in info["tensors"]}
-    optional = {n for n in want if ".nextn.embed_tokens" in n or ".nextn.shared_head" in n}
+    optional = {n for n in want if ".nextn.embed_tokens" in n or ".nextn.shared_head" in n or ".indexer." in n}
     extra = sorted(set(got) - set(want))
     missing = sorted(set(want) - set(got) - optional)
     assert not extra and not missing, f"{gg}: tensors llama.cpp would not create {extra}; missing {missing}"
@@ -195,10 +208,13 @@ def check_file(gg, hf_dir, arch, c):
 def main():
     tmp = tempfile.mkdtemp(prefix="kiln_gguf_moe_")
     cases = [("kimi_k2", "f32", "deepseek2"), ("glm4_moe_lite", "f32", "deepseek2"), ("glm4_moe", "f32", "glm4moe"),
-             ("deepseek_v3", "f32", "deepseek2"), ("kimi_k2", "bf16", "deepseek2")]
+             ("deepseek_v3", "f32", "deepseek2"), ("kimi_k2", "bf16", "deepseek2"), ("glm_moe_dsa", "f32", "glm-dsa"),
+             ("glm_moe_dsa:tiny-shared", "f32", "glm-dsa")]
     for name, dtype, arch in cases:
-        d = os.path.join(tmp, f"{name}-{dtype}")
-        run("mkmodel", "--arch", name, "--preset", "tiny", "--dtype", dtype, d)
+        name, _, preset = name.partition(":")
+        preset = preset or "tiny"
+        d = os.path.join(tmp, f"{name}-{preset}-{dtype}")
+        run("mkmodel", "--arch", name, "--preset", preset, "--dtype", dtype, d)
         cfg_path = os.path.join(d, "config.json")
         c = json.load(open(cfg_path))
         if name == "deepseek_v3":
@@ -208,19 +224,19 @@ def main():
             assert "mscale" in p.stderr and "mscale_all_dim" in p.stderr, p.stderr
             c["rope_scaling"]["mscale_all_dim"] = c["rope_scaling"]["mscale"]
             json.dump(c, open(cfg_path, "w"))
-        gg = os.path.join(tmp, f"{name}-{dtype}.gguf")
+        gg = os.path.join(tmp, f"{name}-{preset}-{dtype}.gguf")
         run("convert", d, gg)
         check_file(gg, d, arch, c)
         check_layouts(gg, d, arch, c)
         a, b = logits(d, gg + ".hf.bin"), logits(gg, gg + ".gg.bin")
         assert a.shape == b.shape and np.array_equal(a, b), f"{name} {dtype}: GGUF logits differ from the HF directory's by {np.abs(a - b).max()}"
-        print(f"{name} ({dtype}) -> {arch}: names, keys, shapes as llama.cpp creates them; layouts exact; logits identical")
+        print(f"{name} {preset} ({dtype}) -> {arch}: names, keys, shapes as llama.cpp creates them; layouts exact; logits identical")
 
     # Q8_0: the GGUF runs with the logits of its own dequantized read-back, near the source. On the
     # ref backend (scalar kernels, f32 activations) exactly; the cpu backend's Q8_0 kernels quantize
     # activations to int8 per block of 32 (llama.cpp's q8_0 dot products), which on this tiny random
     # MoE can move a router decision: their agreement with the ref kernels is tests/kernels' job.
-    src = os.path.join(tmp, "kimi_k2-f32")
+    src = os.path.join(tmp, "kimi_k2-tiny-f32")
     q8 = os.path.join(tmp, "kimi-q8_0.gguf")
     run("convert", src, q8, "--outtype", "q8_0")
     info = check_file(q8, src, "deepseek2", json.load(open(os.path.join(src, "config.json"))))
@@ -232,13 +248,16 @@ def main():
     a, b, s = logits(q8, q8 + ".bin", "ref"), logits(back, back + ".bin", "ref"), logits(src, src + ".bin", "ref")
     rel = np.abs(a - b).max() / np.abs(b).max()
     assert rel == 0.0, f"Q8_0 GGUF logits differ from its dequantized read-back by {rel:.3g}"
-    qerr = np.abs(a - s).max() / np.abs(s).max()
-    assert qerr < 0.05, f"Q8_0 GGUF logits differ from the F32 source by {qerr:.3g} (relative), more than Q8_0 noise"
+    # Q8_0 weight noise (~0.4% per weight, 8-bit) through 3 layers: an NMSE of the logits well under
+    # 1%; per-position maxima are not used, since a router decision flipped by the noise moves one
+    # position's logits a lot in a random tiny MoE
+    qerr = float(np.sum((a - s) ** 2) / np.sum(s ** 2))
+    assert qerr < 0.01, f"Q8_0 GGUF logits differ from the F32 source with NMSE {qerr:.3g}, more than Q8_0 noise"
     logits(q8, q8 + ".cpu.bin")  # and it runs on the cpu backend's Q8_0 kernels
-    print(f"kimi_k2 q8_0: logits = its read-back's (ref backend); {qerr:.2g} from F32")
+    print(f"kimi_k2 q8_0: logits = its read-back's (ref backend); NMSE {qerr:.2g} against F32")
 
     # bad input
-    base = os.path.join(tmp, "kimi_k2-f32.gguf")
+    base = os.path.join(tmp, "kimi_k2-tiny-f32.gguf")
     kv, tensors = gguf_edit.load(base)
 
     def bad(edit, expect, label):
@@ -265,6 +284,12 @@ def main():
     bad(lambda k, t: (gguf_edit.set_kv(k, "deepseek2.rope.scaling.type", gguf_edit.STR, "longrope"), t), ["deepseek2.rope.scaling.type", "longrope"],
         "rope-type")
     bad(lambda k, t: (gguf_edit.set_kv(k, "deepseek2.nextn_predict_layers", gguf_edit.U32, 3), t), ["deepseek2.nextn_predict_layers"], "nextn")
+    # glm-dsa: a per-layer indexer type list of the wrong length, and a value that is neither 1 nor 0
+    kv, tensors = gguf_edit.load(os.path.join(tmp, "glm_moe_dsa-tiny-shared-f32.gguf"))
+    bad(lambda k, t: (gguf_edit.set_kv(k, "glm-dsa.attention.indexer.types", gguf_edit.ARR, (gguf_edit.I32, [1, 0, 1])), t),
+        ["glm-dsa.attention.indexer.types", "3 entries", "4 decoder layers"], "dsa-types-length")
+    bad(lambda k, t: (gguf_edit.set_kv(k, "glm-dsa.attention.indexer.types", gguf_edit.ARR, (gguf_edit.I32, [1, 0, 2, 1])), t),
+        ["glm-dsa.attention.indexer.types[2]", "= 2"], "dsa-types-value")
 
 
 if __name__ == "__main__":
