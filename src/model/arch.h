@@ -93,7 +93,7 @@ typedef struct kiln_arch {
     kiln_status (*mkmodel)(const char *arch, const char *spec, const char *dtype, uint64_t seed, const char *out_dir);
     /* GGUF: general.architecture of this row's files and its tensor names ↔ the Hugging Face names
      * the binder uses ("%d" = layer); gguf_arch NULL = GGUF files of this architecture are not read.
-     * The MoE rows (deepseek2, glm4moe) have no name table here: model/gguf_moe.c converts them
+     * The MoE rows (deepseek2, glm4moe) have no name table here: model/gguf_arch.c converts them
      * (stacked experts, split kv_b). */
     const char *gguf_arch;
     const char *const (*gguf_names)[2];
@@ -102,7 +102,7 @@ typedef struct kiln_arch {
 /* Translates tensor name `from` with row a's GGUF map: to the Hugging Face name (to_hf = 1) or to
  * the GGUF name (to_hf = 0); returns 0 when the name has no counterpart. */
 int kiln_arch_gguf_rename(const kiln_arch *a, const char *from, int to_hf, char *out, size_t cap);
-/* The same over a table of {GGUF name, HF name} pairs ("%d" = layer) (model/gguf_moe.c's families). */
+/* The same over a table of {GGUF name, HF name} pairs ("%d" = layer) (model/gguf_arch.c's families). */
 int kiln_gguf_rename_table(const char *const (*names)[2], int n_names, const char *from, int to_hf, char *out, size_t cap);
 /* The row whose gguf_arch is `gguf_arch`, or NULL. */
 const kiln_arch *kiln_arch_find_gguf(const char *gguf_arch);

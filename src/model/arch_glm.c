@@ -65,7 +65,7 @@ static kiln_status glm4_bind(struct kiln_model *m) {
     return KILN_OK;
 }
 
-const kiln_arch kiln_arch_glm4 = {"glm4", {"glm4"}, {"Glm4ForCausalLM"}, glm4_read, glm4_bind, kiln_mkmodel_arch, NULL, NULL, 0};
+const kiln_arch kiln_arch_glm4 = {"glm4", {"glm4"}, {"Glm4ForCausalLM"}, glm4_read, glm4_bind, kiln_mkmodel_arch, "glm4", NULL, 0};
 
 /* ---- chatglm -------------------------------------------------------------------------------------- */
 
@@ -129,4 +129,4 @@ static kiln_status chatglm_bind(struct kiln_model *m) {
     return KILN_OK;
 }
 
-const kiln_arch kiln_arch_chatglm = {"chatglm", {"chatglm"}, {"ChatGLMModel", "ChatGLMForConditionalGeneration"}, chatglm_read, chatglm_bind, kiln_mkmodel_arch, NULL, NULL, 0};
+const kiln_arch kiln_arch_chatglm = {"chatglm", {"chatglm"}, {"ChatGLMModel", "ChatGLMForConditionalGeneration"}, chatglm_read, chatglm_bind, kiln_mkmodel_arch, "chatglm", NULL, 0};

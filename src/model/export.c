@@ -7,7 +7,7 @@
 #include "model/model.h"
 #include "model/arch.h"
 #include "model/export.h"
-#include "model/gguf_moe.h"
+#include "model/gguf_arch.h"
 #include "base/fp.h"
 #include "base/status.h"
 #include "format/gguf.h"
@@ -190,7 +190,7 @@ kiln_status kiln_model_save_gguf_as(const kiln_model *m, const char *path, const
     else if (outtype && strcmp(outtype, "q4_0") == 0) to = KILN_DT_Q4_0;
     else if (outtype && strcmp(outtype, "auto") != 0)
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s: --outtype '%s' is not one of auto, q8_0, q4_0", path, outtype);
-    if (m->arch && m->arch != &kiln_arch_llama) return kiln_gguf_moe_save(m, path, to); /* deepseek2 / glm4moe (model/gguf_moe.c) */
+    if (m->arch && m->arch != &kiln_arch_llama) return kiln_gguf_arch_save(m, path, to); /* deepseek2 / glm4moe (model/gguf_arch.c) */
     kiln_tensor *ts;
     void **own;
     KILN_TRY(kiln_export_tensors(m, KILN_ROPE_NORM, 1, &ts, &own));

@@ -2,13 +2,13 @@
  * llama.cpp names (blk.N.attn_q.weight ...) to the Hugging Face names the binder uses, and the
  * embedded tokenizer. llama.cpp stores Q/K rows permuted for adjacent-pair RoPE, so GGUF llama
  * models run with KILN_ROPE_NORM (no data is moved). The MoE families (deepseek2, glm4moe) are read
- * by model/gguf_moe.c. */
+ * by model/gguf_arch.c. */
 #include "model/model.h"
 #include "model/arch.h"
 #include "base/status.h"
 #include "format/gguf.h"
 #include "model/hparams_check.h"
-#include "model/gguf_moe.h"
+#include "model/gguf_arch.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +42,8 @@ kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path) {
         kiln_tt_free(&raw);
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported (known: llama, deepseek2, glm4moe)", path, arch);
     }
-    if (row != &kiln_arch_llama) { /* the MoE families: model/gguf_moe.c */
-        st = kiln_gguf_moe_load(m, path, &raw, arch);
+    if (row != &kiln_arch_llama) { /* the MoE families: model/gguf_arch.c */
+        st = kiln_gguf_arch_load(m, path, &raw, arch);
         kiln_tt_free(&raw);
         return st;
     }

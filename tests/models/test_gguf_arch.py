@@ -1,9 +1,10 @@
-"""GGUF files of the MoE families (issue 21): `kiln convert` writes llama.cpp's `deepseek2` (DeepSeek-V3,
-Kimi K2, GLM-4.7-Flash) and `glm4moe` (GLM-4.5 / 4.6 / 4.7) files and kiln reads them back.
+"""GGUF files of the GLM / DeepSeek / Kimi families (issue 21): `kiln convert` writes llama.cpp's
+`deepseek2` (DeepSeek-V3, Kimi K2, GLM-4.7-Flash), `glm-dsa` (GLM-5.x), `glm4moe` (GLM-4.5 / 4.6 /
+4.7), `glm4` and `chatglm` files and kiln reads them back.
 
 - Names, metadata keys and ggml shapes are read with the independent npm reader @huggingface/gguf
   (tests/reference/gguf_read.mjs) and compared with the tensor lists written below from llama.cpp's
-  loaders (src/models/deepseek2.cpp and glm4-moe.cpp: create_tensor shapes in ggml ne order, the
+  loaders (src/models/deepseek2.cpp, glm-dsa.cpp, glm4-moe.cpp, glm4.cpp, chatglm.cpp: create_tensor shapes in ggml ne order, the
   keys they get_key): the file must hold exactly the tensors llama.cpp creates.
 - The converter's layouts, on the bytes with NumPy against the source safetensors: a stacked
   experts tensor is the per-expert matrices one after another; attn_k_b is kv_b_proj's key half
@@ -58,8 +59,39 @@ def safetensors(path):
     return out
 
 
+def expected_dense(arch, c):
+    """glm4 (src/models/glm4.cpp) and chatglm (chatglm.cpp): {name: ne}, {key: value}."""
+    if arch == "chatglm":
+        D, L, H, hd, kv, ff, V = (c["hidden_size"], c["num_layers"], c["num_attention_heads"], c["kv_channels"], c["multi_query_group_num"],
+                                  c["ffn_hidden_size"], c["padded_vocab_size"])
+    else:
+        D, L, H, hd, kv, ff, V = (c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"], c["head_dim"], c["num_key_value_heads"],
+                                  c["intermediate_size"], c["vocab_size"])
+    t = {"token_embd.weight": [D, V], "output_norm.weight": [D], "output.weight": [D, V]}
+    for i in range(L):
+        b = f"blk.{i}."
+        t[b + "attn_norm.weight"], t[b + "ffn_norm.weight"] = [D], [D]
+        t[b + "ffn_up.weight"], t[b + "ffn_down.weight"] = [D, 2 * ff], [ff, D]
+        if arch == "chatglm":
+            t[b + "attn_qkv.weight"], t[b + "attn_output.weight"] = [D, (H + 2 * kv) * hd], [D, D]
+            if c.get("add_qkv_bias"):
+                t[b + "attn_qkv.bias"] = [(H + 2 * kv) * hd]
+        else:
+            t[b + "attn_q.weight"], t[b + "attn_k.weight"], t[b + "attn_v.weight"] = [D, hd * H], [D, hd * kv], [D, hd * kv]
+            if c.get("attention_bias", True):
+                t[b + "attn_q.bias"], t[b + "attn_k.bias"], t[b + "attn_v.bias"] = [hd * H], [hd * kv], [hd * kv]
+            t[b + "attn_output.weight"] = [hd * H, D]
+            t[b + "post_attention_norm.weight"], t[b + "post_ffw_norm.weight"] = [D], [D]
+    rot = hd // 2 if arch == "chatglm" else int(hd * c["partial_rotary_factor"])
+    k = {f"{arch}.embedding_length": D, f"{arch}.block_count": L, f"{arch}.feed_forward_length": ff, f"{arch}.attention.head_count": H,
+         f"{arch}.attention.head_count_kv": kv, f"{arch}.rope.dimension_count": rot}
+    return t, k
+
+
 def expected_tensors(arch, c):
     """{name: ggml ne} llama.cpp creates for this config (required and present-optional)."""
+    if arch in ("glm4", "chatglm"):
+        return expected_dense(arch, c)[0]
     D, V, H = c["hidden_size"], c["vocab_size"], c["num_attention_heads"]
     E, fe, ns = c["n_routed_experts"], c["moe_intermediate_size"], c["n_shared_experts"]
     lead, ff = c["first_k_dense_replace"], c["intermediate_size"]
@@ -117,6 +149,8 @@ def expected_tensors(arch, c):
 
 
 def expected_keys(arch, c):
+    if arch in ("glm4", "chatglm"):
+        return expected_dense(arch, c)[1]
     a = arch
     k = {f"{a}.embedding_length": c["hidden_size"], f"{a}.feed_forward_length": c["intermediate_size"],
          f"{a}.attention.head_count": c["num_attention_heads"], f"{a}.expert_count": c["n_routed_experts"],
@@ -206,15 +240,22 @@ def check_file(gg, hf_dir, arch, c):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="kiln_gguf_moe_")
+    tmp = tempfile.mkdtemp(prefix="kiln_gguf_arch_")
     cases = [("kimi_k2", "f32", "deepseek2"), ("glm4_moe_lite", "f32", "deepseek2"), ("glm4_moe", "f32", "glm4moe"),
              ("deepseek_v3", "f32", "deepseek2"), ("kimi_k2", "bf16", "deepseek2"), ("glm_moe_dsa", "f32", "glm-dsa"),
-             ("glm_moe_dsa:tiny-shared", "f32", "glm-dsa")]
+             ("glm_moe_dsa:tiny-shared", "f32", "glm-dsa"), ("glm4", "bf16", "glm4"), ("chatglm", "f32", "chatglm")]
     for name, dtype, arch in cases:
         name, _, preset = name.partition(":")
         preset = preset or "tiny"
         d = os.path.join(tmp, f"{name}-{preset}-{dtype}")
-        run("mkmodel", "--arch", name, "--preset", preset, "--dtype", dtype, d)
+        shape = []
+        if name == "chatglm":
+            # llama.cpp's chatglm needs heads × kv_channels = hidden: the tiny preset (4 × 32 != 64) is refused by name
+            run("mkmodel", "--arch", name, "--preset", preset, "--dtype", dtype, d + "-wide")
+            p = run("convert", d + "-wide", d + "-wide.gguf", ok=False)
+            assert "kv_channels" in p.stderr and "hidden_size" in p.stderr, p.stderr
+            shape = ["--head-dim", "16"]
+        run("mkmodel", "--arch", name, "--preset", preset, "--dtype", dtype, *shape, d)
         cfg_path = os.path.join(d, "config.json")
         c = json.load(open(cfg_path))
         if name == "deepseek_v3":
@@ -227,10 +268,44 @@ def main():
         gg = os.path.join(tmp, f"{name}-{preset}-{dtype}.gguf")
         run("convert", d, gg)
         check_file(gg, d, arch, c)
-        check_layouts(gg, d, arch, c)
+        if arch not in ("glm4", "chatglm"):
+            check_layouts(gg, d, arch, c)
         a, b = logits(d, gg + ".hf.bin"), logits(gg, gg + ".gg.bin")
         assert a.shape == b.shape and np.array_equal(a, b), f"{name} {dtype}: GGUF logits differ from the HF directory's by {np.abs(a - b).max()}"
         print(f"{name} {preset} ({dtype}) -> {arch}: names, keys, shapes as llama.cpp creates them; layouts exact; logits identical")
+
+    # the other q/k/v layout llama.cpp's loaders accept (create_tensor_qkv): glm4 with a fused
+    # attn_qkv (split back into row views) and chatglm with separate attn_q / attn_k / attn_v (joined)
+    for arch, dtype, fuse in (("glm4", "bf16", True), ("chatglm", "f32", False)):
+        c = json.load(open(os.path.join(tmp, f"{arch}-tiny-{dtype}", "config.json")))
+        gg = os.path.join(tmp, f"{arch}-tiny-{dtype}.gguf")
+        kv, tensors = gguf_edit.load(gg)
+        H, kvh = c["num_attention_heads"], c.get("num_key_value_heads", c.get("multi_query_group_num"))
+        hd = c.get("head_dim", c.get("kv_channels"))
+        out, by = [], {n: (ne, gt, data) for n, ne, gt, data in tensors}
+        for n, ne, gt, data in tensors:
+            layer, _, rest = n.partition(".")[2].partition(".")
+            if fuse and rest in ("attn_q.weight", "attn_q.bias"):
+                suf = rest.split(".")[1]
+                parts = [by[f"blk.{layer}.attn_{x}.{suf}"] for x in "qkv"]
+                ne2 = list(ne[:-1]) + [sum(p[0][-1] for p in parts)]
+                out.append((f"blk.{layer}.attn_qkv.{suf}", ne2, gt, b"".join(p[2] for p in parts)))
+            elif fuse and rest in ("attn_k.weight", "attn_v.weight", "attn_k.bias", "attn_v.bias"):
+                continue
+            elif not fuse and rest in ("attn_qkv.weight", "attn_qkv.bias"):
+                rows = [H * hd, kvh * hd, kvh * hd]
+                per = len(data) // sum(rows)  # bytes per row (weights) or per element (biases)
+                off = 0
+                for x, r in zip("qkv", rows):
+                    out.append((f"blk.{layer}.attn_{x}.{rest.split('.')[1]}", list(ne[:-1]) + [r], gt, data[off:off + per * r]))
+                    off += per * r
+            else:
+                out.append((n, ne, gt, data))
+        alt = gg + ".alt.gguf"
+        gguf_edit.save(alt, kv, out)
+        a, b = logits(gg, gg + ".x.bin"), logits(alt, alt + ".bin")
+        assert np.array_equal(a, b), f"{arch}: the {'fused' if fuse else 'separate'} q/k/v layout gives other logits ({np.abs(a - b).max()})"
+        print(f"{arch}: {'fused attn_qkv' if fuse else 'separate attn_q/k/v'} reads to the same logits")
 
     # Q8_0: the GGUF runs with the logits of its own dequantized read-back, near the source. On the
     # ref backend (scalar kernels, f32 activations) exactly; the cpu backend's Q8_0 kernels quantize

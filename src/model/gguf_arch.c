@@ -1,11 +1,15 @@
-/* gguf_moe.c — GGUF files of the MoE families as llama.cpp writes and reads them: the architecture
- * names, metadata keys and tensor names of llama.cpp (its convert_hf_to_gguf.py and
- * src/models/{deepseek2,glm4-moe}.cpp), read into and written from kiln's Hugging Face rows.
+/* gguf_arch.c — GGUF files of the GLM / DeepSeek / Kimi families as llama.cpp writes and reads
+ * them: the architecture names, metadata keys and tensor names of llama.cpp (its
+ * convert_hf_to_gguf.py and src/models/{deepseek2,glm-dsa,glm4-moe,glm4,chatglm}.cpp), read into and
+ * written from kiln's Hugging Face rows. (The llama architecture: model/load_gguf.c and export.c.)
  *
  *   GGUF arch   models                                    kiln row (reading)
  *   deepseek2   DeepSeek-V3, Kimi K2.x, GLM-4.7-Flash     deepseek_v3 (kimi_k2 / glm4_moe_lite compute
  *               (MLA + MoE)                               the same; all three are written as deepseek2)
+ *   glm-dsa     GLM-5.x (MLA + MoE + sparse attention)    glm_moe_dsa
  *   glm4moe     GLM-4.5 / 4.6 / 4.7 (GQA + MoE)           glm4_moe
+ *   glm4        GLM-4-0414 (dense; post norms)            glm4
+ *   chatglm     GLM-4-9B remote-code layout (dense)       chatglm
  *
  * Reading turns the metadata into the config.json of the row (so a GGUF file and a Hugging Face
  * directory pass the same validation and bind the same way; `kiln convert FILE.gguf DIR` writes
@@ -29,7 +33,7 @@
  * softmax expert gating (DeepSeek-V2; kiln routes sigmoid + noaux_tc), YaRN with mscale ≠
  * mscale_all_dim (llama.cpp's deepseek2 has one yarn_log_multiplier), dense layers that are not a
  * leading block, DSA indexers (the glm-dsa / deepseek32 GGUF architectures are not written yet). */
-#include "model/gguf_moe.h"
+#include "model/gguf_arch.h"
 #include "model/arch.h"
 #include "model/export.h"
 #include "base/status.h"
@@ -106,20 +110,54 @@ static const char *const glm4moe_names[][2] = {
     {"blk.%d.attn_q_norm.weight", "model.layers.%d.self_attn.q_norm.weight"},
     {"blk.%d.attn_k_norm.weight", "model.layers.%d.self_attn.k_norm.weight"},
 };
+/* glm4: separate q/k/v as kiln writes them (a fused attn_qkv is split into row views on reading) */
+static const char *const glm4_names[][2] = {
+    GLOBAL_NAMES,
+    {"blk.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight"},
+    {"blk.%d.attn_q.weight", "model.layers.%d.self_attn.q_proj.weight"},
+    {"blk.%d.attn_k.weight", "model.layers.%d.self_attn.k_proj.weight"},
+    {"blk.%d.attn_v.weight", "model.layers.%d.self_attn.v_proj.weight"},
+    {"blk.%d.attn_q.bias", "model.layers.%d.self_attn.q_proj.bias"},
+    {"blk.%d.attn_k.bias", "model.layers.%d.self_attn.k_proj.bias"},
+    {"blk.%d.attn_v.bias", "model.layers.%d.self_attn.v_proj.bias"},
+    {"blk.%d.attn_output.weight", "model.layers.%d.self_attn.o_proj.weight"},
+    {"blk.%d.post_attention_norm.weight", "model.layers.%d.post_self_attn_layernorm.weight"},
+    {"blk.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight"},
+    {"blk.%d.ffn_up.weight", "model.layers.%d.mlp.gate_up_proj.weight"}, /* [2·ffn, dim], gate rows first */
+    {"blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight"},
+    {"blk.%d.post_ffw_norm.weight", "model.layers.%d.post_mlp_layernorm.weight"},
+};
+/* chatglm: the fused query_key_value and dense_h_to_4h of the remote-code layout */
+static const char *const chatglm_names[][2] = {
+    {"token_embd.weight", "transformer.embedding.word_embeddings.weight"},
+    {"output_norm.weight", "transformer.encoder.final_layernorm.weight"},
+    {"output.weight", "transformer.output_layer.weight"},
+    {"blk.%d.attn_norm.weight", "transformer.encoder.layers.%d.input_layernorm.weight"},
+    {"blk.%d.attn_qkv.weight", "transformer.encoder.layers.%d.self_attention.query_key_value.weight"},
+    {"blk.%d.attn_qkv.bias", "transformer.encoder.layers.%d.self_attention.query_key_value.bias"},
+    {"blk.%d.attn_output.weight", "transformer.encoder.layers.%d.self_attention.dense.weight"},
+    {"blk.%d.ffn_norm.weight", "transformer.encoder.layers.%d.post_attention_layernorm.weight"},
+    {"blk.%d.ffn_up.weight", "transformer.encoder.layers.%d.mlp.dense_h_to_4h.weight"},
+    {"blk.%d.ffn_down.weight", "transformer.encoder.layers.%d.mlp.dense_4h_to_h.weight"},
+};
 #define N_NAMES(t) ((int)(sizeof t / sizeof t[0]))
 
 static const char *const expert_proj[3] = {"gate", "up", "down"};
 
+typedef enum { FAM_MLA, FAM_GQA_MOE, FAM_GLM4, FAM_CHATGLM } family_kind;
 typedef struct {
-    const char *arch;            /* "deepseek2" / "glm-dsa" / "glm4moe" */
+    const char *arch;            /* general.architecture */
     const char *const (*names)[2];
     int n_names;
-    int mla, dsa;
+    family_kind kind;
+    int dsa;
 } family;
 static const family families[] = {
-    {"deepseek2", deepseek2_names, N_NAMES(deepseek2_names), 1, 0},
-    {"glm-dsa", glm_dsa_names, N_NAMES(glm_dsa_names), 1, 1},
-    {"glm4moe", glm4moe_names, N_NAMES(glm4moe_names), 0, 0},
+    {"deepseek2", deepseek2_names, N_NAMES(deepseek2_names), FAM_MLA, 0},
+    {"glm-dsa", glm_dsa_names, N_NAMES(glm_dsa_names), FAM_MLA, 1},
+    {"glm4moe", glm4moe_names, N_NAMES(glm4moe_names), FAM_GQA_MOE, 0},
+    {"glm4", glm4_names, N_NAMES(glm4_names), FAM_GLM4, 0},
+    {"chatglm", chatglm_names, N_NAMES(chatglm_names), FAM_CHATGLM, 0},
 };
 
 static const family *family_of(const char *gguf_arch) {
@@ -232,12 +270,13 @@ static const kiln_tensor *raw_find(const kiln_tensor_table *raw, const char *nam
 #define SB(k, v) json_object_set_new(c, k, json_boolean(v))
 #define SS(k, v) json_object_set_new(c, k, json_string(v))
 
-/* The keys both families share: sizes, norms, RoPE base, the MoE router (llama.cpp's expert_*
- * keys, read as its loaders default them) and the MTP layer count. */
-static kiln_status common_meta(meta *M, const kiln_tensor_table *raw, json_t *c, int default_sigmoid, uint64_t *heads_out, uint64_t *ctx_out) {
-    uint64_t dim, blocks, nextn, ffn, heads, ctx, E, used, shared, moe_ffn, lead, groups, group_used, gating, vocab;
-    double eps, theta, scale;
-    int gating_present, norm = 0, has_vocab;
+/* The keys every family has: sizes, norms, RoPE base, context, vocabulary, special ids. *blocks is
+ * block_count, *nextn the MTP blocks among them (nextn_predict_layers). */
+static kiln_status base_meta(meta *M, const kiln_tensor_table *raw, json_t *c, uint64_t *dim_out, uint64_t *heads_out, uint64_t *ctx_out,
+                             uint64_t *blocks_out, uint64_t *nextn_out) {
+    uint64_t dim, blocks, nextn, ffn, heads, ctx, vocab;
+    double eps, theta;
+    int has_vocab;
     KILN_TRY(meta_uint(M, "embedding_length", 1, 1, 1 << 20, 0, &dim, NULL));
     KILN_TRY(meta_uint(M, "block_count", 1, 1, 4096, 0, &blocks, NULL));
     KILN_TRY(meta_uint(M, "nextn_predict_layers", 0, 0, 64, 0, &nextn, NULL));
@@ -249,6 +288,46 @@ static kiln_status common_meta(meta *M, const kiln_tensor_table *raw, json_t *c,
     KILN_TRY(meta_uint(M, "context_length", 0, 1, 1 << 24, 4096, &ctx, NULL));
     KILN_TRY(meta_num(M, "attention.layer_norm_rms_epsilon", 1, 0, 1, 0, &eps, NULL));
     KILN_TRY(meta_num(M, "rope.freq_base", 0, 1, 1e12, 10000.0, &theta, NULL));
+    KILN_TRY(meta_uint(M, "vocab_size", 0, 1, 1 << 24, 0, &vocab, &has_vocab));
+    if (dim % heads)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s.embedding_length' = %llu is not a multiple of '%s.attention.head_count' = %llu", M->file,
+                         M->arch, (unsigned long long)dim, M->arch, (unsigned long long)heads);
+    SI("hidden_size", dim);
+    SI("num_hidden_layers", blocks - nextn);
+    SI("intermediate_size", ffn);
+    SI("num_attention_heads", heads);
+    SI("max_position_embeddings", ctx);
+    SR("rms_norm_eps", eps);
+    SR("rope_theta", theta);
+    SS("hidden_act", "silu");
+    if (has_vocab) SI("vocab_size", vocab);
+    else {
+        const kiln_tensor *emb = raw_find(raw, "token_embd.weight");
+        if (!emb || emb->ndim != 2) return kiln_fail(KILN_ERR_FORMAT, "%s: missing tensor 'token_embd.weight' (and no '%s.vocab_size')", M->file, M->arch);
+        SI("vocab_size", emb->shape[0]);
+    }
+    SB("tie_word_embeddings", raw_find(raw, "output.weight") == NULL);
+    /* activations as the llama GGUF path: F32 unless the file stores 16-bit floats */
+    int half = 0;
+    for (int i = 0; i < raw->n; i++) half |= raw->v[i].dtype == KILN_DT_BF16 || raw->v[i].dtype == KILN_DT_F16;
+    SS("torch_dtype", half ? "bfloat16" : "float32");
+    int64_t id;
+    if (kiln_gguf_get_token_id(M->g, "tokenizer.ggml.bos_token_id", &id) == 0 && id >= 0) SI("bos_token_id", id);
+    if (kiln_gguf_get_token_id(M->g, "tokenizer.ggml.eos_token_id", &id) == 0 && id >= 0) SI("eos_token_id", id);
+    *dim_out = dim;
+    *heads_out = heads;
+    *ctx_out = ctx;
+    *blocks_out = blocks;
+    *nextn_out = nextn;
+    return KILN_OK;
+}
+
+/* The MoE router and experts (llama.cpp's expert_* keys, read as its loaders default them) and the
+ * MTP layer count. */
+static kiln_status moe_meta(meta *M, const kiln_tensor_table *raw, json_t *c, int default_sigmoid, uint64_t blocks, uint64_t nextn) {
+    uint64_t E, used, shared, moe_ffn, lead, groups, group_used, gating, vocab;
+    double scale;
+    int gating_present, norm = 0, has_vocab;
     KILN_TRY(meta_uint(M, "expert_count", 1, 1, 1 << 16, 0, &E, NULL));
     KILN_TRY(meta_uint(M, "expert_used_count", 1, 1, 64, 0, &used, NULL));
     KILN_TRY(meta_uint(M, "expert_shared_count", 1, 0, 64, 0, &shared, NULL));
@@ -260,8 +339,8 @@ static kiln_status common_meta(meta *M, const kiln_tensor_table *raw, json_t *c,
     KILN_TRY(meta_uint(M, "expert_group_used_count", 0, 0, 64, 0, &group_used, NULL));
     KILN_TRY(meta_uint(M, "expert_gating_func", 0, 0, 3, 0, &gating, &gating_present));
     KILN_TRY(meta_uint(M, "vocab_size", 0, 1, 1 << 24, 0, &vocab, &has_vocab));
-    /* llama.cpp's defaults for a file without the key: glm4moe sigmoid; deepseek2 softmax (DeepSeek-V2
-     * files), except GLM-4.7-Flash's shape (47/48 layers, 154,880 tokens) which is sigmoid */
+    /* llama.cpp's defaults for a file without the key: glm4moe / glm-dsa sigmoid; deepseek2 softmax
+     * (DeepSeek-V2 files), except GLM-4.7-Flash's shape (47/48 layers, 154,880 tokens): sigmoid */
     if (!gating_present || gating == 0) {
         const kiln_tensor *emb = raw_find(raw, "token_embd.weight");
         const int64_t nv = has_vocab ? (int64_t)vocab : emb && emb->ndim == 2 ? emb->shape[0] : 0;
@@ -278,15 +357,7 @@ static kiln_status common_meta(meta *M, const kiln_tensor_table *raw, json_t *c,
     if (lead > blocks - nextn)
         return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s.leading_dense_block_count' = %llu exceeds the %llu decoder layers", M->file, M->arch,
                          (unsigned long long)lead, (unsigned long long)(blocks - nextn));
-    SI("hidden_size", dim);
-    SI("num_hidden_layers", blocks - nextn);
     SI("num_nextn_predict_layers", nextn);
-    SI("intermediate_size", ffn);
-    SI("num_attention_heads", heads);
-    SI("max_position_embeddings", ctx);
-    SR("rms_norm_eps", eps);
-    SR("rope_theta", theta);
-    SS("hidden_act", "silu");
     SI("n_routed_experts", E);
     SI("num_experts_per_tok", used);
     SI("n_shared_experts", shared);
@@ -299,22 +370,6 @@ static kiln_status common_meta(meta *M, const kiln_tensor_table *raw, json_t *c,
     SI("topk_group", groups > 1 ? group_used : 1);
     SS("scoring_func", "sigmoid");
     SS("topk_method", "noaux_tc");
-    if (has_vocab) SI("vocab_size", vocab);
-    else {
-        const kiln_tensor *emb = raw_find(raw, "token_embd.weight");
-        if (!emb || emb->ndim != 2) return kiln_fail(KILN_ERR_FORMAT, "%s: missing tensor 'token_embd.weight' (and no '%s.vocab_size')", M->file, M->arch);
-        SI("vocab_size", emb->shape[0]);
-    }
-    SB("tie_word_embeddings", raw_find(raw, "output.weight") == NULL);
-    /* activations as the llama GGUF path: F32 unless the file stores 16-bit floats */
-    int half = 0;
-    for (int i = 0; i < raw->n; i++) half |= raw->v[i].dtype == KILN_DT_BF16 || raw->v[i].dtype == KILN_DT_F16;
-    SS("torch_dtype", half ? "bfloat16" : "float32");
-    int64_t id;
-    if (kiln_gguf_get_token_id(M->g, "tokenizer.ggml.bos_token_id", &id) == 0 && id >= 0) SI("bos_token_id", id);
-    if (kiln_gguf_get_token_id(M->g, "tokenizer.ggml.eos_token_id", &id) == 0 && id >= 0) SI("eos_token_id", id);
-    *heads_out = heads;
-    *ctx_out = ctx;
     return KILN_OK;
 }
 
@@ -410,7 +465,9 @@ static kiln_status deepseek2_config(meta *M, const kiln_tensor_table *raw, json_
     json_t *a = json_array();
     json_array_append_new(a, json_string(dsa ? "GlmMoeDsaForCausalLM" : "DeepseekV3ForCausalLM"));
     json_object_set_new(c, "architectures", a);
-    KILN_TRY(common_meta(M, raw, c, dsa, &heads, &ctx));
+    uint64_t dim, blocks, nextn;
+    KILN_TRY(base_meta(M, raw, c, &dim, &heads, &ctx, &blocks, &nextn));
+    KILN_TRY(moe_meta(M, raw, c, dsa, blocks, nextn));
     if (dsa) KILN_TRY(dsa_meta(M, c, ctx));
     SI("num_key_value_heads", heads);
     KILN_TRY(meta_uint(M, "attention.q_lora_rank", 0, 1, 1 << 16, 0, &q_lora, &has_q));
@@ -441,15 +498,17 @@ static kiln_status deepseek2_config(meta *M, const kiln_tensor_table *raw, json_
     return rope_meta(M, c, 1, ctx);
 }
 
-static kiln_status glm4moe_config(meta *M, const kiln_tensor_table *raw, json_t *c) {
-    uint64_t heads, ctx, kv, hd, vd, rot, dim;
+/* glm4moe and glm4: GQA with partial RoPE (head_dim from key_length, rotary dims from
+ * rope.dimension_count); glm4moe adds the MoE keys and q/k norms. */
+static kiln_status glm_gqa_config(meta *M, const kiln_tensor_table *raw, json_t *c, int moe) {
+    uint64_t heads, ctx, kv, hd, vd, rot, dim, blocks, nextn;
     int has_v;
-    SS("model_type", "glm4_moe");
+    SS("model_type", moe ? "glm4_moe" : "glm4");
     json_t *a = json_array();
-    json_array_append_new(a, json_string("Glm4MoeForCausalLM"));
+    json_array_append_new(a, json_string(moe ? "Glm4MoeForCausalLM" : "Glm4ForCausalLM"));
     json_object_set_new(c, "architectures", a);
-    KILN_TRY(common_meta(M, raw, c, 1, &heads, &ctx));
-    dim = (uint64_t)json_integer_value(json_object_get(c, "hidden_size"));
+    KILN_TRY(base_meta(M, raw, c, &dim, &heads, &ctx, &blocks, &nextn));
+    if (moe) KILN_TRY(moe_meta(M, raw, c, 1, blocks, nextn));
     KILN_TRY(meta_uint(M, "attention.head_count_kv", 0, 1, 4096, heads, &kv, NULL));
     KILN_TRY(meta_uint(M, "attention.key_length", 0, 2, 1 << 16, dim / heads, &hd, NULL));
     KILN_TRY(meta_uint(M, "attention.value_length", 0, 1, 1 << 16, hd, &vd, &has_v));
@@ -463,9 +522,43 @@ static kiln_status glm4moe_config(meta *M, const kiln_tensor_table *raw, json_t 
     if ((int)(hd * ((double)rot / (double)hd)) != (int)rot)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: metadata '%s.rope.dimension_count' = %llu is not a representable fraction of head dim %llu", M->file,
                          M->arch, (unsigned long long)rot, (unsigned long long)hd);
-    SB("attention_bias", raw_find(raw, "blk.0.attn_q.bias") != NULL);
-    SB("use_qk_norm", raw_find(raw, "blk.0.attn_q_norm.weight") != NULL);
+    SB("attention_bias", raw_find(raw, "blk.0.attn_q.bias") != NULL || raw_find(raw, "blk.0.attn_qkv.bias") != NULL);
+    if (moe) SB("use_qk_norm", raw_find(raw, "blk.0.attn_q_norm.weight") != NULL);
     return rope_meta(M, c, 0, ctx);
+}
+
+/* chatglm: the remote-code config (ChatGLMModel); RoPE on kv_channels / 2 dims, base 10000 · rope_ratio. */
+static kiln_status chatglm_config(meta *M, const kiln_tensor_table *raw, json_t *c) {
+    uint64_t heads, ctx, kv, hd, rot, dim, blocks, nextn;
+    SS("model_type", "chatglm");
+    json_t *a = json_array();
+    json_array_append_new(a, json_string("ChatGLMModel"));
+    json_object_set_new(c, "architectures", a);
+    KILN_TRY(base_meta(M, raw, c, &dim, &heads, &ctx, &blocks, &nextn));
+    if (nextn) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: metadata '%s.nextn_predict_layers': chatglm has no MTP layers", M->file, M->arch);
+    KILN_TRY(meta_uint(M, "attention.head_count_kv", 0, 1, 4096, heads, &kv, NULL));
+    KILN_TRY(meta_uint(M, "attention.key_length", 0, 2, 1 << 16, dim / heads, &hd, NULL));
+    KILN_TRY(meta_uint(M, "rope.dimension_count", 0, 2, hd, hd / 2, &rot, NULL));
+    if (rot != hd / 2)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: metadata '%s.rope.dimension_count' = %llu: chatglm rotates kv_channels / 2 = %llu dims", M->file,
+                         M->arch, (unsigned long long)rot, (unsigned long long)(hd / 2));
+    /* the chatglm config's own field names (chatglm_read reads them) */
+    json_t *v;
+    json_object_set(c, "num_layers", (v = json_object_get(c, "num_hidden_layers")));
+    json_object_set(c, "ffn_hidden_size", json_object_get(c, "intermediate_size"));
+    json_object_set(c, "layernorm_epsilon", json_object_get(c, "rms_norm_eps"));
+    json_object_set(c, "seq_length", json_object_get(c, "max_position_embeddings"));
+    SR("rope_ratio", json_real_value(json_object_get(c, "rope_theta")) / 10000.0);
+    SI("kv_channels", hd);
+    SB("multi_query_attention", kv != heads);
+    SI("multi_query_group_num", kv);
+    SB("add_qkv_bias", raw_find(raw, "blk.0.attn_qkv.bias") != NULL || raw_find(raw, "blk.0.attn_q.bias") != NULL);
+    SB("add_bias_linear", 0);
+    SB("rmsnorm", 1);
+    SB("post_layer_norm", 1);
+    SB("original_rope", 1);
+    SB("apply_residual_connection_post_layernorm", 0);
+    return KILN_OK;
 }
 
 /* ---- reading ------------------------------------------------------------------------------------ */
@@ -510,15 +603,77 @@ static kiln_status rebuild_kv_b(struct kiln_model *m, const char *file, int l, c
     return kiln_tt_add(&m->tt, &t);
 }
 
-/* The tensors of `raw` into m->tt with Hugging Face names (experts split, kv_b rebuilt). */
+/* glm4: a fused attn_qkv [(H + 2·KV)·hd, dim] (or its bias) as three row views q / k / v. */
+static kiln_status split_qkv(struct kiln_model *m, const char *file, int l, const kiln_tensor *t, int weight) {
+    const kiln_hparams *hp = &m->hp;
+    const int64_t rows[3] = {(int64_t)hp->n_heads * hp->head_dim, (int64_t)hp->n_kv_heads * hp->head_dim, (int64_t)hp->n_kv_heads * hp->head_dim};
+    const int64_t total = rows[0] + rows[1] + rows[2];
+    if (t->ndim != (weight ? 2 : 1) || t->shape[0] != total)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' has %lld rows; heads and key_length imply %lld (q, k, v)", file, t->name, (long long)t->shape[0],
+                         (long long)total);
+    const uint64_t row_bytes = t->nbytes / (uint64_t)total;
+    uint64_t off = 0;
+    static const char *const part[3] = {"q", "k", "v"};
+    for (int p = 0; p < 3; p++) {
+        char hf[128];
+        snprintf(hf, sizeof hf, "model.layers.%d.self_attn.%s_proj.%s", l, part[p], weight ? "weight" : "bias");
+        kiln_tensor v = *t;
+        v.name = hf;
+        v.shape[0] = rows[p];
+        v.data = t->data + off;
+        v.offset = t->offset + off;
+        v.nbytes = row_bytes * (uint64_t)rows[p];
+        off += v.nbytes;
+        KILN_TRY(kiln_tt_add(&m->tt, &v));
+    }
+    return KILN_OK;
+}
+
+/* chatglm: separate attn_q / attn_k / attn_v (weights or biases, one type) joined into the fused
+ * query_key_value kiln's chatglm row binds (rows q, then k, then v). */
+static kiln_status fuse_qkv(struct kiln_model *m, const char *file, int l, const kiln_tensor *const *p3, int bias) {
+    static const char *const part[3] = {"attn_q", "attn_k", "attn_v"};
+    uint64_t bytes = 0;
+    int64_t rows = 0;
+    for (int p = 0; p < 3; p++) {
+        if (!p3[p])
+            return kiln_fail(KILN_ERR_FORMAT, "%s: layer %d has some of attn_q / attn_k / attn_v but not 'blk.%d.%s.%s'", file, l, l, part[p],
+                             bias ? "bias" : "weight");
+        if (p3[p]->dtype != p3[0]->dtype || p3[p]->ndim != p3[0]->ndim || (p3[p]->ndim == 2 && p3[p]->shape[1] != p3[0]->shape[1]))
+            return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tensor '%s' differs in type or width from '%s'; chatglm needs them fused in one tensor", file,
+                             p3[p]->name, p3[0]->name);
+        bytes += p3[p]->nbytes;
+        rows += p3[p]->shape[0];
+    }
+    uint8_t *buf = kiln_model_own(m, malloc((size_t)bytes));
+    if (!buf) return kiln_fail_oom(file, "fused query_key_value", (unsigned long long)bytes);
+    uint64_t off = 0;
+    for (int p = 0; p < 3; p++) {
+        memcpy(buf + off, p3[p]->data, p3[p]->nbytes);
+        off += p3[p]->nbytes;
+    }
+    char hf[128];
+    snprintf(hf, sizeof hf, "transformer.encoder.layers.%d.self_attention.query_key_value.%s", l, bias ? "bias" : "weight");
+    kiln_tensor v = *p3[0];
+    v.name = hf;
+    v.shape[0] = rows;
+    v.data = buf;
+    v.nbytes = bytes;
+    return kiln_tt_add(&m->tt, &v);
+}
+
+/* The tensors of `raw` into m->tt with Hugging Face names (experts split, kv_b rebuilt, q/k/v
+ * split or joined as the row binds them). */
 static kiln_status read_tensors(struct kiln_model *m, const family *F, const kiln_tensor_table *raw, const char *file) {
     kiln_arch_model *am = m->arch_state;
     const int n_all = m->hp.n_layers + am->hp.n_nextn;
     const int E = am->hp.moe.n_experts;
     const kiln_tensor **kb = calloc((size_t)n_all, sizeof *kb), **vb = calloc((size_t)n_all, sizeof *vb);
-    if (!kb || !vb) {
+    const kiln_tensor **qkv_parts = calloc((size_t)n_all * 6, sizeof *qkv_parts); /* chatglm: [layer][w q,k,v | b q,k,v] */
+    if (!kb || !vb || !qkv_parts) {
         free(kb);
         free(vb);
+        free(qkv_parts);
         return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     }
     kiln_status st = KILN_OK;
@@ -531,8 +686,18 @@ static kiln_status read_tensors(struct kiln_model *m, const family *F, const kil
             st = kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' is past the %d layers of %s.block_count", file, t->name, n_all, F->arch);
             break;
         }
-        if (l >= 0 && F->mla && (!strcmp(rest, "attn_k_b.weight") || !strcmp(rest, "attn_v_b.weight"))) {
+        if (l >= 0 && F->kind == FAM_MLA && (!strcmp(rest, "attn_k_b.weight") || !strcmp(rest, "attn_v_b.weight"))) {
             (rest[5] == 'k' ? kb : vb)[l] = t;
+            continue;
+        }
+        if (l >= 0 && F->kind == FAM_GLM4 && (!strcmp(rest, "attn_qkv.weight") || !strcmp(rest, "attn_qkv.bias"))) {
+            st = split_qkv(m, file, l, t, rest[9] == 'w');
+            continue;
+        }
+        if (l >= 0 && F->kind == FAM_CHATGLM && rest[0] == 'a' && (!strncmp(rest, "attn_q.", 7) || !strncmp(rest, "attn_k.", 7) || !strncmp(rest, "attn_v.", 7))) {
+            const int part = rest[5] == 'q' ? 0 : rest[5] == 'k' ? 1 : 2, bias = !strcmp(rest + 7, "bias");
+            if (!bias && strcmp(rest + 7, "weight") != 0) continue;
+            qkv_parts[(size_t)l * 6 + (size_t)(bias * 3 + part)] = t;
             continue;
         }
         int p = -1;
@@ -577,20 +742,27 @@ static kiln_status read_tensors(struct kiln_model *m, const family *F, const kil
         }
         st = rebuild_kv_b(m, file, l, kb[l], vb[l]);
     }
+    for (int l = 0; l < n_all && st == KILN_OK; l++)
+        for (int bias = 0; bias < 2 && st == KILN_OK; bias++)
+            if (qkv_parts[(size_t)l * 6 + (size_t)bias * 3] || qkv_parts[(size_t)l * 6 + (size_t)bias * 3 + 1])
+                st = fuse_qkv(m, file, l, qkv_parts + (size_t)l * 6 + (size_t)bias * 3, bias);
     free(kb);
     free(vb);
+    free(qkv_parts);
     return st;
 }
 
-kiln_status kiln_gguf_moe_load(struct kiln_model *m, const char *path, const kiln_tensor_table *raw, const char *gguf_arch) {
+kiln_status kiln_gguf_arch_load(struct kiln_model *m, const char *path, const kiln_tensor_table *raw, const char *gguf_arch) {
     const family *F = family_of(gguf_arch);
-    if (!F) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported (known: llama, deepseek2, glm-dsa, glm4moe)", path, gguf_arch);
+    if (!F) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported (known: llama, deepseek2, glm-dsa, glm4moe, glm4, chatglm)", path, gguf_arch);
     meta M = {.g = m->gguf, .file = path, .arch = F->arch};
     json_t *cfg = json_object();
     if (!cfg) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     m->config = cfg; /* freed with the model; `kiln convert FILE.gguf DIR` writes it as config.json */
     KILN_TRY(refuse_keys(&M));
-    KILN_TRY(F->mla ? deepseek2_config(&M, raw, cfg, F->dsa) : glm4moe_config(&M, raw, cfg));
+    KILN_TRY(F->kind == FAM_MLA       ? deepseek2_config(&M, raw, cfg, F->dsa)
+             : F->kind == FAM_CHATGLM ? chatglm_config(&M, raw, cfg)
+                                      : glm_gqa_config(&M, raw, cfg, F->kind == FAM_GQA_MOE));
     m->arch = kiln_arch_find(json_string_value(json_object_get(cfg, "model_type")), NULL);
     if (!m->arch) return kiln_fail(KILN_ERR_INTERNAL, "%s: no architecture row for %s", path, gguf_arch);
     snprintf(m->hp.arch, sizeof m->hp.arch, "%s", m->arch->name);
@@ -735,36 +907,47 @@ static void set_f(writer *W, const char *arch, const char *suffix, double v) {
     kiln_gguf_set_f32(W->w, key, (float)v);
 }
 
-kiln_status kiln_gguf_moe_save(const struct kiln_model *m, const char *path, kiln_dtype to) {
+kiln_status kiln_gguf_arch_save(const struct kiln_model *m, const char *path, kiln_dtype to) {
     const kiln_arch_model *am = m->arch_state;
     const kiln_arch_hp *ah = &am->hp;
     const kiln_hparams *hp = &m->hp;
     const char *name = m->arch->name;
     const int mla = ah->attn == KILN_ATTN_MLA;
     const int dsa = mla && ah->mla.dsa;
+    const int glm4 = !strcmp(name, "glm4"), chatglm = !strcmp(name, "chatglm"), moe = ah->n_moe_layers > 0 || !strcmp(name, "glm4_moe") || mla;
     if (dsa && strcmp(name, "glm_moe_dsa") != 0)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: architecture '%s': the GGUF deepseek32 writer does not exist yet (glm_moe_dsa is written as glm-dsa)", path, name);
-    if (strcmp(name, "glm4_moe") != 0 && !mla)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: architecture '%s' has no GGUF writer (llama, deepseek_v3, kimi_k2, glm4_moe_lite, glm4_moe, glm_moe_dsa)", path, name);
+    if (strcmp(name, "glm4_moe") != 0 && !mla && !glm4 && !chatglm)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: architecture '%s' has no GGUF writer (llama, deepseek_v3, kimi_k2, glm4_moe_lite, glm_moe_dsa, glm4_moe, glm4, "
+                         "chatglm)", path, name);
     if (dsa && ah->mla.idx_rope.style != KILN_ROPE_NORM)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: indexer_rope_interleave = false: llama.cpp's glm-dsa ropes the indexer in adjacent pairs only", path);
-    const family *F = family_of(dsa ? "glm-dsa" : mla ? "deepseek2" : "glm4moe");
+    const family *F = family_of(dsa ? "glm-dsa" : mla ? "deepseek2" : glm4 ? "glm4" : chatglm ? "chatglm" : "glm4moe");
     const char *A = F->arch;
     /* what llama.cpp has no key for */
     int lead = 0;
-    while (lead < hp->n_layers && !ah->is_moe[lead]) lead++;
-    for (int l = lead; l < hp->n_layers; l++)
-        if (!ah->is_moe[l])
-            return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: layer %d is dense after MoE layers; GGUF (%s.leading_dense_block_count) has dense layers only "
-                             "as a leading block", path, l, A);
-    if (mla && hp->rope_style != KILN_ROPE_NORM)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: rope_interleave = false: llama.cpp's deepseek2 rotates adjacent pairs only", path);
-    if (ah->yarn.enabled && !mla) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: rope_scaling (YaRN) has no glm4moe GGUF keys", path);
+    if (moe) {
+        while (lead < hp->n_layers && !ah->is_moe[lead]) lead++;
+        for (int l = lead; l < hp->n_layers; l++)
+            if (!ah->is_moe[l])
+                return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: layer %d is dense after MoE layers; GGUF (%s.leading_dense_block_count) has dense layers only "
+                                 "as a leading block", path, l, A);
+    }
+    /* llama.cpp's rope types: NORM (adjacent pairs) for deepseek2 / glm-dsa / glm4 / chatglm, NEOX for glm4moe */
+    if (hp->rope_style != (F->kind == FAM_GQA_MOE ? KILN_ROPE_NEOX : KILN_ROPE_NORM))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: the model's RoPE pair layout is not the one llama.cpp's %s rotates", path, A);
+    if (ah->yarn.enabled && !mla) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: rope_scaling (YaRN) has no %s GGUF keys", path, A);
     if (ah->yarn.enabled && ah->yarn.factor > 1.0f && ah->yarn.mscale != ah->yarn.mscale_all_dim)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: rope_scaling.mscale = %g differs from mscale_all_dim = %g: llama.cpp's deepseek2 has one "
                          "rope.scaling.yarn_log_multiplier (mscale = mscale_all_dim)", path, (double)ah->yarn.mscale, (double)ah->yarn.mscale_all_dim);
     if (ah->yarn.enabled && ah->yarn.attention_factor != 0.0f)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: rope_scaling.attention_factor has no deepseek2 GGUF key", path);
+    if (chatglm && hp->n_heads * hp->head_dim != hp->dim)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: chatglm: llama.cpp's chatglm needs num_attention_heads × kv_channels = hidden_size (%d × %d != %d)", path,
+                         hp->n_heads, hp->head_dim, hp->dim);
+    if (chatglm && hp->rotary_dim != hp->head_dim / 2)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: chatglm rotates kv_channels / 2 dims in llama.cpp; this model rotates %d of %d", path, hp->rotary_dim,
+                         hp->head_dim);
     writer W = {.w = kiln_gguf_writer_new(), .path = path, .to = to};
     if (!W.w) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     const kiln_moe_cfg *mc = &ah->moe;
@@ -782,19 +965,21 @@ kiln_status kiln_gguf_moe_save(const struct kiln_model *m, const char *path, kil
     set_f(&W, A, "rope.freq_base", hp->rope_theta);
     set_f(&W, A, "attention.layer_norm_rms_epsilon", hp->norm_eps);
     set_u(&W, A, "vocab_size", (uint64_t)hp->vocab);
-    set_u(&W, A, "expert_count", (uint64_t)mc->n_experts);
-    set_u(&W, A, "expert_used_count", (uint64_t)mc->n_used);
-    set_u(&W, A, "expert_shared_count", (uint64_t)ah->n_shared);
-    set_u(&W, A, "expert_feed_forward_length", (uint64_t)mc->ffn);
-    set_u(&W, A, "leading_dense_block_count", (uint64_t)lead);
-    set_f(&W, A, "expert_weights_scale", mc->routed_scale);
     char key[160];
-    snprintf(key, sizeof key, "%s.expert_weights_norm", A);
-    kiln_gguf_set_bool(W.w, key, mc->norm_topk_prob);
-    set_u(&W, A, "expert_gating_func", 2); /* LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID */
-    if (mc->n_group > 1 && mc->topk_group < mc->n_group) { /* llama.cpp asserts group_used < groups; equal = no limit */
-        set_u(&W, A, "expert_group_count", (uint64_t)mc->n_group);
-        set_u(&W, A, "expert_group_used_count", (uint64_t)mc->topk_group);
+    if (moe) {
+        set_u(&W, A, "expert_count", (uint64_t)mc->n_experts);
+        set_u(&W, A, "expert_used_count", (uint64_t)mc->n_used);
+        set_u(&W, A, "expert_shared_count", (uint64_t)ah->n_shared);
+        set_u(&W, A, "expert_feed_forward_length", (uint64_t)mc->ffn);
+        set_u(&W, A, "leading_dense_block_count", (uint64_t)lead);
+        set_f(&W, A, "expert_weights_scale", mc->routed_scale);
+        snprintf(key, sizeof key, "%s.expert_weights_norm", A);
+        kiln_gguf_set_bool(W.w, key, mc->norm_topk_prob);
+        set_u(&W, A, "expert_gating_func", 2); /* LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID */
+        if (mc->n_group > 1 && mc->topk_group < mc->n_group) { /* llama.cpp asserts group_used < groups; equal = no limit */
+            set_u(&W, A, "expert_group_count", (uint64_t)mc->n_group);
+            set_u(&W, A, "expert_group_used_count", (uint64_t)mc->topk_group);
+        }
     }
     if (mla) {
         const kiln_mla_cfg *c = &ah->mla;
@@ -853,6 +1038,7 @@ kiln_status kiln_gguf_moe_save(const struct kiln_model *m, const char *path, kil
             st = put_kv_b(&W, t, l, &ah->mla, hp->n_heads);
             continue;
         }
+        if (strstr(hf, "rotary_pos_emb.inv_freq")) continue; /* chatglm: derived from the config, not written by llama.cpp's converter */
         char gname[192];
         if (!kiln_gguf_rename_table(F->names, F->n_names, hf, 0, gname, sizeof gname)) {
             st = kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tensor '%s' has no GGUF %s name", path, t->name, A);
