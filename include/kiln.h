@@ -429,6 +429,16 @@ void kiln_server_stop(kiln_server *s);
  * next kiln_session_eval. n = 0 is kiln_session_reset. */
 kiln_status kiln_session_truncate(kiln_session *s, int n);
 
+/* ---- speculative decoding with the model's MTP layer (src/engine/mtp.c; docs/SPECULATIVE.md) ---- */
+/* Keeps the target's hidden states from now on so that kiln_session_mtp_draft can run the model's
+ * first MTP layer (num_nextn_predict_layers). Call before the first evaluation; KILN_ERR_UNSUPPORTED
+ * when the model ships no MTP layer. */
+kiln_status kiln_session_spec_mtp(kiln_session *s);
+/* Up to k greedy drafts of the tokens after `next` (the token chosen after the session's last
+ * position, not yet evaluated) into drafts[0..*n_drafts); draft_logits [k, vocab] or NULL receives
+ * each draft step's MTP logits. */
+kiln_status kiln_session_mtp_draft(kiln_session *s, int32_t next, int k, int32_t *drafts, int *n_drafts, float *draft_logits);
+
 /* Re-quantizes, in memory, the linear layers of every transformer block (attention and MLP
  * projections; embeddings and the output head keep their stored dtype): weights = "f32", "bf16",
  * "fp8" (E4M3, 128x128 block scales) or "int4" (symmetric, group 32, compressed-tensors packing).

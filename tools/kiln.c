@@ -29,9 +29,9 @@ int cmd_run(int argc, char **argv) {
     kiln_options_default(&o);
     kiln_sampling sp;
     kiln_sampling_default(&sp);
-    const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL, *dump_path = NULL;
+    const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL, *dump_path = NULL, *draft_dump_path = NULL;
     long n_gen = 256, tp = 1, spec_k = 4, spec_n = 3;
-    int spec = 0; /* --spec ngram: prompt-lookup speculative decoding (docs/SPECULATIVE.md) */
+    int spec = 0; /* --spec ngram (1): prompt lookup; --spec mtp (2): the model's MTP layer (docs/SPECULATIVE.md) */
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
         const char *k = argv[a.i];
         long lv;
@@ -55,9 +55,11 @@ int cmd_run(int argc, char **argv) {
         else if (strcmp(k, "--spec") == 0) {
             const char *v = cli_value(&a);
             if (v && strcmp(v, "ngram") == 0) spec = 1;
+            else if (v && strcmp(v, "mtp") == 0) spec = 2;
             else if (v && strcmp(v, "off") == 0) spec = 0;
-            else if (v) { fprintf(stderr, "kiln run: error: option --spec: '%s' is not one of ngram, off\n", v); return 2; }
+            else if (v) { fprintf(stderr, "kiln run: error: option --spec: '%s' is not one of mtp, ngram, off\n", v); return 2; }
         }
+        else if (strcmp(k, "--dump-draft-logits") == 0) draft_dump_path = cli_value(&a); /* --spec mtp: each draft step's MTP logits */
         else if (strcmp(k, "--spec-k") == 0) cli_long(&a, k, cli_value(&a), 1, 16, &spec_k);
         else if (strcmp(k, "--spec-ngram") == 0) cli_long(&a, k, cli_value(&a), 1, 16, &spec_n);
         else if (strcmp(k, "--tp") == 0) cli_long(&a, k, cli_value(&a), 1, 1024, &tp); /* tensor parallel over mpirun's ranks (docs/SCALE.md) */
@@ -66,7 +68,7 @@ int cmd_run(int argc, char **argv) {
         else { fprintf(stderr, "kiln run: error: unexpected argument '%s'\n", k); return 2; }
     }
     if (a.bad) return 2;
-    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X] [--threads N] [--no-repack] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N] [--spec ngram|off] [--spec-k K] [--spec-ngram N]");
+    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X] [--threads N] [--no-repack] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N] [--spec mtp|ngram|off] [--spec-k K] [--spec-ngram N] [--dump-draft-logits FILE]");
     if (prompt && tokens_arg) return cli_fail_msg("run", "give either -p or --tokens, not both");
 
     kiln_model *m;
@@ -126,6 +128,13 @@ int cmd_run(int argc, char **argv) {
         goto out;
     }
     if (dump_path && !(dump = fopen(dump_path, "wb"))) { rc = cli_fail_msg("run", "cannot create the --dump-logits file"); goto out; }
+    if (spec == 2 && tp > 1) {
+        if (rank == 0) fprintf(stderr, "kiln run: --spec mtp is not available with --tp (this stage): speculation off\n");
+        spec = 0;
+    }
+    if (spec == 2 && (st = kiln_session_spec_mtp(s))) { rc = cli_fail_status("run", st); goto out; }
+    FILE *draft_dump = NULL;
+    if (draft_dump_path && !(draft_dump = fopen(draft_dump_path, "wb"))) { rc = cli_fail_msg("run", "cannot create the --dump-draft-logits file"); goto out; }
 
     /* Echo the prompt (without BOS) like llama2.c's run.c does, then stream the generated text.
      * Tokenizers without BOS (Qwen, GPT-2) echo from the first token. */
@@ -150,12 +159,13 @@ int cmd_run(int argc, char **argv) {
      * rejection rule of kiln_sample_verify, drafts checked one by one so the penalties' state follows
      * every accepted token). Not under --tp yet: off there, said once. */
     if (spec && tp > 1) {
-        if (rank == 0) fprintf(stderr, "kiln run: --spec ngram is not available with --tp (this stage): speculation off\n");
+        if (rank == 0) fprintf(stderr, "kiln run: --spec %s is not available with --tp (this stage): speculation off\n", spec == 2 ? "mtp" : "ngram");
         spec = 0;
     }
     if (spec) { /* draft from the context, verify next + k drafts in one forward, keep the agreeing prefix */
         const int V = info.vocab_size;
         float *rows = malloc((size_t)(spec_k + 1) * (size_t)V * sizeof *rows);
+        float *drows = draft_dump ? malloc((size_t)spec_k * (size_t)V * sizeof *drows) : NULL;
         int32_t *hist = malloc((size_t)(n_prompt + n_gen + spec_k + 2) * sizeof *hist), *toks = malloc((size_t)(spec_k + 1) * sizeof *toks);
         if (!rows || !hist || !toks) { free(rows); free(hist); free(toks); rc = cli_fail_msg("run", "out of memory"); goto out; }
         memcpy(hist, ids, (size_t)n_prompt * sizeof *ids);
@@ -173,7 +183,15 @@ int cmd_run(int argc, char **argv) {
             long room = spec_k;
             if (room > n_gen - generated - 1) room = n_gen - generated - 1;
             if (room > info.max_context - kiln_session_length(s) - 1) room = info.max_context - kiln_session_length(s) - 1;
-            const int nd = room > 0 ? kiln_ngram_draft(hist, n_hist, 1, (int)spec_n, (int)room, toks + 1) : 0;
+            int nd = 0;
+            if (spec == 1) nd = room > 0 ? kiln_ngram_draft(hist, n_hist, 1, (int)spec_n, (int)room, toks + 1) : 0;
+            else if (room > 0) {
+                if ((st = kiln_session_mtp_draft(s, next, (int)room, toks + 1, &nd, drows))) { rc = cli_fail_status("run", st); break; }
+                if (drows && nd > 0 && fwrite(drows, sizeof(float), (size_t)nd * (size_t)V, draft_dump) != (size_t)nd * (size_t)V) {
+                    rc = cli_fail_msg("run", "write to the --dump-draft-logits file failed");
+                    break;
+                }
+            }
             toks[0] = next;
             const int len0 = kiln_session_length(s);
             if ((st = kiln_session_eval(s, toks, nd + 1, rows))) { rc = cli_fail_status("run", st); break; }
@@ -205,10 +223,14 @@ int cmd_run(int argc, char **argv) {
             next = t;
         }
         free(rows);
+        free(drows);
         free(hist);
         free(toks);
+        if (draft_dump) fclose(draft_dump);
+        draft_dump = NULL;
         if (rc) goto out;
     }
+    if (draft_dump) fclose(draft_dump); /* not reached the drafting loop */
     for (; !spec && generated < n_gen; ) {
         int32_t next = rank == 0 ? kiln_sample(smp, kiln_session_logits(s)) : 0;
         if (tp > 1 && (st = kiln_dist_bcast_i32(&next, 1))) { rc = cli_fail_status("run", st); goto out; }
@@ -237,7 +259,8 @@ int cmd_run(int argc, char **argv) {
                 calls, calls ? (double)bytes / (double)calls / 1024.0 : 0.0, secs, t2 - t0 > 0 ? 100.0 * secs / (t2 - t0) : 0.0);
     }
     if (spec && rank == 0)
-        fprintf(stderr, "speculation: ngram (n <= %ld, k = %ld): %ld drafted, %ld accepted (%.0f%%), %.2f tokens per forward\n", spec_n, spec_k, drafted,
+        fprintf(stderr, "speculation: %s (%s%ld, k = %ld): %ld drafted, %ld accepted (%.0f%%), %.2f tokens per forward\n", spec == 2 ? "mtp" : "ngram",
+                spec == 2 ? "layer " : "n <= ", spec == 2 ? 0L : spec_n, spec_k, drafted,
                 accepted, drafted ? 100.0 * (double)accepted / (double)drafted : 0.0, verifies ? (double)(accepted + verifies) / (double)verifies : 0.0);
     if (rank == 0) { /* KV integrity counters (issue 5) */
         kiln_kv_integrity_stats is;

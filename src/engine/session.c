@@ -11,6 +11,7 @@
 #include "kv/integrity.h"
 #include "engine/session_integrity.h"
 #include "model/forward.h"
+#include "engine/mtp.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@ struct kiln_session {
     kiln_forward_ws ws;
     int n_ctx;
     kiln_kv_info kv;
+    kiln_mtp *mtp;          /* --spec mtp: the MTP drafter (engine/mtp.c), or NULL */
 };
 
 kiln_kv_dtype kiln_resolve_kv_dtype(const struct kiln_model *m, kiln_kv_dtype want) {
@@ -148,6 +150,7 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_se
 
 void kiln_session_free(kiln_session *s) {
     if (!s) return;
+    kiln_mtp_free(s->mtp);
     if (s->pool) kiln_kv_seq_release(s->pool, &s->seq);
     free(s->seq.pages);
     kiln_kv_pool_free(s->pool);
@@ -173,7 +176,13 @@ kiln_status kiln_session_eval(kiln_session *s, const int32_t *tokens, int n, flo
         /* KV integrity: the chunk's tokens are noted (prefix identity, replay log) before it runs, and
          * a page that failed verification in it is healed (or fails the call) before returning */
         if (s->pool->integ) KILN_TRY(kiln_kv_integ_note(s->pool, &s->seq, s->seq.len, tokens + i, c, 1));
-        KILN_TRY(kiln_forward(s->m, s->pool, &s->seq, &s->ws, tokens + i, c, lg));
+        /* MTP drafting reads the chunk's last-layer hidden states (a heal's replay does not refresh
+         * them: a draft from a damaged row only costs acceptance, verification stays exact) */
+        if (s->mtp && !(s->ws.hidden_out = kiln_mtp_hidden_rows(s->mtp, tokens + i, s->seq.len, c)))
+            return kiln_fail(KILN_ERR_NOMEM, "out of memory keeping hidden states for MTP drafting");
+        kiln_status fst = kiln_forward(s->m, s->pool, &s->seq, &s->ws, tokens + i, c, lg);
+        s->ws.hidden_out = NULL;
+        KILN_TRY(fst);
         if (s->pool->integ) KILN_TRY(kiln_session_integ_after_chunk_(s, start, i + c, n, logits));
         if (last && logits) memcpy(s->ws.logits, lg + (size_t)(c - 1) * V, (size_t)V * 4);
     }
@@ -230,7 +239,24 @@ double kiln_session_bench_attention(kiln_session *s, int reps) {
 
 const float *kiln_session_logits(const kiln_session *s) { return s->ws.logits; }
 int kiln_session_length(const kiln_session *s) { return s->seq.len; }
-void kiln_session_reset(kiln_session *s) { kiln_kv_seq_release(s->pool, &s->seq); }
+void kiln_session_reset(kiln_session *s) {
+    kiln_kv_seq_release(s->pool, &s->seq);
+    if (s->mtp) kiln_mtp_truncate(s->mtp, 0);
+}
+
+kiln_status kiln_session_spec_mtp(kiln_session *s) {
+    if (s->mtp) return KILN_OK;
+    if (s->seq.len > 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "session_spec_mtp: enable MTP drafting before the first evaluation (%d tokens evaluated)", s->seq.len);
+    return kiln_mtp_create(s->m, s->be, &s->pool->cfg, s->n_ctx, &s->mtp);
+}
+
+kiln_status kiln_session_mtp_draft(kiln_session *s, int32_t next, int k, int32_t *drafts, int *n_drafts, float *draft_logits) {
+    *n_drafts = 0;
+    if (!s->mtp) return kiln_fail(KILN_ERR_INVALID_ARG, "session_mtp_draft: MTP drafting is not enabled (kiln_session_spec_mtp)");
+    if (next < 0 || next >= s->m->hp.vocab) return kiln_fail(KILN_ERR_INVALID_ARG, "session_mtp_draft: token %d is out of range", next);
+    return kiln_mtp_draft(s->mtp, s->seq.len, next, k, drafts, n_drafts, draft_logits);
+}
 
 /* Accessor for src/engine/session_util.c (evaluation helpers such as kiln_session_truncate), which
  * cannot see this file's struct. Declared in engine/session_internal.h. */
@@ -244,4 +270,8 @@ void kiln_session_parts_(kiln_session *s, kiln_model **m, kiln_kv_pool **pool, k
 void kiln_session_kv_(kiln_session *s, kiln_kv_pool **pool, kiln_kv_seq **seq) {
     *pool = s->pool;
     *seq = &s->seq;
+}
+
+void kiln_session_truncated_(kiln_session *s, int n) {
+    if (s->mtp) kiln_mtp_truncate(s->mtp, n);
 }

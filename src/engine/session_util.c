@@ -30,5 +30,6 @@ kiln_status kiln_session_truncate(kiln_session *s, int n) {
         return kiln_fail(KILN_ERR_UNSUPPORTED, "session_truncate: a KV cache with dynamic FP8 scales cannot roll back to %d of %d tokens "
                          "exactly (page scales keep the rolled-back rows' maxima): reset instead", n, seq->len);
     seq->len = n;
+    kiln_session_truncated_(s, n);
     return KILN_OK;
 }

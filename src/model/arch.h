@@ -75,9 +75,25 @@ typedef struct kiln_arch_layer {
     kiln_moe_layer moe;
 } kiln_arch_layer;
 
+/* A multi-token-prediction layer (num_nextn_predict_layers; DeepSeek-V3's MTP module as vLLM and
+ * SGLang run it): for the target's last hidden state h_j of position j and the token t_{j+1},
+ *   x = eh_proj([enorm(embed(t_{j+1})) | hnorm(h_j)])     eh_proj [dim, 2·dim]
+ *   x = block(x) at position j (its own KV), logits = head(head_norm(x)) predict t_{j+2};
+ * x (before head_norm) is the hidden state of the next chained step. */
+typedef struct kiln_mtp_layer {
+    kiln_arch_layer L;                         /* the decoder block (attention + MoE / MLP) */
+    kiln_weight eh;                            /* [dim, 2·dim] */
+    const float *enorm, *hnorm, *head_norm;    /* [dim] */
+    kiln_weight embed;                         /* [vocab, dim]: its own embed_tokens, or the model's */
+    kiln_weight head;                          /* [vocab, dim]: shared_head.head, or the model's lm_head */
+    int absorbed;                              /* MLA: the block's W_UK / W_UV copies exist (kiln_model_mtp_prepare) */
+} kiln_mtp_layer;
+
 typedef struct kiln_arch_model {
     kiln_arch_hp hp;
     kiln_arch_layer *layers;                   /* [n_layers] */
+    kiln_mtp_layer *mtp;                       /* [n_mtp]: the MTP layers the checkpoint ships (bound, shapes checked) */
+    int n_mtp;
 } kiln_arch_model;
 
 typedef struct kiln_arch {
@@ -141,6 +157,9 @@ int kiln_arch_tensor_unused(const struct kiln_model *m, const kiln_tensor *t, ch
 /* An MTP layer's feed-forward block at `mlp_prefix` is MoE when it has a router (mlp.gate.weight):
  * the layer-type lists of the configs stop at num_hidden_layers. */
 int kiln_arch_mtp_is_moe(struct kiln_model *m, const char *mlp_prefix);
+/* Prepares the MTP layers to run (MLA: absorbs their kv_b_proj); KILN_ERR_UNSUPPORTED naming the
+ * model when it ships none. */
+kiln_status kiln_model_mtp_prepare(struct kiln_model *m);
 kiln_status kiln_arch_check_mtp(struct kiln_model *m, const char *prefix, kiln_status (*bind_layer)(struct kiln_model *, int, kiln_arch_layer *));
 
 /* ---- helpers shared by the arch_*.c files (arch_common.c) ---- */

@@ -470,28 +470,46 @@ kiln_status kiln_arch_check_mtp(struct kiln_model *m, const char *prefix, kiln_s
     kiln_arch_model *am = m->arch_state;
     const int64_t D = m->hp.dim;
     am->hp.mtp_checked = 1;
+    am->n_mtp = 0;
+    if (am->hp.n_nextn > 0 && !(am->mtp = kiln_model_own(m, calloc((size_t)am->hp.n_nextn, sizeof *am->mtp))))
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     for (int l = m->hp.n_layers; l < m->hp.n_layers + am->hp.n_nextn; l++) {
         char n[192];
         snprintf(n, sizeof n, "%slayers.%d.eh_proj.weight", prefix, l);
         if (!kiln_tt_find(&m->tt, n)) continue; /* shipped without its MTP layer: nothing to check */
-        kiln_arch_layer *L = kiln_model_own(m, calloc(1, sizeof *L));
-        if (!L) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-        kiln_weight eh;
-        KILN_TRY(kiln_bind_linear(m, (snprintf(n, sizeof n, "%slayers.%d.eh_proj", prefix, l), n), D, 2 * D, &eh));
-        const char *norms[] = {"enorm", "hnorm", "shared_head.norm"};
+        kiln_mtp_layer *M = &am->mtp[am->n_mtp];
+        KILN_TRY(kiln_bind_linear(m, (snprintf(n, sizeof n, "%slayers.%d.eh_proj", prefix, l), n), D, 2 * D, &M->eh));
+        const float **norms[] = {&M->enorm, &M->hnorm, &M->head_norm};
+        const char *names[] = {"enorm", "hnorm", "shared_head.norm"};
         for (int i = 0; i < 3; i++) {
-            const float *v;
-            snprintf(n, sizeof n, "%slayers.%d.%s.weight", prefix, l, norms[i]);
-            KILN_TRY(kiln_arch_vec(m, n, D, &v));
+            snprintf(n, sizeof n, "%slayers.%d.%s.weight", prefix, l, names[i]);
+            KILN_TRY(kiln_arch_vec(m, n, D, norms[i]));
         }
         const kiln_tensor *t;
         snprintf(n, sizeof n, "%slayers.%d.embed_tokens.weight", prefix, l);
         if ((t = kiln_tt_find(&m->tt, n)) && (t->ndim != 2 || t->shape[0] != m->hp.vocab || t->shape[1] != D))
             return kiln_fail(KILN_ERR_FORMAT, "%s: MTP tensor '%s' must be [%d, %lld] (vocab, hidden)", t->file ? t->file : m->path, n, m->hp.vocab, (long long)D);
+        if (t) KILN_TRY(linear(m, (snprintf(n, sizeof n, "%slayers.%d.embed_tokens", prefix, l), n), m->hp.vocab, D, &M->embed));
+        else M->embed = m->tok_embd;
         snprintf(n, sizeof n, "%slayers.%d.shared_head.head.weight", prefix, l);
         if ((t = kiln_tt_find(&m->tt, n)) && (t->ndim != 2 || t->shape[0] != m->hp.vocab || t->shape[1] != D))
             return kiln_fail(KILN_ERR_FORMAT, "%s: MTP tensor '%s' must be [%d, %lld] (vocab, hidden)", t->file ? t->file : m->path, n, m->hp.vocab, (long long)D);
-        KILN_TRY(bind_layer(m, l, L)); /* the decoder block: attention and MoE, every shape */
+        if (t) KILN_TRY(linear(m, (snprintf(n, sizeof n, "%slayers.%d.shared_head.head", prefix, l), n), m->hp.vocab, D, &M->head));
+        else M->head = m->output;
+        KILN_TRY(bind_layer(m, l, &M->L)); /* the decoder block: attention and MoE, every shape */
+        am->n_mtp++;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_model_mtp_prepare(struct kiln_model *m) {
+    kiln_arch_model *am = m->arch_state;
+    if (!am || am->n_mtp == 0)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: the model ships no MTP layer (num_nextn_predict_layers with model.layers.N.eh_proj ...)", m->path);
+    for (int j = 0; j < am->n_mtp; j++) {
+        kiln_mtp_layer *M = &am->mtp[j];
+        if (am->hp.attn == KILN_ATTN_MLA && !M->absorbed) KILN_TRY(kiln_mla_absorb(m, &am->hp.mla, &M->L.mla));
+        M->absorbed = 1;
     }
     return KILN_OK;
 }

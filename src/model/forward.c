@@ -34,6 +34,7 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
     BUF(hb2, T * F);
     BUF(cs, T * (size_t)(ah->rope.rot_dim > 0 ? ah->rope.rot_dim : 1));
     BUF(logits, (size_t)hp->vocab);
+    if (((const kiln_arch_model *)m->arch_state)->n_mtp > 0) BUF(eh, T * 2 * D);
     if (ah->attn == KILN_ATTN_GQA) {
         const size_t qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
         BUF(q, T * qd);
@@ -66,7 +67,7 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
 void kiln_forward_ws_free(kiln_forward_ws *ws) {
     const kiln_backend *be = ws->be;
     if (be) {
-        float *bufs[] = {ws->x, ws->xb, ws->tmp, ws->q, ws->k, ws->v, ws->qkv, ws->ao, ws->hb, ws->hb2, ws->cs, ws->logits};
+        float *bufs[] = {ws->x, ws->xb, ws->tmp, ws->q, ws->k, ws->v, ws->qkv, ws->ao, ws->hb, ws->hb2, ws->cs, ws->logits, ws->eh};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             if (bufs[i]) kiln_be_free(be, bufs[i]);
         if (ws->has_mla) kiln_mla_ws_free(&ws->mla, be);
@@ -173,33 +174,81 @@ static void mlp(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_a
 
 /* ---- the pass ----------------------------------------------------------------------------------- */
 
+/* One decoder block over ws->x [n, dim] in place (attention + MLP / MoE, residual adds), its KV in
+ * pool layer l. */
+static kiln_status block(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_arch_layer *L, kiln_kv_pool *pool, int l,
+                         kiln_forward_ws *ws, const kiln_batch *b) {
+    const kiln_hparams *hp = &m->hp;
+    const kiln_backend *be = ws->be;
+    const int dim = hp->dim, n = b->n;
+    const int64_t nd = (int64_t)n * dim;
+    kiln_be_rmsnorm(be, ws->xb, ws->x, L->attn_norm, n, dim, hp->norm_eps);
+    if (ah->attn == KILN_ATTN_MLA)
+        KILN_TRY(kiln_mla_forward(be, &ah->mla, &L->mla, &ah->rope, pool, l, b->seq, b->pos, ws->xb, n, ws->cs, ws->tmp, &ws->mla));
+    else gqa(m, ah, L, pool, l, ws, b);
+    if (m->allreduce) m->allreduce(m->allreduce_ctx, ws->tmp, nd); /* tensor parallel: o_proj's partial sums */
+    if (L->post_attn_norm) kiln_be_rmsnorm(be, ws->tmp, ws->tmp, L->post_attn_norm, n, dim, hp->norm_eps);
+    kiln_be_add(be, ws->x, ws->tmp, nd);
+    kiln_be_rmsnorm(be, ws->xb, ws->x, L->ffn_norm, n, dim, hp->norm_eps);
+    if (L->is_moe) KILN_TRY(kiln_moe_forward(be, &ah->moe, &L->moe, ws->xb, n, ws->tmp, &ws->moe));
+    else mlp(m, ah, L, ws, ws->xb, n);
+    if (m->allreduce) m->allreduce(m->allreduce_ctx, ws->tmp, nd); /* tensor parallel: down_proj's partial sums */
+    if (L->post_ffn_norm) kiln_be_rmsnorm(be, ws->tmp, ws->tmp, L->post_ffn_norm, n, dim, hp->norm_eps);
+    kiln_be_add(be, ws->x, ws->tmp, nd);
+    return KILN_OK;
+}
+
 kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, float *logits) {
     const kiln_hparams *hp = &m->hp;
     const kiln_arch_model *am = m->arch_state;
     if (!am || !ws->be) return kiln_fail(KILN_ERR_INTERNAL, "forward: %s model not bound or scratch not initialised", hp->arch);
     const kiln_arch_hp *ah = &am->hp;
+    KILN_TRY(embed(m, ws, b));
+    ws->be->ops->rope_table(ws->be, &ah->rope, b->pos, b->n, ws->cs);
+    for (int l = 0; l < hp->n_layers; l++) KILN_TRY(block(m, ah, &am->layers[l], pool, l, ws, b));
+    if (ws->hidden_out) memcpy(ws->hidden_out, ws->x, (size_t)b->n * (size_t)hp->dim * sizeof(float));
+    head(m, ws, b, logits);
+    return KILN_OK;
+}
+
+kiln_status kiln_forward_mtp(const struct kiln_model *m, int j, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, const float *h_in,
+                             float *h_out, float *logits) {
+    const kiln_hparams *hp = &m->hp;
+    const kiln_arch_model *am = m->arch_state;
+    if (!am || !ws->be || j < 0 || j >= am->n_mtp || !ws->eh || !am->mtp[j].absorbed)
+        return kiln_fail(KILN_ERR_INTERNAL, "forward_mtp: MTP layer %d not bound, prepared or given scratch", j);
+    const kiln_mtp_layer *M = &am->mtp[j];
+    const kiln_arch_hp *ah = &am->hp;
     const kiln_backend *be = ws->be;
     const int dim = hp->dim, n = b->n;
-    const int64_t nd = (int64_t)n * dim;
-    KILN_TRY(embed(m, ws, b));
-    be->ops->rope_table(be, &ah->rope, b->pos, n, ws->cs);
-    for (int l = 0; l < hp->n_layers; l++) {
-        const kiln_arch_layer *L = &am->layers[l];
-        kiln_be_rmsnorm(be, ws->xb, ws->x, L->attn_norm, n, dim, hp->norm_eps);
-        if (ah->attn == KILN_ATTN_MLA)
-            KILN_TRY(kiln_mla_forward(be, &ah->mla, &L->mla, &ah->rope, pool, l, b->seq, b->pos, ws->xb, n, ws->cs, ws->tmp, &ws->mla));
-        else gqa(m, ah, L, pool, l, ws, b);
-        if (m->allreduce) m->allreduce(m->allreduce_ctx, ws->tmp, nd); /* tensor parallel: o_proj's partial sums */
-        if (L->post_attn_norm) kiln_be_rmsnorm(be, ws->tmp, ws->tmp, L->post_attn_norm, n, dim, hp->norm_eps);
-        kiln_be_add(be, ws->x, ws->tmp, nd);
-        kiln_be_rmsnorm(be, ws->xb, ws->x, L->ffn_norm, n, dim, hp->norm_eps);
-        if (L->is_moe) KILN_TRY(kiln_moe_forward(be, &ah->moe, &L->moe, ws->xb, n, ws->tmp, &ws->moe));
-        else mlp(m, ah, L, ws, ws->xb, n);
-        if (m->allreduce) m->allreduce(m->allreduce_ctx, ws->tmp, nd); /* tensor parallel: down_proj's partial sums */
-        if (L->post_ffn_norm) kiln_be_rmsnorm(be, ws->tmp, ws->tmp, L->post_ffn_norm, n, dim, hp->norm_eps);
-        kiln_be_add(be, ws->x, ws->tmp, nd);
+    if (n < 1 || n > ws->chunk) return kiln_fail(KILN_ERR_INTERNAL, "forward_mtp: batch of %d tokens (max %d)", n, ws->chunk);
+    for (int i = 0; i < n; i++)
+        if (b->tokens[i] < 0 || b->tokens[i] >= hp->vocab || b->pos[i] < 0 || b->pos[i] >= ws->n_ctx_max)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "forward_mtp: token %d at position %d is out of range", b->tokens[i], b->pos[i]);
+    /* eh rows [enorm(embed(t)) | hnorm(h)]; the embedding of position 0 is zero (vLLM masks it) */
+    be->ops->embed(be, &M->embed, b->tokens, n, ws->x);
+    for (int i = 0; i < n; i++)
+        if (b->pos[i] == 0) memset(ws->x + (size_t)i * dim, 0, (size_t)dim * sizeof(float));
+    kiln_be_rmsnorm(be, ws->xb, ws->x, M->enorm, n, dim, hp->norm_eps);
+    kiln_be_rmsnorm(be, ws->tmp, h_in, M->hnorm, n, dim, hp->norm_eps);
+    for (int i = 0; i < n; i++) {
+        memcpy(ws->eh + (size_t)i * 2 * dim, ws->xb + (size_t)i * dim, (size_t)dim * sizeof(float));
+        memcpy(ws->eh + (size_t)i * 2 * dim + dim, ws->tmp + (size_t)i * dim, (size_t)dim * sizeof(float));
     }
-    head(m, ws, b, logits);
+    kiln_be_matmul(be, &M->eh, ws->eh, ws->x, n);
+    be->ops->rope_table(be, &ah->rope, b->pos, n, ws->cs);
+    KILN_TRY(block(m, ah, &M->L, pool, 0, ws, b));
+    if (h_out) memcpy(h_out, ws->x, (size_t)n * (size_t)dim * sizeof(float));
+    for (int i = 0; i < n; i++)
+        if (b->seq[i]->len < b->pos[i] + 1) b->seq[i]->len = b->pos[i] + 1;
+    int n_out = 0;
+    for (int i = 0; i < n; i++) {
+        const int r = b->out_row ? b->out_row[i] : i;
+        if (r < 0) continue;
+        kiln_be_rmsnorm(be, ws->xb + (size_t)r * dim, ws->x + (size_t)i * dim, M->head_norm, 1, dim, hp->norm_eps);
+        if (r + 1 > n_out) n_out = r + 1;
+    }
+    if (n_out > 0 && logits) kiln_be_matmul(be, &M->head, ws->xb, logits, n_out);
     return KILN_OK;
 }
 

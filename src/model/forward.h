@@ -24,6 +24,9 @@ typedef struct kiln_forward_ws {
     float *hb2;    /* [chunk, ffn]         up */
     float *cs;     /* [chunk, rot]         RoPE cos/sin per token (rot/2 each) */
     float *logits; /* [vocab]              last row when the caller wants no full logits */
+    float *eh;     /* [chunk, 2·dim]       MTP input [enorm(embed) | hnorm(h)], or NULL (no MTP layer) */
+    float *hidden_out; /* caller's [n, dim]: when set, kiln_forward_batch copies the last layer's
+                          output rows (before the final norm) there (MTP drafting reads them) */
     int *pos;      /* [chunk]              positions (single-sequence wrapper) */
     int *out_row;  /* [chunk] */
     kiln_kv_seq **seqs; /* [chunk] */
@@ -58,6 +61,14 @@ typedef struct kiln_batch {
  *   logits = head(rmsnorm(x)) for the rows that want them */
 kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws,
                                const kiln_batch *b, float *logits);
+
+/* MTP layer j (model/arch.h: kiln_mtp_layer) over a batch: token i is t_{j+1} for the target's
+ * hidden state h_in row i of position b->pos[i] (the embedding is zeroed at position 0, as vLLM's
+ * MTP module does), attending over the MTP layer's own KV in `pool` (layer 0 there). Writes the
+ * rows' pre-norm outputs to h_out [n, dim] (if non-NULL) and the logits of the rows b->out_row
+ * selects. Each sequence's len becomes max(len, pos + 1). */
+kiln_status kiln_forward_mtp(const struct kiln_model *m, int j, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, const float *h_in,
+                             float *h_out, float *logits);
 
 /* Single-sequence convenience: tokens[0..n) at positions seq->len .. seq->len+n-1. Writes n × vocab
  * logits to `logits` if non-NULL, else the last row to ws->logits. */

@@ -29,7 +29,10 @@ def _deinterleave(x):
     return x.view(*lead, 2, d // 2).transpose(-1, -2).reshape(*lead, d)
 
 
-def deepseek_forward(t, cfg, ids, stats):
+def deepseek_forward(t, cfg, ids, stats, x0=None, layers=None, final=("model.norm.weight", "lm_head"), return_hidden=False):
+    """x0 / layers / final: run the given layers from the input rows x0 (instead of the embeddings)
+    and finish with the given norm and head, as an MTP layer does (ref_mtp.py); return_hidden also
+    returns the last layer's output rows before the final norm."""
     if cfg.get("model_type") == "kimi_k25":
         cfg = cfg["text_config"]
         t = {k[len("language_model."):]: v for k, v in t.items() if k.startswith("language_model.")}
@@ -63,8 +66,8 @@ def deepseek_forward(t, cfg, ids, stats):
     lora_eps = eps if glm_dsa else 1e-6
     full = ref_dsa.full_layers(cfg) if dsa else None
     mask = None
-    x = t["model.embed_tokens.weight"][torch.tensor(ids)]
-    for l in range(cfg["num_hidden_layers"]):
+    x = t["model.embed_tokens.weight"][torch.tensor(ids)] if x0 is None else x0
+    for l in (range(cfg["num_hidden_layers"]) if layers is None else layers):
         p = "model.layers.%d." % l
         a = "model.layers.%d.self_attn." % l
         h = rms_norm(x, t[p + "input_layernorm.weight"], eps)
@@ -106,6 +109,8 @@ def deepseek_forward(t, cfg, ids, stats):
         o = o.transpose(0, 1).reshape(T, H * dv)
         x = x + linear(o, t, a + "o_proj")
         h = rms_norm(x, t[p + "post_attention_layernorm.weight"], eps)
-        x = x + (moe_block(h, t, p + "mlp.", cfg, stats) if sparse[l] else swiglu_mlp(h, t, p + "mlp."))
-    x = rms_norm(x, t["model.norm.weight"], eps)
-    return linear(x, t, "lm_head")
+        x = x + (moe_block(h, t, p + "mlp.", cfg, stats) if (sparse[l] if l < len(sparse) else p + "mlp.gate.weight" in t) else swiglu_mlp(h, t, p + "mlp."))
+    hidden = x
+    x = rms_norm(x, t[final[0]], eps)
+    out = linear(x, t, final[1])
+    return (out, hidden) if return_hidden else out

@@ -9,7 +9,10 @@ from ref_common import (causal_attention, cos_sin, default_inv_freq, kv_round, l
                         swiglu_mlp)
 
 
-def glm4_moe_forward(t, cfg, ids, stats):
+def glm4_moe_forward(t, cfg, ids, stats, x0=None, layers=None, final=("model.norm.weight", "lm_head"), return_hidden=False):
+    """x0 / layers / final: run the given layers from the input rows x0 (instead of the embeddings)
+    and finish with the given norm and head, as an MTP layer does (ref_mtp.py); return_hidden also
+    returns the last layer's output rows before the final norm."""
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads", H)
     hd = cfg.get("head_dim") or D // H
@@ -27,8 +30,8 @@ def glm4_moe_forward(t, cfg, ids, stats):
         return torch.cat([x_rot * cos + rotate_half(x_rot) * sin, x_pass], dim=-1)
 
     sparse = moe_layers(cfg)
-    x = t["model.embed_tokens.weight"][torch.tensor(ids)]
-    for l in range(cfg["num_hidden_layers"]):
+    x = t["model.embed_tokens.weight"][torch.tensor(ids)] if x0 is None else x0
+    for l in (range(cfg["num_hidden_layers"]) if layers is None else layers):
         p = "model.layers.%d." % l
         h = rms_norm(x, t[p + "input_layernorm.weight"], eps)
         q = linear(h, t, p + "self_attn.q_proj", bias).view(T, H, hd)
@@ -42,6 +45,8 @@ def glm4_moe_forward(t, cfg, ids, stats):
         a = causal_attention(q, k, v, hd ** -0.5).transpose(0, 1).reshape(T, H * hd)
         x = x + linear(a, t, p + "self_attn.o_proj")
         h = rms_norm(x, t[p + "post_attention_layernorm.weight"], eps)
-        x = x + (moe_block(h, t, p + "mlp.", cfg, stats) if sparse[l] else swiglu_mlp(h, t, p + "mlp."))
-    x = rms_norm(x, t["model.norm.weight"], eps)
-    return linear(x, t, "lm_head")
+        x = x + (moe_block(h, t, p + "mlp.", cfg, stats) if (sparse[l] if l < len(sparse) else p + "mlp.gate.weight" in t) else swiglu_mlp(h, t, p + "mlp."))
+    hidden = x
+    x = rms_norm(x, t[final[0]], eps)
+    out = linear(x, t, final[1])
+    return (out, hidden) if return_hidden else out

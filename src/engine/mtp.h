@@ -1,0 +1,32 @@
+/* mtp.h — the MTP drafter behind `--spec mtp` (engine/mtp.c; internal). */
+#ifndef KILN_ENGINE_MTP_H
+#define KILN_ENGINE_MTP_H
+#include "model/forward.h"
+#include "kv/kv.h"
+
+typedef struct kiln_mtp {
+    struct kiln_model *m;
+    kiln_kv_pool *pool;     /* the MTP layer's own KV (one layer) */
+    kiln_kv_seq seq;        /* len = positions whose (h_j, t_{j+1}) pair the MTP layer has processed */
+    kiln_forward_ws ws;
+    int n_ctx, dim, broken;
+    float *hid;             /* target hidden rows [hid_n, dim] of positions [hid_pos, hid_pos + hid_n) */
+    int hid_pos, hid_n, hid_cap;
+    int32_t *tok;           /* [n_ctx + 1] the target's tokens by position */
+    float *h_chain, *hout;  /* [dim] the last step's output hidden state; [chunk, dim] scratch */
+    float *logits;          /* [vocab] */
+} kiln_mtp;
+
+/* A drafter for model m (KILN_ERR_UNSUPPORTED when it ships no MTP layer), computing with `be`, its
+ * KV rows laid out as the target's pool `target_kv`, for contexts up to n_ctx. */
+kiln_status kiln_mtp_create(struct kiln_model *m, const kiln_backend *be, const kiln_kv_config *target_kv, int n_ctx, kiln_mtp **out);
+void kiln_mtp_free(kiln_mtp *d);
+/* Before the target evaluates tokens[0..n) at positions pos..: where its forward pass must copy
+ * the n hidden rows ([n, dim]); NULL without memory. */
+float *kiln_mtp_hidden_rows(kiln_mtp *d, const int32_t *tokens, int pos, int n);
+/* The target rolled back to n positions. */
+void kiln_mtp_truncate(kiln_mtp *d, int n);
+/* Up to k greedy drafts after `next` (the token chosen after the target's target_len positions) into
+ * drafts; *n_drafts the count (0 when drafting is not possible); draft_logits [k, vocab] or NULL. */
+kiln_status kiln_mtp_draft(kiln_mtp *d, int target_len, int32_t next, int k, int32_t *drafts, int *n_drafts, float *draft_logits);
+#endif
