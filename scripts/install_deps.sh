@@ -7,7 +7,9 @@ PKGS=(build-essential pkg-config libjansson-dev libpcre2-dev libxxhash-dev libmi
       python3 python3-numpy python3-torch python3-jinja2 nodejs npm
       clang libclang-rt-dev libomp-dev   # clang + libFuzzer + its OpenMP: make fuzz, the short fuzz pass of make test
       libvulkan-dev glslc mesa-vulkan-drivers   # the vulkan backend; lavapipe runs its tests on the CPU
-      openmpi-bin libopenmpi-dev)               # scale-out over MPI (--tp under mpirun)
+      openmpi-bin libopenmpi-dev                # scale-out over MPI (--tp under mpirun)
+      chromium                                  # the chat page's browser test (playwright-core drives it)
+      prometheus)                               # promtool checks /metrics
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1104,6 +1104,12 @@ static enum MHD_Result route(conn *c, const char *url, const char *method) {
         if (atomic_load(&s->closing)) return send_json(c, 503, json_pack("{s:s}", "status", "shutting_down"), 0);
         return send_json(c, 200, json_pack("{s:s}", "status", "ok"), 0);
     }
+    if (strcmp(url, "/") == 0 || strcmp(url, "/index.html") == 0) { /* the chat page (webpage.c); its API calls carry the key */
+        if (!get) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET /");
+        size_t n;
+        const char *html = kiln_web_page(&n);
+        return send_buf(c, 200, "text/html; charset=utf-8", html, n, 0);
+    }
     if (strcmp(url, "/metrics") == 0) {
         if (!get) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use GET /metrics");
         kiln_sbuf b = {0};
@@ -1114,7 +1120,7 @@ static enum MHD_Result route(conn *c, const char *url, const char *method) {
     }
     const int tok_route = strcmp(url, "/tokenize") == 0 || strcmp(url, "/detokenize") == 0;
     if (!tok_route && strncmp(url, "/v1/", 4) != 0 && strcmp(url, "/v1") != 0)
-        return fail(c, 404, "invalid_request_error", NULL, "not_found", "unknown route (try /v1/chat/completions, /v1/completions, /v1/messages, /v1/models, /health, /metrics)");
+        return fail(c, 404, "invalid_request_error", NULL, "not_found", "unknown route (try /v1/chat/completions, /v1/completions, /v1/messages, /v1/models, /health, /metrics, / for the chat page)");
     c->anthropic = strncmp(url, "/v1/messages", 12) == 0; /* errors in Anthropic's shape from here on */
     if (!authorized(c))
         return fail(c, 401, "invalid_request_error", NULL, "invalid_api_key",

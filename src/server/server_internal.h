@@ -117,4 +117,6 @@ void kiln_server_probe_template(kiln_server *s);
 /* kiln_json_bytes_string: chat_output.h */
 /* The Prometheus text of /metrics (metrics.c). */
 void kiln_server_metrics(kiln_server *s, kiln_sbuf *out);
+/* The chat page served at GET / (webpage.c): a static HTML document of *len bytes. */
+const char *kiln_web_page(size_t *len);
 #endif
