@@ -767,6 +767,7 @@ static void step(kiln_engine *e) {
     e->acc.prefill_tokens += (uint64_t)(n - n_decode);
     for (int b = 0; b < 8; b++)
         if (nb < (2 << b) || b == 7) { e->acc.batch_hist[b]++; break; }
+    e->acc.batch_seq_sum += (uint64_t)nb;
     if (st != KILN_OK) {
         char msg[256];
         snprintf(msg, sizeof msg, "forward step failed: %s", kiln_last_error());

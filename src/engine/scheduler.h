@@ -120,6 +120,7 @@ typedef struct kiln_engine_stats {
     uint64_t preemptions, evictions, pc_queried_pages, pc_hit_pages;
     uint64_t finished[5]; /* by kiln_finish */
     uint64_t batch_hist[8]; /* steps with 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64-127, 128+ sequences */
+    uint64_t batch_seq_sum; /* sequences summed over the steps (the histogram's _sum) */
     /* latency histograms (seconds), cumulative counts per upper bound, + sum and count */
     uint64_t ttft_b[16], itl_b[16];
     uint64_t ttft_n, itl_n;

@@ -6,7 +6,9 @@
  *   kiln_prompt_tokens_total, kiln_generation_tokens_total, kiln_prefill_tokens_total,
  *   kiln_prefix_cache_hit_tokens_total, kiln_prefix_cache_hit_rate (cached / prompt tokens)
  *   kiln_queue_depth, kiln_running_requests, kiln_batch_size (last step), kiln_batch_size_steps (histogram)
- *   kiln_kv_pages_total / _free / _used (held by requests) / _cached_idle, kiln_kv_capacity_tokens
+ *   kiln_kv_pages / _free / _used (held by requests) / _cached_idle, kiln_kv_capacity_tokens
+ * The output passes `promtool check metrics` (tests/server/test_server_metrics.sh): gauges carry no
+ * _total suffix, every histogram has _bucket / _sum / _count.
  *   kiln_preemptions_total, kiln_prefix_cache_evictions_total, kiln_scheduler_steps_total
  *   kiln_kv_integrity_mode{mode}, kiln_kv_integrity_checks_total / _bytes_verified_total /
  *   _detections_total / _detections_by_kind_total{kind} / _heals_total / _healed_positions_total /
@@ -73,9 +75,10 @@ void kiln_server_metrics(kiln_server *s, kiln_sbuf *b) {
             cum += e.batch_hist[i];
             kiln_sbuf_printf(b, "kiln_batch_size_steps_bucket{le=\"%s\"} %llu\n", le[i], (unsigned long long)cum);
         }
-        kiln_sbuf_printf(b, "kiln_batch_size_steps_count %llu\n", (unsigned long long)cum);
+        kiln_sbuf_printf(b, "kiln_batch_size_steps_sum %llu\nkiln_batch_size_steps_count %llu\n", (unsigned long long)e.batch_seq_sum,
+                         (unsigned long long)cum);
     }
-    G("kiln_kv_pages_total", "pages in the KV pool", "%d", e.kv_pages_total);
+    G("kiln_kv_pages", "pages in the KV pool", "%d", e.kv_pages_total); /* a gauge: no _total (promtool) */
     G("kiln_kv_pages_free", "pages on the free list", "%d", e.kv_pages_free);
     G("kiln_kv_pages_used", "pages held by requests (queued or running)", "%d", e.kv_pages_used);
     G("kiln_kv_pages_cached_idle", "pages held only by the prefix cache (evictable)", "%d", e.kv_pages_cached_idle);
