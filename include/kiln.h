@@ -526,6 +526,12 @@ kiln_status kiln_chat_render(const kiln_model *m, const char *messages_json, con
 /* The source of the template kiln_chat_render uses (have_tools: the "tool_use" variant where the
  * tokenizer_config has one); *out malloc'ed. Fails as kiln_chat_render does when there is none. */
 kiln_status kiln_chat_template_source(const kiln_model *m, int have_tools, char **out);
+/* Adds the chat template's end-of-turn tokens to the model's end-of-generation ids (what `kiln
+ * serve` stops at, as llama.cpp's end-of-generation tokens): the known turn markers of the GLM,
+ * Kimi, DeepSeek, ChatML, Llama-3 and Gemma templates that are special tokens of the model's
+ * vocabulary and appear in its template (model/chat_api.c lists them). Writes "name (id), ..." of
+ * the ids added to note; returns how many were added. */
+int kiln_model_add_turn_ends(kiln_model *m, char *note, size_t cap);
 /* The same without loading weights: path is a model or tokenizer directory, a
  * tokenizer_config.json, a GGUF file, or a .jinja template file (then no special-token variables
  * unless extra_json gives them). template_path (may be NULL) replaces the template source. */

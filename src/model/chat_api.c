@@ -339,3 +339,49 @@ kiln_status kiln_chat_template_source(const kiln_model *m, int have_tools, char 
     json_decref(cs.vars);
     return st;
 }
+
+/* The end-of-turn markers of the families kiln serves, as llama.cpp's end-of-generation list and
+ * the templates spell them: a token ending the assistant's turn, or opening another role's turn
+ * (GLM's <|user|> / <|observation|>, Kimi's <|im_user|> / <|im_system|>), means the answer is over.
+ * Only markers that are special tokens of the vocabulary AND appear in the model's chat template
+ * count, so a model's own vocabulary decides (a plain-text "</s>" in a prompt never stops anything). */
+static const char *const turn_markers[] = {
+    "<|user|>", "<|observation|>", "<|system|>", "<|endoftext|>",               /* GLM-4.x / 5.x */
+    "<|im_end|>", "<|im_user|>", "<|im_system|>",                               /* Kimi K2, ChatML */
+    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",       /* DeepSeek-V3 <｜end▁of▁sentence｜> */
+    "<\xef\xbd\x9c" "User\xef\xbd\x9c>",                                        /* DeepSeek-V3 <｜User｜> */
+    "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|return|>",      /* Llama 3, Gemma, Phi, gpt-oss */
+};
+
+int kiln_model_add_turn_ends(kiln_model *m, char *note, size_t cap) {
+    if (cap) note[0] = 0;
+    if (!m || !m->tok) return 0;
+    char *src = NULL;
+    if (kiln_chat_template_source(m, 0, &src) != KILN_OK || !src) {
+        kiln_clear_error();
+        return 0;
+    }
+    int added = 0;
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof turn_markers / sizeof *turn_markers; i++) {
+        const char *mk = turn_markers[i];
+        if (!strstr(src, mk)) continue;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (kiln_tok_encode(m->tok, mk, strlen(mk), 0, &ids, &n) != KILN_OK) {
+            kiln_clear_error();
+            continue;
+        }
+        const int32_t id = n == 1 ? ids[0] : -1;
+        free(ids);
+        if (id < 0 || id >= m->hp.vocab || !kiln_tok_is_special(m->tok, id)) continue;
+        int have = 0;
+        for (int k = 0; k < m->hp.n_eos; k++) have |= m->hp.eos_ids[k] == id;
+        if (have || m->hp.n_eos >= KILN_MAX_EOS) continue;
+        m->hp.eos_ids[m->hp.n_eos++] = id;
+        added++;
+        if (cap && used < cap) used += (size_t)snprintf(note + used, cap - used, "%s%s (%d)", added > 1 ? ", " : "", mk, id);
+    }
+    free(src);
+    return added;
+}

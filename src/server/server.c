@@ -1249,6 +1249,8 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     s->m = m;
     s->o = *so;
+    /* the template's end-of-turn tokens end generation too (before the engine copies the end ids) */
+    if (!kiln_model_add_turn_ends(m, s->turn_note, sizeof s->turn_note)) snprintf(s->turn_note, sizeof s->turn_note, "none added");
     kiln_model_get_info(m, &s->info);
     s->t_start = kiln_now();
     s->created = (long)time(NULL);
@@ -1345,14 +1347,14 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
                 "kiln serve: model '%s' (%s, %d layers, vocab %d), context %d tokens\n"
                 "kiln serve: KV pool %s, %d pages × %d tokens = %lld tokens%s%s; max batch %d, queue %d, step %d tokens, prefix cache %s\n"
                 "%s"
-                "kiln serve: chat template: %s; %s\n"
+                "kiln serve: chat template: %s; %s; end-of-turn tokens: %s\n"
                 "kiln serve: body limit %zu bytes, request timeout %g s, API key %s\n"
                 "kiln serve: connections: %u (%u per address), header deadline %g s, body deadline %g s, %u HTTP threads\n"
                 "kiln serve: listening on http://%s:%d\n",
                 s->model_name, s->info.arch, s->info.n_layers, s->info.vocab_size, kiln_engine_context(s->eng), dtn, es.kv_pages_total,
                 es.page_tokens, (long long)es.kv_capacity_tokens, dt == KILN_KV_FP8 ? ", fp8 scales: " : "",
                 dt == KILN_KV_FP8 ? kiln_engine_kv_source(s->eng) : "", so->max_batch, so->max_queue,
-                ec.step_tokens < so->max_batch ? so->max_batch : ec.step_tokens, so->prefix_cache ? "on" : "off", dsa_note, s->template_note, s->parsers_note, so->max_body_bytes,
+                ec.step_tokens < so->max_batch ? so->max_batch : ec.step_tokens, so->prefix_cache ? "on" : "off", dsa_note, s->template_note, s->parsers_note, s->turn_note, so->max_body_bytes,
                 so->request_timeout_s, s->api_key ? "required" : "off", max_conn, per_ip, s->header_to, s->body_to, threads, so->host, s->port);
         fflush(stderr);
     }

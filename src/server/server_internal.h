@@ -38,6 +38,7 @@ struct kiln_server {
     int32_t *forced;             /* --test-forced-output's token ids (then an end id); NULL = none */
     int n_forced;
     char template_note[320];     /* for the start-up summary */
+    char turn_note[320];         /* end-of-turn tokens the template added to the end ids (start-up summary) */
     /* connection supervision (server.c, "connections"): suspended connections and deadlines */
     double header_to, body_to;   /* resolved header / body deadlines (s) */
     pthread_mutex_t sup_mu;      /* guards everything below and each kiln_sock's deadline */
