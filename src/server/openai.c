@@ -328,6 +328,26 @@ static int parse_tools(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_e
         json_t *e;
         json_array_foreach(t, i, e) found |= strcmp(json_string_value(json_object_get(json_object_get(e, "function"), "name")), p->tool_name) == 0;
         if (!found) return BADC("tool_choice", "invalid_value", "'tool_choice' names function '%.80s', which is not in 'tools'", p->tool_name);
+        /* as vLLM: the named function's arguments are decoded under its parameters schema (any JSON
+         * object when it has none) and returned as the call, whatever the model's native format */
+        json_array_foreach(t, i, e) {
+            json_t *f = json_object_get(e, "function");
+            if (strcmp(json_string_value(json_object_get(f, "name")), p->tool_name) != 0) continue;
+            json_t *pa = json_object_get(f, "parameters");
+            p->tool_json = 1;
+            p->json_mode = 1;
+            if (pa && json_is_object(pa) && json_object_size(pa) > 0) {
+                p->schema = json_dumps(pa, JSON_COMPACT | JSON_PRESERVE_ORDER);
+                if (!p->schema) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+                kiln_jg *g = NULL;
+                if (kiln_jg_compile(p->schema, &g) != KILN_OK)
+                    return BADC("tool_choice", "invalid_value", "'tool_choice' names '%.80s', whose tools[%zu].function.parameters kiln cannot decode under: %s",
+                                p->tool_name, i, kiln_last_error());
+                kiln_jg_free(g);
+                p->json_mode = 2;
+            }
+            break;
+        }
     } else if (c) {
         return BAD("tool_choice", "'tool_choice' must be a string or an object, got %s", jtype(c));
     }
@@ -339,7 +359,7 @@ static int parse_tools(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_e
     if (t && !s->has_template && p->tool_choice != KILN_TOOL_CHOICE_NONE)
         return BADC("tools", "unsupported_parameter", "this model has no chat template, so 'tools' cannot be shown to it");
     p->tools = t ? json_incref(t) : NULL;
-    p->tool_parser = t && p->tool_choice != KILN_TOOL_CHOICE_NONE && s->has_template ? s->tool_parser : KILN_TOOLS_NONE;
+    p->tool_parser = t && p->tool_choice != KILN_TOOL_CHOICE_NONE && s->has_template && !p->tool_json ? s->tool_parser : KILN_TOOLS_NONE;
     return 1;
 }
 
@@ -350,6 +370,8 @@ static int parse_response_format(json_t *o, kiln_oai_params *p, kiln_oai_error *
     json_t *v = json_object_get(o, "response_format");
     if (!v || json_is_null(v)) return 1;
     json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+    if (p->tool_json && !(json_is_string(t) && strcmp(json_string_value(t), "text") == 0))
+        return BADC("response_format", "invalid_value", "'response_format' cannot be combined with 'tool_choice' naming a function (its arguments are the output)");
     const char *ty = json_string_value(t);
     if (!ty) return BAD("response_format", "'response_format' must be an object with a type");
     if (strcmp(ty, "text") == 0) return 1;
@@ -476,6 +498,7 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
         if (!parse_tools(s, o, p, err)) goto out;
         if (!parse_response_format(o, p, err)) goto out;
         choose_reasoning(s, kw, p);
+        if (p->tool_json) p->reasoning = KILN_REASONING_NONE; /* the arguments start at the first token */
         kiln_sbuf text = {0};
         int templated = 0;
         int rok = kiln_server_render_chat(s, msgs, p->tools, kw, &text, &templated, err);

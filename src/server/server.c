@@ -69,6 +69,8 @@ typedef struct choice {
     int co_on;
     int reasoning_tokens;     /* tokens up to and including the one that closed the reasoning */
     int think_closed;
+    char tool_id[48];         /* tool_choice naming a function: the call's id */
+    int tool_started;         /* streaming: the call's first delta (id, type, name) was sent */
 } choice;
 
 /* Every open connection (MHD_OPTION_NOTIFY_CONNECTION's socket context), in s->socks. */
@@ -664,6 +666,10 @@ static enum MHD_Result run_blocking(conn *c) {
             if (rc) json_object_set_new(msg, "reasoning_content", rc);
             if (json_array_size(h->co.calls)) json_object_set(msg, "tool_calls", h->co.calls);
             json_object_set_new(ch, "message", msg);
+        } else if (c->p.chat && c->p.tool_json) { /* the named function's arguments, as one call (vLLM, OpenAI) */
+            json_t *call = json_pack("{s:s,s:s,s:{s:s,s:o}}", "id", h->tool_id, "type", "function", "function", "name", c->p.tool_name, "arguments",
+                                     kiln_json_bytes_string(text.p ? text.p : "", text.len));
+            json_object_set_new(ch, "message", json_pack("{s:s,s:n,s:n,s:[o]}", "role", "assistant", "content", "refusal", "tool_calls", call));
         } else {
             json_t *t = json_stringn(text.p ? text.p : "", text.len);
             if (c->p.chat) json_object_set_new(ch, "message", json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", t, "refusal"));
@@ -776,12 +782,32 @@ static void emit_split(conn *c, int index, choice *h, const char *text, size_t n
     kiln_chat_delta_free(&d);
 }
 
+/* tool_choice naming a function, streamed: the arguments' text as delta.tool_calls pieces of call 0
+ * (the first with its id, type and name), which the official clients assemble. */
+static void emit_tool_args(conn *c, int index, choice *h, const char *text, size_t n, json_t *lp) {
+    if (!n && !lp && h->tool_started) return;
+    json_t *j = chunk(c, index, NULL, 0, lp, NULL, 0);
+    json_t *delta = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta");
+    json_t *fn = json_pack("{s:o}", "arguments", kiln_json_bytes_string(text, n));
+    json_t *call = json_pack("{s:i}", "index", 0);
+    if (!h->tool_started) {
+        json_object_set_new(call, "id", json_string(h->tool_id));
+        json_object_set_new(call, "type", json_string("function"));
+        json_object_set_new(fn, "name", json_string(c->p.tool_name));
+        h->tool_started = 1;
+    }
+    json_object_set_new(call, "function", fn);
+    json_object_set_new(delta, "tool_calls", json_pack("[o]", call));
+    sse(c, j);
+}
+
 /* One event of choice `index` consumed: the text it released (and its logprobs) as a chunk. */
 static void emit_event(conn *c, int index, choice *h, json_t *lp) {
     kiln_sbuf text = {0};
     kiln_detok_take(&h->dt, 0, &text);
     if (c->anthropic) anthropic_split(c, h, text.p ? text.p : "", text.len, 0);
     else if (h->co_on) emit_split(c, index, h, text.p ? text.p : "", text.len, 0, lp);
+    else if (c->p.tool_json && c->p.chat) emit_tool_args(c, index, h, text.p ? text.p : "", text.len, lp);
     else if (text.len || lp) sse(c, chunk(c, index, text.p ? text.p : "", text.len, lp, NULL, 0));
     kiln_sbuf_free(&text);
 }
@@ -840,6 +866,7 @@ static int stream_produce(conn *c) {
         kiln_sbuf text = {0};
         kiln_detok_take(&h->dt, 1, &text);
         if (h->co_on) emit_split(c, i, h, text.p ? text.p : "", text.len, 1, NULL);
+        else if (c->p.tool_json && c->p.chat) emit_tool_args(c, i, h, text.p ? text.p : "", text.len, NULL);
         else if (text.len) sse(c, chunk(c, i, text.p, text.len, NULL, NULL, 0));
         kiln_sbuf_free(&text);
         sse(c, chunk(c, i, c->p.chat ? NULL : "", 0, NULL, finish_of(c, h), 0));
@@ -926,6 +953,10 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
         h->prev = c->p.prompt[c->p.n_prompt - 1];
         h->r->forced = s->forced;
         h->r->n_forced = s->n_forced;
+        if (c->p.tool_json) { /* ids as the tool-call parsers make them: CSPRNG hex */
+            memcpy(h->tool_id, "chatcmpl-tool-", 14);
+            kiln_random_hex(h->tool_id + 14, 16);
+        }
         if (c->p.json_mode) { /* structured output: each choice its own grammar state */
             kiln_jg *g = NULL;
             kiln_status gst = kiln_jg_compile(c->p.json_mode == 2 ? c->p.schema : NULL, &g);

@@ -10,7 +10,8 @@
 //     tool result rendered exactly as Python jinja2 renders the published template with the arguments
 //     parsed into a mapping (vLLM's preprocessing), tokenized by @huggingface/tokenizers;
 //   - a Kimi K2 round trip: ids "functions.NAME:IDX", arguments verbatim, content before the section;
-//   - tool_choice none (no parsing), a named function (only its calls, finish_reason stop),
+//   - tool_choice none (no parsing), a named function (one call of it, finish_reason stop; its arguments
+//     are decoded under its schema: test_server_tool_choice.mjs),
 //     parallel_tool_calls false, enable_thinking false (no reasoning split), and bad requests (400
 //     naming the parameter);
 //   - skip_special_tokens (special tokens out of the text by default), /tokenize and /detokenize

@@ -1,0 +1,103 @@
+// test_server_tool_choice.mjs — tool_choice naming a function is decoded under that function's
+// parameters schema (issue 22; vLLM's behaviour): whatever the model would write, the answer is one
+// call of that function whose arguments are a JSON document of its schema. A GLM-4.6-templated
+// random-weight model with the DeepSeek-V3 tokenizer (it never writes a tool call by itself), 20
+// sampled seeds through the official `openai` client: tool_calls[0] names the function, its
+// arguments validate against the schema with ajv (an independent validator), content is null,
+// finish_reason "stop" (OpenAI's, for a forced function); streamed, the client's assembled call
+// equals the non-streamed one of the same seed. A function without parameters gets any JSON object.
+// A schema kiln cannot decode under, and response_format next to a named function, are 400s naming
+// the parameter.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import Ajv from 'ajv';
+import { startServer, client, KILN, SHARED } from './lib.mjs';
+
+const TOK = path.join(SHARED, 'tokenizers', 'deepseek-v3');
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-toolchoice-'));
+const model = path.join(dir, 'glm');
+const mk = spawnSync(KILN, ['mkmodel', '--arch', 'llama', '--dim', '32', '--ffn', '64', '--layers', '1', '--heads', '2', '--kv-heads', '1',
+  '--vocab', '129280', '--seq', '2048', model], { encoding: 'utf8' });
+assert.equal(mk.status, 0, mk.stderr);
+for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(TOK, f), path.join(model, f));
+fs.copyFileSync(path.join(SHARED, 'tokenizers', 'templates', 'glm-4.6.jinja'), path.join(model, 'chat_template.jinja'));
+const srv = await startServer(['--model-name', 'glm'], { model });
+const ai = client(srv);
+test.after(async () => { assert.equal(await srv.stop(), 0); fs.rmSync(dir, { recursive: true }); });
+
+const WEATHER = {
+  type: 'object',
+  properties: {
+    city: { type: 'string', minLength: 1, maxLength: 16 },
+    days: { type: 'integer' },
+    unit: { enum: ['celsius', 'fahrenheit'] },
+  },
+  required: ['city', 'days', 'unit'],
+  additionalProperties: false,
+};
+const TOOLS = [
+  { type: 'function', function: { name: 'get_weather', description: 'Weather for a city', parameters: WEATHER } },
+  { type: 'function', function: { name: 'ping' } },
+];
+const validate = new Ajv({ strict: false }).compile(WEATHER);
+const ask = (extra) => ({ model: 'glm', messages: [{ role: 'user', content: 'Weather in Paris?' }], tools: TOOLS, max_tokens: 120, temperature: 1, ...extra });
+
+test('a named function: arguments of its schema, 20 seeds, streamed = whole', async () => {
+  for (let seed = 1; seed <= 20; seed++) {
+    const r = await ai.chat.completions.create(ask({ seed, tool_choice: { type: 'function', function: { name: 'get_weather' } } }));
+    const m = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.equal(m.content, null);
+    assert.equal(m.tool_calls.length, 1);
+    const call = m.tool_calls[0];
+    assert.equal(call.type, 'function');
+    assert.equal(call.function.name, 'get_weather');
+    assert.match(call.id, /^chatcmpl-tool-[0-9a-f]{32}$/);
+    const args = JSON.parse(call.function.arguments);
+    assert.ok(validate(args), `seed ${seed}: ${call.function.arguments} ${JSON.stringify(validate.errors)}`);
+    if (seed <= 3) { // streamed, the client assembles the same call
+      let name = '', text = '', id = null, finish = null;
+      for await (const ch of await ai.chat.completions.create(ask({ seed, stream: true, tool_choice: { type: 'function', function: { name: 'get_weather' } } }))) {
+        const c = ch.choices[0];
+        if (!c) continue;
+        assert.ok(!c.delta.content, 'no content deltas (the role chunk\'s empty content aside)');
+        for (const tc of c.delta.tool_calls || []) {
+          assert.equal(tc.index, 0);
+          if (tc.id) id = tc.id;
+          if (tc.function?.name) name += tc.function.name;
+          if (tc.function?.arguments) text += tc.function.arguments;
+        }
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+      assert.equal(name, 'get_weather');
+      assert.match(id, /^chatcmpl-tool-/);
+      assert.equal(text, call.function.arguments, 'streamed arguments = non-streamed (same seed)');
+      assert.equal(finish, 'stop');
+    }
+  }
+});
+
+test('a named function without parameters: a JSON object (json_object mode)', async () => {
+  // a random model's strings rarely close, so the answer may end at max_tokens inside one: then the
+  // arguments are an object's unfinished text; when it stops, they parse to an object
+  const r = await ai.chat.completions.create(ask({ seed: 5, tool_choice: { type: 'function', function: { name: 'ping' } } }));
+  const call = r.choices[0].message.tool_calls[0];
+  assert.equal(call.function.name, 'ping');
+  assert.ok(call.function.arguments.startsWith('{'), call.function.arguments);
+  if (r.choices[0].finish_reason === 'stop') {
+    const v = JSON.parse(call.function.arguments);
+    assert.ok(v && typeof v === 'object' && !Array.isArray(v), call.function.arguments);
+  } else assert.equal(r.choices[0].finish_reason, 'length');
+});
+
+test('400s: a schema kiln cannot decode under; response_format with a named function', async () => {
+  const bad = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { anyOf: [{ type: 'string' }, { type: 'integer' }] } } } } }];
+  await assert.rejects(ai.chat.completions.create(ask({ tools: bad, tool_choice: { type: 'function', function: { name: 'f' } } })),
+    (e) => e.status === 400 && e.param === 'tool_choice' && /parameters/.test(e.message) && /anyOf/.test(e.message));
+  await assert.rejects(ai.chat.completions.create(ask({ tool_choice: { type: 'function', function: { name: 'get_weather' } }, response_format: { type: 'json_object' } })),
+    (e) => e.status === 400 && e.param === 'response_format');
+});
