@@ -12,7 +12,7 @@
 - Bad input is refused naming the tensor: rows that are not a multiple of the block (256 / 32); a
   ggml type id that ggml does not have (with the id); a ggml type kiln does not read (IQ2_XXS,
   TQ1_0: with the type's name); Q8_K (ggml's activation-side type) as a weight."""
-import json, os, struct, subprocess, sys, tempfile
+import json, os, shutil, struct, subprocess, sys, tempfile
 
 import numpy as np
 
@@ -333,6 +333,7 @@ def main():
     msgs.append(refused(tmp, "q8_k", kv, bad, (V, "model.layers.0.self_attn.v_proj.weight"), "Q8_K", "activation"))
     print("\n".join("  refused: " + m for m in msgs))
     print(f"mixed file of {len(TYPES)} types: logits within {rel_mixed:.2g}; Q4_K_M-like: {rel_q4km:.2g}; {len(msgs)} bad inputs refused")
+    shutil.rmtree(tmp, ignore_errors=True)  # kept when a check fails, for a look at the files
 
 
 if __name__ == "__main__":
