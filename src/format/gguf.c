@@ -17,9 +17,6 @@
 #include <string.h>
 
 #define GGUF_DEFAULT_ALIGNMENT 32
-/* ggml_type values below this exist in ggml (GGML_TYPE_COUNT is 39 as of 2025); higher ones are
- * not a type at all rather than a type kiln does not handle. */
-#define GGML_TYPE_LIMIT 64
 
 typedef struct gguf_kv {
     char *key;
@@ -333,11 +330,15 @@ static kiln_status open_impl(kiln_gguf *g, kiln_tensor_table *tt, const char *pa
         if ((st = rd_u32(&c, &t->type, "tensor type"))) goto done;
         if ((st = rd_u64(&c, &t->offset, "tensor offset"))) goto done;
         int dt = kiln_dtype_from_gguf((int)t->type);
+        const char *gname = t->type <= INT32_MAX ? kiln_ggml_type_name((int)t->type) : NULL;
+        if (dt < 0 && gname) { /* a type ggml has and kiln does not read (IQ2_XXS, TQ1_0, MXFP4 ...) */
+            st = kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tensor '%.*s' is %s (ggml type %u, at offset %llu), a type kiln does not read",
+                           path, nl, nm, gname, t->type, (unsigned long long)to);
+            goto done;
+        }
         if (dt < 0) {
-            st = kiln_fail(t->type < GGML_TYPE_LIMIT ? KILN_ERR_UNSUPPORTED : KILN_ERR_FORMAT,
-                           "%s: tensor '%.*s': ggml type %u at offset %llu is %s", path, nl, nm, t->type,
-                           (unsigned long long)to,
-                           t->type < GGML_TYPE_LIMIT ? "not supported by kiln" : "not a ggml type");
+            st = kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%.*s': ggml type %u at offset %llu is not a type ggml has", path, nl, nm,
+                           t->type, (unsigned long long)to);
             goto done;
         }
         if (t->offset % alignment) {

@@ -188,7 +188,8 @@ void kiln_kctx_default(kiln_kctx *cx) {
 int kiln_cx_fp8_rounds_x(const kiln_kctx *cx) { return cx->kt == &kiln_ktable_avx512_bf16; }
 
 const char *kiln_wformat_name(kiln_wformat f) {
-    static const char *names[KILN_WF_COUNT] = {"f32", "f16", "bf16", "fp8", "int4", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"};
+    static const char *names[KILN_WF_COUNT] = {"f32", "f16", "bf16", "fp8", "int4", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k",
+                                                "q2_k", "q3_k", "iq4_xs", "q4_1", "q5_0", "q5_1", "iq4_nl"};
     return (unsigned)f < KILN_WF_COUNT ? names[f] : "?";
 }
 

@@ -25,7 +25,14 @@ typedef enum kiln_wformat {
     KILN_WF_Q4_0,
     KILN_WF_Q4_K,       /* GGUF K-quant super-blocks of 256 along cols (quant/dtype.h): computed through */
     KILN_WF_Q5_K,       /* f32 tiles of their reference dequantization (the driver's GEMM for every n; */
-    KILN_WF_Q6_K,       /* no direct SIMD kernel yet) */
+    KILN_WF_Q6_K,       /* no int8-dot SIMD kernel yet; AVX-512 has an f32 GEMV for Q4_K / Q6_K) */
+    KILN_WF_Q2_K,       /* the rest of llama-quantize's weight types, the same way (f32 tiles of */
+    KILN_WF_Q3_K,       /* kernels/kquant.c's dequantization): super-blocks of 256 along cols ... */
+    KILN_WF_IQ4_XS,
+    KILN_WF_Q4_1,       /* ... and blocks of 32 along cols */
+    KILN_WF_Q5_0,
+    KILN_WF_Q5_1,
+    KILN_WF_IQ4_NL,
     KILN_WF_COUNT
 } kiln_wformat;
 

@@ -1633,7 +1633,10 @@ static void gemv_q6k(const kiln_weight *w, const float *x, const void *xp, float
                  [KILN_WF_Q4_0] = gemv_q4, [KILN_WF_Q4_K] = gemv_q4k, [KILN_WF_Q6_K] = gemv_q6k},                \
         .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8, \
                     [KILN_WF_Q4_K] = kiln_dequant_rows_ref, [KILN_WF_Q5_K] = kiln_dequant_rows_ref,               \
-                    [KILN_WF_Q6_K] = kiln_dequant_rows_ref},                                                       \
+                    [KILN_WF_Q6_K] = kiln_dequant_rows_ref, [KILN_WF_Q2_K] = kiln_dequant_rows_ref,               \
+                    [KILN_WF_Q3_K] = kiln_dequant_rows_ref, [KILN_WF_IQ4_XS] = kiln_dequant_rows_ref,             \
+                    [KILN_WF_Q4_1] = kiln_dequant_rows_ref, [KILN_WF_Q5_0] = kiln_dequant_rows_ref,               \
+                    [KILN_WF_Q5_1] = kiln_dequant_rows_ref, [KILN_WF_IQ4_NL] = kiln_dequant_rows_ref},            \
         .gemm_f32 = gemm_f32, .read_sum = read_sum, .silu_mul = silu_mul, .max_f32 = max_f32, .peak = peak,      \
         .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4},     \
         .gemm_bf16 = BF16_GEMM(gemm_bf16), .xprep_bf16_bytes = BF16_GEMM(xprep_bytes_bf16row),                  \

@@ -63,6 +63,13 @@ void kiln_weight_row_f32(const kiln_weight *w, int64_t r, float *out) {
     case KILN_WF_Q4_K: kiln_q4_k_to_f32(row, out, (size_t)n); break;
     case KILN_WF_Q5_K: kiln_q5_k_to_f32(row, out, (size_t)n); break;
     case KILN_WF_Q6_K: kiln_q6_k_to_f32(row, out, (size_t)n); break;
+    case KILN_WF_Q2_K: kiln_q2_k_to_f32(row, out, (size_t)n); break;
+    case KILN_WF_Q3_K: kiln_q3_k_to_f32(row, out, (size_t)n); break;
+    case KILN_WF_IQ4_XS: kiln_iq4_xs_to_f32(row, out, (size_t)n); break;
+    case KILN_WF_Q4_1: kiln_q4_1_to_f32(row, out, (size_t)n); break;
+    case KILN_WF_Q5_0: kiln_q5_0_to_f32(row, out, (size_t)n); break;
+    case KILN_WF_Q5_1: kiln_q5_1_to_f32(row, out, (size_t)n); break;
+    case KILN_WF_IQ4_NL: kiln_iq4_nl_to_f32(row, out, (size_t)n); break;
     default: memset(out, 0, (size_t)n * 4); break;
     }
 }

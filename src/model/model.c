@@ -149,6 +149,17 @@ kiln_status kiln_weight_from_tensor(const kiln_tensor *t, int64_t rows, int64_t 
     case KILN_DT_Q4_K: w->fmt = KILN_WF_Q4_K; w->row_bytes = (size_t)cols / 256 * 144; break;
     case KILN_DT_Q5_K: w->fmt = KILN_WF_Q5_K; w->row_bytes = (size_t)cols / 256 * 176; break;
     case KILN_DT_Q6_K: w->fmt = KILN_WF_Q6_K; w->row_bytes = (size_t)cols / 256 * 210; break;
+    case KILN_DT_Q2_K: w->fmt = KILN_WF_Q2_K; w->row_bytes = (size_t)cols / 256 * 84; break;
+    case KILN_DT_Q3_K: w->fmt = KILN_WF_Q3_K; w->row_bytes = (size_t)cols / 256 * 110; break;
+    case KILN_DT_IQ4_XS: w->fmt = KILN_WF_IQ4_XS; w->row_bytes = (size_t)cols / 256 * 136; break;
+    case KILN_DT_Q4_1: w->fmt = KILN_WF_Q4_1; w->row_bytes = (size_t)cols / 32 * 20; break;
+    case KILN_DT_Q5_0: w->fmt = KILN_WF_Q5_0; w->row_bytes = (size_t)cols / 32 * 22; break;
+    case KILN_DT_Q5_1: w->fmt = KILN_WF_Q5_1; w->row_bytes = (size_t)cols / 32 * 24; break;
+    case KILN_DT_IQ4_NL: w->fmt = KILN_WF_IQ4_NL; w->row_bytes = (size_t)cols / 32 * 18; break;
+    case KILN_DT_Q8_K:
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tensor '%s' is Q8_K, ggml's activation-side type (the other operand of its K-quant "
+                         "dot products), which llama.cpp never stores weights in: not read as a weight matrix",
+                         t->file ? t->file : "?", t->name);
     default:
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported for a weight matrix",
                          t->file ? t->file : "?", t->name, kiln_dtype_get(t->dtype)->name);

@@ -59,7 +59,28 @@ static const kiln_dtype_info table[KILN_DT_COUNT] = {
     [KILN_DT_Q4_K] = {"q4_k", NULL, 12, 256, 144, kiln_q4_k_to_f32},
     [KILN_DT_Q5_K] = {"q5_k", NULL, 13, 256, 176, kiln_q5_k_to_f32},
     [KILN_DT_Q6_K] = {"q6_k", NULL, 14, 256, 210, kiln_q6_k_to_f32},
+    [KILN_DT_Q2_K] = {"q2_k", NULL, 10, 256, 84, kiln_q2_k_to_f32},
+    [KILN_DT_Q3_K] = {"q3_k", NULL, 11, 256, 110, kiln_q3_k_to_f32},
+    [KILN_DT_IQ4_XS] = {"iq4_xs", NULL, 23, 256, 136, kiln_iq4_xs_to_f32},
+    [KILN_DT_Q4_1] = {"q4_1", NULL, 3, 32, 20, kiln_q4_1_to_f32},
+    [KILN_DT_Q5_0] = {"q5_0", NULL, 6, 32, 22, kiln_q5_0_to_f32},
+    [KILN_DT_Q5_1] = {"q5_1", NULL, 7, 32, 24, kiln_q5_1_to_f32},
+    [KILN_DT_IQ4_NL] = {"iq4_nl", NULL, 20, 32, 18, kiln_iq4_nl_to_f32},
+    [KILN_DT_Q8_K] = {"q8_k", NULL, 15, 256, 292, kiln_q8_k_to_f32},
 };
+
+/* ggml's type ids (ggml.h's enum ggml_type) up to the newest kiln knows of. Gaps are ids ggml
+ * removed (Q4_2 / Q4_3, the Q4_0_4_4 / IQ4_NL_4_4 repacks): files can no longer hold them. */
+static const char *const ggml_names[] = {
+    [0] = "F32", [1] = "F16", [2] = "Q4_0", [3] = "Q4_1", [6] = "Q5_0", [7] = "Q5_1", [8] = "Q8_0", [9] = "Q8_1",
+    [10] = "Q2_K", [11] = "Q3_K", [12] = "Q4_K", [13] = "Q5_K", [14] = "Q6_K", [15] = "Q8_K", [16] = "IQ2_XXS",
+    [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S", [20] = "IQ4_NL", [21] = "IQ3_S", [22] = "IQ2_S", [23] = "IQ4_XS",
+    [24] = "I8", [25] = "I16", [26] = "I32", [27] = "I64", [28] = "F64", [29] = "IQ1_M", [30] = "BF16", [34] = "TQ1_0",
+    [35] = "TQ2_0", [39] = "MXFP4", [40] = "NVFP4", [41] = "Q1_0",
+};
+const char *kiln_ggml_type_name(int t) {
+    return t >= 0 && t < (int)(sizeof ggml_names / sizeof ggml_names[0]) ? ggml_names[t] : NULL;
+}
 
 const kiln_dtype_info *kiln_dtype_get(kiln_dtype dt) {
     return (unsigned)dt < KILN_DT_COUNT ? &table[dt] : NULL;

@@ -1,7 +1,7 @@
 /* dtype.h — the one dtype table: every storage type kiln knows, for weights and the KV cache.
  *
  * Element dtypes (F32, F16, BF16, F8_E4M3, integers) describe raw tensors as files store them.
- * Block dtypes (Q8_0, Q4_0 from GGUF) carry their scales inside each block. Scaled formats whose
+ * Block dtypes (GGUF's Q8_0, Q4_0, K-quants ...) carry their scales inside each block. Scaled formats whose
  * scales live in a separate tensor (FP8 with 128×128 block scales, INT4 group-symmetric) are
  * described by kiln_weight (kernels/gemv.h), which pairs the data tensor with its scale tensor. */
 #ifndef KILN_QUANT_DTYPE_H
@@ -32,6 +32,20 @@ typedef enum kiln_dtype {
     KILN_DT_Q4_K,
     KILN_DT_Q5_K,
     KILN_DT_Q6_K,
+    /* The rest of llama-quantize's weight types (layouts in kernels/kquant.c, beside their
+     * dequantization), all read through f32 tiles of that dequantization:
+     *   Q2_K (84 bytes / 256), Q3_K (110 / 256), IQ4_XS (136 / 256): super-blocks as above;
+     *   Q4_1 (20 / 32), Q5_0 (22 / 32), Q5_1 (24 / 32), IQ4_NL (18 / 32): blocks of 32 as Q4_0;
+     *   Q8_K (292 / 256): ggml's activation-side type (f32 d, 256 int8, 16 int16 sums); read and
+     *     dequantized, but refused as a weight matrix (llama.cpp never stores weights in it). */
+    KILN_DT_Q2_K,
+    KILN_DT_Q3_K,
+    KILN_DT_IQ4_XS,
+    KILN_DT_Q4_1,
+    KILN_DT_Q5_0,
+    KILN_DT_Q5_1,
+    KILN_DT_IQ4_NL,
+    KILN_DT_Q8_K,
     KILN_DT_COUNT
 } kiln_dtype;
 
@@ -51,6 +65,9 @@ const kiln_dtype_info *kiln_dtype_get(kiln_dtype dt);
 int kiln_dtype_from_st_name(const char *s);
 int kiln_dtype_from_gguf(int ggml_type);
 int kiln_dtype_from_name(const char *s);
+/* ggml's name of ggml type id t ("Q4_K", "IQ2_XXS", "TQ1_0" ...) for every id ggml has, kiln reads it
+ * or not; NULL for an id ggml does not have (removed ones such as 4, 5, 31..33, 36..38 included). */
+const char *kiln_ggml_type_name(int t);
 /* Bytes for n elements (n must be a multiple of the block size; returns 0 otherwise). */
 size_t kiln_dtype_nbytes(kiln_dtype dt, uint64_t n);
 #endif

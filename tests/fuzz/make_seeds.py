@@ -243,6 +243,38 @@ def shrink_tokenizer(tj, keep=400):
     return tj
 
 
+# ggml type id → (weights per block, bytes per block, byte offsets of its f16 scales) (ggml-common.h)
+GGUF_BLOCKS = {3: (32, 20, (0, 2)), 6: (32, 22, (0,)), 7: (32, 24, (0, 2)), 20: (32, 18, (0,)), 10: (256, 84, (80, 82)),
+               11: (256, 110, (108,)), 12: (256, 144, (0, 2)), 13: (256, 176, (0, 2)), 14: (256, 210, (208,)), 23: (256, 136, (0,))}
+
+
+def block_quant_gguf(path, types):
+    """The GGUF at path with its 2-D tensors rewritten as random blocks of `types` in turn."""
+    import random
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+    import gguf_edit
+    rnd = random.Random(21)
+    kv, tensors = gguf_edit.load(path)
+    out, k = [], 0
+    for name, ne, gt, data in tensors:
+        if len(ne) == 2:
+            t = types[k % len(types)]
+            k += 1
+            elems, nb, f16s = GGUF_BLOCKS[t]
+            blocks = []
+            for _ in range(ne[0] * ne[1] // elems):
+                b = bytearray(rnd.getrandbits(8) for _ in range(nb))
+                for o in f16s:
+                    b[o:o + 2] = struct.pack("<H", 0x1000 + rnd.getrandbits(10))
+                blocks.append(bytes(b))
+            out.append((name, ne, t, b"".join(blocks)))
+        else:
+            out.append((name, ne, gt, data))
+    p = path + ".blocks"
+    gguf_edit.save(p, kv, out)
+    return open(p, "rb").read()
+
+
 def runtime(root, kiln, shared):
     tmp = tempfile.mkdtemp(prefix="kiln-seeds-")
     try:
@@ -266,6 +298,15 @@ def runtime(root, kiln, shared):
             g = os.path.join(tmp, arch + ".gguf")
             if subprocess.run([kiln, "convert", d, g], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
                 put(root, "gguf", arch + ".gguf", open(g, "rb").read())
+        # GGUFs whose weights are GGUF block quants (random blocks, f16 scales fixed small): the
+        # blocks of 32 on a 32-wide model, the super-blocks of 256 on a 256-wide one
+        for label, dim, types in (("blocks32", 32, (3, 6, 7, 20)), ("kquants", 256, (10, 11, 12, 13, 14, 23))):
+            d, g = os.path.join(tmp, label), os.path.join(tmp, label + ".gguf")
+            cmd = [kiln, "mkmodel", "--arch", "llama", "--dim", str(dim), "--ffn", str(dim), "--layers", "1", "--heads", "2",
+                   "--kv-heads", "1", "--vocab", "32", "--seq", "32", d]
+            if (subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0 and
+                    subprocess.run([kiln, "convert", d, g], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0):
+                put(root, "gguf", label + ".gguf", block_quant_gguf(g, types))
         # a GGUF with a llama (SentencePiece) tokenizer: the handmade llama2.c checkpoint converted
         d = os.path.join(tmp, "l2c")
         os.makedirs(d)

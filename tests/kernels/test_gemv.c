@@ -398,33 +398,40 @@ static void test_tiled(void **s) {
     kiln_kernels_select(KILN_ISA_AUTO);
     tile_mode = 0;
 }
-/* GGUF K-quants (Q4_K, Q5_K, Q6_K) through every ISA's path (AVX-512: its f32 GEMV for Q4_K / Q6_K
- * at n = 1; else dequantized f32 tiles) against the scalar reference: random super-blocks (quant and
- * scale bytes uniform, f16 d / dmin small), rows not multiples of 4, 1–3 super-blocks per row.
+/* The GGUF block quants read through f32 tiles, as ggml-common.h lays them out: weights per block,
+ * bytes per block and the byte offsets of the block's f16 scales (d; dmin / m where it has one). */
+typedef struct { kiln_wformat f; int elems, bytes, f16_at[2], n_f16; } gguf_block;
+static const gguf_block gguf_blocks[] = {
+    {KILN_WF_Q4_K, 256, 144, {0, 2}, 2}, {KILN_WF_Q5_K, 256, 176, {0, 2}, 2}, {KILN_WF_Q6_K, 256, 210, {208, 0}, 1},
+    {KILN_WF_Q2_K, 256, 84, {80, 82}, 2}, {KILN_WF_Q3_K, 256, 110, {108, 0}, 1}, {KILN_WF_IQ4_XS, 256, 136, {0, 0}, 1},
+    {KILN_WF_Q4_1, 32, 20, {0, 2}, 2},   {KILN_WF_Q5_0, 32, 22, {0, 0}, 1},     {KILN_WF_Q5_1, 32, 24, {0, 2}, 2},
+    {KILN_WF_IQ4_NL, 32, 18, {0, 0}, 1},
+};
+/* GGUF K-quants (Q2_K … Q6_K, IQ4_XS) and the blocks of 32 (Q4_1, Q5_0, Q5_1, IQ4_NL) through every
+ * ISA's path (AVX-512: its f32 GEMV for Q4_K / Q6_K at n = 1; else dequantized f32 tiles) against
+ * the scalar reference: random blocks (quant and scale bytes uniform, f16 scales small and finite),
+ * rows not multiples of 4, 1 or 3 super-blocks per row (3 or 19 blocks of 32).
  * Per element: |y − ref| ≤ 4·(cols + 16)·2^-24·Σ_c (|w_c| + max|w|)·|x_c| (float sums in any order,
  * the mins subtracted apart); NMSE ≤ 1e-9 over all. */
 static void test_kquants(void **s) {
     (void)s;
-    static const kiln_wformat fs[] = {KILN_WF_Q4_K, KILN_WF_Q5_K, KILN_WF_Q6_K};
-    static const int bb[] = {144, 176, 210};
+    const int nf = (int)(sizeof gguf_blocks / sizeof gguf_blocks[0]);
     for (int k = 0; k < 3; k++) {
         if (!kiln_cpu_supports(isas[k])) continue;
         kiln_kernels_select(isas[k]);
         double num = 0, den = 0;
-        for (int fi = 0; fi < 3; fi++)
+        for (int fi = 0; fi < nf; fi++)
             for (int64_t rows = 1; rows <= 33; rows += 16)
-                for (int64_t cols = 256; cols <= 768; cols += 512)
+                for (int64_t cols = gguf_blocks[fi].elems == 32 ? 96 : 256; cols <= 768; cols += 512) /* 96, 608 / 256, 768 */
                     for (int n = 1; n <= 17; n += 8) {
-                        kiln_weight w = {.fmt = fs[fi], .rows = rows, .cols = cols, .row_bytes = (size_t)(cols / 256 * bb[fi])};
+                        const gguf_block *gb = &gguf_blocks[fi];
+                        kiln_weight w = {.fmt = gb->f, .rows = rows, .cols = cols, .row_bytes = (size_t)(cols / gb->elems * gb->bytes)};
                         uint8_t *d = malloc(w.row_bytes * (size_t)rows);
                         assert_non_null(d);
                         for (size_t i = 0; i < w.row_bytes * (size_t)rows; i++) d[i] = (uint8_t)rnd32();
-                        for (int64_t b = 0; b < rows * cols / 256; b++) { /* small finite f16 scales */
-                            uint8_t *blk = d + (size_t)b * (size_t)bb[fi];
-                            const uint16_t h1 = (uint16_t)(0x1000 + (rnd32() & 0x3FF)), h2 = (uint16_t)(0x1000 + (rnd32() & 0x3FF));
-                            if (fs[fi] == KILN_WF_Q6_K) put16(blk + 208, h1);
-                            else { put16(blk, h1); put16(blk + 2, h2); }
-                        }
+                        for (int64_t b = 0; b < rows * cols / gb->elems; b++) /* small finite f16 scales */
+                            for (int j = 0; j < gb->n_f16; j++)
+                                put16(d + (size_t)b * (size_t)gb->bytes + gb->f16_at[j], (uint16_t)(0x1000 + (rnd32() & 0x3FF)));
                         w.data = d;
                         float *X = make_x(n, cols), *Y = malloc(sizeof(float) * (size_t)(n * rows)), *R = malloc(sizeof(float) * (size_t)(n * rows));
                         float *row = malloc(sizeof(float) * (size_t)cols);
@@ -442,7 +449,7 @@ static void test_kquants(void **s) {
                                 const double bound = 4.0 * (double)(cols + 16) * 0x1p-24 * a;
                                 if (!isfinite(Y[kk]) || fabs((double)Y[kk] - R[kk]) > bound) {
                                     fprintf(stderr, "%s %s rows %lld cols %lld n %d: y[%d][%lld] = %.9g, ref %.9g, bound %.3g\n", kiln_isa_name(isas[k]),
-                                            kiln_wformat_name(fs[fi]), (long long)rows, (long long)cols, n, i, (long long)r, Y[kk], R[kk], bound);
+                                            kiln_wformat_name(gb->f), (long long)rows, (long long)cols, n, i, (long long)r, Y[kk], R[kk], bound);
                                     fail();
                                 }
                                 num += ((double)Y[kk] - R[kk]) * ((double)Y[kk] - R[kk]);
@@ -451,7 +458,7 @@ static void test_kquants(void **s) {
                         }
                         free(d); free(X); free(Y); free(R); free(row);
                     }
-        fprintf(stderr, "%-6s k-quants NMSE %.3g (bound 1e-09)\n", kiln_isa_name(isas[k]), num / den);
+        fprintf(stderr, "%-6s GGUF block quants (%d formats) NMSE %.3g (bound 1e-09)\n", kiln_isa_name(isas[k]), nf, num / den);
         assert_true(num / den <= 1e-9);
     }
     kiln_kernels_select(KILN_ISA_AUTO);

@@ -226,7 +226,39 @@ typedef struct { kiln_weight w; void *data, *scales; } tweight;
 /* A rows × cols weight of format f (group: INT4 group or FP8 block) quantised from Gaussian values;
  * tiled = 1 lays it out in its format's tile layout (4-row tiles; Q8_0 / Q4_0 16-row interleaves)
  * where the AVX-512 kernels read it. */
+/* The GGUF block quants kiln reads through f32 tiles (no quantiser): weights per block, bytes per
+ * block, the byte offsets of the block's f16 scales (ggml-common.h's layouts). */
+typedef struct { kiln_wformat f; int elems, bytes, f16_at[2], n_f16; } gguf_block;
+static const gguf_block gguf_blocks[] = {
+    {KILN_WF_Q4_K, 256, 144, {0, 2}, 2}, {KILN_WF_Q5_K, 256, 176, {0, 2}, 2}, {KILN_WF_Q6_K, 256, 210, {208, 0}, 1},
+    {KILN_WF_Q2_K, 256, 84, {80, 82}, 2}, {KILN_WF_Q3_K, 256, 110, {108, 0}, 1}, {KILN_WF_IQ4_XS, 256, 136, {0, 0}, 1},
+    {KILN_WF_Q4_1, 32, 20, {0, 2}, 2},   {KILN_WF_Q5_0, 32, 22, {0, 0}, 1},     {KILN_WF_Q5_1, 32, 24, {0, 2}, 2},
+    {KILN_WF_IQ4_NL, 32, 18, {0, 0}, 1},
+};
+static const gguf_block *gguf_block_of(kiln_wformat f) {
+    for (size_t i = 0; i < sizeof gguf_blocks / sizeof *gguf_blocks; i++)
+        if (gguf_blocks[i].f == f) return &gguf_blocks[i];
+    return NULL;
+}
+/* A rows × cols weight of GGUF block format f: random quant and scale bytes, small finite f16 scales. */
+static tweight make_block_weight(const gguf_block *gb, int64_t rows, int64_t cols) {
+    assert_int_equal(cols % gb->elems, 0);
+    tweight t = {0};
+    t.w = (kiln_weight){.fmt = gb->f, .rows = rows, .cols = cols, .row_bytes = (size_t)(cols / gb->elems * gb->bytes)};
+    uint8_t *d = malloc(t.w.row_bytes * (size_t)rows);
+    assert_non_null(d);
+    for (size_t i = 0; i < t.w.row_bytes * (size_t)rows; i++) d[i] = (uint8_t)rnd32();
+    for (int64_t b = 0; b < rows * cols / gb->elems; b++)
+        for (int j = 0; j < gb->n_f16; j++) {
+            const uint16_t h = (uint16_t)(0x1000 + (rnd32() & 0x3FF)); /* 2^-11 .. 2^-10 */
+            memcpy(d + (size_t)b * (size_t)gb->bytes + gb->f16_at[j], &h, 2);
+        }
+    t.w.data = d;
+    t.data = d;
+    return t;
+}
 static tweight make_weight(kiln_wformat f, int64_t rows, int64_t cols, int group, int tiled) {
+    if (gguf_block_of(f)) return make_block_weight(gguf_block_of(f), rows, cols);
     float *src = malloc((size_t)rows * (size_t)cols * sizeof(float));
     assert_non_null(src);
     for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) src[i] = nrand() * 0.05f;
@@ -265,6 +297,11 @@ static const wcase wcases[] = {
     {KILN_WF_INT4_GROUP, 128, 256, 1}, {KILN_WF_Q8_0, 0, 32, 0},       {KILN_WF_Q8_0, 0, 160, 0},
     {KILN_WF_Q4_0, 0, 96, 0},        {KILN_WF_Q4_0, 0, 256, 0},        {KILN_WF_Q8_0, 0, 160, 1},
     {KILN_WF_Q4_0, 0, 256, 1},
+    /* the GGUF block quants (random blocks; f32 tiles of their reference dequantization) */
+    {KILN_WF_Q4_K, 0, 256, 0},       {KILN_WF_Q5_K, 0, 256, 0},        {KILN_WF_Q6_K, 0, 256, 0},
+    {KILN_WF_Q2_K, 0, 256, 0},       {KILN_WF_Q3_K, 0, 512, 0},        {KILN_WF_IQ4_XS, 0, 256, 0},
+    {KILN_WF_Q4_1, 0, 96, 0},        {KILN_WF_Q5_0, 0, 160, 0},        {KILN_WF_Q5_1, 0, 96, 0},
+    {KILN_WF_IQ4_NL, 0, 288, 0},
 };
 #define N_WCASES ((int)(sizeof wcases / sizeof *wcases))
 
@@ -884,8 +921,9 @@ static void test_supports(void **state) {
         for (int f = 0; f < KILN_WF_COUNT; f++) assert_true(ref_be->ops->supports(ref_be, (kiln_op)op, (kiln_wformat)f));
     for (int b = 0; b < n_bes; b++)
         for (int f = 0; f < KILN_WF_COUNT; f++) {
-            if (bes[b]->kind == KILN_BACKEND_VULKAN) { /* shaders for every format but the K-quants (host kernels) */
-                const int kq = f == KILN_WF_Q4_K || f == KILN_WF_Q5_K || f == KILN_WF_Q6_K;
+            if (bes[b]->kind == KILN_BACKEND_VULKAN) { /* shaders for every format but the GGUF block quants read through f32 tiles (host kernels) */
+                const int kq = f == KILN_WF_Q4_K || f == KILN_WF_Q5_K || f == KILN_WF_Q6_K || f == KILN_WF_Q2_K || f == KILN_WF_Q3_K ||
+                               f == KILN_WF_IQ4_XS || f == KILN_WF_Q4_1 || f == KILN_WF_Q5_0 || f == KILN_WF_Q5_1 || f == KILN_WF_IQ4_NL;
                 assert_int_equal(bes[b]->ops->supports(bes[b], KILN_OP_MATMUL, (kiln_wformat)f), !kq);
                 assert_int_equal(bes[b]->ops->supports(bes[b], KILN_OP_KV_ATTEND, (kiln_wformat)f), 0);
                 continue;

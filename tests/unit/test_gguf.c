@@ -391,9 +391,21 @@ static void test_bad_tensor_info(void **state) {
     free(b.b);
     b = (buf){0};
     header(&b, 3, 1, 0);
-    tinfo(&b, "tk", 1, (uint64_t[]){256}, 10 /* Q2_K: a ggml type kiln does not read yet */, 0);
+    tinfo(&b, "tk", 1, (uint64_t[]){256}, 16 /* IQ2_XXS: a ggml type kiln does not read */, 0);
     zeros(&b, 256);
-    expect_fail(save(&b, "q2k.gguf"), KILN_ERR_UNSUPPORTED, "tensor 'tk'", "ggml type 10");
+    expect_fail(save(&b, "iq2xxs.gguf"), KILN_ERR_UNSUPPORTED, "tensor 'tk' is IQ2_XXS", "ggml type 16");
+    free(b.b);
+    b = (buf){0};
+    header(&b, 3, 1, 0);
+    tinfo(&b, "tt", 1, (uint64_t[]){256}, 34 /* TQ1_0 */, 0);
+    zeros(&b, 256);
+    expect_fail(save(&b, "tq1.gguf"), KILN_ERR_UNSUPPORTED, "tensor 'tt' is TQ1_0", "kiln does not read");
+    free(b.b);
+    b = (buf){0};
+    header(&b, 3, 1, 0);
+    tinfo(&b, "tr", 1, (uint64_t[]){256}, 4 /* Q4_2: removed from ggml, no file holds it */, 0);
+    zeros(&b, 256);
+    expect_fail(save(&b, "q42.gguf"), KILN_ERR_FORMAT, "tensor 'tr'", "ggml type 4 at offset");
     free(b.b);
     b = (buf){0};
     header(&b, 3, 1, 0);
@@ -410,6 +422,19 @@ static void test_bad_tensor_info(void **state) {
     zeros(&b, 256);
     expect_fail(save(&b, "q8.gguf"), KILN_ERR_FORMAT, "tensor 'q8'", "block size");
     free(b.b);
+    /* so must the K-quants' and IQ4_XS's (256) and IQ4_NL's (32) */
+    static const struct { uint32_t type; uint64_t ne0; const char *name; } rows[] = {
+        {10, 128, "q2_k block size 256"}, {11, 384, "q3_k block size 256"}, {23, 32, "iq4_xs block size 256"},
+        {20, 48, "iq4_nl block size 32"}, {3, 16, "q4_1 block size 32"}, {6, 40, "q5_0 block size 32"}, {7, 8, "q5_1 block size 32"}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        b = (buf){0};
+        header(&b, 3, 1, 0);
+        tinfo(&b, "kq", 1, (uint64_t[]){rows[i].ne0}, rows[i].type, 0);
+        pad(&b, 32);
+        zeros(&b, 1024);
+        expect_fail(save(&b, "kq.gguf"), KILN_ERR_FORMAT, "tensor 'kq'", rows[i].name);
+        free(b.b);
+    }
     /* zero-sized dimension */
     b = (buf){0};
     header(&b, 3, 1, 0);
