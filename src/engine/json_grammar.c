@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { N_ANY, N_OBJ, N_ARR, N_STR, N_INT, N_NUM, N_LIT };
+enum { N_ANY, N_OBJ, N_ARR, N_STR, N_INT, N_NUM, N_LIT, N_UNION };
 typedef struct kiln_jg_node {
     int type;
     /* N_OBJ: properties in order (n_props 0 and generic = 1: any object) */
@@ -27,6 +27,9 @@ typedef struct kiln_jg_node {
     int n_opts;
     char **opts;
     size_t *opt_len;
+    /* N_UNION (tool_choice "required"): {"name":"N_i","arguments":A_i} — `keys` holds one N_LIT of
+     * the alternatives' prefixes {"name":"N_i","arguments": (prefix-free: a name ends at its
+     * quote), `props` the alternatives' argument schemas A_i, n_props their count */
 } kiln_jg_node;
 
 struct kiln_jg {
@@ -35,7 +38,7 @@ struct kiln_jg {
     int n_all, cap_all;
 };
 
-enum { K_VALUE, K_OBJ, K_GOBJ, K_ARR, K_STR, K_NUM, K_LIT };
+enum { K_VALUE, K_OBJ, K_GOBJ, K_ARR, K_STR, K_NUM, K_LIT, K_UNION };
 enum { ACCEPT = 1, PASS = 2 };
 #define MAX_DIGITS 15
 
@@ -215,6 +218,63 @@ kiln_status kiln_jg_compile(const char *schema_json, kiln_jg **out) {
     return KILN_OK;
 }
 
+kiln_status kiln_jg_compile_tools(const char *tools_json, int single, kiln_jg **out) {
+    *out = NULL;
+    json_error_t je;
+    json_t *tools = json_loads(tools_json, 0, &je);
+    if (!json_is_array(tools) || json_array_size(tools) == 0 || json_array_size(tools) > 64) {
+        json_decref(tools);
+        return kiln_fail(KILN_ERR_INVALID_ARG, "tools: %s", tools ? "1 to 64 functions are needed for a constrained choice" : je.text);
+    }
+    kiln_jg *g = calloc(1, sizeof *g);
+    kiln_jg_node *arr = g ? node_new(g, N_ARR) : NULL, *un = arr ? node_new(g, N_UNION) : NULL, *lit = un ? node_new(g, N_LIT) : NULL;
+    const size_t n = json_array_size(tools);
+    if (lit) {
+        un->keys = calloc(1, sizeof *un->keys);
+        un->props = calloc(n, sizeof *un->props);
+    }
+    if (!lit || !un->keys || !un->props) {
+        json_decref(tools);
+        kiln_jg_free(g);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    }
+    un->keys[0] = lit;
+    un->n_props = (int)n;
+    kiln_status st = KILN_OK;
+    for (size_t i = 0; i < n && st == KILN_OK; i++) {
+        json_t *f = json_object_get(json_array_get(tools, i), "function");
+        const char *name = json_string_value(json_object_get(f, "name"));
+        json_t *pa = json_object_get(f, "parameters");
+        char path[96], *prefix = NULL;
+        snprintf(path, sizeof path, "tools[%zu].function.parameters", i);
+        json_t *nm = json_string(name ? name : "");
+        char *q = json_dumps(nm, JSON_ENCODE_ANY | JSON_COMPACT);
+        json_decref(nm);
+        if (q && asprintf(&prefix, "{\"name\":%s,\"arguments\":", q) < 0) prefix = NULL;
+        free(q);
+        if (!prefix || lit_add(lit, prefix, strlen(prefix)) != 0) st = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        free(prefix);
+        if (st != KILN_OK) break;
+        if (pa && json_is_object(pa) && json_object_size(pa) > 0) {
+            un->props[i] = compile(g, pa, path, 2);
+            if (!un->props[i]) st = KILN_ERR_INVALID_ARG;
+        } else if ((un->props[i] = node_new(g, N_OBJ))) {
+            un->props[i]->generic = 1; /* no parameters: any object */
+        } else st = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    }
+    json_decref(tools);
+    if (st != KILN_OK) {
+        kiln_jg_free(g);
+        return st;
+    }
+    arr->items = un;
+    arr->min_items = 1;
+    if (single) arr->max_items = 1;
+    g->root = arr;
+    *out = g;
+    return KILN_OK;
+}
+
 /* ---- the parser ------------------------------------------------------------------------------------------ */
 static kiln_jg_frame *push(kiln_jg_state *st, int kind, const kiln_jg_node *n) {
     if (st->depth >= KILN_JG_DEPTH) return NULL;
@@ -249,6 +309,17 @@ static int finish(kiln_jg_state *st) {
     case K_ARR:
         p->count++;
         p->phase = 2;
+        return 1;
+    case K_UNION:
+        if (p->phase == 0) { /* the prefix literal matched exactly one alternative (prefix-free) */
+            const uint64_t alive = st->f[st->depth].alive; /* the popped literal frame */
+            int k = 0;
+            while (k < 63 && !(alive >> k & 1)) k++;
+            p->count = (uint32_t)k;
+            p->phase = 1;
+            return push(st, K_VALUE, p->node->props[k]) != NULL;
+        }
+        p->phase = 2; /* its arguments done → '}' */
         return 1;
     default: return 0;
     }
@@ -298,9 +369,18 @@ static int step(kiln_jg_state *st, unsigned char c) {
             f->pos = 0;
             f->alive = t->n_opts >= 64 ? ~0ull : (1ull << t->n_opts) - 1;
             return step(st, c);
+        case N_UNION:
+            f->kind = K_UNION;
+            f->node = t;
+            f->phase = 0;
+            if (!push(st, K_LIT, t->keys[0])) return 0;
+            return step(st, c);
         }
         return 0;
     }
+    case K_UNION:
+        if (f->phase == 2 && c == '}') return finish(st) ? ACCEPT : 0;
+        return 0;
     case K_OBJ:
         if (f->phase == 0) { /* the next key literal (its leading ',' included) */
             if (!push(st, K_LIT, n->keys[f->count])) return 0;

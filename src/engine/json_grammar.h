@@ -35,6 +35,11 @@ typedef struct kiln_jg_state {
 
 /* schema_json: a JSON Schema (json_schema), or NULL for json_object. Errors name the schema path. */
 kiln_status kiln_jg_compile(const char *schema_json, kiln_jg **out);
+/* tool_choice "required" (vLLM's form): a JSON array of at least one (exactly one when single)
+ * {"name": NAME, "arguments": ARGS} whose NAME is one of the request's tools (tools_json: its
+ * "tools" array, at most 64) and ARGS a document of that tool's parameters schema (any object when
+ * it has none). Errors name tools[i].function.parameters. */
+kiln_status kiln_jg_compile_tools(const char *tools_json, int single, kiln_jg **out);
 void kiln_jg_free(kiln_jg *g);
 void kiln_jg_start(const kiln_jg *g, kiln_jg_state *st);
 /* Feeds bytes; returns 1 while the text so far is a prefix of a valid document, 0 once it cannot be

@@ -356,10 +356,20 @@ static int parse_tools(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_e
     int b, present;
     if (!opt_bool(o, "parallel_tool_calls", &b, &present, err)) return 0;
     if (present) p->parallel_tools = b;
+    if (t && p->tool_choice == KILN_TOOL_CHOICE_REQUIRED) { /* vLLM's form: a JSON list of calls, decoded under the tools' schemas */
+        char *tj = json_dumps(t, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        kiln_jg *g = NULL;
+        kiln_status gst = tj ? kiln_jg_compile_tools(tj, !p->parallel_tools, &g) : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        free(tj);
+        kiln_jg_free(g);
+        if (gst != KILN_OK) return BADC("tool_choice", "invalid_value", "'tool_choice' \"required\": %s", kiln_last_error());
+        p->tool_json = 2;
+    }
     if (t && !s->has_template && p->tool_choice != KILN_TOOL_CHOICE_NONE)
         return BADC("tools", "unsupported_parameter", "this model has no chat template, so 'tools' cannot be shown to it");
     p->tools = t ? json_incref(t) : NULL;
     p->tool_parser = t && p->tool_choice != KILN_TOOL_CHOICE_NONE && s->has_template && !p->tool_json ? s->tool_parser : KILN_TOOLS_NONE;
+    if (p->tool_json == 2) p->json_mode = 0; /* its own grammar (server.c), not response_format's */
     return 1;
 }
 
@@ -371,7 +381,8 @@ static int parse_response_format(json_t *o, kiln_oai_params *p, kiln_oai_error *
     if (!v || json_is_null(v)) return 1;
     json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
     if (p->tool_json && !(json_is_string(t) && strcmp(json_string_value(t), "text") == 0))
-        return BADC("response_format", "invalid_value", "'response_format' cannot be combined with 'tool_choice' naming a function (its arguments are the output)");
+        return BADC("response_format", "invalid_value", "'response_format' cannot be combined with 'tool_choice' %s (the calls are the output)",
+                    p->tool_json == 1 ? "naming a function" : "\"required\"");
     const char *ty = json_string_value(t);
     if (!ty) return BAD("response_format", "'response_format' must be an object with a type");
     if (strcmp(ty, "text") == 0) return 1;

@@ -71,6 +71,8 @@ typedef struct choice {
     int think_closed;
     char tool_id[48];         /* tool_choice naming a function: the call's id */
     int tool_started;         /* streaming: the call's first delta (id, type, name) was sent */
+    kiln_sbuf tool_text;      /* tool_choice "required", streamed: the output until it is whole */
+    int n_calls;              /* tool_choice "required": calls read from the output */
 } choice;
 
 /* Every open connection (MHD_OPTION_NOTIFY_CONNECTION's socket context), in s->socks. */
@@ -271,6 +273,7 @@ static void conn_unref(conn *c) {
         kiln_detok_free(&h->dt);
         json_decref(h->lp);
         if (h->co_on) kiln_chat_out_free(&h->co);
+        kiln_sbuf_free(&h->tool_text);
     }
     if (gone) atomic_fetch_add(&c->s->disconnects, 1);
     if (c->in_flight) atomic_fetch_sub(&c->s->in_flight, 1);
@@ -549,10 +552,35 @@ static json_t *usage_json(conn *c) {
                      "reasoning_tokens", reasoning);
 }
 
+/* tool_choice "required": the output [{"name", "arguments"}, ...] (whole, as the grammar made it)
+ * as OpenAI tool_calls with CSPRNG ids; NULL when it is not (cut short by max_tokens). */
+static json_t *required_calls(choice *h, const char *text, size_t n) {
+    json_error_t je;
+    json_t *arr = json_loadb(text, n, 0, &je), *calls = NULL;
+    if (json_is_array(arr) && json_array_size(arr) > 0) {
+        calls = json_array();
+        size_t i;
+        json_t *e;
+        json_array_foreach(arr, i, e) {
+            char id[48];
+            memcpy(id, "chatcmpl-tool-", 14);
+            kiln_random_hex(id + 14, 16);
+            char *args = json_dumps(json_object_get(e, "arguments"), JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+            json_array_append_new(calls, json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", (int)i, "id", id, "type", "function", "function", "name",
+                                                   json_string_value(json_object_get(e, "name")), "arguments", args ? args : "{}"));
+            free(args);
+        }
+        h->n_calls = (int)json_array_size(calls);
+    }
+    json_decref(arr);
+    return calls;
+}
+
 /* finish_reason of choice h: "tool_calls" when calls were parsed, unless tool_choice named the
  * function (vLLM answers those "stop"). */
 static const char *finish_of(conn *c, choice *h) {
     if (h->co_on && json_array_size(h->co.calls) > 0 && c->p.tool_choice != KILN_TOOL_CHOICE_NAMED) return "tool_calls";
+    if (c->p.tool_json == 2 && h->n_calls > 0) return "tool_calls";
     return h->finish;
 }
 
@@ -665,6 +693,14 @@ static enum MHD_Result run_blocking(conn *c) {
             json_t *rc = kiln_chat_out_reasoning(&h->co);
             if (rc) json_object_set_new(msg, "reasoning_content", rc);
             if (json_array_size(h->co.calls)) json_object_set(msg, "tool_calls", h->co.calls);
+            json_object_set_new(ch, "message", msg);
+        } else if (c->p.chat && c->p.tool_json == 2) { /* "required": the calls the grammar made */
+            json_t *calls = required_calls(h, text.p ? text.p : "", text.len);
+            json_t *msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", calls ? json_null() : json_stringn(text.p ? text.p : "", text.len), "refusal");
+            if (calls) {
+                for (size_t k = 0; k < json_array_size(calls); k++) json_object_del(json_array_get(calls, k), "index");
+                json_object_set_new(msg, "tool_calls", calls);
+            }
             json_object_set_new(ch, "message", msg);
         } else if (c->p.chat && c->p.tool_json) { /* the named function's arguments, as one call (vLLM, OpenAI) */
             json_t *call = json_pack("{s:s,s:s,s:{s:s,s:o}}", "id", h->tool_id, "type", "function", "function", "name", c->p.tool_name, "arguments",
@@ -807,6 +843,7 @@ static void emit_event(conn *c, int index, choice *h, json_t *lp) {
     kiln_detok_take(&h->dt, 0, &text);
     if (c->anthropic) anthropic_split(c, h, text.p ? text.p : "", text.len, 0);
     else if (h->co_on) emit_split(c, index, h, text.p ? text.p : "", text.len, 0, lp);
+    else if (c->p.tool_json == 2 && c->p.chat) kiln_sbuf_put(&h->tool_text, text.p ? text.p : "", text.len); /* sent whole at the end */
     else if (c->p.tool_json && c->p.chat) emit_tool_args(c, index, h, text.p ? text.p : "", text.len, lp);
     else if (text.len || lp) sse(c, chunk(c, index, text.p ? text.p : "", text.len, lp, NULL, 0));
     kiln_sbuf_free(&text);
@@ -866,6 +903,14 @@ static int stream_produce(conn *c) {
         kiln_sbuf text = {0};
         kiln_detok_take(&h->dt, 1, &text);
         if (h->co_on) emit_split(c, i, h, text.p ? text.p : "", text.len, 1, NULL);
+        else if (c->p.tool_json == 2 && c->p.chat) { /* "required": every call in one delta, once the list is whole */
+            kiln_sbuf_put(&h->tool_text, text.p ? text.p : "", text.len);
+            json_t *calls = required_calls(h, h->tool_text.p ? h->tool_text.p : "", h->tool_text.len);
+            json_t *j = chunk(c, i, calls ? NULL : (h->tool_text.p ? h->tool_text.p : ""), calls ? 0 : h->tool_text.len, NULL, NULL, 0);
+            if (calls) json_object_set_new(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta"), "tool_calls", calls);
+            sse(c, j);
+            kiln_sbuf_free(&h->tool_text);
+        }
         else if (c->p.tool_json && c->p.chat) emit_tool_args(c, i, h, text.p ? text.p : "", text.len, NULL);
         else if (text.len) sse(c, chunk(c, i, text.p, text.len, NULL, NULL, 0));
         kiln_sbuf_free(&text);
@@ -956,6 +1001,14 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
         if (c->p.tool_json) { /* ids as the tool-call parsers make them: CSPRNG hex */
             memcpy(h->tool_id, "chatcmpl-tool-", 14);
             kiln_random_hex(h->tool_id + 14, 16);
+        }
+        if (c->p.tool_json == 2) { /* tool_choice "required": the calls' grammar (engine/json_grammar.h) */
+            kiln_jg *g = NULL;
+            char *tj = json_dumps(c->p.tools, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            kiln_status gst = tj ? kiln_jg_compile_tools(tj, !c->p.parallel_tools, &g) : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+            free(tj);
+            if (gst == KILN_OK) gst = kiln_req_set_grammar(h->r, g);
+            if (gst != KILN_OK) { c->n_ch = i + 1; return fail(c, 500, "server_error", NULL, NULL, kiln_last_error()); }
         }
         if (c->p.json_mode) { /* structured output: each choice its own grammar state */
             kiln_jg *g = NULL;

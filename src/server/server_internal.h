@@ -86,8 +86,10 @@ typedef struct kiln_oai_params {
     json_t *tools;            /* the request's "tools" (a reference), NULL when none */
     int tool_choice;          /* KILN_TOOL_CHOICE_* */
     char *tool_name;          /* tool_choice naming a function */
-    int tool_json;            /* tool_choice naming a function: the output is its arguments, decoded
-                                 under its parameters schema (json_mode / schema), sent as one call */
+    int tool_json;            /* 1: tool_choice naming a function: the output is its arguments, decoded
+                                 under its parameters schema (json_mode / schema), sent as one call;
+                                 2: tool_choice "required": the output is [{"name", "arguments"}, ...]
+                                 under kiln_jg_compile_tools' grammar, sent as the calls */
     int parallel_tools;       /* parallel_tool_calls (default 1) */
     kiln_tool_parser tool_parser;          /* for this request: NONE when no tools / "none" / no parser */
     kiln_reasoning_parser reasoning;       /* for this request: NONE when thinking is turned off */

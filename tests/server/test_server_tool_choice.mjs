@@ -6,6 +6,9 @@
 // arguments validate against the schema with ajv (an independent validator), content is null,
 // finish_reason "stop" (OpenAI's, for a forced function); streamed, the client's assembled call
 // equals the non-streamed one of the same seed. A function without parameters gets any JSON object.
+// "required" (vLLM's form): the output is a JSON list [{"name", "arguments"}] under a grammar whose
+// names are the declared functions and whose arguments follow the chosen function's schema; the
+// answer carries those calls (finish_reason "tool_calls"), streamed as one tool_calls delta.
 // A schema kiln cannot decode under, and response_format next to a named function, are 400s naming
 // the parameter.
 import test from 'node:test';
@@ -94,10 +97,52 @@ test('a named function without parameters: a JSON object (json_object mode)', as
   } else assert.equal(r.choices[0].finish_reason, 'length');
 });
 
+test('"required": a list of calls of the declared functions, their arguments of each schema', async () => {
+  const byName = { get_weather: validate };
+  let multi = 0, whole = 0;
+  for (let seed = 1; seed <= 15; seed++) {
+    const r = await ai.chat.completions.create(ask({ seed, tool_choice: 'required', max_tokens: 200 }));
+    const c = r.choices[0];
+    if (c.finish_reason === 'length') continue; // a random model's "ping" object may not close in time
+    assert.equal(c.finish_reason, 'tool_calls');
+    whole++;
+    assert.equal(c.message.content, null);
+    assert.ok(c.message.tool_calls.length >= 1);
+    multi += c.message.tool_calls.length > 1;
+    for (const call of c.message.tool_calls) {
+      assert.ok(['get_weather', 'ping'].includes(call.function.name), call.function.name);
+      assert.match(call.id, /^chatcmpl-tool-[0-9a-f]{32}$/);
+      const args = JSON.parse(call.function.arguments);
+      if (byName[call.function.name]) assert.ok(byName[call.function.name](args), `seed ${seed}: ${call.function.arguments}`);
+      else assert.ok(args && typeof args === 'object' && !Array.isArray(args));
+    }
+  }
+  assert.ok(whole >= 5, `${whole} of 15 seeds gave whole call lists`);
+  console.log(`# required: ${whole} of 15 seeds whole (${multi} with several calls)`);
+  // parallel_tool_calls false: exactly one call; streamed, the client gets the same calls
+  const one = await ai.chat.completions.create(ask({ seed: 3, tool_choice: 'required', parallel_tool_calls: false,
+    tools: [TOOLS[0]], max_tokens: 200 }));
+  assert.equal(one.choices[0].message.tool_calls.length, 1);
+  assert.ok(validate(JSON.parse(one.choices[0].message.tool_calls[0].function.arguments)));
+  const calls = [];
+  let finish = null;
+  for await (const ch of await ai.chat.completions.create(ask({ seed: 3, stream: true, tool_choice: 'required', parallel_tool_calls: false,
+    tools: [TOOLS[0]], max_tokens: 200 }))) {
+    const c = ch.choices[0];
+    if (!c) continue;
+    for (const tc of c.delta.tool_calls || []) calls[tc.index] = { name: tc.function.name, arguments: tc.function.arguments };
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  assert.equal(finish, 'tool_calls');
+  assert.deepEqual(calls, [{ name: 'get_weather', arguments: one.choices[0].message.tool_calls[0].function.arguments }]);
+});
+
 test('400s: a schema kiln cannot decode under; response_format with a named function', async () => {
   const bad = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { anyOf: [{ type: 'string' }, { type: 'integer' }] } } } } }];
   await assert.rejects(ai.chat.completions.create(ask({ tools: bad, tool_choice: { type: 'function', function: { name: 'f' } } })),
     (e) => e.status === 400 && e.param === 'tool_choice' && /parameters/.test(e.message) && /anyOf/.test(e.message));
   await assert.rejects(ai.chat.completions.create(ask({ tool_choice: { type: 'function', function: { name: 'get_weather' } }, response_format: { type: 'json_object' } })),
     (e) => e.status === 400 && e.param === 'response_format');
+  await assert.rejects(ai.chat.completions.create(ask({ tools: bad, tool_choice: 'required' })),
+    (e) => e.status === 400 && e.param === 'tool_choice' && /tools\[0\]\.function\.parameters/.test(e.message));
 });
