@@ -94,7 +94,34 @@ static void test_refusals(void **state) {
     assert_null(g);
 }
 
+/* tool_choice "required": [{"name": N, "arguments": A}] with A following N's schema. */
+static void test_tools_union(void **state) {
+    (void)state;
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                        "{\"x\":{\"type\":\"integer\"}}}}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"ab\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                        "{\"s\":{\"type\":\"string\",\"maxLength\":3}}}}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"free\"}}]";
+    kiln_jg *g;
+    assert_int_equal(kiln_jg_compile_tools(tools, 0, &g), KILN_OK);
+    accepts(g, "[{\"name\":\"a\",\"arguments\":{\"x\":5}}]");
+    accepts(g, "[{\"name\":\"ab\",\"arguments\":{\"s\":\"hey\"}},{\"name\":\"a\",\"arguments\":{\"x\":-1}}]");
+    accepts(g, "[{\"name\":\"free\",\"arguments\":{\"anything\":[1,{}]}}]");
+    refuses(g, "[]");                                                  /* at least one call */
+    refuses(g, "[{\"name\":\"a\",\"arguments\":{\"s\":\"hey\"}}]");     /* a's arguments, not ab's */
+    refuses(g, "[{\"name\":\"ab\",\"arguments\":{\"x\":5}}]");           /* and the other way round */
+    refuses(g, "[{\"name\":\"b\",\"arguments\":{}}]");                    /* no such function */
+    refuses(g, "[{\"name\":\"ab\",\"arguments\":{\"s\":\"toolong\"}}]"); /* maxLength of ab's s */
+    kiln_jg_free(g);
+    assert_int_equal(kiln_jg_compile_tools(tools, 1, &g), KILN_OK);   /* parallel_tool_calls false */
+    accepts(g, "[{\"name\":\"a\",\"arguments\":{\"x\":5}}]");
+    refuses(g, "[{\"name\":\"a\",\"arguments\":{\"x\":5}},{\"name\":\"a\",\"arguments\":{\"x\":6}}]");
+    kiln_jg_free(g);
+    assert_int_not_equal(kiln_jg_compile_tools("[]", 0, &g), KILN_OK);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_json_object), cmocka_unit_test(test_schema), cmocka_unit_test(test_refusals)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_json_object), cmocka_unit_test(test_schema), cmocka_unit_test(test_refusals),
+                                       cmocka_unit_test(test_tools_union)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
