@@ -194,44 +194,53 @@ static const char *key_of(meta *M, const char *suffix) {
     return M->key;
 }
 
-/* An unsigned integer key `arch.suffix` in [lo, hi]; absent: def (or an error when required).
- * *present (may be NULL) says whether it was there. */
-static kiln_status meta_uint(meta *M, const char *suffix, int required, uint64_t lo, uint64_t hi, uint64_t def, uint64_t *v, int *present) {
+/* Looks `arch.suffix` up: 1 with its type when present; 0 when absent, *st then an error naming
+ * the key if it is required (else KILN_OK). *present (may be NULL) says which. */
+static int find_key(meta *M, const char *suffix, int required, kiln_gguf_type *t, int *present, kiln_status *st) {
     const char *key = key_of(M, suffix);
-    kiln_gguf_type t;
+    *st = KILN_OK;
     if (present) *present = 0;
-    if (kiln_gguf_key_type(M->g, key, &t) != 0) {
-        if (required) return kiln_fail(KILN_ERR_FORMAT, "%s: required metadata key '%s' is missing", M->file, key);
-        *v = def;
-        return KILN_OK;
+    if (kiln_gguf_key_type(M->g, key, t) == 0) {
+        if (present) *present = 1;
+        return 1;
     }
+    if (required) *st = kiln_fail(KILN_ERR_FORMAT, "%s: required metadata key '%s' is missing", M->file, key);
+    return 0;
+}
+
+/* An unsigned integer key `arch.suffix` in [lo, hi]; absent: def (or an error when required). */
+static kiln_status meta_uint(meta *M, const char *suffix, int required, uint64_t lo, uint64_t hi, uint64_t def, uint64_t *v, int *present) {
+    kiln_gguf_type t;
+    kiln_status st;
+    if (!find_key(M, suffix, required, &t, present, &st)) {
+        *v = def;
+        return st;
+    }
+    const char *key = M->key;
     if (t == KILN_GGUF_STRING || t == KILN_GGUF_ARRAY || t == KILN_GGUF_BOOL || t == KILN_GGUF_F32 || t == KILN_GGUF_F64)
         return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s' is of type %s; an unsigned integer is expected", M->file, key, type_name(t));
     if (kiln_gguf_get_u64(M->g, key, v) != 0) return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s' is negative", M->file, key);
     if (*v < lo || *v > hi)
         return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s' = %llu is out of range [%llu, %llu]", M->file, key, (unsigned long long)*v,
                          (unsigned long long)lo, (unsigned long long)hi);
-    if (present) *present = 1;
     return KILN_OK;
 }
 
 /* A finite number key (f32, f64 or an integer) in [lo, hi]; absent: def or an error. */
 static kiln_status meta_num(meta *M, const char *suffix, int required, double lo, double hi, double def, double *v, int *present) {
-    const char *key = key_of(M, suffix);
     kiln_gguf_type t;
-    if (present) *present = 0;
-    if (kiln_gguf_key_type(M->g, key, &t) != 0) {
-        if (required) return kiln_fail(KILN_ERR_FORMAT, "%s: required metadata key '%s' is missing", M->file, key);
+    kiln_status st;
+    if (!find_key(M, suffix, required, &t, present, &st)) {
         *v = def;
-        return KILN_OK;
+        return st;
     }
+    const char *key = M->key;
     float f;
     if (t == KILN_GGUF_STRING || t == KILN_GGUF_ARRAY || t == KILN_GGUF_BOOL || kiln_gguf_get_f32(M->g, key, &f) != 0)
         return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s' is of type %s; a number is expected", M->file, key, type_name(t));
     if (!isfinite(f) || f < lo || f > hi)
         return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s' = %g is out of range [%g, %g]", M->file, key, (double)f, lo, hi);
     *v = f;
-    if (present) *present = 1;
     return KILN_OK;
 }
 

@@ -22,19 +22,12 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import gguf_edit  # noqa: E402
+from kiln_cli import run  # noqa: E402
 
-KILN = os.environ.get("KILN", "./kiln")
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 F32, F16, Q8_0, BF16 = 0, 1, 8, 30
 
 
-def run(*args, ok=True):
-    p = subprocess.run([KILN, *args], capture_output=True, text=True)
-    if ok and p.returncode != 0:
-        sys.exit(f"kiln {' '.join(args)} failed: {p.stderr}")
-    if not ok and p.returncode == 0:
-        sys.exit(f"kiln {' '.join(args)} succeeded but should have failed")
-    return p
 
 
 def read_gguf(path):

@@ -9,25 +9,18 @@
   for k = 1 and 3, including glm_moe_dsa (sparse attention; its MTP layer runs its own indexer) and a
   BF16 KV cache; sampling with a seed runs.
 - A model without an MTP layer is refused naming the reason."""
-import os, subprocess, sys, tempfile
+import os, sys, tempfile
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import ref_mtp  # noqa: E402
+from kiln_cli import run  # noqa: E402
 
-KILN = os.environ.get("KILN", "./kiln")
 PROMPT = [3, 17, 42, 8, 99, 5, 61, 23, 77, 14, 250, 1]
 
 
-def run(*args, ok=True):
-    p = subprocess.run([KILN, *args], capture_output=True, text=True)
-    if ok and p.returncode != 0:
-        sys.exit(f"kiln {' '.join(args)} failed: {p.stderr}")
-    if not ok and p.returncode == 0:
-        sys.exit(f"kiln {' '.join(args)} succeeded but should have failed")
-    return p
 
 
 def generated(p):

@@ -3,6 +3,7 @@
 // Environment: KILN (the binary), SHARED (shared data; models/stories260K), KILN_SERVE_DEVICE (a
 // --device for every server started here: test_server_vulkan.sh runs suites with `vulkan`).
 import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
 
@@ -99,4 +100,17 @@ export async function raw(srv, pathname, { method = 'POST', body, headers = {} }
   let json = null;
   try { json = JSON.parse(text); } catch { /* not JSON */ }
   return { status: res.status, headers: res.headers, text, json };
+}
+
+// A random-weight llama (kiln mkmodel) with a real tokenizer's files (tokenizer.json and
+// tokenizer_config.json from tokDir) and, when given, a chat template file as chat_template.jinja:
+// the server tests' models that read and write a family's real formats.
+export function makeTokenizerModel(dir, name, tokDir, template = null, vocab = 129280) {
+  const m = path.join(dir, name);
+  const mk = spawnSync(KILN, ['mkmodel', '--arch', 'llama', '--dim', '32', '--ffn', '64', '--layers', '1', '--heads', '2', '--kv-heads', '1',
+    '--vocab', String(vocab), '--seq', '2048', m], { encoding: 'utf8' });
+  if (mk.status !== 0) throw new Error('kiln mkmodel failed: ' + mk.stderr);
+  for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(tokDir, f), path.join(m, f));
+  if (template) fs.copyFileSync(template, path.join(m, 'chat_template.jinja'));
+  return m;
 }

@@ -16,18 +16,12 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { spawnSync } from 'node:child_process';
 import Ajv from 'ajv';
-import { startServer, client, KILN, SHARED } from './lib.mjs';
+import { startServer, client, makeTokenizerModel, SHARED } from './lib.mjs';
 
 const TOK = path.join(SHARED, 'tokenizers', 'deepseek-v3');
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-toolchoice-'));
-const model = path.join(dir, 'glm');
-const mk = spawnSync(KILN, ['mkmodel', '--arch', 'llama', '--dim', '32', '--ffn', '64', '--layers', '1', '--heads', '2', '--kv-heads', '1',
-  '--vocab', '129280', '--seq', '2048', model], { encoding: 'utf8' });
-assert.equal(mk.status, 0, mk.stderr);
-for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(TOK, f), path.join(model, f));
-fs.copyFileSync(path.join(SHARED, 'tokenizers', 'templates', 'glm-4.6.jinja'), path.join(model, 'chat_template.jinja'));
+const model = makeTokenizerModel(dir, 'glm', TOK, path.join(SHARED, 'tokenizers', 'templates', 'glm-4.6.jinja'));
 const srv = await startServer(['--model-name', 'glm'], { model });
 const ai = client(srv);
 test.after(async () => { assert.equal(await srv.stop(), 0); fs.rmSync(dir, { recursive: true }); });

@@ -23,7 +23,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { Tokenizer } from '@huggingface/tokenizers';
-import { startServer, client, raw, KILN, SHARED } from './lib.mjs';
+import { startServer, client, raw, makeTokenizerModel, SHARED } from './lib.mjs';
 
 const TOK = path.join(SHARED, 'tokenizers', 'deepseek-v3');
 const TPL = path.join(SHARED, 'tokenizers', 'templates');
@@ -33,15 +33,7 @@ if (!fs.existsSync(path.join(TOK, 'tokenizer.json')) || !fs.existsSync(path.join
 }
 const PY = process.env.PY || '/usr/bin/python3';
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-tools-'));
-function makeModel(name, template) {
-  const m = path.join(dir, name);
-  const mk = spawnSync(KILN, ['mkmodel', '--arch', 'llama', '--dim', '32', '--ffn', '64', '--layers', '1', '--heads', '2', '--kv-heads', '1',
-    '--vocab', '129280', '--seq', '2048', m], { encoding: 'utf8' });
-  assert.equal(mk.status, 0, mk.stderr);
-  for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(TOK, f), path.join(m, f));
-  fs.copyFileSync(path.join(TPL, template), path.join(m, 'chat_template.jinja'));
-  return m;
-}
+const makeModel = (name, template) => makeTokenizerModel(dir, name, TOK, path.join(TPL, template));
 const glm = makeModel('glm', 'glm-4.6.jinja');
 const kimi = makeModel('kimi', 'kimi-k2.jinja');
 const cfg = JSON.parse(fs.readFileSync(path.join(TOK, 'tokenizer_config.json'), 'utf8'));

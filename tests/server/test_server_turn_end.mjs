@@ -11,22 +11,13 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { spawnSync } from 'node:child_process';
-import { startServer, client, KILN, SHARED } from './lib.mjs';
+import { startServer, client, makeTokenizerModel, SHARED } from './lib.mjs';
 
 const TOK = path.join(SHARED, 'tokenizers', 'deepseek-v3');
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln_turn_'));
 test.after(() => fs.rmSync(dir, { recursive: true, force: true }));
 
-function makeModel(name, template) {
-  const m = path.join(dir, name);
-  const mk = spawnSync(KILN, ['mkmodel', '--arch', 'llama', '--dim', '32', '--ffn', '64', '--layers', '1', '--heads', '2', '--kv-heads', '1',
-    '--vocab', '129280', '--seq', '2048', m], { encoding: 'utf8' });
-  assert.equal(mk.status, 0, mk.stderr);
-  for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(TOK, f), path.join(m, f));
-  if (template) fs.copyFileSync(path.join(SHARED, 'tokenizers', 'templates', template), path.join(m, 'chat_template.jinja'));
-  return m;
-}
+const makeModel = (name, template) => makeTokenizerModel(dir, name, TOK, template && path.join(SHARED, 'tokenizers', 'templates', template));
 
 test('DeepSeek-V3 template: <｜end▁of▁sentence｜> ends the answer', async () => {
   const m = makeModel('ds', null);
