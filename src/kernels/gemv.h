@@ -23,9 +23,9 @@ typedef enum kiln_wformat {
                            w = (q - 8) × scale; group = block (32 or 128) */
     KILN_WF_Q8_0,       /* GGUF blocks of 32 along cols (scales inside the data) */
     KILN_WF_Q4_0,
-    KILN_WF_Q4_K,       /* GGUF K-quant super-blocks of 256 along cols (quant/dtype.h): computed through */
-    KILN_WF_Q5_K,       /* f32 tiles of their reference dequantization (the driver's GEMM for every n; */
-    KILN_WF_Q6_K,       /* no direct SIMD kernel yet) */
+    KILN_WF_Q4_K,       /* GGUF K-quant super-blocks of 256 along cols (quant/dtype.h), multiplied by */
+    KILN_WF_Q5_K,       /* int8 dots on x quantized per super-block (kiln_quant_x256; gemv_avx512.c */
+    KILN_WF_Q6_K,       /* "GGUF K-quants") */
     KILN_WF_COUNT
 } kiln_wformat;
 
@@ -173,7 +173,7 @@ void kiln_matmul_rows(const kiln_weight *w, const float *X, float *Y, int n, int
 
 /* Whether kiln_matmul has a SIMD kernel for this weight under the current ISA (otherwise it runs
  * the scalar reference: slow but correct). SIMD kernels need: INT4 group % 32 == 0 and group
- * dividing 128 or a multiple of 128; FP8 any block; Q8_0/Q4_0 cols % 32 == 0. */
+ * dividing 128 or a multiple of 128; FP8 any block; Q8_0/Q4_0 cols % 32 == 0; K-quants cols % 256 == 0. */
 int kiln_matmul_is_fast(const kiln_weight *w);
 
 /* x[i] *= a (dispatched like kiln_dot_f32). */
