@@ -71,6 +71,9 @@ typedef struct kiln_weight {
  * (the model's layout ISA, chosen when it is loaded) read the layout directly (kiln_weight_prefers_tiled); every other path, the scalar
  * reference included, reads a tiled weight correctly through kiln_weight_row_gather. */
 int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa);
+/* Whether w, in checkpoint layout, is read faster from an owned copy (huge pages) than from the file
+ * mapping under `isa`'s kernels, with no change of layout (the K-quants; tile.c says why). */
+int kiln_weight_prefers_owned(const kiln_weight *w, kiln_isa isa);
 /* Rows of one tile group of w's format (16 for Q8_0 / Q4_0, else 4): kiln_weight_tile leaves a weight
  * with fewer rows untiled. */
 int kiln_weight_tile_rows(const kiln_weight *w);
