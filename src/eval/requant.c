@@ -70,9 +70,13 @@ static kiln_status requant_layers(struct kiln_model *m, kiln_wformat fmt, int gr
 }
 
 /* One quantized weight still in the mapped checkpoint → an owned copy in the tile layout
- * (kernels/gemv.h). Best effort: without memory it stays as it is (correct, only slower). */
+ * (kernels/gemv.h), or as it is for the formats whose kernels read the checkpoint layout from an
+ * owned buffer faster (kiln_weight_prefers_owned: the K-quants). Best effort: without memory it stays
+ * as it is (correct, only slower). */
 static void repack_one(struct kiln_model *m, kiln_weight *w, const char *name, uint64_t *bytes) {
-    if (!w->data || w->tiled || !kiln_weight_prefers_tiled(w, m->layout_isa)) return;
+    if (!w->data || w->tiled) return;
+    const int tile = kiln_weight_prefers_tiled(w, m->layout_isa);
+    if (!tile && !kiln_weight_prefers_owned(w, m->layout_isa)) return;
     const size_t db = (size_t)w->rows * w->row_bytes;
     const size_t sb = w->fmt == KILN_WF_INT4_GROUP ? 2 * (size_t)w->rows * (size_t)(w->cols / w->block) : 0;
     uint8_t *d = kiln_alloc64(db);
@@ -83,7 +87,7 @@ static void repack_one(struct kiln_model *m, kiln_weight *w, const char *name, u
     kiln_weight nw = *w;
     nw.data = d;
     if (sb) nw.scales = s;
-    if (kiln_weight_tile(&nw, d, s) != 0) { free(d); free(s); return; }
+    if (tile && kiln_weight_tile(&nw, d, s) != 0) { free(d); free(s); return; }
     if (!kiln_model_own(m, d)) { free(s); return; }
     if (s && !kiln_model_own(m, s)) return; /* d is owned (freed with the model); w unchanged */
     *w = nw;
@@ -146,5 +150,5 @@ void kiln_model_prepare_compute(kiln_model *m, const kiln_options *opts) {
     m->repacked = 1;
     pthread_mutex_unlock(&repack_mu);
     if (b && !(opts && opts->quiet))
-        fprintf(stderr, "kiln: %.1f MB of quantized weights (FP8, INT4, Q8_0, Q4_0) copied into the kernels' tile layouts (--no-repack: compute on the mapped file)\n", (double)b / 1e6);
+        fprintf(stderr, "kiln: %.1f MB of quantized weights (FP8, INT4, Q8_0, Q4_0, K-quants) copied into the kernels' tile layouts (K-quants: as they are, onto huge pages) (--no-repack: compute on the mapped file)\n", (double)b / 1e6);
 }

@@ -10,7 +10,8 @@
  *   - n > 1 (prefill): rows are taken in blocks small enough for L2; for the float-FMA formats
  *     (F32/F16/BF16/FP8) each block is dequantised ONCE into a thread-local f32 tile that a
  *     register-tiled GEMM reuses across all n rows of X; for the integer-dot formats (INT4, Q8_0,
- *     Q4_0) the block's packed weights stay in L1/L2 while every row of X is run against them.
+ *     Q4_0, the K-quants) the block's packed weights stay in L1/L2 while every row of X is run
+ *     against them.
  * Scratch buffers are thread-local and grow-only, so steady-state decode does not allocate. */
 #include "kernels/gemv.h"
 #include "kernels/gemv_isa.h"
@@ -88,6 +89,7 @@ static void avx_vnni_init(void) {
     __atomic_store_n(&avx_vnni_enabled, !(e && strcmp(e, "0") == 0), __ATOMIC_RELAXED);
     avx2_vnni_table = kiln_ktable_avx2;
     avx2_vnni_table.gemv[KILN_WF_INT4_GROUP] = kiln_gemv_int4_avxvnni;
+    kiln_kq_avxvnni_fill(&avx2_vnni_table);
 }
 static int avx_vnni_usable(void) {
     pthread_once(&avx_vnni_once, avx_vnni_init);
@@ -218,7 +220,18 @@ void kiln_quant_x32(const float *x, int64_t cols, int8_t *q, float *d) {
     }
 }
 
-/* f32 rows of a K-quant weight for the driver's tiles (gemv_isa.h): the reference dequantization. */
+void kiln_quant_x256(const float *x, int8_t *q, float *d) {
+    float amax = 0.0f;
+    for (int i = 0; i < 256; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const float db = amax / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;
+    *d = db;
+    for (int i = 0; i < 256; i++) {
+        float v = nearbyintf(x[i] * id); /* RNE under the default rounding mode */
+        v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+        q[i] = (int8_t)v;
+    }
+}
+
 void kiln_dequant_rows_ref(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
     for (int64_t r = r0; r < r1; r++) kiln_weight_row_f32(w, r, out + (size_t)(r - r0) * (size_t)ld);
 }
@@ -264,13 +277,16 @@ void kiln_kernels_thread_scratch_free(void) {
 /* ---- driver -------------------------------------------------------------------------------------- */
 static int fast_ok(const kiln_ktable *t, const kiln_weight *w) {
     if (!t || (unsigned)w->fmt >= KILN_WF_COUNT || w->cols <= 0) return 0;
-    if (!t->gemv[w->fmt]) return t->dequant[w->fmt] && t->gemm_f32; /* f32 tiles for every n (K-quants) */
+    if (!t->gemv[w->fmt]) return t->dequant[w->fmt] && t->gemm_f32; /* f32 tiles for every n */
     switch (w->fmt) {
     case KILN_WF_F32: return w->row_bytes % 4 == 0;
     case KILN_WF_FP8_BLOCK: return w->block > 0;
     case KILN_WF_INT4_GROUP: return kiln_int4_group_ok(w);
     case KILN_WF_Q8_0:
     case KILN_WF_Q4_0: return w->cols % 32 == 0;
+    case KILN_WF_Q4_K:
+    case KILN_WF_Q5_K:
+    case KILN_WF_Q6_K: return w->cols % 256 == 0;
     default: return 1;
     }
 }

@@ -23,11 +23,11 @@ typedef enum kiln_wformat {
                            w = (q - 8) × scale; group = block (32 or 128) */
     KILN_WF_Q8_0,       /* GGUF blocks of 32 along cols (scales inside the data) */
     KILN_WF_Q4_0,
-    KILN_WF_Q4_K,       /* GGUF K-quant super-blocks of 256 along cols (quant/dtype.h): computed through */
-    KILN_WF_Q5_K,       /* f32 tiles of their reference dequantization (the driver's GEMM for every n; */
-    KILN_WF_Q6_K,       /* no int8-dot SIMD kernel yet; AVX-512 has an f32 GEMV for Q4_K / Q6_K) */
-    KILN_WF_Q2_K,       /* the rest of llama-quantize's weight types, the same way (f32 tiles of */
-    KILN_WF_Q3_K,       /* kernels/kquant.c's dequantization): super-blocks of 256 along cols ... */
+    KILN_WF_Q4_K,       /* GGUF K-quant super-blocks of 256 along cols (quant/dtype.h), multiplied by */
+    KILN_WF_Q5_K,       /* int8 dots on x quantized per super-block (kiln_quant_x256; gemv_avx512.c */
+    KILN_WF_Q6_K,       /* "GGUF K-quants") */
+    KILN_WF_Q2_K,       /* the rest of llama-quantize's weight types: f32 tiles of kernels/kquant.c's */
+    KILN_WF_Q3_K,       /* dequantization (no int8-dot kernel): super-blocks of 256 along cols ... */
     KILN_WF_IQ4_XS,
     KILN_WF_Q4_1,       /* ... and blocks of 32 along cols */
     KILN_WF_Q5_0,
@@ -78,6 +78,9 @@ typedef struct kiln_weight {
  * (the model's layout ISA, chosen when it is loaded) read the layout directly (kiln_weight_prefers_tiled); every other path, the scalar
  * reference included, reads a tiled weight correctly through kiln_weight_row_gather. */
 int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa);
+/* Whether w, in checkpoint layout, is read faster from an owned copy (huge pages) than from the file
+ * mapping under `isa`'s kernels, with no change of layout (the K-quants; tile.c says why). */
+int kiln_weight_prefers_owned(const kiln_weight *w, kiln_isa isa);
 /* Rows of one tile group of w's format (16 for Q8_0 / Q4_0, else 4): kiln_weight_tile leaves a weight
  * with fewer rows untiled. */
 int kiln_weight_tile_rows(const kiln_weight *w);
@@ -180,7 +183,7 @@ void kiln_matmul_rows(const kiln_weight *w, const float *X, float *Y, int n, int
 
 /* Whether kiln_matmul has a SIMD kernel for this weight under the current ISA (otherwise it runs
  * the scalar reference: slow but correct). SIMD kernels need: INT4 group % 32 == 0 and group
- * dividing 128 or a multiple of 128; FP8 any block; Q8_0/Q4_0 cols % 32 == 0. */
+ * dividing 128 or a multiple of 128; FP8 any block; Q8_0/Q4_0 cols % 32 == 0; K-quants cols % 256 == 0. */
 int kiln_matmul_is_fast(const kiln_weight *w);
 
 /* x[i] *= a (dispatched like kiln_dot_f32). */

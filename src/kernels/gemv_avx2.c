@@ -332,6 +332,50 @@ static void xprep_int4(const kiln_weight *w, const float *x, void *xp) {
 }
 
 
+/* ---- GGUF K-quants (Q4_K, Q5_K, Q6_K) --------------------------------------------------------------
+ * int8 dots on the activation quantized per 256-column super-block (kiln_quant_x256's rule); the
+ * kernels (kernels/kquant_avx2.h, shared with gemv_avxvnni.c) and the arithmetic are described there
+ * and in gemv_avx512.c. Prepared record per super-block (KQ_REC = 320 bytes): q[256] int8 (columns in
+ * order), bs[16] int16 (Σ q per 16 columns), dx f32. */
+#define KQ_VNNI 0
+#define KQ_DOT(acc, w, x, S) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), S))
+#define KQ_GEMV(F) gemv_##F
+#define KQ_GEMM(F) gemm_##F
+#include "kernels/kquant_avx2.h"
+static size_t xprep_bytes_kq(const kiln_weight *w) { return (size_t)(w->cols / 256) * KQ_REC; }
+static void xprep_kq(const kiln_weight *w, const float *x, void *xp) {
+    const __m256 sgn = _mm256_set1_ps(-0.0f);
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    for (int64_t sb = 0; sb < w->cols / 256; sb++) {
+        const float *xs = x + 256 * sb;
+        uint8_t *o = (uint8_t *)xp + sb * KQ_REC;
+        __m256 m = _mm256_setzero_ps();
+        for (int i = 0; i < 32; i++) m = _mm256_max_ps(m, _mm256_andnot_ps(sgn, _mm256_loadu_ps(xs + 8 * i)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; /* kiln_quant_x256 */
+        const __m256 vid = _mm256_set1_ps(id);
+        int16_t *bs = (int16_t *)(o + 256);
+        for (int i = 0; i < 16; i++) {
+            __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xs + 16 * i), vid)); /* RNE */
+            __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xs + 16 * i + 8), vid));
+            a = _mm256_min_epi32(_mm256_max_epi32(a, lo), hi);
+            b = _mm256_min_epi32(_mm256_max_epi32(b, lo), hi);
+            const __m256i s16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8); /* columns in order */
+            const __m128i q8 = _mm_packs_epi16(_mm256_castsi256_si128(s16), _mm256_extracti128_si256(s16, 1));
+            _mm_storeu_si128((__m128i *)(o + 16 * i), q8);
+            __m256i t = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+            bs[i] = (int16_t)_mm_cvtsi128_si32(h);
+        }
+        memcpy(o + 288, &d, 4);
+    }
+}
+
 /* ---- Q8_0 / Q4_0 --------------------------------------------------------------------------------- */
 /* Prepared activation: per 32-block 64 bytes {x_q[32] int8, st[8] int32}, then d[cols/32] f32.
  * Q4_0: st = −8·Σ(lane's 4 x_q); Q8_0 (sign trick) needs no start value: st = 0. */
@@ -604,18 +648,20 @@ const kiln_ktable kiln_ktable_avx2 = {
     .dot = dot_f32,
     .axpy = axpy_f32,
     .scale = scale_f32,
-    .xprep_bytes = {[KILN_WF_INT4_GROUP] = xprep_bytes_int4, [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q},
-    .xprep = {[KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, [KILN_WF_Q4_0] = xprep_q4},
+    .xprep_bytes = {[KILN_WF_INT4_GROUP] = xprep_bytes_int4, [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q,
+                    [KILN_WF_Q4_K] = xprep_bytes_kq, [KILN_WF_Q5_K] = xprep_bytes_kq, [KILN_WF_Q6_K] = xprep_bytes_kq},
+    .xprep = {[KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, [KILN_WF_Q4_0] = xprep_q4,
+              [KILN_WF_Q4_K] = xprep_kq, [KILN_WF_Q5_K] = xprep_kq, [KILN_WF_Q6_K] = xprep_kq},
     .gemv = {[KILN_WF_F32] = gemv_f32, [KILN_WF_F16] = gemv_f16, [KILN_WF_BF16] = gemv_bf16,
              [KILN_WF_FP8_BLOCK] = gemv_fp8, [KILN_WF_INT4_GROUP] = gemv_int4, [KILN_WF_Q8_0] = gemv_q8,
-             [KILN_WF_Q4_0] = gemv_q4},
+             [KILN_WF_Q4_0] = gemv_q4, [KILN_WF_Q4_K] = gemv_q4k, [KILN_WF_Q5_K] = gemv_q5k, [KILN_WF_Q6_K] = gemv_q6k},
     .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8,
-                [KILN_WF_Q4_K] = kiln_dequant_rows_ref, [KILN_WF_Q5_K] = kiln_dequant_rows_ref, [KILN_WF_Q6_K] = kiln_dequant_rows_ref,
                 [KILN_WF_Q2_K] = kiln_dequant_rows_ref, [KILN_WF_Q3_K] = kiln_dequant_rows_ref, [KILN_WF_IQ4_XS] = kiln_dequant_rows_ref,
                 [KILN_WF_Q4_1] = kiln_dequant_rows_ref, [KILN_WF_Q5_0] = kiln_dequant_rows_ref, [KILN_WF_Q5_1] = kiln_dequant_rows_ref,
                 [KILN_WF_IQ4_NL] = kiln_dequant_rows_ref},
     .gemm_f32 = gemm_f32,
-    .gemm_prep = {[KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4},
+    .gemm_prep = {[KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4, [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k,
+                  [KILN_WF_Q6_K] = gemm_q6k},
     .tiled_mask = (1u << KILN_WF_Q8_0) | (1u << KILN_WF_Q4_0),
     .read_sum = read_sum,
     .peak = peak,

@@ -1533,112 +1533,240 @@ static float max_f32(const float *x, int64_t n) {
 }
 
 /* One table per FP8 form (see gemv_fp8_impl); everything else is shared. */
-/* ---- GGUF K-quants: batch-1 GEMV in f32 (prefill: the driver's dequantized f32 tiles) ------------
- * Per 32 (Q4_K) or 16 (Q6_K) weights sharing one sub-block scale: the quants widened to f32 and
- * multiplied into a partial dot with x, then scaled once (d · sc); Q4_K's mins come off as
- * dmin · m · Σx over the sub-block, whose sums the prepared activation holds (xprep_kq: f32
- * [cols / 32]). Not the memory roofline of an int8-dot kernel (issue 21), but no f32 copy of the
- * weights is written: each block goes from memory to registers once. */
-static size_t xprep_bytes_kq(const kiln_weight *w) { return (size_t)(w->cols / 32) * 4; }
-static void xprep_kq(const kiln_weight *w, const float *x, void *xp) {
-    float *s = xp;
-    for (int64_t b = 0; b < w->cols / 32; b++) s[b] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(x + 32 * b), _mm512_loadu_ps(x + 32 * b + 16)));
-}
-AI __m512 u8x16_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
-static void gemv_q4k(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
-    const float *xs = xp;
+/* ---- GGUF K-quants (Q4_K, Q5_K, Q6_K): int8 dots on activations quantized per super-block ---------
+ * The activation is quantized per super-block of 256 columns (kiln_quant_x256: one f32 scale, int8
+ * values; per-16-column sums of the int8 values for the formats' offsets), as llama.cpp's q8_K
+ * does; a super-block's integer dot is exact, so a row's result differs from the f32 reference only
+ * by that rounding of x. Prepared record per super-block (KQ_REC = 320 bytes, 64-aligned):
+ *   q[256] int8   Q6_K: columns in order; Q4_K / Q5_K: in the order of the 64-byte chunks below
+ *                 (sub-blocks of 32: 0,2 | 1,3 | 4,6 | 5,7), so one 64-byte load of packed nibbles
+ *                 meets its columns: bytes 0-63 of the nibbles hold sub-blocks 0 (low nibbles of
+ *                 0-31), 1 (high of 0-31), 2 (low of 32-63), 3 (high of 32-63);
+ *   bs[16] int16  Σ q over columns 16i..16i+15 (natural order);
+ *   dx f32        the super-block's activation scale.
+ * Per super-block and row, four 64-column chunks k: p_k = vpdpbusd(0, unsigned weights, x_q) — each
+ * int32 lane the dot of 4 columns, |p| ≤ 4·63·127 = 32004, so it is exact in the lane's low 16 bits
+ * — then isum = vpdpwssd(isum, p_k, S_k) with S_k the lane's sub-block scale in the low 16 bits
+ * (high 16 zero): isum lanes = Σ sc · dot, exact int32 (|isum| ≤ 4·32004·128 < 2^24).
+ *   Q4_K / Q5_K: y += (d·dx)·Σ isum − (dmin·dx)·Σ_j m_j·(bs_2j + bs_2j+1)  (mins: one vpmaddwd of the
+ *                bs with the mins each repeated twice, 8 int32 lanes);
+ *   Q6_K:        weights stored as q + 32 (0..63): isum −= 32·Σ_j sc_j·bs_j (one vpmaddwd), then
+ *                y += (d·dx)·Σ isum.
+ * The f32 accumulators (16 lanes; 8 for the mins) are summed at the end of the row. GEMV and GEMM
+ * are one kernel (kq_tile: NT tokens share each row's unpacked weights), so a token's result does not
+ * depend on the batch it is computed in. Rows are read one after the other — in checkpoint layout a
+ * K-quant weight is then one sequential stream — with software prefetch PF_BYTES ahead. */
+#define KQ_REC 320
+static size_t xprep_bytes_kq(const kiln_weight *w) { return (size_t)(w->cols / 256) * KQ_REC; }
+/* perm45: write the Q4_K / Q5_K chunk order (sub-blocks 0,2,1,3,4,6,5,7), else columns in order. */
+AI void xprep_kq_impl(const kiln_weight *w, const float *x, void *xp, int perm45) {
     const int64_t nsb = w->cols / 256;
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *p = w->data + (size_t)r * w->row_bytes;
-        __m512 acc = _mm512_setzero_ps();
-        float mins = 0.0f;
-        for (int64_t sb = 0; sb < nsb; sb++, p += 144) {
-            PFH(p + PF_BYTES);
-            PFH(p + PF_BYTES + 64);
-            PFH(p + PF_BYTES + 128);
-            uint16_t h;
-            memcpy(&h, p, 2);
-            const float d = _cvtsh_ss(h);
-            memcpy(&h, p + 2, 2);
-            const float dmin = _cvtsh_ss(h);
-            const float *xb = x + 256 * sb;
-            for (int g = 0; g < 4; g++) {
-                const __m128i q0 = _mm_loadu_si128((const __m128i *)(p + 16 + 32 * g)), q1 = _mm_loadu_si128((const __m128i *)(p + 32 + 32 * g));
-                const float *xl = xb + 64 * g, *xh = xl + 32;
-                __m512 lo = _mm512_mul_ps(u8x16_ps(_mm_and_si128(q0, m4)), _mm512_loadu_ps(xl));
-                lo = _mm512_fmadd_ps(u8x16_ps(_mm_and_si128(q1, m4)), _mm512_loadu_ps(xl + 16), lo);
-                __m512 hi = _mm512_mul_ps(u8x16_ps(_mm_and_si128(_mm_srli_epi16(q0, 4), m4)), _mm512_loadu_ps(xh));
-                hi = _mm512_fmadd_ps(u8x16_ps(_mm_and_si128(_mm_srli_epi16(q1, 4), m4)), _mm512_loadu_ps(xh + 16), hi);
-                uint8_t sc, m;
-                kiln_kq_scale_min(2 * g, p + 4, &sc, &m);
-                acc = _mm512_fmadd_ps(lo, _mm512_set1_ps(d * (float)sc), acc);
-                mins += dmin * (float)m * xs[8 * sb + 2 * g];
-                kiln_kq_scale_min(2 * g + 1, p + 4, &sc, &m);
-                acc = _mm512_fmadd_ps(hi, _mm512_set1_ps(d * (float)sc), acc);
-                mins += dmin * (float)m * xs[8 * sb + 2 * g + 1];
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        const float *xs = x + 256 * sb;
+        uint8_t *o = (uint8_t *)xp + sb * KQ_REC;
+        __m512 m = _mm512_setzero_ps();
+        for (int i = 0; i < 16; i++) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xs + 16 * i)));
+        const float amax = _mm512_reduce_max_ps(m);
+        const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        const __m512 vid = _mm512_set1_ps(id);
+        const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+        int16_t *bs = (int16_t *)(o + 256);
+        for (int i = 0; i < 16; i++) { /* columns 16i..16i+15 */
+            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 16 * i), vid)); /* RNE */
+            q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+            bs[i] = (int16_t)_mm512_reduce_add_epi32(q);
+            const int sub = i / 2, half = i % 2; /* sub-block of 32 and which half of it */
+            const int pos = perm45 ? 64 * ((sub >> 2) * 2 + (sub & 1)) + 32 * ((sub >> 1) & 1) : 32 * sub;
+            _mm_storeu_si128((__m128i *)(o + pos + 16 * half), _mm512_cvtepi32_epi8(q));
+        }
+        memcpy(o + 288, &d, 4);
+    }
+}
+static void xprep_kq45(const kiln_weight *w, const float *x, void *xp) { xprep_kq_impl(w, x, xp, 1); }
+static void xprep_kq6(const kiln_weight *w, const float *x, void *xp) { xprep_kq_impl(w, x, xp, 0); }
+
+/* Q4_K / Q5_K: sub-block j's 6-bit scale (byte j of *sc) and min (byte j of *mn) from the 12 packed
+ * bytes (kiln_kq_scale_min for all 8 at once: bytes 0-3 hold scales 0-3 and the top 2 bits of scales
+ * 4-7, bytes 4-7 mins 0-3 and the top bits of mins 4-7, bytes 8-11 the low 4 bits of scales 4-7
+ * (low nibbles) and mins 4-7 (high nibbles)). */
+AI void kq_scales8(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4);
+    memcpy(&u1, s + 4, 4);
+    memcpy(&u2, s + 8, 4);
+    const uint32_t sl = u0 & 0x3F3F3F3Fu, ml = u1 & 0x3F3F3F3Fu;
+    const uint32_t sh = (u2 & 0x0F0F0F0Fu) | ((u0 >> 2) & 0x30303030u), mh = ((u2 >> 4) & 0x0F0F0F0Fu) | ((u1 >> 2) & 0x30303030u);
+    *sc = sl | (uint64_t)sh << 32;
+    *mn = ml | (uint64_t)mh << 32;
+}
+/* One row's super-block, unpacked: 4 weight chunks (u8), their lane scales, d (and dmin), and the
+ * 16 int16 the activation sums are multiplied with (Q4_K/Q5_K: mins repeated twice; Q6_K: scales). */
+typedef struct { __m512i wv[4], S[4]; __m256i mb; float d, dmin; } kq_sb;
+AI void kq_unpack(int f, const uint8_t *p, kq_sb *u) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    if (f == KILN_WF_Q6_K) { /* ql[128] | qh[64] | sc[16] int8 | d f16 */
+        const __m512i m30 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) { /* weights 128h + 0..63 (low nibbles) and 128h + 64..127 (high) */
+            const __m512i v = _mm512_loadu_si512(p + 64 * h);
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
+            /* qh bits 0-1 → weights l, 2-3 → 32 + l, 4-5 → 64 + l, 6-7 → 96 + l (l < 32) */
+            const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+            u->wv[2 * h] = _mm512_ternarylogic_epi32(v, m4, _mm512_and_si512(_mm512_slli_epi16(z, 4), m30), 0xEA);
+            u->wv[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), m4, _mm512_and_si512(z, m30), 0xEA);
+        }
+        const __m128i sc = _mm_loadu_si128((const __m128i *)(p + 192));
+        const __m512i s32 = _mm512_and_si512(_mm512_cvtepi8_epi32(sc), _mm512_set1_epi32(0xFFFF));
+        const __m512i i0 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), four = _mm512_set1_epi32(4);
+        u->S[0] = _mm512_permutexvar_epi32(i0, s32);
+        u->S[1] = _mm512_permutexvar_epi32(_mm512_add_epi32(i0, four), s32);
+        u->S[2] = _mm512_permutexvar_epi32(_mm512_add_epi32(i0, _mm512_add_epi32(four, four)), s32);
+        u->S[3] = _mm512_permutexvar_epi32(_mm512_add_epi32(i0, _mm512_set1_epi32(12)), s32);
+        u->mb = _mm256_cvtepi8_epi16(sc);
+        uint16_t h;
+        memcpy(&h, p + 208, 2);
+        u->d = _cvtsh_ss(h);
+        u->dmin = 0.0f;
+        return;
+    }
+    /* Q4_K: d, dmin f16 | scales[12] | ql[128]; Q5_K: ... | qh[32] | ql[128] */
+    const uint8_t *ql = p + (f == KILN_WF_Q5_K ? 48 : 16);
+    const __m512i v0 = _mm512_loadu_si512(ql), v1 = _mm512_loadu_si512(ql + 64);
+    if (f == KILN_WF_Q5_K) { /* bit j of qh[l] is the fifth bit of sub-block j's weight l */
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
+        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1); /* halves: bits j, j + 2 */
+        const __m512i b4 = _mm512_set1_epi8(0x10);
+        u->wv[0] = _mm512_ternarylogic_epi32(v0, m4, _mm512_and_si512(_mm512_slli_epi16(z, 4), b4), 0xEA); /* sub-blocks 0 | 2 */
+        u->wv[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v0, 4), m4, _mm512_and_si512(_mm512_slli_epi16(z, 3), b4), 0xEA); /* 1 | 3 */
+        u->wv[2] = _mm512_ternarylogic_epi32(v1, m4, _mm512_and_si512(z, b4), 0xEA);                               /* 4 | 6 */
+        u->wv[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v1, 4), m4, _mm512_and_si512(_mm512_srli_epi16(z, 1), b4), 0xEA); /* 5 | 7 */
+    } else {
+        u->wv[0] = _mm512_and_si512(v0, m4);
+        u->wv[1] = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4);
+        u->wv[2] = _mm512_and_si512(v1, m4);
+        u->wv[3] = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4);
+    }
+    uint64_t sc, mn;
+    kq_scales8(p + 4, &sc, &mn);
+    const __m512i s32 = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc));
+    u->S[0] = _mm512_permutexvar_epi32(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), s32);
+    u->S[1] = _mm512_permutexvar_epi32(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), s32);
+    u->S[2] = _mm512_permutexvar_epi32(_mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4), s32);
+    u->S[3] = _mm512_permutexvar_epi32(_mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5), s32);
+    const __m128i mv = _mm_cvtsi64_si128((long long)mn);
+    u->mb = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv));
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(*(const int32_t *)p)); /* d, dmin */
+    u->d = _mm_cvtss_f32(dd);
+    u->dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+}
+/* One row × NT tokens (xp + t·xpb): Y[t·ldy] = the row's dot with token t. */
+AI void kq_tile(int f, int NT, const uint8_t *p, int64_t nsb, size_t bsb, const uint8_t *xp, size_t xpb, float *Y, size_t ldy) {
+    __m512 acc[4];
+    __m256 accm[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) { acc[t] = _mm512_setzero_ps(); accm[t] = _mm256_setzero_ps(); }
+    for (int64_t sb = 0; sb < nsb; sb++, p += bsb) {
+        if (NT == 1)
+            for (size_t l = 0; l < bsb; l += 64) PFH(p + PF_BYTES + l);
+        kq_sb u;
+        kq_unpack(f, p, &u);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *o = xp + (size_t)t * xpb + (size_t)sb * KQ_REC;
+            __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                isum = _mm512_dpwssd_epi32(isum, _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.wv[k], _mm512_load_si512(o + 64 * k)), u.S[k]);
+            const __m256i bm = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(o + 256)), u.mb);
+            float dx;
+            memcpy(&dx, o + 288, 4);
+            if (f == KILN_WF_Q6_K) {
+                isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(bm, 5)));
+            } else {
+                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bm), _mm256_set1_ps(u.dmin * dx), accm[t]);
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(u.d * dx), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        float y = _mm512_reduce_add_ps(acc[t]);
+        if (f != KILN_WF_Q6_K) {
+            __m128 s = _mm_add_ps(_mm256_castps256_ps128(accm[t]), _mm256_extractf128_ps(accm[t], 1));
+            s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            s = _mm_add_ss(s, _mm_movehdup_ps(s));
+            y -= _mm_cvtss_f32(s);
+        }
+        Y[(size_t)t * ldy] = y;
+    }
+}
+AI size_t kq_block_bytes(int f) { return f == KILN_WF_Q4_K ? 144 : f == KILN_WF_Q5_K ? 176 : 210; }
+/* Rows [r0, r1) × tokens [0, n): tokens in blocks whose prepared rows fit in L2 (GEMM_X_BYTES), each
+ * row against the block in tiles of 4 tokens (its weights stay in L1 meanwhile). */
+AI void kq_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t nsb = w->cols / 256;
+    const size_t bsb = kq_block_bytes(f);
+    if (n == 1) {
+        for (int64_t r = r0; r < r1; r++) kq_tile(f, 1, w->data + (size_t)r * w->row_bytes, nsb, bsb, xp, 0, Y + (r - r0), 0);
+        return;
+    }
+    const int tb = gemm_token_block(xpb, 4);
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        const int t1 = t0 + tb < n ? t0 + tb : n;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) kq_tile(f, 4, p, nsb, bsb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy + r, (size_t)ldy);
+            switch (t1 - t) {
+            case 3: kq_tile(f, 3, p, nsb, bsb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy + r, (size_t)ldy); break;
+            case 2: kq_tile(f, 2, p, nsb, bsb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy + r, (size_t)ldy); break;
+            case 1: kq_tile(f, 1, p, nsb, bsb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy + r, (size_t)ldy); break;
+            default: break;
             }
         }
-        y[r - r0] = _mm512_reduce_add_ps(acc) - mins;
     }
 }
+static void gemv_q4k(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)x;
+    kq_rows(KILN_WF_Q4_K, w, xp, 0, 1, y, 0, r0, r1);
+}
+static void gemv_q5k(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
+    (void)x;
+    kq_rows(KILN_WF_Q5_K, w, xp, 0, 1, y, 0, r0, r1);
+}
 static void gemv_q6k(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
-    (void)xp;
-    const int64_t nsb = w->cols / 256;
-    const __m512i m4 = _mm512_set1_epi32(0x0F), m3 = _mm512_set1_epi32(3), b32 = _mm512_set1_epi32(32);
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *p = w->data + (size_t)r * w->row_bytes;
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t sb = 0; sb < nsb; sb++, p += 210) {
-            PFH(p + PF_BYTES);
-            PFH(p + PF_BYTES + 64);
-            PFH(p + PF_BYTES + 128);
-            PFH(p + PF_BYTES + 192);
-            uint16_t h;
-            memcpy(&h, p + 208, 2);
-            const float d = _cvtsh_ss(h);
-            const int8_t *sc = (const int8_t *)(p + 192);
-            for (int half = 0; half < 2; half++)
-                for (int l0 = 0; l0 < 32; l0 += 16) { /* weights 128·half + 32k + l0 .. +16, k = 0..3 */
-                    const uint8_t *ql = p + 64 * half + l0, *qh = p + 128 + 32 * half + l0;
-                    const __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)ql));
-                    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + 32)));
-                    const __m512i hb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qh));
-                    const __m512i q[4] = {
-                        _mm512_sub_epi32(_mm512_or_si512(_mm512_and_si512(a, m4), _mm512_slli_epi32(_mm512_and_si512(hb, m3), 4)), b32),
-                        _mm512_sub_epi32(_mm512_or_si512(_mm512_and_si512(b, m4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), m3), 4)), b32),
-                        _mm512_sub_epi32(_mm512_or_si512(_mm512_srli_epi32(a, 4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), m3), 4)), b32),
-                        _mm512_sub_epi32(_mm512_or_si512(_mm512_srli_epi32(b, 4), _mm512_slli_epi32(_mm512_srli_epi32(hb, 6), 4)), b32)};
-                    const float *xb = x + 256 * sb + 128 * half + l0;
-#pragma GCC unroll 4
-                    for (int k = 0; k < 4; k++) {
-                        const __m512 dot = _mm512_mul_ps(_mm512_cvtepi32_ps(q[k]), _mm512_loadu_ps(xb + 32 * k));
-                        acc = _mm512_fmadd_ps(dot, _mm512_set1_ps(d * (float)sc[8 * half + l0 / 16 + 2 * k]), acc);
-                    }
-                }
-        }
-        y[r - r0] = _mm512_reduce_add_ps(acc);
-    }
+    (void)x;
+    kq_rows(KILN_WF_Q6_K, w, xp, 0, 1, y, 0, r0, r1);
+}
+static void gemm_q4k(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    kq_rows(KILN_WF_Q4_K, w, xp, xpb, n, Y, ldy, r0, r1);
+}
+static void gemm_q5k(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    kq_rows(KILN_WF_Q5_K, w, xp, xpb, n, Y, ldy, r0, r1);
+}
+static void gemm_q6k(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    kq_rows(KILN_WF_Q6_K, w, xp, xpb, n, Y, ldy, r0, r1);
 }
 
 #define AVX512_TABLE(FP8_XPREP_BYTES, FP8_XPREP, FP8_GEMV)                                                       \
     {                                                                                                            \
         .dot = dot_f32, .axpy = axpy_f32, .scale = scale_f32,                                                    \
         .xprep_bytes = {[KILN_WF_FP8_BLOCK] = FP8_XPREP_BYTES, [KILN_WF_INT4_GROUP] = xprep_bytes_int4,          \
-                        [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q, [KILN_WF_Q4_K] = xprep_bytes_kq}, \
+                        [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q, [KILN_WF_Q4_K] = xprep_bytes_kq,            \
+                        [KILN_WF_Q5_K] = xprep_bytes_kq, [KILN_WF_Q6_K] = xprep_bytes_kq}, \
         .xprep = {[KILN_WF_FP8_BLOCK] = FP8_XPREP, [KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, \
-                  [KILN_WF_Q4_0] = xprep_q4, [KILN_WF_Q4_K] = xprep_kq},                                         \
+                  [KILN_WF_Q4_0] = xprep_q4, [KILN_WF_Q4_K] = xprep_kq45, [KILN_WF_Q5_K] = xprep_kq45, [KILN_WF_Q6_K] = xprep_kq6},                                         \
         .gemv = {[KILN_WF_F32] = gemv_f32, [KILN_WF_F16] = gemv_f16, [KILN_WF_BF16] = gemv_bf16,                 \
                  [KILN_WF_FP8_BLOCK] = FP8_GEMV, [KILN_WF_INT4_GROUP] = gemv_int4, [KILN_WF_Q8_0] = gemv_q8,     \
-                 [KILN_WF_Q4_0] = gemv_q4, [KILN_WF_Q4_K] = gemv_q4k, [KILN_WF_Q6_K] = gemv_q6k},                \
+                 [KILN_WF_Q4_0] = gemv_q4, [KILN_WF_Q4_K] = gemv_q4k, [KILN_WF_Q5_K] = gemv_q5k, [KILN_WF_Q6_K] = gemv_q6k},                \
         .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8, \
-                    [KILN_WF_Q4_K] = kiln_dequant_rows_ref, [KILN_WF_Q5_K] = kiln_dequant_rows_ref,               \
-                    [KILN_WF_Q6_K] = kiln_dequant_rows_ref, [KILN_WF_Q2_K] = kiln_dequant_rows_ref,               \
-                    [KILN_WF_Q3_K] = kiln_dequant_rows_ref, [KILN_WF_IQ4_XS] = kiln_dequant_rows_ref,             \
-                    [KILN_WF_Q4_1] = kiln_dequant_rows_ref, [KILN_WF_Q5_0] = kiln_dequant_rows_ref,               \
-                    [KILN_WF_Q5_1] = kiln_dequant_rows_ref, [KILN_WF_IQ4_NL] = kiln_dequant_rows_ref},            \
+                    [KILN_WF_Q2_K] = kiln_dequant_rows_ref, [KILN_WF_Q3_K] = kiln_dequant_rows_ref,               \
+                    [KILN_WF_IQ4_XS] = kiln_dequant_rows_ref, [KILN_WF_Q4_1] = kiln_dequant_rows_ref,             \
+                    [KILN_WF_Q5_0] = kiln_dequant_rows_ref, [KILN_WF_Q5_1] = kiln_dequant_rows_ref,               \
+                    [KILN_WF_IQ4_NL] = kiln_dequant_rows_ref},                                                    \
         .gemm_f32 = gemm_f32, .read_sum = read_sum, .silu_mul = silu_mul, .max_f32 = max_f32, .peak = peak,      \
-        .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4},     \
+        .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4,     \
+                      [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k, [KILN_WF_Q6_K] = gemm_q6k},     \
         .gemm_bf16 = BF16_GEMM(gemm_bf16), .xprep_bf16_bytes = BF16_GEMM(xprep_bytes_bf16row),                  \
         .xprep_bf16 = BF16_GEMM(xprep_bf16row), .dequant_bf16 = {[KILN_WF_FP8_BLOCK] = BF16_GEMM(dequant_bf16t_fp8)}, \
         .bf16_gemm_mask = BF16_GEMM((1u << KILN_WF_BF16) | (1u << KILN_WF_FP8_BLOCK)),                          \

@@ -9,3 +9,17 @@
 #define I4_GEMV kiln_gemv_int4_avxvnni
 #define I4_LINKAGE
 #include "kernels/int4_avx2.h"
+
+#define KQ_VNNI 1
+#define KQ_DOT(acc, w, x, S) _mm256_dpwssd_avx_epi32(acc, _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x), S)
+#define KQ_GEMV(F) gemv_##F##_vnni
+#define KQ_GEMM(F) gemm_##F##_vnni
+#include "kernels/kquant_avx2.h"
+void kiln_kq_avxvnni_fill(kiln_ktable *t) {
+    t->gemv[KILN_WF_Q4_K] = gemv_q4k_vnni;
+    t->gemv[KILN_WF_Q5_K] = gemv_q5k_vnni;
+    t->gemv[KILN_WF_Q6_K] = gemv_q6k_vnni;
+    t->gemm_prep[KILN_WF_Q4_K] = gemm_q4k_vnni;
+    t->gemm_prep[KILN_WF_Q5_K] = gemm_q5k_vnni;
+    t->gemm_prep[KILN_WF_Q6_K] = gemm_q6k_vnni;
+}

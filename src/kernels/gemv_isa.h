@@ -58,8 +58,9 @@ typedef struct kiln_ktable {
      * directly; for other formats the driver hands them untiled copies of row groups. */
     unsigned tiled_mask;
 } kiln_ktable;
-/* dequant entry of the tables for the formats they have no kernel of their own for (the K-quants):
- * rows through kiln_weight_row_f32, which the driver's f32 GEMM tiles then multiply. */
+/* dequant entry of the tables for the formats they have no kernel of their own for (Q2_K, Q3_K,
+ * IQ4_XS, Q4_1, Q5_0, Q5_1, IQ4_NL): rows through kiln_weight_row_f32, which the driver's f32 GEMM
+ * tiles then multiply. */
 void kiln_dequant_rows_ref(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld);
 /* The table of the current ISA (NULL = scalar), for membw.c. */
 const kiln_ktable *kiln_ktable_current(void);
@@ -74,11 +75,17 @@ void kiln_gemv_int4_avxvnni(const kiln_weight *w, const float *x, const void *xp
  * kiln_kernels_select calls (like kiln_kernels_fp8_exact: only while no kernel runs) and returns the
  * previous setting. Tests run both forms. */
 int kiln_kernels_avx_vnni(int enable);
+/* The AVX-VNNI forms of the K-quant GEMV / GEMM (gemv_avxvnni.c, kquant_avx2.h) into an AVX2 table. */
+void kiln_kq_avxvnni_fill(kiln_ktable *t);
 
 /* Shared activation quantiser for the integer-dot kernels (INT4, Q8_0, Q4_0): x[cols] (cols a
  * multiple of 32) → q[cols] int8 and d[cols/32] with x ≈ q · d per block of 32; d = amax/127,
  * q = round-to-nearest-even(x / d) (ggml's q8_0 activation rule). */
 void kiln_quant_x32(const float *x, int64_t cols, int8_t *q, float *d);
+/* The K-quant kernels' activation rule, per super-block of 256 (the ISA files vectorize it with the
+ * same operations, so every ISA quantizes alike): d = amax/127, q = RNE(x · (1/d)) clamped to ±127
+ * (0 when amax = 0). For tests and the reference's model of the kernels. */
+void kiln_quant_x256(const float *x, int8_t *q, float *d);
 
 /* Whether the AVX-512 FP8 GEMV takes its BF16-dot path (gemv_avx512.c): the CPU has AVX512_BF16
  * and neither kiln_kernels_fp8_exact(1) nor KILN_FP8_EXACT=1 asked for the exact path. */

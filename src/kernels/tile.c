@@ -166,3 +166,14 @@ int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa) {
     if (w->fmt == KILN_WF_FP8_BLOCK) return w->block % 64 == 0; /* the fast FP8 kernel's blocks */
     return 1;
 }
+
+/* The K-quant kernels read the checkpoint layout, one row after the other (a single sequential
+ * stream already), but from a file mapping that is 4 KiB pages: one TLB miss per 4 KiB of a weight
+ * streamed once per token. An owned copy from kiln_alloc64 sits on 2 MiB pages (as the tiled
+ * formats' copies do). Measured: docs/BENCHMARKS.md, "GGUF K-quants" (--no-repack keeps the mapping). */
+int kiln_weight_prefers_owned(const kiln_weight *w, kiln_isa isa) {
+    if (w->fmt != KILN_WF_Q4_K && w->fmt != KILN_WF_Q5_K && w->fmt != KILN_WF_Q6_K) return 0;
+    kiln_kctx cx;
+    kiln_kctx_init(&cx, isa, 1, KILN_FP8_AUTO);
+    return cx.kt && cx.kt->gemv[w->fmt] && kiln_cx_matmul_is_fast(&cx, w);
+}

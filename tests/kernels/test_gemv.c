@@ -402,18 +402,17 @@ static void test_tiled(void **s) {
  * bytes per block and the byte offsets of the block's f16 scales (d; dmin / m where it has one). */
 typedef struct { kiln_wformat f; int elems, bytes, f16_at[2], n_f16; } gguf_block;
 static const gguf_block gguf_blocks[] = {
-    {KILN_WF_Q4_K, 256, 144, {0, 2}, 2}, {KILN_WF_Q5_K, 256, 176, {0, 2}, 2}, {KILN_WF_Q6_K, 256, 210, {208, 0}, 1},
     {KILN_WF_Q2_K, 256, 84, {80, 82}, 2}, {KILN_WF_Q3_K, 256, 110, {108, 0}, 1}, {KILN_WF_IQ4_XS, 256, 136, {0, 0}, 1},
     {KILN_WF_Q4_1, 32, 20, {0, 2}, 2},   {KILN_WF_Q5_0, 32, 22, {0, 0}, 1},     {KILN_WF_Q5_1, 32, 24, {0, 2}, 2},
     {KILN_WF_IQ4_NL, 32, 18, {0, 0}, 1},
 };
-/* GGUF K-quants (Q2_K … Q6_K, IQ4_XS) and the blocks of 32 (Q4_1, Q5_0, Q5_1, IQ4_NL) through every
- * ISA's path (AVX-512: its f32 GEMV for Q4_K / Q6_K at n = 1; else dequantized f32 tiles) against
+/* The GGUF block quants without int8-dot kernels (Q2_K, Q3_K, IQ4_XS; Q4_1, Q5_0, Q5_1, IQ4_NL) through
+ * every ISA's path (dequantized f32 tiles) against
  * the scalar reference: random blocks (quant and scale bytes uniform, f16 scales small and finite),
  * rows not multiples of 4, 1 or 3 super-blocks per row (3 or 19 blocks of 32).
  * Per element: |y − ref| ≤ 4·(cols + 16)·2^-24·Σ_c (|w_c| + max|w|)·|x_c| (float sums in any order,
  * the mins subtracted apart); NMSE ≤ 1e-9 over all. */
-static void test_kquants(void **s) {
+static void test_block_quants(void **s) {
     (void)s;
     const int nf = (int)(sizeof gguf_blocks / sizeof gguf_blocks[0]);
     for (int k = 0; k < 3; k++) {
@@ -461,6 +460,163 @@ static void test_kquants(void **s) {
         fprintf(stderr, "%-6s GGUF block quants (%d formats) NMSE %.3g (bound 1e-09)\n", kiln_isa_name(isas[k]), nf, num / den);
         assert_true(num / den <= 1e-9);
     }
+    kiln_kernels_select(KILN_ISA_AUTO);
+}
+/* GGUF K-quants (Q4_K, Q5_K, Q6_K) through every ISA's path against the scalar reference: random
+ * super-blocks (quant and scale bytes uniform, f16 d / dmin small), rows not multiples of 4 (1, 17,
+ * 33), 1 and 3 super-blocks per row, n = 1 (GEMV) and 9, 17 (GEMM). The SIMD kernels (AVX-512 VNNI,
+ * AVX2 with AVX-VNNI and with vpmaddubsw) multiply an int8 copy of x: per super-block of 256
+ * columns x̂ = q·dx with dx = amax/127 and q = RNE(x/dx) (kiln_quant_x256), the dots then exact in
+ * int32, so they differ from the reference only by the rounding of x and by f32 rounding.
+ *  - float rounding (the old bound of the f32 kernels, kept for every path): per element
+ *    F = 4·(cols + 16)·2^-24·Σ_c (|w_c| + max|w|)·|x_c| (float sums in any order, mins apart);
+ *  - x's rounding: |x_c − x̂_c| ≤ dx/2, so |Σ w_c·(x_c − x̂_c)| ≤ Q = Σ_c |w_c|·dx_sb(c)/2.
+ * (a) x integers in [−127, 127] with a ±127 in every super-block: dx = 1 exactly and x̂ = x, so
+ *     every path must meet |y − ref| ≤ F alone and NMSE ≤ 1e-9 (a wrong scale, column or sub-block
+ *     breaks this even where it would hide inside Q);
+ * (b) Gaussian x: the kernel against its exact model y* = Σ_c w_c·x̂_c (double; w the reference's f32
+ *     weights, x̂ from kiln_quant_x256): |y − y*| ≤ F computed with |x̂| (a kernel quantizing x on
+ *     another grid, or mis-scaling, misses this by orders of magnitude); against the reference
+ *     |y − ref| ≤ F + Q, so the NMSE over all elements is at most Σ(F + Q)² / Σ ref², the bound
+ *     checked. The expected NMSE, Σ_c w_c²·dx²/12 per element over Σ ref² (rounding errors uniform
+ *     on [−dx/2, dx/2]), is printed beside the measured one.
+ * Also: a token's result is the same bits in a batch as alone (GEMM = GEMV), and AVX2's AVX-VNNI
+ * and vpmaddubsw forms give the same bits. */
+typedef struct { double num, den, var, bnd; } kq_stats;
+static void kq_case(kiln_wformat f, int64_t rows, int64_t cols, int n, int intx, kq_stats *st) {
+    static const int bbs[3] = {144, 176, 210};
+    const int bb = bbs[f - KILN_WF_Q4_K];
+    kiln_weight w = {.fmt = f, .rows = rows, .cols = cols, .row_bytes = (size_t)(cols / 256 * bb)};
+    uint8_t *d = malloc(w.row_bytes * (size_t)rows);
+    assert_non_null(d);
+    for (size_t i = 0; i < w.row_bytes * (size_t)rows; i++) d[i] = (uint8_t)rnd32();
+    for (int64_t b = 0; b < rows * cols / 256; b++) { /* small finite f16 scales */
+        uint8_t *blk = d + (size_t)b * (size_t)bb;
+        const uint16_t h1 = (uint16_t)(0x1000 + (rnd32() & 0x3FF)), h2 = (uint16_t)(0x1000 + (rnd32() & 0x3FF));
+        if (f == KILN_WF_Q6_K) put16(blk + 208, h1);
+        else { put16(blk, h1); put16(blk + 2, h2); }
+    }
+    w.data = d;
+    float *X = make_x(n, cols), *Y = malloc(sizeof(float) * (size_t)(n * rows)), *R = malloc(sizeof(float) * (size_t)(n * rows));
+    float *Y1 = malloc(sizeof(float) * (size_t)rows), *row = malloc(sizeof(float) * (size_t)cols), *dx = malloc(sizeof(float) * (size_t)(n * cols / 256));
+    int8_t *qx = malloc((size_t)n * (size_t)cols);
+    assert_non_null(qx);
+    assert_non_null(Y); assert_non_null(R); assert_non_null(Y1); assert_non_null(row); assert_non_null(dx);
+    if (intx)
+        for (size_t i = 0; i < (size_t)n * (size_t)cols; i++) X[i] = (i % 256 == 7) ? ((rnd32() & 1) ? 127.0f : -127.0f) : (float)((int)(rnd32() % 255) - 127);
+    for (int64_t s = 0; s < n * cols / 256; s++) kiln_quant_x256(X + 256 * s, qx + 256 * s, &dx[s]);
+    kiln_matmul(&w, X, Y, n);
+    for (int i = 0; i < n; i++) kiln_gemv_ref(&w, X + (size_t)i * (size_t)cols, R + (size_t)i * (size_t)rows, 0, rows);
+    const int simd = kiln_kernels_current() != KILN_ISA_SCALAR;
+    for (int i = 0; n > 1 && i < n; i++) { /* batch-independent: token i alone gives the same bits */
+        kiln_matmul(&w, X + (size_t)i * (size_t)cols, Y1, 1);
+        assert_memory_equal(Y1, Y + (size_t)i * (size_t)rows, sizeof(float) * (size_t)rows);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        kiln_weight_row_f32(&w, r, row);
+        float mx = 0;
+        for (int64_t c = 0; c < cols; c++) mx = fmaxf(mx, fabsf(row[c]));
+        for (int i = 0; i < n; i++) {
+            const float *xi = X + (size_t)i * (size_t)cols;
+            double a = 0, ah = 0, qb = 0, v = 0, ym = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                const double dq = dx[(size_t)i * (size_t)(cols / 256) + (size_t)(c / 256)];
+                const double xh = (double)qx[(size_t)i * (size_t)cols + (size_t)c] * dq;
+                a += (fabs(row[c]) + mx) * fabs(xi[c]);
+                ah += (fabs(row[c]) + mx) * fabs(xh);
+                ym += (double)row[c] * xh;
+                qb += fabs(row[c]) * dq / 2;
+                v += (double)row[c] * row[c] * dq * dq / 12;
+            }
+            const size_t kk = (size_t)i * (size_t)rows + (size_t)r;
+            const double bound = 4.0 * (double)(cols + 16) * 0x1p-24 * a + (simd && !intx ? qb : 0);
+            const double bm = 4.0 * (double)(cols + 16) * 0x1p-24 * ah;
+            if (simd && fabs((double)Y[kk] - ym) > bm) {
+                fprintf(stderr, "%s %s rows %lld cols %lld n %d: y[%d][%lld] = %.9g, int8 model %.9g, bound %.3g\n",
+                        kiln_isa_name(kiln_kernels_current()), kiln_wformat_name(f), (long long)rows, (long long)cols, n, i, (long long)r, Y[kk], ym, bm);
+                fail();
+            }
+            st->bnd += bound * bound;
+            if (!isfinite(Y[kk]) || fabs((double)Y[kk] - R[kk]) > bound) {
+                fprintf(stderr, "%s %s rows %lld cols %lld n %d intx %d: y[%d][%lld] = %.9g, ref %.9g, bound %.3g\n",
+                        kiln_isa_name(kiln_kernels_current()), kiln_wformat_name(f), (long long)rows, (long long)cols, n, intx, i, (long long)r,
+                        Y[kk], R[kk], bound);
+                fail();
+            }
+            st->num += ((double)Y[kk] - R[kk]) * ((double)Y[kk] - R[kk]);
+            st->den += (double)R[kk] * R[kk];
+            st->var += v;
+        }
+    }
+    free(d); free(X); free(Y); free(R); free(Y1); free(row); free(dx); free(qx);
+}
+static void kq_all(const char *name, int simd) {
+    static const kiln_wformat fs[] = {KILN_WF_Q4_K, KILN_WF_Q5_K, KILN_WF_Q6_K};
+    for (int fi = 0; fi < 3; fi++) {
+        kq_stats si = {0, 0, 0, 0}, sg = {0, 0, 0, 0};
+        for (int64_t rows = 1; rows <= 33; rows += 16)
+            for (int64_t cols = 256; cols <= 768; cols += 512)
+                for (int n = 1; n <= 17; n += 8) {
+                    kq_case(fs[fi], rows, cols, n, 1, &si);
+                    kq_case(fs[fi], rows, cols, n, 0, &sg);
+                }
+        kq_case(fs[fi], 1031, 1024, 1, 0, &sg); /* threaded: row chunks over many rows */
+        fprintf(stderr, "%-10s %s NMSE: integer x %.3g (bound 1e-09); Gaussian x %.3g (expected %.3g, bound %.3g)\n", name,
+                kiln_wformat_name(fs[fi]), si.num / si.den, sg.num / sg.den, simd ? sg.var / sg.den : 0.0, simd ? sg.bnd / sg.den : 1e-9);
+        assert_true(si.num / si.den <= 1e-9);
+        assert_true(sg.num / sg.den <= (simd ? sg.bnd / sg.den : 1e-9));
+    }
+}
+static void test_kquants(void **s) {
+    (void)s;
+    for (int k = 0; k < 3; k++) {
+        if (!kiln_cpu_supports(isas[k])) continue;
+        if (isas[k] == KILN_ISA_AVX2) { /* both AVX2 forms (AVX-VNNI where the CPU has it) */
+            const int was = kiln_kernels_avx_vnni(1), vnni = kiln_kernels_avx_vnni(1);
+            for (int v = vnni; v >= 0; v--) {
+                kiln_kernels_avx_vnni(v);
+                kiln_kernels_select(KILN_ISA_AVX2);
+                kq_all(v ? "avx2+vnni" : "avx2", 1);
+            }
+            kiln_kernels_avx_vnni(was);
+            continue;
+        }
+        kiln_kernels_select(isas[k]);
+        kq_all(kiln_isa_name(isas[k]), isas[k] != KILN_ISA_SCALAR);
+    }
+    kiln_kernels_select(KILN_ISA_AUTO);
+}
+/* AVX2: the AVX-VNNI K-quant kernels give the vpmaddubsw kernels' bits (GEMV and GEMM). */
+static void test_kquants_avx_vnni_exact(void **s) {
+    (void)s;
+    const int was = kiln_kernels_avx_vnni(1), cpu_has = kiln_kernels_avx_vnni(1);
+    if (!kiln_cpu_supports(KILN_ISA_AVX2) || !cpu_has) { kiln_kernels_avx_vnni(was); skip(); return; }
+    static const kiln_wformat fs[] = {KILN_WF_Q4_K, KILN_WF_Q5_K, KILN_WF_Q6_K};
+    static const int bbs[3] = {144, 176, 210};
+    for (int fi = 0; fi < 3; fi++)
+        for (int n = 1; n <= 6; n += 5) {
+            const int64_t rows = 37, cols = 768;
+            kiln_weight w = {.fmt = fs[fi], .rows = rows, .cols = cols, .row_bytes = (size_t)(cols / 256 * bbs[fi])};
+            uint8_t *d = malloc(w.row_bytes * (size_t)rows);
+            assert_non_null(d);
+            for (size_t i = 0; i < w.row_bytes * (size_t)rows; i++) d[i] = (uint8_t)rnd32();
+            for (int64_t b = 0; b < rows * cols / 256; b++) {
+                uint8_t *blk = d + (size_t)b * (size_t)bbs[fi];
+                if (fs[fi] == KILN_WF_Q6_K) put16(blk + 208, (uint16_t)(0x1000 + (rnd32() & 0x3FF)));
+                else { put16(blk, (uint16_t)(0x1000 + (rnd32() & 0x3FF))); put16(blk + 2, (uint16_t)(0x1000 + (rnd32() & 0x3FF))); }
+            }
+            w.data = d;
+            float *X = make_x(n, cols), Yv[37 * 6], Ym[37 * 6];
+            kiln_kernels_avx_vnni(1);
+            kiln_kernels_select(KILN_ISA_AVX2);
+            kiln_matmul(&w, X, Yv, n);
+            kiln_kernels_avx_vnni(0);
+            kiln_kernels_select(KILN_ISA_AVX2);
+            kiln_matmul(&w, X, Ym, n);
+            assert_memory_equal(Yv, Ym, sizeof(float) * (size_t)(rows * n));
+            free(X); free(d);
+        }
+    kiln_kernels_avx_vnni(was);
     kiln_kernels_select(KILN_ISA_AUTO);
 }
 /* The 16-row interleave kernels (AVX2 and AVX-512; Q8_0, Q4_0) against a scalar model
@@ -762,7 +918,7 @@ int main(void) {
         cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),        cmocka_unit_test(test_fp8_bf16_exact_inputs),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
-        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_q16_kernel_exact), cmocka_unit_test(test_kquants), cmocka_unit_test(test_int4_avx_vnni_exact), cmocka_unit_test(test_matmul_many),
+        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_q16_kernel_exact), cmocka_unit_test(test_kquants), cmocka_unit_test(test_block_quants), cmocka_unit_test(test_kquants_avx_vnni_exact), cmocka_unit_test(test_int4_avx_vnni_exact), cmocka_unit_test(test_matmul_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

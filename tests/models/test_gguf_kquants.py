@@ -261,7 +261,9 @@ def check_bits(tmp, label, kv, tensors, want):
 
 def check_logits(tmp, label, gguf, hf):
     la, lb = os.path.join(tmp, f"{label}_a.f32"), os.path.join(tmp, f"{label}_b.f32")
-    run("run", gguf, "--tokens", "1,5,9,13,200,300", "-n", "1", "--temp", "0", "--dump-logits", la)
+    # the scalar reference kernels multiply the f32 dequantized weights: the GGUF's logits are its F32
+    # read-back's up to f32 rounding (the SIMD kernels' int8 activations: checked apart, main())
+    run("run", gguf, "--tokens", "1,5,9,13,200,300", "-n", "1", "--temp", "0", "--isa", "scalar", "--dump-logits", la)
     run("run", hf, "--tokens", "1,5,9,13,200,300", "-n", "1", "--temp", "0", "--dump-logits", lb)
     A, B = np.fromfile(la, dtype=np.float32), np.fromfile(lb, dtype=np.float32)
     assert A.shape == B.shape and A.size > 0 and np.all(np.isfinite(A)), label
@@ -314,6 +316,18 @@ def main():
     qm, want = requantize(tensors, rng, q4km)
     gguf, hf = check_bits(tmp, "q4km", kv, qm, want)
     rel_q4km = check_logits(tmp, "q4km", gguf, hf)
+    # ... and within the activations' int8 rounding on the SIMD kernels (the default ISA), which
+    # quantize each linear layer's input per super-block of 256 (x̂ = q·amax/127): a rounding error
+    # uniform on ±amax/254 has variance amax²/(12·127²) ≤ 256·mean(x²)/(12·127²) = 1.3e-3·mean(x²)
+    # (amax² ≤ Σ x² over the 256), so each layer's output NMSE grows by at most ~1.3e-3; the logits
+    # pass 2 layers × 4 quantized inputs (attention in, o_proj in, gate/up in, down in) + the head's:
+    # 9 × 1.3e-3 ≈ 1.2e-2 (errors of independent roundings add in NMSE to first order).
+    lc, lb = os.path.join(tmp, "q4km_c.f32"), os.path.join(tmp, "q4km_b.f32")
+    run("run", gguf, "--tokens", "1,5,9,13,200,300", "-n", "1", "--temp", "0", "--dump-logits", lc)
+    C, B = np.fromfile(lc, dtype=np.float32), np.fromfile(lb, dtype=np.float32)
+    assert C.shape == B.shape
+    nmse = float(np.sum((C.astype(np.float64) - B) ** 2) / np.sum(B.astype(np.float64) ** 2))
+    assert nmse < 1.2e-2, f"K-quant GGUF logits on the int8 kernels: NMSE {nmse:.3g} against the F32 dequantization"
 
     # 3. bad input, each naming the tensor
     V = "blk.0.attn_v.weight"
@@ -332,7 +346,8 @@ def main():
     # (found while binding, where the loader has given the tensor its Hugging Face name)
     msgs.append(refused(tmp, "q8_k", kv, bad, (V, "model.layers.0.self_attn.v_proj.weight"), "Q8_K", "activation"))
     print("\n".join("  refused: " + m for m in msgs))
-    print(f"mixed file of {len(TYPES)} types: logits within {rel_mixed:.2g}; Q4_K_M-like: {rel_q4km:.2g}; {len(msgs)} bad inputs refused")
+    print(f"mixed file of {len(TYPES)} types: logits within {rel_mixed:.2g} (reference kernels); Q4_K_M-like: {rel_q4km:.2g}, "
+          f"NMSE {nmse:.2g} on the int8 kernels (bound 1.2e-2); {len(msgs)} bad inputs refused")
     shutil.rmtree(tmp, ignore_errors=True)  # kept when a check fails, for a look at the files
 
 
