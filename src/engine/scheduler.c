@@ -181,6 +181,9 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
         else if (mode != KILN_KV_INTEGRITY_OFF)
             st = kiln_kv_integ_attach(e->pool, mode, kiln_kv_integ_model_id(m), o.kv_inject_faults, o.quiet);
     }
+    /* the context a request can really have: no more than the pool holds (a request without
+     * max_tokens gets that room; /v1/models and /tokenize report it as max_model_len) */
+    if (st == KILN_OK && kiln_kv_capacity_tokens(e->pool) < e->n_ctx) e->n_ctx = (int)kiln_kv_capacity_tokens(e->pool);
     if (st == KILN_OK) st = kiln_pcache_init(&e->pc, e->pool);
     if (st == KILN_OK) st = kiln_backend_from_options(&o, &e->be);
     if (st == KILN_OK && !o.quiet && e->be->device_name) fprintf(stderr, "kiln: compute: %s\n", e->be->device_name);
