@@ -576,6 +576,20 @@ static json_t *required_calls(choice *h, const char *text, size_t n) {
     return calls;
 }
 
+/* The calls of a request whose tool_choice forced them (tool_json): the named function's one call
+ * with the output as its arguments, or "required"'s list; NULL when the output is not whole. */
+static json_t *forced_calls(conn *c, choice *h, const char *text, size_t n) {
+    if (c->p.tool_json == 2) return required_calls(h, text, n);
+    json_error_t je;
+    json_t *v = json_loadb(text, n, 0, &je);
+    const int whole = json_is_object(v);
+    json_decref(v);
+    if (!whole) return NULL;
+    h->n_calls = 1;
+    return json_pack("[{s:s,s:s,s:{s:s,s:o}}]", "id", h->tool_id, "type", "function", "function", "name", c->p.tool_name, "arguments",
+                     kiln_json_bytes_string(text, n));
+}
+
 /* finish_reason of choice h: "tool_calls" when calls were parsed, unless tool_choice named the
  * function (vLLM answers those "stop"). */
 static const char *finish_of(conn *c, choice *h) {
@@ -672,9 +686,15 @@ static enum MHD_Result run_blocking(conn *c) {
     if (c->anthropic) {
         kiln_sbuf text = {0};
         kiln_detok_take(&c->ch[0].dt, 1, &text);
-        kiln_chat_delta d = {0};
-        kiln_chat_out_push(&c->ch[0].co, text.p ? text.p : "", text.len, 1, &d);
-        kiln_chat_delta_free(&d);
+        json_t *calls = c->p.tool_json ? forced_calls(c, &c->ch[0], text.p ? text.p : "", text.len) : NULL;
+        if (calls) { /* tool_choice any / tool: the grammar's calls are the message */
+            json_array_extend(c->ch[0].co.calls, calls);
+            json_decref(calls);
+        } else {
+            kiln_chat_delta d = {0};
+            kiln_chat_out_push(&c->ch[0].co, text.p ? text.p : "", text.len, 1, &d);
+            kiln_chat_delta_free(&d);
+        }
         kiln_sbuf_free(&text);
         return send_json(c, 200, anthropic_response(c), 0);
     }
@@ -777,14 +797,9 @@ static void anthropic_text(conn *c, int kind, const char *p, size_t n) {
 
 /* What the splitter released, as Anthropic content-block events (each tool call one tool_use block:
  * start with empty input, its arguments as one input_json_delta, stop). */
-static void anthropic_split(conn *c, choice *h, const char *text, size_t n, int final) {
-    kiln_chat_delta d = {0};
-    kiln_chat_out_push(&h->co, text, n, final, &d);
-    anthropic_text(c, 1, d.reasoning.p, d.reasoning.len);
-    anthropic_text(c, 2, d.content.p, d.content.len);
-    size_t i;
-    json_t *call;
-    json_array_foreach(d.calls, i, call) {
+/* One call as a streamed tool_use block: start, its whole input as one input_json_delta, stop. */
+static void anthropic_emit_call(conn *c, json_t *call) {
+    {
         anthropic_close_block(c);
         json_t *tu = anthropic_tool_use(call);
         json_object_set_new(tu, "input", json_object());
@@ -799,6 +814,20 @@ static void anthropic_split(conn *c, choice *h, const char *text, size_t n, int 
         c->blk_type = 3;
         anthropic_close_block(c);
     }
+}
+
+static void anthropic_split(conn *c, choice *h, const char *text, size_t n, int final) {
+    if (c->p.tool_json) { /* tool_choice any / tool: the calls once the output is whole (stream_produce_anthropic) */
+        kiln_sbuf_put(&h->tool_text, text, n);
+        return;
+    }
+    kiln_chat_delta d = {0};
+    kiln_chat_out_push(&h->co, text, n, final, &d);
+    anthropic_text(c, 1, d.reasoning.p, d.reasoning.len);
+    anthropic_text(c, 2, d.content.p, d.content.len);
+    size_t i;
+    json_t *call;
+    json_array_foreach(d.calls, i, call) anthropic_emit_call(c, call);
     kiln_chat_delta_free(&d);
 }
 
@@ -873,6 +902,18 @@ static int stream_produce_anthropic(conn *c) {
         kiln_detok_take(&h->dt, 1, &text);
         anthropic_split(c, h, text.p ? text.p : "", text.len, 1);
         kiln_sbuf_free(&text);
+        if (c->p.tool_json) { /* the forced calls, or the text when it is not whole (max_tokens) */
+            json_t *calls = forced_calls(c, h, h->tool_text.p ? h->tool_text.p : "", h->tool_text.len);
+            if (calls) {
+                size_t i;
+                json_t *call;
+                json_array_foreach(calls, i, call) anthropic_emit_call(c, call);
+                json_array_extend(h->co.calls, calls);
+                json_decref(calls);
+            } else {
+                anthropic_text(c, 2, h->tool_text.p, h->tool_text.len);
+            }
+        }
         anthropic_close_block(c);
         json_t *seq;
         const char *stop = anthropic_stop(c, h, &seq);

@@ -9,6 +9,8 @@
 // "required" (vLLM's form): the output is a JSON list [{"name", "arguments"}] under a grammar whose
 // names are the declared functions and whose arguments follow the chosen function's schema; the
 // answer carries those calls (finish_reason "tool_calls"), streamed as one tool_calls delta.
+// The Anthropic API's tool_choice {"type": "tool"} and {"type": "any"} map to these and answer
+// tool_use blocks (the official @anthropic-ai/sdk client, streamed and not).
 // A schema kiln cannot decode under, and response_format next to a named function, are 400s naming
 // the parameter.
 import test from 'node:test';
@@ -17,6 +19,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import Ajv from 'ajv';
+import Anthropic from '@anthropic-ai/sdk';
 import { startServer, client, makeTokenizerModel, SHARED } from './lib.mjs';
 
 const TOK = path.join(SHARED, 'tokenizers', 'deepseek-v3');
@@ -129,6 +132,29 @@ test('"required": a list of calls of the declared functions, their arguments of 
   }
   assert.equal(finish, 'tool_calls');
   assert.deepEqual(calls, [{ name: 'get_weather', arguments: one.choices[0].message.tool_calls[0].function.arguments }]);
+});
+
+test('Anthropic API: tool_choice tool and any give tool_use blocks of the schemas, streamed and not', async () => {
+  const an = new Anthropic({ baseURL: srv.url, apiKey: 'none', maxRetries: 0, timeout: 60000 });
+  const tools = [{ name: 'get_weather', description: 'Weather for a city', input_schema: WEATHER }];
+  const base = { model: 'glm', max_tokens: 400, temperature: 0, messages: [{ role: 'user', content: 'Weather in Paris?' }], tools };
+  // ("any" with parallel calls off: a random model would otherwise keep appending calls up to max_tokens)
+  for (const tool_choice of [{ type: 'tool', name: 'get_weather' }, { type: 'any', disable_parallel_tool_use: true }]) {
+    const m = await an.messages.create({ ...base, tool_choice });
+    assert.equal(m.stop_reason, 'tool_use', JSON.stringify(m.content));
+    const uses = m.content.filter((b) => b.type === 'tool_use');
+    assert.ok(uses.length >= 1);
+    assert.ok(m.content.every((b) => b.type === 'tool_use'), 'no text block');
+    for (const u of uses) {
+      assert.equal(u.name, 'get_weather');
+      assert.ok(validate(u.input), JSON.stringify(u.input));
+    }
+    const stream = an.messages.stream({ ...base, tool_choice });
+    const fin = await stream.finalMessage();
+    assert.equal(fin.stop_reason, 'tool_use');
+    const su = fin.content.filter((b) => b.type === 'tool_use');
+    assert.ok(su.length >= 1 && su.every((u) => u.name === 'get_weather' && validate(u.input)), JSON.stringify(fin.content));
+  }
 });
 
 test('400s: a schema kiln cannot decode under; response_format with a named function', async () => {
