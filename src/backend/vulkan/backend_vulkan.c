@@ -3,7 +3,7 @@
  *
  * What runs where (this first stage of docs/VULKAN.md):
  *   device   matmul / matmul_many / matmul_heads / grouped MoE experts for F32, F16, BF16, FP8 block,
- *            INT4 group, Q8_0 and Q4_0 weights (dequantized in registers), RMSNorm, RoPE, add, bias,
+ *            INT4 group, Q8_0, Q4_0 and the K-quants Q4_K / Q5_K / Q6_K (dequantized in registers), RMSNorm, RoPE, add, bias,
  *            SwiGLU;
  *   host     through the cpu backend's kernels on the same buffers: embedding rows, the RoPE table,
  *            MoE routing and combine, KV store and attention over the pool's pages (with the seals),
@@ -207,7 +207,8 @@ static void abandon_op(vk_state *s, const char *op) {
 static int fmt_on_device(kiln_wformat f) {
     switch (f) {
     case KILN_WF_F32: case KILN_WF_F16: case KILN_WF_BF16: case KILN_WF_FP8_BLOCK:
-    case KILN_WF_INT4_GROUP: case KILN_WF_Q8_0: case KILN_WF_Q4_0: return 1;
+    case KILN_WF_INT4_GROUP: case KILN_WF_Q8_0: case KILN_WF_Q4_0:
+    case KILN_WF_Q4_K: case KILN_WF_Q5_K: case KILN_WF_Q6_K: return 1;
     default: return 0;
     }
 }
@@ -220,6 +221,9 @@ static kiln_vk_shader matmul_shader(kiln_wformat f) {
     case KILN_WF_INT4_GROUP: return KILN_VK_SH_matmul_int4;
     case KILN_WF_Q8_0: return KILN_VK_SH_matmul_q8_0;
     case KILN_WF_Q4_0: return KILN_VK_SH_matmul_q4_0;
+    case KILN_WF_Q4_K: return KILN_VK_SH_matmul_q4_k;
+    case KILN_WF_Q5_K: return KILN_VK_SH_matmul_q5_k;
+    case KILN_WF_Q6_K: return KILN_VK_SH_matmul_q6_k;
     default: return KILN_VK_SH_matmul_f32;
     }
 }
@@ -328,6 +332,7 @@ static int record_matmul(vk_state *s, const kiln_weight *w, const float *X, int6
     if (!fmt_on_device(w->fmt) || n <= 0) return n <= 0 ? 0 : -1;
     if (w->fmt == KILN_WF_INT4_GROUP && (w->cols % 8 || w->block <= 0 || w->cols % w->block)) return -1;
     if ((w->fmt == KILN_WF_Q8_0 || w->fmt == KILN_WF_Q4_0) && w->cols % 32) return -1;
+    if ((w->fmt == KILN_WF_Q4_K || w->fmt == KILN_WF_Q5_K || w->fmt == KILN_WF_Q6_K) && w->cols % 256) return -1;
     const vk_weight *vw = device_weight(s, w);
     if (!vw) return -1;
     vref xr, yr;

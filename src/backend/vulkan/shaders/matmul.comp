@@ -1,7 +1,10 @@
 #version 450
 // matmul.comp — Y[t, r] = Σ_c W[r, c] · X[t, c] for one weight format (compiled once per format with
 // -DFMT=...): one workgroup per (row, token), its 64 invocations striding over the row's 32-column
-// blocks (or single columns for the float formats), then a tree sum in shared memory.
+// blocks (256-column super-blocks for the K-quants; single columns for the float formats), then a
+// tree sum in shared memory. K-quants are dequantized in registers as ggml's dequantize_row_*_K
+// does (the same f32 products and differences as kernels/kquant.c), so results differ from the ref
+// backend by the summation order only.
 //
 // Weights come row-major as checkpoints store them (the backend uploads tiled weights in that order),
 // one chunk of rows per buffer: W binding = the chunk's data bytes as uint words, S = its scales.
@@ -14,6 +17,9 @@
 #define FMT_INT4 4
 #define FMT_Q8_0 5
 #define FMT_Q4_0 6
+#define FMT_Q4_K 7
+#define FMT_Q5_K 8
+#define FMT_Q6_K 9
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Wb { uint w[]; };
 layout(std430, binding = 1) readonly buffer Sb { uint s[]; };
@@ -85,6 +91,65 @@ void main() {
             d += float(int(v & 15u) - 8) * x[c0 + j] + float(int(v >> 4) - 8) * x[c0 + 16u + j];
         }
         acc += f16_at(off) * d;
+    }
+#elif FMT == FMT_Q4_K || FMT == FMT_Q5_K
+    // Q4_K (144 bytes): f16 d, f16 dmin, 12 bytes of 6-bit scales / mins for 8 sub-blocks of 32,
+    // 128 bytes of nibbles (low nibbles of a 32-byte run: values 64j..64j+31, high: 64j+32..64j+63).
+    // Q5_K (176 bytes): the same with 32 bytes of fifth bits (bit 2j / 2j+1 of byte l) before the nibbles.
+    const uint nb = p.cols / 256u;
+#if FMT == FMT_Q4_K
+    const uint bsz = 144u, qoff = 16u;
+#else
+    const uint bsz = 176u, qoff = 48u;
+#endif
+    for (uint b = tid; b < nb; b += 64u) {
+        const uint off = r * p.row_bytes + b * bsz;
+        const float d = f16_at(off), dmin = f16_at(off + 2u);
+        const uint c0 = xb + 256u * b;
+        for (uint j = 0u; j < 4u; j++) {
+            float sc[2], mn[2];
+            for (uint h = 0u; h < 2u; h++) { // ggml's get_scale_min_k4 for sub-block 2j + h
+                const uint k = 2u * j + h;
+                uint a, m;
+                if (k < 4u) { a = byte_at(off + 4u + k) & 63u; m = byte_at(off + 8u + k) & 63u; }
+                else {
+                    a = (byte_at(off + 8u + k) & 15u) | ((byte_at(off + k) >> 6) << 4);        // scales[k+4], scales[k-4]
+                    m = (byte_at(off + 8u + k) >> 4) | ((byte_at(off + 4u + k) >> 6) << 4);    // scales[k+4], scales[k]
+                }
+                sc[h] = d * float(a);
+                mn[h] = dmin * float(m);
+            }
+            for (uint l = 0u; l < 32u; l++) {
+                const uint v = byte_at(off + qoff + 32u * j + l);
+                uint lo = v & 15u, hi = v >> 4;
+#if FMT == FMT_Q5_K
+                const uint qh = byte_at(off + 16u + l);
+                lo += ((qh >> (2u * j)) & 1u) << 4;
+                hi += ((qh >> (2u * j + 1u)) & 1u) << 4;
+#endif
+                acc += (sc[0] * float(lo) - mn[0]) * x[c0 + 64u * j + l] + (sc[1] * float(hi) - mn[1]) * x[c0 + 64u * j + 32u + l];
+            }
+        }
+    }
+#elif FMT == FMT_Q6_K
+    // Q6_K (210 bytes): 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 int8 scales (one per
+    // 16 values), f16 d; two halves of 128 values, each as ggml's dequantize_row_q6_K reads them
+    const uint nb = p.cols / 256u;
+    for (uint b = tid; b < nb; b += 64u) {
+        const uint off = r * p.row_bytes + b * 210u;
+        const float d = f16_at(off + 208u);
+        const uint c0 = xb + 256u * b;
+        for (uint n2 = 0u; n2 < 2u; n2++) {
+            const uint ql = off + 64u * n2, qh = off + 128u + 32u * n2, scb = off + 192u + 8u * n2, y0 = c0 + 128u * n2;
+            for (uint l = 0u; l < 32u; l++) {
+                const uint is = l / 16u, h = byte_at(qh + l), a = byte_at(ql + l), c = byte_at(ql + l + 32u);
+                const int q1 = int((a & 15u) | ((h & 3u) << 4)) - 32, q2 = int((c & 15u) | (((h >> 2) & 3u) << 4)) - 32;
+                const int q3 = int((a >> 4) | (((h >> 4) & 3u) << 4)) - 32, q4 = int((c >> 4) | (((h >> 6) & 3u) << 4)) - 32;
+                const float s1 = d * float((int(byte_at(scb + is)) << 24) >> 24), s2 = d * float((int(byte_at(scb + is + 2u)) << 24) >> 24);
+                const float s3 = d * float((int(byte_at(scb + is + 4u)) << 24) >> 24), s4 = d * float((int(byte_at(scb + is + 6u)) << 24) >> 24);
+                acc += s1 * float(q1) * x[y0 + l] + s2 * float(q2) * x[y0 + 32u + l] + s3 * float(q3) * x[y0 + 64u + l] + s4 * float(q4) * x[y0 + 96u + l];
+            }
+        }
     }
 #else
 #error unknown FMT
