@@ -50,7 +50,10 @@ struct kiln_kv_integ {
     int32_t *page_slot;
     uint64_t gen, gen_key;
     uint64_t call_key;       /* != 0 inside a multi-chunk call: tags last for the whole call */
-    int group_tokens;        /* positions verified before each kernel call (L1/L2-sized) */
+    int group_tokens;        /* positions verified before each kernel call (L1/L2-sized; unfused path) */
+    uint64_t *hkey;          /* content-hash keys, one per 32-bit word of a slice (+ 16 of padding) */
+    int fused;               /* rows are whole 32-bit words: attention hashes what it loads, stores seal by row */
+    int store_append;        /* the store in progress appends the row after the sealed ones (before → after_store) */
     /* pool-wide parameters: master copy [k_scale L·H][v_scale L·H][k_mean L·H·kd] */
     float *master;
     size_t n_ks, n_vs, n_km;
@@ -140,7 +143,12 @@ static inline uint64_t unit_seed(uint64_t base, int l, int kind, int h, uint32_t
     uint64_t x = mix64(base ^ ((uint64_t)(uint32_t)l << 40 | (uint64_t)(uint32_t)kind << 32 | (uint64_t)(uint32_t)h) ^ 0x9e3779b97f4a7c15ull);
     return mix64(x ^ (uint64_t)param);
 }
-static inline uint64_t hash_bytes(const void *d, size_t n) { return XXH3_64bits_dispatch(d, n); }
+/* Content hash of the first n bytes of a slice (docs/INTEGRITY.md, "The content hash"). */
+static inline uint64_t hash_bytes(const kiln_kv_integ *g, const void *d, size_t n) { return kiln_kv_mlh(d, n, g->hkey); }
+/* ... of rows [r0, r1) of a slice with `row` bytes per row (row a multiple of 4: g->fused). */
+static inline uint64_t hash_rows(const kiln_kv_integ *g, const uint8_t *slice, size_t row, int r0, int r1) {
+    return r1 > r0 ? kiln_kv_mlh(slice + (size_t)r0 * row, (size_t)(r1 - r0) * row, g->hkey + (size_t)r0 * row / 4) : 0;
+}
 
 /* Prefix hash of slot `slot` covering n_rows positions (integrity.h): the prefix cache's chain hash
  * for a full page, the same construction over the first n_rows tokens for a partial one. Tokens
@@ -266,13 +274,26 @@ kiln_status kiln_kv_integ_attach(kiln_kv_pool *p, kiln_kv_integrity mode, uint64
     g->tag = calloc(units, sizeof *g->tag);
     g->page_slot = calloc((size_t)p->n_pages, sizeof *g->page_slot);
     g->taint = calloc((size_t)g->nk * (size_t)g->H, 1);
+    /* content-hash keys: uniform in [1, 2^32), from the model seed (reproducible runs) */
+    size_t slice_words = (p->head_k > p->head_v ? p->head_k : p->head_v) / 4 + 1;
+    g->hkey = malloc((slice_words + 16) * sizeof *g->hkey);
+    if (g->hkey) {
+        uint64_t r = g->model_seed ^ 0x6d6c686b657973ull;
+        for (size_t i = 0; i < slice_words + 16; i++) {
+            uint64_t k;
+            do k = rng_next(&r) >> 32;
+            while (k == 0);
+            g->hkey[i] = k;
+        }
+    }
+    g->fused = p->row_k % 4 == 0 && p->row_v % 4 == 0;
     size_t head_bytes = p->head_k + (g->nk > 1 ? p->head_v : 0);
     /* ~24 KB of one head's K and V per kernel call: verified bytes are still in L1/L2 when read */
     int gp = head_bytes ? (int)((24u << 10) / head_bytes) : 1;
     g->group_tokens = (gp < 1 ? 1 : gp) * g->pt;
     g->st.mode = mode;
     g->st.integrity_bytes = kiln_kv_integ_page_bytes(&p->cfg) * (uint64_t)p->n_pages;
-    int ok = g->seal && g->tag && g->page_slot && g->taint;
+    int ok = g->seal && g->tag && g->page_slot && g->taint && g->hkey;
     if (ok && p->cfg.dtype == KILN_KV_FP8 && !p->dscale) {
         g->n_ks = (size_t)g->L * (size_t)g->H;
         g->n_vs = p->cfg.v_shares_k ? 0 : g->n_ks;
@@ -319,7 +340,7 @@ void kiln_kv_integ_free(kiln_kv_pool *p) {
             free(g->faults[i].foreign);
         }
     free(g->faults);
-    free(g->seal); free(g->tag); free(g->page_slot); free(g->taint); free(g->master); free(g->lw_buf);
+    free(g->seal); free(g->tag); free(g->page_slot); free(g->taint); free(g->hkey); free(g->master); free(g->lw_buf);
     pthread_mutex_destroy(&g->mu);
     free(g);
     p->integ = NULL;
@@ -498,7 +519,7 @@ static int verify_unit(kiln_kv_integ *g, const kiln_kv_pool *p, int32_t pg, int 
     size_t nb = (size_t)n_rows * unit_row(p, kind);
     add(&g->st.checks, 1);
     add(&g->st.bytes_verified, nb);
-    return (hash_bytes(unit_ptr(p, pg, l, kind, h), nb) ^ seed) == g->seal[uidx(g, pg, l, kind, h)];
+    return (hash_bytes(g, unit_ptr(p, pg, l, kind, h), nb) ^ seed) == g->seal[uidx(g, pg, l, kind, h)];
 }
 
 /* Expected epoch of s's slot (its binding record). */
@@ -528,11 +549,18 @@ static void before_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos)
     int32_t pg = s->pages[slot];
     int cov = cov_of(si, l, slot, pt);
     int diag = diagnose(p, s, si, slot);
+    /* seal by row when the row lands right after the sealed ones and no dynamic page scale can
+     * re-quantize them (p->dscale: a growing scale rewrites every row of the slice) */
+    g->store_append = g->fused && !p->dscale && pos % pt == cov;
     if (diag != KILN_KV_DETECT_CONTENT) {
         /* the write would land in a page that is not (or no longer) this sequence's */
         on_detect(g, p, s, slot, pg, -1, l, 0, 0, diag, "store");
         if (diag == KILN_KV_DETECT_WRONG_PAGE && g->mode != KILN_KV_INTEGRITY_DETECT) s->pages[slot] = pg = si->rec_page[slot];
         memset(g->taint, 1, (size_t)g->nk * (size_t)g->H);
+    } else if (g->store_append) {
+        /* an append to a static-scale slice: after_store adds the new row's hash to the seal, which
+         * never reads the rows already there, so a corruption of them stays a mismatch (nothing to
+         * launder) and attention finds it at its next read */
     } else if (cov > 0) {
         uint64_t base = base_seed(g, prefix_of(si, slot, cov, pt), slot, cov, rec_epoch(p, s, si, slot));
         for (int kind = 0; kind < g->nk; kind++)
@@ -583,17 +611,30 @@ static void after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos) 
     const int pt = g->pt, slot = pos / pt, n_rows = pos % pt + 1;
     int32_t pg = s->pages[slot];
     if (pg < 0 || pg >= p->n_pages) return;
-    uint64_t base = base_seed(g, prefix_of(si, slot, n_rows, pt), slot, n_rows, rec_epoch(p, s, si, slot));
+    const uint32_t ep = rec_epoch(p, s, si, slot);
+    uint64_t base = base_seed(g, prefix_of(si, slot, n_rows, pt), slot, n_rows, ep);
+    /* append: content hash of rows [0, o) = old seal ^ old identity seed, plus the new row's */
+    const int o = n_rows - 1, append = g->store_append;
+    uint64_t obase = append && o > 0 ? base_seed(g, prefix_of(si, slot, o, pt), slot, o, ep) : 0;
     int sealed = 0;
     for (int kind = 0; kind < g->nk; kind++)
         for (int h = 0; h < g->H; h++) {
             if (g->taint[kind * g->H + h]) continue;
             size_t u = uidx(g, pg, l, kind, h);
-            g->seal[u] = hash_bytes(unit_ptr(p, pg, l, kind, h), (size_t)n_rows * unit_row(p, kind)) ^
-                         unit_seed(base, l, kind, h, param_bits(p, l, pg, kind, h));
+            const uint32_t pb = param_bits(p, l, pg, kind, h);
+            const size_t row = unit_row(p, kind);
+            uint64_t content;
+            if (append) {
+                content = o > 0 ? g->seal[u] ^ unit_seed(obase, l, kind, h, pb) : 0;
+                content += hash_rows(g, unit_ptr(p, pg, l, kind, h), row, o, o + 1);
+            } else {
+                content = hash_bytes(g, unit_ptr(p, pg, l, kind, h), (size_t)n_rows * row);
+            }
+            g->seal[u] = content ^ unit_seed(base, l, kind, h, pb);
             g->tag[u] = 0;
             sealed++;
         }
+    g->store_append = 0;
     g->st.seals += (uint64_t)sealed;
     g->page_slot[pg] = slot;
     si->hi[l] = pos + 1;
@@ -643,7 +684,7 @@ static void rewind_to(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_seq_integ *si, in
                         on_detect(g, p, s, slot, pg, (int64_t)u, l, kind, h, diagnose(p, s, si, slot), "rewind");
                         continue;
                     }
-                    g->seal[u] = hash_bytes(unit_ptr(p, pg, l, kind, h), (size_t)keep * unit_row(p, kind)) ^ unit_seed(nbase, l, kind, h, pb);
+                    g->seal[u] = hash_bytes(g, unit_ptr(p, pg, l, kind, h), (size_t)keep * unit_row(p, kind)) ^ unit_seed(nbase, l, kind, h, pb);
                     g->tag[u] = 0;
                     g->st.seals++;
                 }
@@ -740,7 +781,7 @@ void kiln_kv_integ_copied(kiln_kv_pool *p, const kiln_kv_seq *src, kiln_kv_seq *
                     continue;
                 }
                 /* sealed from the SOURCE bytes: a copy that did not complete fails on first read */
-                g->seal[u] = hash_bytes(unit_ptr(p, from, l, kind, h), (size_t)rows * unit_row(p, kind)) ^
+                g->seal[u] = hash_bytes(g, unit_ptr(p, from, l, kind, h), (size_t)rows * unit_row(p, kind)) ^
                              unit_seed(dbase, l, kind, h, param_bits(p, l, to, kind, h));
                 g->tag[u] = 0;
                 g->st.seals++;
@@ -841,7 +882,7 @@ static inline int check_unit(kiln_kv_integ *g, const kiln_kv_pool *p, const kiln
     size_t nb = (size_t)n_rows * unit_row(p, kind);
     (*checks)++;
     *bytes += nb;
-    int good = (hash_bytes(unit_ptr(p, pg, l, kind, h), nb) ^ seed) == g->seal[u];
+    int good = (hash_bytes(g, unit_ptr(p, pg, l, kind, h), nb) ^ seed) == g->seal[u];
     __atomic_store_n(&g->tag[u], good ? ok : ok ^ TAG_BAD, __ATOMIC_RELAXED);
     if (!good) on_detect(g, p, s, slot, pg, (int64_t)u, l, kind, h, diagnose(p, s, s->integ, slot), "attention");
     return good;
@@ -858,8 +899,107 @@ static void prefetch_slices(const kiln_kv_integ *g, const kiln_kv_pool *p, int32
     }
 }
 
+/* Fused verification of one unit (docs/INTEGRITY.md, "Fused verification"): the kernel hashed rows
+ * [ra, rb) while it read them (kernel_sum); rows of the unit it did not read (a context split or a
+ * prefill tile ending inside the page) are hashed here. Same tags and reporting as check_unit. */
+static inline int check_fused(kiln_kv_integ *g, const kiln_kv_pool *p, const kiln_kv_seq *s, int slot, int32_t pg, int l, int kind, int h,
+                              int n_rows, uint64_t base, uint64_t kernel_sum, int ra, int rb, uint64_t *checks, uint64_t *bytes) {
+    size_t u = uidx(g, pg, l, kind, h);
+    uint64_t seed = unit_seed(base, l, kind, h, param_bits(p, l, pg, kind, h));
+    uint64_t ok = seed ^ g->gen_key, t = __atomic_load_n(&g->tag[u], __ATOMIC_RELAXED);
+    if (t == ok) return 1;
+    if (t == (ok ^ TAG_BAD)) return 0;
+    const size_t row = unit_row(p, kind);
+    const uint8_t *slice = unit_ptr(p, pg, l, kind, h);
+    (*checks)++;
+    *bytes += (size_t)n_rows * row;
+    uint64_t content = kernel_sum + hash_rows(g, slice, row, 0, ra) + hash_rows(g, slice, row, rb, n_rows);
+    int good = (content ^ seed) == g->seal[u];
+    __atomic_store_n(&g->tag[u], good ? ok : ok ^ TAG_BAD, __ATOMIC_RELAXED);
+    if (!good) on_detect(g, p, s, slot, pg, (int64_t)u, l, kind, h, diagnose(p, s, s->integ, slot), "attention");
+    return good;
+}
+
+#define FUSED_RUN_SLOTS 64 /* pages per kernel call of the fused walk (their sums live on the stack) */
+#define FUSED_MAX_BAD 64   /* failed pages remembered for the re-run without them */
+
+/* The fused walk over [b, t1) (slots below vh verified already, [t0, b) already run): the kernel
+ * runs over up to FUSED_RUN_SLOTS pages at a time hashing what it loads; each page's K and V slices
+ * are compared with their seals right after, before this call returns. An entry that names no page
+ * of the pool is never dereferenced. When a page failed and the mode is heal or strict, the rows
+ * are reset and the kernel runs again over [t0, t1) without the failed pages, so the output this
+ * call returns never contains them (detect: used as is) — the cost of a detection, not of a check. */
+static int attend_fused(const kiln_kv_pool *p, kiln_kv_integ *g, int layer, const kiln_kv_seq *s, const kiln_kv_seq_integ *si, int kvh,
+                        kiln_kv_attend_fn fn, const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int b, int t1, int vh, uint64_t *checks,
+                        uint64_t *bytes, uint64_t *c_fn) {
+    const int pt = g->pt;
+    kiln_kv_span hsp = *sp;
+    hsp.hkey = g->hkey;
+    hsp.hash_v = g->nk > 1;
+    hsp.prefetch = 1;
+    uint64_t hs[2 * FUSED_RUN_SLOTS];
+    int bad[FUSED_MAX_BAD], n_bad = 0, all_good = 1;
+    while (b < t1) {
+        const int slot0 = b / pt;
+        int e = b;
+        while (e < t1 && e / pt - slot0 < FUSED_RUN_SLOTS) {
+            const int32_t pg = s->pages[e / pt];
+            if (pg < 0 || pg >= p->n_pages) break;
+            e = (e / pt + 1) * pt < t1 ? (e / pt + 1) * pt : t1;
+        }
+        if (e == b) { /* a block-table entry outside the pool: never read */
+            on_detect(g, p, s, slot0, s->pages[slot0], -1, layer, 0, kvh, KILN_KV_DETECT_WRONG_PAGE, "attention");
+            all_good = 0;
+            if (n_bad < FUSED_MAX_BAD) bad[n_bad++] = slot0;
+            b = (slot0 + 1) * pt < t1 ? (slot0 + 1) * pt : t1;
+            continue;
+        }
+        const int n_slots = (e - 1) / pt - slot0 + 1;
+        memset(hs, 0, 2 * (size_t)n_slots * sizeof *hs);
+        hsp.hsum = hs;
+        hsp.hslot0 = slot0;
+        uint64_t c = tsc();
+        fn(&hsp, rw, b, e);
+        *c_fn += tsc() - c;
+        for (int slot = slot0; slot < slot0 + n_slots; slot++) {
+            const int n_rows = (slot + 1) * pt <= si->att_hi ? pt : si->att_hi - slot * pt;
+            const int ra = (b > slot * pt ? b : slot * pt) - slot * pt, rb = (e < (slot + 1) * pt ? e : (slot + 1) * pt) - slot * pt;
+            const int32_t pg = s->pages[slot];
+            uint64_t base = n_rows == pt && slot < si->n_base ? si->base[slot]
+                                                              : base_seed(g, prefix_of(si, slot, n_rows, pt), slot, n_rows, rec_epoch(p, s, si, slot));
+            const uint64_t *h2 = hs + 2 * (size_t)(slot - slot0);
+            int good = check_fused(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, h2[0], ra, rb, checks, bytes);
+            if (g->nk > 1) good &= check_fused(g, p, s, slot, pg, layer, 1, kvh, n_rows, base, h2[1], ra, rb, checks, bytes);
+            if (!good) {
+                all_good = 0;
+                if (n_bad < FUSED_MAX_BAD) bad[n_bad++] = slot;
+            }
+        }
+        if (g->n_undetected) note_use(g, s, layer, kvh, b, e); /* undetected faults only: they reach the output */
+        b = e;
+    }
+    if (all_good || g->mode == KILN_KV_INTEGRITY_DETECT) return all_good;
+    /* heal / strict: the same rows again without the failed pages (and, past FUSED_MAX_BAD of them,
+     * without anything after the last one remembered: the step's output is discarded either way) */
+    kiln_kv_span psp = *sp;
+    psp.prefetch = 1;
+    for (int r = 0; r < rw->R; r++) {
+        rw->m[r] = -INFINITY;
+        rw->l[r] = 0.0f;
+        memset(rw->acc[r], 0, (size_t)sp->v_dim * sizeof(float));
+    }
+    int stop = n_bad == FUSED_MAX_BAD ? bad[n_bad - 1] * pt : t1, run0 = t0;
+    (void)vh;
+    for (int i = 0; i <= n_bad && run0 < stop; i++) {
+        int cut = i < n_bad && bad[i] * pt < stop ? bad[i] * pt : stop;
+        if (cut > run0) fn(&psp, rw, run0, cut);
+        run0 = i < n_bad ? (bad[i] + 1) * pt : stop;
+    }
+    return 0;
+}
+
 void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, int kvh, kiln_kv_attend_fn fn, const kiln_kv_span *sp,
-                          kiln_kv_rows *rw, int t0, int t1) {
+                          kiln_kv_rows *rw, int t0, int t1, int fused) {
     kiln_kv_integ *g = p->integ;
     const kiln_kv_seq_integ *si = s->integ;
     if (!si || si->att_gen != g->gen) { /* cannot happen: begin_attend saw every sequence of the call */
@@ -877,13 +1017,22 @@ void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s
      * the sequence from position 0): nothing to check there */
     const int vh = __atomic_load_n(&si->ver_hi[kvh], __ATOMIC_RELAXED);
     int b = t0;
+    /* fused: a kernel's span, copied with its own prefetch on (nothing reads the pages before it);
+     * unfused: the caller's span itself (kv_sparse.c's scans find their state through it) */
+    fused = fused && g->fused;
+    kiln_kv_span psp = *sp;
+    psp.prefetch = 1;
     if (vh * pt > t0 && t1 > t0) { /* the verified prefix in one kernel call, as without integrity */
         int e = vh * pt < t1 ? vh * pt : t1;
         if (g->n_undetected) note_use(g, s, layer, kvh, t0, e);
         uint64_t c = tsc();
-        fn(sp, rw, t0, e);
+        fn(fused ? &psp : sp, rw, t0, e);
         c_fn += tsc() - c;
         run0 = b = e;
+    }
+    if (fused && b < t1) {
+        all_good = attend_fused(p, g, layer, s, si, kvh, fn, sp, rw, t0, b, t1, vh, &checks, &bytes, &c_fn);
+        b = t1;
     }
     for (int first_page = 1; b < t1; first_page = 0) {
         const int slot = b / pt, n_rows = (slot + 1) * pt <= si->att_hi ? pt : si->att_hi - slot * pt;
@@ -1134,7 +1283,7 @@ static int inject_partial_copy(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_seq_inte
                 if (!verify_unit(g, p, from, l, kind, h, pt, unit_seed(sbase, l, kind, h, pb)))
                     on_detect(g, p, s, slot, from, (int64_t)uidx(g, from, l, kind, h), l, kind, h, diagnose(p, s, si, slot), "migration source");
                 size_t u = uidx(g, to, l, kind, h);
-                g->seal[u] = hash_bytes(unit_ptr(p, from, l, kind, h), (size_t)pt * unit_row(p, kind)) ^ unit_seed(dbase, l, kind, h, pb);
+                g->seal[u] = hash_bytes(g, unit_ptr(p, from, l, kind, h), (size_t)pt * unit_row(p, kind)) ^ unit_seed(dbase, l, kind, h, pb);
                 g->tag[u] = 0;
                 g->st.seals++;
             }

@@ -115,9 +115,13 @@ void kiln_kv_integ_copied(kiln_kv_pool *p, const kiln_kv_seq *src, kiln_kv_seq *
  * against s's identity for that slot (s's tokens must be noted), KILN_OK otherwise. */
 kiln_status kiln_kv_integ_check_share(kiln_kv_pool *p, kiln_kv_seq *s, int32_t page);
 void kiln_kv_integ_begin_attend(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos);
-/* Runs fn over [t0, t1) of s for KV head kvh, verifying each page before it is read. */
+/* Runs fn over [t0, t1) of s for KV head kvh and verifies every page it reads before returning.
+ * fused = 1: fn is an attention kernel that hashes what it loads (kv_isa.h, hsum) and rw holds
+ * fresh rows (m = -inf, l = 0, acc = 0): the pages are compared with their seals after the kernel
+ * read them, and a failed page is taken out by re-running without it (heal / strict). fused = 0
+ * (other scans over the pages): each page is hashed on its own right before fn reads it. */
 void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, int kvh, kiln_kv_attend_fn fn,
-                          const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1);
+                          const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, int fused);
 
 /* ---- callers (session, scheduler) ---- */
 /* Records the token ids of positions [first, first + n) of s before they are run (and, with

@@ -537,6 +537,30 @@ void kiln_kv_seq_amax(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, float 
     free(buf);
 }
 
+/* ---- content hash of the KV integrity seals (docs/INTEGRITY.md, "The content hash") ------------- */
+uint64_t kiln_kv_mlh_scalar(const uint8_t *d, size_t n, const uint64_t *key) {
+    uint64_t h = 0;
+    size_t w = 0;
+    for (; 4 * w + 4 <= n; w++) {
+        uint32_t x;
+        memcpy(&x, d + 4 * w, 4);
+        h += key[w] * (uint64_t)x;
+    }
+    if (4 * w < n) { /* a last partial word, zero-padded */
+        uint8_t b[4] = {0};
+        memcpy(b, d + 4 * w, n - 4 * w);
+        uint32_t x;
+        memcpy(&x, b, 4);
+        h += key[w] * (uint64_t)x;
+    }
+    return h;
+}
+
+uint64_t kiln_kv_mlh(const uint8_t *d, size_t n, const uint64_t *key) {
+    const kiln_kv_ktable *t = kv_table();
+    return t ? t->mlh(d, n, key) : kiln_kv_mlh_scalar(d, n, key);
+}
+
 /* ---- scalar attention kernel ------------------------------------------------------------------- */
 void kiln_kv_attend_scalar(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {
     const int kd = sp->k_dim, vd = sp->v_dim, R = rw->R;
@@ -550,6 +574,12 @@ void kiln_kv_attend_scalar(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int
         const int nb = blk.n;
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;
+        if (sp->hsum) { /* fused integrity hash of the rows this block reads (kv_isa.h) */
+            const int o0 = b0 % sp->page_tokens;
+            uint64_t *hs = sp->hsum + 2 * (size_t)(b0 / sp->page_tokens - sp->hslot0);
+            hs[0] += kiln_kv_mlh_scalar(kp, (size_t)nb * sp->row_k, sp->hkey + (size_t)o0 * sp->row_k / 4);
+            if (sp->hash_v) hs[1] += kiln_kv_mlh_scalar(vp, (size_t)nb * sp->row_v, sp->hkey + (size_t)o0 * sp->row_v / 4);
+        }
         for (int j = 0; j < nb; j++)
             for (int r = 0; r < R; r++) {
                 float acc = 0.0f;
@@ -663,7 +693,7 @@ static void make_span(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, in
     sp->kmul = scale;
     sp->vmul = 1.0f;
     sp->rope_cs = p->rope_cs;
-    sp->prefetch = !p->integ; /* the integrity pass reads the pages right before the kernel */
+    sp->prefetch = !p->integ; /* with integrity: the walker decides (fused: on; a hash pass first: off) */
     if (p->cfg.dtype == KILN_KV_FP8) {
         if (p->dscale) {
             sp->dyn_k = dslot(p, layer, 0, 0, kvh);
@@ -700,9 +730,10 @@ static void attend_task(void *arg, int64_t ti) {
     }
     kiln_kv_span sp;
     make_span(p, j->layer, tk->seq, tk->kvh, j->scale, &sp);
-    /* integrity: each page is verified right before the kernel reads it (kv/integrity.h) */
+    /* integrity: the kernel hashes the pages it reads, verified before this task's output is used
+     * (kv/integrity.h, fused) */
     if (tk->t1 > tk->t0) {
-        if (p->integ) kiln_kv_integ_attend(p, j->layer, tk->seq, tk->kvh, j->fn, &sp, rw, tk->t0, tk->t1);
+        if (p->integ) kiln_kv_integ_attend(p, j->layer, tk->seq, tk->kvh, j->fn, &sp, rw, tk->t0, tk->t1, 1);
         else j->fn(&sp, rw, tk->t0, tk->t1);
     }
     if (!tk->split)

@@ -152,7 +152,7 @@ static void scan_task(void *arg, int64_t k) {
             memset(&rw, 0, sizeof rw);
             rw.R = 1;
             rw.lim[0] = ctx;
-            kiln_kv_integ_attend(j->p, j->layer, c.s, 0, scan_range, &c.sp, &rw, t0, t1);
+            kiln_kv_integ_attend(j->p, j->layer, c.s, 0, scan_range, &c.sp, &rw, t0, t1, 0);
         } else {
             scan_range(&c.sp, NULL, t0, t1);
         }
@@ -291,7 +291,7 @@ void kiln_kv_attend_sparse_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int la
             memset(&rw, 0, sizeof rw);
             rw.R = 1;
             rw.lim[0] = ctx;
-            kiln_kv_integ_attend(p, layer, seq[i], 0, mark_range, &c.sp, &rw, 0, ctx);
+            kiln_kv_integ_attend(p, layer, seq[i], 0, mark_range, &c.sp, &rw, 0, ctx, 0);
             int k = 0;
             for (int e = 0; e < nsel[i]; e++) {
                 int32_t t = sel[(size_t)i * topk + e];
