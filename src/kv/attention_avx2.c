@@ -10,39 +10,37 @@
 
 #define AI static inline __attribute__((always_inline))
 
-/* The stored bytes of 8 values in the low 32 / 16 / 8 bytes, zero above. */
-AI __m256i raw8(const uint8_t *p, kiln_kv_dtype dt) {
-    if (dt == KILN_KV_F32) return _mm256_loadu_si256((const __m256i *)p);
-    if (dt == KILN_KV_BF16) return _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_zextsi128_si256(_mm_loadl_epi64((const __m128i *)p));
-}
-AI __m256 cvt8(__m256i r, kiln_kv_dtype dt) {
-    if (dt == KILN_KV_F32) return _mm256_castsi256_ps(r);
-    if (dt == KILN_KV_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(r)), 16));
-    __m128i w = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(_mm256_castsi256_si128(r)), 7), _mm_set1_epi16((short)0xBF80));
+/* 8 full values at p. */
+AI __m256 deq8(const uint8_t *p, kiln_kv_dtype dt) {
+    if (dt == KILN_KV_F32) return _mm256_loadu_ps((const float *)p);
+    if (dt == KILN_KV_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    __m128i w = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7), _mm_set1_epi16((short)0xBF80));
     return _mm256_cvtph_ps(w);
 }
-/* n < 8 values at p, zero-padded (raw bytes). */
-AI __m256i raw_tail(const uint8_t *p, int n, kiln_kv_dtype dt) {
+/* n < 8 values at p, zero-padded. */
+AI __m256 deq_tail(const uint8_t *p, int n, kiln_kv_dtype dt) {
     uint8_t buf[32] = {0};
     memcpy(buf, p, (size_t)n * (dt == KILN_KV_F32 ? 4 : dt == KILN_KV_BF16 ? 2 : 1));
-    return raw8(buf, dt);
-}
-/* Fused integrity hash (kv_isa.h): acc (4 × 64-bit lanes) += key[w] × word[w] over the 32-bit words
- * of a raw8 register (8 / 4 / 2 words for F32 / BF16 / FP8); words above the loaded ones are zero,
- * so the keys read past them (slice padding) add nothing. */
-AI __m256i hash8(__m256i acc, __m256i r, const uint64_t *key, kiln_kv_dtype dt) {
-    acc = _mm256_add_epi64(acc, _mm256_mul_epu32(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(r)), _mm256_loadu_si256((const __m256i *)key)));
-    if (dt == KILN_KV_F32)
-        acc = _mm256_add_epi64(acc, _mm256_mul_epu32(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(r, 1)), _mm256_loadu_si256((const __m256i *)(key + 4))));
-    return acc;
-}
-AI uint64_t hsum64(__m256i a) {
-    __m128i x = _mm_add_epi64(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    return (uint64_t)_mm_cvtsi128_si64(_mm_add_epi64(x, _mm_unpackhi_epi64(x, x)));
+    return deq8(buf, dt);
 }
 AI __m256i tail_mask(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* ---- content hash (kv_isa.h mlh), as attention_avx512.c's with 32 bytes per step ---- */
+static uint64_t mlh(const uint8_t *d, size_t n, const uint32_t *key) {
+    __m256i ae = _mm256_setzero_si256(), ao = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(d + i)), k = _mm256_loadu_si256((const __m256i *)(key + i / 4));
+        ae = _mm256_add_epi64(ae, _mm256_mul_epu32(x, k));
+        ao = _mm256_add_epi64(ao, _mm256_mul_epu32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(k, 32)));
+    }
+    __m128i s = _mm_add_epi64(_mm256_castsi256_si128(_mm256_add_epi64(ae, ao)), _mm256_extracti128_si256(_mm256_add_epi64(ae, ao), 1));
+    uint64_t h = (uint64_t)_mm_cvtsi128_si64(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s)));
+    return h + kiln_kv_mlh_scalar(d + i, n - i, key + i / 4);
 }
 
 AI __m256 exp8(__m256 x) {
@@ -86,9 +84,8 @@ AI float hadd8(__m256 v) {
 
 /* PR = 1: pre-RoPE K smoothing (static FP8 only), as in attention_avx512.c: the correction's
  * coefficients, divided by the block factor km, are accumulated with the position's cos/sin row into
- * the QK accumulators. PR = 0 is the plain kernel, unchanged. HS = 1: the fused integrity hash of the
- * bytes each load brings in, as in attention_avx512.c. */
-AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR, const int HS) {
+ * the QK accumulators. PR = 0 is the plain kernel, unchanged. */
+AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR) {
     const int kd = sp->k_dim, vd = sp->v_dim;
     const size_t es = DT == KILN_KV_F32 ? 4 : DT == KILN_KV_BF16 ? 2 : 1;
     const float fp8f = DT == KILN_KV_FP8 ? 256.0f : 1.0f;
@@ -114,26 +111,18 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         const int nb = blk.n;
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;
-        const size_t kw = sp->row_k / 4, vw = sp->row_v / 4, o0 = (size_t)(b0 % sp->page_tokens);
-        const size_t cw = 2 * es; /* words per 8-value chunk */
-        __m256i hk = _mm256_setzero_si256(), hv = _mm256_setzero_si256();
         for (int j = 0; j < nb; j++) {
             const uint8_t *kr = kp + (size_t)j * sp->row_k;
-            const uint64_t *hkr = HS ? sp->hkey + (o0 + (size_t)j) * kw : NULL;
             __m256 acc[KV_MAX_ROWS];
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
             for (int c = 0; c < kfull; c++) {
-                __m256i rk = raw8(kr + (size_t)c * 8 * es, DT);
-                if (HS) hk = hash8(hk, rk, hkr + (size_t)c * cw, DT);
-                __m256 k = cvt8(rk, DT);
+                __m256 k = deq8(kr + (size_t)c * 8 * es, DT);
                 _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rw->q[r] + 8 * c), k, acc[r]);
             }
             if (ktail) {
-                __m256i rk = raw_tail(kr + (size_t)kfull * 8 * es, ktail, DT);
-                if (HS) hk = hash8(hk, rk, hkr + (size_t)kfull * cw, DT);
-                __m256 k = cvt8(rk, DT);
+                __m256 k = deq_tail(kr + (size_t)kfull * 8 * es, ktail, DT);
                 _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps(rw->q[r] + 8 * kfull, kmask), k, acc[r]);
             }
@@ -151,6 +140,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm256_store_ps(tmp[r] + 8 * j, acc[r]);
         }
+        if (sp->hsum) kiln_kv_hash_block(sp, b0, nb, kp, 0, mlh); /* integrity: K, still in L1 (kv_isa.h) */
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++)
             for (int j = nb; j < 8; j++) _mm256_store_ps(tmp[r] + 8 * j, _mm256_setzero_ps());
@@ -174,9 +164,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) a[r] = _mm256_mul_ps(_mm256_loadu_ps(rw->acc[r] + 8 * c), _mm256_set1_ps(corr[r]));
             for (int j = 0; j < nb; j++) {
-                __m256i rv = raw8(vp + (size_t)j * sp->row_v + (size_t)c * 8 * es, DT);
-                if (HS && sp->hash_v) hv = hash8(hv, rv, sp->hkey + (o0 + (size_t)j) * vw + (size_t)c * cw, DT);
-                __m256 v = cvt8(rv, DT);
+                __m256 v = deq8(vp + (size_t)j * sp->row_v + (size_t)c * 8 * es, DT);
                 _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(_mm256_set1_ps(pb[r][j]), v, a[r]);
             }
@@ -188,20 +176,14 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) a[r] = _mm256_mul_ps(_mm256_maskload_ps(rw->acc[r] + 8 * vfull, vmask), _mm256_set1_ps(corr[r]));
             for (int j = 0; j < nb; j++) {
-                __m256i rv = raw_tail(vp + (size_t)j * sp->row_v + (size_t)vfull * 8 * es, vtail, DT);
-                if (HS && sp->hash_v) hv = hash8(hv, rv, sp->hkey + (o0 + (size_t)j) * vw + (size_t)vfull * cw, DT);
-                __m256 v = cvt8(rv, DT);
+                __m256 v = deq_tail(vp + (size_t)j * sp->row_v + (size_t)vfull * 8 * es, vtail, DT);
                 _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(_mm256_set1_ps(pb[r][j]), v, a[r]);
             }
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm256_maskstore_ps(rw->acc[r] + 8 * vfull, vmask, a[r]);
         }
-        if (HS) {
-            uint64_t *hs = sp->hsum + 2 * (size_t)(b0 / sp->page_tokens - sp->hslot0);
-            hs[0] += hsum64(hk);
-            hs[1] += hsum64(hv);
-        }
+        if (sp->hsum) kiln_kv_hash_block(sp, b0, nb, vp, 1, mlh); /* integrity: V, still in L1 (kv_isa.h) */
         b0 += nb;
     }
 }
@@ -267,18 +249,6 @@ static void quant_bf16(const float *x, int n, uint16_t *out) {
         _mm_storeu_si128((__m128i *)ob, bf16_codes(_mm256_loadu_ps(buf)));
         memcpy(out + i, ob, (size_t)(n - i) * 2);
     }
-}
-
-/* ---- content hash of a slice read on its own (kv_isa.h mlh) ---- */
-static uint64_t mlh(const uint8_t *d, size_t n, const uint64_t *key) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
-    size_t w = 0, nw = n / 4;
-    for (; w + 8 <= nw; w += 8) {
-        __m256i x = _mm256_loadu_si256((const __m256i *)(d + 4 * w));
-        a0 = _mm256_add_epi64(a0, _mm256_mul_epu32(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(x)), _mm256_loadu_si256((const __m256i *)(key + w))));
-        a1 = _mm256_add_epi64(a1, _mm256_mul_epu32(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(x, 1)), _mm256_loadu_si256((const __m256i *)(key + w + 4))));
-    }
-    return hsum64(_mm256_add_epi64(a0, a1)) + kiln_kv_mlh_scalar(d + 4 * w, n - 4 * w, key + w);
 }
 
 const kiln_kv_ktable kiln_kv_ktable_avx2 = {attend, quant_fp8, quant_bf16, mlh};

@@ -538,25 +538,25 @@ void kiln_kv_seq_amax(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, float 
 }
 
 /* ---- content hash of the KV integrity seals (docs/INTEGRITY.md, "The content hash") ------------- */
-uint64_t kiln_kv_mlh_scalar(const uint8_t *d, size_t n, const uint64_t *key) {
+uint64_t kiln_kv_mlh_scalar(const uint8_t *d, size_t n, const uint32_t *key) {
     uint64_t h = 0;
     size_t w = 0;
     for (; 4 * w + 4 <= n; w++) {
         uint32_t x;
         memcpy(&x, d + 4 * w, 4);
-        h += key[w] * (uint64_t)x;
+        h += (uint64_t)key[w] * x;
     }
     if (4 * w < n) { /* a last partial word, zero-padded */
         uint8_t b[4] = {0};
         memcpy(b, d + 4 * w, n - 4 * w);
         uint32_t x;
         memcpy(&x, b, 4);
-        h += key[w] * (uint64_t)x;
+        h += (uint64_t)key[w] * x;
     }
     return h;
 }
 
-uint64_t kiln_kv_mlh(const uint8_t *d, size_t n, const uint64_t *key) {
+uint64_t kiln_kv_mlh(const uint8_t *d, size_t n, const uint32_t *key) {
     const kiln_kv_ktable *t = kv_table();
     return t ? t->mlh(d, n, key) : kiln_kv_mlh_scalar(d, n, key);
 }
@@ -574,12 +574,6 @@ void kiln_kv_attend_scalar(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int
         const int nb = blk.n;
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;
-        if (sp->hsum) { /* fused integrity hash of the rows this block reads (kv_isa.h) */
-            const int o0 = b0 % sp->page_tokens;
-            uint64_t *hs = sp->hsum + 2 * (size_t)(b0 / sp->page_tokens - sp->hslot0);
-            hs[0] += kiln_kv_mlh_scalar(kp, (size_t)nb * sp->row_k, sp->hkey + (size_t)o0 * sp->row_k / 4);
-            if (sp->hash_v) hs[1] += kiln_kv_mlh_scalar(vp, (size_t)nb * sp->row_v, sp->hkey + (size_t)o0 * sp->row_v / 4);
-        }
         for (int j = 0; j < nb; j++)
             for (int r = 0; r < R; r++) {
                 float acc = 0.0f;
@@ -592,6 +586,7 @@ void kiln_kv_attend_scalar(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int
                     s[r][j] += c;
                 }
             }
+        if (sp->hsum) kiln_kv_hash_block(sp, b0, nb, kp, 0, kiln_kv_mlh_scalar); /* integrity: K (kv_isa.h) */
         for (int r = 0; r < R; r++) {
             int n = rw->lim[r] - b0 < nb ? rw->lim[r] - b0 : nb;
             corr[r] = 1.0f;
@@ -618,6 +613,7 @@ void kiln_kv_attend_scalar(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int
                 for (int r = 0; r < R; r++) rw->acc[r][d] += s[r][j] * v;
             }
         }
+        if (sp->hsum) kiln_kv_hash_block(sp, b0, nb, vp, 1, kiln_kv_mlh_scalar); /* integrity: V (kv_isa.h) */
         b0 += nb;
     }
 }
