@@ -970,6 +970,33 @@ static int attend_fused(const kiln_kv_pool *p, kiln_kv_integ *g, int layer, cons
     for (int kind = 0; fast && kind < g->nk; kind++)
         uadd[kind] = unit_seed(g, 0, layer, kind, kvh, param_bits(p, layer, 0, kind, kvh));
     const size_t unit_bytes_row = p->row_k + (g->nk > 1 ? p->row_v : 0);
+    if (g->call_key && b < t1) {
+        /* inside a multi-chunk call: the leading pages whose slices were verified earlier in the call
+         * (tags) are read without hashing — later chunks of a long prompt re-read the whole prefix,
+         * and hashing it again at every chunk would make the prompt's hashing quadratic */
+        int e = b;
+        while (e < t1) {
+            const int slot = e / pt, n_rows = (slot + 1) * pt <= si->att_hi ? pt : si->att_hi - slot * pt;
+            const int32_t pg = s->pages[slot];
+            if (n_rows != pt || slot >= si->n_base || pg < 0 || pg >= p->n_pages) break;
+            int tagged = 1;
+            for (int kind = 0; kind < g->nk && tagged; kind++) {
+                const uint64_t seed = unit_seed(g, si->base[slot], layer, kind, kvh, param_bits(p, layer, pg, kind, kvh));
+                tagged = __atomic_load_n(&g->tag[uidx(g, pg, layer, kind, kvh)], __ATOMIC_RELAXED) == (seed ^ g->gen_key);
+            }
+            if (!tagged) break;
+            e = (slot + 1) * pt < t1 ? (slot + 1) * pt : t1;
+        }
+        if (e > b) {
+            if (g->n_undetected) note_use(g, s, layer, kvh, b, e);
+            kiln_kv_span psp = *sp;
+            psp.prefetch = 1;
+            uint64_t c = tsc();
+            fn(&psp, rw, b, e);
+            *c_fn += tsc() - c;
+            b = e;
+        }
+    }
     while (b < t1) {
         const int slot0 = b / pt;
         int e = b;
