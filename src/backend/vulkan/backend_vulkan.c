@@ -3,11 +3,11 @@
  *
  * What runs where (this first stage of docs/VULKAN.md):
  *   device   matmul / matmul_many / matmul_heads / grouped MoE experts for F32, F16, BF16, FP8 block,
- *            INT4 group, Q8_0, Q4_0 and the K-quants Q4_K / Q5_K / Q6_K (dequantized in registers), RMSNorm, RoPE, add, bias,
- *            SwiGLU;
+ *            INT4 group, Q8_0, Q4_0 and every GGUF block quant kiln reads (Q4_K / Q5_K / Q6_K / Q2_K / Q3_K /
+ *            IQ4_XS / Q4_1 / Q5_0 / Q5_1 / IQ4_NL, dequantized in registers), RMSNorm, RoPE, add, bias, SwiGLU;
  *   host     through the cpu backend's kernels on the same buffers: embedding rows, the RoPE table,
  *            MoE routing and combine, KV store and attention over the pool's pages (with the seals),
- *            argmax, and the K-quant matmuls (no shader yet). `supports` reports these as 0.
+ *            argmax. `supports` reports these as 0.
  * That split works because every buffer kiln_be_alloc hands out is host-visible device memory,
  * mapped for the buffer's life: the host-side ops read and write the same bytes the shaders do.
  *
@@ -208,7 +208,8 @@ static int fmt_on_device(kiln_wformat f) {
     switch (f) {
     case KILN_WF_F32: case KILN_WF_F16: case KILN_WF_BF16: case KILN_WF_FP8_BLOCK:
     case KILN_WF_INT4_GROUP: case KILN_WF_Q8_0: case KILN_WF_Q4_0:
-    case KILN_WF_Q4_K: case KILN_WF_Q5_K: case KILN_WF_Q6_K: return 1;
+    case KILN_WF_Q4_K: case KILN_WF_Q5_K: case KILN_WF_Q6_K: case KILN_WF_Q2_K: case KILN_WF_Q3_K: case KILN_WF_IQ4_XS:
+    case KILN_WF_Q4_1: case KILN_WF_Q5_0: case KILN_WF_Q5_1: case KILN_WF_IQ4_NL: return 1;
     default: return 0;
     }
 }
@@ -224,6 +225,13 @@ static kiln_vk_shader matmul_shader(kiln_wformat f) {
     case KILN_WF_Q4_K: return KILN_VK_SH_matmul_q4_k;
     case KILN_WF_Q5_K: return KILN_VK_SH_matmul_q5_k;
     case KILN_WF_Q6_K: return KILN_VK_SH_matmul_q6_k;
+    case KILN_WF_Q2_K: return KILN_VK_SH_matmul_q2_k;
+    case KILN_WF_Q3_K: return KILN_VK_SH_matmul_q3_k;
+    case KILN_WF_IQ4_XS: return KILN_VK_SH_matmul_iq4_xs;
+    case KILN_WF_Q4_1: return KILN_VK_SH_matmul_q4_1;
+    case KILN_WF_Q5_0: return KILN_VK_SH_matmul_q5_0;
+    case KILN_WF_Q5_1: return KILN_VK_SH_matmul_q5_1;
+    case KILN_WF_IQ4_NL: return KILN_VK_SH_matmul_iq4_nl;
     default: return KILN_VK_SH_matmul_f32;
     }
 }
@@ -331,8 +339,12 @@ typedef struct {
 static int record_matmul(vk_state *s, const kiln_weight *w, const float *X, int64_t x_stride, float *Y, int64_t y_stride, int n) {
     if (!fmt_on_device(w->fmt) || n <= 0) return n <= 0 ? 0 : -1;
     if (w->fmt == KILN_WF_INT4_GROUP && (w->cols % 8 || w->block <= 0 || w->cols % w->block)) return -1;
-    if ((w->fmt == KILN_WF_Q8_0 || w->fmt == KILN_WF_Q4_0) && w->cols % 32) return -1;
-    if ((w->fmt == KILN_WF_Q4_K || w->fmt == KILN_WF_Q5_K || w->fmt == KILN_WF_Q6_K) && w->cols % 256) return -1;
+    if ((w->fmt == KILN_WF_Q8_0 || w->fmt == KILN_WF_Q4_0 || w->fmt == KILN_WF_Q4_1 || w->fmt == KILN_WF_Q5_0 || w->fmt == KILN_WF_Q5_1 ||
+         w->fmt == KILN_WF_IQ4_NL) && w->cols % 32)
+        return -1;
+    if ((w->fmt == KILN_WF_Q4_K || w->fmt == KILN_WF_Q5_K || w->fmt == KILN_WF_Q6_K || w->fmt == KILN_WF_Q2_K || w->fmt == KILN_WF_Q3_K ||
+         w->fmt == KILN_WF_IQ4_XS) && w->cols % 256)
+        return -1;
     const vk_weight *vw = device_weight(s, w);
     if (!vw) return -1;
     vref xr, yr;
@@ -361,7 +373,7 @@ static int record_matmul(vk_state *s, const kiln_weight *w, const float *X, int6
 static void vk_matmul_many(const kiln_backend *be, const kiln_weight *const *w, float *const *Y, int nw, const float *X, int n) {
     vk_state *s = ST(be);
     for (int k = 0; k < nw; k++) {
-        if (!fmt_on_device(w[k]->fmt)) { /* K-quants: the host kernels (supports says so) */
+        if (!fmt_on_device(w[k]->fmt)) { /* a format without a shader: the host kernels (supports says so) */
             kiln_backend_cpu_ops.matmul_many(be, &w[k], &Y[k], 1, X, n);
             continue;
         }

@@ -1,10 +1,10 @@
 #version 450
 // matmul.comp — Y[t, r] = Σ_c W[r, c] · X[t, c] for one weight format (compiled once per format with
 // -DFMT=...): one workgroup per (row, token), its 64 invocations striding over the row's 32-column
-// blocks (256-column super-blocks for the K-quants; single columns for the float formats), then a
-// tree sum in shared memory. K-quants are dequantized in registers as ggml's dequantize_row_*_K
-// does (the same f32 products and differences as kernels/kquant.c), so results differ from the ref
-// backend by the summation order only.
+// blocks (256-column super-blocks for the K-quants and IQ4_XS; single columns for the float formats),
+// then a tree sum in shared memory. The GGUF block quants are dequantized in registers as ggml's
+// dequantize_row_* does (the same f32 products and differences as kernels/kquant.c), so results
+// differ from the ref backend by the summation order only.
 //
 // Weights come row-major as checkpoints store them (the backend uploads tiled weights in that order),
 // one chunk of rows per buffer: W binding = the chunk's data bytes as uint words, S = its scales.
@@ -20,6 +20,13 @@
 #define FMT_Q4_K 7
 #define FMT_Q5_K 8
 #define FMT_Q6_K 9
+#define FMT_Q2_K 10
+#define FMT_Q3_K 11
+#define FMT_IQ4_XS 12
+#define FMT_Q4_1 13
+#define FMT_Q5_0 14
+#define FMT_Q5_1 15
+#define FMT_IQ4_NL 16
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Wb { uint w[]; };
 layout(std430, binding = 1) readonly buffer Sb { uint s[]; };
@@ -34,6 +41,9 @@ shared float part[64];
 uint byte_at(uint off) { return (w[off >> 2] >> ((off & 3u) * 8u)) & 0xffu; }
 float f16_at(uint off) { return unpackHalf2x16(byte_at(off) | (byte_at(off + 1u) << 8)).x; }
 uint half_at(uint e) { return (w[e >> 1] >> ((e & 1u) * 16u)) & 0xffffu; }
+uint u32_at(uint off) { return byte_at(off) | (byte_at(off + 1u) << 8) | (byte_at(off + 2u) << 16) | (byte_at(off + 3u) << 24); }
+// IQ4_NL / IQ4_XS: ggml-common.h's kvalues_iq4nl
+const float iq4_levels[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
 
 void main() {
     const uint r = p.r0 + gl_WorkGroupID.x;   // row within the chunk
@@ -148,6 +158,105 @@ void main() {
                 const float s1 = d * float((int(byte_at(scb + is)) << 24) >> 24), s2 = d * float((int(byte_at(scb + is + 2u)) << 24) >> 24);
                 const float s3 = d * float((int(byte_at(scb + is + 4u)) << 24) >> 24), s4 = d * float((int(byte_at(scb + is + 6u)) << 24) >> 24);
                 acc += s1 * float(q1) * x[y0 + l] + s2 * float(q2) * x[y0 + 32u + l] + s3 * float(q3) * x[y0 + 64u + l] + s4 * float(q4) * x[y0 + 96u + l];
+            }
+        }
+    }
+#elif FMT == FMT_Q4_1 || FMT == FMT_Q5_0 || FMT == FMT_Q5_1 || FMT == FMT_IQ4_NL
+    // blocks of 32 (kernels/kquant.c): element i (0..15) is the low nibble of quant byte i, i + 16
+    // its high nibble; Q5_0 / Q5_1 add bit i of the 32-bit qh as the fifth bit.
+    // Q4_1 (20 bytes): f16 d, f16 m, nibbles; w = q·d + m. Q5_0 (22): f16 d, qh, nibbles; w = (q − 16)·d.
+    // Q5_1 (24): f16 d, f16 m, qh, nibbles; w = q·d + m. IQ4_NL (18): f16 d, nibbles; w = d·level[q].
+#if FMT == FMT_Q4_1
+    const uint bsz = 20u, qoff = 4u;
+#elif FMT == FMT_Q5_0
+    const uint bsz = 22u, qoff = 6u;
+#elif FMT == FMT_Q5_1
+    const uint bsz = 24u, qoff = 8u;
+#else
+    const uint bsz = 18u, qoff = 2u;
+#endif
+    const uint nb = p.cols / 32u;
+    for (uint b = tid; b < nb; b += 64u) {
+        const uint off = r * p.row_bytes + b * bsz;
+        const uint c0 = xb + 32u * b;
+        const float d = f16_at(off);
+#if FMT == FMT_Q4_1 || FMT == FMT_Q5_1
+        const float m = f16_at(off + 2u);
+#endif
+#if FMT == FMT_Q5_0
+        const uint qh = u32_at(off + 2u);
+#elif FMT == FMT_Q5_1
+        const uint qh = u32_at(off + 4u);
+#endif
+        for (uint j = 0u; j < 16u; j++) {
+            const uint v = byte_at(off + qoff + j);
+            uint lo = v & 15u, hi = v >> 4;
+#if FMT == FMT_Q5_0 || FMT == FMT_Q5_1
+            lo |= ((qh >> j) & 1u) << 4;
+            hi |= ((qh >> (j + 16u)) & 1u) << 4;
+#endif
+#if FMT == FMT_Q4_1 || FMT == FMT_Q5_1
+            acc += (float(lo) * d + m) * x[c0 + j] + (float(hi) * d + m) * x[c0 + 16u + j];
+#elif FMT == FMT_Q5_0
+            acc += (float(int(lo) - 16) * d) * x[c0 + j] + (float(int(hi) - 16) * d) * x[c0 + 16u + j];
+#else
+            acc += (d * iq4_levels[lo]) * x[c0 + j] + (d * iq4_levels[hi]) * x[c0 + 16u + j];
+#endif
+        }
+    }
+#elif FMT == FMT_Q2_K
+    // Q2_K (84 bytes per 256): 16 scale bytes (low nibble scale, high nibble min, one pair per 16
+    // weights), 64 bytes of 2-bit quants, f16 d, f16 dmin; group g's quants: byte 32·(g/8) + 16·(g%2) + l
+    // at bit 2·((g%8)/2). w = (d·sc)·q − dmin·m (kernels/kquant.c kiln_q2_k_to_f32).
+    const uint nb = p.cols / 256u;
+    for (uint b = tid; b < nb; b += 64u) {
+        const uint off = r * p.row_bytes + b * 84u;
+        const float d = f16_at(off + 80u), dmin = f16_at(off + 82u);
+        const uint c0 = xb + 256u * b;
+        for (uint g = 0u; g < 16u; g++) {
+            const uint sc = byte_at(off + g);
+            const float dl = d * float(sc & 15u), ml = dmin * float(sc >> 4);
+            const uint q = off + 16u + 32u * (g / 8u) + 16u * (g % 2u), shift = 2u * ((g % 8u) / 2u);
+            for (uint l = 0u; l < 16u; l++) acc += (dl * float((byte_at(q + l) >> shift) & 3u) - ml) * x[c0 + 16u * g + l];
+        }
+    }
+#elif FMT == FMT_Q3_K
+    // Q3_K (110 bytes per 256): 32 bytes of high bits, 64 bytes of 2-bit low quants (placed as Q2_K's),
+    // 12 bytes of 16 packed 6-bit scales (+32), f16 d; a clear high bit subtracts 4
+    // (kernels/kquant.c kiln_q3_k_to_f32). w = (d·(sc − 32))·q.
+    const uint nb = p.cols / 256u;
+    for (uint b = tid; b < nb; b += 64u) {
+        const uint off = r * p.row_bytes + b * 110u;
+        const float d = f16_at(off + 108u);
+        const uint c0 = xb + 256u * b;
+        for (uint g = 0u; g < 16u; g++) {
+            const uint lo = g < 8u ? byte_at(off + 96u + g) & 15u : byte_at(off + 96u + g - 8u) >> 4;
+            const uint hi = (byte_at(off + 104u + g % 4u) >> (2u * (g / 4u))) & 3u;
+            const float dl = d * float(int(lo | (hi << 4)) - 32);
+            const uint hf = g / 8u, j = (g % 8u) / 2u, o = 16u * (g % 2u);
+            const uint q = off + 32u + 32u * hf, bit = 1u << (4u * hf + j);
+            for (uint l = o; l < o + 16u; l++) {
+                const int v = int((byte_at(q + l) >> (2u * j)) & 3u) - ((byte_at(off + l) & bit) != 0u ? 0 : 4);
+                acc += (dl * float(v)) * x[c0 + 16u * g + l - o];
+            }
+        }
+    }
+#elif FMT == FMT_IQ4_XS
+    // IQ4_XS (136 bytes per 256): f16 d, u16 of 2-bit scale highs, 4 bytes of 4-bit scale lows,
+    // 128 bytes of nibbles, 16 per sub-block of 32 (kernels/kquant.c kiln_iq4_xs_to_f32).
+    // w = (d·(sc − 32))·level[q].
+    const uint nb = p.cols / 256u;
+    for (uint b = tid; b < nb; b += 64u) {
+        const uint off = r * p.row_bytes + b * 136u;
+        const float d = f16_at(off);
+        const uint sh = byte_at(off + 2u) | (byte_at(off + 3u) << 8);
+        const uint c0 = xb + 256u * b;
+        for (uint j = 0u; j < 8u; j++) {
+            const uint ls = ((byte_at(off + 4u + j / 2u) >> (4u * (j % 2u))) & 15u) | (((sh >> (2u * j)) & 3u) << 4);
+            const float dl = d * float(int(ls) - 32);
+            for (uint i = 0u; i < 16u; i++) {
+                const uint v = byte_at(off + 8u + 16u * j + i);
+                acc += (dl * iq4_levels[v & 15u]) * x[c0 + 32u * j + i] + (dl * iq4_levels[v >> 4]) * x[c0 + 32u * j + 16u + i];
             }
         }
     }
