@@ -3,24 +3,15 @@ the asked block type, byte for byte what ggml's reference quantizers (quantize_r
 quantize_row_q4_0_ref, re-implemented here from their published description in float32 arithmetic)
 make of the source values; norms as F32 (llama.cpp's converter convention); the tokenizer from the
 given file; and the file loads and generates in kiln. Bad --outtype / --tokenizer get clear errors."""
-import json, math, os, struct, subprocess, sys, tempfile
+import json, math, os, struct, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 import gguf_edit  # noqa: E402
+from kiln_cli import run  # noqa: E402
 
-KILN = os.environ.get("KILN", "./kiln")
 SHARED = os.environ.get("SHARED", "../shared")
 VOCAB = os.path.join(SHARED, "tokenizers/gguf-vocab/ggml-vocab-llama-spm.gguf")
 GGML_F32, GGML_Q4_0, GGML_Q8_0 = 0, 2, 8
-
-
-def run(*args, ok=True):
-    p = subprocess.run([KILN, *args], capture_output=True, text=True)
-    if ok and p.returncode != 0:
-        sys.exit(f"kiln {' '.join(args)} failed: {p.stderr}")
-    if not ok and p.returncode == 0:
-        sys.exit(f"kiln {' '.join(args)} succeeded but should have failed")
-    return p
 
 
 def f32(x):

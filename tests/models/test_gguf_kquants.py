@@ -12,14 +12,14 @@
 - Bad input is refused naming the tensor: rows that are not a multiple of the block (256 / 32); a
   ggml type id that ggml does not have (with the id); a ggml type kiln does not read (IQ2_XXS,
   TQ1_0: with the type's name); Q8_K (ggml's activation-side type) as a weight."""
-import json, os, shutil, struct, subprocess, sys, tempfile
+import json, os, shutil, struct, sys, tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 import gguf_edit  # noqa: E402
+from kiln_cli import run  # noqa: E402
 
-KILN = os.environ.get("KILN", "./kiln")
 F32 = np.float32
 # ggml type ids (ggml.h)
 Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ2_XXS, IQ4_NL, IQ4_XS, TQ1_0 = 3, 6, 7, 10, 11, 12, 13, 14, 15, 16, 20, 23, 34
@@ -35,15 +35,6 @@ TYPES = [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, Q4_1, Q5_0, Q5_1, IQ4_NL]
 # ggml-common.h's kvalues_iq4nl: the 16 levels of IQ4_NL / IQ4_XS
 IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=F32)
 VOCAB, DIM, HEADS, KV_HEADS = 301, 256, 4, 2
-
-
-def run(*args, ok=True):
-    p = subprocess.run([KILN, *args], capture_output=True, text=True)
-    if ok and p.returncode != 0:
-        sys.exit(f"kiln {' '.join(args)} failed: {p.stderr}")
-    if not ok and p.returncode == 0:
-        sys.exit(f"kiln {' '.join(args)} succeeded but should have failed")
-    return p
 
 
 def random_blocks(rng, t, n_blocks):
