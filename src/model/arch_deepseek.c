@@ -224,6 +224,6 @@ static kiln_status mla_bind(struct kiln_model *m) {
 
 const kiln_arch kiln_arch_deepseek_v3 = {"deepseek_v3", {"deepseek_v3"}, {"DeepseekV3ForCausalLM"}, mla_read, mla_bind, kiln_mkmodel_arch, "deepseek2", NULL, 0};
 const kiln_arch kiln_arch_kimi_k2 = {"kimi_k2", {"kimi_k2", "kimi_k25"}, {"KimiK25ForConditionalGeneration"}, mla_read, mla_bind, kiln_mkmodel_arch, "deepseek2", NULL, 0};
-const kiln_arch kiln_arch_deepseek_v32 = {"deepseek_v32", {"deepseek_v32"}, {"DeepseekV32ForCausalLM"}, mla_read, mla_bind, kiln_mkmodel_arch, NULL, NULL, 0};
+const kiln_arch kiln_arch_deepseek_v32 = {"deepseek_v32", {"deepseek_v32"}, {"DeepseekV32ForCausalLM"}, mla_read, mla_bind, kiln_mkmodel_arch, "deepseek32", NULL, 0};
 const kiln_arch kiln_arch_glm_moe_dsa = {"glm_moe_dsa", {"glm_moe_dsa"}, {"GlmMoeDsaForCausalLM"}, mla_read, mla_bind, kiln_mkmodel_arch, "glm-dsa", NULL, 0};
 const kiln_arch kiln_arch_glm4_moe_lite = {"glm4_moe_lite", {"glm4_moe_lite"}, {"Glm4MoeLiteForCausalLM"}, mla_read, mla_bind, kiln_mkmodel_arch, "deepseek2", NULL, 0};

@@ -7,6 +7,7 @@
  *   deepseek2   DeepSeek-V3, Kimi K2.x, GLM-4.7-Flash     deepseek_v3 (kimi_k2 / glm4_moe_lite compute
  *               (MLA + MoE)                               the same; all three are written as deepseek2)
  *   glm-dsa     GLM-5.x (MLA + MoE + sparse attention)    glm_moe_dsa
+ *   deepseek32  DeepSeek-V3.2 (the same, NEOX indexer RoPE) deepseek_v32
  *   glm4moe     GLM-4.5 / 4.6 / 4.7 (GQA + MoE)           glm4_moe
  *   glm4        GLM-4-0414 (dense; post norms)            glm4
  *   chatglm     GLM-4-9B remote-code layout (dense)       chatglm
@@ -32,7 +33,7 @@
  * What llama.cpp cannot express is refused with the field named, never written differently:
  * softmax expert gating (DeepSeek-V2; kiln routes sigmoid + noaux_tc), YaRN with mscale ≠
  * mscale_all_dim (llama.cpp's deepseek2 has one yarn_log_multiplier), dense layers that are not a
- * leading block, DSA indexers (the glm-dsa / deepseek32 GGUF architectures are not written yet). */
+ * leading block, DSA indexers. */
 #include "model/gguf_arch.h"
 #include "model/arch.h"
 #include "model/export.h"
@@ -150,11 +151,14 @@ typedef struct {
     const char *const (*names)[2];
     int n_names;
     family_kind kind;
-    int dsa;
+    int dsa;                     /* 0: no sparse attention; 1: glm-dsa; 2: deepseek32 */
 } family;
 static const family families[] = {
     {"deepseek2", deepseek2_names, N_NAMES(deepseek2_names), FAM_MLA, 0},
     {"glm-dsa", glm_dsa_names, N_NAMES(glm_dsa_names), FAM_MLA, 1},
+    /* deepseek32 (DeepSeek-V3.2): glm-dsa's tensors (an indexer on every layer, MTP kept); llama.cpp
+     * ropes its indexer NEOX (the official code since the 2025-11-17 fix) and reads no types key */
+    {"deepseek32", glm_dsa_names, N_NAMES(glm_dsa_names), FAM_MLA, 2},
     {"glm4moe", glm4moe_names, N_NAMES(glm4moe_names), FAM_GQA_MOE, 0},
     {"glm4", glm4_names, N_NAMES(glm4_names), FAM_GLM4, 0},
     {"chatglm", chatglm_names, N_NAMES(chatglm_names), FAM_CHATGLM, 0},
@@ -428,7 +432,7 @@ static kiln_status rope_meta(meta *M, json_t *c, int allow_yarn, uint64_t ctx) {
 /* glm-dsa's indexer keys: head count, key length, top-k and the per-layer full / shared types
  * (absent: llama.cpp's rule — every layer full below a 1M-token context (GLM-5, 5.1), else
  * GLM-5.2's pattern, full at layers 0, 1, 2, 6, 10 …: index_topk_freq 4 from offset 3). */
-static kiln_status dsa_meta(meta *M, json_t *c, uint64_t ctx) {
+static kiln_status dsa_meta(meta *M, json_t *c, uint64_t ctx, int flavour) {
     uint64_t heads, dim, topk, n_types;
     KILN_TRY(meta_uint(M, "attention.indexer.head_count", 1, 1, 4096, 0, &heads, NULL));
     KILN_TRY(meta_uint(M, "attention.indexer.key_length", 1, 1, 1 << 16, 0, &dim, NULL));
@@ -436,6 +440,10 @@ static kiln_status dsa_meta(meta *M, json_t *c, uint64_t ctx) {
     SI("index_n_heads", heads);
     SI("index_head_dim", dim);
     SI("index_topk", topk);
+    if (flavour == 2) { /* deepseek32: NEOX indexer RoPE, an indexer on every layer (no types key is read) */
+        SB("indexer_rope_interleave", 0);
+        return KILN_OK;
+    }
     SB("indexer_rope_interleave", 1); /* llama.cpp ropes the indexer in adjacent pairs (GLM's layout) */
     const int L = (int)json_integer_value(json_object_get(c, "num_hidden_layers"));
     const char *key = key_of(M, "attention.indexer.types");
@@ -470,14 +478,14 @@ static kiln_status dsa_meta(meta *M, json_t *c, uint64_t ctx) {
 static kiln_status deepseek2_config(meta *M, const kiln_tensor_table *raw, json_t *c, int dsa) {
     uint64_t heads, ctx, q_lora, kv_lora, rope, k_mla, v_mla, k_len, v_len;
     int has_q, has_k_mla, has_v_mla;
-    SS("model_type", dsa ? "glm_moe_dsa" : "deepseek_v3");
+    SS("model_type", dsa == 2 ? "deepseek_v32" : dsa ? "glm_moe_dsa" : "deepseek_v3");
     json_t *a = json_array();
-    json_array_append_new(a, json_string(dsa ? "GlmMoeDsaForCausalLM" : "DeepseekV3ForCausalLM"));
+    json_array_append_new(a, json_string(dsa == 2 ? "DeepseekV32ForCausalLM" : dsa ? "GlmMoeDsaForCausalLM" : "DeepseekV3ForCausalLM"));
     json_object_set_new(c, "architectures", a);
     uint64_t dim, blocks, nextn;
     KILN_TRY(base_meta(M, raw, c, &dim, &heads, &ctx, &blocks, &nextn));
     KILN_TRY(moe_meta(M, raw, c, dsa, blocks, nextn));
-    if (dsa) KILN_TRY(dsa_meta(M, c, ctx));
+    if (dsa) KILN_TRY(dsa_meta(M, c, ctx, dsa));
     SI("num_key_value_heads", heads);
     KILN_TRY(meta_uint(M, "attention.q_lora_rank", 0, 1, 1 << 16, 0, &q_lora, &has_q));
     if (has_q) SI("q_lora_rank", q_lora);
@@ -763,7 +771,7 @@ static kiln_status read_tensors(struct kiln_model *m, const family *F, const kil
 
 kiln_status kiln_gguf_arch_load(struct kiln_model *m, const char *path, const kiln_tensor_table *raw, const char *gguf_arch) {
     const family *F = family_of(gguf_arch);
-    if (!F) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported (known: llama, deepseek2, glm-dsa, glm4moe, glm4, chatglm)", path, gguf_arch);
+    if (!F) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported (known: llama, deepseek2, glm-dsa, deepseek32, glm4moe, glm4, chatglm)", path, gguf_arch);
     meta M = {.g = m->gguf, .file = path, .arch = F->arch};
     json_t *cfg = json_object();
     if (!cfg) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
@@ -924,14 +932,21 @@ kiln_status kiln_gguf_arch_save(const struct kiln_model *m, const char *path, ki
     const int mla = ah->attn == KILN_ATTN_MLA;
     const int dsa = mla && ah->mla.dsa;
     const int glm4 = !strcmp(name, "glm4"), chatglm = !strcmp(name, "chatglm"), moe = ah->n_moe_layers > 0 || !strcmp(name, "glm4_moe") || mla;
-    if (dsa && strcmp(name, "glm_moe_dsa") != 0)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: architecture '%s': the GGUF deepseek32 writer does not exist yet (glm_moe_dsa is written as glm-dsa)", path, name);
+    const int ds32 = dsa && !strcmp(name, "deepseek_v32");
     if (strcmp(name, "glm4_moe") != 0 && !mla && !glm4 && !chatglm)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: architecture '%s' has no GGUF writer (llama, deepseek_v3, kimi_k2, glm4_moe_lite, glm_moe_dsa, glm4_moe, glm4, "
                          "chatglm)", path, name);
-    if (dsa && ah->mla.idx_rope.style != KILN_ROPE_NORM)
+    if (dsa && !ds32 && ah->mla.idx_rope.style != KILN_ROPE_NORM)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: indexer_rope_interleave = false: llama.cpp's glm-dsa ropes the indexer in adjacent pairs only", path);
-    const family *F = family_of(dsa ? "glm-dsa" : mla ? "deepseek2" : glm4 ? "glm4" : chatglm ? "chatglm" : "glm4moe");
+    if (ds32 && ah->mla.idx_rope.style != KILN_ROPE_NEOX)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: indexer_rope_interleave = true: llama.cpp's deepseek32 ropes the indexer NEOX only", path);
+    if (dsa && ah->mla.q_lora_rank == 0)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: q_lora_rank is null: llama.cpp's %s needs the q_a / q_b projections (the indexer reads q_a's output)",
+                         path, ds32 ? "deepseek32" : "glm-dsa");
+    for (int l = 0; ds32 && l < hp->n_layers; l++)
+        if (!ah->idx_full[l])
+            return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: layer %d shares another layer's indexer: llama.cpp's deepseek32 has an indexer on every layer", path, l);
+    const family *F = family_of(ds32 ? "deepseek32" : dsa ? "glm-dsa" : mla ? "deepseek2" : glm4 ? "glm4" : chatglm ? "chatglm" : "glm4moe");
     const char *A = F->arch;
     /* what llama.cpp has no key for */
     int lead = 0;
@@ -1013,6 +1028,8 @@ kiln_status kiln_gguf_arch_save(const struct kiln_model *m, const char *path, ki
             set_u(&W, A, "attention.indexer.key_length", (uint64_t)c->idx_dim);
             set_u(&W, A, "attention.indexer.top_k", (uint64_t)c->idx_topk);
             set_u(&W, A, "nextn_predict_layers", (uint64_t)ah->n_nextn);
+        }
+        if (dsa && !ds32) { /* glm-dsa's per-layer full / shared indexers (deepseek32: every layer full, no key) */
             int32_t *types = malloc((size_t)hp->n_layers * sizeof *types);
             if (!types) {
                 kiln_gguf_writer_free(W.w);

@@ -40,7 +40,7 @@ kiln_status kiln_load_gguf_model(struct kiln_model *m, const char *path) {
     const kiln_arch *row = kiln_arch_find_gguf(arch);
     if (!row) {
         kiln_tt_free(&raw);
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported (known: llama, deepseek2, glm4moe)", path, arch);
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported (known: llama, deepseek2, glm-dsa, deepseek32, glm4moe, glm4, chatglm)", path, arch);
     }
     if (row != &kiln_arch_llama) { /* the MoE families: model/gguf_arch.c */
         st = kiln_gguf_arch_load(m, path, &raw, arch);

@@ -1,10 +1,10 @@
 """GGUF files of the GLM / DeepSeek / Kimi families (issue 21): `kiln convert` writes llama.cpp's
-`deepseek2` (DeepSeek-V3, Kimi K2, GLM-4.7-Flash), `glm-dsa` (GLM-5.x), `glm4moe` (GLM-4.5 / 4.6 /
+`deepseek2` (DeepSeek-V3, Kimi K2, GLM-4.7-Flash), `glm-dsa` (GLM-5.x), `deepseek32` (DeepSeek-V3.2), `glm4moe` (GLM-4.5 / 4.6 /
 4.7), `glm4` and `chatglm` files and kiln reads them back.
 
 - Names, metadata keys and ggml shapes are read with the independent npm reader @huggingface/gguf
   (tests/reference/gguf_read.mjs) and compared with the tensor lists written below from llama.cpp's
-  loaders (src/models/deepseek2.cpp, glm-dsa.cpp, glm4-moe.cpp, glm4.cpp, chatglm.cpp: create_tensor shapes in ggml ne order, the
+  loaders (src/models/deepseek2.cpp, glm-dsa.cpp, deepseek32.cpp, glm4-moe.cpp, glm4.cpp, chatglm.cpp: create_tensor shapes in ggml ne order, the
   keys they get_key): the file must hold exactly the tensors llama.cpp creates.
 - The converter's layouts, on the bytes with NumPy against the source safetensors: a stacked
   experts tensor is the per-expert matrices one after another; attn_k_b is kv_b_proj's key half
@@ -15,7 +15,7 @@
 - Bad input: an expert count that disagrees with the stacked tensors, a key of the wrong type,
   softmax gating (DeepSeek-V2), a lone attn_k_b, YaRN that llama.cpp cannot express: refused,
   naming the key or tensor."""
-import json, os, struct, subprocess, sys, tempfile
+import json, os, shutil, struct, subprocess, sys, tempfile
 
 import numpy as np
 
@@ -90,16 +90,16 @@ def expected_tensors(arch, c):
     lead, ff = c["first_k_dense_replace"], c["intermediate_size"]
     t = {"token_embd.weight": [D, V], "output_norm.weight": [D], "output.weight": [D, V]}
     L = c["num_hidden_layers"]
-    nextn = c.get("num_nextn_predict_layers", 0) if arch in ("glm4moe", "glm-dsa") else 0
+    nextn = c.get("num_nextn_predict_layers", 0) if arch in ("glm4moe", "glm-dsa", "deepseek32") else 0
     for i in range(L + nextn):
         b = f"blk.{i}."
         t[b + "attn_norm.weight"] = [D]
-        if arch == "glm-dsa":  # created NOT_REQUIRED on every layer: present on the indexer ("full") layers
+        if arch in ("glm-dsa", "deepseek32"):  # glm-dsa: NOT_REQUIRED, present on the "full" layers; deepseek32: every layer
             Hi, d = c["index_n_heads"], c["index_head_dim"]
             t[b + "indexer.k_norm.weight"], t[b + "indexer.k_norm.bias"] = [d], [d]
             t[b + "indexer.proj.weight"], t[b + "indexer.attn_k.weight"] = [D, Hi], [D, d]
             t[b + "indexer.attn_q_b.weight"] = [c["q_lora_rank"], Hi * d]
-        if arch in ("deepseek2", "glm-dsa"):
+        if arch in ("deepseek2", "glm-dsa", "deepseek32"):
             r, dr, dn, dv, ql = c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"], c["v_head_dim"], c["q_lora_rank"]
             if ql:
                 t[b + "attn_q_a_norm.weight"] = [ql]
@@ -150,9 +150,9 @@ def expected_keys(arch, c):
          f"{a}.expert_used_count": c["num_experts_per_tok"], f"{a}.expert_shared_count": c["n_shared_experts"],
          f"{a}.expert_feed_forward_length": c["moe_intermediate_size"], f"{a}.leading_dense_block_count": c["first_k_dense_replace"],
          f"{a}.expert_gating_func": 2, f"{a}.expert_weights_norm": True, f"{a}.context_length": c["max_position_embeddings"]}
-    if arch in ("deepseek2", "glm-dsa"):
+    if arch in ("deepseek2", "glm-dsa", "deepseek32"):
         r, dr, dn, dv = c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"], c["v_head_dim"]
-        nextn = c["num_nextn_predict_layers"] if arch == "glm-dsa" else 0
+        nextn = c["num_nextn_predict_layers"] if arch in ("glm-dsa", "deepseek32") else 0
         k.update({f"{a}.block_count": c["num_hidden_layers"] + nextn, f"{a}.attention.head_count_kv": 1, f"{a}.attention.kv_lora_rank": r,
                   f"{a}.attention.key_length": r + dr, f"{a}.attention.value_length": r, f"{a}.attention.key_length_mla": dn + dr,
                   f"{a}.attention.value_length_mla": dv, f"{a}.rope.dimension_count": dr})
@@ -160,9 +160,10 @@ def expected_keys(arch, c):
             k[f"{a}.attention.q_lora_rank"] = c["q_lora_rank"]
         if c.get("n_group", 1) > 1 and c["topk_group"] < c["n_group"]:
             k[f"{a}.expert_group_count"], k[f"{a}.expert_group_used_count"] = c["n_group"], c["topk_group"]
-        if arch == "glm-dsa":
+        if arch in ("glm-dsa", "deepseek32"):
             k.update({f"{a}.attention.indexer.head_count": c["index_n_heads"], f"{a}.attention.indexer.key_length": c["index_head_dim"],
                       f"{a}.attention.indexer.top_k": c["index_topk"], f"{a}.nextn_predict_layers": nextn})
+        if arch == "glm-dsa":  # deepseek32 has no types key (llama.cpp reads none: an indexer on every layer)
             pat = c.get("indexer_types")
             k[f"{a}.attention.indexer.types"] = [1 if x == "full" else 0 for x in pat] if pat else [1] * c["num_hidden_layers"]
         rs = c.get("rope_scaling")
@@ -202,7 +203,7 @@ def check_layouts(gg_path, hf_dir, arch, c):
         want = np.concatenate([st[f"{pre}model.layers.{lay}.mlp.experts.{e}.{p}_proj.weight"][1].reshape(-1) for e in range(E)])
         got = np.frombuffer(data[:want.nbytes], dtype=want.dtype)
         assert np.array_equal(got, want), f"blk.{lay}.ffn_{p}_exps.weight is not the {E} experts stacked"
-    if arch in ("deepseek2", "glm-dsa"):
+    if arch in ("deepseek2", "glm-dsa", "deepseek32"):
         H, r, dn, dv = c["num_attention_heads"], c["kv_lora_rank"], c["qk_nope_head_dim"], c["v_head_dim"]
         dt, kvb = st[f"{pre}model.layers.0.self_attn.kv_b_proj.weight"]
         kvb = kvb.reshape(H, dn + dv, r)
@@ -236,7 +237,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kiln_gguf_arch_")
     cases = [("kimi_k2", "f32", "deepseek2"), ("glm4_moe_lite", "f32", "deepseek2"), ("glm4_moe", "f32", "glm4moe"),
              ("deepseek_v3", "f32", "deepseek2"), ("kimi_k2", "bf16", "deepseek2"), ("glm_moe_dsa", "f32", "glm-dsa"),
-             ("glm_moe_dsa:tiny-shared", "f32", "glm-dsa"), ("glm4", "bf16", "glm4"), ("chatglm", "f32", "chatglm")]
+             ("glm_moe_dsa:tiny-shared", "f32", "glm-dsa"), ("deepseek_v32", "f32", "deepseek32"), ("glm4", "bf16", "glm4"),
+             ("chatglm", "f32", "chatglm")]
     for name, dtype, arch in cases:
         name, _, preset = name.partition(":")
         preset = preset or "tiny"
@@ -266,6 +268,17 @@ def main():
         a, b = logits(d, gg + ".hf.bin"), logits(gg, gg + ".gg.bin")
         assert a.shape == b.shape and np.array_equal(a, b), f"{name} {dtype}: GGUF logits differ from the HF directory's by {np.abs(a - b).max()}"
         print(f"{name} {preset} ({dtype}) -> {arch}: names, keys, shapes as llama.cpp creates them; layouts exact; logits identical")
+
+    # deepseek32: llama.cpp ropes the indexer NEOX only (the official code since the 2025-11-17 fix)
+    d = os.path.join(tmp, "deepseek_v32-tiny-f32")
+    c = json.load(open(os.path.join(d, "config.json")))
+    c["indexer_rope_interleave"] = True
+    bad_dir = d + "-interleaved"
+    shutil.copytree(d, bad_dir)
+    json.dump(c, open(os.path.join(bad_dir, "config.json"), "w"))
+    p = run("convert", bad_dir, bad_dir + ".gguf", ok=False)
+    assert "deepseek32" in p.stderr and "NEOX" in p.stderr, p.stderr
+    print("refused (deepseek32 with an interleaved indexer RoPE):", p.stderr.strip()[:160])
 
     # the other q/k/v layout llama.cpp's loaders accept (create_tensor_qkv): glm4 with a fused
     # attn_qkv (split back into row views) and chatglm with separate attn_q / attn_k / attn_v (joined)
