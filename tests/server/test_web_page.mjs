@@ -106,6 +106,12 @@ test('Stop aborts a long answer; with --api-key the page needs the key', async (
     await page.fill('#max_tokens', '400');
     await page.fill('#temperature', '0');
     const prompt = 'Tell a long story';
+    // stories260K writes its 400 tokens in tens of milliseconds, so the whole stream can land in the
+    // page's first read: the browser's network is throttled to 2 KB/s for the answer (the stream is
+    // ~60 KB of SSE), so the page is still receiving when it stops
+    const cdp = await page.context().newCDPSession(page);
+    await cdp.send('Network.enable');
+    await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: 2048, uploadThroughput: -1 });
     // the page clicks Stop itself at the first streamed piece (stories260K answers faster than a
     // round trip from this test could)
     await page.evaluate(() => {
@@ -121,6 +127,7 @@ test('Stop aborts a long answer; with --api-key the page needs the key', async (
     assert.equal(await msg.getAttribute('data-state'), 'done', await msg.textContent());
     assert.equal(await page.isDisabled('#send'), false);
     const partial = await msg.locator('.content').textContent();
+    await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 });
     const full = await client(srv, 'sekrit').chat.completions.create({ model: MODEL_ID, messages: [{ role: 'user', content: prompt }], temperature: 0, max_tokens: 400 });
     assert.ok(partial.length > 0 && partial.length < full.choices[0].message.content.length,
       `Stop cut the answer short (${partial.length} of ${full.choices[0].message.content.length} characters)`);
