@@ -1498,7 +1498,7 @@ static uint64_t read_sum(const void *p, size_t bytes) {
         a3 = _mm512_xor_si512(a3, _mm512_load_si512(b + i + 192));
     }
     a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
-    return (uint64_t)_mm512_reduce_add_epi64(a0);
+    return (uint64_t)_mm512_reduce_or_epi64(a0); /* a sink: or, not add (a signed scalar add could overflow) */
 }
 
 /* ---- SwiGLU activation ---------------------------------------------------------------------------- */

@@ -59,7 +59,12 @@ static uint64_t mlh(const uint8_t *d, size_t n, const uint32_t *key) {
         ae = _mm512_add_epi64(ae, _mm512_mul_epu32(x, k));
         ao = _mm512_add_epi64(ao, _mm512_mul_epu32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(k, 32)));
     }
-    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(ae, ao));
+    /* lanes summed with vector adds (wrapping mod 2^64; GCC's _mm512_reduce_add_epi64 adds them as
+     * signed scalars, undefined behaviour on the overflow this sum is made of) */
+    const __m512i v = _mm512_add_epi64(ae, ao);
+    const __m256i a = _mm256_add_epi64(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    const __m128i b = _mm_add_epi64(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    return (uint64_t)_mm_cvtsi128_si64(b) + (uint64_t)_mm_extract_epi64(b, 1);
 }
 
 /* exp(x) for x ≤ 0 (Cephes expf polynomial, ~1 ulp); x is clamped at -87.3 (result ~1e-38). */
