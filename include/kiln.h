@@ -137,8 +137,9 @@ kiln_status kiln_dist_init(int *argc, char ***argv);
 int kiln_dist_rank(void);   /* 0 when not started */
 int kiln_dist_size(void);   /* 1 when not started */
 /* x[0, n) = the sum over the ranks of every rank's x (in place): the tensor-parallel partial sums
- * of a row-parallel projection (kiln_model_set_allreduce's function; ctx unused). A failure is
- * reported on stderr and aborts the job: a rank cannot continue with a wrong sum. */
+ * of a row-parallel projection (kiln_model_set_allreduce's function; ctx unused). A failure or a
+ * missed deadline is reported on stderr and kept (kiln_dist_failed): x is then not the sum, and the
+ * caller must discard the step's output. */
 void kiln_dist_allreduce_sum(void *ctx, float *x, int64_t n);
 /* v[0, n) of rank 0 to every rank. */
 kiln_status kiln_dist_bcast_i32(int32_t *v, int n);
@@ -152,6 +153,14 @@ void kiln_dist_finalize(void);
 void kiln_dist_stats(double *seconds, unsigned long long *calls, unsigned long long *bytes);
 /* 1 when this build has MPI. */
 int kiln_dist_built(void);
+/* Seconds a collective may wait for the other ranks before the job counts a rank as dead or hung
+ * (`--tp-timeout`; 0 = forever, the default). After such a failure kiln_dist_failed() is 1, every
+ * later collective returns at once, and kiln_dist_failure() says which call and rank. */
+void kiln_dist_set_deadline(double seconds);
+int kiln_dist_failed(void);
+const char *kiln_dist_failure(void);
+/* MPI_Abort(code): ends every rank of the job (after a failure: MPI_Finalize would wait forever). */
+void kiln_dist_abort(int code);
 
 
 /* Human-readable (json=0) or JSON (json=1) description: architecture, hyper-parameters, every
@@ -419,6 +428,14 @@ typedef struct kiln_server kiln_server;
 kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_options *opts,
                               const kiln_server_options *so, kiln_server **out);
 int kiln_server_port(const kiln_server *s);
+/* Tensor parallelism (docs/SCALE.md): ranks 1.. of a sharded model (kiln_model_shard) run this
+ * instead of kiln_server_start, with the same options: they follow rank 0's scheduler step by step
+ * until its server stops (KILN_OK) or rank 0 is lost (an error: no message for timeout_s seconds;
+ * 0 = wait forever). */
+kiln_status kiln_server_follow(kiln_model *m, const kiln_options *opts, const kiln_server_options *so, double timeout_s);
+/* 1 once the server cannot serve any more (tensor parallel: a rank was lost): every request got
+ * an error, new ones get 503; stop it and exit non-zero. */
+int kiln_server_failed(const kiln_server *s);
 /* Graceful stop: stop accepting, let in-flight requests finish for up to shutdown_grace_s, cancel
  * the rest, free everything. */
 void kiln_server_stop(kiln_server *s);

@@ -75,7 +75,7 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
     "         [--header-timeout 30] [--body-timeout 60] [--http-threads 4]\n" \
     "         [--tool-parser auto|glm45|glm47|kimi_k2|none] [--reasoning-parser auto|think|none] [--cors-origin ORIGIN|*]\n" \
     "         [--kv-mem SIZE] [--kv-dtype auto|f32|bf16|fp8] [--kv-page 16] [--ctx N] [--threads N] [--isa ...] [--device cpu|ref|vulkan[:N]] [--fp8-gemv auto|exact|bf16]\n" \
-    "         [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC]"
+    "         [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N] [--tp-timeout 30]"
 
 int cmd_serve(int argc, char **argv) {
     args_t a = {argc, argv, 0, "serve", 0};
@@ -85,9 +85,13 @@ int cmd_serve(int argc, char **argv) {
     kiln_server_options_default(&so);
     char *key_owned = NULL;
     const char *model_path = NULL;
+    long tp = 1;
+    double tp_timeout = 30;
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
         const char *k = argv[a.i];
         if (cli_common_option(&a, &o) || server_option(&a, &so, &key_owned)) continue;
+        if (strcmp(k, "--tp") == 0) { cli_long(&a, k, cli_value(&a), 1, 1024, &tp); continue; }                 /* docs/SCALE.md */
+        if (strcmp(k, "--tp-timeout") == 0) { cli_float(&a, k, cli_value(&a), 0, 1e6, &tp_timeout); continue; } /* 0 = wait forever */
         if (strcmp(k, "-h") == 0 || strcmp(k, "--help") == 0) { fprintf(stderr, "%s\n", SERVE_USAGE); free(key_owned); return 0; }
         if (k[0] == '-' && k[1]) { fprintf(stderr, "kiln serve: error: unknown option '%s'\n", k); free(key_owned); return 2; }
         if (model_path) { fprintf(stderr, "kiln serve: error: unexpected argument '%s'\n", k); free(key_owned); return 2; }
@@ -106,19 +110,51 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     kiln_model *m;
-    kiln_status st = kiln_model_load(model_path, &o, &m);
-    if (st) { free(key_owned); return cli_fail_status("serve", st); }
+    kiln_status st;
+    int rank = 0;
+    if (tp > 1) {
+        /* --tp N under `mpirun -np N`: rank 0 serves HTTP and schedules; the others follow its
+         * steps on their shards (docs/SCALE.md). Every collective waits at most --tp-timeout. */
+        int trc = cli_tp_load("serve", &argc, &argv, tp, model_path, &o, &m, &rank);
+        if (trc) { free(key_owned); return trc; }
+        kiln_dist_set_deadline(tp_timeout);
+        if (rank > 0) {
+            st = kiln_server_follow(m, &o, &so, tp_timeout);
+            if (st) fprintf(stderr, "kiln serve: rank %d: error: %s\n", rank, kiln_last_error());
+            kiln_model_free(m);
+            free(key_owned);
+            if (st) kiln_dist_abort(1); /* rank 0 is lost: end the whole job for its supervisor */
+            kiln_dist_finalize();
+            return 0;
+        }
+    } else if ((st = kiln_model_load(model_path, &o, &m))) { free(key_owned); return cli_fail_status("serve", st); }
     kiln_server *srv;
     st = kiln_server_start(m, model_path, &o, &so, &srv);
-    if (st) { kiln_model_free(m); free(key_owned); return cli_fail_status("serve", st); }
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    fprintf(stderr, "kiln serve: %s: stopping (in-flight requests get %g s to finish)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", so.shutdown_grace_s);
+    if (st) {
+        kiln_model_free(m);
+        free(key_owned);
+        int rc = cli_fail_status("serve", st);
+        if (tp > 1) kiln_dist_abort(rc); /* the other ranks wait for a scheduler that will not come */
+        return rc;
+    }
+    if (tp > 1) fprintf(stderr, "kiln serve: tensor parallel over %ld ranks (rank 0 serves; a rank silent for %g s ends the job)\n", tp, tp_timeout);
+    /* wait for SIGINT / SIGTERM, looking every 200 ms whether the server lost a rank */
+    int sig = 0, failed = 0;
+    const struct timespec poll_ts = {0, 200 * 1000000};
+    while (!failed) {
+        sig = sigtimedwait(&sigs, NULL, &poll_ts);
+        if (sig > 0) break;
+        failed = kiln_server_failed(srv);
+    }
+    if (failed) fprintf(stderr, "kiln serve: error: %s: in-flight requests were answered with errors; stopping\n", kiln_dist_failure());
+    else fprintf(stderr, "kiln serve: %s: stopping (in-flight requests get %g s to finish)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", so.shutdown_grace_s);
     kiln_server_stop(srv);
     kiln_model_free(m);
     free(key_owned);
     fprintf(stderr, "kiln serve: stopped\n");
-    return 0;
+    if (failed) kiln_dist_abort(1); /* MPI_Finalize would wait for the lost rank forever */
+    if (tp > 1) kiln_dist_finalize();
+    return failed;
 }
 
 /* ---- bench --server ------------------------------------------------------------------------------------------ */

@@ -77,30 +77,10 @@ int cmd_run(int argc, char **argv) {
      * prints and broadcasts each token; the others compute silently */
     int rank = 0;
     if (tp > 1) {
-        if ((st = kiln_dist_init(&argc, &argv))) return cli_fail_status("run", st);
-        rank = kiln_dist_rank();
-        char v[64];
-        snprintf(v, sizeof v, "%ld", tp);
-        if (kiln_dist_size() != tp) {
-            if (rank == 0) fprintf(stderr, "kiln run: error: --tp %ld needs %ld processes: start it with mpirun -np %ld (got %d)\n", tp, tp, tp, kiln_dist_size());
-            kiln_dist_finalize();
-            return 2;
-        }
-        if ((st = kiln_dist_agree("--tp", v)) || (st = kiln_dist_agree("the model", model_path)) ||
-            (st = kiln_dist_agree("--kv-dtype", o.kv_dtype == KILN_KV_FP8 ? "fp8" : o.kv_dtype == KILN_KV_BF16 ? "bf16" : o.kv_dtype == KILN_KV_F32 ? "f32" : "auto"))) {
-            kiln_dist_finalize();
-            return cli_fail_status("run", st);
-        }
-        if (rank > 0) {
-            o.quiet = 1;
-            dump_path = NULL;
-            if (!freopen("/dev/null", "w", stdout)) { kiln_dist_finalize(); return cli_fail_msg("run", "cannot silence a rank's output"); }
-        }
-    }
-    st = kiln_model_load(model_path, &o, &m);
-    if (st == KILN_OK && tp > 1 && (st = kiln_model_shard(m, rank, (int)tp)) != KILN_OK) kiln_model_free(m);
-    if (st) { kiln_dist_finalize(); return cli_fail_status("run", st); }
-    if (tp > 1) kiln_model_set_allreduce(m, kiln_dist_allreduce_sum, NULL);
+        int trc = cli_tp_load("run", &argc, &argv, tp, model_path, &o, &m, &rank);
+        if (trc) return trc;
+        if (rank > 0) dump_path = NULL;
+    } else if ((st = kiln_model_load(model_path, &o, &m))) return cli_fail_status("run", st);
     kiln_model_info info;
     kiln_model_get_info(m, &info);
     int32_t *ids = NULL;
@@ -234,6 +214,7 @@ int cmd_run(int argc, char **argv) {
     for (; !spec && generated < n_gen; ) {
         int32_t next = rank == 0 ? kiln_sample(smp, kiln_session_logits(s)) : 0;
         if (tp > 1 && (st = kiln_dist_bcast_i32(&next, 1))) { rc = cli_fail_status("run", st); goto out; }
+        if (tp > 1 && kiln_dist_failed()) { rc = cli_fail_msg("run", kiln_dist_failure()); goto out; } /* a lost rank: the step's sums were wrong */
         generated++;
         if (kiln_model_is_eos(&info, next)) break;
         print_token(m, &info, prev, next, generated);

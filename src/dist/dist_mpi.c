@@ -6,10 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int started, rank_, size_ = 1;
 static double t_allreduce;              /* seconds inside MPI_Allreduce (kiln_dist_stats) */
 static unsigned long long n_allreduce, b_allreduce;
+static double deadline_s;               /* a collective not done after this many seconds = a lost rank (0: wait forever) */
+static int failed;                      /* a collective missed its deadline or failed: no more MPI calls but MPI_Abort */
+static char failure[256];
 
 static kiln_status mpi_fail(const char *call, int rc) {
     char msg[MPI_MAX_ERROR_STRING] = "?";
@@ -21,8 +25,14 @@ static kiln_status mpi_fail(const char *call, int rc) {
 kiln_status kiln_dist_init(int *argc, char ***argv) {
     if (started) return KILN_OK;
     int provided = 0;
-    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    /* SERIALIZED: `kiln serve` makes its MPI calls on the scheduler thread, not the one that
+     * started MPI (never two at once) */
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) return kiln_fail(KILN_ERR_IO, "MPI_Init_thread failed (error %d): start kiln with mpirun", rc);
+    if (provided < MPI_THREAD_SERIALIZED) {
+        MPI_Finalize();
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "this MPI library gives thread level %d, kiln needs MPI_THREAD_SERIALIZED (%d)", provided, MPI_THREAD_SERIALIZED);
+    }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
@@ -34,24 +44,129 @@ int kiln_dist_rank(void) { return rank_; }
 int kiln_dist_size(void) { return size_; }
 int kiln_dist_built(void) { return 1; }
 
+void kiln_dist_set_deadline(double seconds) { deadline_s = seconds > 0 ? seconds : 0; }
+int kiln_dist_failed(void) { return failed; }
+const char *kiln_dist_failure(void) { return failed ? failure : ""; }
+
+static void mark_failed(const char *what) {
+    if (failed) return;
+    failed = 1;
+    snprintf(failure, sizeof failure, "rank %d: %s", rank_, what);
+    fprintf(stderr, "kiln: tensor parallel: %s\n", failure);
+}
+
+/* Completes rq by polling: spins ~200 µs (a step's collectives are answered within microseconds
+ * when the ranks are in step), then sleeps between tests with a growing pause up to max_pause_us
+ * (a rank waiting for another's compute leaves the CPU to it: 2 vCPUs are shared). Gives up after
+ * wait_s seconds (0 = never): 1 when done, 0 when it gave up, -1 on an MPI error. */
+static int wait_request(MPI_Request *rq, double wait_s, long max_pause_us, const char *call) {
+    const double t0 = MPI_Wtime();
+    long pause_us = 0;
+    for (;;) {
+        int done = 0;
+        int rc = MPI_Test(rq, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) { mpi_fail(call, rc); mark_failed(kiln_last_error()); return -1; }
+        if (done) return 1;
+        double dt = MPI_Wtime() - t0;
+        if (wait_s > 0 && dt > wait_s) return 0;
+        if (dt < 2e-4) continue;
+        pause_us = pause_us < 10 ? 10 : pause_us * 2 > max_pause_us ? max_pause_us : pause_us * 2;
+        struct timespec ts = {0, pause_us * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* A collective of this step that did not finish: the job cannot go on (some rank is dead or hung,
+ * and an unfinished collective cannot be cancelled); the caller reports, kiln_dist_abort ends it. */
+static int step_wait(MPI_Request *rq, const char *call) {
+    int r = wait_request(rq, deadline_s, 200, call);
+    if (r == 0) {
+        char what[200];
+        snprintf(what, sizeof what, "%s did not complete within %g s (--tp-timeout): a rank is dead or hung", call, deadline_s);
+        mark_failed(what);
+    }
+    return r == 1;
+}
+
 void kiln_dist_allreduce_sum(void *ctx, float *x, int64_t n) {
     (void)ctx;
-    if (!started || size_ == 1) return;
+    if (!started || size_ == 1 || failed) return;
     const double t0 = MPI_Wtime();
     n_allreduce++;
     b_allreduce += (unsigned long long)n * sizeof *x;
-    while (n > 0) { /* MPI counts are int */
+    while (n > 0 && !failed) { /* MPI counts are int */
         const int k = n > (1 << 30) ? 1 << 30 : (int)n;
-        int rc = MPI_Allreduce(MPI_IN_PLACE, x, k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS) {
-            mpi_fail("MPI_Allreduce", rc);
-            fprintf(stderr, "kiln: %s\n", kiln_last_error());
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
+        MPI_Request rq;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, x, k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &rq);
+        if (rc != MPI_SUCCESS) { mpi_fail("MPI_Iallreduce", rc); mark_failed(kiln_last_error()); break; }
+        /* a failed sum leaves x as it is: the caller checks kiln_dist_failed() after the step and
+         * discards its output (kiln run aborts; kiln serve answers its requests with errors) */
+        if (!step_wait(&rq, "MPI_Allreduce")) break;
         x += k;
         n -= k;
     }
     t_allreduce += MPI_Wtime() - t0;
+}
+
+kiln_status kiln_dist_allreduce_min_i32(int32_t *v, int n) {
+    if (!started || size_ == 1) return KILN_OK;
+    if (failed) return kiln_fail(KILN_ERR_IO, "%s", failure);
+    MPI_Request rq;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_INT32_T, MPI_MIN, MPI_COMM_WORLD, &rq);
+    if (rc != MPI_SUCCESS) { mpi_fail("MPI_Iallreduce", rc); mark_failed(kiln_last_error()); }
+    else step_wait(&rq, "MPI_Allreduce (min)");
+    return failed ? kiln_fail(KILN_ERR_IO, "%s", failure) : KILN_OK;
+}
+
+kiln_status kiln_dist_allreduce_or_u32(uint32_t *v, int n) {
+    if (!started || size_ == 1) return KILN_OK;
+    if (failed) return kiln_fail(KILN_ERR_IO, "%s", failure);
+    MPI_Request rq;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_UINT32_T, MPI_BOR, MPI_COMM_WORLD, &rq);
+    if (rc != MPI_SUCCESS) { mpi_fail("MPI_Iallreduce", rc); mark_failed(kiln_last_error()); }
+    else step_wait(&rq, "MPI_Allreduce (or)");
+    return failed ? kiln_fail(KILN_ERR_IO, "%s", failure) : KILN_OK;
+}
+
+/* Rank 0's message of n words to every rank: first its length, then the words. The others wait up
+ * to wait_s (0 = forever) for the length, sleeping between tests (an idle server's ranks sleep
+ * here), and grow *buf to fit. */
+kiln_status kiln_dist_bcast_msg(int32_t **buf, int *n, int *cap, double wait_s) {
+    if (!started || size_ == 1) return KILN_OK;
+    if (failed) return kiln_fail(KILN_ERR_IO, "%s", failure);
+    int32_t len = rank_ == 0 ? *n : 0;
+    MPI_Request rq;
+    int rc = MPI_Ibcast(&len, 1, MPI_INT32_T, 0, MPI_COMM_WORLD, &rq);
+    if (rc != MPI_SUCCESS) { mpi_fail("MPI_Ibcast", rc); mark_failed(kiln_last_error()); return kiln_fail(KILN_ERR_IO, "%s", failure); }
+    if (rank_ == 0) step_wait(&rq, "MPI_Bcast (step)");
+    else {
+        int r = wait_request(&rq, wait_s, 2000, "MPI_Ibcast");
+        if (r == 0) {
+            char what[200];
+            snprintf(what, sizeof what, "no message from rank 0 within %g s (it sends one at least every second): rank 0 is dead or hung", wait_s);
+            mark_failed(what);
+        }
+    }
+    if (failed) return kiln_fail(KILN_ERR_IO, "%s", failure);
+    if (rank_ != 0) {
+        if (len < 0) return kiln_fail(KILN_ERR_INTERNAL, "rank 0 sent a message of %d words", (int)len);
+        if (len > *cap) {
+            int32_t *p = realloc(*buf, (size_t)len * sizeof *p);
+            if (!p) return kiln_fail(KILN_ERR_NOMEM, "out of memory for a message of %d words from rank 0", (int)len);
+            *buf = p;
+            *cap = len;
+        }
+        *n = len;
+    }
+    if (len == 0) return KILN_OK;
+    rc = MPI_Ibcast(*buf, len, MPI_INT32_T, 0, MPI_COMM_WORLD, &rq);
+    if (rc != MPI_SUCCESS) { mpi_fail("MPI_Ibcast", rc); mark_failed(kiln_last_error()); }
+    else step_wait(&rq, "MPI_Bcast (step words)");
+    return failed ? kiln_fail(KILN_ERR_IO, "%s", failure) : KILN_OK;
+}
+
+void kiln_dist_abort(int code) {
+    if (started) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 void kiln_dist_stats(double *seconds, unsigned long long *calls, unsigned long long *bytes) {
@@ -82,6 +197,7 @@ kiln_status kiln_dist_agree(const char *what, const char *value) {
 }
 
 void kiln_dist_finalize(void) {
+    if (started && failed) MPI_Abort(MPI_COMM_WORLD, 1); /* the others may never reach MPI_Finalize */
     if (started) MPI_Finalize();
     started = 0;
 }

@@ -12,6 +12,8 @@
 #include "model/model.h"
 #include "engine/kv_setup.h"
 #include "kv/integrity.h"
+#include "dist/dist.h"
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +118,23 @@ struct kiln_engine {
     int32_t *bad_pages;     /* [n_pages] integrity: pages reported bad, to drop from the cache */
     kiln_engine_stats acc;  /* scheduler-private running totals */
     kiln_engine_stats pub;  /* published copy (under mu) */
+    /* ---- tensor parallelism (scheduler.h, docs/SCALE.md) ---- */
+    int tp, rank;           /* ranks of the sharded model (1: one process) and this one */
+    double tp_timeout;      /* seconds a follower waits for rank 0's next message (0 = forever) */
+    atomic_int failed;      /* a rank was lost: every request failed, nothing more accepted */
+    int32_t *msg;           /* the step message (rank 0 builds it, the others receive it) */
+    int msg_n, msg_cap;
+    int32_t *drops;         /* rank 0: arrivals of announced requests reap finished this step, in order */
+    int n_drops, cap_drops;
+    int32_t *emitted;       /* [2 × max_batch] the step's sampled token and finish per batch entry */
+    int32_t *bad_codes;     /* [max_batch + 1] integrity: first bad slot × 8 + kind per entry, −bad pages */
+    uint32_t *bad_map;      /* [(n_pages + 31) / 32] integrity: pages found bad on any rank */
 };
+
+/* Step message kinds (rank 0 → the others). Layout of STEP: kind, n_drop, n_new, the dropped
+ * arrivals, then per new request: arrival, n_prompt, max_tokens, share_from's arrival (−1 none),
+ * its prompt ids. Arrival numbers travel as int32 (2^31 requests per server run). */
+enum { TP_MSG_STEP = 1, TP_MSG_STOP = 2, TP_MSG_HEARTBEAT = 3 };
 
 static int pages_for(const kiln_engine *e, int tokens) { return (tokens + e->pt - 1) / e->pt; }
 
@@ -134,7 +152,8 @@ static void *sched_main(void *arg);
 
 #define KILN_TRY_FREE(expr, e) do { kiln_status st_ = (expr); if (st_ != KILN_OK) { kiln_engine_free(e); return st_; } } while (0)
 
-kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const kiln_engine_config *cfg, kiln_engine **out) {
+/* rank 0 / one process: with the scheduler thread; the other ranks: without (kiln_engine_follow) */
+static kiln_status engine_init(kiln_model *m, const kiln_options *o_in, const kiln_engine_config *cfg, int start_thread, kiln_engine **out) {
     *out = NULL;
     kiln_options o;
     if (o_in) o = *o_in; else kiln_options_default(&o);
@@ -152,7 +171,14 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
     e->n_eos = m->hp.n_eos;
     memcpy(e->eos_ids, m->hp.eos_ids, sizeof e->eos_ids);
     e->pt = o.kv_page_tokens;
+    e->tp = m->tp > 1 ? m->tp : 1;
+    e->rank = e->tp > 1 ? kiln_dist_rank() : 0;
+    atomic_init(&e->failed, 0);
     pthread_mutex_init(&e->mu, NULL);
+    if (e->tp > 1 && kiln_dist_size() != e->tp) {
+        kiln_engine_free(e);
+        return kiln_fail(KILN_ERR_INVALID_ARG, "the model is sharded %d ways but %d processes run", m->tp, kiln_dist_size());
+    }
     pthread_cond_init(&e->cv, NULL);
     /* layout, dtype, page size and FP8 scales as the session resolves them (engine/kv_setup.h); the
      * default budget differs: every batch slot can hold a full context, capped at 4 GiB (and at
@@ -168,7 +194,19 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
         kc.mem_bytes = kiln_kv_default_budget(&kc, pages * cost + (int64_t)kiln_kv_pool_fixed_bytes(&kc), &capped);
     }
     snprintf(e->kv_source, sizeof e->kv_source, "%s", su.source);
-    kiln_status st = kiln_kv_plan_pages(&kc) >= 1 ? kiln_kv_pool_create(&kc, &e->pool)
+    kiln_status st = KILN_OK;
+    if (e->tp > 1) {
+        /* every rank's pool must have the same pages (rank 0's page ids are everyone's): the
+         * fewest any rank's budget gives; and every rank the same engine settings */
+        int32_t pages = (int32_t)(kiln_kv_plan_pages(&kc) < INT32_MAX ? kiln_kv_plan_pages(&kc) : INT32_MAX);
+        char agree[160];
+        snprintf(agree, sizeof agree, "max batch %d, max queue %d, step %d tokens, prefix cache %d, page %d tokens, context %d",
+                 e->cfg.max_batch, e->cfg.max_queue, e->cfg.step_tokens, e->cfg.prefix_cache, e->pt, e->n_ctx);
+        st = kiln_dist_allreduce_min_i32(&pages, 1);
+        if (st == KILN_OK) st = kiln_dist_agree("the engine settings", agree);
+        if (st == KILN_OK) kc.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&kc) + (int64_t)pages * (int64_t)kiln_kv_page_cost(&kc);
+    }
+    if (st == KILN_OK) st = kiln_kv_plan_pages(&kc) >= 1 ? kiln_kv_pool_create(&kc, &e->pool)
                                                   : kiln_fail(KILN_ERR_KV_EXHAUSTED, "--kv-mem %lld bytes is smaller than one KV page (%zu bytes)",
                                                               (long long)kc.mem_bytes, kiln_kv_page_cost(&kc));
     kiln_kv_setup_free(&su);
@@ -201,6 +239,10 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
         e->m_pages = malloc((P + 1) * sizeof *e->m_pages);
         e->m_hashes = malloc((P + 1) * sizeof *e->m_hashes);
         e->bad_pages = malloc((P + 1) * sizeof *e->bad_pages);
+        e->emitted = malloc(2 * B * sizeof *e->emitted);
+        e->bad_codes = malloc((B + 1) * sizeof *e->bad_codes);
+        e->bad_map = calloc((P + 31) / 32 + 1, sizeof *e->bad_map);
+        if (!e->emitted || !e->bad_codes || !e->bad_map) st = kiln_fail(KILN_ERR_NOMEM, "out of memory for the scheduler's step buffers");
         if (!e->bad_pages || !e->logits || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_out || !e->b_req || !e->b_cnt || !e->running || !e->m_pages || !e->m_hashes)
             st = kiln_fail(KILN_ERR_NOMEM, "out of memory for the scheduler's step buffers");
     }
@@ -210,13 +252,21 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
         e->acc.page_tokens = e->pt;
         e->acc.kv_capacity_tokens = kiln_kv_capacity_tokens(e->pool);
         e->pub = e->acc;
-        if (pthread_create(&e->th, NULL, sched_main, e) != 0) st = kiln_fail(KILN_ERR_INTERNAL, "cannot start the scheduler thread");
+        if (!start_thread) {}
+        else if (pthread_create(&e->th, NULL, sched_main, e) != 0) st = kiln_fail(KILN_ERR_INTERNAL, "cannot start the scheduler thread");
         else e->th_started = 1;
     }
     if (st != KILN_OK) { kiln_engine_free(e); return st; }
     *out = e;
     return KILN_OK;
 }
+
+kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const kiln_engine_config *cfg, kiln_engine **out) {
+    if (m->tp > 1 && kiln_dist_rank() != 0) return kiln_fail(KILN_ERR_INVALID_ARG, "rank %d of a sharded model follows rank 0's engine (kiln_engine_follow)", kiln_dist_rank());
+    return engine_init(m, o_in, cfg, 1, out);
+}
+
+int kiln_engine_failed(kiln_engine *e) { return atomic_load(&e->failed); }
 
 int kiln_engine_context(const kiln_engine *e) { return e->n_ctx; }
 const kiln_kv_pool *kiln_engine_pool(const kiln_engine *e) { return e->pool; }
@@ -242,6 +292,7 @@ void kiln_engine_free(kiln_engine *e) {
     kiln_backend_free(e->be);
     free(e->logits); free(e->plain_len); free(e->b_tok); free(e->b_seq); free(e->b_pos); free(e->b_out); free(e->b_req); free(e->b_cnt);
     free(e->running); free(e->m_pages); free(e->m_hashes); free(e->bad_pages);
+    free(e->msg); free(e->drops); free(e->emitted); free(e->bad_codes); free(e->bad_map);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);
@@ -363,12 +414,27 @@ static void preempt(kiln_engine *e, kiln_req *r) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Tensor parallel, rank 0: the other ranks drop r at the start of this step too, in this order
+ * (the order pages return to the free list decides later allocations). */
+static void note_drop(kiln_engine *e, const kiln_req *r) {
+    if (e->tp < 2 || !r->announced) return;
+    if (e->n_drops == e->cap_drops) {
+        int cap = e->cap_drops ? 2 * e->cap_drops : 64;
+        int32_t *p = realloc(e->drops, (size_t)cap * sizeof *p);
+        if (!p) { atomic_store(&e->failed, 1); return; } /* cannot keep the ranks in step: fail (tp_check) */
+        e->drops = p;
+        e->cap_drops = cap;
+    }
+    e->drops[e->n_drops++] = (int32_t)r->arrival;
+}
+
 /* Drops cancelled and timed-out requests, running or waiting, freeing their pages at once. */
 static void reap(kiln_engine *e, double now) {
     for (int i = 0; i < e->n_running;) {
         kiln_req *r = e->running[i];
-        int timeout = r->deadline > 0 && now > r->deadline;
-        if (atomic_load(&r->cancel)) finish_running(e, r, KILN_FINISH_CANCELLED, KILN_OK, NULL);
+        int timeout = r->deadline > 0 && now > r->deadline, cancel = atomic_load(&r->cancel); /* read once: it may change meanwhile */
+        if (cancel || timeout) note_drop(e, r);
+        if (cancel) finish_running(e, r, KILN_FINISH_CANCELLED, KILN_OK, NULL);
         else if (timeout) { r->timed_out = 1; finish_running(e, r, KILN_FINISH_ERROR, KILN_ERR_INTERNAL, "request timed out"); }
         else i++;
     }
@@ -386,6 +452,7 @@ static void reap(kiln_engine *e, double now) {
     for (kiln_req *r = gone, *nx; r; r = nx) {
         nx = r->next;
         r->next = NULL;
+        note_drop(e, r);
         kiln_kv_seq_release(e->pool, &r->seq);
         if (atomic_load(&r->cancel)) publish_finish(e, r, KILN_FINISH_CANCELLED, KILN_OK, NULL);
         else { r->timed_out = 1; publish_finish(e, r, KILN_FINISH_ERROR, KILN_ERR_INTERNAL, "request timed out"); }
@@ -403,12 +470,22 @@ static int try_admit(kiln_engine *e, kiln_req *r) {
         k = kiln_pcache_match(&e->pc, r->toks, max_pages, e->m_pages, e->m_hashes);
         /* integrity: the sequence's tokens are its identity; each shared page must verify against it */
         if (k > 0 && e->pool->integ && kiln_kv_integ_note(e->pool, &r->seq, 0, r->toks, k * e->pt, 0) != KILN_OK) k = 0;
+        const int matched = k;
         for (int i = 0; i < k; i++)
             if (kiln_kv_seq_share_page(e->pool, &r->seq, e->m_pages[i]) != KILN_OK) {
-                kiln_pcache_forget(&e->pc, e->m_pages[i]); /* failed its seal: never offered again */
+                if (e->tp < 2) kiln_pcache_forget(&e->pc, e->m_pages[i]); /* failed its seal: never offered again */
                 k = i;
                 break;
             }
+        if (e->tp > 1 && matched > 0 && e->pool->integ) {
+            /* tensor parallel: each rank verified its own shard of the pages; all keep the pages
+             * every rank verified, and all forget the first one some rank did not */
+            int32_t agreed = k;
+            if (kiln_dist_allreduce_min_i32(&agreed, 1) != KILN_OK) atomic_store(&e->failed, 1);
+            if (agreed < k) kiln_kv_integ_rollback(e->pool, &r->seq, agreed);
+            if (agreed < matched) kiln_pcache_forget(&e->pc, e->m_pages[agreed]);
+            k = agreed;
+        }
     }
     int need = pages_for(e, r->n_toks) - k;
     if (e->n_running > 0 && need + e->n_running > free_plus_idle(e)) {
@@ -433,7 +510,9 @@ static int try_admit(kiln_engine *e, kiln_req *r) {
  * earlier, so it is running or ahead in the queue: the wait always ends. */
 static int sibling_ready(const kiln_engine *e, const kiln_req *r) {
     const kiln_req *f = r->share_from;
-    if (!f || !e->cfg.prefix_cache || atomic_load(&f->cancel) || f->finish != KILN_FINISH_NONE) return 1;
+    /* (f's cancel flag is not looked at: a cancelled f ends at the next step's reap, and under
+     * tensor parallelism every rank must decide alike, from what reap did) */
+    if (!f || !e->cfg.prefix_cache || f->finish != KILN_FINISH_NONE) return 1;
     for (int i = 0; i < e->n_running; i++)
         if (e->running[i] == f) return f->n_computed >= f->n_prompt;
     return 1; /* not running (cannot happen while it is ahead in the queue): do not wait */
@@ -444,7 +523,8 @@ static void admit(kiln_engine *e) {
         pthread_mutex_lock(&e->mu);
         kiln_req *r = e->wait_head;
         pthread_mutex_unlock(&e->mu);
-        if (!r || !sibling_ready(e, r) || !try_admit(e, r)) return;
+        /* tensor parallel: a request the other ranks do not know of yet waits for the next step */
+        if (!r || (e->tp > 1 && !r->announced) || !sibling_ready(e, r) || !try_admit(e, r)) return;
         pthread_mutex_lock(&e->mu);
         wait_unlink(e, r);
         pthread_mutex_unlock(&e->mu);
@@ -696,10 +776,150 @@ static int integ_after_step(kiln_engine *e, kiln_req *r) {
     return 1;
 }
 
-/* One scheduler step. */
+/* ---- tensor parallelism: keeping the ranks' schedulers in step (scheduler.h) ---------------------- */
+static int msg_reserve(kiln_engine *e, int more) {
+    if (e->msg_n + more <= e->msg_cap) return 1;
+    int cap = e->msg_cap ? e->msg_cap : 256;
+    while (cap < e->msg_n + more) cap *= 2;
+    int32_t *p = realloc(e->msg, (size_t)cap * sizeof *p);
+    if (!p) return 0;
+    e->msg = p;
+    e->msg_cap = cap;
+    return 1;
+}
+
+/* Rank 0: every request that failed or ended because a rank was lost gets the error; nothing new
+ * is accepted (kiln_engine_failed: the server exits non-zero). No MPI call is made again. */
+static void drain_all(kiln_engine *e, kiln_status err, const char *msg);
+static void tp_lost(kiln_engine *e) {
+    atomic_store(&e->failed, 1);
+    if (e->rank != 0) return;
+    char msg[320];
+    snprintf(msg, sizeof msg, "tensor parallel: %s", kiln_dist_failed() ? kiln_dist_failure() : "the ranks could not be kept in step (out of memory)");
+    pthread_mutex_lock(&e->mu);
+    e->closed = 1;
+    pthread_mutex_unlock(&e->mu);
+    drain_all(e, KILN_ERR_IO, msg);
+}
+
+/* Rank 0: the step message — what reap dropped, then the requests that arrived since the last one
+ * (in arrival order; one that does not fit in memory waits, with everything after it). */
+static kiln_status tp_send(kiln_engine *e, int kind) {
+    e->msg_n = 0;
+    if (!msg_reserve(e, 3 + e->n_drops)) return kiln_fail(KILN_ERR_NOMEM, "out of memory for a step message");
+    e->msg[0] = kind;
+    e->msg[1] = e->n_drops;
+    e->msg[2] = 0;
+    memcpy(e->msg + 3, e->drops, (size_t)e->n_drops * sizeof *e->drops);
+    e->msg_n = 3 + e->n_drops;
+    e->n_drops = 0;
+    if (kind == TP_MSG_STEP) {
+        pthread_mutex_lock(&e->mu);
+        for (kiln_req *r = e->wait_head; r; r = r->next) {
+            if (r->announced) continue;
+            if (!msg_reserve(e, 4 + r->n_toks)) break;
+            int32_t *w = e->msg + e->msg_n;
+            w[0] = (int32_t)r->arrival;
+            w[1] = r->n_toks;
+            w[2] = r->max_tokens;
+            w[3] = r->share_from && r->share_from->announced ? (int32_t)r->share_from->arrival : -1;
+            memcpy(w + 4, r->toks, (size_t)r->n_toks * sizeof *r->toks);
+            e->msg_n += 4 + r->n_toks;
+            e->msg[2]++;
+            r->announced = 1;
+        }
+        pthread_mutex_unlock(&e->mu);
+    }
+    return kiln_dist_bcast_msg(&e->msg, &e->msg_n, &e->msg_cap, 0);
+}
+
+static kiln_req *tp_find(kiln_engine *e, int32_t arrival) {
+    for (int i = 0; i < e->n_running; i++)
+        if ((int32_t)e->running[i]->arrival == arrival) return e->running[i];
+    for (kiln_req *r = e->wait_head; r; r = r->next)
+        if ((int32_t)r->arrival == arrival) return r;
+    return NULL;
+}
+
+/* The other ranks: rank 0's drops and arrivals, applied in its order. */
+static kiln_status tp_apply(kiln_engine *e) {
+    const int32_t *w = e->msg;
+    const int n = e->msg_n;
+    if (n < 3 || w[1] < 0 || w[2] < 0 || w[1] > n - 3) return kiln_fail(KILN_ERR_INTERNAL, "a malformed step message from rank 0 (%d words)", n);
+    int at = 3;
+    for (int i = 0; i < w[1]; i++) {
+        kiln_req *r = tp_find(e, w[at++]);
+        if (!r) continue;
+        int running = 0;
+        for (int j = 0; j < e->n_running; j++) running |= e->running[j] == r;
+        if (running) { finish_running(e, r, KILN_FINISH_CANCELLED, KILN_OK, NULL); continue; }
+        wait_unlink(e, r);
+        kiln_kv_seq_release(e->pool, &r->seq);
+        publish_finish(e, r, KILN_FINISH_CANCELLED, KILN_OK, NULL);
+    }
+    kiln_sampling sp;
+    kiln_sampling_default(&sp);
+    for (int i = 0; i < w[2]; i++) {
+        if (at + 4 > n || w[at + 1] < 1 || w[at + 2] < 1 || w[at + 1] > n - at - 4)
+            return kiln_fail(KILN_ERR_INTERNAL, "a malformed request in a step message from rank 0 (word %d of %d)", at, n);
+        kiln_req *r;
+        kiln_status st = kiln_req_create(w + at + 4, w[at + 1], w[at + 2], &sp, e->vocab, -1, &r);
+        if (st != KILN_OK) return st;
+        r->arrival = (uint32_t)w[at];
+        r->announced = 1;
+        if (w[at + 3] >= 0 && (r->share_from = tp_find(e, w[at + 3])) != NULL) atomic_fetch_add(&r->share_from->refs, 1);
+        at += 4 + w[at + 1];
+        r->prev = e->wait_tail;
+        r->next = NULL;
+        if (e->wait_tail) e->wait_tail->next = r; else e->wait_head = r;
+        e->wait_tail = r;
+        e->n_waiting++;
+        e->n_active++;
+    }
+    return KILN_OK;
+}
+
+/* After the forward pass: each rank checked its own shard of the KV; every rank takes, per batch
+ * entry, the first bad slot any rank found (so a heal on one rank replays on all), and the union
+ * of the pages found bad (so every rank's prefix cache forgets the same pages). */
+static kiln_status tp_combine_integrity(kiln_engine *e, int nb, int *nbad) {
+    for (int b = 0; b < nb; b++) {
+        const kiln_kv_seq *q = &e->b_req[b]->seq;
+        int slot = kiln_kv_integ_bad_slot(q);
+        e->bad_codes[b] = slot >= 0 && q->integ ? slot * 8 + q->integ->bad_kind : INT32_MAX;
+    }
+    e->bad_codes[nb] = -*nbad;
+    kiln_status st = kiln_dist_allreduce_min_i32(e->bad_codes, nb + 1);
+    if (st != KILN_OK) return st;
+    for (int b = 0; b < nb; b++) {
+        kiln_kv_seq_integ *si = e->b_req[b]->seq.integ;
+        if (!si) continue;
+        si->bad_slot = e->bad_codes[b] == INT32_MAX ? -1 : e->bad_codes[b] / 8;
+        if (si->bad_slot >= 0) si->bad_kind = e->bad_codes[b] % 8;
+    }
+    if (e->bad_codes[nb] == 0) return KILN_OK;
+    const int P = e->pool->n_pages, words = (P + 31) / 32;
+    memset(e->bad_map, 0, (size_t)words * sizeof *e->bad_map);
+    for (int i = 0; i < *nbad; i++) e->bad_map[e->bad_pages[i] / 32] |= 1u << (e->bad_pages[i] % 32);
+    if ((st = kiln_dist_allreduce_or_u32(e->bad_map, words)) != KILN_OK) return st;
+    *nbad = 0;
+    for (int pg = 0; pg < P; pg++)
+        if (e->bad_map[pg / 32] >> (pg % 32) & 1) e->bad_pages[(*nbad)++] = pg;
+    return KILN_OK;
+}
+
+static void step_run(kiln_engine *e);
+
+/* One scheduler step (rank 0 or one process). */
 static void step(kiln_engine *e) {
-    double now = kiln_now();
-    reap(e, now);
+    reap(e, kiln_now());
+    if (e->tp > 1 && (atomic_load(&e->failed) || tp_send(e, TP_MSG_STEP) != KILN_OK)) { tp_lost(e); return; }
+    step_run(e);
+}
+
+/* The step after reap: every rank runs it alike. */
+static void step_run(kiln_engine *e) {
+    double now;
     admit(e);
     const int S = e->cfg.step_tokens;
     int n = 0, nb = 0;
@@ -749,7 +969,8 @@ static void step(kiln_engine *e) {
     for (int b = 0, t = 0; b < nb; b++) {
         kiln_req *r = e->b_req[b];
         int reach = r->n_computed + e->b_cnt[b] == r->n_toks;
-        for (int j = 0; j < e->b_cnt[b]; j++, t++) e->b_out[t] = (reach && j == e->b_cnt[b] - 1) ? rows : -1;
+        /* (the other ranks of a tensor-parallel model sample nothing: no logits, no LM head) */
+        for (int j = 0; j < e->b_cnt[b]; j++, t++) e->b_out[t] = (reach && j == e->b_cnt[b] - 1 && e->rank == 0) ? rows : -1;
         if (reach) rows++;
     }
     /* integrity: each sequence's tokens of this step, logged as one chunk (its identity and replay log) */
@@ -778,6 +999,17 @@ static void step(kiln_engine *e) {
         publish_stats(e, nb, n);
         return;
     }
+    int nbad = e->pool->integ ? kiln_kv_integ_take_bad_pages(e->pool, e->bad_pages, e->pool->n_pages) : 0;
+    if (e->tp > 1) {
+        /* every rank must now decide alike: the integrity verdicts combined, then rank 0's tokens */
+        if (e->pool->integ && tp_combine_integrity(e, nb, &nbad) != KILN_OK) { tp_lost(e); return; }
+        if (kiln_dist_failed() || atomic_load(&e->failed)) { tp_lost(e); return; }
+        for (int b = 0; b < 2 * nb; b++) e->emitted[b] = -1;
+        if (e->rank > 0) {
+            if (kiln_dist_bcast_msg(&e->msg, &e->msg_n, &e->msg_cap, e->tp_timeout) != KILN_OK || e->msg_n != 2 * nb) { tp_lost(e); return; }
+            memcpy(e->emitted, e->msg, (size_t)(2 * nb) * sizeof *e->emitted);
+        }
+    }
     now = kiln_now();
     int row = 0;
     for (int b = 0; b < nb; b++) {
@@ -787,16 +1019,64 @@ static void step(kiln_engine *e) {
         if (e->pool->integ && integ_after_step(e, r)) continue; /* healed (recomputed later) or failed */
         register_pages(e, r);
         if (!reach) continue;
-        kiln_finish f = emit_token(e, r, e->logits + (size_t)my_row * e->vocab, now);
+        kiln_finish f;
+        if (e->rank > 0) { /* rank 0 sampled it */
+            if (e->emitted[2 * b] < 0 || e->emitted[2 * b] >= e->vocab || r->n_toks >= r->n_prompt + r->max_tokens) { tp_lost(e); return; }
+            r->toks[r->n_toks++] = e->emitted[2 * b];
+            f = (kiln_finish)e->emitted[2 * b + 1];
+        } else {
+            f = emit_token(e, r, e->logits + (size_t)my_row * e->vocab, now);
+            e->emitted[2 * b] = r->toks[r->n_toks - 1];
+            e->emitted[2 * b + 1] = (int32_t)f;
+        }
         if (f != KILN_FINISH_NONE) finish_running(e, r, f, KILN_OK, NULL);
+    }
+    if (e->tp > 1 && e->rank == 0) {
+        int n_words = 2 * nb, cap = 2 * e->cfg.max_batch;
+        if (kiln_dist_bcast_msg(&e->emitted, &n_words, &cap, 0) != KILN_OK) { tp_lost(e); return; }
     }
     if (e->pool->integ) {
         /* pages that failed a check leave the prefix cache; fault injection (tests) on its schedule */
-        int nbad = kiln_kv_integ_take_bad_pages(e->pool, e->bad_pages, e->pool->n_pages);
         for (int i = 0; i < nbad; i++) kiln_pcache_forget(&e->pc, e->bad_pages[i]);
         if (e->n_running > 0) kiln_kv_integ_tick(e->pool, &e->running[0]->seq);
     }
     publish_stats(e, nb, n);
+}
+
+static void drain_all(kiln_engine *e, kiln_status err, const char *msg) {
+    while (e->n_running > 0) finish_running(e, e->running[0], KILN_FINISH_ERROR, err, msg);
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        kiln_req *r = e->wait_head;
+        if (r) wait_unlink(e, r);
+        pthread_mutex_unlock(&e->mu);
+        if (!r) break;
+        kiln_kv_seq_release(e->pool, &r->seq);
+        publish_finish(e, r, KILN_FINISH_ERROR, err, msg);
+    }
+    publish_stats(e, 0, 0);
+}
+
+kiln_status kiln_engine_follow(kiln_model *m, const kiln_options *o, const kiln_engine_config *cfg, double timeout_s) {
+    if (m->tp < 2 || kiln_dist_rank() == 0) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_engine_follow runs on ranks 1.. of a sharded model");
+    kiln_engine *e;
+    kiln_status st = engine_init(m, o, cfg, 0, &e);
+    if (st != KILN_OK) return st;
+    e->tp_timeout = timeout_s;
+    for (;;) {
+        if ((st = kiln_dist_bcast_msg(&e->msg, &e->msg_n, &e->msg_cap, timeout_s)) != KILN_OK) break;
+        if (e->msg_n < 3) { st = kiln_fail(KILN_ERR_INTERNAL, "a malformed message from rank 0 (%d words)", e->msg_n); break; }
+        if (e->msg[0] == TP_MSG_HEARTBEAT) continue;
+        if (e->msg[0] == TP_MSG_STOP) break;
+        if ((st = tp_apply(e)) != KILN_OK) break;
+        step_run(e);
+        if (atomic_load(&e->failed)) { st = kiln_fail(KILN_ERR_IO, "tensor parallel: %s", kiln_dist_failed() ? kiln_dist_failure() : "lost step with rank 0"); break; }
+    }
+    drain_all(e, KILN_ERR_UNSUPPORTED, "stopping");
+    kiln_kv_thread_scratch_free();
+    kiln_kernels_thread_scratch_free();
+    kiln_engine_free(e);
+    return st;
 }
 
 static int sweep_check(void *ctx, int32_t page, uint64_t hash) { return kiln_kv_integ_sweep_page(ctx, page, hash); }
@@ -806,7 +1086,20 @@ static void *sched_main(void *arg) {
     pthread_mutex_lock(&e->mu);
     for (;;) {
         while (!e->stopping && e->n_running == 0 && e->n_waiting == 0) {
-            if (!e->pool->integ || e->pc.n_cached == 0) { pthread_cond_wait(&e->cv, &e->mu); continue; }
+            if (e->tp > 1 && !atomic_load(&e->failed)) {
+                /* tensor parallel, idle: a heartbeat every second, so that the other ranks can
+                 * tell an idle rank 0 from a lost one (the idle sweep is not run: its verdicts
+                 * would have to be combined over the ranks as well) */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 1;
+                if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == 0) continue;
+                pthread_mutex_unlock(&e->mu);
+                if (tp_send(e, TP_MSG_HEARTBEAT) != KILN_OK) tp_lost(e);
+                pthread_mutex_lock(&e->mu);
+                continue;
+            }
+            if (!e->pool->integ || e->pc.n_cached == 0 || e->tp > 1) { pthread_cond_wait(&e->cv, &e->mu); continue; }
             /* idle with cached pages: verify a few of them every 200 ms (bad ones leave the cache) */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -824,18 +1117,10 @@ static void *sched_main(void *arg) {
         pthread_mutex_lock(&e->mu);
     }
     pthread_mutex_unlock(&e->mu);
-    /* shutdown: everything still queued or running ends with an error; all pages go back */
-    while (e->n_running > 0) finish_running(e, e->running[0], KILN_FINISH_ERROR, KILN_ERR_UNSUPPORTED, "the server is shutting down");
-    for (;;) {
-        pthread_mutex_lock(&e->mu);
-        kiln_req *r = e->wait_head;
-        if (r) wait_unlink(e, r);
-        pthread_mutex_unlock(&e->mu);
-        if (!r) break;
-        kiln_kv_seq_release(e->pool, &r->seq);
-        publish_finish(e, r, KILN_FINISH_ERROR, KILN_ERR_UNSUPPORTED, "the server is shutting down");
-    }
-    publish_stats(e, 0, 0);
+    /* shutdown: the other ranks stop too; everything still queued or running ends with an error;
+     * all pages go back */
+    if (e->tp > 1 && !atomic_load(&e->failed) && tp_send(e, TP_MSG_STOP) != KILN_OK) atomic_store(&e->failed, 1);
+    drain_all(e, KILN_ERR_UNSUPPORTED, "the server is shutting down");
     kiln_kv_thread_scratch_free();      /* this thread's attention scratch (kv.c) and matmul scratch */
     kiln_kernels_thread_scratch_free(); /* (gemv.c), so a stop leaves nothing behind */
     return NULL;

@@ -89,6 +89,7 @@ struct kiln_req {
     int n_hashed;         /* full pages hashed and offered to the prefix cache */
     int preempted;
     int heals;            /* integrity heals since r's last clean step (gives up after 8) */
+    int announced;        /* tensor parallel: the other ranks know of r (its arrival was in a step message) */
     kiln_req *prev, *next;/* waiting list */
     struct kiln_jg_state *gstate; /* the grammar's parser state after the generated tokens */
 };
@@ -148,6 +149,19 @@ void kiln_engine_close(kiln_engine *e);
  * stays valid (submit refuses, cancel is harmless) until kiln_engine_free. */
 void kiln_engine_stop(kiln_engine *e);
 void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *s);
+/* Tensor parallelism (docs/SCALE.md, "kiln serve under mpirun"). On rank 0 of a sharded model
+ * (kiln_model_shard, kiln_dist_size() > 1) kiln_engine_create's scheduler tells the other ranks,
+ * at the start of every step, which requests were dropped and which arrived; every rank then runs
+ * the same admission, batching, preemption and pool operations on its own shard and KV pool, so
+ * page ids, allocation epochs and integrity seals agree without being sent. Rank 0 samples and
+ * broadcasts each step's tokens; KV integrity failures and bad pages are combined over the ranks
+ * (a heal on one rank replays on all). The other ranks run kiln_engine_follow until rank 0's engine
+ * stops (KILN_OK) or is lost (an error). timeout_s: seconds without a message from rank 0 (it sends
+ * one at least every second) after which rank 0 counts as lost (0 = never). */
+kiln_status kiln_engine_follow(kiln_model *m, const kiln_options *o, const kiln_engine_config *cfg, double timeout_s);
+/* 1 once a rank was lost (a collective missed its deadline): every request got an error, no new
+ * one is accepted, and the process should exit non-zero (kiln_dist_abort). */
+int kiln_engine_failed(kiln_engine *e);
 int kiln_engine_context(const kiln_engine *e);   /* max tokens of one sequence */
 int64_t kiln_engine_kv_capacity(const kiln_engine *e);
 /* The pool's configuration (read-only: dtype, dims, page size) and where FP8 scales came from. */

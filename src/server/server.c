@@ -1488,6 +1488,12 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
 }
 
 int kiln_server_port(const kiln_server *s) { return s->port; }
+int kiln_server_failed(const kiln_server *s) { return kiln_engine_failed(s->eng); }
+
+kiln_status kiln_server_follow(kiln_model *m, const kiln_options *opts, const kiln_server_options *so, double timeout_s) {
+    kiln_engine_config ec = {so->max_batch, so->max_queue, so->step_tokens, so->prefix_cache};
+    return kiln_engine_follow(m, opts, &ec, timeout_s);
+}
 
 void kiln_server_stop(kiln_server *s) {
     if (!s) return;
