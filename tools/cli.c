@@ -204,7 +204,7 @@ int cli_tp_load(const char *cmd, int *argc, char ***argv, long tp, const char *m
     *rank = kiln_dist_rank();
     if (kiln_dist_size() != tp) {
         if (*rank == 0) fprintf(stderr, "kiln %s: error: --tp %ld needs %ld processes: start it with mpirun -np %ld (got %d)\n", cmd, tp, tp, tp, kiln_dist_size());
-        kiln_dist_finalize();
+        kiln_dist_abort(2);
         return 2;
     }
     char v[64];
@@ -213,16 +213,17 @@ int cli_tp_load(const char *cmd, int *argc, char ***argv, long tp, const char *m
     if ((st = kiln_dist_agree("--tp", v)) || (st = kiln_dist_agree("the model", model_path)) ||
         (st = kiln_dist_agree("--kv-dtype", dt == KILN_KV_FP8 ? "fp8" : dt == KILN_KV_BF16 ? "bf16" : dt == KILN_KV_F32 ? "f32" : "auto")) ||
         (st = kiln_dist_agree("--kv-integrity", o->kv_integrity == KILN_KV_INTEGRITY_DEFAULT ? "default" : kiln_kv_integrity_name(o->kv_integrity)))) {
-        kiln_dist_finalize();
-        return cli_fail_status(cmd, st);
+        int rc = cli_fail_status(cmd, st);
+        kiln_dist_abort(rc); /* (not a plain exit: with orte_abort_on_non_zero_status off, mpirun would report 0) */
+        return rc;
     }
     if (*rank > 0) {
         o->quiet = 1;
-        if (!freopen("/dev/null", "w", stdout)) { kiln_dist_finalize(); return cli_fail_msg(cmd, "cannot silence a rank's output"); }
+        if (!freopen("/dev/null", "w", stdout)) { int rc = cli_fail_msg(cmd, "cannot silence a rank's output"); kiln_dist_abort(rc); return rc; }
     }
     st = kiln_model_load(model_path, o, m);
     if (st == KILN_OK && (st = kiln_model_shard(*m, *rank, (int)tp)) != KILN_OK) kiln_model_free(*m);
-    if (st) { kiln_dist_finalize(); return cli_fail_status(cmd, st); }
+    if (st) { int rc = cli_fail_status(cmd, st); kiln_dist_abort(rc); return rc; }
     kiln_model_set_allreduce(*m, kiln_dist_allreduce_sum, NULL);
     return 0;
 }

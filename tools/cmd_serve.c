@@ -137,7 +137,7 @@ int cmd_serve(int argc, char **argv) {
         if (tp > 1) kiln_dist_abort(rc); /* the other ranks wait for a scheduler that will not come */
         return rc;
     }
-    if (tp > 1) fprintf(stderr, "kiln serve: tensor parallel over %ld ranks (rank 0 serves; a rank silent for %g s ends the job)\n", tp, tp_timeout);
+    if (tp > 1) fprintf(stderr, "kiln serve: tensor parallel over %ld ranks (rank 0 serves, pid %ld; a rank silent for %g s ends the job)\n", tp, (long)getpid(), tp_timeout);
     /* wait for SIGINT / SIGTERM, looking every 200 ms whether the server lost a rank */
     int sig = 0, failed = 0;
     const struct timespec poll_ts = {0, 200 * 1000000};

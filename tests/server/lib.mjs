@@ -1,7 +1,9 @@
 // lib.mjs — helpers shared by the server tests (tests/server/test_*.mjs): start `kiln serve` on a
 // free loopback port and stop it, read /metrics, run `kiln run` for reference outputs.
 // Environment: KILN (the binary), SHARED (shared data; models/stories260K), KILN_SERVE_DEVICE (a
-// --device for every server started here: test_server_vulkan.sh runs suites with `vulkan`).
+// --device for every server started here: test_server_vulkan.sh runs suites with `vulkan`),
+// KILN_SERVE_TP (N: every server runs as `mpirun -np N kiln serve ... --tp N`, tests/dist/test_tp_serve.sh;
+// Open MPI's orte_abort_on_non_zero_status off, so that a lost rank is kiln's to report, docs/SCALE.md).
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -16,10 +18,15 @@ const live = new Set();
 process.on('exit', () => { for (const p of live) p.kill('SIGKILL'); });
 
 // Starts the server with extra arguments; resolves to { url, base, port, proc, stop() }.
-export function startServer(args = [], { model = MODEL } = {}) {
+// { tp: N } (or KILN_SERVE_TP) starts it under mpirun with --tp N; { launch: [argv] } runs that
+// command line instead (MPMD launches in tests/dist/tp_serve.mjs).
+export const MPIRUN = ['mpirun', '--oversubscribe', '--allow-run-as-root', '--mca', 'orte_abort_on_non_zero_status', '0', '-x', 'OMP_NUM_THREADS=1'];
+export function startServer(args = [], { model = MODEL, tp = +(process.env.KILN_SERVE_TP || 1), launch = null } = {}) {
   return new Promise((resolve, reject) => {
     const dev = process.env.KILN_SERVE_DEVICE ? ['--device', process.env.KILN_SERVE_DEVICE] : [];
-    const proc = spawn(KILN, ['serve', model, '--host', '127.0.0.1', '--port', '0', ...dev, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const serve = [KILN, 'serve', model, '--host', '127.0.0.1', '--port', '0', ...dev, ...args];
+    const cmd = launch || (tp > 1 ? [...MPIRUN, '-np', String(tp), ...serve, '--tp', String(tp)] : serve);
+    const proc = spawn(cmd[0], cmd.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] });
     live.add(proc);
     let log = '';
     const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('server did not start:\n' + log)); }, 20000);
@@ -35,7 +42,10 @@ export function startServer(args = [], { model = MODEL } = {}) {
           stop: (signal = 'SIGTERM') => new Promise((res) => {
             if (proc.exitCode !== null) { live.delete(proc); return res(proc.exitCode); }
             proc.once('exit', (code, sig) => { live.delete(proc); res(code ?? sig); });
-            proc.kill(signal);
+            // under mpirun the signal goes to rank 0, as a supervisor's would reach a lone server
+            // (mpirun exits 1 whenever it is signalled itself, however the ranks end)
+            const r0 = log.match(/rank 0 serves, pid (\d+)/);
+            if (r0) process.kill(+r0[1], signal); else proc.kill(signal);
           }),
         });
       }
