@@ -225,7 +225,7 @@ int cmd_bench_server(int argc, char **argv) {
     kiln_server_options_default(&so);
     char *key_owned = NULL;
     const char *model_path = NULL, *levels = "1,4,16";
-    long reqs = 2, max_tokens = 32, prompt_tokens = 32;
+    long reqs = 2, max_tokens = 32, prompt_tokens = 32, tp = 1;
     int json = 0;
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
         const char *k = argv[a.i];
@@ -236,6 +236,7 @@ int cmd_bench_server(int argc, char **argv) {
         else if (strcmp(k, "--max-tokens") == 0) cli_long(&a, k, cli_value(&a), 1, 1 << 20, &max_tokens);
         else if (strcmp(k, "--prompt-tokens") == 0) cli_long(&a, k, cli_value(&a), 1, 1 << 20, &prompt_tokens);
         else if (strcmp(k, "--json") == 0) json = 1;
+        else if (strcmp(k, "--tp") == 0) cli_long(&a, k, cli_value(&a), 1, 1024, &tp); /* under mpirun -np N (docs/SCALE.md) */
         else if (k[0] == '-' && k[1]) { fprintf(stderr, "kiln bench: error: unknown option '%s'\n", k); free(key_owned); return 2; }
         else if (!model_path) model_path = k;
         else { fprintf(stderr, "kiln bench: error: unexpected argument '%s'\n", k); free(key_owned); return 2; }
@@ -244,14 +245,18 @@ int cmd_bench_server(int argc, char **argv) {
     if (a.bad) return 2;
     if (!model_path)
         return cli_fail_msg("bench", "usage: kiln bench --server MODEL [--concurrency 1,4,16] [--requests N per client] [--max-tokens N] "
-                                     "[--prompt-tokens N] [--json] [serve options]");
+                                     "[--prompt-tokens N] [--json] [--tp N under mpirun -np N] [serve options]");
     int32_t *lv = NULL;
     int n_lv = 0;
     if (!cli_ids(&a, levels, &lv, &n_lv) || n_lv == 0) return 2;
     signal(SIGPIPE, SIG_IGN);
     kiln_model *m;
-    kiln_status st = kiln_model_load(model_path, &o, &m);
-    if (st) { free(lv); return cli_fail_status("bench", st); }
+    kiln_status st;
+    int rank = 0;
+    if (tp > 1) { /* rank 0 serves and measures; the others follow its steps */
+        int trc = cli_tp_load("bench", &argc, &argv, tp, model_path, &o, &m, &rank);
+        if (trc) { free(lv); return trc; }
+    } else if ((st = kiln_model_load(model_path, &o, &m))) { free(lv); return cli_fail_status("bench", st); }
     kiln_model_info info;
     kiln_model_get_info(m, &info);
     int maxc = 1;
@@ -266,9 +271,17 @@ int cmd_bench_server(int argc, char **argv) {
     if (so.max_queue < maxc) so.max_queue = maxc;
     if (so.max_conn_per_ip < maxc + 8) so.max_conn_per_ip = maxc + 8; /* every bench client is 127.0.0.1 */
     if (so.max_connections < maxc + 8) so.max_connections = maxc + 8;
+    if (rank > 0) {
+        st = kiln_server_follow(m, &o, &so, 0);
+        kiln_model_free(m);
+        free(lv);
+        if (st) { int rc = cli_fail_status("bench", st); kiln_dist_abort(rc); return rc; }
+        kiln_dist_finalize();
+        return 0;
+    }
     kiln_server *srv;
     st = kiln_server_start(m, model_path, &o, &so, &srv);
-    if (st) { kiln_model_free(m); free(lv); return cli_fail_status("bench", st); }
+    if (st) { kiln_model_free(m); free(lv); int rc = cli_fail_status("bench", st); if (tp > 1) kiln_dist_abort(rc); return rc; }
     int port = kiln_server_port(srv);
     if (!json) printf("kiln bench --server %s: %ld prompt tokens, %ld output tokens per request, %ld requests per client, greedy\n"
                       "concurrency  requests  output_tokens  seconds  output_tok/s  mean_latency_s\n", model_path, prompt_tokens, max_tokens, reqs);
@@ -305,5 +318,13 @@ int cmd_bench_server(int argc, char **argv) {
     kiln_server_stop(srv);
     kiln_model_free(m);
     free(lv);
+    if (tp > 1) {
+        double secs;
+        unsigned long long calls, bytes;
+        kiln_dist_stats(&secs, &calls, &bytes);
+        fprintf(stderr, "tensor parallel: %ld ranks, rank 0 spent %.3f s in %llu all-reduces (%.1f KiB each on average)\n", tp, secs, calls,
+                calls ? (double)bytes / (double)calls / 1024.0 : 0.0);
+        kiln_dist_finalize();
+    }
     return rc;
 }

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Bytes from the start of a row to column c of w's format; -1 when c is not on a boundary the
  * format can be cut at (or the format cannot be cut by columns). */
@@ -181,6 +182,12 @@ kiln_status kiln_model_shard(kiln_model *m, int rank, int tp) {
         mc->shared_ffn /= tp;
     }
     m->tp = tp;
+    /* Loading read every byte of the checkpoint (the weight checksums), so all of it is resident in
+     * this process. Drop the mapped pages: what this rank computes with faults back in from the
+     * page cache on first use, the other ranks' slices never do, so the rank's resident memory is
+     * its shard (+ the whole embedding / head and its copied slices). Best effort. */
+    for (int i = 0; i < m->n_maps; i++)
+        if (m->maps[i].base && m->maps[i].size) (void)madvise((void *)m->maps[i].base, m->maps[i].size, MADV_DONTNEED);
     return KILN_OK;
 }
 
