@@ -127,7 +127,9 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *info);
  * heads, FFN rows and the matching projection slices; hyper-parameters divided), before its first
  * session. The shard's forward pass needs the ranks' partial sums added: fn(ctx, x, n) must replace
  * x[0, n) by the sum over the ranks (kiln's MPI one: kiln_dist_allreduce_sum in src/dist). */
-kiln_status kiln_model_shard(kiln_model *m, int rank, int tp);
+/* ep = tp: expert parallelism as well (MoE models): the routed experts are spread whole over the
+ * same ranks instead of split in width (ep = 1). */
+kiln_status kiln_model_shard(kiln_model *m, int rank, int tp, int ep);
 void kiln_model_set_allreduce(kiln_model *m, void (*fn)(void *ctx, float *x, int64_t n), void *ctx);
 
 /* ---- scale-out: processes of one model over MPI (src/dist, docs/SCALE.md) ---------------------- */

@@ -198,7 +198,7 @@ int cli_ids(args_t *a, const char *s, int32_t **ids, int *n) {
 }
 
 
-int cli_tp_load(const char *cmd, int *argc, char ***argv, long tp, const char *model_path, kiln_options *o, kiln_model **m, int *rank) {
+int cli_tp_load(const char *cmd, int *argc, char ***argv, long tp, long ep, const char *model_path, kiln_options *o, kiln_model **m, int *rank) {
     kiln_status st = kiln_dist_init(argc, argv);
     if (st) return cli_fail_status(cmd, st);
     *rank = kiln_dist_rank();
@@ -210,7 +210,9 @@ int cli_tp_load(const char *cmd, int *argc, char ***argv, long tp, const char *m
     char v[64];
     snprintf(v, sizeof v, "%ld", tp);
     const kiln_kv_dtype dt = o->kv_dtype;
-    if ((st = kiln_dist_agree("--tp", v)) || (st = kiln_dist_agree("the model", model_path)) ||
+    char ev[64];
+    snprintf(ev, sizeof ev, "%ld", ep);
+    if ((st = kiln_dist_agree("--tp", v)) || (st = kiln_dist_agree("--ep", ev)) || (st = kiln_dist_agree("the model", model_path)) ||
         (st = kiln_dist_agree("--kv-dtype", dt == KILN_KV_FP8 ? "fp8" : dt == KILN_KV_BF16 ? "bf16" : dt == KILN_KV_F32 ? "f32" : "auto")) ||
         (st = kiln_dist_agree("--kv-integrity", o->kv_integrity == KILN_KV_INTEGRITY_DEFAULT ? "default" : kiln_kv_integrity_name(o->kv_integrity)))) {
         int rc = cli_fail_status(cmd, st);
@@ -222,7 +224,7 @@ int cli_tp_load(const char *cmd, int *argc, char ***argv, long tp, const char *m
         if (!freopen("/dev/null", "w", stdout)) { int rc = cli_fail_msg(cmd, "cannot silence a rank's output"); kiln_dist_abort(rc); return rc; }
     }
     st = kiln_model_load(model_path, o, m);
-    if (st == KILN_OK && (st = kiln_model_shard(*m, *rank, (int)tp)) != KILN_OK) kiln_model_free(*m);
+    if (st == KILN_OK && (st = kiln_model_shard(*m, *rank, (int)tp, (int)ep)) != KILN_OK) kiln_model_free(*m);
     if (st) { int rc = cli_fail_status(cmd, st); kiln_dist_abort(rc); return rc; }
     kiln_model_set_allreduce(*m, kiln_dist_allreduce_sum, NULL);
     return 0;

@@ -23,10 +23,10 @@ int cli_ids(args_t *a, const char *s, int32_t **ids, int *n);
 void cli_print_integrity(FILE *f, const kiln_kv_integrity_stats *st);
 
 /* `--tp N` under `mpirun -np N` (docs/SCALE.md): starts MPI, checks the process count, has every
- * rank agree on --tp, the model path, --kv-dtype and --kv-integrity, silences the other ranks'
+ * rank agree on --tp, --ep (1, or tp: expert parallelism), the model path, --kv-dtype and --kv-integrity, silences the other ranks'
  * stdout (and o->quiet), loads the model and keeps this rank's shard with MPI's all-reduce. On
  * failure prints the error, finalizes MPI and returns the exit code (else 0: *m and *rank set). */
-int cli_tp_load(const char *cmd, int *argc, char ***argv, long tp, const char *model_path, kiln_options *o, kiln_model **m, int *rank);
+int cli_tp_load(const char *cmd, int *argc, char ***argv, long tp, long ep, const char *model_path, kiln_options *o, kiln_model **m, int *rank);
 
 /* Subcommands, one file each (tools/cmd_*.c). argv[0] is the subcommand name. */
 int cmd_run(int argc, char **argv);

@@ -75,7 +75,7 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
     "         [--header-timeout 30] [--body-timeout 60] [--http-threads 4]\n" \
     "         [--tool-parser auto|glm45|glm47|kimi_k2|none] [--reasoning-parser auto|think|none] [--cors-origin ORIGIN|*]\n" \
     "         [--kv-mem SIZE] [--kv-dtype auto|f32|bf16|fp8] [--kv-page 16] [--ctx N] [--threads N] [--isa ...] [--device cpu|ref|vulkan[:N]] [--fp8-gemv auto|exact|bf16]\n" \
-    "         [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N] [--tp-timeout 30]"
+    "         [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N] [--ep 1|N] [--tp-timeout 30]"
 
 int cmd_serve(int argc, char **argv) {
     args_t a = {argc, argv, 0, "serve", 0};
@@ -85,12 +85,13 @@ int cmd_serve(int argc, char **argv) {
     kiln_server_options_default(&so);
     char *key_owned = NULL;
     const char *model_path = NULL;
-    long tp = 1;
+    long tp = 1, ep = 1;
     double tp_timeout = 30;
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
         const char *k = argv[a.i];
         if (cli_common_option(&a, &o) || server_option(&a, &so, &key_owned)) continue;
         if (strcmp(k, "--tp") == 0) { cli_long(&a, k, cli_value(&a), 1, 1024, &tp); continue; }                 /* docs/SCALE.md */
+        if (strcmp(k, "--ep") == 0) { cli_long(&a, k, cli_value(&a), 1, 1024, &ep); continue; }                 /* experts spread over the --tp ranks */
         if (strcmp(k, "--tp-timeout") == 0) { cli_float(&a, k, cli_value(&a), 0, 1e6, &tp_timeout); continue; } /* 0 = wait forever */
         if (strcmp(k, "-h") == 0 || strcmp(k, "--help") == 0) { fprintf(stderr, "%s\n", SERVE_USAGE); free(key_owned); return 0; }
         if (k[0] == '-' && k[1]) { fprintf(stderr, "kiln serve: error: unknown option '%s'\n", k); free(key_owned); return 2; }
@@ -99,6 +100,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (a.bad) { free(key_owned); return 2; }
     if (!model_path) { free(key_owned); return cli_fail_msg("serve", SERVE_USAGE); }
+    if (ep > 1 && tp < 2) { free(key_owned); return cli_fail_msg("serve", "--ep spreads the experts over the --tp ranks: give --tp N (under mpirun -np N) as well"); }
 
     /* SIGINT / SIGTERM are taken by sigwait below: block them before any thread starts so that
      * every thread inherits the mask. A closed client socket must not kill the process. */
@@ -115,7 +117,7 @@ int cmd_serve(int argc, char **argv) {
     if (tp > 1) {
         /* --tp N under `mpirun -np N`: rank 0 serves HTTP and schedules; the others follow its
          * steps on their shards (docs/SCALE.md). Every collective waits at most --tp-timeout. */
-        int trc = cli_tp_load("serve", &argc, &argv, tp, model_path, &o, &m, &rank);
+        int trc = cli_tp_load("serve", &argc, &argv, tp, ep, model_path, &o, &m, &rank);
         if (trc) { free(key_owned); return trc; }
         kiln_dist_set_deadline(tp_timeout);
         if (rank > 0) {
@@ -225,7 +227,7 @@ int cmd_bench_server(int argc, char **argv) {
     kiln_server_options_default(&so);
     char *key_owned = NULL;
     const char *model_path = NULL, *levels = "1,4,16";
-    long reqs = 2, max_tokens = 32, prompt_tokens = 32, tp = 1;
+    long reqs = 2, max_tokens = 32, prompt_tokens = 32, tp = 1, ep = 1;
     int json = 0;
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
         const char *k = argv[a.i];
@@ -237,6 +239,7 @@ int cmd_bench_server(int argc, char **argv) {
         else if (strcmp(k, "--prompt-tokens") == 0) cli_long(&a, k, cli_value(&a), 1, 1 << 20, &prompt_tokens);
         else if (strcmp(k, "--json") == 0) json = 1;
         else if (strcmp(k, "--tp") == 0) cli_long(&a, k, cli_value(&a), 1, 1024, &tp); /* under mpirun -np N (docs/SCALE.md) */
+        else if (strcmp(k, "--ep") == 0) cli_long(&a, k, cli_value(&a), 1, 1024, &ep);
         else if (k[0] == '-' && k[1]) { fprintf(stderr, "kiln bench: error: unknown option '%s'\n", k); free(key_owned); return 2; }
         else if (!model_path) model_path = k;
         else { fprintf(stderr, "kiln bench: error: unexpected argument '%s'\n", k); free(key_owned); return 2; }
@@ -245,7 +248,8 @@ int cmd_bench_server(int argc, char **argv) {
     if (a.bad) return 2;
     if (!model_path)
         return cli_fail_msg("bench", "usage: kiln bench --server MODEL [--concurrency 1,4,16] [--requests N per client] [--max-tokens N] "
-                                     "[--prompt-tokens N] [--json] [--tp N under mpirun -np N] [serve options]");
+                                     "[--prompt-tokens N] [--json] [--tp N under mpirun -np N] [--ep 1|N] [serve options]");
+    if (ep > 1 && tp < 2) return cli_fail_msg("bench", "--ep spreads the experts over the --tp ranks: give --tp N (under mpirun -np N) as well");
     int32_t *lv = NULL;
     int n_lv = 0;
     if (!cli_ids(&a, levels, &lv, &n_lv) || n_lv == 0) return 2;
@@ -254,7 +258,7 @@ int cmd_bench_server(int argc, char **argv) {
     kiln_status st;
     int rank = 0;
     if (tp > 1) { /* rank 0 serves and measures; the others follow its steps */
-        int trc = cli_tp_load("bench", &argc, &argv, tp, model_path, &o, &m, &rank);
+        int trc = cli_tp_load("bench", &argc, &argv, tp, ep, model_path, &o, &m, &rank);
         if (trc) { free(lv); return trc; }
     } else if ((st = kiln_model_load(model_path, &o, &m))) { free(lv); return cli_fail_status("bench", st); }
     kiln_model_info info;

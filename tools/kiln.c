@@ -30,7 +30,7 @@ int cmd_run(int argc, char **argv) {
     kiln_sampling sp;
     kiln_sampling_default(&sp);
     const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL, *dump_path = NULL, *draft_dump_path = NULL;
-    long n_gen = 256, tp = 1, spec_k = 4, spec_n = 3;
+    long n_gen = 256, tp = 1, ep = 1, spec_k = 4, spec_n = 3;
     int spec = 0; /* --spec ngram (1): prompt lookup; --spec mtp (2): the model's MTP layer (docs/SPECULATIVE.md) */
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
         const char *k = argv[a.i];
@@ -63,13 +63,15 @@ int cmd_run(int argc, char **argv) {
         else if (strcmp(k, "--spec-k") == 0) cli_long(&a, k, cli_value(&a), 1, 16, &spec_k);
         else if (strcmp(k, "--spec-ngram") == 0) cli_long(&a, k, cli_value(&a), 1, 16, &spec_n);
         else if (strcmp(k, "--tp") == 0) cli_long(&a, k, cli_value(&a), 1, 1024, &tp); /* tensor parallel over mpirun's ranks (docs/SCALE.md) */
+        else if (strcmp(k, "--ep") == 0) cli_long(&a, k, cli_value(&a), 1, 1024, &ep); /* expert parallel over the same ranks */
         else if (k[0] == '-' && k[1]) { fprintf(stderr, "kiln run: error: unknown option '%s'\n", k); return 2; }
         else if (!model_path) model_path = k;
         else { fprintf(stderr, "kiln run: error: unexpected argument '%s'\n", k); return 2; }
     }
     if (a.bad) return 2;
-    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X] [--threads N] [--no-repack] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N] [--spec mtp|ngram|off] [--spec-k K] [--spec-ngram N] [--dump-draft-logits FILE]");
+    if (!model_path) return cli_fail_msg("run", "usage: kiln run MODEL [-p PROMPT | --tokens ID,...] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--presence-penalty X] [--frequency-penalty X] [--repeat-penalty X] [--threads N] [--no-repack] [--dump-logits FILE] [--kv-dtype auto|f32|bf16|fp8] [--kv-mem SIZE] [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N] [--ep 1|N] [--spec mtp|ngram|off] [--spec-k K] [--spec-ngram N] [--dump-draft-logits FILE]");
     if (prompt && tokens_arg) return cli_fail_msg("run", "give either -p or --tokens, not both");
+    if (ep > 1 && tp < 2) return cli_fail_msg("run", "--ep spreads the experts over the --tp ranks: give --tp N (under mpirun -np N) as well");
 
     kiln_model *m;
     kiln_status st;
@@ -77,7 +79,7 @@ int cmd_run(int argc, char **argv) {
      * prints and broadcasts each token; the others compute silently */
     int rank = 0;
     if (tp > 1) {
-        int trc = cli_tp_load("run", &argc, &argv, tp, model_path, &o, &m, &rank);
+        int trc = cli_tp_load("run", &argc, &argv, tp, ep, model_path, &o, &m, &rank);
         if (trc) return trc;
         if (rank > 0) dump_path = NULL;
     } else if ((st = kiln_model_load(model_path, &o, &m))) return cli_fail_status("run", st);

@@ -15,6 +15,9 @@ typedef struct kiln_moe_cfg {
     float routed_scale;         /* routed_scaling_factor */
     int dim, ffn;               /* hidden_size, moe_intermediate_size */
     int shared_ffn;             /* moe_intermediate_size × n_shared_experts (0 = no shared experts) */
+    int ep_size, ep_rank;       /* expert parallelism (model/shard.c, docs/SCALE.md): this rank runs the
+                                   routed experts [ep_rank·E/ep_size, (ep_rank + 1)·E/ep_size) only and
+                                   gives a partial sum (0 / 1: every expert) */
 } kiln_moe_cfg;
 
 /* Routes one token: idx[k], w[k] from router logits [E]; tmp: [E + n_group] floats.

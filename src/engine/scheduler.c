@@ -732,6 +732,9 @@ static void publish_stats(kiln_engine *e, int seqs, int toks) {
     a->pc_queried_pages = e->pc.queried_pages;
     a->pc_hit_pages = e->pc.hits_pages;
     kiln_kv_integ_stats(e->pool, &a->integ);
+    a->tp_ranks = e->tp;
+    a->ep_ranks = e->ws.moe.ep_size > 1 ? e->ws.moe.ep_size : 0;
+    for (int r = 0; r < a->ep_ranks && r < KILN_MAX_EP_METRICS; r++) a->ep_load[r] = (uint64_t)e->ws.moe.ep_load[r];
     pthread_mutex_lock(&e->mu);
     e->pub = *a;
     e->pub.waiting = e->n_waiting;

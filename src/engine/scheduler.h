@@ -127,6 +127,12 @@ typedef struct kiln_engine_stats {
     uint64_t ttft_n, itl_n;
     double ttft_sum, itl_sum;
     kiln_kv_integrity_stats integ; /* KV integrity counters of the pool (mode OFF: all zero) */
+    /* tensor / expert parallelism (docs/SCALE.md): ranks (1: one process) and, under --ep, the
+     * (token, expert) pairs routed to each rank's experts (rank 0 routes every token, so it counts
+     * every rank's load without asking); at most KILN_MAX_EP_METRICS ranks are listed */
+    int tp_ranks, ep_ranks;
+#define KILN_MAX_EP_METRICS 64
+    uint64_t ep_load[KILN_MAX_EP_METRICS];
 } kiln_engine_stats;
 extern const double kiln_latency_bounds[16]; /* upper bounds in seconds (last = +Inf) */
 

@@ -18,11 +18,13 @@ kiln_status kiln_moe_ws_init(kiln_moe_ws *ws, const kiln_backend *be, const kiln
     ws->slot = malloc(S * sizeof(int));
     ws->slot_token = malloc(S * sizeof(int));
     ws->active = malloc(E * sizeof(int));
+    ws->ep_size = c->ep_size > 1 ? c->ep_size : 1;
+    ws->ep_load = calloc((size_t)ws->ep_size, sizeof *ws->ep_load);
     ws->xg = kiln_be_alloc(be, S * (size_t)c->dim * sizeof(float));
     ws->hg = kiln_be_alloc(be, S * (size_t)c->ffn * sizeof(float));
     ws->ug = kiln_be_alloc(be, S * (size_t)c->ffn * sizeof(float));
     ws->yg = kiln_be_alloc(be, S * (size_t)c->dim * sizeof(float));
-    int ok = ws->logits && ws->route_tmp && ws->idx && ws->wt && ws->count && ws->offset && ws->slot && ws->slot_token &&
+    int ok = ws->ep_load && ws->logits && ws->route_tmp && ws->idx && ws->wt && ws->count && ws->offset && ws->slot && ws->slot_token &&
              ws->active && ws->xg && ws->hg && ws->ug && ws->yg;
     if (ok && c->shared_ffn > 0) {
         ws->sh = kiln_be_alloc(be, T * (size_t)c->shared_ffn * sizeof(float));
@@ -41,7 +43,7 @@ void kiln_moe_ws_free(kiln_moe_ws *ws, const kiln_backend *be) {
     float *bufs[] = {ws->logits, ws->route_tmp, ws->wt, ws->xg, ws->hg, ws->ug, ws->yg, ws->sh, ws->su, ws->sy};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) kiln_be_free(be, bufs[i]);
-    free(ws->idx); free(ws->count); free(ws->offset); free(ws->slot); free(ws->slot_token); free(ws->active);
+    free(ws->idx); free(ws->count); free(ws->offset); free(ws->slot); free(ws->slot_token); free(ws->active); free(ws->ep_load);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -52,18 +54,29 @@ kiln_status kiln_moe_forward(const kiln_backend *be, const kiln_moe_cfg *c, cons
     kiln_be_matmul(be, &L->router, X, ws->logits, n);
     ws->n_group_limited += be->ops->moe_route(be, c, ws->logits, L->bias, n, ws->idx, ws->wt, ws->route_tmp);
     ws->n_routed_tokens += n;
-    /* 2. group (token, expert) pairs by expert: counting sort, stable in token order */
+    /* 2. group (token, expert) pairs by expert: counting sort, stable in token order. Expert
+     *    parallelism: only this rank's experts [e_lo, e_hi) get rows; the other pairs point at one
+     *    zeroed row after them, so the combine adds an exact 0 for them. */
+    const int per_rank = ws->ep_size > 1 ? E / ws->ep_size : E;
+    const int e_lo = ws->ep_size > 1 ? c->ep_rank * per_rank : 0, e_hi = e_lo + per_rank;
     memset(ws->count, 0, (size_t)E * sizeof(int));
     for (int s = 0; s < n * K; s++) ws->count[ws->idx[s]]++;
+    if (ws->ep_size > 1)
+        for (int e = 0; e < E; e++) ws->ep_load[e / per_rank] += ws->count[e];
     ws->offset[0] = 0;
     int n_active = 0;
     for (int e = 0; e < E; e++) {
-        ws->offset[e + 1] = ws->offset[e] + ws->count[e];
-        if (ws->count[e]) ws->active[n_active++] = e;
+        const int mine = e >= e_lo && e < e_hi;
+        ws->offset[e + 1] = ws->offset[e] + (mine ? ws->count[e] : 0);
+        if (mine && ws->count[e]) ws->active[n_active++] = e;
     }
+    const int zero_row = ws->offset[E]; /* < n·K whenever some pair is not this rank's */
+    if (zero_row < n * K) memset(ws->yg + (size_t)zero_row * D, 0, (size_t)D * sizeof(float));
     memset(ws->count, 0, (size_t)E * sizeof(int));
     for (int s = 0; s < n * K; s++) {
-        int e = ws->idx[s], row = ws->offset[e] + ws->count[e]++;
+        int e = ws->idx[s];
+        if (e < e_lo || e >= e_hi) { ws->slot[s] = zero_row; continue; }
+        int row = ws->offset[e] + ws->count[e]++;
         ws->slot[s] = row;
         ws->slot_token[row] = s / K;
         memcpy(ws->xg + (size_t)row * D, X + (size_t)(s / K) * D, (size_t)D * sizeof(float));

@@ -43,6 +43,9 @@ typedef struct kiln_moe_ws {
     /* statistics since the workspace was created (for tests and bench) */
     long long n_routed_tokens, n_group_limited; /* tokens routed; of them, tokens whose selection the
                                                    group limit changed */
+    long long *ep_load; /* [ep_size] expert parallelism: (token, expert) pairs routed to each rank's
+                           experts (every rank routes every token, so each sees all ranks' loads) */
+    int ep_size;
 } kiln_moe_ws;
 
 /* Scratch for up to max_tokens tokens; the float buffers come from the backend. */
@@ -50,6 +53,9 @@ kiln_status kiln_moe_ws_init(kiln_moe_ws *ws, const kiln_backend *be, const kiln
 void kiln_moe_ws_free(kiln_moe_ws *ws, const kiln_backend *be);
 
 
-/* Y[n, dim] = MoE(X[n, dim]) (routed experts + shared experts). */
+/* Y[n, dim] = MoE(X[n, dim]) (routed experts + shared experts). Under expert parallelism
+ * (c->ep_size > 1) Y is this rank's partial sum: its own experts' weighted outputs (the others'
+ * pairs add an exact zero row) plus its slice of the shared experts; the block's all-reduce adds
+ * the ranks' parts. */
 kiln_status kiln_moe_forward(const kiln_backend *be, const kiln_moe_cfg *c, const kiln_moe_layer *L, const float *X, int n, float *Y, kiln_moe_ws *ws);
 #endif

@@ -21,7 +21,18 @@
  * of it: capacity in tokens does not grow with T) and no communication. MoE layers: every routed and
  * shared expert's intermediate width is split like a dense MLP (gate/up rows, down columns), the
  * router whole on every rank (every rank routes every token identically), one all-reduce after the
- * block as for a dense MLP; expert parallelism (experts partitioned, all-to-all) is a later stage.
+ * block as for a dense MLP.
+ *
+ * Expert parallelism (ep = T, the experts spread over the same ranks as the heads): rank r keeps
+ * the routed experts [r·E/T, (r+1)·E/T) whole and runs only the (token, expert) pairs routed to them
+ * (model/moe.c); shared experts and dense MLPs stay tensor-parallel. The router still runs whole on
+ * every rank, and attention leaves every rank holding every token's hidden state, so no dispatch
+ * all-to-all is needed: each rank already has the inputs of its pairs, and its partial output joins
+ * the block's one all-reduce (the combine). Why not MPI_Alltoallv: it moves tokens between ranks
+ * that each hold only their own, i.e. data-parallel attention, which kiln does not have; with
+ * tensor-parallel attention an all-to-all would send top-k copies of every token (8× the
+ * all-reduce's bytes for DeepSeek-V3's k = 8) to ranks that have them. Whole experts also need no
+ * column cuts, so FP8 / INT4 / K-quant experts shard under ep.
  *
  * Limits of this stage, each refused with a message naming it: T not dividing
  * H, KV or F (no KV-head replication yet), weights tiled for the CPU kernels (shard before the
@@ -119,8 +130,9 @@ static kiln_status shard_swiglu(struct kiln_model *m, kiln_weight *g, kiln_weigh
     return slice_cols(m, d, f0, fn, what, l);
 }
 
-kiln_status kiln_model_shard(kiln_model *m, int rank, int tp) {
+kiln_status kiln_model_shard(kiln_model *m, int rank, int tp, int ep) {
     if (tp < 1 || rank < 0 || rank >= tp) return kiln_fail(KILN_ERR_INVALID_ARG, "--tp %d: rank %d is out of range", tp, rank);
+    if (ep != 1 && ep != tp) return kiln_fail(KILN_ERR_INVALID_ARG, "--ep %d with --tp %d: expert parallelism spreads the experts over the same ranks (--ep 1 or --ep %d)", ep, tp, tp);
     if (tp == 1) return KILN_OK;
     kiln_hparams *hp = &m->hp;
     kiln_arch_model *am = m->arch_state;
@@ -129,7 +141,10 @@ kiln_status kiln_model_shard(kiln_model *m, int rank, int tp) {
     const int mla = am->hp.attn == KILN_ATTN_MLA;
     const int H = hp->n_heads, KV = mla ? tp : hp->n_kv_heads, F = hp->ffn_dim, hd = hp->head_dim; /* MLA: the latent is replicated */
     kiln_moe_cfg *mc = &am->hp.moe;
-    if (am->hp.n_moe_layers > 0 && (mc->ffn % tp || mc->shared_ffn % tp))
+    if (ep > 1 && am->hp.n_moe_layers == 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--ep %d: the model has no MoE layers", ep);
+    if (ep > 1 && mc->n_experts % ep)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "--ep %d: the %d routed experts are not a multiple of it", ep, mc->n_experts);
+    if (am->hp.n_moe_layers > 0 && ((ep == 1 && mc->ffn % tp) || mc->shared_ffn % tp))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp %d: the experts' width %d (shared %d) is not a multiple of it", tp, mc->ffn, mc->shared_ffn);
     if (H % tp || KV % tp)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp %d: %d query heads and %d KV heads must both be multiples of it (KV-head replication is not built yet)",
@@ -159,7 +174,8 @@ kiln_status kiln_model_shard(kiln_model *m, int rank, int tp) {
         if (L->is_moe) {
             const int E = mc->n_experts;
             const int64_t e0 = (int64_t)rank * (mc->ffn / tp), en = mc->ffn / tp;
-            for (int e = 0; e < E; e++) KILN_TRY(shard_swiglu(m, &L->exp_w[e], &L->exp_w[E + e], &L->exp_w[2 * E + e], e0, en, "expert", l));
+            if (ep == 1) /* (ep: the experts stay whole; moe.c runs this rank's) */
+                for (int e = 0; e < E; e++) KILN_TRY(shard_swiglu(m, &L->exp_w[e], &L->exp_w[E + e], &L->exp_w[2 * E + e], e0, en, "expert", l));
             if (mc->shared_ffn > 0) {
                 const int64_t s0 = (int64_t)rank * (mc->shared_ffn / tp), sn = mc->shared_ffn / tp;
                 KILN_TRY(shard_swiglu(m, &L->moe.sh_gate, &L->moe.sh_up, &L->moe.sh_down, s0, sn, "shared expert", l));
@@ -178,7 +194,11 @@ kiln_status kiln_model_shard(kiln_model *m, int rank, int tp) {
     else hp->n_kv_heads = KV / tp;
     hp->ffn_dim = F / tp;
     if (am->hp.n_moe_layers > 0) {
-        mc->ffn /= tp;
+        if (ep == 1) mc->ffn /= tp;
+        else {
+            mc->ep_size = ep;
+            mc->ep_rank = rank;
+        }
         mc->shared_ffn /= tp;
     }
     m->tp = tp;

@@ -105,6 +105,12 @@ void kiln_server_metrics(kiln_server *s, kiln_sbuf *b) {
         for (int i = 0; i < KILN_KV_FAULT_KINDS; i++) inj += e.integ.injected[i];
         C("kiln_kv_integrity_injected_faults_total", "faults injected (--inject-kv-faults; tests only)", inj);
     }
+    G("kiln_tensor_parallel_ranks", "processes the model is sharded over (kiln serve --tp)", "%d", e.tp_ranks);
+    if (e.ep_ranks > 0) {
+        head(b, "kiln_expert_parallel_routed_total", "counter", "(token, expert) pairs routed to each rank's experts (--ep)");
+        for (int r = 0; r < e.ep_ranks && r < KILN_MAX_EP_METRICS; r++)
+            kiln_sbuf_printf(b, "kiln_expert_parallel_routed_total{rank=\"%d\"} %llu\n", r, (unsigned long long)e.ep_load[r]);
+    }
     hist(b, "kiln_time_to_first_token_seconds", "arrival to first token", e.ttft_b, e.ttft_n, e.ttft_sum);
     hist(b, "kiln_inter_token_latency_seconds", "time between consecutive tokens of a request", e.itl_b, e.itl_n, e.itl_sum);
     struct rusage ru;

@@ -7,6 +7,7 @@
 #   - glm4 (fused gate_up, QKV bias, post-norms), ChatGLM (fused QKV), a llama in BF16 and as a
 #     GGUF Q8_0 file, and the MLA + MoE families (deepseek_v3, kimi_k2, glm_moe_dsa with sparse
 #     attention; glm_moe_dsa's shared-indexer preset at N = 4): logits within 1e-4 relative at N = 2;
+#   - expert parallelism (--ep N): the same families at N = 2 and 4, INT4 / FP8 experts with FP8 KV;
 #   - refusals that name the problem: a process count other than --tp, ranks given different models
 #     (MPMD launch), experts' width not divisible, heads not divisible;
 #   - a rank killed mid-generation ends the whole job with a non-zero exit within seconds.
@@ -71,6 +72,29 @@ done
 "$KILN" run "$T/dsa-shared" --temp 0 -n 16 --tokens 1,5,9,13,17 --dump-logits "$T/a.bin" > /dev/null 2>&1
 "${MPI[@]}" -np 4 "$KILN" run "$T/dsa-shared" --temp 0 -n 16 --tokens 1,5,9,13,17 --tp 4 --dump-logits "$T/b.bin" > /dev/null 2> "$T/b.err" || { cat "$T/b.err"; exit 1; }
 close "$T/a.bin" "$T/b.bin" 256 "glm_moe_dsa tiny-shared --tp 4"
+
+# expert parallelism (--ep N: routed experts whole, spread over the ranks; shared experts and dense
+# layers tensor-parallel): MoE + MLA families at N = 2 and 4, glm4_moe (GQA) at 2; INT4 and FP8
+# experts (whole experts need no column cuts) with FP8 KV at 2
+logits_ep() { # model ranks what [run options...]
+    local mdl=$1 n=$2 what=$3; shift 3
+    "$KILN" run "$mdl" --temp 0 -n 16 --tokens 1,5,9,13,17 --dump-logits "$T/a.bin" "$@" > /dev/null 2> "$T/a.err" || { cat "$T/a.err"; exit 1; }
+    "${MPI[@]}" -np $n "$KILN" run "$mdl" --temp 0 -n 16 --tokens 1,5,9,13,17 --tp $n --ep $n --dump-logits "$T/b.bin" "$@" > /dev/null 2> "$T/b.err" || { cat "$T/b.err"; exit 1; }
+    close "$T/a.bin" "$T/b.bin" 256 "$what"
+}
+for a in deepseek_v3 kimi_k2 glm_moe_dsa; do
+    for n in 2 4; do logits_ep "$T/$a" $n "$a --tp $n --ep $n"; done
+done
+"$KILN" mkmodel --arch glm4_moe --preset tiny "$T/glm4_moe" > /dev/null
+logits_ep "$T/glm4_moe" 2 "glm4_moe --tp 2 --ep 2"
+for w in int4 fp8; do
+    "$KILN" quantize "$T/deepseek_v3" "$T/dsv3-$w" --weights $w --scope experts > /dev/null 2>&1
+    logits_ep "$T/dsv3-$w" 2 "deepseek_v3 $w experts, FP8 KV --tp 2 --ep 2" --kv-dtype fp8
+done
+if "${MPI[@]}" -np 2 "$KILN" run "$T/glm4" -n 2 --tokens 1,2 --tp 2 --ep 2 > /dev/null 2> "$T/e5"; then echo "--ep on a dense model accepted"; exit 1; fi
+grep -q "has no MoE layers" "$T/e5" || { echo "wrong error for --ep on a dense model:"; cat "$T/e5"; exit 1; }
+if "$KILN" run "$T/deepseek_v3" -n 2 --tokens 1,2 --ep 2 > /dev/null 2> "$T/e6"; then echo "--ep without --tp accepted"; exit 1; fi
+grep -q "give --tp N" "$T/e6" || { echo "wrong error for --ep without --tp:"; cat "$T/e6"; exit 1; }
 
 # refusals
 if "${MPI[@]}" -np 2 "$KILN" run "$M" -n 2 --tp 4 > /dev/null 2> "$T/e1"; then echo "-np 2 with --tp 4 accepted"; exit 1; fi

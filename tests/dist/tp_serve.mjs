@@ -1,8 +1,9 @@
 // tp_serve.mjs — `kiln serve --tp N` under mpirun (docs/SCALE.md) with the official `openai` client,
 // against the same server in one process. Run by tests/dist/test_tp_serve.sh, which makes the models:
-//   TP_MLA   an MLA + MoE preset (deepseek_v3 tiny): greedy outputs identical to one process with FP8
-//            KV, sequential, concurrent (continuous batching), streamed, and a repeated prompt served
-//            from the prefix cache;
+//   TP_MLA   an MLA + MoE preset (deepseek_v3 tiny) at --tp 2 and --tp 2 --ep 2: greedy outputs
+//            identical to one process with FP8 KV, sequential, concurrent (continuous batching),
+//            streamed, and a repeated prompt served from the prefix cache; /metrics shows the ranks
+//            and each rank's expert load;
 //   stories260K with KV faults injected on rank 1 only (MPMD launch): rank 1's detections make every
 //            rank replay (rank 0 counts the heals without a fault of its own), outputs unchanged;
 //   a hung rank (SIGSTOP) and a killed rank (SIGKILL) mid-generation: the running requests get an
@@ -48,18 +49,29 @@ async function completions(srv, model, stream = false) {
   return { out, cachedTokens: cached.usage.prompt_tokens_details?.cached_tokens ?? 0 };
 }
 
-test('MLA + MoE, FP8 KV: the same outputs under --tp 2 as in one process', { skip: !MLA && 'TP_MLA not set' }, async () => {
+test('MLA + MoE, FP8 KV: the same outputs under --tp 2 and --tp 2 --ep 2 as in one process', { skip: !MLA && 'TP_MLA not set' }, async () => {
   const args = ['--kv-dtype', 'fp8', '--kv-page', '4'];
   const one = await startServer(args, { model: MLA, tp: 1 });
   const ref = await completions(one, 'mla', true).finally(() => one.stop());
-  const tp = await startServer(args, { model: MLA, tp: 2 });
-  try {
-    const got = await completions(tp, 'mla', true);
-    assert.deepEqual(got.out, ref.out);
-    assert.ok(got.cachedTokens > 0 && got.cachedTokens === ref.cachedTokens, `prefix cache under --tp: ${got.cachedTokens} vs ${ref.cachedTokens}`);
-    console.log(`# ${got.out.length} completions identical, ${got.cachedTokens} prompt tokens from the prefix cache`);
-  } finally {
-    assert.equal(await tp.stop(), 0);
+  for (const ep of [[], ['--ep', '2']]) {
+    const tp = await startServer([...args, ...ep], { model: MLA, tp: 2 });
+    try {
+      const got = await completions(tp, 'mla', true);
+      assert.deepEqual(got.out, ref.out);
+      assert.ok(got.cachedTokens > 0 && got.cachedTokens === ref.cachedTokens, `prefix cache under --tp: ${got.cachedTokens} vs ${ref.cachedTokens}`);
+      const m = await metrics(tp);
+      assert.equal(m['kiln_tensor_parallel_ranks'], 2);
+      let load = '';
+      if (ep.length) { // every rank's experts got pairs; 4 pairs per token (num_experts_per_tok)
+        const r0 = m['kiln_expert_parallel_routed_total{rank="0"}'], r1 = m['kiln_expert_parallel_routed_total{rank="1"}'];
+        assert.ok(r0 > 0 && r1 > 0, `expert load per rank ${r0} / ${r1}`);
+        assert.equal((r0 + r1) % 4, 0);
+        load = `, experts' load per rank ${r0} / ${r1} pairs`;
+      } else assert.equal(m['kiln_expert_parallel_routed_total{rank="0"}'], undefined);
+      console.log(`# --tp 2 ${ep.join(' ')}: ${got.out.length} completions identical, ${got.cachedTokens} prompt tokens from the prefix cache${load}`);
+    } finally {
+      assert.equal(await tp.stop(), 0);
+    }
   }
 });
 
