@@ -131,6 +131,11 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *info);
  * same ranks instead of split in width (ep = 1). */
 kiln_status kiln_model_shard(kiln_model *m, int rank, int tp, int ep);
 void kiln_model_set_allreduce(kiln_model *m, void (*fn)(void *ctx, float *x, int64_t n), void *ctx);
+/* The shard's LM head holds rows [rank·V/tp, (rank+1)·V/tp) (vocabulary-parallel) when its format
+ * can be cut by rows: fn(ctx, part, rows, V, out) must assemble on rank 0 the logits out[rows, V]
+ * from every rank's part [rows, its columns] (kiln's MPI one: kiln_dist_gather_vocab). Every rank
+ * computes the head for the same rows. */
+void kiln_model_set_logits_gather(kiln_model *m, void (*fn)(void *ctx, const float *part, int rows, int64_t vocab, float *out), void *ctx);
 
 /* ---- scale-out: processes of one model over MPI (src/dist, docs/SCALE.md) ---------------------- */
 /* Starts MPI (MPI_Init_thread, errors returned rather than aborting). Fails when the build has no
@@ -143,6 +148,10 @@ int kiln_dist_size(void);   /* 1 when not started */
  * missed deadline is reported on stderr and kept (kiln_dist_failed): x is then not the sum, and the
  * caller must discard the step's output. */
 void kiln_dist_allreduce_sum(void *ctx, float *x, int64_t n);
+/* Rank 0's out[rows, vocab] = the ranks' parts side by side: rank r's part [rows, its columns
+ * [r·vocab/N, (r+1)·vocab/N)] (kiln_model_set_logits_gather's function; ctx unused; out is only
+ * written on rank 0). A failure or missed deadline is kept as for kiln_dist_allreduce_sum. */
+void kiln_dist_gather_vocab(void *ctx, const float *part, int rows, int64_t vocab, float *out);
 /* v[0, n) of rank 0 to every rank. */
 kiln_status kiln_dist_bcast_i32(int32_t *v, int n);
 /* Every rank gives `value` for `what`; KILN_ERR_INVALID_ARG naming the first rank whose value
@@ -150,8 +159,8 @@ kiln_status kiln_dist_bcast_i32(int32_t *v, int n);
 kiln_status kiln_dist_agree(const char *what, const char *value);
 /* MPI_Finalize when started. */
 void kiln_dist_finalize(void);
-/* This rank's all-reduces so far: seconds inside MPI_Allreduce (waiting for the slowest rank
- * included), calls, bytes reduced. */
+/* This rank's step collectives so far: seconds inside the all-reduces and logits gathers (waiting
+ * for the slowest rank included); all-reduce calls and bytes reduced. */
 void kiln_dist_stats(double *seconds, unsigned long long *calls, unsigned long long *bytes);
 /* 1 when this build has MPI. */
 int kiln_dist_built(void);

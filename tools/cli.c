@@ -227,5 +227,6 @@ int cli_tp_load(const char *cmd, int *argc, char ***argv, long tp, long ep, cons
     if (st == KILN_OK && (st = kiln_model_shard(*m, *rank, (int)tp, (int)ep)) != KILN_OK) kiln_model_free(*m);
     if (st) { int rc = cli_fail_status(cmd, st); kiln_dist_abort(rc); return rc; }
     kiln_model_set_allreduce(*m, kiln_dist_allreduce_sum, NULL);
+    kiln_model_set_logits_gather(*m, kiln_dist_gather_vocab, NULL);
     return 0;
 }

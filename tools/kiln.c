@@ -81,7 +81,9 @@ int cmd_run(int argc, char **argv) {
     if (tp > 1) {
         int trc = cli_tp_load("run", &argc, &argv, tp, ep, model_path, &o, &m, &rank);
         if (trc) return trc;
-        if (rank > 0) dump_path = NULL;
+        /* (the other ranks write no file but ask for the same logits rows: with a
+         * vocabulary-parallel head every rank computes its columns of rank 0's rows) */
+        if (rank > 0 && dump_path) dump_path = "/dev/null";
     } else if ((st = kiln_model_load(model_path, &o, &m))) return cli_fail_status("run", st);
     kiln_model_info info;
     kiln_model_get_info(m, &info);

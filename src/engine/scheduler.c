@@ -972,8 +972,9 @@ static void step_run(kiln_engine *e) {
     for (int b = 0, t = 0; b < nb; b++) {
         kiln_req *r = e->b_req[b];
         int reach = r->n_computed + e->b_cnt[b] == r->n_toks;
-        /* (the other ranks of a tensor-parallel model sample nothing: no logits, no LM head) */
-        for (int j = 0; j < e->b_cnt[b]; j++, t++) e->b_out[t] = (reach && j == e->b_cnt[b] - 1 && e->rank == 0) ? rows : -1;
+        /* (the other ranks of a tensor-parallel model sample nothing: no logits; with a
+         * vocabulary-parallel head they compute their columns of the same rows for rank 0) */
+        for (int j = 0; j < e->b_cnt[b]; j++, t++) e->b_out[t] = (reach && j == e->b_cnt[b] - 1 && (e->rank == 0 || e->m->vocab_split)) ? rows : -1;
         if (reach) rows++;
     }
     /* integrity: each sequence's tokens of this step, logged as one chunk (its identity and replay log) */

@@ -21,6 +21,7 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
     const kiln_hparams *hp = &m->hp;
     const kiln_arch_hp *ah = &((const kiln_arch_model *)m->arch_state)->hp;
     memset(ws, 0, sizeof *ws);
+    if (m->vocab_split && !m->gather) return kiln_fail(KILN_ERR_INVALID_ARG, "the model's LM head is split over %d ranks but no logits gather is set (kiln_model_set_logits_gather)", m->tp);
     ws->be = be;
     ws->chunk = chunk;
     ws->n_ctx_max = n_ctx_max;
@@ -34,6 +35,7 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
     BUF(hb2, T * F);
     BUF(cs, T * (size_t)(ah->rope.rot_dim > 0 ? ah->rope.rot_dim : 1));
     BUF(logits, (size_t)hp->vocab);
+    if (m->vocab_split) BUF(head_part, T * (size_t)(m->output.rows + 1));
     if (((const kiln_arch_model *)m->arch_state)->n_mtp > 0) BUF(eh, T * 2 * D);
     if (ah->attn == KILN_ATTN_GQA) {
         const size_t qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
@@ -67,7 +69,7 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
 void kiln_forward_ws_free(kiln_forward_ws *ws) {
     const kiln_backend *be = ws->be;
     if (be) {
-        float *bufs[] = {ws->x, ws->xb, ws->tmp, ws->q, ws->k, ws->v, ws->qkv, ws->ao, ws->hb, ws->hb2, ws->cs, ws->logits, ws->eh};
+        float *bufs[] = {ws->x, ws->xb, ws->tmp, ws->q, ws->k, ws->v, ws->qkv, ws->ao, ws->hb, ws->hb2, ws->cs, ws->logits, ws->eh, ws->head_part};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             if (bufs[i]) kiln_be_free(be, bufs[i]);
         if (ws->has_mla) kiln_mla_ws_free(&ws->mla, be);
@@ -110,7 +112,10 @@ static void head(const struct kiln_model *m, kiln_forward_ws *ws, const kiln_bat
         kiln_be_rmsnorm(ws->be, ws->xb + (size_t)r * dim, ws->x + (size_t)i * dim, m->output_norm, 1, dim, hp->norm_eps);
         if (r + 1 > n_out) n_out = r + 1;
     }
-    if (n_out > 0) kiln_be_matmul(ws->be, &m->output, ws->xb, logits, n_out);
+    if (n_out > 0 && m->vocab_split) { /* this rank's columns, then rank 0 assembles the rows */
+        kiln_be_matmul(ws->be, &m->output, ws->xb, ws->head_part, n_out);
+        m->gather(m->gather_ctx, ws->head_part, n_out, hp->vocab, logits);
+    } else if (n_out > 0) kiln_be_matmul(ws->be, &m->output, ws->xb, logits, n_out);
 }
 
 /* ---- blocks ------------------------------------------------------------------------------------- */

@@ -24,6 +24,7 @@ typedef struct kiln_forward_ws {
     float *hb2;    /* [chunk, ffn]         up */
     float *cs;     /* [chunk, rot]         RoPE cos/sin per token (rot/2 each) */
     float *logits; /* [vocab]              last row when the caller wants no full logits */
+    float *head_part; /* [chunk, V/T + 1]  vocabulary-parallel head: this rank's logit columns, or NULL */
     float *eh;     /* [chunk, 2·dim]       MTP input [enorm(embed) | hnorm(h)], or NULL (no MTP layer) */
     float *hidden_out; /* caller's [n, dim]: when set, kiln_forward_batch copies the last layer's
                           output rows (before the final norm) there (MTP drafting reads them) */

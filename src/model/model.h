@@ -72,6 +72,12 @@ struct kiln_model {
     int tp;                   /* 0 / 1: the whole model */
     void (*allreduce)(void *ctx, float *x, int64_t n); /* sums row-parallel partial outputs over the ranks */
     void *allreduce_ctx;
+    /* vocabulary-parallel head: `output` holds this rank's rows [r·V/T, (r+1)·V/T) of the LM head;
+     * gather(ctx, part [rows, own columns], rows, V, out [rows, V]) assembles the logits on rank 0
+     * (kiln_model_set_logits_gather; every rank must call it for the same rows) */
+    int vocab_split;
+    void (*gather)(void *ctx, const float *part, int rows, int64_t vocab, float *out);
+    void *gather_ctx;
 };
 
 /* Copies the FP8/INT4/Q8_0/Q4_0 linear weights still in the mapped checkpoint layout into owned

@@ -202,6 +202,21 @@ kiln_status kiln_model_shard(kiln_model *m, int rank, int tp, int ep) {
         mc->shared_ffn /= tp;
     }
     m->tp = tp;
+    /* vocabulary-parallel head: rank r computes logit columns [r·V/T, (r+1)·V/T) (a view of those
+     * rows of the head; the tied embedding keeps its own whole view for lookups), rank 0 gathers
+     * them. Where the head's format cannot be cut by rows every rank keeps it whole. Why only the
+     * head: it is read whole for every sampled token (131 MB for a 32000 × 2048 BF16 head, 2.3 GB for
+     * Kimi K2's), while an embedding row is read only for the tokens looked up — the other rows are
+     * never resident (see below), so a vocabulary-parallel embedding would add an all-reduce per
+     * step and save nothing. */
+    {
+        const int64_t V = m->output.rows, v0 = V * rank / tp, v1 = V * (rank + 1) / tp;
+        kiln_weight head = m->output;
+        if (V >= tp && slice_rows(&head, v0, v1 - v0, "lm_head", -1) == KILN_OK) {
+            m->output = head;
+            m->vocab_split = 1;
+        } else kiln_clear_error();
+    }
     /* Loading read every byte of the checkpoint (the weight checksums), so all of it is resident in
      * this process. Drop the mapped pages: what this rank computes with faults back in from the
      * page cache on first use, the other ranks' slices never do, so the rank's resident memory is
@@ -214,4 +229,9 @@ kiln_status kiln_model_shard(kiln_model *m, int rank, int tp, int ep) {
 void kiln_model_set_allreduce(kiln_model *m, void (*fn)(void *ctx, float *x, int64_t n), void *ctx) {
     m->allreduce = fn;
     m->allreduce_ctx = ctx;
+}
+
+void kiln_model_set_logits_gather(kiln_model *m, void (*fn)(void *ctx, const float *part, int rows, int64_t vocab, float *out), void *ctx) {
+    m->gather = fn;
+    m->gather_ctx = ctx;
 }
