@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 static int started, rank_, size_ = 1;
@@ -55,11 +56,15 @@ static void mark_failed(const char *what) {
     fprintf(stderr, "kiln: tensor parallel: %s\n", failure);
 }
 
-/* Completes rq by polling: spins ~200 µs (a step's collectives are answered within microseconds
- * when the ranks are in step), then sleeps between tests with a growing pause up to max_pause_us
- * (a rank waiting for another's compute leaves the CPU to it: 2 vCPUs are shared). Gives up after
+/* Completes rq by polling: spins for spin_s (yielding the CPU between tests after 50 µs), then
+ * sleeps between tests with a growing pause up to max_pause_us (an idle follower sleeps). A sleep
+ * costs its wake-up latency on every late collective, so a step's collectives spin for 20 ms —
+ * measured on the 2-vCPU dev VM: sleeping after 200 µs cost 40% of --tp 2 decode speed — while a
+ * follower waiting for rank 0's next step message sleeps after 200 µs: meanwhile rank 0 runs HTTP,
+ * sampling and the clients, and on a shared host a spinning follower takes their CPU (measured:
+ * spinning there too cost `kiln bench --server --tp 2` a third at concurrency 1). Gives up after
  * wait_s seconds (0 = never): 1 when done, 0 when it gave up, -1 on an MPI error. */
-static int wait_request(MPI_Request *rq, double wait_s, long max_pause_us, const char *call) {
+static int wait_request(MPI_Request *rq, double wait_s, double spin_s, long max_pause_us, const char *call) {
     const double t0 = MPI_Wtime();
     long pause_us = 0;
     for (;;) {
@@ -69,7 +74,10 @@ static int wait_request(MPI_Request *rq, double wait_s, long max_pause_us, const
         if (done) return 1;
         double dt = MPI_Wtime() - t0;
         if (wait_s > 0 && dt > wait_s) return 0;
-        if (dt < 2e-4) continue;
+        if (dt < spin_s) { /* a step's peers are usually microseconds to milliseconds away */
+            if (dt > 5e-5) sched_yield(); /* oversubscribed hosts: let the rank we wait for run */
+            continue;
+        }
         pause_us = pause_us < 10 ? 10 : pause_us * 2 > max_pause_us ? max_pause_us : pause_us * 2;
         struct timespec ts = {0, pause_us * 1000};
         nanosleep(&ts, NULL);
@@ -79,7 +87,7 @@ static int wait_request(MPI_Request *rq, double wait_s, long max_pause_us, const
 /* A collective of this step that did not finish: the job cannot go on (some rank is dead or hung,
  * and an unfinished collective cannot be cancelled); the caller reports, kiln_dist_abort ends it. */
 static int step_wait(MPI_Request *rq, const char *call) {
-    int r = wait_request(rq, deadline_s, 200, call);
+    int r = wait_request(rq, deadline_s, 0.02, 1000, call);
     if (r == 0) {
         char what[200];
         snprintf(what, sizeof what, "%s did not complete within %g s (--tp-timeout): a rank is dead or hung", call, deadline_s);
@@ -174,7 +182,7 @@ kiln_status kiln_dist_bcast_msg(int32_t **buf, int *n, int *cap, double wait_s) 
     if (rc != MPI_SUCCESS) { mpi_fail("MPI_Ibcast", rc); mark_failed(kiln_last_error()); return kiln_fail(KILN_ERR_IO, "%s", failure); }
     if (rank_ == 0) step_wait(&rq, "MPI_Bcast (step)");
     else {
-        int r = wait_request(&rq, wait_s, 2000, "MPI_Ibcast");
+        int r = wait_request(&rq, wait_s, 2e-4, 2000, "MPI_Ibcast");
         if (r == 0) {
             char what[200];
             snprintf(what, sizeof what, "no message from rank 0 within %g s (it sends one at least every second): rank 0 is dead or hung", wait_s);
