@@ -152,6 +152,8 @@ void kiln_dist_allreduce_sum(void *ctx, float *x, int64_t n);
  * [r·vocab/N, (r+1)·vocab/N)] (kiln_model_set_logits_gather's function; ctx unused; out is only
  * written on rank 0). A failure or missed deadline is kept as for kiln_dist_allreduce_sum. */
 void kiln_dist_gather_vocab(void *ctx, const float *part, int rows, int64_t vocab, float *out);
+/* The same, with out assembled on every rank (kiln eval --tp: every rank takes rank 0's decisions). */
+void kiln_dist_allgather_vocab(void *ctx, const float *part, int rows, int64_t vocab, float *out);
 /* v[0, n) of rank 0 to every rank. */
 kiln_status kiln_dist_bcast_i32(int32_t *v, int n);
 /* Every rank gives `value` for `what`; KILN_ERR_INVALID_ARG naming the first rank whose value

@@ -16,7 +16,7 @@ static const char *USAGE =
     "usage: kiln eval MODEL --task NAME[,NAME...] [--limit N] [--shots K] [--weights f32|bf16|fp8|int4|int4-g128]\n"
     "                 [--kv-dtype auto|f32|bf16|fp8] [--json] [--out results.json] [--data-dir DIR] [--strict]\n"
     "                 [--save-logits F | --baseline-logits F] [--max-tokens N] [--window N] [--stride N]\n"
-    "                 [--max-gen N] [--threads N] [--ctx N]\n"
+    "                 [--max-gen N] [--threads N] [--ctx N] [--tp N [--ep 1|N]] (under mpirun -np N)\n"
     "       kiln eval MODEL --matrix --task ... [--configs W/KV,...]   (default bf16/bf16,bf16/fp8,fp8/bf16,\n"
     "                 fp8/fp8,int4/bf16,int4/fp8; W may be stored: one Markdown table, each row's delta against the first)\n"
     "tasks: ";
@@ -193,13 +193,14 @@ typedef struct {
     char **tasks;
     int n_tasks;
     ui_t ui;
+    kiln_model *loaded; /* --tp: this rank's shard, loaded before (run_tasks does not free it) */
 } run_cfg;
 
 /* Runs every task under weights w (NULL = as stored); fills tr. In a matrix (keep_going) a task's
  * failure is recorded in its row; otherwise it returns the failure. */
 static kiln_status run_tasks(run_cfg *c, const char *w, task_res *tr, int keep_going, char **row_err) {
-    kiln_model *m = NULL;
-    kiln_status st = kiln_model_load(c->model, &c->o, &m);
+    kiln_model *m = c->loaded;
+    kiln_status st = m ? KILN_OK : kiln_model_load(c->model, &c->o, &m);
     if (st) {
         if (row_err) *row_err = strdup(kiln_last_error());
         return st;
@@ -228,7 +229,7 @@ static kiln_status run_tasks(run_cfg *c, const char *w, task_res *tr, int keep_g
             st = KILN_OK;
         }
     }
-    kiln_model_free(m);
+    if (!c->loaded) kiln_model_free(m);
     return st;
 }
 
@@ -391,10 +392,13 @@ int cmd_eval(int argc, char **argv) {
     kiln_eval_params_default(&c.p);
     const char *task_arg = NULL, *weights = NULL, *out_path = NULL, *data_dir = NULL, *configs = NULL;
     int json = 0, matrix = 0;
+    long tp = 1, ep = 1;
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
         const char *k = argv[a.i];
         long v;
         if (cli_common_option(&a, &c.o)) continue;
+        if (!strcmp(k, "--tp")) { cli_long(&a, k, cli_value(&a), 1, 1024, &tp); continue; } /* under mpirun -np N (docs/SCALE.md) */
+        if (!strcmp(k, "--ep")) { cli_long(&a, k, cli_value(&a), 1, 1024, &ep); continue; }
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { printf("%s%s\n", USAGE, kiln_eval_known_tasks()); return 0; }
         if (!strcmp(k, "--task") || !strcmp(k, "--tasks")) task_arg = cli_value(&a);
         else if (!strcmp(k, "--limit")) { if (cli_long(&a, k, cli_value(&a), 1, LONG_MAX / 2, &v)) c.p.limit = v; }
@@ -428,6 +432,9 @@ int cmd_eval(int argc, char **argv) {
     }
     if (matrix && weights) return cli_fail_msg("eval", "--matrix sets the weights of each row itself: drop --weights (or use --configs)");
     if (matrix && c.p.save_logits) return cli_fail_msg("eval", "--matrix keeps its own baseline logits: drop --save-logits");
+    if (tp > 1 && (matrix || weights))
+        return cli_fail_msg("eval", "--tp runs the model as stored: --matrix and --weights re-quantize whole models (quantize the file first with kiln quantize)");
+    if (ep > 1 && tp < 2) return cli_fail_msg("eval", "--ep spreads the experts over the --tp ranks: give --tp N (under mpirun -np N) as well");
     /* Split and check every task before loading anything. */
     char *tl = strdup(task_arg), *save = NULL;
     for (char *t = strtok_r(tl, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
@@ -438,6 +445,20 @@ int cmd_eval(int argc, char **argv) {
     if (!c.n_tasks) { free(tl); return cli_fail_msg("eval", "option --task: no task named"); }
     char *dd = find_data_dir(data_dir);
     c.p.data_dir = dd;
+    if (tp > 1) {
+        /* every rank runs the same evaluation on its shard: the logits are gathered to every rank
+         * (not only rank 0), so each takes the same decisions with no further messages; rank 0
+         * prints and writes the files */
+        int rank = 0;
+        int trc = cli_tp_load("eval", &argc, &argv, tp, ep, c.model, &c.o, &c.loaded, &rank);
+        if (trc) { free(tl); free(c.tasks); free(dd); return trc; }
+        kiln_model_set_logits_gather(c.loaded, kiln_dist_allgather_vocab, NULL);
+        if (rank > 0) {
+            out_path = NULL;
+            if (c.p.save_logits) c.p.save_logits = "/dev/null";
+            if (!freopen("/dev/null", "w", stderr)) { /* progress and warnings come from rank 0 */ }
+        }
+    }
     c.ui.tty = isatty(2);
     c.p.progress = ui_progress;
     c.p.warn = ui_warn;
@@ -473,5 +494,10 @@ int cmd_eval(int argc, char **argv) {
     free(dd);
     free(tl);
     free(c.tasks);
+    if (c.loaded) {
+        kiln_model_free(c.loaded);
+        if (rc && kiln_dist_failed()) kiln_dist_abort(rc);
+        kiln_dist_finalize();
+    }
     return rc;
 }

@@ -24,6 +24,7 @@ int kiln_dist_failed(void) { return 0; }
 const char *kiln_dist_failure(void) { return ""; }
 void kiln_dist_abort(int code) { (void)code; }
 void kiln_dist_gather_vocab(void *ctx, const float *part, int rows, int64_t vocab, float *out) { (void)ctx; (void)part; (void)rows; (void)vocab; (void)out; }
+void kiln_dist_allgather_vocab(void *ctx, const float *part, int rows, int64_t vocab, float *out) { (void)ctx; (void)part; (void)rows; (void)vocab; (void)out; }
 kiln_status kiln_dist_allreduce_min_i32(int32_t *v, int n) { (void)v; (void)n; return KILN_OK; }
 kiln_status kiln_dist_allreduce_or_u32(uint32_t *v, int n) { (void)v; (void)n; return KILN_OK; }
 kiln_status kiln_dist_bcast_msg(int32_t **buf, int *n, int *cap, double wait_s) { (void)buf; (void)n; (void)cap; (void)wait_s; return KILN_OK; }

@@ -116,11 +116,12 @@ void kiln_dist_allreduce_sum(void *ctx, float *x, int64_t n) {
     t_allreduce += MPI_Wtime() - t0;
 }
 
-void kiln_dist_gather_vocab(void *ctx, const float *part, int rows, int64_t vocab, float *out) {
-    (void)ctx;
+/* Rank r's part [rows, n_r] of the logits (columns [lo_r, lo_r + n_r), lo_r = r·vocab/N) to rank 0
+ * (all = 0) or to every rank (all = 1), assembled into out [rows, vocab]. */
+static void gather_vocab(const float *part, int rows, int64_t vocab, float *out, int all) {
     if (!started || size_ == 1 || failed) return;
     const double t0 = MPI_Wtime();
-    static float *tmp;        /* rank 0: the parts rank after rank (grown, kept: one per process) */
+    static float *tmp;        /* the parts rank after rank (grown, kept: one per process) */
     static size_t tmp_cap;
     static int *counts, *displs;
     if (!counts) {
@@ -133,22 +134,28 @@ void kiln_dist_gather_vocab(void *ctx, const float *part, int rows, int64_t voca
         counts[r] = (int)((hi - lo) * rows);
         displs[r] = (int)(lo * rows);
     }
-    if (rank_ == 0 && (size_t)vocab * (size_t)rows > tmp_cap) {
+    const int receives = all || rank_ == 0;
+    if (receives && (size_t)vocab * (size_t)rows > tmp_cap) {
         float *p = realloc(tmp, (size_t)vocab * (size_t)rows * sizeof *p);
         if (!p) { mark_failed("out of memory for the logits gather"); return; }
         tmp = p;
         tmp_cap = (size_t)vocab * (size_t)rows;
     }
     MPI_Request rq;
-    int rc = MPI_Igatherv(part, counts[rank_], MPI_FLOAT, tmp, counts, displs, MPI_FLOAT, 0, MPI_COMM_WORLD, &rq);
-    if (rc != MPI_SUCCESS) { mpi_fail("MPI_Igatherv", rc); mark_failed(kiln_last_error()); return; }
-    if (!step_wait(&rq, "MPI_Gatherv (logits)") || rank_ != 0) { t_allreduce += MPI_Wtime() - t0; return; }
-    for (int r = 0; r < size_; r++) { /* rank r's [rows, n_r] block → columns [lo, lo + n_r) of each row */
-        const int64_t lo = vocab * r / size_, n = vocab * (r + 1) / size_ - lo;
-        for (int i = 0; i < rows; i++) memcpy(out + (size_t)i * (size_t)vocab + (size_t)lo, tmp + (size_t)displs[r] + (size_t)i * (size_t)n, (size_t)n * sizeof *out);
-    }
+    int rc = all ? MPI_Iallgatherv(part, counts[rank_], MPI_FLOAT, tmp, counts, displs, MPI_FLOAT, MPI_COMM_WORLD, &rq)
+                 : MPI_Igatherv(part, counts[rank_], MPI_FLOAT, tmp, counts, displs, MPI_FLOAT, 0, MPI_COMM_WORLD, &rq);
+    if (rc != MPI_SUCCESS) { mpi_fail(all ? "MPI_Iallgatherv" : "MPI_Igatherv", rc); mark_failed(kiln_last_error()); return; }
+    if (step_wait(&rq, all ? "MPI_Allgatherv (logits)" : "MPI_Gatherv (logits)") && receives)
+        for (int r = 0; r < size_; r++) { /* rank r's [rows, n_r] block → columns [lo, lo + n_r) of each row */
+            const int64_t lo = vocab * r / size_, n = vocab * (r + 1) / size_ - lo;
+            for (int i = 0; i < rows; i++)
+                memcpy(out + (size_t)i * (size_t)vocab + (size_t)lo, tmp + (size_t)displs[r] + (size_t)i * (size_t)n, (size_t)n * sizeof *out);
+        }
     t_allreduce += MPI_Wtime() - t0;
 }
+
+void kiln_dist_gather_vocab(void *ctx, const float *part, int rows, int64_t vocab, float *out) { (void)ctx; gather_vocab(part, rows, vocab, out, 0); }
+void kiln_dist_allgather_vocab(void *ctx, const float *part, int rows, int64_t vocab, float *out) { (void)ctx; gather_vocab(part, rows, vocab, out, 1); }
 
 kiln_status kiln_dist_allreduce_min_i32(int32_t *v, int n) {
     if (!started || size_ == 1) return KILN_OK;

@@ -8,6 +8,8 @@
 #     GGUF Q8_0 file, and the MLA + MoE families (deepseek_v3, kimi_k2, glm_moe_dsa with sparse
 #     attention; glm_moe_dsa's shared-indexer preset at N = 4): logits within 1e-4 relative at N = 2;
 #   - expert parallelism (--ep N): the same families at N = 2 and 4, INT4 / FP8 experts with FP8 KV;
+#   - kiln eval under mpirun: stories260K at --tp 2 and the trained tiny-dsv3 at --tp 2 --ep 2 score
+#     ARC-Easy, GSM8K and perplexity as one process;
 #   - refusals that name the problem: a process count other than --tp, ranks given different models
 #     (MPMD launch), experts' width not divisible, heads not divisible;
 #   - a rank killed mid-generation ends the whole job with a non-zero exit within seconds.
@@ -95,6 +97,39 @@ if "${MPI[@]}" -np 2 "$KILN" run "$T/glm4" -n 2 --tokens 1,2 --tp 2 --ep 2 > /de
 grep -q "has no MoE layers" "$T/e5" || { echo "wrong error for --ep on a dense model:"; cat "$T/e5"; exit 1; }
 if "$KILN" run "$T/deepseek_v3" -n 2 --tokens 1,2 --ep 2 > /dev/null 2> "$T/e6"; then echo "--ep without --tp accepted"; exit 1; fi
 grep -q "give --tp N" "$T/e6" || { echo "wrong error for --ep without --tp:"; cat "$T/e6"; exit 1; }
+
+# kiln eval under mpirun (every rank runs the evaluation; logits all-gathered), against one process:
+#   stories260K (F32) at --tp 2: ARC-Easy and perplexity, perplexity within 1e-5 relative;
+#   the trained MLA + MoE tiny-dsv3 (BF16 weights) at --tp 2 --ep 2: ARC-Easy and GSM8K (generation)
+#   scores identical, perplexity within 1e-3 relative. Why wider: kiln's BF16 kernels round the
+#   activations to BF16; the ranks' partial sums add in another order (~1e-7), which now and then
+#   moves an activation across a BF16 rounding boundary — one element changes by 2^-8 relative and
+#   the change travels on through the KV (measured: rows bit-identical up to the first such crossing,
+#   then ~1e-4; a random F32 preset stays within 1e-6 over 200 positions).
+eval_same() { # ppl_tolerance model ranks_args... -- eval_args...
+    local tol=$1 mdl=$2; shift 2
+    local tpa=(); while [ "$1" != "--" ]; do tpa+=("$1"); shift; done; shift
+    "$KILN" eval "$mdl" "$@" --json > "$T/ev1.json" 2> "$T/ev1.err" || { cat "$T/ev1.err"; exit 1; }
+    "${MPI[@]}" -np 2 "$KILN" eval "$mdl" "$@" --json "${tpa[@]}" > "$T/ev2.json" 2> "$T/ev2.err" || { cat "$T/ev2.err"; exit 1; }
+    "$PY" - "$T/ev1.json" "$T/ev2.json" "$tol" "$(basename "$mdl") ${tpa[*]}" <<'EOF2'
+import json, sys
+a, b = (json.load(open(p))["results"] for p in sys.argv[1:3])
+tol = float(sys.argv[3])
+for task in a:
+    for k, v in a[task].items():
+        w = b[task][k]
+        ok = abs(v - w) <= tol * abs(v) if k in ("ppl", "nll") else v == w
+        assert ok, (task, k, v, w)
+ppl = [(t, a[t]["ppl"], b[t]["ppl"]) for t in a if "ppl" in a[t]]
+print("kiln eval %s:" % sys.argv[4], {t: {k: a[t][k] for k in ("acc", "exact_match_flexible") if k in a[t]} for t in a},
+      "as one process; perplexity %s" % ", ".join("%.6f vs %.6f" % (x, y) for _, x, y in ppl))
+EOF2
+}
+if [ -d "$SHARED/data/arc" ]; then
+    eval_same 1e-5 "$M" --tp 2 -- --task arc_easy,ppl:tinystories --limit 12
+    D=$SHARED/models/tiny-dsv3
+    [ -f "$D/model.safetensors" ] && eval_same 1e-3 "$D" --tp 2 --ep 2 -- --task arc_easy,gsm8k,ppl:tinystories --limit 12 --max-gen 24
+fi
 
 # refusals
 if "${MPI[@]}" -np 2 "$KILN" run "$M" -n 2 --tp 4 > /dev/null 2> "$T/e1"; then echo "-np 2 with --tp 4 accepted"; exit 1; fi
