@@ -338,6 +338,9 @@ void kiln_sampler_apply(kiln_sampler *s, float *logits);
 int32_t kiln_sample_applied(kiln_sampler *s, const float *logits);
 /* Samples from logits already passed through kiln_sampler_apply without recording the token (a
  * grammar checks the pick first; kiln_sampler_accept records the one kept). */
+/* kiln_sample_verify on logits the processors were already applied to (the server applies them in
+ * place before its logprobs): the draft kept or replaced by the rejection rule, recorded. */
+int32_t kiln_sample_verify_applied(kiln_sampler *s, const float *logits, int32_t draft, int *accepted);
 int32_t kiln_sample_pick(kiln_sampler *s, const float *logits);
 /* Records a generated token (counts for the presence / frequency / repetition penalties). */
 void kiln_sampler_accept(kiln_sampler *s, int32_t id);
@@ -430,6 +433,11 @@ typedef struct kiln_server_options {
     const char *cors_origin;      /* CORS: the Origin allowed to call the API from a browser
                                      ("*" = any); NULL = no CORS headers (browsers refuse cross-origin
                                      calls) */
+    /* Speculative decoding by prompt lookup (docs/SPECULATIVE.md): spec_k > 0 drafts up to spec_k
+     * tokens per step for every request (a request's "speculative" field overrides it), from the
+     * longest earlier match of its last 1..spec_ngram tokens (0 = 3), while at most spec_max_batch
+     * requests run (0 = 4). */
+    int spec_k, spec_ngram, spec_max_batch;
     const char *test_forced_output; /* test hook: every completion generates exactly the tokens of
                                      this text, then the model's end id (so that tests drive the
                                      parsers with the real format through the real tokenizer) */

@@ -64,6 +64,16 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
     if (strcmp(k, "--tool-parser") == 0) { so->tool_parser = cli_value(a); return 1; }            /* checked at start */
     if (strcmp(k, "--cors-origin") == 0) { so->cors_origin = cli_value(a); return 1; }
     if (strcmp(k, "--reasoning-parser") == 0) { so->reasoning_parser = cli_value(a); return 1; }  /* checked at start */
+    if (strcmp(k, "--spec") == 0) { /* docs/SPECULATIVE.md: prompt lookup for every request (its "speculative" field overrides) */
+        const char *m = cli_value(a);
+        if (m && !strcmp(m, "ngram")) { if (!so->spec_k) so->spec_k = 4; }
+        else if (m && !strcmp(m, "off")) so->spec_k = 0;
+        else if (m) { fprintf(stderr, "kiln %s: error: option --spec: '%s' is not one of ngram, off\n", a->cmd, m); a->bad = 1; }
+        return 1;
+    }
+    if (strcmp(k, "--spec-k") == 0) { if (cli_long(a, k, cli_value(a), 1, 16, &v)) so->spec_k = (int)v; return 1; }
+    if (strcmp(k, "--spec-ngram") == 0) { if (cli_long(a, k, cli_value(a), 1, 16, &v)) so->spec_ngram = (int)v; return 1; }
+    if (strcmp(k, "--spec-max-batch") == 0) { if (cli_long(a, k, cli_value(a), 1, 4096, &v)) so->spec_max_batch = (int)v; return 1; }
     if (strcmp(k, "--test-forced-output") == 0) { so->test_forced_output = cli_value(a); return 1; } /* test hook (docs/SERVER.md) */
     return 0;
 }
@@ -75,7 +85,8 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
     "         [--header-timeout 30] [--body-timeout 60] [--http-threads 4]\n" \
     "         [--tool-parser auto|glm45|glm47|kimi_k2|none] [--reasoning-parser auto|think|none] [--cors-origin ORIGIN|*]\n" \
     "         [--kv-mem SIZE] [--kv-dtype auto|f32|bf16|fp8] [--kv-page 16] [--ctx N] [--threads N] [--isa ...] [--device cpu|ref|vulkan[:N]] [--fp8-gemv auto|exact|bf16]\n" \
-    "         [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N] [--ep 1|N] [--tp-timeout 30]"
+    "         [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N] [--ep 1|N] [--tp-timeout 30]\n" \
+    "         [--spec ngram|off] [--spec-k 4] [--spec-ngram 3] [--spec-max-batch 4]"
 
 int cmd_serve(int argc, char **argv) {
     args_t a = {argc, argv, 0, "serve", 0};

@@ -232,6 +232,12 @@ int32_t kiln_sample_verify(kiln_sampler *s, const float *logits, int32_t draft, 
 
 int32_t kiln_sample_pick(kiln_sampler *s, const float *logits) { return sample_core(s, logits); }
 
+int32_t kiln_sample_verify_applied(kiln_sampler *s, const float *logits, int32_t draft, int *accepted) {
+    const int32_t t = verify_core(s, logits, draft, accepted);
+    kiln_sampler_accept(s, t);
+    return t;
+}
+
 int32_t kiln_sample_applied(kiln_sampler *s, const float *logits) {
     int32_t t = sample_core(s, logits);
     kiln_sampler_accept(s, t);

@@ -96,7 +96,8 @@ struct kiln_engine {
     kiln_pcache pc;
     kiln_backend *be;       /* computes the engine's steps (its own ISA, threads, FP8 form) */
     kiln_forward_ws ws;
-    float *logits;          /* [max_batch × vocab] */
+    float *logits;          /* [logits_rows × vocab] */
+    int logits_rows;        /* max_batch, grown when speculating requests need a row per draft */
     int16_t *plain_len;     /* structured output: plain_lengths() (NULL until needed) */
     int32_t *b_tok;         /* [step_tokens] the step's tokens ... */
     kiln_kv_seq **b_seq;    /* ... their sequences ... */
@@ -229,6 +230,7 @@ static kiln_status engine_init(kiln_model *m, const kiln_options *o_in, const ki
     if (st == KILN_OK) {
         size_t S = (size_t)e->cfg.step_tokens, B = (size_t)e->cfg.max_batch, P = (size_t)e->pool->n_pages;
         e->logits = malloc(B * (size_t)e->vocab * sizeof *e->logits);
+        e->logits_rows = (int)B;
         e->b_tok = malloc(S * sizeof *e->b_tok);
         e->b_seq = malloc(S * sizeof *e->b_seq);
         e->b_pos = malloc(S * sizeof *e->b_pos);
@@ -654,8 +656,11 @@ static int32_t pick_token(kiln_engine *e, kiln_req *r, float *lg) {
     return tok;
 }
 
-/* Samples r's next token from its logits row and publishes it; returns the finish reason. */
-static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now) {
+/* Samples r's next token from its logits row and publishes it; returns the finish reason.
+ * draft >= 0: speculative decoding — the token is the verification of that drafted token
+ * (kiln_sample_verify_applied: the draft kept or replaced by the rejection rule), *accepted says
+ * which. */
+static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now, int32_t draft, int *accepted) {
     int V = e->vocab, K = r->top_logprobs;
     float lp = 0;
     int32_t tids[KILN_MAX_TOP_LOGPROBS];
@@ -678,12 +683,12 @@ static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now
         }
         for (int i = 0; i < nt; i++) tlp[i] = lg[tids[i]] - lse;
         if (r->ignore_eos) mask_eos(e, lg);
-        int32_t tok = pick_token(e, r, lg);
+        int32_t tok = draft >= 0 ? kiln_sample_verify_applied(r->sampler, lg, draft, accepted) : pick_token(e, r, lg);
         lp = (is_eos(e, tok) && r->ignore_eos) ? -INFINITY : lg[tok] - lse;
         r->toks[r->n_toks] = tok;
     } else {
         if (r->ignore_eos) mask_eos(e, lg);
-        r->toks[r->n_toks] = pick_token(e, r, lg);
+        r->toks[r->n_toks] = draft >= 0 ? kiln_sample_verify_applied(r->sampler, lg, draft, accepted) : pick_token(e, r, lg);
     }
     if (r->n_ev < r->n_forced) { /* the test hook: this position's token is given */
         r->toks[r->n_toks] = r->forced[r->n_ev];
@@ -913,6 +918,17 @@ static kiln_status tp_combine_integrity(kiln_engine *e, int nb, int *nbad) {
 
 static void step_run(kiln_engine *e);
 
+/* Speculative decoding: makes room for `rows` logits rows (a speculating request needs one per
+ * draft); 0 when that memory is not to be had (the request then decodes without drafts). */
+static int spec_rows_fit(kiln_engine *e, int rows) {
+    if (rows <= e->logits_rows) return 1;
+    float *p = realloc(e->logits, (size_t)rows * (size_t)e->vocab * sizeof *p);
+    if (!p) return 0;
+    e->logits = p;
+    e->logits_rows = rows;
+    return 1;
+}
+
 /* One scheduler step (rank 0 or one process). */
 static void step(kiln_engine *e) {
     reap(e, kiln_now());
@@ -926,17 +942,37 @@ static void step_run(kiln_engine *e) {
     admit(e);
     const int S = e->cfg.step_tokens;
     int n = 0, nb = 0;
+    /* speculative decoding (docs/SPECULATIVE.md): while few requests run, a decoding request with
+     * spec_k > 0 adds up to spec_k prompt-lookup drafts after its token, all verified by this one
+     * forward pass; the drafts share what the step budget leaves after every decode's one token */
+    int n_dec = 0;
+    for (int i = 0; i < e->n_running; i++) n_dec += e->running[i]->n_toks - e->running[i]->n_computed == 1;
+    const int spec_on = e->tp < 2 && !e->pool->dscale && e->n_running <= (e->cfg.spec_max_batch > 0 ? e->cfg.spec_max_batch : 4);
+    int spec_budget = S - n_dec;
     /* decodes first: every sequence that has prefilled gets its one token this step */
     for (int i = 0; i < e->n_running; i++) {
         kiln_req *r = e->running[i];
         if (r->n_toks - r->n_computed != 1) continue;
-        if (!ensure_pages(e, r, r->n_computed + 1)) continue; /* r was the newest and got preempted */
+        int d = 0;
+        if (spec_on && r->spec_k > 0 && !r->grammar && r->n_ev >= r->n_forced && spec_budget > 0) {
+            /* at most what may still be generated after this step's token, and within the context */
+            int cap = r->max_tokens - (r->n_toks - r->n_prompt) - 1, ctx_room = e->n_ctx - 1 - r->n_computed;
+            if (cap > ctx_room) cap = ctx_room;
+            if (cap > r->spec_k) cap = r->spec_k;
+            if (cap > spec_budget) cap = spec_budget;
+            if (cap > 0 && spec_rows_fit(e, e->n_running + (S - n_dec - spec_budget) + cap))
+                d = kiln_ngram_draft(r->toks, r->n_toks, 1, r->spec_ngram > 0 ? r->spec_ngram : 3, cap, r->toks + r->n_toks);
+        }
+        if (!ensure_pages(e, r, r->n_computed + 1 + d)) continue; /* r was the newest and got preempted */
+        r->spec_d = d;
+        spec_budget -= d;
         e->b_req[nb] = r;
-        e->b_cnt[nb++] = 1;
-        e->b_tok[n] = r->toks[r->n_computed];
-        e->b_seq[n] = &r->seq;
-        e->b_pos[n] = r->n_computed;
-        n++;
+        e->b_cnt[nb++] = 1 + d;
+        for (int j = 0; j <= d; j++, n++) { /* the token, then the drafts (held in toks past n_toks) */
+            e->b_tok[n] = r->toks[r->n_computed + j];
+            e->b_seq[n] = &r->seq;
+            e->b_pos[n] = r->n_computed + j;
+        }
     }
     int n_decode = n;
     /* then prompt chunks, oldest first, within the step budget and the pages there are */
@@ -971,6 +1007,10 @@ static void step_run(kiln_engine *e) {
     int rows = 0;
     for (int b = 0, t = 0; b < nb; b++) {
         kiln_req *r = e->b_req[b];
+        if (r->spec_d > 0) { /* a speculating request: every position's logits verify the next draft */
+            for (int j = 0; j < e->b_cnt[b]; j++, t++) e->b_out[t] = rows++;
+            continue;
+        }
         int reach = r->n_computed + e->b_cnt[b] == r->n_toks;
         /* (the other ranks of a tensor-parallel model sample nothing: no logits; with a
          * vocabulary-parallel head they compute their columns of the same rows for rank 0) */
@@ -1018,6 +1058,32 @@ static void step_run(kiln_engine *e) {
     int row = 0;
     for (int b = 0; b < nb; b++) {
         kiln_req *r = e->b_req[b];
+        if (r->spec_d > 0) {
+            const int d = r->spec_d, first = row;
+            row += 1 + d;
+            r->spec_d = 0;
+            /* only the step's own token is known good until the drafts are verified; a heal
+             * replays from before it */
+            r->n_computed += 1;
+            if (e->pool->integ && integ_after_step(e, r)) continue;
+            kiln_finish f = KILN_FINISH_NONE;
+            int kept = 0;
+            for (int j = 0; j <= d && f == KILN_FINISH_NONE; j++) {
+                int acc = 0;
+                const int32_t draft = j < d ? r->toks[r->n_toks] : -1; /* read before the emit overwrites the slot */
+                f = emit_token(e, r, e->logits + (size_t)(first + j) * e->vocab, now, draft, &acc);
+                if (j == d || !acc) break;
+                kept++;
+            }
+            r->n_computed += kept; /* the accepted drafts' KV stays; the rest is overwritten later */
+            r->seq.len = r->n_computed;
+            e->acc.spec_steps++;
+            e->acc.spec_drafted += (uint64_t)d;
+            e->acc.spec_accepted += (uint64_t)kept;
+            register_pages(e, r);
+            if (f != KILN_FINISH_NONE) finish_running(e, r, f, KILN_OK, NULL);
+            continue;
+        }
         int reach = r->n_computed + e->b_cnt[b] == r->n_toks, my_row = reach ? row++ : -1;
         r->n_computed += e->b_cnt[b];
         if (e->pool->integ && integ_after_step(e, r)) continue; /* healed (recomputed later) or failed */
@@ -1029,7 +1095,7 @@ static void step_run(kiln_engine *e) {
             r->toks[r->n_toks++] = e->emitted[2 * b];
             f = (kiln_finish)e->emitted[2 * b + 1];
         } else {
-            f = emit_token(e, r, e->logits + (size_t)my_row * e->vocab, now);
+            f = emit_token(e, r, e->logits + (size_t)my_row * e->vocab, now, -1, NULL);
             e->emitted[2 * b] = r->toks[r->n_toks - 1];
             e->emitted[2 * b + 1] = (int32_t)f;
         }

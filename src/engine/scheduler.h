@@ -55,6 +55,9 @@ struct kiln_req {
     const int32_t *forced; /* test hook (kiln serve --test-forced-output): output token k < n_forced is
                               forced[k] whatever the logits say (borrowed; outlives the request) */
     int n_forced;
+    int spec_k, spec_ngram; /* speculative decoding by prompt lookup (docs/SPECULATIVE.md): up to spec_k
+                               drafted tokens per step from the longest earlier match of the last
+                               1..spec_ngram tokens; 0 = off */
     kiln_req *share_from; /* n > 1 siblings: the first choice (same prompt); this request is admitted
                              once that one has computed its prompt, so the prompt's full pages
                              come from the prefix cache. Holds a reference (dropped with this one). */
@@ -90,6 +93,7 @@ struct kiln_req {
     int preempted;
     int heals;            /* integrity heals since r's last clean step (gives up after 8) */
     int announced;        /* tensor parallel: the other ranks know of r (its arrival was in a step message) */
+    int spec_d;           /* drafts in this step's batch (positions n_computed + 1 ...; toks holds them past n_toks) */
     kiln_req *prev, *next;/* waiting list */
     struct kiln_jg_state *gstate; /* the grammar's parser state after the generated tokens */
 };
@@ -109,6 +113,7 @@ typedef struct kiln_engine_config {
                              max_batch + max_queue requests are queued or running */
     int step_tokens;      /* token budget of one forward step (decodes + prefill chunks) */
     int prefix_cache;     /* 1 = reuse cached prefix pages */
+    int spec_max_batch;   /* requests speculate only while at most this many are running (0 = 4) */
 } kiln_engine_config;
 
 /* A consistent snapshot published by the scheduler after each step. */
@@ -119,6 +124,8 @@ typedef struct kiln_engine_stats {
     int64_t kv_capacity_tokens;
     uint64_t steps, prompt_tokens, cached_tokens, generated_tokens, prefill_tokens;
     uint64_t preemptions, evictions, pc_queried_pages, pc_hit_pages;
+    uint64_t spec_steps, spec_drafted, spec_accepted; /* speculative decoding: verifications (a request's
+                                                          step with drafts), drafted and accepted tokens */
     uint64_t finished[5]; /* by kiln_finish */
     uint64_t batch_hist[8]; /* steps with 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64-127, 128+ sequences */
     uint64_t batch_seq_sum; /* sequences summed over the steps (the histogram's _sum) */

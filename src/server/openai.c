@@ -252,6 +252,42 @@ static int parse_stop_ids(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oa
     return 1;
 }
 
+/* kiln's per-request speculative decoding (docs/SPECULATIVE.md, "In the server"): "speculative":
+ * "off" | "ngram" | {"method": "ngram" | "off", "num_speculative_tokens": 1..16,
+ * "prompt_lookup_max": 1..16} (vLLM's names for its speculative config). Absent: the server's
+ * --spec setting. */
+static int parse_speculative(json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
+    json_t *v = json_object_get(o, "speculative");
+    if (!v || json_is_null(v)) return 1;
+    const char *method = NULL;
+    json_t *m = json_is_object(v) ? json_object_get(v, "method") : v;
+    if (json_is_string(m)) method = json_string_value(m);
+    else if (!(json_is_object(v) && !m)) return BAD("speculative", "'speculative' must be \"off\", \"ngram\" or an object with a \"method\", got %s", jtype(m ? m : v));
+    if (method && strcmp(method, "off") && strcmp(method, "ngram"))
+        return BADC("speculative", "invalid_value", "'speculative' method '%s' is not one of off, ngram (this server drafts by prompt lookup)", method);
+    p->spec_set = 1;
+    p->spec_k = method && !strcmp(method, "off") ? 0 : 4;
+    p->spec_ngram = 3;
+    if (json_is_object(v)) {
+        json_t *bad;
+        const char *k;
+        json_object_foreach(v, k, bad)
+            if (strcmp(k, "method") && strcmp(k, "num_speculative_tokens") && strcmp(k, "prompt_lookup_max"))
+                return BAD("speculative", "'speculative' has an unknown field '%s' (known: method, num_speculative_tokens, prompt_lookup_max)", k);
+        static const char *const fields[2] = {"num_speculative_tokens", "prompt_lookup_max"};
+        for (int i = 0; i < 2; i++) {
+            json_t *x = json_object_get(v, fields[i]);
+            if (!x || json_is_null(x)) continue;
+            if (!json_is_integer(x)) return BAD("speculative", "'speculative.%s' must be an integer, got %s", fields[i], jtype(x));
+            const long long n = json_integer_value(x);
+            if (n < 1 || n > 16) return BADC("speculative", "invalid_value", "'speculative.%s' is %lld; it must be in [1, 16]", fields[i], n);
+            if (i == 0 && p->spec_k) p->spec_k = (int)n;
+            if (i == 1) p->spec_ngram = (int)n;
+        }
+    }
+    return 1;
+}
+
 /* Body fields that change nothing here — unknown ones, and the OpenAI fields kiln accepts without
  * acting on them (user, metadata, store, service_tier, …) — listed for the X-Kiln-Ignored-Fields
  * header, so that a client learns a field it relies on was not applied rather than have it
@@ -261,7 +297,8 @@ static void note_ignored(json_t *o, kiln_oai_params *p) {
         "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "n", "stream",
         "stream_options", "stop", "stop_token_ids", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
         "logprobs", "top_logprobs", "ignore_eos", "skip_special_tokens", "chat_template_kwargs", "tools", "tool_choice",
-        "parallel_tool_calls", "response_format", "echo", "best_of", "suffix", "functions", "function_call", "audio", "prediction", NULL};
+        "parallel_tool_calls", "response_format", "echo", "best_of", "suffix", "functions", "function_call", "audio", "prediction",
+        "speculative", NULL};
     p->ignored[0] = 0;
     size_t at = 0;
     const char *k;
@@ -472,6 +509,7 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
     if (present) p->skip_special = b;
     if (!parse_stop(o, p, err)) goto out;
     if (!parse_stop_ids(s, o, p, err)) goto out;
+    if (!parse_speculative(o, p, err)) goto out;
     /* logprobs */
     if (chat) {
         if (!opt_bool(o, "logprobs", &b, &present, err)) goto out;

@@ -1022,6 +1022,8 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
                                          c->p.logprobs ? c->p.top_logprobs : -1, &h->r);
         if (st != KILN_OK) { c->n_ch = i; return fail(c, 500, "server_error", NULL, NULL, kiln_last_error()); }
         h->r->ignore_eos = c->p.ignore_eos;
+        h->r->spec_k = c->p.spec_set ? c->p.spec_k : s->o.spec_k;
+        h->r->spec_ngram = c->p.spec_set ? c->p.spec_ngram : s->o.spec_ngram;
         h->r->n_stop_ids = c->p.n_stop_ids;
         memcpy(h->r->stop_ids, c->p.stop_ids, sizeof h->r->stop_ids);
         h->r->deadline = deadline;
@@ -1384,7 +1386,7 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
     if (so->api_key && *so->api_key) s->api_key = strdup(so->api_key);
     if (so->cors_origin && *so->cors_origin) s->cors_origin = strdup(so->cors_origin);
     if (so->max_body_bytes < 1024) { free(s->cors_origin); free(s->api_key); free(s); return kiln_fail(KILN_ERR_INVALID_ARG, "--max-body %zu is below 1024 bytes", so->max_body_bytes); }
-    kiln_engine_config ec = {so->max_batch, so->max_queue, so->step_tokens, so->prefix_cache};
+    kiln_engine_config ec = {so->max_batch, so->max_queue, so->step_tokens, so->prefix_cache, so->spec_max_batch};
     kiln_status st = kiln_engine_create(m, opts, &ec, &s->eng);
     if (st != KILN_OK) { free(s->cors_origin); free(s->api_key); free(s); return st; }
     kiln_server_probe_template(s); /* before the first request can arrive */
@@ -1491,7 +1493,7 @@ int kiln_server_port(const kiln_server *s) { return s->port; }
 int kiln_server_failed(const kiln_server *s) { return kiln_engine_failed(s->eng); }
 
 kiln_status kiln_server_follow(kiln_model *m, const kiln_options *opts, const kiln_server_options *so, double timeout_s) {
-    kiln_engine_config ec = {so->max_batch, so->max_queue, so->step_tokens, so->prefix_cache};
+    kiln_engine_config ec = {so->max_batch, so->max_queue, so->step_tokens, so->prefix_cache, so->spec_max_batch};
     return kiln_engine_follow(m, opts, &ec, timeout_s);
 }
 
