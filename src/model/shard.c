@@ -1,7 +1,9 @@
 /* shard.c — tensor parallelism by transforming a loaded model into one rank's shard (docs/SCALE.md).
  *
  * Megatron's split of a dense block over T ranks: rank r keeps query heads [r·H/T, (r+1)·H/T) and
- * the KV heads they read [r·KV/T, (r+1)·KV/T) (GQA groups stay whole on one rank), the FFN rows
+ * the KV heads they read [r·KV/T, (r+1)·KV/T) (GQA groups stay whole on one rank; with more ranks
+ * than KV heads, T a multiple of KV, rank r keeps KV head r / (T/KV), replicated on the T/KV ranks
+ * whose query heads read it), the FFN rows
  * [r·F/T, (r+1)·F/T); Q/K/V, gate and up are split by output rows (column-parallel: views of the
  * mapped rows, or copies of the rows a fused weight interleaves), o_proj and down by input columns
  * (row-parallel: each row's slice copied). The shard's hyper-parameters become H/T, KV/T, F/T, so the
@@ -35,7 +37,7 @@
  * column cuts, so FP8 / INT4 / K-quant experts shard under ep.
  *
  * Limits of this stage, each refused with a message naming it: T not dividing
- * H, KV or F (no KV-head replication yet), weights tiled for the CPU kernels (shard before the
+ * H, KV (unless KV divides T) or F, weights tiled for the CPU kernels (shard before the
  * first session), column slices of FP8 / INT4 / K-quant weights and of Q8_0 / Q4_0 slices not on a
  * 32-column block boundary. */
 #include "model/model.h"
@@ -146,12 +148,15 @@ kiln_status kiln_model_shard(kiln_model *m, int rank, int tp, int ep) {
         return kiln_fail(KILN_ERR_UNSUPPORTED, "--ep %d: the %d routed experts are not a multiple of it", ep, mc->n_experts);
     if (am->hp.n_moe_layers > 0 && ((ep == 1 && mc->ffn % tp) || mc->shared_ffn % tp))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp %d: the experts' width %d (shared %d) is not a multiple of it", tp, mc->ffn, mc->shared_ffn);
-    if (H % tp || KV % tp)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp %d: %d query heads and %d KV heads must both be multiples of it (KV-head replication is not built yet)",
+    /* GQA with more ranks than KV heads: each KV head is replicated on the tp / KV ranks whose query
+     * heads read it (every rank's query heads stay inside one KV group) */
+    const int kv_rep = !mla && KV < tp && tp % KV == 0 ? tp / KV : 1;
+    if (H % tp || (kv_rep == 1 && KV % tp))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp %d: %d query heads must be a multiple of it, and %d KV heads a multiple of it or a divisor of it",
                          tp, H, KV);
     if (F % tp) return kiln_fail(KILN_ERR_UNSUPPORTED, "--tp %d: the FFN width %d is not a multiple of it", tp, F);
     const int64_t q0 = (int64_t)rank * (H / tp) * hd, qn = (int64_t)(H / tp) * hd;
-    const int64_t k0 = (int64_t)rank * (KV / tp) * hd, kn = (int64_t)(KV / tp) * hd;
+    const int64_t k0 = kv_rep > 1 ? (int64_t)(rank / kv_rep) * hd : (int64_t)rank * (KV / tp) * hd, kn = kv_rep > 1 ? hd : (int64_t)(KV / tp) * hd;
     const int64_t f0 = (int64_t)rank * (F / tp), fn = F / tp;
     for (int l = 0; l < hp->n_layers; l++) {
         kiln_arch_layer *L = &am->layers[l];
@@ -191,7 +196,7 @@ kiln_status kiln_model_shard(kiln_model *m, int rank, int tp, int ep) {
     }
     hp->n_heads = H / tp;
     if (mla) am->hp.mla.n_heads = H / tp;
-    else hp->n_kv_heads = KV / tp;
+    else hp->n_kv_heads = kv_rep > 1 ? 1 : KV / tp;
     hp->ffn_dim = F / tp;
     if (am->hp.n_moe_layers > 0) {
         if (ep == 1) mc->ffn /= tp;

@@ -7,6 +7,7 @@
 #   - glm4 (fused gate_up, QKV bias, post-norms), ChatGLM (fused QKV), a llama in BF16 and as a
 #     GGUF Q8_0 file, and the MLA + MoE families (deepseek_v3, kimi_k2, glm_moe_dsa with sparse
 #     attention; glm_moe_dsa's shared-indexer preset at N = 4): logits within 1e-4 relative at N = 2;
+#   - KV heads replicated when N exceeds them: glm4_moe (2 KV heads) and an MQA llama at N = 4;
 #   - expert parallelism (--ep N): the same families at N = 2 and 4, INT4 / FP8 experts with FP8 KV;
 #   - kiln eval under mpirun: stories260K at --tp 2 and the trained tiny-dsv3 at --tp 2 --ep 2 score
 #     ARC-Easy, GSM8K and perplexity as one process;
@@ -89,6 +90,17 @@ for a in deepseek_v3 kimi_k2 glm_moe_dsa; do
 done
 "$KILN" mkmodel --arch glm4_moe --preset tiny "$T/glm4_moe" > /dev/null
 logits_ep "$T/glm4_moe" 2 "glm4_moe --tp 2 --ep 2"
+logits_ep "$T/glm4_moe" 4 "glm4_moe --tp 4 --ep 4 (2 KV heads: each replicated on 2 ranks)"
+logits_tp2 "$T/glm4_moe" 256 "glm4_moe --tp 2"
+# KV-head replication (more ranks than KV heads): glm4_moe's 2 KV heads and an MQA llama over 4 ranks
+tp_n() { # model ranks vocab what
+    "$KILN" run "$1" --temp 0 -n 16 --tokens 1,5,9,13,17 --dump-logits "$T/a.bin" > /dev/null 2> "$T/a.err" || { cat "$T/a.err"; exit 1; }
+    "${MPI[@]}" -np $2 "$KILN" run "$1" --temp 0 -n 16 --tokens 1,5,9,13,17 --tp $2 --dump-logits "$T/b.bin" > /dev/null 2> "$T/b.err" || { cat "$T/b.err"; exit 1; }
+    close "$T/a.bin" "$T/b.bin" "$3" "$4"
+}
+tp_n "$T/glm4_moe" 4 256 "glm4_moe --tp 4 (2 KV heads replicated)"
+"$KILN" mkmodel --arch llama --dim 128 --ffn 256 --layers 2 --heads 4 --kv-heads 1 --vocab 512 --seq 256 "$T/mqa" > /dev/null
+tp_n "$T/mqa" 4 512 "MQA llama --tp 4 (1 KV head on every rank)"
 for w in int4 fp8; do
     "$KILN" quantize "$T/deepseek_v3" "$T/dsv3-$w" --weights $w --scope experts > /dev/null 2>&1
     logits_ep "$T/dsv3-$w" 2 "deepseek_v3 $w experts, FP8 KV --tp 2 --ep 2" --kv-dtype fp8
@@ -141,7 +153,7 @@ grep -q "rank 1 was started with the model" "$T/e2" || { echo "wrong error for m
 if "${MPI[@]}" -np 3 "$KILN" run "$T/dsv3h6" -n 2 --tokens 1,2 --tp 3 > /dev/null 2> "$T/e3"; then echo "experts of width 32 over 3 ranks accepted"; exit 1; fi
 grep -q "experts' width 32" "$T/e3" || { echo "wrong error for experts not divisible:"; cat "$T/e3"; exit 1; }
 if "${MPI[@]}" -np 3 "$KILN" run "$M" -n 2 --tp 3 > /dev/null 2> "$T/e4"; then echo "8 heads over 3 ranks accepted"; exit 1; fi
-grep -q "must both be multiples" "$T/e4" || { echo "wrong error for --tp 3:"; cat "$T/e4"; exit 1; }
+grep -q "8 query heads must be a multiple of it" "$T/e4" || { echo "wrong error for --tp 3:"; cat "$T/e4"; exit 1; }
 # a rank killed mid-generation: the job ends (mpirun non-zero) within seconds, nothing hangs
 "$KILN" mkmodel --arch llama --dim 512 --ffn 1024 --layers 8 --heads 8 --kv-heads 4 --vocab 512 --seq 4096 "$T/long" > /dev/null 2>&1
 "${MPI[@]}" -np 2 "$KILN" run "$T/long" --tokens 1,2 -n 4000 --temp 0 --tp 2 > /dev/null 2> "$T/k.err" &
