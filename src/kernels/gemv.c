@@ -7,7 +7,9 @@
  *     thread, with stealing from the back (chunk_claim); n ≤ POOL_MAX_N runs on kiln's worker pool
  *     (base/pool.h), larger n (prefill, batched decode) in an OpenMP region;
  *   - n = 1 (decode): each thread streams its rows through the ISA's GEMV kernel;
- *   - n > 1 (prefill): rows are taken in blocks small enough for L2; for the float-FMA formats
+ *   - FP8 with 1 < n <= KILN_GEMV_SMALL_N_FP8 (speculative verification, small batches): the same
+ *     GEMV kernel once per token over cache-sized row blocks (weights read from memory once);
+ *   - otherwise n > 1 (prefill): rows are taken in blocks small enough for L2; for the float-FMA formats
  *     (F32/F16/BF16/FP8) each block is dequantised ONCE into a thread-local f32 tile that a
  *     register-tiled GEMM reuses across all n rows of X; for the integer-dot formats (INT4, Q8_0,
  *     Q4_0, the K-quants) the block's packed weights stay in L1/L2 while every row of X is run
@@ -294,8 +296,17 @@ int kiln_cx_matmul_is_fast(const kiln_kctx *cx, const kiln_weight *w) { return f
 
 /* Whether a step of n tokens multiplies w through the table's BF16-dot GEMM (n > 1 only: batch-1
  * decode keeps the GEMV). */
+/* FP8 steps of up to KILN_GEMV_SMALL_N_FP8 tokens (speculative verification, small decode batches)
+ * run the 1-token GEMV kernel once per token over cache-sized row blocks, so the weights stream
+ * from memory once at the GEMV's rate. Measured (1.05 GB llama shape, 2 threads, AMD EPYC Zen 5,
+ * `kiln bench MODEL --batch 1,2,3,5,9,17 --weights fp8`): through the BF16-tile GEMM, which converts
+ * every weight on every call, a 2-token step cost 5.9× a 1-token step and 9 sequences decoded slower
+ * together than one; per-token GEMVs cost 1.5× at 2 tokens. For BF16 and INT4 the per-token GEMVs
+ * were no faster than their GEMMs at 2 tokens (1.71× vs 1.63×, 1.84× vs 1.91×) and slower from 3
+ * tokens on, so they keep the GEMMs for n ≥ 2. */
+static int small_n(const kiln_weight *w) { return w->fmt == KILN_WF_FP8_BLOCK ? KILN_GEMV_SMALL_N_FP8 : 1; }
 static int bf16_gemm(const kiln_ktable *t, const kiln_weight *w, int n) {
-    return n > 1 && t && t->gemm_bf16 && (t->bf16_gemm_mask >> w->fmt & 1u) && (w->fmt == KILN_WF_BF16 ? !w->tiled : t->dequant_bf16[w->fmt] != NULL);
+    return n > small_n(w) && t && t->gemm_bf16 && (t->bf16_gemm_mask >> w->fmt & 1u) && (w->fmt == KILN_WF_BF16 ? !w->tiled : t->dequant_bf16[w->fmt] != NULL);
 }
 /* The activation preparation a step of n tokens uses for w. */
 typedef void (*xprep_fn)(const kiln_weight *w, const float *x, void *xp);
@@ -378,7 +389,7 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
     }
     float *tile = NULL;
     int64_t rb = prefill_block_rows(w);
-    if ((n > 1 || !t->gemv[f]) && t->gemm_f32 && (f == KILN_WF_F32 || t->dequant[f])) {
+    if ((n > small_n(w) || !t->gemv[f]) && t->gemm_f32 && (f == KILN_WF_F32 || t->dequant[f])) {
         if (f != KILN_WF_F32) tile = scratch(1, (size_t)rb * (size_t)cols * 4);
         if (f == KILN_WF_F32 || tile) {
             for (int64_t b = r0; b < r1; b += rb) {
@@ -397,12 +408,16 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
         }
     }
     /* GEMM on the prepared activations (the integer-dot formats): register tiles over rows × tokens. */
-    if (n > 1 && xp && t->gemm_prep[f]) {
+    if (n > small_n(w) && xp && t->gemm_prep[f]) {
         t->gemm_prep[f](w, xp, xpb, n, Y, rows, r0, r1);
         return;
     }
     /* GEMV per row of X over L1/L2-sized row blocks (weights read from memory once). */
     if (n == 1) rb = r1 - r0;
+    else if (w->tiled) { /* whole tile groups (4 or 16 rows) per block */
+        const int64_t tr = kiln_weight_tile_rows(w);
+        rb = (rb + tr - 1) / tr * tr;
+    }
     for (int64_t b = r0; b < r1; b += rb) {
         int64_t e = b + rb < r1 ? b + rb : r1;
         for (int i = 0; i < n; i++)
@@ -413,7 +428,7 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
 /* Bytes of one prepared activation row for w (0: the kernel reads X itself). */
 static void prep_size(const kiln_ktable *t, const kiln_weight *w, int n, size_t *xpb) {
     *xpb = t->xprep_bytes[w->fmt] ? t->xprep_bytes[w->fmt](w) : 0;
-    if ((n > 1 || !t->gemv[w->fmt]) && t->gemm_f32 && t->dequant[w->fmt]) *xpb = 0; /* f32 tiles read X itself */
+    if ((n > small_n(w) || !t->gemv[w->fmt]) && t->gemm_f32 && t->dequant[w->fmt]) *xpb = 0; /* f32 tiles read X itself */
     if (bf16_gemm(t, w, n)) *xpb = t->xprep_bf16_bytes(w);   /* ... unless it goes through the bf16 GEMM */
     *xpb = (*xpb + 63) & ~(size_t)63; /* each prepared row 64-byte aligned (the kernels' loads) */
 }

@@ -159,6 +159,10 @@ kiln_isa kiln_kernels_current(void);
 int kiln_kernels_fp8_exact(int exact);
 /* 1 when FP8 GEMV with the current kernels rounds x to bf16 (AVX-512 with the BF16-dot path). */
 int kiln_kernels_fp8_rounds_x(void);
+/* FP8 steps of at most this many tokens run the 1-token GEMV kernel once per token (its numerics:
+ * the same as a 1-token step); larger ones, and every other format's steps of 2+ tokens, the GEMMs
+ * (gemv.c). */
+#define KILN_GEMV_SMALL_N_FP8 16
 const char *kiln_isa_name(kiln_isa isa);
 int kiln_cpu_supports(kiln_isa isa);
 
