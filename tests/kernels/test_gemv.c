@@ -112,7 +112,8 @@ static float *make_x(int n, int64_t cols) {
  * AVX-512 table of the bf16 form does for FP8 at every n (the GEMV) and for BF16 and FP8 at n > 1
  * (the BF16-dot GEMM). */
 static int bf16_rounding(kiln_wformat f, int n) {
-    return kiln_kernels_fp8_rounds_x() && (f == KILN_WF_FP8_BLOCK || (f == KILN_WF_BF16 && n > 1));
+    /* FP8 steps of 2..KILN_GEMV_SMALL_N_FP8 tokens run the exact FP8 GEMV per token (gemv.c) */
+    return kiln_kernels_fp8_rounds_x() && ((f == KILN_WF_FP8_BLOCK && (n == 1 || n > KILN_GEMV_SMALL_N_FP8)) || (f == KILN_WF_BF16 && n > 1));
 }
 static double bound_for(kiln_wformat f) {
     if (bf16_rounding(f, KILN_GEMV_SMALL_N_FP8 + 1)) return 5e-5; /* some n of the test runs a rounding path */
@@ -135,9 +136,9 @@ static void elem_bounds(const kiln_weight *w, const float *x, float *bound, int 
     /* bf16 keeps 8 significant bits: each rounding is off by at most 2^-8 relative. 2^-8·Σ|w·x| covers x
      * rounded to bf16; the GEMM's FP8 tiles round fp8 × scale too: (1 + 2^-8)² − 1 < 1.01·2^-7. The
      * GEMV (n = 1) reads subnormal fp8 codes as 0 instead. */
-    /* FP8 steps of up to KILN_GEMV_SMALL_N_FP8 tokens run the 1-token GEMV per token (its numerics),
-     * larger ones the GEMM (BF16 activations, fp8 × scale rounded to BF16 in the tiles) */
-    const int gemv_path = w->fmt == KILN_WF_FP8_BLOCK ? n <= KILN_GEMV_SMALL_N_FP8 : n == 1;
+    /* the BF16-dot FP8 GEMV (n = 1) reads subnormal codes as 0; the GEMM (n > KILN_GEMV_SMALL_N_FP8)
+     * rounds x and fp8 × scale to BF16; 2..KILN_GEMV_SMALL_N_FP8 tokens run the exact GEMV */
+    const int gemv_path = n == 1;
     int fp8_rounds = bf16_rounding(w->fmt, n), subnormal_zero = fp8_rounds && w->fmt == KILN_WF_FP8_BLOCK && gemv_path;
     assert_true(!subnormal_zero || !w->tiled);
     for (int64_t r = 0; r < w->rows; r++) {
