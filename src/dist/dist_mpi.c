@@ -157,25 +157,18 @@ static void gather_vocab(const float *part, int rows, int64_t vocab, float *out,
 void kiln_dist_gather_vocab(void *ctx, const float *part, int rows, int64_t vocab, float *out) { (void)ctx; gather_vocab(part, rows, vocab, out, 0); }
 void kiln_dist_allgather_vocab(void *ctx, const float *part, int rows, int64_t vocab, float *out) { (void)ctx; gather_vocab(part, rows, vocab, out, 1); }
 
-kiln_status kiln_dist_allreduce_min_i32(int32_t *v, int n) {
+/* An in-place all-reduce of n ints under the step deadline. */
+static kiln_status allreduce_int(void *v, int n, MPI_Datatype type, MPI_Op op, const char *what) {
     if (!started || size_ == 1) return KILN_OK;
     if (failed) return kiln_fail(KILN_ERR_IO, "%s", failure);
     MPI_Request rq;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_INT32_T, MPI_MIN, MPI_COMM_WORLD, &rq);
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, type, op, MPI_COMM_WORLD, &rq);
     if (rc != MPI_SUCCESS) { mpi_fail("MPI_Iallreduce", rc); mark_failed(kiln_last_error()); }
-    else step_wait(&rq, "MPI_Allreduce (min)");
+    else step_wait(&rq, what);
     return failed ? kiln_fail(KILN_ERR_IO, "%s", failure) : KILN_OK;
 }
-
-kiln_status kiln_dist_allreduce_or_u32(uint32_t *v, int n) {
-    if (!started || size_ == 1) return KILN_OK;
-    if (failed) return kiln_fail(KILN_ERR_IO, "%s", failure);
-    MPI_Request rq;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_UINT32_T, MPI_BOR, MPI_COMM_WORLD, &rq);
-    if (rc != MPI_SUCCESS) { mpi_fail("MPI_Iallreduce", rc); mark_failed(kiln_last_error()); }
-    else step_wait(&rq, "MPI_Allreduce (or)");
-    return failed ? kiln_fail(KILN_ERR_IO, "%s", failure) : KILN_OK;
-}
+kiln_status kiln_dist_allreduce_min_i32(int32_t *v, int n) { return allreduce_int(v, n, MPI_INT32_T, MPI_MIN, "MPI_Allreduce (min)"); }
+kiln_status kiln_dist_allreduce_or_u32(uint32_t *v, int n) { return allreduce_int(v, n, MPI_UINT32_T, MPI_BOR, "MPI_Allreduce (or)"); }
 
 /* Rank 0's message of n words to every rank: first its length, then the words. The others wait up
  * to wait_s (0 = forever) for the length, sleeping between tests (an idle server's ranks sleep

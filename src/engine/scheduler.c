@@ -301,6 +301,16 @@ void kiln_engine_free(kiln_engine *e) {
 }
 
 /* ---- submission (any thread) ------------------------------------------------------------------------ */
+/* Appends r to the waiting list, counted as active (under mu, or on a follower's only thread). */
+static void wait_append(kiln_engine *e, kiln_req *r) {
+    r->prev = e->wait_tail;
+    r->next = NULL;
+    if (e->wait_tail) e->wait_tail->next = r; else e->wait_head = r;
+    e->wait_tail = r;
+    e->n_waiting++;
+    e->n_active++;
+}
+
 kiln_submit_result kiln_engine_submit(kiln_engine *e, kiln_req *r, char *why, size_t why_len) {
     int total = r->n_prompt + r->max_tokens;
     if (total > e->n_ctx) {
@@ -324,12 +334,7 @@ kiln_submit_result kiln_engine_submit(kiln_engine *e, kiln_req *r, char *why, si
         r->arrival = e->next_arrival++;
         r->t_arrival = kiln_now();
         atomic_fetch_add(&r->refs, 1);
-        r->prev = e->wait_tail;
-        r->next = NULL;
-        if (e->wait_tail) e->wait_tail->next = r; else e->wait_head = r;
-        e->wait_tail = r;
-        e->n_waiting++;
-        e->n_active++;
+        wait_append(e, r);
         e->pub.waiting = e->n_waiting;
         pthread_cond_signal(&e->cv);
     }
@@ -877,12 +882,7 @@ static kiln_status tp_apply(kiln_engine *e) {
         r->announced = 1;
         if (w[at + 3] >= 0 && (r->share_from = tp_find(e, w[at + 3])) != NULL) atomic_fetch_add(&r->share_from->refs, 1);
         at += 4 + w[at + 1];
-        r->prev = e->wait_tail;
-        r->next = NULL;
-        if (e->wait_tail) e->wait_tail->next = r; else e->wait_head = r;
-        e->wait_tail = r;
-        e->n_waiting++;
-        e->n_active++;
+        wait_append(e, r);
     }
     return KILN_OK;
 }
