@@ -127,15 +127,18 @@ struct kiln_engine {
     int msg_n, msg_cap;
     int32_t *drops;         /* rank 0: arrivals of announced requests reap finished this step, in order */
     int n_drops, cap_drops;
-    int32_t *emitted;       /* [2 × max_batch] the step's sampled token and finish per batch entry */
+    int32_t *emitted;       /* [max_batch × EMIT_STRIDE] per batch entry what rank 0 emitted: n tokens,
+                               accepted drafts, finish, then the n tokens (speculation: up to 17) */
     int32_t *bad_codes;     /* [max_batch + 1] integrity: first bad slot × 8 + kind per entry, −bad pages */
     uint32_t *bad_map;      /* [(n_pages + 31) / 32] integrity: pages found bad on any rank */
 };
 
 /* Step message kinds (rank 0 → the others). Layout of STEP: kind, n_drop, n_new, the dropped
  * arrivals, then per new request: arrival, n_prompt, max_tokens, share_from's arrival (−1 none),
- * its prompt ids. Arrival numbers travel as int32 (2^31 requests per server run). */
+ * its speculation k (0 = none) and n-gram length, its prompt ids. Arrival numbers travel as int32 (2^31 requests per server run). */
 enum { TP_MSG_STEP = 1, TP_MSG_STOP = 2, TP_MSG_HEARTBEAT = 3 };
+#define SPEC_MAX_K 16                /* drafts per request and step (the "speculative" field's limit) */
+#define EMIT_STRIDE (3 + SPEC_MAX_K + 1)
 
 static int pages_for(const kiln_engine *e, int tokens) { return (tokens + e->pt - 1) / e->pt; }
 
@@ -241,7 +244,7 @@ static kiln_status engine_init(kiln_model *m, const kiln_options *o_in, const ki
         e->m_pages = malloc((P + 1) * sizeof *e->m_pages);
         e->m_hashes = malloc((P + 1) * sizeof *e->m_hashes);
         e->bad_pages = malloc((P + 1) * sizeof *e->bad_pages);
-        e->emitted = malloc(2 * B * sizeof *e->emitted);
+        e->emitted = malloc(EMIT_STRIDE * B * sizeof *e->emitted);
         e->bad_codes = malloc((B + 1) * sizeof *e->bad_codes);
         e->bad_map = calloc((P + 31) / 32 + 1, sizeof *e->bad_map);
         if (!e->emitted || !e->bad_codes || !e->bad_map) st = kiln_fail(KILN_ERR_NOMEM, "out of memory for the scheduler's step buffers");
@@ -815,6 +818,10 @@ static void tp_lost(kiln_engine *e) {
     drain_all(e, KILN_ERR_IO, msg);
 }
 
+/* Whether r speculates at all: a prompt-lookup k, no grammar (drafts would skip its mask), not the
+ * forced-output test hook. Decided from what rank 0 announces, so every rank decides alike. */
+static int spec_allowed(const kiln_req *r) { return r->spec_k > 0 && !r->grammar && r->n_forced == 0; }
+
 /* Rank 0: the step message — what reap dropped, then the requests that arrived since the last one
  * (in arrival order; one that does not fit in memory waits, with everything after it). */
 static kiln_status tp_send(kiln_engine *e, int kind) {
@@ -830,14 +837,16 @@ static kiln_status tp_send(kiln_engine *e, int kind) {
         pthread_mutex_lock(&e->mu);
         for (kiln_req *r = e->wait_head; r; r = r->next) {
             if (r->announced) continue;
-            if (!msg_reserve(e, 4 + r->n_toks)) break;
+            if (!msg_reserve(e, 6 + r->n_toks)) break;
             int32_t *w = e->msg + e->msg_n;
             w[0] = (int32_t)r->arrival;
             w[1] = r->n_toks;
             w[2] = r->max_tokens;
             w[3] = r->share_from && r->share_from->announced ? (int32_t)r->share_from->arrival : -1;
-            memcpy(w + 4, r->toks, (size_t)r->n_toks * sizeof *r->toks);
-            e->msg_n += 4 + r->n_toks;
+            w[4] = spec_allowed(r) ? r->spec_k : 0; /* the others draft exactly when rank 0 does */
+            w[5] = r->spec_ngram;
+            memcpy(w + 6, r->toks, (size_t)r->n_toks * sizeof *r->toks);
+            e->msg_n += 6 + r->n_toks;
             e->msg[2]++;
             r->announced = 1;
         }
@@ -873,15 +882,17 @@ static kiln_status tp_apply(kiln_engine *e) {
     kiln_sampling sp;
     kiln_sampling_default(&sp);
     for (int i = 0; i < w[2]; i++) {
-        if (at + 4 > n || w[at + 1] < 1 || w[at + 2] < 1 || w[at + 1] > n - at - 4)
+        if (at + 6 > n || w[at + 1] < 1 || w[at + 2] < 1 || w[at + 1] > n - at - 6 || w[at + 4] < 0 || w[at + 4] > SPEC_MAX_K)
             return kiln_fail(KILN_ERR_INTERNAL, "a malformed request in a step message from rank 0 (word %d of %d)", at, n);
         kiln_req *r;
-        kiln_status st = kiln_req_create(w + at + 4, w[at + 1], w[at + 2], &sp, e->vocab, -1, &r);
+        kiln_status st = kiln_req_create(w + at + 6, w[at + 1], w[at + 2], &sp, e->vocab, -1, &r);
         if (st != KILN_OK) return st;
         r->arrival = (uint32_t)w[at];
         r->announced = 1;
+        r->spec_k = w[at + 4];
+        r->spec_ngram = w[at + 5];
         if (w[at + 3] >= 0 && (r->share_from = tp_find(e, w[at + 3])) != NULL) atomic_fetch_add(&r->share_from->refs, 1);
-        at += 4 + w[at + 1];
+        at += 6 + w[at + 1];
         wait_append(e, r);
     }
     return KILN_OK;
@@ -947,18 +958,20 @@ static void step_run(kiln_engine *e) {
      * forward pass; the drafts share what the step budget leaves after every decode's one token */
     int n_dec = 0;
     for (int i = 0; i < e->n_running; i++) n_dec += e->running[i]->n_toks - e->running[i]->n_computed == 1;
-    const int spec_on = e->tp < 2 && !e->pool->dscale && e->n_running <= (e->cfg.spec_max_batch > 0 ? e->cfg.spec_max_batch : 4);
+    /* (under --tp every rank drafts alike: the drafts come from the request's tokens alone) */
+    const int spec_on = !e->pool->dscale && e->n_running <= (e->cfg.spec_max_batch > 0 ? e->cfg.spec_max_batch : 4);
     int spec_budget = S - n_dec;
     /* decodes first: every sequence that has prefilled gets its one token this step */
     for (int i = 0; i < e->n_running; i++) {
         kiln_req *r = e->running[i];
         if (r->n_toks - r->n_computed != 1) continue;
         int d = 0;
-        if (spec_on && r->spec_k > 0 && !r->grammar && r->n_ev >= r->n_forced && spec_budget > 0) {
+        if (spec_on && spec_allowed(r) && spec_budget > 0) {
             /* at most what may still be generated after this step's token, and within the context */
             int cap = r->max_tokens - (r->n_toks - r->n_prompt) - 1, ctx_room = e->n_ctx - 1 - r->n_computed;
             if (cap > ctx_room) cap = ctx_room;
             if (cap > r->spec_k) cap = r->spec_k;
+            if (cap > SPEC_MAX_K) cap = SPEC_MAX_K;
             if (cap > spec_budget) cap = spec_budget;
             if (cap > 0 && spec_rows_fit(e, e->n_running + (S - n_dec - spec_budget) + cap))
                 d = kiln_ngram_draft(r->toks, r->n_toks, 1, r->spec_ngram > 0 ? r->spec_ngram : 3, cap, r->toks + r->n_toks);
@@ -1008,7 +1021,7 @@ static void step_run(kiln_engine *e) {
     for (int b = 0, t = 0; b < nb; b++) {
         kiln_req *r = e->b_req[b];
         if (r->spec_d > 0) { /* a speculating request: every position's logits verify the next draft */
-            for (int j = 0; j < e->b_cnt[b]; j++, t++) e->b_out[t] = rows++;
+            for (int j = 0; j < e->b_cnt[b]; j++, t++, rows++) e->b_out[t] = e->rank == 0 || e->m->vocab_split ? rows : -1;
             continue;
         }
         int reach = r->n_computed + e->b_cnt[b] == r->n_toks;
@@ -1048,10 +1061,10 @@ static void step_run(kiln_engine *e) {
         /* every rank must now decide alike: the integrity verdicts combined, then rank 0's tokens */
         if (e->pool->integ && tp_combine_integrity(e, nb, &nbad) != KILN_OK) { tp_lost(e); return; }
         if (kiln_dist_failed() || atomic_load(&e->failed)) { tp_lost(e); return; }
-        for (int b = 0; b < 2 * nb; b++) e->emitted[b] = -1;
+        memset(e->emitted, 0, (size_t)nb * EMIT_STRIDE * sizeof *e->emitted);
         if (e->rank > 0) {
-            if (kiln_dist_bcast_msg(&e->msg, &e->msg_n, &e->msg_cap, e->tp_timeout) != KILN_OK || e->msg_n != 2 * nb) { tp_lost(e); return; }
-            memcpy(e->emitted, e->msg, (size_t)(2 * nb) * sizeof *e->emitted);
+            if (kiln_dist_bcast_msg(&e->msg, &e->msg_n, &e->msg_cap, e->tp_timeout) != KILN_OK || e->msg_n != EMIT_STRIDE * nb) { tp_lost(e); return; }
+            memcpy(e->emitted, e->msg, (size_t)(EMIT_STRIDE * nb) * sizeof *e->emitted);
         }
     }
     now = kiln_now();
@@ -1068,12 +1081,28 @@ static void step_run(kiln_engine *e) {
             if (e->pool->integ && integ_after_step(e, r)) continue;
             kiln_finish f = KILN_FINISH_NONE;
             int kept = 0;
-            for (int j = 0; j <= d && f == KILN_FINISH_NONE; j++) {
-                int acc = 0;
-                const int32_t draft = j < d ? r->toks[r->n_toks] : -1; /* read before the emit overwrites the slot */
-                f = emit_token(e, r, e->logits + (size_t)(first + j) * e->vocab, now, draft, &acc);
-                if (j == d || !acc) break;
-                kept++;
+            int32_t *em = e->emitted + (size_t)b * EMIT_STRIDE;
+            if (e->rank > 0) { /* tensor parallel: rank 0 verified; take its tokens */
+                if (em[0] < 1 || em[0] > 1 + d || em[1] < 0 || em[1] > d || r->n_toks + em[0] > r->n_prompt + r->max_tokens) { tp_lost(e); return; }
+                for (int j = 0; j < em[0]; j++) {
+                    if (em[3 + j] < 0 || em[3 + j] >= e->vocab) { tp_lost(e); return; }
+                    r->toks[r->n_toks++] = em[3 + j];
+                }
+                kept = em[1];
+                f = (kiln_finish)em[2];
+            } else {
+                const int before = r->n_toks;
+                for (int j = 0; j <= d && f == KILN_FINISH_NONE; j++) {
+                    int acc = 0;
+                    const int32_t draft = j < d ? r->toks[r->n_toks] : -1; /* read before the emit overwrites the slot */
+                    f = emit_token(e, r, e->logits + (size_t)(first + j) * e->vocab, now, draft, &acc);
+                    if (j == d || !acc) break;
+                    kept++;
+                }
+                em[0] = r->n_toks - before;
+                em[1] = kept;
+                em[2] = (int32_t)f;
+                memcpy(em + 3, r->toks + before, (size_t)em[0] * sizeof *em);
             }
             r->n_computed += kept; /* the accepted drafts' KV stays; the rest is overwritten later */
             r->seq.len = r->n_computed;
@@ -1090,19 +1119,21 @@ static void step_run(kiln_engine *e) {
         register_pages(e, r);
         if (!reach) continue;
         kiln_finish f;
+        int32_t *em = e->emitted + (size_t)b * EMIT_STRIDE;
         if (e->rank > 0) { /* rank 0 sampled it */
-            if (e->emitted[2 * b] < 0 || e->emitted[2 * b] >= e->vocab || r->n_toks >= r->n_prompt + r->max_tokens) { tp_lost(e); return; }
-            r->toks[r->n_toks++] = e->emitted[2 * b];
-            f = (kiln_finish)e->emitted[2 * b + 1];
+            if (em[0] != 1 || em[3] < 0 || em[3] >= e->vocab || r->n_toks >= r->n_prompt + r->max_tokens) { tp_lost(e); return; }
+            r->toks[r->n_toks++] = em[3];
+            f = (kiln_finish)em[2];
         } else {
             f = emit_token(e, r, e->logits + (size_t)my_row * e->vocab, now, -1, NULL);
-            e->emitted[2 * b] = r->toks[r->n_toks - 1];
-            e->emitted[2 * b + 1] = (int32_t)f;
+            em[0] = 1;
+            em[2] = (int32_t)f;
+            em[3] = r->toks[r->n_toks - 1];
         }
         if (f != KILN_FINISH_NONE) finish_running(e, r, f, KILN_OK, NULL);
     }
     if (e->tp > 1 && e->rank == 0) {
-        int n_words = 2 * nb, cap = 2 * e->cfg.max_batch;
+        int n_words = EMIT_STRIDE * nb, cap = EMIT_STRIDE * e->cfg.max_batch;
         if (kiln_dist_bcast_msg(&e->emitted, &n_words, &cap, 0) != KILN_OK) { tp_lost(e); return; }
     }
     if (e->pool->integ) {

@@ -2,8 +2,8 @@
 # `kiln serve --tp N` under mpirun (docs/SCALE.md, "kiln serve under mpirun"):
 #   - the official-client server suite (tests/server/test_server_api.mjs: greedy text equal to
 #     llama2.c's and `kiln run`, streaming, prefix reuse, stop strings, logprobs) at -np 2 and 4, and
-#     the integrity (faults injected on every rank, heal and strict), concurrency and sampling
-#     suites at -np 2, each against one-process references;
+#     the integrity (faults injected on every rank, heal and strict), concurrency, sampling and
+#     speculative-decoding suites at -np 2, each against one-process references;
 #   - tests/dist/tp_serve.mjs: an MLA + MoE model with FP8 KV identical to one process, faults on one
 #     rank healed by all, a hung and a killed rank, mismatched ranks refused.
 # Skipped (77) without mpirun, node or an MPI build, and under make check.
@@ -24,4 +24,4 @@ T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 TP_MLA=$T/mla TP_LONG=$T/long node tests/dist/tp_serve.mjs
 KILN_SERVE_TP=2 node tests/server/test_server_api.mjs
 KILN_SERVE_TP=4 node tests/server/test_server_api.mjs
-for s in integrity concurrency sampling; do KILN_SERVE_TP=2 node tests/server/test_server_$s.mjs; done
+for s in integrity concurrency sampling spec; do KILN_SERVE_TP=2 node tests/server/test_server_$s.mjs; done
