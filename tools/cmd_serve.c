@@ -27,6 +27,16 @@ static int read_key_file(const char *path, char **out) {
     return *out != NULL;
 }
 
+/* Ranks 1.. of `--tp`: follow rank 0's server until it stops (0), or end the whole job when rank 0
+ * is lost (MPI_Abort: a supervisor restarts it). Frees m. */
+static int follow_rank0(const char *cmd, kiln_model *m, const kiln_options *o, const kiln_server_options *so, double timeout_s) {
+    kiln_status st = kiln_server_follow(m, o, so, timeout_s);
+    kiln_model_free(m);
+    if (st) kiln_dist_abort(cli_fail_status(cmd, st));
+    kiln_dist_finalize();
+    return 0;
+}
+
 /* Server options shared by serve and bench --server; returns 1 if argv[a->i] was consumed. */
 static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
     const char *k = a->argv[a->i];
@@ -132,13 +142,8 @@ int cmd_serve(int argc, char **argv) {
         if (trc) { free(key_owned); return trc; }
         kiln_dist_set_deadline(tp_timeout);
         if (rank > 0) {
-            st = kiln_server_follow(m, &o, &so, tp_timeout);
-            if (st) fprintf(stderr, "kiln serve: rank %d: error: %s\n", rank, kiln_last_error());
-            kiln_model_free(m);
             free(key_owned);
-            if (st) kiln_dist_abort(1); /* rank 0 is lost: end the whole job for its supervisor */
-            kiln_dist_finalize();
-            return 0;
+            return follow_rank0("serve", m, &o, &so, tp_timeout);
         }
     } else if ((st = kiln_model_load(model_path, &o, &m))) { free(key_owned); return cli_fail_status("serve", st); }
     kiln_server *srv;
@@ -287,12 +292,8 @@ int cmd_bench_server(int argc, char **argv) {
     if (so.max_conn_per_ip < maxc + 8) so.max_conn_per_ip = maxc + 8; /* every bench client is 127.0.0.1 */
     if (so.max_connections < maxc + 8) so.max_connections = maxc + 8;
     if (rank > 0) {
-        st = kiln_server_follow(m, &o, &so, 0);
-        kiln_model_free(m);
         free(lv);
-        if (st) { int rc = cli_fail_status("bench", st); kiln_dist_abort(rc); return rc; }
-        kiln_dist_finalize();
-        return 0;
+        return follow_rank0("bench", m, &o, &so, 0);
     }
     kiln_server *srv;
     st = kiln_server_start(m, model_path, &o, &so, &srv);

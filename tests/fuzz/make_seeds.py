@@ -178,6 +178,9 @@ def committed(root):
         "completion_text": {"model": "kiln", "prompt": "Lily was happy", "max_tokens": 4, "logprobs": 2, "stop": "."},
         "completion_ids": {"model": "kiln", "prompt": [1, 2, 3, 4], "max_tokens": 2},
         "completion_nested": {"model": "kiln", "prompt": [[1, 5, 9]], "temperature": 0, "user": "u"},
+        "completion_spec": {"model": "kiln", "prompt": "Lily", "max_tokens": 4,
+                            "speculative": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}},
+        "completion_spec_off": {"model": "kiln", "prompt": [1, 2], "speculative": "off"},
     }
     for k, v in reqs.items():
         put(root, "openai", k + ".json", json.dumps(v))
