@@ -234,10 +234,6 @@ void kiln_quant_x256(const float *x, int8_t *q, float *d) {
     }
 }
 
-void kiln_dequant_rows_ref(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
-    for (int64_t r = r0; r < r1; r++) kiln_weight_row_f32(w, r, out + (size_t)(r - r0) * (size_t)ld);
-}
-
 /* ---- scratch ------------------------------------------------------------------------------------- */
 /* Slot 0: prepared activations; slot 1: dequantised weight tiles. Grow-only, per thread; freed when
  * the thread ends (a thread-specific key's destructor: OpenMP team workers end with the thread that
@@ -285,10 +281,17 @@ static int fast_ok(const kiln_ktable *t, const kiln_weight *w) {
     case KILN_WF_FP8_BLOCK: return w->block > 0;
     case KILN_WF_INT4_GROUP: return kiln_int4_group_ok(w);
     case KILN_WF_Q8_0:
-    case KILN_WF_Q4_0: return w->cols % 32 == 0;
+    case KILN_WF_Q4_0:
+    case KILN_WF_Q4_1:
+    case KILN_WF_Q5_0:
+    case KILN_WF_Q5_1:
+    case KILN_WF_IQ4_NL: return w->cols % 32 == 0;
     case KILN_WF_Q4_K:
     case KILN_WF_Q5_K:
-    case KILN_WF_Q6_K: return w->cols % 256 == 0;
+    case KILN_WF_Q6_K:
+    case KILN_WF_Q2_K:
+    case KILN_WF_Q3_K:
+    case KILN_WF_IQ4_XS: return w->cols % 256 == 0;
     default: return 1;
     }
 }

@@ -26,10 +26,10 @@ typedef enum kiln_wformat {
     KILN_WF_Q4_K,       /* GGUF K-quant super-blocks of 256 along cols (quant/dtype.h), multiplied by */
     KILN_WF_Q5_K,       /* int8 dots on x quantized per super-block (kiln_quant_x256; gemv_avx512.c */
     KILN_WF_Q6_K,       /* "GGUF K-quants") */
-    KILN_WF_Q2_K,       /* the rest of llama-quantize's weight types: f32 tiles of kernels/kquant.c's */
-    KILN_WF_Q3_K,       /* dequantization (no int8-dot kernel): super-blocks of 256 along cols ... */
+    KILN_WF_Q2_K,       /* the rest of llama-quantize's weight types, int8 dots as above: super-blocks */
+    KILN_WF_Q3_K,       /* of 256 along cols (x per super-block, as the K-quants) ... */
     KILN_WF_IQ4_XS,
-    KILN_WF_Q4_1,       /* ... and blocks of 32 along cols */
+    KILN_WF_Q4_1,       /* ... and blocks of 32 along cols (x per 32, as Q8_0 / Q4_0) */
     KILN_WF_Q5_0,
     KILN_WF_Q5_1,
     KILN_WF_IQ4_NL,
@@ -187,7 +187,8 @@ void kiln_matmul_rows(const kiln_weight *w, const float *X, float *Y, int n, int
 
 /* Whether kiln_matmul has a SIMD kernel for this weight under the current ISA (otherwise it runs
  * the scalar reference: slow but correct). SIMD kernels need: INT4 group % 32 == 0 and group
- * dividing 128 or a multiple of 128; FP8 any block; Q8_0/Q4_0 cols % 32 == 0; K-quants cols % 256 == 0. */
+ * dividing 128 or a multiple of 128; FP8 any block; the GGUF blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * IQ4_NL) cols % 32 == 0; the super-blocks (Q2_K .. Q6_K, IQ4_XS) cols % 256 == 0. */
 int kiln_matmul_is_fast(const kiln_weight *w);
 
 /* x[i] *= a (dispatched like kiln_dot_f32). */

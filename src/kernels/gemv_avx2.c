@@ -376,12 +376,14 @@ static void xprep_kq(const kiln_weight *w, const float *x, void *xp) {
     }
 }
 
-/* ---- Q8_0 / Q4_0 --------------------------------------------------------------------------------- */
-/* Prepared activation: per 32-block 64 bytes {x_q[32] int8, st[8] int32}, then d[cols/32] f32.
- * Q4_0: st = −8·Σ(lane's 4 x_q); Q8_0 (sign trick) needs no start value: st = 0. */
-/* After d: tot[cols/32] int32, the block's whole start value (the sum of its st lanes), for the
- * 16-row interleave kernels (q16_*). */
+/* ---- GGUF blocks of 32: Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1 -------------------------------------
+ * Prepared activation: per 32-block 64 bytes {x_q[32] int8, st[8] int32}, then d[cols/32] f32.
+ * Q4_0: st = −8·Σ(lane's 4 x_q), Q5_0: −16·Σ (nibbles are w + 8 / w + 16); Q8_0 and IQ4_NL (signed
+ * weights, sign trick) need no start value: st = 0; Q4_1 / Q5_1 (w = d·q + m) read no st.
+ * After d: tot[cols/32] int32, the block's whole start value (the sum of its st lanes), for the
+ * 16-row interleave kernels (q16_*); Q4_1 / Q5_1 then xs[cols/32] f32 = dx·Σx_q for the m term. */
 static size_t xprep_bytes_q(const kiln_weight *w) { return ((size_t)(w->cols / 32) * 72 + 63) & ~(size_t)63; }
+static size_t xprep_bytes_q1(const kiln_weight *w) { return ((size_t)(w->cols / 32) * 76 + 63) & ~(size_t)63; }
 AI void xprep_q(const kiln_weight *w, const float *x, void *xp, int32_t off) {
     const int64_t nb = w->cols / 32;
     uint8_t *o = (uint8_t *)xp;
@@ -398,7 +400,21 @@ AI void xprep_q(const kiln_weight *w, const float *x, void *xp, int32_t off) {
 }
 static void xprep_q8(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 0); }
 static void xprep_q4(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 8); }
-
+static void xprep_q5(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 16); }
+static void xprep_q1(const kiln_weight *w, const float *x, void *xp) {
+    xprep_q(w, x, xp, -1); /* tot = Σx_q */
+    const int64_t nb = w->cols / 32;
+    const float *d = (const float *)((uint8_t *)xp + nb * 64);
+    const int32_t *tot = (const int32_t *)(d + nb);
+    float *xs = (float *)(tot + nb);
+    for (int64_t b = 0; b < nb; b++) xs[b] = d[b] * (float)tot[b];
+}
+AI int64_t qb_bytes(int f) {
+    return f == KILN_WF_Q8_0 ? 34 : f == KILN_WF_Q5_0 ? 22 : f == KILN_WF_Q4_1 ? 20 : f == KILN_WF_Q5_1 ? 24 : 18;
+}
+AI int qb_qs(int f) { return f == KILN_WF_Q5_0 ? 6 : f == KILN_WF_Q4_1 ? 4 : f == KILN_WF_Q5_1 ? 8 : 2; }
+AI int qb_has_min(int f) { return f == KILN_WF_Q4_1 || f == KILN_WF_Q5_1; }
+/* The block's exact integer dot with x_q as 8 int32 lanes (4 columns each), start value included. */
 AI __m256i q_dot(int f, const uint8_t *blk, __m256i xq, __m256i st) {
     const __m256i ones = _mm256_set1_epi16(1);
     if (f == KILN_WF_Q8_0) {
@@ -406,19 +422,33 @@ AI __m256i q_dot(int f, const uint8_t *blk, __m256i xq, __m256i st) {
         return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xq, wv)), ones);
     }
     /* the 16 bytes in both halves; the upper half shifted right by 4: low nibbles = weights 0-15,
-     * high nibbles = weights 16-31 (GGML's Q4_0 order) */
-    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + 2)));
-    const __m256i wv = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0F));
-    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv, xq), ones), st);
+     * high nibbles = weights 16-31 (GGML's order) */
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + qb_qs(f))));
+    __m256i wv = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0F));
+    if (f == KILN_WF_IQ4_NL) { /* signed levels: |w| · (x with w's sign), as Q8_0 */
+        wv = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)), wv);
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xq, wv)), ones);
+    }
+    if (f == KILN_WF_Q5_0 || f == KILN_WF_Q5_1) { /* bit i of qh → bit 4 of byte i */
+        uint32_t qh;
+        memcpy(&qh, blk + (f == KILN_WF_Q5_0 ? 2 : 4), 4);
+        const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll,
+                                                                                                0x0101010101010101ll, 0));
+        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+        wv = _mm256_or_si256(wv, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit), _mm256_set1_epi8(0x10)));
+    }
+    const __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xq), ones);
+    return qb_has_min(f) ? t : _mm256_add_epi32(t, st);
 }
 AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, int64_t pfg) {
-    const int64_t nb = w->cols / 32, bb = f == KILN_WF_Q8_0 ? 34 : 18;
+    const int64_t nb = w->cols / 32, bb = qb_bytes(f);
     /* software prefetch of the 4-row group pfg ahead (rows in place, so that group is one linear
      * range of 4 rows): 4 × bb bytes of it per block, as the AVX-512 kernel */
     const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
-    const float *d = (const float *)(xp + nb * 64);
+    const float *d = (const float *)(xp + nb * 64), *xs = (const float *)(xp + nb * 72);
     const uint8_t *p[4];
     __m256 acc[4];
+    __m128 accm = _mm_setzero_ps(); /* the _1 formats' m·xs, lane j = row j */
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) {
         p[j] = w->data + (size_t)(r + j) * w->row_bytes;
@@ -431,21 +461,28 @@ AI void q_rows(int f, int NR, const kiln_weight *w, const uint8_t *xp, float *y,
         if (pfg) {
             PF_LINE(pf + 4 * bb * b);
             PF_LINE(pf + 4 * bb * b + 64);
-            if (f == KILN_WF_Q8_0) PF_LINE(pf + 4 * bb * b + 128);
+            if (4 * bb > 128) PF_LINE(pf + 4 * bb * b + 128);
         }
         /* the NR rows' f16 block scales converted together, × the x block scale */
-        uint16_t h[4] = {0, 0, 0, 0};
+        uint16_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) memcpy(&h[j], p[j] + bb * b, 2);
-        const __m256 s4 = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h)), _mm_set1_ps(db)));
+        for (int j = 0; j < NR; j++) {
+            memcpy(&h[j], p[j] + bb * b, 2);
+            if (qb_has_min(f)) memcpy(&h[4 + j], p[j] + bb * b + 2, 2);
+        }
+        const __m256 hv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+        const __m256 s4 = _mm256_castps128_ps256(_mm_mul_ps(_mm256_castps256_ps128(hv), _mm_set1_ps(db)));
+        if (qb_has_min(f)) accm = _mm_fmadd_ps(_mm256_extractf128_ps(hv, 1), _mm_set1_ps(xs[b]), accm);
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
             __m256i t = q_dot(f, p[j] + bb * b, xq, st);
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_permutevar8x32_ps(s4, _mm256_set1_epi32(j)), acc[j]);
         }
     }
+    float m[4];
+    _mm_storeu_ps(m, accm);
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; j++) y[j] = hsum256(acc[j]);
+    for (int j = 0; j < NR; j++) y[j] = qb_has_min(f) ? hsum256(acc[j]) + m[j] : hsum256(acc[j]);
 }
 AI void gemv_q(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0, int64_t r1) {
     int64_t r = r0;
@@ -565,6 +602,20 @@ static void gemm_q4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, 
     else
         for (int t = 0; t < n; t++) gemv_q(KILN_WF_Q4_0, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + r0, r0, r1);
 }
+/* The other blocks of 32 stay in checkpoint layout: one GEMV per token, as above. */
+#define Q_ENTRIES(F, fmt)                                                                                                          \
+    static void gemv_##F(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {                 \
+        (void)x;                                                                                                                   \
+        gemv_q(fmt, w, xp, y, r0, r1);                                                                                             \
+    }                                                                                                                              \
+    static void gemm_##F(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) { \
+        for (int t = 0; t < n; t++) gemv_q(fmt, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + r0, r0, r1);                 \
+    }
+Q_ENTRIES(q5_0, KILN_WF_Q5_0)
+Q_ENTRIES(q4_1, KILN_WF_Q4_1)
+Q_ENTRIES(q5_1, KILN_WF_Q5_1)
+Q_ENTRIES(iq4nl, KILN_WF_IQ4_NL)
+#undef Q_ENTRIES
 
 /* The compute peak loop (gemv_isa.h: peak) for AVX2: f32 FMA and the int8 dot as the INT4 / Q8_0
  * kernels of this table compute it (vpmaddubsw + vpmaddwd: 32 multiply-accumulates per pair). */
@@ -649,19 +700,24 @@ const kiln_ktable kiln_ktable_avx2 = {
     .axpy = axpy_f32,
     .scale = scale_f32,
     .xprep_bytes = {[KILN_WF_INT4_GROUP] = xprep_bytes_int4, [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q,
-                    [KILN_WF_Q4_K] = xprep_bytes_kq, [KILN_WF_Q5_K] = xprep_bytes_kq, [KILN_WF_Q6_K] = xprep_bytes_kq},
+                    [KILN_WF_Q4_K] = xprep_bytes_kq, [KILN_WF_Q5_K] = xprep_bytes_kq, [KILN_WF_Q6_K] = xprep_bytes_kq,
+                    [KILN_WF_Q2_K] = xprep_bytes_kq, [KILN_WF_Q3_K] = xprep_bytes_kq, [KILN_WF_IQ4_XS] = xprep_bytes_kq,
+                    [KILN_WF_Q5_0] = xprep_bytes_q, [KILN_WF_IQ4_NL] = xprep_bytes_q, [KILN_WF_Q4_1] = xprep_bytes_q1,
+                    [KILN_WF_Q5_1] = xprep_bytes_q1},
     .xprep = {[KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, [KILN_WF_Q4_0] = xprep_q4,
-              [KILN_WF_Q4_K] = xprep_kq, [KILN_WF_Q5_K] = xprep_kq, [KILN_WF_Q6_K] = xprep_kq},
+              [KILN_WF_Q4_K] = xprep_kq, [KILN_WF_Q5_K] = xprep_kq, [KILN_WF_Q6_K] = xprep_kq, [KILN_WF_Q2_K] = xprep_kq,
+              [KILN_WF_Q3_K] = xprep_kq, [KILN_WF_IQ4_XS] = xprep_kq, [KILN_WF_Q5_0] = xprep_q5, [KILN_WF_IQ4_NL] = xprep_q8,
+              [KILN_WF_Q4_1] = xprep_q1, [KILN_WF_Q5_1] = xprep_q1},
     .gemv = {[KILN_WF_F32] = gemv_f32, [KILN_WF_F16] = gemv_f16, [KILN_WF_BF16] = gemv_bf16,
              [KILN_WF_FP8_BLOCK] = gemv_fp8, [KILN_WF_INT4_GROUP] = gemv_int4, [KILN_WF_Q8_0] = gemv_q8,
-             [KILN_WF_Q4_0] = gemv_q4, [KILN_WF_Q4_K] = gemv_q4k, [KILN_WF_Q5_K] = gemv_q5k, [KILN_WF_Q6_K] = gemv_q6k},
-    .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8,
-                [KILN_WF_Q2_K] = kiln_dequant_rows_ref, [KILN_WF_Q3_K] = kiln_dequant_rows_ref, [KILN_WF_IQ4_XS] = kiln_dequant_rows_ref,
-                [KILN_WF_Q4_1] = kiln_dequant_rows_ref, [KILN_WF_Q5_0] = kiln_dequant_rows_ref, [KILN_WF_Q5_1] = kiln_dequant_rows_ref,
-                [KILN_WF_IQ4_NL] = kiln_dequant_rows_ref},
+             [KILN_WF_Q4_0] = gemv_q4, [KILN_WF_Q4_K] = gemv_q4k, [KILN_WF_Q5_K] = gemv_q5k, [KILN_WF_Q6_K] = gemv_q6k,
+             [KILN_WF_Q2_K] = gemv_q2k, [KILN_WF_Q3_K] = gemv_q3k, [KILN_WF_IQ4_XS] = gemv_iq4xs, [KILN_WF_Q5_0] = gemv_q5_0,
+             [KILN_WF_IQ4_NL] = gemv_iq4nl, [KILN_WF_Q4_1] = gemv_q4_1, [KILN_WF_Q5_1] = gemv_q5_1},
+    .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8},
     .gemm_f32 = gemm_f32,
     .gemm_prep = {[KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4, [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k,
-                  [KILN_WF_Q6_K] = gemm_q6k},
+                  [KILN_WF_Q6_K] = gemm_q6k, [KILN_WF_Q2_K] = gemm_q2k, [KILN_WF_Q3_K] = gemm_q3k, [KILN_WF_IQ4_XS] = gemm_iq4xs,
+                  [KILN_WF_Q5_0] = gemm_q5_0, [KILN_WF_IQ4_NL] = gemm_iq4nl, [KILN_WF_Q4_1] = gemm_q4_1, [KILN_WF_Q5_1] = gemm_q5_1},
     .tiled_mask = (1u << KILN_WF_Q8_0) | (1u << KILN_WF_Q4_0),
     .read_sum = read_sum,
     .peak = peak,

@@ -933,13 +933,19 @@ static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, floa
     FOR_ROW_GROUPS(w, r0, r1, int4_rows(4, w, xp, y + (r - r0), r, &k, PFG(r)), int4_rows(1, w, xp, y + (r - r0), r, &k, 0));
 }
 
-/* ---- Q8_0 / Q4_0 --------------------------------------------------------------------------------- */
-/* Prepared activation: per 32-block 64 bytes {x_q[32] int8, st[8] int32 lane start values}, then the
- * block scales d[cols/32] f32. Q8_0: st = −128·Σ(lane's 4 x_q) (weights xor 0x80 are w + 128);
- * Q4_0: st = −8·Σ (nibbles are w + 8). */
-/* After d: tot[cols/32] int32, the block's whole start value (the sum of its 8 st lanes), for the
- * 16-row interleave kernels (q16_*), whose register lanes are rows, not column groups. */
+/* ---- GGUF blocks of 32: Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1 -------------------------------------
+ * Prepared activation: per 32-block 64 bytes {x_q[32] int8, st[8] int32 lane start values}, then the
+ * block scales d[cols/32] f32. The weights are made unsigned and the lane starts undo the offset:
+ * Q8_0 and IQ4_NL: st = −128·Σ(lane's 4 x_q) (Q8_0 weights xor 0x80 are w + 128; IQ4_NL's levels
+ * −127..113 are looked up as level + 128, 1..241); Q4_0: st = −8·Σ (nibbles are w + 8); Q5_0: −16·Σ.
+ * After d: tot[cols/32] int32, the block's whole start value (the sum of its 8 st lanes), for the
+ * 16-row interleave kernels (q16_*), whose register lanes are rows, not column groups.
+ * Q4_1 / Q5_1 (w = d·q + m, q unsigned) need no start (the kernels start lanes at 0) but the
+ * block's m term m·dx·Σx_q: after tot, xs[cols/32] f32 = dx·Σx_q (ggml's q8_1 keeps the same sum,
+ * rounded to f16; kiln keeps it in f32). Per (row, block): exact int32 dot, one conversion, × d·dx,
+ * FMA; the _1 formats then one FMA of m·xs into the row's first lane. */
 static size_t xprep_bytes_q(const kiln_weight *w) { return ((size_t)(w->cols / 32) * 72 + 63) & ~(size_t)63; }
+static size_t xprep_bytes_q1(const kiln_weight *w) { return ((size_t)(w->cols / 32) * 76 + 63) & ~(size_t)63; }
 AI void xprep_q(const kiln_weight *w, const float *x, void *xp, int32_t off) {
     const int64_t nb = w->cols / 32;
     uint8_t *o = (uint8_t *)xp;
@@ -960,32 +966,96 @@ AI void xprep_q(const kiln_weight *w, const float *x, void *xp, int32_t off) {
 }
 static void xprep_q8(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 128); }
 static void xprep_q4(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 8); }
-
+static void xprep_q5(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 16); }
+/* Q4_1 / Q5_1: start −(−1)·Σ gives tot = Σx_q, hence xs; the kernels do not read st. */
+static void xprep_q1(const kiln_weight *w, const float *x, void *xp) {
+    xprep_q(w, x, xp, -1);
+    const int64_t nb = w->cols / 32;
+    const float *d = (const float *)((uint8_t *)xp + nb * 64);
+    const int32_t *tot = (const int32_t *)(d + nb);
+    float *xs = (float *)(tot + nb);
+    for (int64_t b = 0; b < nb; b++) xs[b] = d[b] * (float)tot[b];
+}
+/* Bytes per block and where its quants start (after f16 d, f16 m, u32 qh as the format has them). */
+AI int64_t qb_bytes(int f) {
+    return f == KILN_WF_Q8_0 ? 34 : f == KILN_WF_Q5_0 ? 22 : f == KILN_WF_Q4_1 ? 20 : f == KILN_WF_Q5_1 ? 24 : 18;
+}
+AI int qb_qs(int f) { return f == KILN_WF_Q5_0 ? 6 : f == KILN_WF_Q4_1 ? 4 : f == KILN_WF_Q5_1 ? 8 : 2; }
+AI int qb_has_min(int f) { return f == KILN_WF_Q4_1 || f == KILN_WF_Q5_1; }
+AI uint32_t qb_qh(int f, const uint8_t *blk) {
+    uint32_t h;
+    memcpy(&h, blk + (f == KILN_WF_Q5_0 ? 2 : 4), 4);
+    return h;
+}
+/* IQ4_NL / IQ4_XS levels (ggml's kvalues_iq4nl) + 128, as u8, in every 128-bit lane (vpshufb table). */
+AI __m512i iq4_lut(void) {
+    return _mm512_broadcast_i32x4(_mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153, (char)166,
+                                                (char)181, (char)197, (char)217, (char)241));
+}
+/* One row's block b as 32 unsigned weights (element i in byte i). */
 AI __m256i q_weights(int f, const uint8_t *blk) {
     if (f == KILN_WF_Q8_0)
         return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
-    __m128i v = _mm_loadu_si128((const __m128i *)(blk + 2)), m4 = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    __m128i v = _mm_loadu_si128((const __m128i *)(blk + qb_qs(f))), m4 = _mm_set1_epi8(0x0F);
+    __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    if (f == KILN_WF_IQ4_NL) q = _mm256_shuffle_epi8(_mm512_castsi512_si256(iq4_lut()), q);
+    if (f == KILN_WF_Q5_0 || f == KILN_WF_Q5_1) /* bit i of qh is element i's fifth bit */
+        q = _mm256_mask_add_epi8(q, (__mmask32)qb_qh(f, blk), q, _mm256_set1_epi8(0x10));
+    return q;
+}
+/* Rows ba and bq's block b: ba's 32 unsigned weights in bytes 0-31, bq's in 32-63. */
+AI __m512i q_weights2(int f, const uint8_t *ba, const uint8_t *bq) {
+    if (f == KILN_WF_Q8_0) {
+        const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(ba + 2))),
+                                              _mm256_loadu_si256((const __m256i *)(bq + 2)), 1);
+        return _mm512_xor_si512(wv, _mm512_set1_epi8((char)0x80));
+    }
+    /* GGML's nibble order: low nibbles are elements 0-15, high nibbles 16-31 */
+    const int qs = qb_qs(f);
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(ba + qs))),
+                                              _mm_loadu_si128((const __m128i *)(bq + qs)), 1);
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+    __m512i wv = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
+    if (f == KILN_WF_IQ4_NL) wv = _mm512_shuffle_epi8(iq4_lut(), wv);
+    if (f == KILN_WF_Q5_0 || f == KILN_WF_Q5_1)
+        wv = _mm512_mask_add_epi8(wv, (__mmask64)((uint64_t)qb_qh(f, ba) | (uint64_t)qb_qh(f, bq) << 32), wv, _mm512_set1_epi8(0x10));
+    return wv;
 }
 /* One row (the rows past the last group of 4; q_rows4 takes the groups). */
 AI void q_row1(int f, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r) {
-    const int64_t nb = w->cols / 32, bb = f == KILN_WF_Q8_0 ? 34 : 18;
-    const float *d = (const float *)(xp + nb * 64);
+    const int64_t nb = w->cols / 32, bb = qb_bytes(f);
+    const float *d = (const float *)(xp + nb * 64), *xs = (const float *)(xp + nb * 72);
     const uint8_t *p = w->data + (size_t)r * w->row_bytes;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const __m256i xq = _mm256_load_si256((const __m256i *)(xp + 64 * b));
-        const __m256i st = _mm256_load_si256((const __m256i *)(xp + 64 * b + 32));
+        const __m256i st = qb_has_min(f) ? _mm256_setzero_si256() : _mm256_load_si256((const __m256i *)(xp + 64 * b + 32));
         const uint8_t *blk = p + bb * b;
-        uint16_t h;
-        memcpy(&h, blk, 2);
+        uint32_t h;
+        memcpy(&h, blk, 4); /* d, and m for the _1 formats */
+        const __m128 s2 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)h));
         const __m256i t = _mm256_dpbusd_epi32(st, q_weights(f, blk), xq);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(_cvtsh_ss(h) * d[b]), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(_mm_cvtss_f32(s2) * d[b]), acc);
+        if (qb_has_min(f)) /* m·xs into lane 0 */
+            acc = _mm256_fmadd_ps(_mm256_castps128_ps256(_mm_insert_ps(_mm_setzero_ps(), s2, 0x40)), _mm256_set1_ps(xs[b]), acc);
     }
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     *y = _mm_cvtss_f32(s);
+}
+/* A pair of rows' f16 scales of block b: d in lanes 0-7 (row a) and 8-15 (row q); for the _1
+ * formats m (of a in lane 0, of q in lane 8, zero elsewhere) into *mv. */
+AI __m512 q_scales2(int f, const uint8_t *ba, const uint8_t *bq, __m512 *mv) {
+    uint32_t ha, hq;
+    memcpy(&ha, ba, 4);
+    memcpy(&hq, bq, 4);
+    /* words: d_a, d_q, m_a, m_q */
+    const __m128 s4 = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((ha & 0xFFFFu) | (uint64_t)(hq & 0xFFFFu) << 16 |
+                                                                  (uint64_t)(ha >> 16) << 32 | (uint64_t)(hq >> 16) << 48)));
+    if (qb_has_min(f))
+        *mv = _mm512_maskz_permutexvar_ps(0x0101, _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 2), _mm512_castps128_ps512(s4));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), _mm512_castps128_ps512(s4));
 }
 /* Four rows as two pairs, each pair in one 512-bit register: lanes 0-7 the first row's block,
  * lanes 8-15 the second's, against the block's prepared activation in both halves. Per pair and
@@ -994,43 +1064,28 @@ AI void q_row1(int f, const kiln_weight *w, const uint8_t *xp, float *y, int64_t
  * (one row at a time: ~13 operations per row and block, the f16 scale alone ~5). Same integer dots and the
  * same per-block scaling as q_row1; the lanes are summed in another order at the end. */
 AI void q_rows4(int f, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, int64_t pfg) {
-    const int64_t nb = w->cols / 32, bb = f == KILN_WF_Q8_0 ? 34 : 18;
-    const float *d = (const float *)(xp + nb * 64);
+    const int64_t nb = w->cols / 32, bb = qb_bytes(f);
+    const float *d = (const float *)(xp + nb * 64), *xs = (const float *)(xp + nb * 72);
     const uint8_t *p0 = w->data + (size_t)r * w->row_bytes;
     const size_t rb = w->row_bytes;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), x80 = _mm512_set1_epi8((char)0x80);
-    const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     __m512 acc01 = _mm512_setzero_ps(), acc23 = acc01;
     const uint8_t *pf = p0 + 4 * pfg * (int64_t)rb;
     for (int64_t b = 0; b < nb; b++) {
         const __m512i xq = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(xp + 64 * b)));
-        const __m512i st = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(xp + 64 * b + 32)));
-        const __m128 db = _mm_set1_ps(d[b]);
+        const __m512i st = qb_has_min(f) ? _mm512_setzero_si512() : _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(xp + 64 * b + 32)));
+        const __m512 db = _mm512_set1_ps(d[b]);
         if (pfg) {
             PFH(pf + 4 * bb * b);
             PFH(pf + 4 * bb * b + 64);
-            if (f == KILN_WF_Q8_0) PFH(pf + 4 * bb * b + 128);
+            if (4 * bb > 128) PFH(pf + 4 * bb * b + 128);
         }
 #define Q_PAIR(ra, acc)                                                                                             \
     do {                                                                                                            \
         const uint8_t *ba = p0 + (size_t)(ra) * rb + bb * b, *bq = ba + rb;                                         \
-        __m512i wv;                                                                                                 \
-        if (f == KILN_WF_Q8_0) {                                                                                    \
-            wv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(ba + 2))),          \
-                                    _mm256_loadu_si256((const __m256i *)(bq + 2)), 1);                              \
-            wv = _mm512_xor_si512(wv, x80);                                                                         \
-        } else { /* GGML Q4_0: low nibbles are weights 0-15, high nibbles 16-31 */                                 \
-            const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(ba + 2))), \
-                                                      _mm_loadu_si128((const __m128i *)(bq + 2)), 1);               \
-            const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);           \
-            wv = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), m4);                         \
-        }                                                                                                           \
-        uint16_t ha, hq;                                                                                            \
-        memcpy(&ha, ba, 2);                                                                                         \
-        memcpy(&hq, bq, 2);                                                                                         \
-        const __m128 s2 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)ha | (uint32_t)hq << 16))), db); \
-        const __m512 sc = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(s2));                               \
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(st, wv, xq)), sc, acc);                       \
+        __m512 mv;                                                                                                  \
+        const __m512 sc = _mm512_mul_ps(q_scales2(f, ba, bq, &mv), db);                                             \
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(st, q_weights2(f, ba, bq), xq)), sc, acc);    \
+        if (qb_has_min(f)) acc = _mm512_fmadd_ps(mv, _mm512_set1_ps(xs[b]), acc);                                  \
     } while (0)
         Q_PAIR(0, acc01);
         Q_PAIR(2, acc23);
@@ -1278,44 +1333,32 @@ static void gemm_int4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n
  * next row's), as q_rows4, × NT (1..6) tokens; each pair's weights and f16 scales are unpacked once
  * per NT tokens. Rows past the last group of 4 run q_row1 per token. */
 AI void q_gemm_tile(int f, int NT, const kiln_weight *w, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy, int64_t r) {
-    const int64_t nb = w->cols / 32, bb = f == KILN_WF_Q8_0 ? 34 : 18;
+    const int64_t nb = w->cols / 32, bb = qb_bytes(f);
     const uint8_t *p0 = w->data + (size_t)r * w->row_bytes;
     const size_t rb = w->row_bytes;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), x80 = _mm512_set1_epi8((char)0x80);
-    const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     __m512 acc[2][6];
 #pragma GCC unroll 6
     for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m512i wv[2];
-        __m512 sc[2];
+        __m512 sc[2], mv[2];
 #pragma GCC unroll 2
         for (int P = 0; P < 2; P++) {
             const uint8_t *ba = p0 + (size_t)(2 * P) * rb + bb * b, *bq = ba + rb;
-            if (f == KILN_WF_Q8_0) {
-                wv[P] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(ba + 2))),
-                                           _mm256_loadu_si256((const __m256i *)(bq + 2)), 1);
-                wv[P] = _mm512_xor_si512(wv[P], x80);
-            } else { /* GGML Q4_0: low nibbles are weights 0-15, high nibbles 16-31 */
-                const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(ba + 2))),
-                                                          _mm_loadu_si128((const __m128i *)(bq + 2)), 1);
-                const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
-                wv[P] = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), m4);
-            }
-            uint16_t ha, hq;
-            memcpy(&ha, ba, 2);
-            memcpy(&hq, bq, 2);
-            sc[P] = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)ha | (uint32_t)hq << 16)))));
+            wv[P] = q_weights2(f, ba, bq);
+            sc[P] = q_scales2(f, ba, bq, &mv[P]);
         }
 #pragma GCC unroll 6
         for (int t = 0; t < NT; t++) {
             const uint8_t *xt = xp + (size_t)t * xpb;
             const __m512i xq = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(xt + 64 * b)));
-            const __m512i st = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(xt + 64 * b + 32)));
+            const __m512i st = qb_has_min(f) ? _mm512_setzero_si512() : _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(xt + 64 * b + 32)));
             const __m512 dx = _mm512_set1_ps(((const float *)(xt + nb * 64))[b]);
 #pragma GCC unroll 2
-            for (int P = 0; P < 2; P++)
+            for (int P = 0; P < 2; P++) {
                 acc[P][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(st, wv[P], xq)), _mm512_mul_ps(sc[P], dx), acc[P][t]);
+                if (qb_has_min(f)) acc[P][t] = _mm512_fmadd_ps(mv[P], _mm512_set1_ps(((const float *)(xt + nb * 72))[b]), acc[P][t]);
+            }
         }
     }
 #pragma GCC unroll 6
@@ -1360,6 +1403,20 @@ static void gemm_q4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, 
     if (w->tiled) q16_rows(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, 0, r0, r1);
     else gemm_q(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, r0, r1);
 }
+/* The other blocks of 32 stay in checkpoint layout (owned copies on huge pages: tile.c). */
+#define Q_ENTRIES(F, fmt)                                                                                                          \
+    static void gemv_##F(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {                 \
+        (void)x;                                                                                                                   \
+        gemv_q(fmt, w, xp, y, r0, r1);                                                                                             \
+    }                                                                                                                              \
+    static void gemm_##F(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) { \
+        gemm_q(fmt, w, xp, xpb, n, Y, ldy, r0, r1);                                                                                \
+    }
+Q_ENTRIES(q5_0, KILN_WF_Q5_0)
+Q_ENTRIES(q4_1, KILN_WF_Q4_1)
+Q_ENTRIES(q5_1, KILN_WF_Q5_1)
+Q_ENTRIES(iq4nl, KILN_WF_IQ4_NL)
+#undef Q_ENTRIES
 
 
 /* ---- BF16-dot GEMM (prefill, batched decode): BF16 weights as stored, FP8 weights through bf16 tiles
@@ -1558,8 +1615,25 @@ static float max_f32(const float *x, int64_t n) {
  * K-quant weight is then one sequential stream — with software prefetch PF_BYTES ahead. */
 #define KQ_REC 320
 static size_t xprep_bytes_kq(const kiln_weight *w) { return (size_t)(w->cols / 256) * KQ_REC; }
-/* perm45: write the Q4_K / Q5_K chunk order (sub-blocks 0,2,1,3,4,6,5,7), else columns in order. */
-AI void xprep_kq_impl(const kiln_weight *w, const float *x, void *xp, int perm45) {
+/* Where natural 16-column group i (0..15) of a super-block goes in the record's q[256] (byte offset),
+ * so that each format's 64-byte weight chunks meet their columns:
+ *   KQ_NATURAL  Q6_K: columns in order;
+ *   KQ_PERM45   Q4_K / Q5_K: sub-blocks of 32 in the order 0,2 | 1,3 | 4,6 | 5,7 (see above);
+ *   KQ_PERM2    Q2_K / Q3_K: chunk k = sub-blocks k and 4 + k (shift 2k of the 64 quant bytes: bytes
+ *               0-31 hold sub-blocks 0-3's 2-bit fields, bytes 32-63 those of 4-7);
+ *   KQ_PERMXS   IQ4_XS: chunk 2h + s = nibble s (low, high) of bytes 64h..64h+63, i.e. 16-column
+ *               group 2(4h + jj) + s at byte 16jj of the chunk. */
+enum { KQ_NATURAL, KQ_PERM45, KQ_PERM2, KQ_PERMXS };
+AI int kq_pos(int perm, int i) {
+    const int sub = i / 2, half = i % 2;
+    switch (perm) {
+    case KQ_PERM45: return 64 * ((sub >> 2) * 2 + (sub & 1)) + 32 * ((sub >> 1) & 1) + 16 * half;
+    case KQ_PERM2: return 64 * (sub % 4) + 32 * (sub / 4) + 16 * half;
+    case KQ_PERMXS: return 64 * (2 * (sub / 4) + half) + 16 * (sub % 4);
+    default: return 16 * i;
+    }
+}
+AI void xprep_kq_impl(const kiln_weight *w, const float *x, void *xp, int perm) {
     const int64_t nsb = w->cols / 256;
     for (int64_t sb = 0; sb < nsb; sb++) {
         const float *xs = x + 256 * sb;
@@ -1575,15 +1649,15 @@ AI void xprep_kq_impl(const kiln_weight *w, const float *x, void *xp, int perm45
             __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 16 * i), vid)); /* RNE */
             q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
             bs[i] = (int16_t)_mm512_reduce_add_epi32(q);
-            const int sub = i / 2, half = i % 2; /* sub-block of 32 and which half of it */
-            const int pos = perm45 ? 64 * ((sub >> 2) * 2 + (sub & 1)) + 32 * ((sub >> 1) & 1) : 32 * sub;
-            _mm_storeu_si128((__m128i *)(o + pos + 16 * half), _mm512_cvtepi32_epi8(q));
+            _mm_storeu_si128((__m128i *)(o + kq_pos(perm, i)), _mm512_cvtepi32_epi8(q));
         }
         memcpy(o + 288, &d, 4);
     }
 }
-static void xprep_kq45(const kiln_weight *w, const float *x, void *xp) { xprep_kq_impl(w, x, xp, 1); }
-static void xprep_kq6(const kiln_weight *w, const float *x, void *xp) { xprep_kq_impl(w, x, xp, 0); }
+static void xprep_kq45(const kiln_weight *w, const float *x, void *xp) { xprep_kq_impl(w, x, xp, KQ_PERM45); }
+static void xprep_kq6(const kiln_weight *w, const float *x, void *xp) { xprep_kq_impl(w, x, xp, KQ_NATURAL); }
+static void xprep_kq2(const kiln_weight *w, const float *x, void *xp) { xprep_kq_impl(w, x, xp, KQ_PERM2); }
+static void xprep_kqxs(const kiln_weight *w, const float *x, void *xp) { xprep_kq_impl(w, x, xp, KQ_PERMXS); }
 
 /* Q4_K / Q5_K: sub-block j's 6-bit scale (byte j of *sc) and min (byte j of *mn) from the 12 packed
  * bytes (kiln_kq_scale_min for all 8 at once: bytes 0-3 hold scales 0-3 and the top 2 bits of scales
@@ -1629,6 +1703,67 @@ AI void kq_unpack(int f, const uint8_t *p, kq_sb *u) {
         u->dmin = 0.0f;
         return;
     }
+    if (f == KILN_WF_Q2_K || f == KILN_WF_Q3_K) {
+        /* Q2_K: sc[16] (scale | min << 4) | qs[64] | d | dmin;  Q3_K: hmask[32] | qs[64] | scales[12] | d.
+         * Chunk k (KQ_PERM2) = bits 2k, 2k + 1 of the 64 quant bytes; lanes 0-3 / 4-7 / 8-11 / 12-15
+         * are 16-column groups 2k, 2k + 1, 8 + 2k, 9 + 2k. */
+        const int q3 = f == KILN_WF_Q3_K;
+        const __m512i v = _mm512_loadu_si512(p + (q3 ? 32 : 16)), m3 = _mm512_set1_epi8(3);
+        __m128i sc16;
+        if (q3) {
+            uint64_t lo, hi;
+            kiln_q3k_scales16(p + 96, &lo, &hi);
+            sc16 = _mm_set_epi64x((long long)hi, (long long)lo);
+            /* the high bit of sub-block j's weight l is bit j of hmask[l]: halves with bits k, 4 + k */
+            const __m256i hm = _mm256_loadu_si256((const __m256i *)p);
+            const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(hm), _mm256_srli_epi16(hm, 4), 1), b2 = _mm512_set1_epi8(4);
+            /* unsigned weights q + 4 = low 2 bits | high bit << 2 (0..7) */
+            u->wv[0] = _mm512_ternarylogic_epi32(v, m3, _mm512_and_si512(_mm512_slli_epi16(z, 2), b2), 0xEA);
+            u->wv[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 2), m3, _mm512_and_si512(_mm512_slli_epi16(z, 1), b2), 0xEA);
+            u->wv[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), m3, _mm512_and_si512(z, b2), 0xEA);
+            u->wv[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 6), m3, _mm512_and_si512(_mm512_srli_epi16(z, 1), b2), 0xEA);
+            u->mb = _mm256_cvtepi8_epi16(sc16);
+            uint16_t h;
+            memcpy(&h, p + 108, 2);
+            u->d = _cvtsh_ss(h);
+            u->dmin = 0.0f;
+        } else {
+            const __m128i raw = _mm_loadu_si128((const __m128i *)p), n4 = _mm_set1_epi8(0x0F);
+            sc16 = _mm_and_si128(raw, n4);
+            u->mb = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), n4));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) u->wv[k] = _mm512_and_si512(k ? _mm512_srli_epi16(v, 2 * k) : v, m3);
+            const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(*(const int32_t *)(p + 80))); /* d, dmin */
+            u->d = _mm_cvtss_f32(dd);
+            u->dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+        }
+        const __m512i s32 = _mm512_and_si512(_mm512_cvtepi8_epi32(sc16), _mm512_set1_epi32(0xFFFF));
+        const __m512i i0 = _mm512_set_epi32(9, 9, 9, 9, 8, 8, 8, 8, 1, 1, 1, 1, 0, 0, 0, 0), two = _mm512_set1_epi32(2);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) u->S[k] = _mm512_permutexvar_epi32(_mm512_add_epi32(i0, _mm512_mullo_epi32(two, _mm512_set1_epi32(k))), s32);
+        return;
+    }
+    if (f == KILN_WF_IQ4_XS) {
+        /* d | scales_h u16 | scales_l[4] | qs[128]: chunks (KQ_PERMXS) 2h + s = nibble s of qs[64h..]
+         * looked up as level + 128; S[h] lane l = sub-block 4h + l / 4's scale (int32, signed);
+         * mb = the scale of each natural 16-column group (sub-block i / 2) for the −128 correction. */
+        const __m512i lut = iq4_lut(), m4b = _mm512_set1_epi8(0x0F);
+        const __m512i v0 = _mm512_loadu_si512(p + 8), v1 = _mm512_loadu_si512(p + 72);
+        u->wv[0] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v0, m4b));
+        u->wv[1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4b));
+        u->wv[2] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v1, m4b));
+        u->wv[3] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4b));
+        const __m128i sc8 = _mm_cvtsi64_si128((long long)kiln_iq4xs_scales8(p + 2));
+        const __m512i s32 = _mm512_cvtepi8_epi32(sc8);
+        u->S[0] = _mm512_permutexvar_epi32(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), s32);
+        u->S[1] = _mm512_permutexvar_epi32(_mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4), s32);
+        u->mb = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sc8, sc8));
+        uint16_t h;
+        memcpy(&h, p, 2);
+        u->d = _cvtsh_ss(h);
+        u->dmin = 0.0f;
+        return;
+    }
     /* Q4_K: d, dmin f16 | scales[12] | ql[128]; Q5_K: ... | qh[32] | ql[128] */
     const uint8_t *ql = p + (f == KILN_WF_Q5_K ? 48 : 16);
     const __m512i v0 = _mm512_loadu_si512(ql), v1 = _mm512_loadu_si512(ql + 64);
@@ -1659,6 +1794,10 @@ AI void kq_unpack(int f, const uint8_t *p, kq_sb *u) {
     u->d = _mm_cvtss_f32(dd);
     u->dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
 }
+/* The formats whose weights carry a min (Q4_K, Q5_K, Q2_K: w = d·sc·q − dmin·m), and those stored
+ * as unsigned q + 2^shift (Q6_K: 32, Q3_K: 4, IQ4_XS: levels + 128), 0 for the others. */
+AI int kq_has_min(int f) { return f == KILN_WF_Q4_K || f == KILN_WF_Q5_K || f == KILN_WF_Q2_K; }
+AI int kq_offset_shift(int f) { return f == KILN_WF_Q6_K ? 5 : f == KILN_WF_Q3_K ? 2 : f == KILN_WF_IQ4_XS ? 7 : 0; }
 /* One row × NT tokens (xp + t·xpb): Y[t·ldy] = the row's dot with token t. */
 AI void kq_tile(int f, int NT, const uint8_t *p, int64_t nsb, size_t bsb, const uint8_t *xp, size_t xpb, float *Y, size_t ldy) {
     __m512 acc[4];
@@ -1674,14 +1813,23 @@ AI void kq_tile(int f, int NT, const uint8_t *p, int64_t nsb, size_t bsb, const 
         for (int t = 0; t < NT; t++) {
             const uint8_t *o = xp + (size_t)t * xpb + (size_t)sb * KQ_REC;
             __m512i isum = _mm512_setzero_si512();
+            if (f == KILN_WF_IQ4_XS) { /* lanes up to 8·241·127: scaled by vpmulld, not the 16-bit vpdpwssd */
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const __m512i pd = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u.wv[2 * h], _mm512_load_si512(o + 128 * h)),
+                                                           u.wv[2 * h + 1], _mm512_load_si512(o + 128 * h + 64));
+                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(pd, u.S[h]));
+                }
+            } else {
 #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++)
-                isum = _mm512_dpwssd_epi32(isum, _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.wv[k], _mm512_load_si512(o + 64 * k)), u.S[k]);
+                for (int k = 0; k < 4; k++)
+                    isum = _mm512_dpwssd_epi32(isum, _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.wv[k], _mm512_load_si512(o + 64 * k)), u.S[k]);
+            }
             const __m256i bm = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(o + 256)), u.mb);
             float dx;
             memcpy(&dx, o + 288, 4);
-            if (f == KILN_WF_Q6_K) {
-                isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(bm, 5)));
+            if (kq_offset_shift(f)) { /* unsigned weights q + 2^shift: isum −= 2^shift · Σ_g sc_g · bs_g */
+                isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_sll_epi32(bm, _mm_cvtsi32_si128(kq_offset_shift(f)))));
             } else {
                 accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bm), _mm256_set1_ps(u.dmin * dx), accm[t]);
             }
@@ -1691,7 +1839,7 @@ AI void kq_tile(int f, int NT, const uint8_t *p, int64_t nsb, size_t bsb, const 
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) {
         float y = _mm512_reduce_add_ps(acc[t]);
-        if (f != KILN_WF_Q6_K) {
+        if (kq_has_min(f)) {
             __m128 s = _mm_add_ps(_mm256_castps256_ps128(accm[t]), _mm256_extractf128_ps(accm[t], 1));
             s = _mm_add_ps(s, _mm_movehl_ps(s, s));
             s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -1700,7 +1848,16 @@ AI void kq_tile(int f, int NT, const uint8_t *p, int64_t nsb, size_t bsb, const 
         Y[(size_t)t * ldy] = y;
     }
 }
-AI size_t kq_block_bytes(int f) { return f == KILN_WF_Q4_K ? 144 : f == KILN_WF_Q5_K ? 176 : 210; }
+AI size_t kq_block_bytes(int f) {
+    switch (f) {
+    case KILN_WF_Q4_K: return 144;
+    case KILN_WF_Q5_K: return 176;
+    case KILN_WF_Q2_K: return 84;
+    case KILN_WF_Q3_K: return 110;
+    case KILN_WF_IQ4_XS: return 136;
+    default: return 210;
+    }
+}
 /* Rows [r0, r1) × tokens [0, n): tokens in blocks whose prepared rows fit in L2 (GEMM_X_BYTES), each
  * row against the block in tiles of 4 tokens (its weights stay in L1 meanwhile). */
 AI void kq_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
@@ -1747,26 +1904,43 @@ static void gemm_q5k(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n,
 static void gemm_q6k(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
     kq_rows(KILN_WF_Q6_K, w, xp, xpb, n, Y, ldy, r0, r1);
 }
+#define KQ_ENTRIES(F, fmt)                                                                                                          \
+    static void gemv_##F(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {                \
+        (void)x;                                                                                                                    \
+        kq_rows(fmt, w, xp, 0, 1, y, 0, r0, r1);                                                                                   \
+    }                                                                                                                               \
+    static void gemm_##F(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) { \
+        kq_rows(fmt, w, xp, xpb, n, Y, ldy, r0, r1);                                                                               \
+    }
+KQ_ENTRIES(q2k, KILN_WF_Q2_K)
+KQ_ENTRIES(q3k, KILN_WF_Q3_K)
+KQ_ENTRIES(iq4xs, KILN_WF_IQ4_XS)
+#undef KQ_ENTRIES
 
 #define AVX512_TABLE(FP8_XPREP_BYTES, FP8_XPREP, FP8_GEMV)                                                       \
     {                                                                                                            \
         .dot = dot_f32, .axpy = axpy_f32, .scale = scale_f32,                                                    \
         .xprep_bytes = {[KILN_WF_FP8_BLOCK] = FP8_XPREP_BYTES, [KILN_WF_INT4_GROUP] = xprep_bytes_int4,          \
                         [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q, [KILN_WF_Q4_K] = xprep_bytes_kq,            \
-                        [KILN_WF_Q5_K] = xprep_bytes_kq, [KILN_WF_Q6_K] = xprep_bytes_kq}, \
+                        [KILN_WF_Q5_K] = xprep_bytes_kq, [KILN_WF_Q6_K] = xprep_bytes_kq, [KILN_WF_Q2_K] = xprep_bytes_kq,            \
+                        [KILN_WF_Q3_K] = xprep_bytes_kq, [KILN_WF_IQ4_XS] = xprep_bytes_kq, [KILN_WF_Q5_0] = xprep_bytes_q,             \
+                        [KILN_WF_IQ4_NL] = xprep_bytes_q, [KILN_WF_Q4_1] = xprep_bytes_q1, [KILN_WF_Q5_1] = xprep_bytes_q1}, \
         .xprep = {[KILN_WF_FP8_BLOCK] = FP8_XPREP, [KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, \
-                  [KILN_WF_Q4_0] = xprep_q4, [KILN_WF_Q4_K] = xprep_kq45, [KILN_WF_Q5_K] = xprep_kq45, [KILN_WF_Q6_K] = xprep_kq6},                                         \
+                  [KILN_WF_Q4_0] = xprep_q4, [KILN_WF_Q4_K] = xprep_kq45, [KILN_WF_Q5_K] = xprep_kq45, [KILN_WF_Q6_K] = xprep_kq6, \
+                  [KILN_WF_Q2_K] = xprep_kq2, [KILN_WF_Q3_K] = xprep_kq2, [KILN_WF_IQ4_XS] = xprep_kqxs, [KILN_WF_Q5_0] = xprep_q5,     \
+                  [KILN_WF_IQ4_NL] = xprep_q8, [KILN_WF_Q4_1] = xprep_q1, [KILN_WF_Q5_1] = xprep_q1},                                  \
         .gemv = {[KILN_WF_F32] = gemv_f32, [KILN_WF_F16] = gemv_f16, [KILN_WF_BF16] = gemv_bf16,                 \
                  [KILN_WF_FP8_BLOCK] = FP8_GEMV, [KILN_WF_INT4_GROUP] = gemv_int4, [KILN_WF_Q8_0] = gemv_q8,     \
-                 [KILN_WF_Q4_0] = gemv_q4, [KILN_WF_Q4_K] = gemv_q4k, [KILN_WF_Q5_K] = gemv_q5k, [KILN_WF_Q6_K] = gemv_q6k},                \
-        .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8, \
-                    [KILN_WF_Q2_K] = kiln_dequant_rows_ref, [KILN_WF_Q3_K] = kiln_dequant_rows_ref,               \
-                    [KILN_WF_IQ4_XS] = kiln_dequant_rows_ref, [KILN_WF_Q4_1] = kiln_dequant_rows_ref,             \
-                    [KILN_WF_Q5_0] = kiln_dequant_rows_ref, [KILN_WF_Q5_1] = kiln_dequant_rows_ref,               \
-                    [KILN_WF_IQ4_NL] = kiln_dequant_rows_ref},                                                    \
+                 [KILN_WF_Q4_0] = gemv_q4, [KILN_WF_Q4_K] = gemv_q4k, [KILN_WF_Q5_K] = gemv_q5k, [KILN_WF_Q6_K] = gemv_q6k,  \
+                 [KILN_WF_Q2_K] = gemv_q2k, [KILN_WF_Q3_K] = gemv_q3k, [KILN_WF_IQ4_XS] = gemv_iq4xs, [KILN_WF_Q5_0] = gemv_q5_0, \
+                 [KILN_WF_IQ4_NL] = gemv_iq4nl, [KILN_WF_Q4_1] = gemv_q4_1, [KILN_WF_Q5_1] = gemv_q5_1},                        \
+        .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8}, \
         .gemm_f32 = gemm_f32, .read_sum = read_sum, .silu_mul = silu_mul, .max_f32 = max_f32, .peak = peak,      \
         .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4,     \
-                      [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k, [KILN_WF_Q6_K] = gemm_q6k},     \
+                      [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k, [KILN_WF_Q6_K] = gemm_q6k,      \
+                      [KILN_WF_Q2_K] = gemm_q2k, [KILN_WF_Q3_K] = gemm_q3k, [KILN_WF_IQ4_XS] = gemm_iq4xs,  \
+                      [KILN_WF_Q5_0] = gemm_q5_0, [KILN_WF_IQ4_NL] = gemm_iq4nl, [KILN_WF_Q4_1] = gemm_q4_1, \
+                      [KILN_WF_Q5_1] = gemm_q5_1},                                                          \
         .gemm_bf16 = BF16_GEMM(gemm_bf16), .xprep_bf16_bytes = BF16_GEMM(xprep_bytes_bf16row),                  \
         .xprep_bf16 = BF16_GEMM(xprep_bf16row), .dequant_bf16 = {[KILN_WF_FP8_BLOCK] = BF16_GEMM(dequant_bf16t_fp8)}, \
         .bf16_gemm_mask = BF16_GEMM((1u << KILN_WF_BF16) | (1u << KILN_WF_FP8_BLOCK)),                          \

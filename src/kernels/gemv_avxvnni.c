@@ -22,4 +22,10 @@ void kiln_kq_avxvnni_fill(kiln_ktable *t) {
     t->gemm_prep[KILN_WF_Q4_K] = gemm_q4k_vnni;
     t->gemm_prep[KILN_WF_Q5_K] = gemm_q5k_vnni;
     t->gemm_prep[KILN_WF_Q6_K] = gemm_q6k_vnni;
+    t->gemv[KILN_WF_Q2_K] = gemv_q2k_vnni;
+    t->gemv[KILN_WF_Q3_K] = gemv_q3k_vnni;
+    t->gemv[KILN_WF_IQ4_XS] = gemv_iq4xs_vnni;
+    t->gemm_prep[KILN_WF_Q2_K] = gemm_q2k_vnni;
+    t->gemm_prep[KILN_WF_Q3_K] = gemm_q3k_vnni;
+    t->gemm_prep[KILN_WF_IQ4_XS] = gemm_iq4xs_vnni;
 }

@@ -58,10 +58,6 @@ typedef struct kiln_ktable {
      * directly; for other formats the driver hands them untiled copies of row groups. */
     unsigned tiled_mask;
 } kiln_ktable;
-/* dequant entry of the tables for the formats they have no kernel of their own for (Q2_K, Q3_K,
- * IQ4_XS, Q4_1, Q5_0, Q5_1, IQ4_NL): rows through kiln_weight_row_f32, which the driver's f32 GEMM
- * tiles then multiply. */
-void kiln_dequant_rows_ref(const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld);
 /* The table of the current ISA (NULL = scalar), for membw.c. */
 const kiln_ktable *kiln_ktable_current(void);
 

@@ -1,4 +1,4 @@
-/* kquant_avx2.h — the AVX2-class GGUF K-quant kernels (Q4_K, Q5_K, Q6_K; checkpoint row layout),
+/* kquant_avx2.h — the AVX2-class GGUF K-quant kernels (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS; checkpoint row layout),
  * instantiated twice: in gemv_avx2.c with vpmaddubsw + vpmaddwd and in gemv_avxvnni.c with AVX-VNNI's
  * 256-bit vpdpbusd + vpdpwssd. The includer defines:
  *   KQ_VNNI            0 or 1 (which form of the scale vectors KQ_DOT wants, see kq2_scale);
@@ -12,9 +12,13 @@
  * The arithmetic and the prepared activation record are those of the AVX-512 kernels (gemv_avx512.c,
  * "GGUF K-quants"), with columns in order for every format: per 256-column super-block, 8 chunks of
  * 32 columns (8 int32 lanes of 4 columns); Q4_K / Q5_K chunk k is sub-block k (one scale), Q6_K chunk
- * k holds sub-blocks 2k (lanes 0-3) and 2k + 1 (lanes 4-7). */
+ * k holds sub-blocks 2k (lanes 0-3) and 2k + 1 (lanes 4-7), as do Q2_K's and Q3_K's 16-column groups
+ * (Q3_K stored as q + 4, 0..7: isum −= 4·Σ sc·bs; Q2_K's mins as Q4_K's). IQ4_XS's signed levels
+ * (−127..113) cannot take the u8 side: |w| · (x with w's sign) by vpmaddubsw in both instantiations
+ * (pairs ≤ 2·127·127, no saturation), then vpmaddwd by the sub-block scale. */
 #include "kernels/avx2_common.h"
 #include "kernels/gemv_isa.h"
+#include "kernels/kquant.h"
 #include <string.h>
 
 #define KQ_REC 320
@@ -56,6 +60,22 @@ AI __m256i kq2_weights(int f, const uint8_t *p, int k) {
         const __m256i hb = j == 0 ? _mm256_slli_epi16(qh, 4) : j == 1 ? _mm256_slli_epi16(qh, 2) : j == 2 ? qh : _mm256_srli_epi16(qh, 2);
         return _mm256_or_si256(lo, _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
     }
+    if (f == KILN_WF_Q2_K || f == KILN_WF_Q3_K) { /* chunk k: bits 2(k % 4) of quant bytes 32(k / 4) + l */
+        const int q3 = f == KILN_WF_Q3_K, sh = 2 * (k % 4);
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + (q3 ? 32 : 16) + 32 * (k / 4)));
+        const __m256i lo = _mm256_and_si256(sh ? _mm256_srli_epi16(v, sh) : v, _mm256_set1_epi8(3));
+        if (!q3) return lo;
+        /* Q3_K: + (bit k of hmask[l]) << 2, unsigned q + 4 in 0..7 */
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)p);
+        const __m256i hb = k < 2 ? _mm256_slli_epi16(hm, 2 - k) : k == 2 ? hm : _mm256_srli_epi16(hm, k - 2);
+        return _mm256_or_si256(lo, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
+    }
+    if (f == KILN_WF_IQ4_XS) { /* sub-block k: 16 nibble bytes, elements l (low) and 16 + l (high); signed levels */
+        const __m128i v = _mm_loadu_si128((const __m128i *)(p + 8 + 16 * k)), n4 = _mm_set1_epi8(0x0F);
+        const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), n4), _mm_and_si128(v, n4));
+        const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
+        return _mm256_shuffle_epi8(lut, q);
+    }
     const uint8_t *ql = p + (f == KILN_WF_Q5_K ? 48 : 16);
     const __m256i v = _mm256_loadu_si256((const __m256i *)(ql + 32 * (k / 2)));
     __m256i q = (k & 1) ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
@@ -74,9 +94,36 @@ AI void kq2_tile(int f, int NT, const uint8_t *p, int64_t nsb, size_t bsb, const
     for (int64_t sb = 0; sb < nsb; sb++, p += bsb) {
         if (NT == 1)
             for (size_t l = 0; l < bsb; l += 64) PF_LINE(p + KQ_PF_BYTES + l);
-        __m256i tab0, tab1, mb;
+        __m256i tab0, tab1, mb = _mm256_setzero_si256();
         float d, dmin = 0.0f;
-        if (f == KILN_WF_Q6_K) {
+        uint64_t xs8 = 0; /* IQ4_XS: the 8 sub-block scales (int8 bytes) */
+        if (f == KILN_WF_Q2_K || f == KILN_WF_Q3_K) { /* 16 scales of 16 columns, as Q6_K's */
+            __m256i s16;
+            if (f == KILN_WF_Q3_K) {
+                uint64_t lo, hi;
+                kiln_q3k_scales16(p + 96, &lo, &hi);
+                s16 = _mm256_cvtepi8_epi16(_mm_set_epi64x((long long)hi, (long long)lo));
+                mb = s16;
+                uint16_t h;
+                memcpy(&h, p + 108, 2);
+                d = _cvtsh_ss(h);
+            } else {
+                const __m128i raw = _mm_loadu_si128((const __m128i *)p), n4 = _mm_set1_epi8(0x0F);
+                s16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, n4));
+                mb = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), n4));
+                const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(*(const int32_t *)(p + 80)));
+                d = _mm_cvtss_f32(dd);
+                dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+            }
+            tab0 = _mm256_permute2x128_si256(s16, s16, 0x00);
+            tab1 = _mm256_permute2x128_si256(s16, s16, 0x11);
+        } else if (f == KILN_WF_IQ4_XS) {
+            xs8 = kiln_iq4xs_scales8(p + 2);
+            tab0 = tab1 = _mm256_setzero_si256();
+            uint16_t h;
+            memcpy(&h, p, 2);
+            d = _cvtsh_ss(h);
+        } else if (f == KILN_WF_Q6_K) {
             const __m128i sc = _mm_loadu_si128((const __m128i *)(p + 192));
             const __m256i s16 = _mm256_cvtepi8_epi16(sc);
             tab0 = _mm256_permute2x128_si256(s16, s16, 0x00);
@@ -101,7 +148,17 @@ AI void kq2_tile(int f, int NT, const uint8_t *p, int64_t nsb, size_t bsb, const
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             const __m256i wv = kq2_weights(f, p, k);
-            const __m256i S = f == KILN_WF_Q6_K ? kq2_scale(k < 4 ? tab0 : tab1, (2 * k) % 8, (2 * k + 1) % 8) : kq2_scale(tab0, k, k);
+            if (f == KILN_WF_IQ4_XS) { /* signed levels: |w| · (x signed by w), int16 pairs ≤ 2·127·127 */
+                const __m256i S = _mm256_set1_epi16((int8_t)(xs8 >> (8 * k))), aw = _mm256_abs_epi8(wv);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    const __m256i xv = _mm256_load_si256((const __m256i *)(xp + (size_t)t * xpb + (size_t)sb * KQ_REC + 32 * k));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), S));
+                }
+                continue;
+            }
+            const __m256i S = f == KILN_WF_Q6_K || f == KILN_WF_Q2_K || f == KILN_WF_Q3_K ? kq2_scale(k < 4 ? tab0 : tab1, (2 * k) % 8, (2 * k + 1) % 8)
+                                                                                          : kq2_scale(tab0, k, k);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++)
                 isum[t] = KQ_DOT(isum[t], wv, _mm256_load_si256((const __m256i *)(xp + (size_t)t * xpb + (size_t)sb * KQ_REC + 32 * k)), S);
@@ -109,20 +166,24 @@ AI void kq2_tile(int f, int NT, const uint8_t *p, int64_t nsb, size_t bsb, const
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const uint8_t *o = xp + (size_t)t * xpb + (size_t)sb * KQ_REC;
-            const __m256i bm = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(o + 256)), mb);
             float dx;
             memcpy(&dx, o + 288, 4);
-            if (f == KILN_WF_Q6_K) isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(bm, 5));
-            else accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bm), _mm256_set1_ps(dmin * dx), accm[t]);
+            if (f != KILN_WF_IQ4_XS) {
+                const __m256i bm = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(o + 256)), mb);
+                if (f == KILN_WF_Q6_K) isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(bm, 5));
+                else if (f == KILN_WF_Q3_K) isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(bm, 2));
+                else accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bm), _mm256_set1_ps(dmin * dx), accm[t]);
+            }
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d * dx), acc[t]);
         }
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) Y[(size_t)t * ldy] = f == KILN_WF_Q6_K ? hsum256(acc[t]) : hsum256(acc[t]) - hsum256(accm[t]);
+    for (int t = 0; t < NT; t++)
+        Y[(size_t)t * ldy] = f == KILN_WF_Q4_K || f == KILN_WF_Q5_K || f == KILN_WF_Q2_K ? hsum256(acc[t]) - hsum256(accm[t]) : hsum256(acc[t]);
 }
 AI void kq2_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nsb = w->cols / 256;
-    const size_t bsb = f == KILN_WF_Q4_K ? 144 : f == KILN_WF_Q5_K ? 176 : 210;
+    const size_t bsb = f == KILN_WF_Q4_K ? 144 : f == KILN_WF_Q5_K ? 176 : f == KILN_WF_Q2_K ? 84 : f == KILN_WF_Q3_K ? 110 : f == KILN_WF_IQ4_XS ? 136 : 210;
     if (n == 1) {
         for (int64_t r = r0; r < r1; r++) kq2_tile(f, 1, w->data + (size_t)r * w->row_bytes, nsb, bsb, xp, 0, Y + (r - r0), 0);
         return;
@@ -157,4 +218,7 @@ AI void kq2_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int
 KQ_ENTRIES(q4k, KILN_WF_Q4_K)
 KQ_ENTRIES(q5k, KILN_WF_Q5_K)
 KQ_ENTRIES(q6k, KILN_WF_Q6_K)
+KQ_ENTRIES(q2k, KILN_WF_Q2_K)
+KQ_ENTRIES(q3k, KILN_WF_Q3_K)
+KQ_ENTRIES(iq4xs, KILN_WF_IQ4_XS)
 #undef KQ_ENTRIES

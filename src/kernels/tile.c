@@ -167,12 +167,16 @@ int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa) {
     return 1;
 }
 
-/* The K-quant kernels read the checkpoint layout, one row after the other (a single sequential
+/* The GGUF block kernels other than Q8_0 / Q4_0 read the checkpoint layout, one row after the other (a single sequential
  * stream already), but from a file mapping that is 4 KiB pages: one TLB miss per 4 KiB of a weight
  * streamed once per token. An owned copy from kiln_alloc64 sits on 2 MiB pages (as the tiled
  * formats' copies do). Measured: docs/BENCHMARKS.md, "GGUF K-quants" (--no-repack keeps the mapping). */
 int kiln_weight_prefers_owned(const kiln_weight *w, kiln_isa isa) {
-    if (w->fmt != KILN_WF_Q4_K && w->fmt != KILN_WF_Q5_K && w->fmt != KILN_WF_Q6_K) return 0;
+    switch (w->fmt) { /* the GGUF blocks read in checkpoint layout (Q8_0 / Q4_0 are tiled instead) */
+    case KILN_WF_Q4_K: case KILN_WF_Q5_K: case KILN_WF_Q6_K: case KILN_WF_Q2_K: case KILN_WF_Q3_K: case KILN_WF_IQ4_XS:
+    case KILN_WF_Q4_1: case KILN_WF_Q5_0: case KILN_WF_Q5_1: case KILN_WF_IQ4_NL: break;
+    default: return 0;
+    }
     kiln_kctx cx;
     kiln_kctx_init(&cx, isa, 1, KILN_FP8_AUTO);
     return cx.kt && cx.kt->gemv[w->fmt] && kiln_cx_matmul_is_fast(&cx, w);

@@ -402,84 +402,43 @@ static void test_tiled(void **s) {
     kiln_kernels_select(KILN_ISA_AUTO);
     tile_mode = 0;
 }
-/* The GGUF block quants read through f32 tiles, as ggml-common.h lays them out: weights per block,
- * bytes per block and the byte offsets of the block's f16 scales (d; dmin / m where it has one). */
+/* The GGUF block quants with row-layout int8-dot kernels, as ggml-common.h lays them out: weights per
+ * block, bytes per block and the byte offsets of the block's f16 scales (d; dmin / m where it has
+ * one). (Q8_0 / Q4_0 have their own tests below: they are also read in the 16-row interleave.) */
 typedef struct { kiln_wformat f; int elems, bytes, f16_at[2], n_f16; } gguf_block;
 static const gguf_block gguf_blocks[] = {
+    {KILN_WF_Q4_K, 256, 144, {0, 2}, 2},  {KILN_WF_Q5_K, 256, 176, {0, 2}, 2}, {KILN_WF_Q6_K, 256, 210, {208, 0}, 1},
     {KILN_WF_Q2_K, 256, 84, {80, 82}, 2}, {KILN_WF_Q3_K, 256, 110, {108, 0}, 1}, {KILN_WF_IQ4_XS, 256, 136, {0, 0}, 1},
-    {KILN_WF_Q4_1, 32, 20, {0, 2}, 2},   {KILN_WF_Q5_0, 32, 22, {0, 0}, 1},     {KILN_WF_Q5_1, 32, 24, {0, 2}, 2},
+    {KILN_WF_Q4_1, 32, 20, {0, 2}, 2},    {KILN_WF_Q5_0, 32, 22, {0, 0}, 1},     {KILN_WF_Q5_1, 32, 24, {0, 2}, 2},
     {KILN_WF_IQ4_NL, 32, 18, {0, 0}, 1},
 };
-/* The GGUF block quants without int8-dot kernels (Q2_K, Q3_K, IQ4_XS; Q4_1, Q5_0, Q5_1, IQ4_NL) through
- * every ISA's path (dequantized f32 tiles) against
- * the scalar reference: random blocks (quant and scale bytes uniform, f16 scales small and finite),
- * rows not multiples of 4, 1 or 3 super-blocks per row (3 or 19 blocks of 32).
- * Per element: |y − ref| ≤ 4·(cols + 16)·2^-24·Σ_c (|w_c| + max|w|)·|x_c| (float sums in any order,
- * the mins subtracted apart); NMSE ≤ 1e-9 over all. */
-static void test_block_quants(void **s) {
-    (void)s;
-    const int nf = (int)(sizeof gguf_blocks / sizeof gguf_blocks[0]);
-    for (int k = 0; k < 3; k++) {
-        if (!kiln_cpu_supports(isas[k])) continue;
-        kiln_kernels_select(isas[k]);
-        double num = 0, den = 0;
-        for (int fi = 0; fi < nf; fi++)
-            for (int64_t rows = 1; rows <= 33; rows += 16)
-                for (int64_t cols = gguf_blocks[fi].elems == 32 ? 96 : 256; cols <= 768; cols += 512) /* 96, 608 / 256, 768 */
-                    for (int n = 1; n <= 17; n += 8) {
-                        const gguf_block *gb = &gguf_blocks[fi];
-                        kiln_weight w = {.fmt = gb->f, .rows = rows, .cols = cols, .row_bytes = (size_t)(cols / gb->elems * gb->bytes)};
-                        uint8_t *d = malloc(w.row_bytes * (size_t)rows);
-                        assert_non_null(d);
-                        for (size_t i = 0; i < w.row_bytes * (size_t)rows; i++) d[i] = (uint8_t)rnd32();
-                        for (int64_t b = 0; b < rows * cols / gb->elems; b++) /* small finite f16 scales */
-                            for (int j = 0; j < gb->n_f16; j++)
-                                put16(d + (size_t)b * (size_t)gb->bytes + gb->f16_at[j], (uint16_t)(0x1000 + (rnd32() & 0x3FF)));
-                        w.data = d;
-                        float *X = make_x(n, cols), *Y = malloc(sizeof(float) * (size_t)(n * rows)), *R = malloc(sizeof(float) * (size_t)(n * rows));
-                        float *row = malloc(sizeof(float) * (size_t)cols);
-                        assert_non_null(Y); assert_non_null(R); assert_non_null(row);
-                        kiln_matmul(&w, X, Y, n);
-                        for (int i = 0; i < n; i++) kiln_gemv_ref(&w, X + (size_t)i * (size_t)cols, R + (size_t)i * (size_t)rows, 0, rows);
-                        for (int64_t r = 0; r < rows; r++) {
-                            kiln_weight_row_f32(&w, r, row);
-                            float mx = 0;
-                            for (int64_t c = 0; c < cols; c++) mx = fmaxf(mx, fabsf(row[c]));
-                            for (int i = 0; i < n; i++) {
-                                double a = 0;
-                                for (int64_t c = 0; c < cols; c++) a += (fabs(row[c]) + mx) * fabs(X[(size_t)i * (size_t)cols + (size_t)c]);
-                                const size_t kk = (size_t)i * (size_t)rows + (size_t)r;
-                                const double bound = 4.0 * (double)(cols + 16) * 0x1p-24 * a;
-                                if (!isfinite(Y[kk]) || fabs((double)Y[kk] - R[kk]) > bound) {
-                                    fprintf(stderr, "%s %s rows %lld cols %lld n %d: y[%d][%lld] = %.9g, ref %.9g, bound %.3g\n", kiln_isa_name(isas[k]),
-                                            kiln_wformat_name(gb->f), (long long)rows, (long long)cols, n, i, (long long)r, Y[kk], R[kk], bound);
-                                    fail();
-                                }
-                                num += ((double)Y[kk] - R[kk]) * ((double)Y[kk] - R[kk]);
-                                den += (double)R[kk] * R[kk];
-                            }
-                        }
-                        free(d); free(X); free(Y); free(R); free(row);
-                    }
-        fprintf(stderr, "%-6s GGUF block quants (%d formats) NMSE %.3g (bound 1e-09)\n", kiln_isa_name(isas[k]), nf, num / den);
-        assert_true(num / den <= 1e-9);
-    }
-    kiln_kernels_select(KILN_ISA_AUTO);
+#define N_GGUF_BLOCKS ((int)(sizeof gguf_blocks / sizeof gguf_blocks[0]))
+/* Random blocks of gb's type for rows × cols: quant and scale bytes uniform, f16 scales small and finite. */
+static uint8_t *gguf_random(const gguf_block *gb, kiln_weight *w, int64_t rows, int64_t cols) {
+    *w = (kiln_weight){.fmt = gb->f, .rows = rows, .cols = cols, .row_bytes = (size_t)(cols / gb->elems * gb->bytes)};
+    uint8_t *d = malloc(w->row_bytes * (size_t)rows);
+    assert_non_null(d);
+    for (size_t i = 0; i < w->row_bytes * (size_t)rows; i++) d[i] = (uint8_t)rnd32();
+    for (int64_t b = 0; b < rows * cols / gb->elems; b++)
+        for (int j = 0; j < gb->n_f16; j++) put16(d + (size_t)b * (size_t)gb->bytes + gb->f16_at[j], (uint16_t)(0x1000 + (rnd32() & 0x3FF)));
+    w->data = d;
+    return d;
 }
-/* GGUF K-quants (Q4_K, Q5_K, Q6_K) through every ISA's path against the scalar reference: random
- * super-blocks (quant and scale bytes uniform, f16 d / dmin small), rows not multiples of 4 (1, 17,
- * 33), 1 and 3 super-blocks per row, n = 1 (GEMV) and 9, 17 (GEMM). The SIMD kernels (AVX-512 VNNI,
- * AVX2 with AVX-VNNI and with vpmaddubsw) multiply an int8 copy of x: per super-block of 256
- * columns x̂ = q·dx with dx = amax/127 and q = RNE(x/dx) (kiln_quant_x256), the dots then exact in
- * int32, so they differ from the reference only by the rounding of x and by f32 rounding.
+/* The GGUF block quants (K-quants, IQ4_XS, and the blocks of 32 Q4_1 / Q5_0 / Q5_1 / IQ4_NL) through
+ * every ISA's path against the scalar reference: random blocks, rows not multiples of 4 (1, 17, 33),
+ * 1 and 3 super-blocks per row (3 and 19 blocks of 32), n = 1 (GEMV) and 9, 17 (GEMM). The SIMD
+ * kernels (AVX-512 VNNI, AVX2 with AVX-VNNI and with vpmaddubsw) multiply an int8 copy of x: per block
+ * of A = 256 columns (super-block formats: kiln_quant_x256) or A = 32 (blocks of 32: kiln_quant_x32)
+ * x̂ = q·dx with dx = amax/127 and q = RNE(x/dx), the dots then exact in int32, so they differ from
+ * the reference only by the rounding of x and by f32 rounding.
  *  - float rounding (the old bound of the f32 kernels, kept for every path): per element
  *    F = 4·(cols + 16)·2^-24·Σ_c (|w_c| + max|w|)·|x_c| (float sums in any order, mins apart);
- *  - x's rounding: |x_c − x̂_c| ≤ dx/2, so |Σ w_c·(x_c − x̂_c)| ≤ Q = Σ_c |w_c|·dx_sb(c)/2.
- * (a) x integers in [−127, 127] with a ±127 in every super-block: dx = 1 exactly and x̂ = x, so
- *     every path must meet |y − ref| ≤ F alone and NMSE ≤ 1e-9 (a wrong scale, column or sub-block
- *     breaks this even where it would hide inside Q);
+ *  - x's rounding: |x_c − x̂_c| ≤ dx/2, so |Σ w_c·(x_c − x̂_c)| ≤ Q = Σ_c |w_c|·dx_A(c)/2.
+ * (a) x integers in [−127, 127] with a ±127 in every block of A: dx = 1 exactly and x̂ = x, so
+ *     every path must meet |y − ref| ≤ F alone and NMSE ≤ 1e-9 (a wrong scale, column, level or
+ *     sub-block breaks this even where it would hide inside Q);
  * (b) Gaussian x: the kernel against its exact model y* = Σ_c w_c·x̂_c (double; w the reference's f32
- *     weights, x̂ from kiln_quant_x256): |y − y*| ≤ F computed with |x̂| (a kernel quantizing x on
+ *     weights, x̂ from the quantizer above): |y − y*| ≤ F computed with |x̂| (a kernel quantizing x on
  *     another grid, or mis-scaling, misses this by orders of magnitude); against the reference
  *     |y − ref| ≤ F + Q, so the NMSE over all elements is at most Σ(F + Q)² / Σ ref², the bound
  *     checked. The expected NMSE, Σ_c w_c²·dx²/12 per element over Σ ref² (rounding errors uniform
@@ -487,28 +446,22 @@ static void test_block_quants(void **s) {
  * Also: a token's result is the same bits in a batch as alone (GEMM = GEMV), and AVX2's AVX-VNNI
  * and vpmaddubsw forms give the same bits. */
 typedef struct { double num, den, var, bnd; } kq_stats;
-static void kq_case(kiln_wformat f, int64_t rows, int64_t cols, int n, int intx, kq_stats *st) {
-    static const int bbs[3] = {144, 176, 210};
-    const int bb = bbs[f - KILN_WF_Q4_K];
-    kiln_weight w = {.fmt = f, .rows = rows, .cols = cols, .row_bytes = (size_t)(cols / 256 * bb)};
-    uint8_t *d = malloc(w.row_bytes * (size_t)rows);
-    assert_non_null(d);
-    for (size_t i = 0; i < w.row_bytes * (size_t)rows; i++) d[i] = (uint8_t)rnd32();
-    for (int64_t b = 0; b < rows * cols / 256; b++) { /* small finite f16 scales */
-        uint8_t *blk = d + (size_t)b * (size_t)bb;
-        const uint16_t h1 = (uint16_t)(0x1000 + (rnd32() & 0x3FF)), h2 = (uint16_t)(0x1000 + (rnd32() & 0x3FF));
-        if (f == KILN_WF_Q6_K) put16(blk + 208, h1);
-        else { put16(blk, h1); put16(blk + 2, h2); }
-    }
-    w.data = d;
+static void kq_case(const gguf_block *gb, int64_t rows, int64_t cols, int n, int intx, kq_stats *st) {
+    const kiln_wformat f = gb->f;
+    const int A = gb->elems; /* columns per activation scale */
+    kiln_weight w;
+    uint8_t *d = gguf_random(gb, &w, rows, cols);
     float *X = make_x(n, cols), *Y = malloc(sizeof(float) * (size_t)(n * rows)), *R = malloc(sizeof(float) * (size_t)(n * rows));
-    float *Y1 = malloc(sizeof(float) * (size_t)rows), *row = malloc(sizeof(float) * (size_t)cols), *dx = malloc(sizeof(float) * (size_t)(n * cols / 256));
+    float *Y1 = malloc(sizeof(float) * (size_t)rows), *row = malloc(sizeof(float) * (size_t)cols), *dx = malloc(sizeof(float) * (size_t)(n * cols / A));
     int8_t *qx = malloc((size_t)n * (size_t)cols);
     assert_non_null(qx);
     assert_non_null(Y); assert_non_null(R); assert_non_null(Y1); assert_non_null(row); assert_non_null(dx);
     if (intx)
-        for (size_t i = 0; i < (size_t)n * (size_t)cols; i++) X[i] = (i % 256 == 7) ? ((rnd32() & 1) ? 127.0f : -127.0f) : (float)((int)(rnd32() % 255) - 127);
-    for (int64_t s = 0; s < n * cols / 256; s++) kiln_quant_x256(X + 256 * s, qx + 256 * s, &dx[s]);
+        for (size_t i = 0; i < (size_t)n * (size_t)cols; i++) X[i] = (i % (size_t)A == 7) ? ((rnd32() & 1) ? 127.0f : -127.0f) : (float)((int)(rnd32() % 255) - 127);
+    if (A == 256)
+        for (int64_t s = 0; s < n * cols / 256; s++) kiln_quant_x256(X + 256 * s, qx + 256 * s, &dx[s]);
+    else
+        kiln_quant_x32(X, (int64_t)n * cols, qx, dx);
     kiln_matmul(&w, X, Y, n);
     for (int i = 0; i < n; i++) kiln_gemv_ref(&w, X + (size_t)i * (size_t)cols, R + (size_t)i * (size_t)rows, 0, rows);
     const int simd = kiln_kernels_current() != KILN_ISA_SCALAR;
@@ -524,7 +477,7 @@ static void kq_case(kiln_wformat f, int64_t rows, int64_t cols, int n, int intx,
             const float *xi = X + (size_t)i * (size_t)cols;
             double a = 0, ah = 0, qb = 0, v = 0, ym = 0;
             for (int64_t c = 0; c < cols; c++) {
-                const double dq = dx[(size_t)i * (size_t)(cols / 256) + (size_t)(c / 256)];
+                const double dq = dx[(size_t)i * (size_t)(cols / A) + (size_t)(c / A)];
                 const double xh = (double)qx[(size_t)i * (size_t)cols + (size_t)c] * dq;
                 a += (fabs(row[c]) + mx) * fabs(xi[c]);
                 ah += (fabs(row[c]) + mx) * fabs(xh);
@@ -555,18 +508,18 @@ static void kq_case(kiln_wformat f, int64_t rows, int64_t cols, int n, int intx,
     free(d); free(X); free(Y); free(R); free(Y1); free(row); free(dx); free(qx);
 }
 static void kq_all(const char *name, int simd) {
-    static const kiln_wformat fs[] = {KILN_WF_Q4_K, KILN_WF_Q5_K, KILN_WF_Q6_K};
-    for (int fi = 0; fi < 3; fi++) {
+    for (int fi = 0; fi < N_GGUF_BLOCKS; fi++) {
+        const gguf_block *gb = &gguf_blocks[fi];
         kq_stats si = {0, 0, 0, 0}, sg = {0, 0, 0, 0};
         for (int64_t rows = 1; rows <= 33; rows += 16)
-            for (int64_t cols = 256; cols <= 768; cols += 512)
+            for (int64_t cols = gb->elems == 32 ? 96 : 256; cols <= 768; cols += 512) /* 96, 608 / 256, 768 */
                 for (int n = 1; n <= 17; n += 8) {
-                    kq_case(fs[fi], rows, cols, n, 1, &si);
-                    kq_case(fs[fi], rows, cols, n, 0, &sg);
+                    kq_case(gb, rows, cols, n, 1, &si);
+                    kq_case(gb, rows, cols, n, 0, &sg);
                 }
-        kq_case(fs[fi], 1031, 1024, 1, 0, &sg); /* threaded: row chunks over many rows */
-        fprintf(stderr, "%-10s %s NMSE: integer x %.3g (bound 1e-09); Gaussian x %.3g (expected %.3g, bound %.3g)\n", name,
-                kiln_wformat_name(fs[fi]), si.num / si.den, sg.num / sg.den, simd ? sg.var / sg.den : 0.0, simd ? sg.bnd / sg.den : 1e-9);
+        kq_case(gb, 1031, 1024, 1, 0, &sg); /* threaded: row chunks over many rows */
+        fprintf(stderr, "%-10s %-6s NMSE: integer x %.3g (bound 1e-09); Gaussian x %.3g (expected %.3g, bound %.3g)\n", name,
+                kiln_wformat_name(gb->f), si.num / si.den, sg.num / sg.den, simd ? sg.var / sg.den : 0.0, simd ? sg.bnd / sg.den : 1e-9);
         assert_true(si.num / si.den <= 1e-9);
         assert_true(sg.num / sg.den <= (simd ? sg.bnd / sg.den : 1e-9));
     }
@@ -595,21 +548,11 @@ static void test_kquants_avx_vnni_exact(void **s) {
     (void)s;
     const int was = kiln_kernels_avx_vnni(1), cpu_has = kiln_kernels_avx_vnni(1);
     if (!kiln_cpu_supports(KILN_ISA_AVX2) || !cpu_has) { kiln_kernels_avx_vnni(was); skip(); return; }
-    static const kiln_wformat fs[] = {KILN_WF_Q4_K, KILN_WF_Q5_K, KILN_WF_Q6_K};
-    static const int bbs[3] = {144, 176, 210};
-    for (int fi = 0; fi < 3; fi++)
+    for (int fi = 0; fi < N_GGUF_BLOCKS; fi++)
         for (int n = 1; n <= 6; n += 5) {
             const int64_t rows = 37, cols = 768;
-            kiln_weight w = {.fmt = fs[fi], .rows = rows, .cols = cols, .row_bytes = (size_t)(cols / 256 * bbs[fi])};
-            uint8_t *d = malloc(w.row_bytes * (size_t)rows);
-            assert_non_null(d);
-            for (size_t i = 0; i < w.row_bytes * (size_t)rows; i++) d[i] = (uint8_t)rnd32();
-            for (int64_t b = 0; b < rows * cols / 256; b++) {
-                uint8_t *blk = d + (size_t)b * (size_t)bbs[fi];
-                if (fs[fi] == KILN_WF_Q6_K) put16(blk + 208, (uint16_t)(0x1000 + (rnd32() & 0x3FF)));
-                else { put16(blk, (uint16_t)(0x1000 + (rnd32() & 0x3FF))); put16(blk + 2, (uint16_t)(0x1000 + (rnd32() & 0x3FF))); }
-            }
-            w.data = d;
+            kiln_weight w;
+            uint8_t *d = gguf_random(&gguf_blocks[fi], &w, rows, cols);
             float *X = make_x(n, cols), Yv[37 * 6], Ym[37 * 6];
             kiln_kernels_avx_vnni(1);
             kiln_kernels_select(KILN_ISA_AVX2);
@@ -922,7 +865,7 @@ int main(void) {
         cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),        cmocka_unit_test(test_fp8_bf16_exact_inputs),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
-        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_q16_kernel_exact), cmocka_unit_test(test_kquants), cmocka_unit_test(test_block_quants), cmocka_unit_test(test_kquants_avx_vnni_exact), cmocka_unit_test(test_int4_avx_vnni_exact), cmocka_unit_test(test_matmul_many),
+        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_q16_kernel_exact), cmocka_unit_test(test_kquants), cmocka_unit_test(test_kquants_avx_vnni_exact), cmocka_unit_test(test_int4_avx_vnni_exact), cmocka_unit_test(test_matmul_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
