@@ -39,10 +39,11 @@ static void bench_close(bench_row *r) {
     r->m = NULL;
 }
 
-/* The peak a prompt of these weights is set against: the integer formats multiply int8 dots; BF16
- * and FP8 bf16 pair dots where the bf16 peak exists (the BF16-dot GEMM); f32 FMA otherwise. */
+/* The peak a prompt of these weights is set against: the integer formats (INT4 and every GGUF block
+ * type: q8_0, q4_0, q4_1, q5_0, q5_1, q2_k .. q6_k, iq4_nl, iq4_xs) multiply int8 dots; BF16 and FP8
+ * bf16 pair dots where the bf16 peak exists (the BF16-dot GEMM); f32 FMA otherwise. */
 static double row_peak(const char *weights, double f32, double int8, double bf16) {
-    if (!strncmp(weights, "int4", 4) || !strcmp(weights, "q8_0") || !strcmp(weights, "q4_0")) return int8;
+    if (!strncmp(weights, "int4", 4) || weights[0] == 'q' || !strncmp(weights, "iq4", 3)) return int8;
     if ((!strcmp(weights, "bf16") || !strcmp(weights, "fp8")) && bf16 > 0) return bf16;
     return f32;
 }

@@ -7,6 +7,8 @@
 #include "model/model.h"
 #include "base/status.h"
 #include "quant/quantize.h"
+#include "quant/dtype.h"
+#include "format/tensor.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,34 +154,84 @@ void kiln_gemv_bench_close(kiln_gemv_bench *b) {
     free(b);
 }
 
+/* The GGUF block types kiln reads but does not quantize to (K-quants, IQ4, Q4_1, Q5_0, Q5_1): a
+ * weight of random blocks — bytes uniform, each block's f16 scales (d; dmin / m where the type has
+ * one) a small finite value — which the kernels read exactly as a real file's. *q, *d as
+ * kiln_quantize_weight's; 1 when `weights` names such a type, 0 when not, -1 out of memory. */
+static int gguf_random_weight(const char *weights, int64_t rows, int64_t cols, kiln_weight *q, void **d, kiln_status *st) {
+    static const struct { kiln_dtype dt; int f16_at[2], n_f16; } types[] = {
+        {KILN_DT_Q4_K, {0, 2}, 2},  {KILN_DT_Q5_K, {0, 2}, 2}, {KILN_DT_Q6_K, {208, 0}, 1}, {KILN_DT_Q2_K, {80, 82}, 2},
+        {KILN_DT_Q3_K, {108, 0}, 1}, {KILN_DT_IQ4_XS, {0, 0}, 1}, {KILN_DT_Q4_1, {0, 2}, 2}, {KILN_DT_Q5_0, {0, 0}, 1},
+        {KILN_DT_Q5_1, {0, 2}, 2},  {KILN_DT_IQ4_NL, {0, 0}, 1},
+    };
+    const int dt = kiln_dtype_from_name(weights);
+    int ti = -1;
+    for (int i = 0; i < (int)(sizeof types / sizeof types[0]); i++)
+        if ((int)types[i].dt == dt) ti = i;
+    if (ti < 0) return 0;
+    const kiln_dtype_info *info = kiln_dtype_get(types[ti].dt);
+    if (cols % info->block_elems) {
+        *st = kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: cols is not a multiple of the %s block of %d", (long long)rows, (long long)cols,
+                        info->name, info->block_elems);
+        return 1;
+    }
+    const size_t nb = (size_t)rows * (size_t)(cols / info->block_elems), bytes = nb * (size_t)info->block_bytes;
+    uint8_t *p = kiln_alloc64(bytes);
+    if (!p) return -1;
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < bytes; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (uint8_t)(x >> 56);
+    }
+    for (size_t b = 0; b < nb; b++)
+        for (int j = 0; j < types[ti].n_f16; j++) {
+            const uint16_t h = 0x1400; /* 2^-10 */
+            memcpy(p + b * (size_t)info->block_bytes + types[ti].f16_at[j], &h, 2);
+        }
+    const kiln_tensor t = {.name = "bench", .dtype = types[ti].dt, .ndim = 2, .shape = {rows, cols}, .data = p, .nbytes = bytes, .file = "bench"};
+    *st = kiln_weight_from_tensor(&t, rows, cols, q);
+    if (*st) free(p);
+    else *d = p;
+    return 1;
+}
+
 kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols, uint64_t min_bytes, const kiln_options *opts, kiln_gemv_bench **out) {
     *out = NULL;
     kiln_wformat fmt;
     int group;
-    KILN_TRY(bench_weight_format(weights, &fmt, &group));
+    kiln_weight gq = {0};
+    void *gd = NULL;
+    kiln_status gst = KILN_OK;
+    const int gguf = rows >= 1 && cols >= 1 && rows <= (1 << 20) && cols <= (1 << 20) ? gguf_random_weight(weights, rows, cols, &gq, &gd, &gst) : 0;
+    if (gguf < 0) return kiln_fail(KILN_ERR_NOMEM, "out of memory for a %lldx%lld weight", (long long)rows, (long long)cols);
+    if (gst) return gst;
+    if (!gguf) KILN_TRY(bench_weight_format(weights, &fmt, &group));
+    else fmt = gq.fmt, group = 0;
     if (rows < 1 || cols < 1 || rows > (1 << 20) || cols > (1 << 20))
         return kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: rows and cols must be in [1, 1048576]", (long long)rows, (long long)cols);
     if ((fmt == KILN_WF_INT4_GROUP || fmt == KILN_WF_Q8_0 || fmt == KILN_WF_Q4_0) && cols % group)
         return kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: cols is not a multiple of the %s %d", (long long)rows, (long long)cols,
                          fmt == KILN_WF_INT4_GROUP ? "INT4 group" : fmt == KILN_WF_Q8_0 ? "Q8_0 block" : "Q4_0 block", group);
     /* The source: a deterministic pseudo-random F32 matrix in [-1, 1) (the values do not change
-     * the bytes a kernel reads). */
-    float *src = malloc((size_t)rows * (size_t)cols * sizeof *src);
+     * the bytes a kernel reads), quantized; the GGUF block types: the random blocks above. */
+    float *src = gguf ? NULL : malloc((size_t)rows * (size_t)cols * sizeof *src);
     kiln_gemv_bench *b = calloc(1, sizeof *b);
     if (b) /* the options' ISA, threads and FP8 form, as a cpu backend of those options computes */
         kiln_kctx_init(&b->cx, opts ? opts->isa : KILN_ISA_AUTO, opts ? opts->threads : 0, opts ? opts->fp8_gemv : KILN_FP8_AUTO);
-    if (!src || !b) { free(src); free(b); return kiln_fail(KILN_ERR_NOMEM, "out of memory for a %lldx%lld weight", (long long)rows, (long long)cols); }
-    uint64_t x = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        src[i] = (float)(int64_t)(x >> 40) / 8388608.0f - 1.0f;
+    if ((!gguf && !src) || !b) { free(src); free(b); free(gd); return kiln_fail(KILN_ERR_NOMEM, "out of memory for a %lldx%lld weight", (long long)rows, (long long)cols); }
+    kiln_weight q = gq;
+    void *d = gd, *sc = NULL;
+    if (!gguf) {
+        uint64_t x = 0x9E3779B97F4A7C15ull;
+        for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            src[i] = (float)(int64_t)(x >> 40) / 8388608.0f - 1.0f;
+        }
+        const kiln_weight f = {.fmt = KILN_WF_F32, .rows = rows, .cols = cols, .data = (const uint8_t *)src, .row_bytes = (size_t)cols * sizeof(float)};
+        kiln_status st = kiln_quantize_weight(&f, fmt, group, &q, &d, &sc);
+        free(src);
+        if (st) { free(b); return st; }
     }
-    const kiln_weight f = {.fmt = KILN_WF_F32, .rows = rows, .cols = cols, .data = (const uint8_t *)src, .row_bytes = (size_t)cols * sizeof(float)};
-    kiln_weight q;
-    void *d = NULL, *sc = NULL;
-    kiln_status st = kiln_quantize_weight(&f, fmt, group, &q, &d, &sc);
-    free(src);
-    if (st) { free(b); return st; }
     const size_t db = (size_t)q.rows * q.row_bytes, sb = kiln_weight_bytes(&q) - db;
     const uint64_t per = kiln_weight_bytes(&q);
     int n = (int)((min_bytes + per - 1) / per);
