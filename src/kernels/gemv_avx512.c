@@ -1883,26 +1883,219 @@ AI void kq_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int 
         }
     }
 }
+/* ---- Q4_K / Q5_K / Q6_K in the 16-row super-block interleave (tiled = 1; tile.c, gemv.h) -----------
+ * A register holds 16 rows: per super-block, each 64-byte quant vector is 4 bytes of each of the 16
+ * rows, which meet one token's 4 activation bytes broadcast in a vpdpbusd; the int32 lanes are rows.
+ * Per (16 rows, token, super-block):
+ *   Q4_K / Q5_K: per sub-block j of 32 columns, 8 vpdpbusd (16 for the two nibbles of a 64-column
+ *     pair) sum the rows' exact dots p_j (≤ 32·31·127), isum += p_j · sc_j (vpmulld: the 16 rows'
+ *     6-bit scales); mins mi = Σ_j m_j · (bs_2j + bs_2j+1) by vpdpwssd of the rows' mins (both int16
+ *     halves) with the activation's pair of 16-column sums; y += (d·dx)·isum − (dmin·dx)·mi;
+ *   Q6_K: per 16-column group g, 4 vpdpbusd of the stored q + 32 (0..63), isum += p_g · sc_g, and
+ *     isum += Σ_k (−32·sc_2k, −32·sc_2k+1) · (bs_2k, bs_2k+1) (vpdpwssd) removes the +32; y += (d·dx)·isum.
+ * Integer sums are exact, so the order of the dots within a super-block is free (GEMV: two chains per
+ * sub-block so that vpdpbusd's latency does not serialize it). GEMV (NT = 1) and GEMM (NT ≤ 4 tokens
+ * sharing each unpacked vector) compute exactly this per (row, token), and the rows past the last
+ * whole group (rows % 16, checkpoint layout) go through kq_tile in both: a token's result does not
+ * depend on the batch. The row kernel's activation record serves as it is (Q4_K / Q5_K sub-blocks at
+ * kq_pos's places: the broadcasts read 4 bytes of one sub-block at a time). */
+AI int k16_xsub(int f, int j) { /* byte offset of sub-block j's 32 activation bytes in the record */
+    return f == KILN_WF_Q6_K ? 32 * j : kq_pos(KQ_PERM45, 2 * j);
+}
+AI __m512i bcast4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+#define K16_NT 4
+AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy) {
+    const size_t gsb = 16 * kq_block_bytes(f);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[K16_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        const uint8_t *s = g + (size_t)sb * gsb, *o[K16_NT];
+        if (NT == 1)
+            for (size_t l = 0; l < gsb; l += 64) PFH4(s + PF_BYTES + l);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) o[t] = xp + (size_t)t * xpb + (size_t)sb * KQ_REC;
+        __m512i isum[K16_NT], mi[K16_NT];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) isum[t] = mi[t] = _mm512_setzero_si512();
+        if (f == KILN_WF_Q6_K) { /* ql vectors [0, 2048) | qh vectors [2048, 3072) | sc planes [3072, 3328) | d */
+            const __m512i m30 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+#pragma GCC unroll 2
+                for (int jp = 0; jp < 2; jp++)     /* j = jp (low nibbles) and jp + 2 (high nibbles) */
+#pragma GCC unroll 2
+                    for (int half = 0; half < 2; half++) { /* columns l = 16·half .. +15 of the 32 */
+                        __m512i pa[2 * K16_NT], pb[2 * K16_NT];
+                        const int nc = NT == 1 ? 2 : 1;
+#pragma GCC unroll 8
+                        for (int t = 0; t < nc * NT; t++) pa[t] = pb[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                        for (int mm = 0; mm < 4; mm++) {
+                            const int m = 4 * half + mm, c = NT == 1 ? (mm & 1) : 0;
+                            const __m512i a = _mm512_loadu_si512(s + 64 * (16 * h + 8 * jp + m));
+                            const __m512i z = _mm512_loadu_si512(s + 2048 + 64 * (8 * h + m));
+                            const __m512i zl = jp ? _mm512_slli_epi16(z, 2) : _mm512_slli_epi16(z, 4); /* bits 2jp → 4 */
+                            const __m512i zh = jp ? _mm512_srli_epi16(z, 2) : z;                       /* bits 2jp + 4 → 4 */
+                            const __m512i lo = _mm512_ternarylogic_epi32(a, m4, _mm512_and_si512(zl, m30), 0xEA);
+                            const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), m4, _mm512_and_si512(zh, m30), 0xEA);
+#pragma GCC unroll 4
+                            for (int t = 0; t < NT; t++) {
+                                pa[c * NT + t] = _mm512_dpbusd_epi32(pa[c * NT + t], lo, bcast4(o[t] + 128 * h + 32 * jp + 4 * m));
+                                pb[c * NT + t] = _mm512_dpbusd_epi32(pb[c * NT + t], hi, bcast4(o[t] + 128 * h + 32 * (jp + 2) + 4 * m));
+                            }
+                        }
+                        const __m512i sa = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 3072 + 16 * (8 * h + 2 * jp + half))));
+                        const __m512i sbv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 3072 + 16 * (8 * h + 2 * (jp + 2) + half))));
+#pragma GCC unroll 4
+                        for (int t = 0; t < NT; t++) {
+                            const __m512i qa = NT == 1 ? _mm512_add_epi32(pa[0], pa[1]) : pa[t], qb = NT == 1 ? _mm512_add_epi32(pb[0], pb[1]) : pb[t];
+                            isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(qa, sa), _mm512_mullo_epi32(qb, sbv)));
+                        }
+                    }
+            /* the +32: (−32·sc_2k, −32·sc_2k+1) per row against the pair (bs_2k, bs_2k+1) */
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m128i p0 = _mm_loadu_si128((const __m128i *)(s + 3072 + 32 * k)), p1 = _mm_loadu_si128((const __m128i *)(s + 3072 + 32 * k + 16));
+                const __m512i a2 = _mm512_slli_epi16(_mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(p0, p1), _mm_unpacklo_epi8(p0, p1))), 5);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) mi[t] = _mm512_dpwssd_epi32(mi[t], a2, bcast4(o[t] + 256 + 4 * k));
+            }
+            const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 3328)));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                float dx;
+                memcpy(&dx, o[t] + 288, 4);
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum[t], mi[t])), _mm512_mul_ps(wd, _mm512_set1_ps(dx)), acc[t]);
+            }
+            continue;
+        }
+        /* Q4_K: d, dmin [0, 64) | scale planes [64, 256) | qs vectors [256, 2304);
+         * Q5_K: d, dmin | scale planes | qh vectors [256, 768) | qs vectors [768, 2816) */
+        const int q5 = f == KILN_WF_Q5_K;
+        const uint8_t *qs = s + (q5 ? 768 : 256);
+        const __m128i n63 = _mm_set1_epi8(63), n15 = _mm_set1_epi8(0x0F), n30 = _mm_set1_epi8(0x30);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) { /* sub-blocks 2i (low nibbles of qs bytes 32i..) and 2i + 1 (high) */
+            __m128i sc[2], mn[2];
+#pragma GCC unroll 2
+            for (int e = 0; e < 2; e++) { /* kiln_kq_scale_min for 16 rows at once: planes of the 12 bytes */
+                const int j = 2 * i + e;
+                const __m128i pj4 = _mm_loadu_si128((const __m128i *)(s + 64 + 16 * (j + 4 < 12 ? j + 4 : j)));
+                if (j < 4) {
+                    sc[e] = _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + 64 + 16 * j)), n63);
+                    mn[e] = _mm_and_si128(pj4, n63);
+                } else {
+                    const __m128i pm4 = _mm_loadu_si128((const __m128i *)(s + 64 + 16 * (j - 4))), pj = _mm_loadu_si128((const __m128i *)(s + 64 + 16 * j));
+                    sc[e] = _mm_or_si128(_mm_and_si128(pj4, n15), _mm_and_si128(_mm_srli_epi16(pm4, 2), n30));
+                    mn[e] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(pj4, 4), n15), _mm_and_si128(_mm_srli_epi16(pj, 2), n30));
+                }
+            }
+            __m512i pa[2 * K16_NT], pb[2 * K16_NT];
+            const int nc = NT == 1 ? 2 : 1;
+#pragma GCC unroll 8
+            for (int t = 0; t < nc * NT; t++) pa[t] = pb[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int m = 0; m < 8; m++) {
+                const int c = NT == 1 ? (m & 1) : 0;
+                const __m512i v = _mm512_loadu_si512(qs + 64 * (8 * i + m));
+                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (q5) { /* bit 2i / 2i + 1 of qh byte l is the fifth bit of sub-block 2i / 2i + 1's element l */
+                    const __m512i z = _mm512_loadu_si512(s + 256 + 64 * m), b4 = _mm512_set1_epi8(0x10);
+                    const __m512i zl = 2 * i <= 4 ? _mm512_slli_epi16(z, 4 - 2 * i) : _mm512_srli_epi16(z, 2 * i - 4);
+                    const __m512i zh = 2 * i + 1 <= 4 ? _mm512_slli_epi16(z, 3 - 2 * i) : _mm512_srli_epi16(z, 2 * i - 3);
+                    lo = _mm512_ternarylogic_epi32(lo, zl, b4, 0xF8);
+                    hi = _mm512_ternarylogic_epi32(hi, zh, b4, 0xF8);
+                }
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    pa[c * NT + t] = _mm512_dpbusd_epi32(pa[c * NT + t], lo, bcast4(o[t] + k16_xsub(f, 2 * i) + 4 * m));
+                    pb[c * NT + t] = _mm512_dpbusd_epi32(pb[c * NT + t], hi, bcast4(o[t] + k16_xsub(f, 2 * i + 1) + 4 * m));
+                }
+            }
+            const __m512i sa = _mm512_cvtepu8_epi32(sc[0]), sbv = _mm512_cvtepu8_epi32(sc[1]);
+            const __m512i ma = _mm512_cvtepu8_epi32(mn[0]), mb = _mm512_cvtepu8_epi32(mn[1]);
+            const __m512i ma2 = _mm512_or_si512(ma, _mm512_slli_epi32(ma, 16)), mb2 = _mm512_or_si512(mb, _mm512_slli_epi32(mb, 16));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const __m512i qa = NT == 1 ? _mm512_add_epi32(pa[0], pa[1]) : pa[t], qb = NT == 1 ? _mm512_add_epi32(pb[0], pb[1]) : pb[t];
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(qa, sa), _mm512_mullo_epi32(qb, sbv)));
+                mi[t] = _mm512_dpwssd_epi32(mi[t], ma2, bcast4(o[t] + 256 + 8 * i));
+                mi[t] = _mm512_dpwssd_epi32(mi[t], mb2, bcast4(o[t] + 256 + 8 * i + 4));
+            }
+        }
+        const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)s)), wm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 32)));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            float dx;
+            memcpy(&dx, o[t] + 288, 4);
+            const __m512 vdx = _mm512_set1_ps(dx);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(wd, vdx), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi[t]), _mm512_mul_ps(wm, vdx), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) _mm512_storeu_ps(Y + (size_t)t * (size_t)ldy, acc[t]);
+}
+AI void k16_group(int f, const kiln_weight *w, int64_t q, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy) {
+    const uint8_t *g = w->data + (size_t)q * 16 * w->row_bytes;
+    const int64_t nsb = w->cols / 256;
+    int t = 0;
+    for (; t + 4 <= n; t += 4) k16_tile(f, 4, g, nsb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy);
+    switch (n - t) {
+    case 3: k16_tile(f, 3, g, nsb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 2: k16_tile(f, 2, g, nsb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 1: k16_tile(f, 1, g, nsb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    default: break;
+    }
+}
+/* The rows past the last whole group, checkpoint layout: the row kernel, per token (GEMV) or as a GEMM. */
+AI void k16_rest(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0, int64_t r1) {
+    if (xpb == 0) kq_rows(f, w, xp, 0, 1, Y + (r0 - yoff), 0, r0, r1);
+    else kq_rows(f, w, xp, xpb, n, Y - yoff, ldy, r0, r1);
+}
+#undef Q16_ROWS
+#undef Q16_GROUP
+#undef Q16_NT
+#undef Q16_X_BYTES
+#undef Q16_REST
+#define Q16_ROWS k16_rows
+#define Q16_GROUP k16_group
+#define Q16_NT K16_NT
+#define Q16_X_BYTES GEMM_X_BYTES
+#define Q16_REST k16_rest
+#include "kernels/q16_rows.h"
 static void gemv_q4k(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
-    kq_rows(KILN_WF_Q4_K, w, xp, 0, 1, y, 0, r0, r1);
+    if (w->tiled) k16_rows(KILN_WF_Q4_K, w, xp, 0, 1, y, 0, r0, r0, r1);
+    else kq_rows(KILN_WF_Q4_K, w, xp, 0, 1, y, 0, r0, r1);
 }
 static void gemv_q5k(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
-    kq_rows(KILN_WF_Q5_K, w, xp, 0, 1, y, 0, r0, r1);
+    if (w->tiled) k16_rows(KILN_WF_Q5_K, w, xp, 0, 1, y, 0, r0, r0, r1);
+    else kq_rows(KILN_WF_Q5_K, w, xp, 0, 1, y, 0, r0, r1);
 }
 static void gemv_q6k(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
-    kq_rows(KILN_WF_Q6_K, w, xp, 0, 1, y, 0, r0, r1);
+    if (w->tiled) k16_rows(KILN_WF_Q6_K, w, xp, 0, 1, y, 0, r0, r0, r1);
+    else kq_rows(KILN_WF_Q6_K, w, xp, 0, 1, y, 0, r0, r1);
 }
 static void gemm_q4k(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
-    kq_rows(KILN_WF_Q4_K, w, xp, xpb, n, Y, ldy, r0, r1);
+    if (w->tiled) k16_rows(KILN_WF_Q4_K, w, xp, xpb, n, Y, ldy, 0, r0, r1);
+    else kq_rows(KILN_WF_Q4_K, w, xp, xpb, n, Y, ldy, r0, r1);
 }
 static void gemm_q5k(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
-    kq_rows(KILN_WF_Q5_K, w, xp, xpb, n, Y, ldy, r0, r1);
+    if (w->tiled) k16_rows(KILN_WF_Q5_K, w, xp, xpb, n, Y, ldy, 0, r0, r1);
+    else kq_rows(KILN_WF_Q5_K, w, xp, xpb, n, Y, ldy, r0, r1);
 }
 static void gemm_q6k(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
-    kq_rows(KILN_WF_Q6_K, w, xp, xpb, n, Y, ldy, r0, r1);
+    if (w->tiled) k16_rows(KILN_WF_Q6_K, w, xp, xpb, n, Y, ldy, 0, r0, r1);
+    else kq_rows(KILN_WF_Q6_K, w, xp, xpb, n, Y, ldy, r0, r1);
 }
 #define KQ_ENTRIES(F, fmt)                                                                                                          \
     static void gemv_##F(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {                \
@@ -1944,7 +2137,8 @@ KQ_ENTRIES(iq4xs, KILN_WF_IQ4_XS)
         .gemm_bf16 = BF16_GEMM(gemm_bf16), .xprep_bf16_bytes = BF16_GEMM(xprep_bytes_bf16row),                  \
         .xprep_bf16 = BF16_GEMM(xprep_bf16row), .dequant_bf16 = {[KILN_WF_FP8_BLOCK] = BF16_GEMM(dequant_bf16t_fp8)}, \
         .bf16_gemm_mask = BF16_GEMM((1u << KILN_WF_BF16) | (1u << KILN_WF_FP8_BLOCK)),                          \
-        .tiled_mask = (1u << KILN_WF_FP8_BLOCK) | (1u << KILN_WF_INT4_GROUP) | (1u << KILN_WF_Q8_0) | (1u << KILN_WF_Q4_0), \
+        .tiled_mask = (1u << KILN_WF_FP8_BLOCK) | (1u << KILN_WF_INT4_GROUP) | (1u << KILN_WF_Q8_0) | (1u << KILN_WF_Q4_0) | \
+                      (1u << KILN_WF_Q4_K) | (1u << KILN_WF_Q5_K) | (1u << KILN_WF_Q6_K),                                      \
     }
 #define BF16_GEMM(fn) 0
 const kiln_ktable kiln_ktable_avx512 = AVX512_TABLE(xprep_bytes_fp8, xprep_fp8, gemv_fp8);

@@ -34,8 +34,48 @@ static void q16_block_put(uint8_t *g, int q8, int64_t b, int j, const uint8_t *b
         for (int i = 0; i < 4; i++) gb[32 + 64 * k + 4 * j + i] = (uint8_t)(blk[2 + 4 * k + i] ^ (q8 ? 0x80 : 0));
 }
 
+/* ---- the 16-row super-block interleave of Q4_K / Q5_K / Q6_K (gemv.h) ----
+ * Each field of a super-block (a range of its bytes) is cut into units of u bytes; the field of all
+ * 16 rows is stored unit-major: unit c of rows 0..15 side by side (u·16 bytes), then unit c + 1 ...
+ * so a field of n bytes per row takes 16·n bytes at 16 × its offset in the block. */
+typedef struct { int start, len, unit; } k16_field;
+static int k16_fields(kiln_wformat f, const k16_field **out) {
+    static const k16_field q4k[] = {{0, 4, 2}, {4, 12, 1}, {16, 128, 4}};                   /* d dmin | scales | qs */
+    static const k16_field q5k[] = {{0, 4, 2}, {4, 12, 1}, {16, 32, 4}, {48, 128, 4}};      /* ... | qh | qs */
+    static const k16_field q6k[] = {{0, 128, 4}, {128, 64, 4}, {192, 16, 1}, {208, 2, 2}}; /* ql | qh | scales | d */
+    switch (f) {
+    case KILN_WF_Q4_K: *out = q4k; return 3;
+    case KILN_WF_Q5_K: *out = q5k; return 4;
+    case KILN_WF_Q6_K: *out = q6k; return 4;
+    default: *out = NULL; return 0;
+    }
+}
+static int k16_format(const kiln_weight *w) { return w->fmt == KILN_WF_Q4_K || w->fmt == KILN_WF_Q5_K || w->fmt == KILN_WF_Q6_K; }
+static size_t k16_block_bytes(kiln_wformat f) { return f == KILN_WF_Q4_K ? 144 : f == KILN_WF_Q5_K ? 176 : 210; }
+/* Offset, inside its 16-row super-block run, of byte b of row j's block. */
+static size_t k16_offset(const k16_field *fs, int nf, int j, int b) {
+    for (int i = 0; i < nf; i++)
+        if (b < fs[i].start + fs[i].len) {
+            const int o = b - fs[i].start, u = fs[i].unit;
+            return 16 * (size_t)fs[i].start + (size_t)(o / u) * 16 * (size_t)u + (size_t)j * (size_t)u + (size_t)(o % u);
+        }
+    return 0; /* not reached: the fields cover the block */
+}
+
 void kiln_weight_row_gather(const kiln_weight *w, int64_t r, uint8_t *out) {
     const size_t rb = w->row_bytes;
+    if (w->tiled && k16_format(w)) {
+        if (r >= (w->rows & ~(int64_t)15)) {
+            memcpy(out, w->data + (size_t)r * rb, rb);
+            return;
+        }
+        const k16_field *fs;
+        const int nf = k16_fields(w->fmt, &fs), bb = (int)k16_block_bytes(w->fmt), j = (int)(r & 15);
+        const uint8_t *g = w->data + (size_t)(r & ~(int64_t)15) * rb;
+        for (int64_t s = 0; s < w->cols / 256; s++)
+            for (int b = 0; b < bb; b++) out[(size_t)s * (size_t)bb + (size_t)b] = g[(size_t)s * 16 * (size_t)bb + k16_offset(fs, nf, j, b)];
+        return;
+    }
     if (w->tiled && q16_format(w)) {
         if (r >= (w->rows & ~(int64_t)15)) { /* past the last 16-row group: checkpoint layout */
             memcpy(out, w->data + (size_t)r * rb, rb);
@@ -69,6 +109,34 @@ int64_t kiln_weight_int4_scale_index(const kiln_weight *w, int64_t r, int64_t gi
 
 int kiln_weight_tile(kiln_weight *w, uint8_t *data, void *scales) {
     if (w->tiled || w->rows < kiln_weight_tile_rows(w)) return 0;
+    if (k16_format(w)) {
+        const size_t rb = w->row_bytes;
+        const k16_field *fs;
+        const int nf = k16_fields(w->fmt, &fs), bb = (int)k16_block_bytes(w->fmt);
+        uint8_t *tmp = malloc(16 * rb);
+        if (!tmp) return -1;
+        for (int64_t q = 0; q < w->rows / 16; q++) {
+            uint8_t *g = data + (size_t)q * 16 * rb;
+            memcpy(tmp, g, 16 * rb);
+            for (int64_t s = 0; s < w->cols / 256; s++) {
+                uint8_t *gs = g + (size_t)s * 16 * (size_t)bb;
+                for (int i = 0; i < nf; i++) { /* field by field, unit by unit (k16_offset's order, copied in units) */
+                    const size_t u = (size_t)fs[i].unit;
+                    uint8_t *dst = gs + 16 * (size_t)fs[i].start;
+                    for (int c = 0; c < fs[i].len / fs[i].unit; c++)
+                        for (int j = 0; j < 16; j++, dst += u) {
+                            const uint8_t *src = tmp + (size_t)j * rb + (size_t)s * (size_t)bb + (size_t)fs[i].start + (size_t)c * u;
+                            if (u == 4) memcpy(dst, src, 4); /* constant sizes: plain moves, not library calls */
+                            else if (u == 2) memcpy(dst, src, 2);
+                            else *dst = *src;
+                        }
+                }
+            }
+        }
+        free(tmp);
+        w->tiled = 1;
+        return 0;
+    }
     if (q16_format(w)) {
         const size_t rb = w->row_bytes, bb = w->fmt == KILN_WF_Q8_0 ? 34 : 18;
         uint8_t *tmp = malloc(16 * rb);
@@ -156,7 +224,7 @@ void kiln_prefault(void *p, size_t n) {
     ((volatile uint8_t *)p)[n - 1] = ((volatile uint8_t *)p)[n - 1];
 }
 
-int kiln_weight_tile_rows(const kiln_weight *w) { return q16_format(w) ? 16 : 4; }
+int kiln_weight_tile_rows(const kiln_weight *w) { return q16_format(w) || k16_format(w) ? 16 : 4; }
 
 int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa) {
     kiln_kctx cx;

@@ -449,8 +449,27 @@ typedef struct { double num, den, var, bnd; } kq_stats;
 static void kq_case(const gguf_block *gb, int64_t rows, int64_t cols, int n, int intx, kq_stats *st) {
     const kiln_wformat f = gb->f;
     const int A = gb->elems; /* columns per activation scale */
-    kiln_weight w;
+    kiln_weight w, wt;
     uint8_t *d = gguf_random(gb, &w, rows, cols);
+    /* the current ISA's tile layout where it has one (K16: Q4_K / Q5_K / Q6_K on AVX-512): a tiled
+     * copy computes Y, the checkpoint-layout weight the reference and the model */
+    uint8_t *dt = NULL;
+    wt = w;
+    if (kiln_weight_prefers_tiled(&w, kiln_kernels_current())) {
+        dt = malloc(w.row_bytes * (size_t)rows);
+        assert_non_null(dt);
+        memcpy(dt, d, w.row_bytes * (size_t)rows);
+        wt.data = dt;
+        assert_int_equal(kiln_weight_tile(&wt, dt, NULL), 0);
+        assert_true(wt.tiled || rows < 16);
+        uint8_t *row_t = malloc(w.row_bytes);
+        assert_non_null(row_t);
+        for (int64_t r = 0; r < rows; r++) { /* the layout is a permutation that gathers back */
+            kiln_weight_row_gather(&wt, r, row_t);
+            assert_memory_equal(row_t, d + (size_t)r * w.row_bytes, w.row_bytes);
+        }
+        free(row_t);
+    }
     float *X = make_x(n, cols), *Y = malloc(sizeof(float) * (size_t)(n * rows)), *R = malloc(sizeof(float) * (size_t)(n * rows));
     float *Y1 = malloc(sizeof(float) * (size_t)rows), *row = malloc(sizeof(float) * (size_t)cols), *dx = malloc(sizeof(float) * (size_t)(n * cols / A));
     int8_t *qx = malloc((size_t)n * (size_t)cols);
@@ -462,12 +481,20 @@ static void kq_case(const gguf_block *gb, int64_t rows, int64_t cols, int n, int
         for (int64_t s = 0; s < n * cols / 256; s++) kiln_quant_x256(X + 256 * s, qx + 256 * s, &dx[s]);
     else
         kiln_quant_x32(X, (int64_t)n * cols, qx, dx);
-    kiln_matmul(&w, X, Y, n);
+    kiln_matmul(&wt, X, Y, n);
     for (int i = 0; i < n; i++) kiln_gemv_ref(&w, X + (size_t)i * (size_t)cols, R + (size_t)i * (size_t)rows, 0, rows);
     const int simd = kiln_kernels_current() != KILN_ISA_SCALAR;
     for (int i = 0; n > 1 && i < n; i++) { /* batch-independent: token i alone gives the same bits */
-        kiln_matmul(&w, X + (size_t)i * (size_t)cols, Y1, 1);
+        kiln_matmul(&wt, X + (size_t)i * (size_t)cols, Y1, 1);
         assert_memory_equal(Y1, Y + (size_t)i * (size_t)rows, sizeof(float) * (size_t)rows);
+    }
+    if (rows > 8) { /* a row range cutting tile groups gives each row the bits of the whole */
+        float *Yr = malloc(sizeof(float) * (size_t)(n * rows));
+        assert_non_null(Yr);
+        kiln_matmul_rows(&wt, X, Yr, n, 5, rows - 3);
+        for (int i = 0; i < n; i++)
+            assert_memory_equal(Yr + (size_t)i * (size_t)rows + 5, Y + (size_t)i * (size_t)rows + 5, sizeof(float) * (size_t)(rows - 8));
+        free(Yr);
     }
     for (int64_t r = 0; r < rows; r++) {
         kiln_weight_row_f32(&w, r, row);
@@ -505,13 +532,13 @@ static void kq_case(const gguf_block *gb, int64_t rows, int64_t cols, int n, int
             st->var += v;
         }
     }
-    free(d); free(X); free(Y); free(R); free(Y1); free(row); free(dx); free(qx);
+    free(d); free(dt); free(X); free(Y); free(R); free(Y1); free(row); free(dx); free(qx);
 }
 static void kq_all(const char *name, int simd) {
     for (int fi = 0; fi < N_GGUF_BLOCKS; fi++) {
         const gguf_block *gb = &gguf_blocks[fi];
         kq_stats si = {0, 0, 0, 0}, sg = {0, 0, 0, 0};
-        for (int64_t rows = 1; rows <= 33; rows += 16)
+        for (int64_t rows = 1; rows <= 49; rows += 16) /* 1, 17, 33, 49: tile groups and rows past them */
             for (int64_t cols = gb->elems == 32 ? 96 : 256; cols <= 768; cols += 512) /* 96, 608 / 256, 768 */
                 for (int n = 1; n <= 17; n += 8) {
                     kq_case(gb, rows, cols, n, 1, &si);
