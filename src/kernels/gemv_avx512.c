@@ -1899,8 +1899,25 @@ AI void kq_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int 
  * whole group (rows % 16, checkpoint layout) go through kq_tile in both: a token's result does not
  * depend on the batch. The row kernel's activation record serves as it is (Q4_K / Q5_K sub-blocks at
  * kq_pos's places: the broadcasts read 4 bytes of one sub-block at a time). */
-AI int k16_xsub(int f, int j) { /* byte offset of sub-block j's 32 activation bytes in the record */
-    return f == KILN_WF_Q6_K ? 32 * j : kq_pos(KQ_PERM45, 2 * j);
+AI int k16_xcol(int f, int c) { /* byte offset of column c's activation byte (c % 4 = 0: 4 in a row) */
+    const int perm = f == KILN_WF_Q6_K ? KQ_NATURAL : f == KILN_WF_Q4_K || f == KILN_WF_Q5_K ? KQ_PERM45
+                     : f == KILN_WF_IQ4_XS ? KQ_PERMXS : KQ_PERM2;
+    return kq_pos(perm, c / 16) + c % 16;
+}
+/* Q3_K: the 16 rows' signed scale of 16-column group g (int8 bytes, sc − 32) from the 12 byte planes
+ * at pl (plane k = byte k of the 16 rows): low 4 bits from byte g (g < 8) or the high nibble of byte
+ * g − 8, top 2 bits from byte 8 + g % 4 at bit 2·(g / 4) (kiln_q3k_scales16 for 16 rows). */
+AI __m128i q3k_scale16(const uint8_t *pl, int g) {
+    const __m128i n15 = _mm_set1_epi8(0x0F), n3 = _mm_set1_epi8(3);
+    const __m128i plo = _mm_loadu_si128((const __m128i *)(pl + 16 * (g % 8))), phi = _mm_loadu_si128((const __m128i *)(pl + 16 * (8 + g % 4)));
+    const __m128i lo = g < 8 ? _mm_and_si128(plo, n15) : _mm_and_si128(_mm_srli_epi16(plo, 4), n15);
+    const __m128i hi = _mm_slli_epi16(_mm_and_si128(g / 4 ? _mm_srli_epi16(phi, 2 * (g / 4)) : phi, n3), 4);
+    return _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
+}
+/* Two 16-row byte vectors a (even group), b (odd group) → int32 lanes (a_r | b_r << 16) as int16, signed or not. */
+AI __m512i k16_pair16(__m128i a, __m128i b, int is_signed) {
+    const __m256i ab = _mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b));
+    return is_signed ? _mm512_cvtepi8_epi16(ab) : _mm512_cvtepu8_epi16(ab);
 }
 AI __m512i bcast4(const uint8_t *p) {
     int32_t v;
@@ -1975,6 +1992,135 @@ AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp
             }
             continue;
         }
+        if (f == KILN_WF_Q2_K || f == KILN_WF_Q3_K) {
+            /* Q2_K: scale planes [0, 256) (scale | min << 4) | qs vectors [256, 1280) | d [1280, 1312) | dmin [1312, 1344);
+             * Q3_K: hmask vectors [0, 512) | qs vectors [512, 1536) | scale planes [1536, 1728) | d [1728, 1760).
+             * qs byte 32h + l holds elements 128h + 32s + l at bits 2s (Q3_K: high bit = bit 4h + s of hmask
+             * byte l; stored q + 4 in 0..7); element e's group of 16 is e / 16. */
+            const int q3 = f == KILN_WF_Q3_K;
+            const __m512i m3 = _mm512_set1_epi8(3), b4 = _mm512_set1_epi8(4);
+            const uint8_t *qs = s + (q3 ? 512 : 256);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+#pragma GCC unroll 2
+                for (int hf = 0; hf < 2; hf++)     /* l < 16, l ≥ 16 */
+#pragma GCC unroll 2
+                    for (int sp = 0; sp < 2; sp++) { /* shifts s = 2sp (group 8h + 4sp + hf) and 2sp + 1 (+2) */
+                        __m512i pa[2 * K16_NT], pb[2 * K16_NT];
+                        const int nc = NT == 1 ? 2 : 1, s0 = 2 * sp, s1 = 2 * sp + 1;
+#pragma GCC unroll 8
+                        for (int t = 0; t < nc * NT; t++) pa[t] = pb[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                        for (int mm = 0; mm < 4; mm++) {
+                            const int m = 4 * hf + mm, c = NT == 1 ? (mm & 1) : 0;
+                            const __m512i v = _mm512_loadu_si512(qs + 64 * (8 * h + m));
+                            __m512i wa = _mm512_and_si512(s0 ? _mm512_srli_epi16(v, 2 * s0) : v, m3);
+                            __m512i wb = _mm512_and_si512(_mm512_srli_epi16(v, 2 * s1), m3);
+                            if (q3) { /* hmask bit j = 4h + s → bit 2 */
+                                const __m512i z = _mm512_loadu_si512(s + 64 * m);
+                                const int ja = 4 * h + s0, jb = 4 * h + s1;
+                                const __m512i za = ja >= 2 ? _mm512_srli_epi16(z, ja - 2) : _mm512_slli_epi16(z, 2 - ja);
+                                const __m512i zb = jb >= 2 ? _mm512_srli_epi16(z, jb - 2) : _mm512_slli_epi16(z, 2 - jb);
+                                wa = _mm512_ternarylogic_epi32(wa, za, b4, 0xF8);
+                                wb = _mm512_ternarylogic_epi32(wb, zb, b4, 0xF8);
+                            }
+#pragma GCC unroll 4
+                            for (int t = 0; t < NT; t++) {
+                                pa[c * NT + t] = _mm512_dpbusd_epi32(pa[c * NT + t], wa, bcast4(o[t] + k16_xcol(f, 128 * h + 32 * s0 + 4 * m)));
+                                pb[c * NT + t] = _mm512_dpbusd_epi32(pb[c * NT + t], wb, bcast4(o[t] + k16_xcol(f, 128 * h + 32 * s1 + 4 * m)));
+                            }
+                        }
+                        const int ga = 8 * h + 2 * s0 + hf, gb = 8 * h + 2 * s1 + hf;
+                        __m512i sa, sbv;
+                        if (q3) {
+                            sa = _mm512_cvtepi8_epi32(q3k_scale16(s + 1536, ga));
+                            sbv = _mm512_cvtepi8_epi32(q3k_scale16(s + 1536, gb));
+                        } else {
+                            const __m512i n4 = _mm512_set1_epi32(0xF);
+                            sa = _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 16 * ga))), n4);
+                            sbv = _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 16 * gb))), n4);
+                        }
+#pragma GCC unroll 4
+                        for (int t = 0; t < NT; t++) {
+                            const __m512i qa = NT == 1 ? _mm512_add_epi32(pa[0], pa[1]) : pa[t], qb = NT == 1 ? _mm512_add_epi32(pb[0], pb[1]) : pb[t];
+                            isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(qa, sa), _mm512_mullo_epi32(qb, sbv)));
+                        }
+                    }
+            /* Q2_K: mins (m_2k, m_2k+1) per row; Q3_K: the +4, (4·sc_2k, 4·sc_2k+1); against (bs_2k, bs_2k+1) */
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m512i a2;
+                if (q3) {
+                    a2 = _mm512_slli_epi16(k16_pair16(q3k_scale16(s + 1536, 2 * k), q3k_scale16(s + 1536, 2 * k + 1), 1), 2);
+                } else {
+                    const __m128i n15 = _mm_set1_epi8(0x0F);
+                    a2 = k16_pair16(_mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(s + 32 * k)), 4), n15),
+                                    _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(s + 32 * k + 16)), 4), n15), 0);
+                }
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) mi[t] = _mm512_dpwssd_epi32(mi[t], a2, bcast4(o[t] + 256 + 4 * k));
+            }
+            const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + (q3 ? 1728 : 1280))));
+            const __m512 wm = q3 ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 1312)));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                float dx;
+                memcpy(&dx, o[t] + 288, 4);
+                const __m512 vdx = _mm512_set1_ps(dx);
+                if (q3) {
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum[t], mi[t])), _mm512_mul_ps(wd, vdx), acc[t]);
+                } else {
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(wd, vdx), acc[t]);
+                    acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi[t]), _mm512_mul_ps(wm, vdx), acc[t]);
+                }
+            }
+            continue;
+        }
+        if (f == KILN_WF_IQ4_XS) {
+            /* d [0, 32) | scales_h [32, 64) (row r's u16 at 2r) | scales_l planes [64, 128) | qs vectors [128, 2176);
+             * qs byte 16j + i: element 32j + i (low nibble), 32j + 16 + i (high), levels + 128 */
+            const __m512i lut = iq4_lut(), n4 = _mm512_set1_epi32(0xF), n3 = _mm512_set1_epi32(3), c32 = _mm512_set1_epi32(32);
+            const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + 32)));
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                const __m512i pl = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 64 + 16 * (j / 2))));
+                const __m512i lo = _mm512_and_si512(j % 2 ? _mm512_srli_epi32(pl, 4) : pl, n4);
+                const __m512i hi = _mm512_slli_epi32(_mm512_and_si512(j ? _mm512_srli_epi32(sh, 2 * j) : sh, n3), 4);
+                const __m512i sj = _mm512_sub_epi32(_mm512_or_si512(lo, hi), c32);
+                const __m512i s7 = _mm512_and_si512(_mm512_slli_epi32(sj, 7), _mm512_set1_epi32(0xFFFF));
+                const __m512i s2 = _mm512_or_si512(s7, _mm512_slli_epi32(s7, 16)); /* 128·sc in both int16 halves */
+                __m512i pa[2 * K16_NT];
+                const int nc = NT == 1 ? 2 : 1;
+#pragma GCC unroll 8
+                for (int t = 0; t < nc * NT; t++) pa[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int mm = 0; mm < 4; mm++) {
+                    const int c = NT == 1 ? (mm & 1) : 0;
+                    const __m512i v = _mm512_loadu_si512(s + 128 + 64 * (4 * j + mm));
+                    const __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+                    const __m512i wh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+#pragma GCC unroll 4
+                    for (int t = 0; t < NT; t++) {
+                        pa[c * NT + t] = _mm512_dpbusd_epi32(pa[c * NT + t], wl, bcast4(o[t] + k16_xcol(f, 32 * j + 4 * mm)));
+                        pa[c * NT + t] = _mm512_dpbusd_epi32(pa[c * NT + t], wh, bcast4(o[t] + k16_xcol(f, 32 * j + 16 + 4 * mm)));
+                    }
+                }
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    const __m512i qa = NT == 1 ? _mm512_add_epi32(pa[0], pa[1]) : pa[t];
+                    isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(qa, sj));
+                    mi[t] = _mm512_dpwssd_epi32(mi[t], s2, bcast4(o[t] + 256 + 4 * j)); /* the +128 */
+                }
+            }
+            const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)s));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                float dx;
+                memcpy(&dx, o[t] + 288, 4);
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum[t], mi[t])), _mm512_mul_ps(wd, _mm512_set1_ps(dx)), acc[t]);
+            }
+            continue;
+        }
         /* Q4_K: d, dmin [0, 64) | scale planes [64, 256) | qs vectors [256, 2304);
          * Q5_K: d, dmin | scale planes | qh vectors [256, 768) | qs vectors [768, 2816) */
         const int q5 = f == KILN_WF_Q5_K;
@@ -2014,8 +2160,8 @@ AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp
                 }
 #pragma GCC unroll 4
                 for (int t = 0; t < NT; t++) {
-                    pa[c * NT + t] = _mm512_dpbusd_epi32(pa[c * NT + t], lo, bcast4(o[t] + k16_xsub(f, 2 * i) + 4 * m));
-                    pb[c * NT + t] = _mm512_dpbusd_epi32(pb[c * NT + t], hi, bcast4(o[t] + k16_xsub(f, 2 * i + 1) + 4 * m));
+                    pa[c * NT + t] = _mm512_dpbusd_epi32(pa[c * NT + t], lo, bcast4(o[t] + k16_xcol(f, 64 * i + 4 * m)));
+                    pb[c * NT + t] = _mm512_dpbusd_epi32(pb[c * NT + t], hi, bcast4(o[t] + k16_xcol(f, 64 * i + 32 + 4 * m)));
                 }
             }
             const __m512i sa = _mm512_cvtepu8_epi32(sc[0]), sbv = _mm512_cvtepu8_epi32(sc[1]);
@@ -2100,10 +2246,12 @@ static void gemm_q6k(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n,
 #define KQ_ENTRIES(F, fmt)                                                                                                          \
     static void gemv_##F(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {                \
         (void)x;                                                                                                                    \
-        kq_rows(fmt, w, xp, 0, 1, y, 0, r0, r1);                                                                                   \
+        if (w->tiled) k16_rows(fmt, w, xp, 0, 1, y, 0, r0, r0, r1);                                                                 \
+        else kq_rows(fmt, w, xp, 0, 1, y, 0, r0, r1);                                                                               \
     }                                                                                                                               \
     static void gemm_##F(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) { \
-        kq_rows(fmt, w, xp, xpb, n, Y, ldy, r0, r1);                                                                               \
+        if (w->tiled) k16_rows(fmt, w, xp, xpb, n, Y, ldy, 0, r0, r1);                                                              \
+        else kq_rows(fmt, w, xp, xpb, n, Y, ldy, r0, r1);                                                                           \
     }
 KQ_ENTRIES(q2k, KILN_WF_Q2_K)
 KQ_ENTRIES(q3k, KILN_WF_Q3_K)
@@ -2138,7 +2286,8 @@ KQ_ENTRIES(iq4xs, KILN_WF_IQ4_XS)
         .xprep_bf16 = BF16_GEMM(xprep_bf16row), .dequant_bf16 = {[KILN_WF_FP8_BLOCK] = BF16_GEMM(dequant_bf16t_fp8)}, \
         .bf16_gemm_mask = BF16_GEMM((1u << KILN_WF_BF16) | (1u << KILN_WF_FP8_BLOCK)),                          \
         .tiled_mask = (1u << KILN_WF_FP8_BLOCK) | (1u << KILN_WF_INT4_GROUP) | (1u << KILN_WF_Q8_0) | (1u << KILN_WF_Q4_0) | \
-                      (1u << KILN_WF_Q4_K) | (1u << KILN_WF_Q5_K) | (1u << KILN_WF_Q6_K),                                      \
+                      (1u << KILN_WF_Q4_K) | (1u << KILN_WF_Q5_K) | (1u << KILN_WF_Q6_K) | (1u << KILN_WF_Q2_K) |              \
+                      (1u << KILN_WF_Q3_K) | (1u << KILN_WF_IQ4_XS),                                                            \
     }
 #define BF16_GEMM(fn) 0
 const kiln_ktable kiln_ktable_avx512 = AVX512_TABLE(xprep_bytes_fp8, xprep_fp8, gemv_fp8);

@@ -43,15 +43,30 @@ static int k16_fields(kiln_wformat f, const k16_field **out) {
     static const k16_field q4k[] = {{0, 4, 2}, {4, 12, 1}, {16, 128, 4}};                   /* d dmin | scales | qs */
     static const k16_field q5k[] = {{0, 4, 2}, {4, 12, 1}, {16, 32, 4}, {48, 128, 4}};      /* ... | qh | qs */
     static const k16_field q6k[] = {{0, 128, 4}, {128, 64, 4}, {192, 16, 1}, {208, 2, 2}}; /* ql | qh | scales | d */
+    static const k16_field q2k[] = {{0, 16, 1}, {16, 64, 4}, {80, 4, 2}};                  /* scales | qs | d dmin */
+    static const k16_field q3k[] = {{0, 32, 4}, {32, 64, 4}, {96, 12, 1}, {108, 2, 2}};    /* hmask | qs | scales | d */
+    static const k16_field iq4xs[] = {{0, 2, 2}, {2, 2, 2}, {4, 4, 1}, {8, 128, 4}};       /* d | scales_h | scales_l | qs */
     switch (f) {
     case KILN_WF_Q4_K: *out = q4k; return 3;
     case KILN_WF_Q5_K: *out = q5k; return 4;
     case KILN_WF_Q6_K: *out = q6k; return 4;
+    case KILN_WF_Q2_K: *out = q2k; return 3;
+    case KILN_WF_Q3_K: *out = q3k; return 4;
+    case KILN_WF_IQ4_XS: *out = iq4xs; return 4;
     default: *out = NULL; return 0;
     }
 }
-static int k16_format(const kiln_weight *w) { return w->fmt == KILN_WF_Q4_K || w->fmt == KILN_WF_Q5_K || w->fmt == KILN_WF_Q6_K; }
-static size_t k16_block_bytes(kiln_wformat f) { return f == KILN_WF_Q4_K ? 144 : f == KILN_WF_Q5_K ? 176 : 210; }
+static int k16_format(const kiln_weight *w) { const k16_field *fs; return k16_fields(w->fmt, &fs) > 0; }
+static size_t k16_block_bytes(kiln_wformat f) {
+    switch (f) {
+    case KILN_WF_Q4_K: return 144;
+    case KILN_WF_Q5_K: return 176;
+    case KILN_WF_Q2_K: return 84;
+    case KILN_WF_Q3_K: return 110;
+    case KILN_WF_IQ4_XS: return 136;
+    default: return 210;
+    }
+}
 /* Offset, inside its 16-row super-block run, of byte b of row j's block. */
 static size_t k16_offset(const k16_field *fs, int nf, int j, int b) {
     for (int i = 0; i < nf; i++)
