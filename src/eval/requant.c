@@ -82,12 +82,12 @@ static void repack_one(struct kiln_model *m, kiln_weight *w, const char *name, u
     uint8_t *d = kiln_alloc64(db);
     void *s = sb ? kiln_alloc64(sb) : NULL;
     if (!d || (sb && !s)) { free(d); free(s); return; }
-    memcpy(d, w->data, db);
     if (sb) memcpy(s, w->scales, sb);
     kiln_weight nw = *w;
     nw.data = d;
     if (sb) nw.scales = s;
-    if (tile && kiln_weight_tile(&nw, d, s) != 0) { free(d); free(s); return; }
+    if (!tile) memcpy(d, w->data, db);
+    else if (kiln_weight_tile_copy(&nw, w->data, d, s) != 0) { free(d); free(s); return; }
     if (!kiln_model_own(m, d)) { free(s); return; }
     if (s && !kiln_model_own(m, s)) return; /* d is owned (freed with the model); w unchanged */
     *w = nw;

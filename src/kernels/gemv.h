@@ -94,6 +94,11 @@ int kiln_weight_tile_rows(const kiln_weight *w);
  * are writable aliases of w->data and w->scales. Returns 0, or -1 when the scratch cannot be
  * allocated (w left untouched). */
 int kiln_weight_tile(kiln_weight *w, uint8_t *data, void *scales);
+/* kiln_weight_tile of a copy: src (w's data in checkpoint layout, rows × row_bytes) into data (as
+ * large, not overlapping), then the tile layout; INT4 scales in `scales` as kiln_weight_tile. The
+ * K-quant interleave is written straight from src (no second pass). Returns 0, or -1 without scratch
+ * memory (data then holds the untiled copy and w stays untiled). */
+int kiln_weight_tile_copy(kiln_weight *w, const uint8_t *src, uint8_t *data, void *scales);
 /* Copies row r's row_bytes bytes, in checkpoint order, to out (either layout). */
 void kiln_weight_row_gather(const kiln_weight *w, int64_t r, uint8_t *out);
 /* INT4: the index into w->scales (bf16 entries) of group gi of row r, in either layout. */

@@ -77,6 +77,32 @@ static size_t k16_offset(const k16_field *fs, int nf, int j, int b) {
     return 0; /* not reached: the fields cover the block */
 }
 
+/* One 16-row group: the 16 checkpoint-layout rows at src → the interleave at dst (field by field,
+ * unit by unit: k16_offset's order). */
+static void k16_group_put(const kiln_weight *w, const uint8_t *src, uint8_t *dst) {
+    const size_t rb = w->row_bytes;
+    const k16_field *fs;
+    const int nf = k16_fields(w->fmt, &fs), bb = (int)k16_block_bytes(w->fmt);
+    for (int64_t s = 0; s < w->cols / 256; s++) {
+        uint8_t *gs = dst + (size_t)s * 16 * (size_t)bb;
+        for (int i = 0; i < nf; i++) {
+            const int u = fs[i].unit, nu = fs[i].len / u;
+            uint8_t *o = gs + 16 * (size_t)fs[i].start;
+            const uint8_t *p0 = src + (size_t)s * (size_t)bb + (size_t)fs[i].start;
+            for (int j = 0; j < 16; j++) { /* row j's units c at o + 16·u·c + u·j (constant sizes: plain moves) */
+                const uint8_t *p = p0 + (size_t)j * rb;
+                uint8_t *q = o + (size_t)u * (size_t)j;
+                if (u == 4)
+                    for (int c = 0; c < nu; c++) memcpy(q + 64 * (size_t)c, p + 4 * (size_t)c, 4);
+                else if (u == 2)
+                    for (int c = 0; c < nu; c++) memcpy(q + 32 * (size_t)c, p + 2 * (size_t)c, 2);
+                else
+                    for (int c = 0; c < nu; c++) q[16 * (size_t)c] = p[c];
+            }
+        }
+    }
+}
+
 void kiln_weight_row_gather(const kiln_weight *w, int64_t r, uint8_t *out) {
     const size_t rb = w->row_bytes;
     if (w->tiled && k16_format(w)) {
@@ -125,28 +151,12 @@ int64_t kiln_weight_int4_scale_index(const kiln_weight *w, int64_t r, int64_t gi
 int kiln_weight_tile(kiln_weight *w, uint8_t *data, void *scales) {
     if (w->tiled || w->rows < kiln_weight_tile_rows(w)) return 0;
     if (k16_format(w)) {
-        const size_t rb = w->row_bytes;
-        const k16_field *fs;
-        const int nf = k16_fields(w->fmt, &fs), bb = (int)k16_block_bytes(w->fmt);
-        uint8_t *tmp = malloc(16 * rb);
+        uint8_t *tmp = malloc(16 * w->row_bytes);
         if (!tmp) return -1;
         for (int64_t q = 0; q < w->rows / 16; q++) {
-            uint8_t *g = data + (size_t)q * 16 * rb;
-            memcpy(tmp, g, 16 * rb);
-            for (int64_t s = 0; s < w->cols / 256; s++) {
-                uint8_t *gs = g + (size_t)s * 16 * (size_t)bb;
-                for (int i = 0; i < nf; i++) { /* field by field, unit by unit (k16_offset's order, copied in units) */
-                    const size_t u = (size_t)fs[i].unit;
-                    uint8_t *dst = gs + 16 * (size_t)fs[i].start;
-                    for (int c = 0; c < fs[i].len / fs[i].unit; c++)
-                        for (int j = 0; j < 16; j++, dst += u) {
-                            const uint8_t *src = tmp + (size_t)j * rb + (size_t)s * (size_t)bb + (size_t)fs[i].start + (size_t)c * u;
-                            if (u == 4) memcpy(dst, src, 4); /* constant sizes: plain moves, not library calls */
-                            else if (u == 2) memcpy(dst, src, 2);
-                            else *dst = *src;
-                        }
-                }
-            }
+            uint8_t *g = data + (size_t)q * 16 * w->row_bytes;
+            memcpy(tmp, g, 16 * w->row_bytes);
+            k16_group_put(w, tmp, g);
         }
         free(tmp);
         w->tiled = 1;
@@ -237,6 +247,22 @@ void kiln_prefault(void *p, size_t n) {
 #endif
     for (size_t i = 0; i < n; i += 4096) ((volatile uint8_t *)p)[i] = ((volatile uint8_t *)p)[i];
     ((volatile uint8_t *)p)[n - 1] = ((volatile uint8_t *)p)[n - 1];
+}
+
+int kiln_weight_tile_copy(kiln_weight *w, const uint8_t *src, uint8_t *data, void *scales) {
+    if (!w->tiled && k16_format(w) && w->rows >= 16) {
+        /* straight from src into data, groups spread over the OpenMP threads (a load-time pass over
+         * the whole weight: one read and one write instead of a copy and a permutation in place) */
+        const int64_t ng = w->rows / 16;
+        const size_t gb = 16 * w->row_bytes;
+#pragma omp parallel for schedule(static)
+        for (int64_t q = 0; q < ng; q++) k16_group_put(w, src + (size_t)q * gb, data + (size_t)q * gb);
+        memcpy(data + (size_t)ng * gb, src + (size_t)ng * gb, (size_t)(w->rows - 16 * ng) * w->row_bytes);
+        w->tiled = 1;
+        return 0;
+    }
+    memcpy(data, src, (size_t)w->rows * w->row_bytes);
+    return kiln_weight_tile(w, data, scales);
 }
 
 int kiln_weight_tile_rows(const kiln_weight *w) { return q16_format(w) || k16_format(w) ? 16 : 4; }
