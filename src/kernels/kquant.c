@@ -1,4 +1,4 @@
-/* kquant.c — reference dequantization of the GGUF block quants read through f32 tiles (kernels/kquant.h). */
+/* kquant.c — reference dequantization of the GGUF block quants (kernels/kquant.h). */
 #include "kernels/kquant.h"
 #include "base/fp.h"
 #include <stdint.h>

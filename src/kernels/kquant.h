@@ -1,7 +1,7 @@
-/* kquant.h — the GGUF block quants kiln multiplies through f32 tiles: reference dequantization of n
- * values from src to float32, exactly as ggml's dequantize_row_* computes them (each product and
- * difference rounded to float32 on its own, in ggml's order). Byte layouts in quant/dtype.h. Used by
- * the dtype table (quant/dtype.c), the scalar reference (kernels/ref.c) and the driver's f32 tiles.
+/* kquant.h — the GGUF block quants' reference dequantization: n values from src to float32, exactly
+ * as ggml's dequantize_row_* computes them (each product and difference rounded to float32 on its
+ * own, in ggml's order). Byte layouts in quant/dtype.h. Used by the dtype table (quant/dtype.c) and
+ * the scalar reference (kernels/ref.c); the SIMD kernels (gemv_*.c) multiply int8 dots instead.
  *
  * K-quant super-blocks of 256 (n a multiple of 256): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, and
  * Q8_K (ggml's activation-side type, dequantized here only so that the dtype table is complete);

@@ -32,8 +32,8 @@ typedef enum kiln_dtype {
     KILN_DT_Q4_K,
     KILN_DT_Q5_K,
     KILN_DT_Q6_K,
-    /* The rest of llama-quantize's weight types (layouts in kernels/kquant.c, beside their
-     * dequantization), all read through f32 tiles of that dequantization:
+    /* The rest of llama-quantize's weight types (layouts in kernels/kquant.c, beside their reference
+     * dequantization; int8-dot kernels in kernels/gemv_*.c):
      *   Q2_K (84 bytes / 256), Q3_K (110 / 256), IQ4_XS (136 / 256): super-blocks as above;
      *   Q4_1 (20 / 32), Q5_0 (22 / 32), Q5_1 (24 / 32), IQ4_NL (18 / 32): blocks of 32 as Q4_0;
      *   Q8_K (292 / 256): ggml's activation-side type (f32 d, 256 int8, 16 int16 sums); read and

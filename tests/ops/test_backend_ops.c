@@ -123,10 +123,15 @@ static float *copy_of(const kiln_backend *be, const float *src, size_t n) {
 }
 
 /* The formats whose SIMD kernels quantise x to int8 per block of 32 (GEMV and GEMM alike). */
-static int is_int_format(kiln_wformat f) { return f == KILN_WF_INT4_GROUP || f == KILN_WF_Q8_0 || f == KILN_WF_Q4_0; }
-/* The K-quants multiply int8 copies of x quantized per super-block of 256 (kiln_quant_x256) on every
- * SIMD ISA; the Vulkan backend runs them on the host through those kernels too. */
-static int is_kquant(kiln_wformat f) { return f == KILN_WF_Q4_K || f == KILN_WF_Q5_K || f == KILN_WF_Q6_K; }
+static int is_int_format(kiln_wformat f) {
+    return f == KILN_WF_INT4_GROUP || f == KILN_WF_Q8_0 || f == KILN_WF_Q4_0 || f == KILN_WF_Q4_1 || f == KILN_WF_Q5_0 || f == KILN_WF_Q5_1 ||
+           f == KILN_WF_IQ4_NL;
+}
+/* The GGUF super-block types (K-quants, IQ4_XS) multiply int8 copies of x quantized per super-block
+ * of 256 (kiln_quant_x256) on every SIMD ISA. */
+static int is_kquant(kiln_wformat f) {
+    return f == KILN_WF_Q4_K || f == KILN_WF_Q5_K || f == KILN_WF_Q6_K || f == KILN_WF_Q2_K || f == KILN_WF_Q3_K || f == KILN_WF_IQ4_XS;
+}
 /* Columns per activation step of an int8 format: 32 (llama.cpp's q8_0 rule) or 256 (q8_K's). */
 static int64_t int_block(kiln_wformat f) { return is_kquant(f) ? 256 : 32; }
 
@@ -234,7 +239,7 @@ typedef struct { kiln_weight w; void *data, *scales; } tweight;
 /* A rows × cols weight of format f (group: INT4 group or FP8 block) quantised from Gaussian values;
  * tiled = 1 lays it out in its format's tile layout (4-row tiles; Q8_0 / Q4_0 16-row interleaves)
  * where the AVX-512 kernels read it. */
-/* The GGUF block quants kiln reads through f32 tiles (no quantiser): weights per block, bytes per
+/* The GGUF block quants kiln reads but does not quantize to (no quantiser): weights per block, bytes per
  * block, the byte offsets of the block's f16 scales (ggml-common.h's layouts). */
 typedef struct { kiln_wformat f; int elems, bytes, f16_at[2], n_f16; } gguf_block;
 static const gguf_block gguf_blocks[] = {
@@ -289,13 +294,15 @@ static double format_bound_n(kiln_wformat f, const kiln_backend *be, int n) {
      * 256 Gaussians ≈ 2.9σ: 4.3e-5 (the 32-blocks' ≈ 2.3e-5 has the 1e-4 above); 2e-4 leaves the same
      * ~4.5× for the spread of an energy ratio over 64+ outputs */
     if (is_kquant(f)) return be->kind == KILN_BACKEND_REF || be->kind == KILN_BACKEND_VULKAN ? 1e-9 : 2e-4;
-    /* the other GGUF block quants: f32 tiles of the reference dequantization on the cpu backend,
-     * the same products in the Vulkan shaders: 1e-9 everywhere (below) */
     if (be->kind == KILN_BACKEND_VULKAN) return 1e-9; /* f32 products of the dequantized weights: only the summation order differs */
     switch (f) {
     case KILN_WF_INT4_GROUP:
     case KILN_WF_Q8_0:
-    case KILN_WF_Q4_0: return 1e-4;
+    case KILN_WF_Q4_0:
+    case KILN_WF_Q4_1: /* the other GGUF blocks of 32: x per 32 as Q8_0's */
+    case KILN_WF_Q5_0:
+    case KILN_WF_Q5_1:
+    case KILN_WF_IQ4_NL: return 1e-4;
     case KILN_WF_FP8_BLOCK: return kiln_cx_fp8_rounds_x(&be->cx) ? 5e-5 : 1e-9;
     case KILN_WF_BF16: return kiln_cx_fp8_rounds_x(&be->cx) && n > 1 ? 5e-5 : 1e-9;
     default: return 1e-9;
@@ -312,11 +319,14 @@ static const wcase wcases[] = {
     {KILN_WF_INT4_GROUP, 128, 256, 1}, {KILN_WF_Q8_0, 0, 32, 0},       {KILN_WF_Q8_0, 0, 160, 0},
     {KILN_WF_Q4_0, 0, 96, 0},        {KILN_WF_Q4_0, 0, 256, 0},        {KILN_WF_Q8_0, 0, 160, 1},
     {KILN_WF_Q4_0, 0, 256, 1},
-    /* the GGUF block quants (random blocks; f32 tiles of their reference dequantization) */
+    /* the GGUF block quants (random blocks; int8 kernels on the cpu backend's SIMD ISAs) */
     {KILN_WF_Q4_K, 0, 256, 0},       {KILN_WF_Q5_K, 0, 256, 0},        {KILN_WF_Q6_K, 0, 256, 0},
     {KILN_WF_Q2_K, 0, 256, 0},       {KILN_WF_Q3_K, 0, 512, 0},        {KILN_WF_IQ4_XS, 0, 256, 0},
     {KILN_WF_Q4_1, 0, 96, 0},        {KILN_WF_Q5_0, 0, 160, 0},        {KILN_WF_Q5_1, 0, 96, 0},
     {KILN_WF_IQ4_NL, 0, 288, 0},
+    /* the super-block types in the 16-row interleave (AVX-512; 16 rows and more) */
+    {KILN_WF_Q4_K, 0, 256, 1},       {KILN_WF_Q5_K, 0, 512, 1},        {KILN_WF_Q6_K, 0, 256, 1},
+    {KILN_WF_Q2_K, 0, 256, 1},       {KILN_WF_Q3_K, 0, 256, 1},        {KILN_WF_IQ4_XS, 0, 512, 1},
 };
 #define N_WCASES ((int)(sizeof wcases / sizeof *wcases))
 
