@@ -585,14 +585,23 @@ static void test_kquants_avx_vnni_exact(void **s) {
             kiln_weight w;
             uint8_t *d = gguf_random(&gguf_blocks[fi], &w, rows, cols);
             float *X = make_x(n, cols), Yv[37 * 6], Ym[37 * 6];
-            kiln_kernels_avx_vnni(1);
-            kiln_kernels_select(KILN_ISA_AVX2);
-            kiln_matmul(&w, X, Yv, n);
-            kiln_kernels_avx_vnni(0);
-            kiln_kernels_select(KILN_ISA_AVX2);
-            kiln_matmul(&w, X, Ym, n);
-            assert_memory_equal(Yv, Ym, sizeof(float) * (size_t)(rows * n));
-            free(X); free(d);
+            /* and in the 16-row interleave where the AVX2 kernels read it (the super-block types) */
+            kiln_weight wt = w;
+            uint8_t *dt = malloc(w.row_bytes * (size_t)rows);
+            assert_non_null(dt);
+            assert_int_equal(kiln_weight_tile_copy(&wt, d, dt, NULL), 0);
+            for (int tiled = 0; tiled < 2; tiled++) {
+                const kiln_weight *wk = tiled ? &wt : &w;
+                if (tiled && !wt.tiled) continue;
+                kiln_kernels_avx_vnni(1);
+                kiln_kernels_select(KILN_ISA_AVX2);
+                kiln_matmul(wk, X, Yv, n);
+                kiln_kernels_avx_vnni(0);
+                kiln_kernels_select(KILN_ISA_AVX2);
+                kiln_matmul(wk, X, Ym, n);
+                assert_memory_equal(Yv, Ym, sizeof(float) * (size_t)(rows * n));
+            }
+            free(X); free(d); free(dt);
         }
     kiln_kernels_avx_vnni(was);
     kiln_kernels_select(KILN_ISA_AUTO);
