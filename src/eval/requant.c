@@ -71,7 +71,7 @@ static kiln_status requant_layers(struct kiln_model *m, kiln_wformat fmt, int gr
 
 /* One quantized weight still in the mapped checkpoint → an owned copy in the tile layout
  * (kernels/gemv.h), or as it is for the formats whose kernels read the checkpoint layout from an
- * owned buffer faster (kiln_weight_prefers_owned: the K-quants). Best effort: without memory it stays
+ * owned buffer faster (kiln_weight_prefers_owned: the GGUF blocks without a tile layout). Best effort: without memory it stays
  * as it is (correct, only slower). */
 static void repack_one(struct kiln_model *m, kiln_weight *w, const char *name, uint64_t *bytes) {
     if (!w->data || w->tiled) return;
@@ -150,5 +150,5 @@ void kiln_model_prepare_compute(kiln_model *m, const kiln_options *opts) {
     m->repacked = 1;
     pthread_mutex_unlock(&repack_mu);
     if (b && !(opts && opts->quiet))
-        fprintf(stderr, "kiln: %.1f MB of quantized weights (FP8, INT4, Q8_0, Q4_0, K-quants) copied into the kernels' tile layouts (K-quants: as they are, onto huge pages) (--no-repack: compute on the mapped file)\n", (double)b / 1e6);
+        fprintf(stderr, "kiln: %.1f MB of quantized weights (FP8, INT4, GGUF blocks) copied into the kernels' tile layouts (Q4_1, Q5_0, Q5_1, IQ4_NL: as they are, onto huge pages) (--no-repack: compute on the mapped file)\n", (double)b / 1e6);
 }

@@ -74,10 +74,11 @@ typedef struct kiln_weight {
  * accumulated once per block and token (llama.cpp repacks Q4_0 into 8-row interleaves for the
  * same reason); the row-major layout needs a scale and FMA per 4 columns. The last rows % 16 rows
  * stay as they were.
- * Q4_K / Q5_K / Q6_K (AVX-512 only) have the 16-row super-block interleave, again a pure permutation
- * with row_bytes unchanged: rows 16q..16q+15 keep their byte range; super-block s of the 16 rows is one
- * run of 16·bb bytes (bb = 144 / 176 / 210) in which each field of the block (d and dmin; the scale
- * bytes; qh; qs / ql) is stored unit-major over the 16 rows — units of 2 bytes for the f16s, 1 for
+ * The super-block types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; AVX-512 and AVX2) have the 16-row
+ * super-block interleave, again a pure permutation with row_bytes unchanged: rows 16q..16q+15 keep
+ * their byte range; super-block s of the 16 rows is one run of 16·bb bytes (bb the block's bytes) in
+ * which each field of the block (d and dmin; the scale bytes; qh; qs / ql) is stored unit-major over
+ * the 16 rows — units of 2 bytes for the f16s, 1 for
  * scale bytes (byte planes: byte k of the 16 rows), 4 for quant bytes (64-byte vectors, row j's bytes
  * at 4j) — at 16 × the field's offset in the block (tile.c: k16_fields). The last rows % 16 rows stay.
  * Only weights kiln owns in memory (requantized ones) are tiled, and only where the kernels of `isa`
@@ -87,7 +88,7 @@ int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa);
 /* Whether w, in checkpoint layout, is read faster from an owned copy (huge pages) than from the file
  * mapping under `isa`'s kernels, with no change of layout (the K-quants; tile.c says why). */
 int kiln_weight_prefers_owned(const kiln_weight *w, kiln_isa isa);
-/* Rows of one tile group of w's format (16 for Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K, else 4): kiln_weight_tile leaves a weight
+/* Rows of one tile group of w's format (16 for Q8_0 / Q4_0 and the super-block types, else 4): kiln_weight_tile leaves a weight
  * with fewer rows untiled. */
 int kiln_weight_tile_rows(const kiln_weight *w);
 /* Permutes w's data and (INT4) scales into the tile layout and sets w->tiled; `data` and `scales`

@@ -80,9 +80,9 @@ struct kiln_model {
     void *gather_ctx;
 };
 
-/* Copies the FP8/INT4/Q8_0/Q4_0 linear weights still in the mapped checkpoint layout into owned
+/* Copies the FP8/INT4/GGUF-block linear weights still in the mapped checkpoint layout into owned
  * buffers in the GEMV's tile layouts (kernels/gemv.h) where the current ISA's kernels read that
- * faster, and the K-quants into owned buffers as they are (kiln_weight_prefers_owned)
+ * faster, and the other GGUF blocks into owned buffers as they are (kiln_weight_prefers_owned)
  * (src/eval/requant.c). Returns the bytes copied (0: nothing to do). Best effort: a weight that
  * cannot be copied stays as it is. */
 uint64_t kiln_model_repack(struct kiln_model *m);
