@@ -718,8 +718,8 @@ const kiln_ktable kiln_ktable_avx2 = {
     .gemm_prep = {[KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4, [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k,
                   [KILN_WF_Q6_K] = gemm_q6k, [KILN_WF_Q2_K] = gemm_q2k, [KILN_WF_Q3_K] = gemm_q3k, [KILN_WF_IQ4_XS] = gemm_iq4xs,
                   [KILN_WF_Q5_0] = gemm_q5_0, [KILN_WF_IQ4_NL] = gemm_iq4nl, [KILN_WF_Q4_1] = gemm_q4_1, [KILN_WF_Q5_1] = gemm_q5_1},
-    .tiled_mask = (1u << KILN_WF_Q8_0) | (1u << KILN_WF_Q4_0) | (1u << KILN_WF_Q4_K) | (1u << KILN_WF_Q5_K) | (1u << KILN_WF_Q6_K) |
-                  (1u << KILN_WF_Q2_K) | (1u << KILN_WF_Q3_K) | (1u << KILN_WF_IQ4_XS),
+    .tiled_mask = (1u << KILN_WF_Q8_0) | (1u << KILN_WF_Q4_0) | (1u << KILN_WF_Q4_K) | (1u << KILN_WF_Q5_K) | (1u << KILN_WF_Q2_K) |
+                  (1u << KILN_WF_IQ4_XS), /* not Q6_K / Q3_K: kquant_avx2.h says why */
     .read_sum = read_sum,
     .peak = peak,
     .silu_mul = silu_mul,

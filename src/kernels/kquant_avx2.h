@@ -211,9 +211,13 @@ AI void kq2_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int
  * Each 16-row group as two halves of 8 rows, one after the other (the group stays in L2 meanwhile):
  * bytes 32·hf .. +31 of every 64-byte quant vector, bytes 8·hf .. +7 of every byte plane, f16 words
  * 8·hf .. +7. Per (row, token) the integer sums of gemv_avx512.c's k16_tile (exact in both forms:
- * vpmaddubsw pairs ≤ 2·63·127, vpmaddwd of the pairs), except IQ4_XS: its signed levels by the sign
+ * vpmaddubsw pairs ≤ 2·31·127, vpmaddwd of the pairs), except IQ4_XS: its signed levels by the sign
  * trick (|w| · x with w's sign, pairs ≤ 2·127·127), so nothing to remove afterwards. GEMV and GEMM
- * (NT ≤ 2 tokens: 16 registers) are one kernel; the rows past the last group take kq2_tile in both. */
+ * (NT ≤ 2 tokens: 16 registers) are one kernel; the rows past the last group take kq2_tile in both.
+ * Q4_K, Q5_K, Q2_K and IQ4_XS only (K16H_FMT): the same construction for Q6_K and Q3_K (tried)
+ * decoded a Q6_K file at 0.75× the row kernel here (`scripts/bench_ab.py`, 3 rounds, `--isa avx2`:
+ * the per-group vpmulld and the two passes over each group cost more than the row kernel's vpmaddwd
+ * by 16-column scales), so those two keep the row layout on AVX2 (the table's tiled_mask). */
 #if KQ_VNNI
 #define K16_DPBUSD(acc, w, x) _mm256_dpbusd_avx_epi32(acc, w, x)
 #define K16_DPWSSD(acc, a, b) _mm256_dpwssd_avx_epi32(acc, a, b)
@@ -222,6 +226,7 @@ AI void kq2_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int
 #define K16_DPWSSD(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
 #endif
 #define K16H_NT 2
+#define K16H_FMT(f) ((f) == KILN_WF_Q4_K || (f) == KILN_WF_Q5_K || (f) == KILN_WF_Q2_K || (f) == KILN_WF_IQ4_XS)
 AI __m256i k16h_bcast(const uint8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -230,22 +235,9 @@ AI __m256i k16h_bcast(const uint8_t *p) {
 AI __m256i k16h_v(const uint8_t *p, int hf) { return _mm256_loadu_si256((const __m256i *)(p + 32 * hf)); }
 AI __m128i k16h_plane(const uint8_t *p, int hf) { return _mm_loadl_epi64((const __m128i *)(p + 8 * hf)); }
 AI __m256 k16h_f16(const uint8_t *p, int hf) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * hf))); }
-/* Q3_K: the 8 rows' signed scales of 16-column group g (bytes sc − 32) from the byte planes at pl. */
-AI __m128i k16h_q3scale(const uint8_t *pl, int hf, int g) {
-    const __m128i n15 = _mm_set1_epi8(0x0F), n3 = _mm_set1_epi8(3);
-    const __m128i plo = k16h_plane(pl + 16 * (g % 8), hf), phi = k16h_plane(pl + 16 * (8 + g % 4), hf);
-    const __m128i lo = g < 8 ? _mm_and_si128(plo, n15) : _mm_and_si128(_mm_srli_epi16(plo, 4), n15);
-    const __m128i hi = _mm_slli_epi16(_mm_and_si128(g / 4 ? _mm_srli_epi16(phi, 2 * (g / 4)) : phi, n3), 4);
-    return _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
-}
-/* 8 rows' bytes a (even group) and b (odd) → int32 lanes (a_r | b_r << 16) as int16. */
-AI __m256i k16h_pair16(__m128i a, __m128i b, int is_signed) {
-    const __m128i ab = _mm_unpacklo_epi8(a, b);
-    return is_signed ? _mm256_cvtepi8_epi16(ab) : _mm256_cvtepu8_epi16(ab);
-}
-AI size_t k16h_bsb(int f) {
-    return f == KILN_WF_Q4_K ? 144 : f == KILN_WF_Q5_K ? 176 : f == KILN_WF_Q2_K ? 84 : f == KILN_WF_Q3_K ? 110 : f == KILN_WF_IQ4_XS ? 136 : 210;
-}
+/* 8 rows' bytes a (even group) and b (odd) → int32 lanes (a_r | b_r << 16) as unsigned int16. */
+AI __m256i k16h_pair16(__m128i a, __m128i b) { return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b)); }
+AI size_t k16h_bsb(int f) { return f == KILN_WF_Q4_K ? 144 : f == KILN_WF_Q5_K ? 176 : f == KILN_WF_Q2_K ? 84 : 136; }
 /* Half hf (rows 8hf .. 8hf + 7) of the group at g × NT tokens: Y[t·ldy + j], j < 8. */
 AI void k16h_tile(int f, int NT, int hf, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy) {
     const size_t gsb = 16 * k16h_bsb(f);
@@ -264,45 +256,9 @@ AI void k16h_tile(int f, int NT, int hf, const uint8_t *g, int64_t nsb, const ui
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) isum[t] = mi[t] = _mm256_setzero_si256();
         __m256 wd, wm = _mm256_setzero_ps();
-        if (f == KILN_WF_Q6_K) {
-            const __m256i m30 = _mm256_set1_epi8(0x30);
-            for (int h = 0; h < 2; h++)
-                for (int jp = 0; jp < 2; jp++)
-                    for (int half = 0; half < 2; half++) {
-                        __m256i pa[2 * K16H_NT], pb[2 * K16H_NT];
-#pragma GCC unroll 4
-                        for (int t = 0; t < nc * NT; t++) pa[t] = pb[t] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-                        for (int mm = 0; mm < 4; mm++) {
-                            const int m = 4 * half + mm, c = NT == 1 ? (mm & 1) : 0;
-                            const __m256i a = k16h_v(s + 64 * (16 * h + 8 * jp + m), hf), z = k16h_v(s + 2048 + 64 * (8 * h + m), hf);
-                            const __m256i zl = jp ? _mm256_slli_epi16(z, 2) : _mm256_slli_epi16(z, 4), zh = jp ? _mm256_srli_epi16(z, 2) : z;
-                            const __m256i lo = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(zl, m30));
-                            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(zh, m30));
-#pragma GCC unroll 2
-                            for (int t = 0; t < NT; t++) {
-                                pa[c * NT + t] = K16_DPBUSD(pa[c * NT + t], lo, k16h_bcast(o[t] + 128 * h + 32 * jp + 4 * m));
-                                pb[c * NT + t] = K16_DPBUSD(pb[c * NT + t], hi, k16h_bcast(o[t] + 128 * h + 32 * (jp + 2) + 4 * m));
-                            }
-                        }
-                        const __m256i sa = _mm256_cvtepi8_epi32(k16h_plane(s + 3072 + 16 * (8 * h + 2 * jp + half), hf));
-                        const __m256i sbv = _mm256_cvtepi8_epi32(k16h_plane(s + 3072 + 16 * (8 * h + 2 * (jp + 2) + half), hf));
-#pragma GCC unroll 2
-                        for (int t = 0; t < NT; t++) {
-                            const __m256i qa = NT == 1 ? _mm256_add_epi32(pa[0], pa[1]) : pa[t], qb = NT == 1 ? _mm256_add_epi32(pb[0], pb[1]) : pb[t];
-                            isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_mullo_epi32(qa, sa), _mm256_mullo_epi32(qb, sbv)));
-                        }
-                    }
-            for (int k = 0; k < 8; k++) { /* the +32 */
-                const __m256i a2 = _mm256_slli_epi16(k16h_pair16(k16h_plane(s + 3072 + 32 * k, hf), k16h_plane(s + 3072 + 32 * k + 16, hf), 1), 5);
-#pragma GCC unroll 2
-                for (int t = 0; t < NT; t++) mi[t] = K16_DPWSSD(mi[t], a2, k16h_bcast(o[t] + 256 + 4 * k));
-            }
-            wd = k16h_f16(s + 3328, hf);
-        } else if (f == KILN_WF_Q2_K || f == KILN_WF_Q3_K) {
-            const int q3 = f == KILN_WF_Q3_K;
-            const __m256i m3 = _mm256_set1_epi8(3), b4 = _mm256_set1_epi8(4);
-            const uint8_t *qs = s + (q3 ? 512 : 256);
+        if (f == KILN_WF_Q2_K) {
+            const __m256i m3 = _mm256_set1_epi8(3);
+            const uint8_t *qs = s + 256;
             for (int h = 0; h < 2; h++)
                 for (int hl = 0; hl < 2; hl++)
                     for (int sp = 0; sp < 2; sp++) {
@@ -314,16 +270,8 @@ AI void k16h_tile(int f, int NT, int hf, const uint8_t *g, int64_t nsb, const ui
                         for (int mm = 0; mm < 4; mm++) {
                             const int m = 4 * hl + mm, c = NT == 1 ? (mm & 1) : 0;
                             const __m256i v = k16h_v(qs + 64 * (8 * h + m), hf);
-                            __m256i wa = _mm256_and_si256(s0 ? _mm256_srli_epi16(v, 2 * s0) : v, m3);
-                            __m256i wb = _mm256_and_si256(_mm256_srli_epi16(v, 2 * s1), m3);
-                            if (q3) {
-                                const __m256i z = k16h_v(s + 64 * m, hf);
-                                const int ja = 4 * h + s0, jb = 4 * h + s1;
-                                const __m256i za = ja >= 2 ? _mm256_srli_epi16(z, ja - 2) : _mm256_slli_epi16(z, 2 - ja);
-                                const __m256i zb = jb >= 2 ? _mm256_srli_epi16(z, jb - 2) : _mm256_slli_epi16(z, 2 - jb);
-                                wa = _mm256_or_si256(wa, _mm256_and_si256(za, b4));
-                                wb = _mm256_or_si256(wb, _mm256_and_si256(zb, b4));
-                            }
+                            const __m256i wa = _mm256_and_si256(s0 ? _mm256_srli_epi16(v, 2 * s0) : v, m3);
+                            const __m256i wb = _mm256_and_si256(_mm256_srli_epi16(v, 2 * s1), m3);
 #pragma GCC unroll 2
                             for (int t = 0; t < NT; t++) {
                                 pa[c * NT + t] = K16_DPBUSD(pa[c * NT + t], wa, k16h_bcast(o[t] + 128 * h + 32 * s0 + 4 * m));
@@ -331,35 +279,24 @@ AI void k16h_tile(int f, int NT, int hf, const uint8_t *g, int64_t nsb, const ui
                             }
                         }
                         const int ga = 8 * h + 2 * s0 + hl, gb = 8 * h + 2 * s1 + hl;
-                        __m256i sa, sbv;
-                        if (q3) {
-                            sa = _mm256_cvtepi8_epi32(k16h_q3scale(s + 1536, hf, ga));
-                            sbv = _mm256_cvtepi8_epi32(k16h_q3scale(s + 1536, hf, gb));
-                        } else {
-                            const __m256i n4 = _mm256_set1_epi32(0xF);
-                            sa = _mm256_and_si256(_mm256_cvtepu8_epi32(k16h_plane(s + 16 * ga, hf)), n4);
-                            sbv = _mm256_and_si256(_mm256_cvtepu8_epi32(k16h_plane(s + 16 * gb, hf)), n4);
-                        }
+                        const __m256i n4 = _mm256_set1_epi32(0xF);
+                        const __m256i sa = _mm256_and_si256(_mm256_cvtepu8_epi32(k16h_plane(s + 16 * ga, hf)), n4);
+                        const __m256i sbv = _mm256_and_si256(_mm256_cvtepu8_epi32(k16h_plane(s + 16 * gb, hf)), n4);
 #pragma GCC unroll 2
                         for (int t = 0; t < NT; t++) {
                             const __m256i qa = NT == 1 ? _mm256_add_epi32(pa[0], pa[1]) : pa[t], qb = NT == 1 ? _mm256_add_epi32(pb[0], pb[1]) : pb[t];
                             isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_mullo_epi32(qa, sa), _mm256_mullo_epi32(qb, sbv)));
                         }
                     }
-            for (int k = 0; k < 8; k++) { /* Q2_K mins; Q3_K: the +4 */
-                __m256i a2;
-                if (q3) {
-                    a2 = _mm256_slli_epi16(k16h_pair16(k16h_q3scale(s + 1536, hf, 2 * k), k16h_q3scale(s + 1536, hf, 2 * k + 1), 1), 2);
-                } else {
-                    const __m128i n15 = _mm_set1_epi8(0x0F);
-                    a2 = k16h_pair16(_mm_and_si128(_mm_srli_epi16(k16h_plane(s + 32 * k, hf), 4), n15),
-                                     _mm_and_si128(_mm_srli_epi16(k16h_plane(s + 32 * k + 16, hf), 4), n15), 0);
-                }
+            for (int k = 0; k < 8; k++) { /* the mins */
+                const __m128i n15 = _mm_set1_epi8(0x0F);
+                const __m256i a2 = k16h_pair16(_mm_and_si128(_mm_srli_epi16(k16h_plane(s + 32 * k, hf), 4), n15),
+                                               _mm_and_si128(_mm_srli_epi16(k16h_plane(s + 32 * k + 16, hf), 4), n15));
 #pragma GCC unroll 2
                 for (int t = 0; t < NT; t++) mi[t] = K16_DPWSSD(mi[t], a2, k16h_bcast(o[t] + 256 + 4 * k));
             }
-            wd = k16h_f16(s + (q3 ? 1728 : 1280), hf);
-            if (!q3) wm = k16h_f16(s + 1312, hf);
+            wd = k16h_f16(s + 1280, hf);
+            wm = k16h_f16(s + 1312, hf);
         } else if (f == KILN_WF_IQ4_XS) {
             const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
             const __m256i n4 = _mm256_set1_epi32(0xF), n3 = _mm256_set1_epi32(3);
@@ -443,7 +380,7 @@ AI void k16h_tile(int f, int NT, int hf, const uint8_t *g, int64_t nsb, const ui
             wd = k16h_f16(s, hf);
             wm = k16h_f16(s + 32, hf);
         }
-        const int has_min = f == KILN_WF_Q4_K || f == KILN_WF_Q5_K || f == KILN_WF_Q2_K;
+        const int has_min = f != KILN_WF_IQ4_XS;
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) {
             float dx;
@@ -489,11 +426,11 @@ AI void k16h_rest(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, in
 #define KQ_ENTRIES(F, fmt)                                                                                                          \
     static void KQ_GEMV(F)(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {                \
         (void)x;                                                                                                                    \
-        if (w->tiled) k16h_rows(fmt, w, xp, 0, 1, y, 0, r0, r0, r1);                                                                \
+        if (K16H_FMT(fmt) && w->tiled) k16h_rows(fmt, w, xp, 0, 1, y, 0, r0, r0, r1);                                             \
         else kq2_rows(fmt, w, xp, 0, 1, y, 0, r0, r1);                                                                              \
     }                                                                                                                               \
     static void KQ_GEMM(F)(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) { \
-        if (w->tiled) k16h_rows(fmt, w, xp, xpb, n, Y, ldy, 0, r0, r1);                                                             \
+        if (K16H_FMT(fmt) && w->tiled) k16h_rows(fmt, w, xp, xpb, n, Y, ldy, 0, r0, r1);                                          \
         else kq2_rows(fmt, w, xp, xpb, n, Y, ldy, r0, r1);                                                                          \
     }
 KQ_ENTRIES(q4k, KILN_WF_Q4_K)
