@@ -74,7 +74,7 @@ typedef struct kiln_weight {
  * accumulated once per block and token (llama.cpp repacks Q4_0 into 8-row interleaves for the
  * same reason); the row-major layout needs a scale and FMA per 4 columns. The last rows % 16 rows
  * stay as they were.
- * The super-block types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; AVX-512 and AVX2) have the 16-row
+ * The super-block types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; AVX-512, and AVX2 but for Q6_K / Q3_K) have the 16-row
  * super-block interleave, again a pure permutation with row_bytes unchanged: rows 16q..16q+15 keep
  * their byte range; super-block s of the 16 rows is one run of 16·bb bytes (bb the block's bytes) in
  * which each field of the block (d and dmin; the scale bytes; qh; qs / ql) is stored unit-major over

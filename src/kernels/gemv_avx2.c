@@ -403,17 +403,11 @@ static void xprep_q4(const kiln_weight *w, const float *x, void *xp) { xprep_q(w
 static void xprep_q5(const kiln_weight *w, const float *x, void *xp) { xprep_q(w, x, xp, 16); }
 static void xprep_q1(const kiln_weight *w, const float *x, void *xp) {
     xprep_q(w, x, xp, -1); /* tot = Σx_q */
-    const int64_t nb = w->cols / 32;
-    const float *d = (const float *)((uint8_t *)xp + nb * 64);
-    const int32_t *tot = (const int32_t *)(d + nb);
-    float *xs = (float *)(tot + nb);
-    for (int64_t b = 0; b < nb; b++) xs[b] = d[b] * (float)tot[b];
+    kiln_xprep_q1_sums(xp, w->cols / 32);
 }
-AI int64_t qb_bytes(int f) {
-    return f == KILN_WF_Q8_0 ? 34 : f == KILN_WF_Q5_0 ? 22 : f == KILN_WF_Q4_1 ? 20 : f == KILN_WF_Q5_1 ? 24 : 18;
-}
-AI int qb_qs(int f) { return f == KILN_WF_Q5_0 ? 6 : f == KILN_WF_Q4_1 ? 4 : f == KILN_WF_Q5_1 ? 8 : 2; }
-AI int qb_has_min(int f) { return f == KILN_WF_Q4_1 || f == KILN_WF_Q5_1; }
+AI int64_t qb_bytes(int f) { return (int64_t)kiln_wf_block_bytes((kiln_wformat)f); }
+AI int qb_qs(int f) { return kiln_q32_qs_offset((kiln_wformat)f); }
+AI int qb_has_min(int f) { return kiln_q32_has_min((kiln_wformat)f); }
 /* The block's exact integer dot with x_q as 8 int32 lanes (4 columns each), start value included. */
 AI __m256i q_dot(int f, const uint8_t *blk, __m256i xq, __m256i st) {
     const __m256i ones = _mm256_set1_epi16(1);

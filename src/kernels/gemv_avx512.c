@@ -970,18 +970,11 @@ static void xprep_q5(const kiln_weight *w, const float *x, void *xp) { xprep_q(w
 /* Q4_1 / Q5_1: start −(−1)·Σ gives tot = Σx_q, hence xs; the kernels do not read st. */
 static void xprep_q1(const kiln_weight *w, const float *x, void *xp) {
     xprep_q(w, x, xp, -1);
-    const int64_t nb = w->cols / 32;
-    const float *d = (const float *)((uint8_t *)xp + nb * 64);
-    const int32_t *tot = (const int32_t *)(d + nb);
-    float *xs = (float *)(tot + nb);
-    for (int64_t b = 0; b < nb; b++) xs[b] = d[b] * (float)tot[b];
+    kiln_xprep_q1_sums(xp, w->cols / 32);
 }
-/* Bytes per block and where its quants start (after f16 d, f16 m, u32 qh as the format has them). */
-AI int64_t qb_bytes(int f) {
-    return f == KILN_WF_Q8_0 ? 34 : f == KILN_WF_Q5_0 ? 22 : f == KILN_WF_Q4_1 ? 20 : f == KILN_WF_Q5_1 ? 24 : 18;
-}
-AI int qb_qs(int f) { return f == KILN_WF_Q5_0 ? 6 : f == KILN_WF_Q4_1 ? 4 : f == KILN_WF_Q5_1 ? 8 : 2; }
-AI int qb_has_min(int f) { return f == KILN_WF_Q4_1 || f == KILN_WF_Q5_1; }
+AI int64_t qb_bytes(int f) { return (int64_t)kiln_wf_block_bytes((kiln_wformat)f); }
+AI int qb_qs(int f) { return kiln_q32_qs_offset((kiln_wformat)f); }
+AI int qb_has_min(int f) { return kiln_q32_has_min((kiln_wformat)f); }
 AI uint32_t qb_qh(int f, const uint8_t *blk) {
     uint32_t h;
     memcpy(&h, blk + (f == KILN_WF_Q5_0 ? 2 : 4), 4);
@@ -1848,16 +1841,7 @@ AI void kq_tile(int f, int NT, const uint8_t *p, int64_t nsb, size_t bsb, const 
         Y[(size_t)t * ldy] = y;
     }
 }
-AI size_t kq_block_bytes(int f) {
-    switch (f) {
-    case KILN_WF_Q4_K: return 144;
-    case KILN_WF_Q5_K: return 176;
-    case KILN_WF_Q2_K: return 84;
-    case KILN_WF_Q3_K: return 110;
-    case KILN_WF_IQ4_XS: return 136;
-    default: return 210;
-    }
-}
+AI size_t kq_block_bytes(int f) { return kiln_wf_block_bytes((kiln_wformat)f); }
 /* Rows [r0, r1) × tokens [0, n): tokens in blocks whose prepared rows fit in L2 (GEMM_X_BYTES), each
  * row against the block in tiles of 4 tokens (its weights stay in L1 meanwhile). */
 AI void kq_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {

@@ -87,6 +87,38 @@ void kiln_quant_x256(const float *x, int8_t *q, float *d);
  * and neither kiln_kernels_fp8_exact(1) nor KILN_FP8_EXACT=1 asked for the exact path. */
 int kiln_fp8_bf16_dot(void);
 
+/* The GGUF block types the int8 kernels read: bytes per block (the super-block types per 256
+ * columns, the others per 32; 0 for formats that are not GGUF blocks) ... */
+static inline size_t kiln_wf_block_bytes(kiln_wformat f) {
+    switch (f) {
+    case KILN_WF_Q8_0: return 34;
+    case KILN_WF_Q4_0: return 18;
+    case KILN_WF_Q4_1: return 20;
+    case KILN_WF_Q5_0: return 22;
+    case KILN_WF_Q5_1: return 24;
+    case KILN_WF_IQ4_NL: return 18;
+    case KILN_WF_Q4_K: return 144;
+    case KILN_WF_Q5_K: return 176;
+    case KILN_WF_Q6_K: return 210;
+    case KILN_WF_Q2_K: return 84;
+    case KILN_WF_Q3_K: return 110;
+    case KILN_WF_IQ4_XS: return 136;
+    default: return 0;
+    }
+}
+/* ... and for the blocks of 32: where a block's 16 quant bytes start (after f16 d, f16 m and the
+ * u32 qh as the type has them), and whether w = d·q + m (Q4_1, Q5_1). */
+static inline int kiln_q32_qs_offset(kiln_wformat f) { return f == KILN_WF_Q5_0 ? 6 : f == KILN_WF_Q4_1 ? 4 : f == KILN_WF_Q5_1 ? 8 : 2; }
+static inline int kiln_q32_has_min(kiln_wformat f) { return f == KILN_WF_Q4_1 || f == KILN_WF_Q5_1; }
+/* Q4_1 / Q5_1's prepared record: after the per-32 record of xprep_q called with offset −1 (st lanes
+ * +Σ, so tot = Σx_q), xs[b] = d[b]·tot[b] (the m term's dx·Σx_q) for the nb blocks. */
+static inline void kiln_xprep_q1_sums(void *xp, int64_t nb) {
+    const float *d = (const float *)((uint8_t *)xp + nb * 64);
+    const int32_t *tot = (const int32_t *)(d + nb);
+    float *xs = (float *)(tot + nb);
+    for (int64_t b = 0; b < nb; b++) xs[b] = d[b] * (float)tot[b];
+}
+
 /* Whether the SIMD INT4 kernels handle this group size (see kiln_matmul_is_fast). */
 static inline int kiln_int4_group_ok(const kiln_weight *w) {
     int g = w->block;

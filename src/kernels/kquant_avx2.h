@@ -183,7 +183,7 @@ AI void kq2_tile(int f, int NT, const uint8_t *p, int64_t nsb, size_t bsb, const
 }
 AI void kq2_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nsb = w->cols / 256;
-    const size_t bsb = f == KILN_WF_Q4_K ? 144 : f == KILN_WF_Q5_K ? 176 : f == KILN_WF_Q2_K ? 84 : f == KILN_WF_Q3_K ? 110 : f == KILN_WF_IQ4_XS ? 136 : 210;
+    const size_t bsb = kiln_wf_block_bytes((kiln_wformat)f);
     if (n == 1) {
         for (int64_t r = r0; r < r1; r++) kq2_tile(f, 1, w->data + (size_t)r * w->row_bytes, nsb, bsb, xp, 0, Y + (r - r0), 0);
         return;
@@ -237,10 +237,10 @@ AI __m128i k16h_plane(const uint8_t *p, int hf) { return _mm_loadl_epi64((const 
 AI __m256 k16h_f16(const uint8_t *p, int hf) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * hf))); }
 /* 8 rows' bytes a (even group) and b (odd) → int32 lanes (a_r | b_r << 16) as unsigned int16. */
 AI __m256i k16h_pair16(__m128i a, __m128i b) { return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b)); }
-AI size_t k16h_bsb(int f) { return f == KILN_WF_Q4_K ? 144 : f == KILN_WF_Q5_K ? 176 : f == KILN_WF_Q2_K ? 84 : 136; }
+
 /* Half hf (rows 8hf .. 8hf + 7) of the group at g × NT tokens: Y[t·ldy + j], j < 8. */
 AI void k16h_tile(int f, int NT, int hf, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy) {
-    const size_t gsb = 16 * k16h_bsb(f);
+    const size_t gsb = 16 * kiln_wf_block_bytes((kiln_wformat)f);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const int nc = NT == 1 ? 2 : 1; /* GEMV: two chains per sum (vpdpbusd's latency) */
     __m256 acc[K16H_NT];

@@ -57,16 +57,7 @@ static int k16_fields(kiln_wformat f, const k16_field **out) {
     }
 }
 static int k16_format(const kiln_weight *w) { const k16_field *fs; return k16_fields(w->fmt, &fs) > 0; }
-static size_t k16_block_bytes(kiln_wformat f) {
-    switch (f) {
-    case KILN_WF_Q4_K: return 144;
-    case KILN_WF_Q5_K: return 176;
-    case KILN_WF_Q2_K: return 84;
-    case KILN_WF_Q3_K: return 110;
-    case KILN_WF_IQ4_XS: return 136;
-    default: return 210;
-    }
-}
+
 /* Offset, inside its 16-row super-block run, of byte b of row j's block. */
 static size_t k16_offset(const k16_field *fs, int nf, int j, int b) {
     for (int i = 0; i < nf; i++)
@@ -82,7 +73,7 @@ static size_t k16_offset(const k16_field *fs, int nf, int j, int b) {
 static void k16_group_put(const kiln_weight *w, const uint8_t *src, uint8_t *dst) {
     const size_t rb = w->row_bytes;
     const k16_field *fs;
-    const int nf = k16_fields(w->fmt, &fs), bb = (int)k16_block_bytes(w->fmt);
+    const int nf = k16_fields(w->fmt, &fs), bb = (int)kiln_wf_block_bytes(w->fmt);
     for (int64_t s = 0; s < w->cols / 256; s++) {
         uint8_t *gs = dst + (size_t)s * 16 * (size_t)bb;
         for (int i = 0; i < nf; i++) {
@@ -111,7 +102,7 @@ void kiln_weight_row_gather(const kiln_weight *w, int64_t r, uint8_t *out) {
             return;
         }
         const k16_field *fs;
-        const int nf = k16_fields(w->fmt, &fs), bb = (int)k16_block_bytes(w->fmt), j = (int)(r & 15);
+        const int nf = k16_fields(w->fmt, &fs), bb = (int)kiln_wf_block_bytes(w->fmt), j = (int)(r & 15);
         const uint8_t *g = w->data + (size_t)(r & ~(int64_t)15) * rb;
         for (int64_t s = 0; s < w->cols / 256; s++)
             for (int b = 0; b < bb; b++) out[(size_t)s * (size_t)bb + (size_t)b] = g[(size_t)s * 16 * (size_t)bb + k16_offset(fs, nf, j, b)];
