@@ -205,8 +205,10 @@ kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols
     const int gguf = rows >= 1 && cols >= 1 && rows <= (1 << 20) && cols <= (1 << 20) ? gguf_random_weight(weights, rows, cols, &gq, &gd, &gst) : 0;
     if (gguf < 0) return kiln_fail(KILN_ERR_NOMEM, "out of memory for a %lldx%lld weight", (long long)rows, (long long)cols);
     if (gst) return gst;
-    if (!gguf) KILN_TRY(bench_weight_format(weights, &fmt, &group));
-    else fmt = gq.fmt, group = 0;
+    if (!gguf && kiln_weights_name_parse(weights, &fmt, &group) != 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--weights '%s' is not one of " KILN_WEIGHTS_NAMES
+                         " or a GGUF block type (q4_k, q5_k, q6_k, q2_k, q3_k, iq4_xs, q4_1, q5_0, q5_1, iq4_nl)", weights);
+    if (gguf) fmt = gq.fmt, group = 0;
     if (rows < 1 || cols < 1 || rows > (1 << 20) || cols > (1 << 20))
         return kiln_fail(KILN_ERR_INVALID_ARG, "--shape %lldx%lld: rows and cols must be in [1, 1048576]", (long long)rows, (long long)cols);
     if ((fmt == KILN_WF_INT4_GROUP || fmt == KILN_WF_Q8_0 || fmt == KILN_WF_Q4_0) && cols % group)

@@ -41,7 +41,19 @@ def bench_gemv():
         assert row["p25_gbps"] <= row["median_gbps"] <= row["p75_gbps"] <= row["best_gbps"], row
         if row["weights"] == weights[0]:
             assert row["vs_first_median"] == 1.0, row
-    for args, names in ((["--shape", "12y4"], ["--shape", "12y4"]), (["--weights", "int5"], ["--weights", "int5"]),
+    # the GGUF block types kiln reads but does not quantize to: random blocks, bytes per block as ggml's
+    gguf = {"q4_k": (256, 144), "q6_k": (256, 210), "q2_k": (256, 84), "iq4_xs": (256, 136), "q5_0": (32, 22), "iq4_nl": (32, 18)}
+    out = run("bench", "--gemv", "--shape", "48x512", "--weights", ",".join(gguf), "--rounds", "2", "--mb", str(mb), "--threads", "1",
+              "--json").stdout
+    rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    assert [r["weights"] for r in rows] == list(gguf), out
+    for row in rows:
+        elems, bb = gguf[row["weights"]]
+        per = 48 * 512 // elems * bb
+        assert row["copies"] == math.ceil((mb << 20) / per) and row["bytes_per_pass"] == row["copies"] * per, (row, per)
+        assert 0 < row["p25_gbps"] <= row["median_gbps"] <= row["p75_gbps"] <= row["best_gbps"], row
+    for args, names in ((["--shape", "12y4"], ["--shape", "12y4"]), (["--weights", "int5"], ["--weights", "int5", "GGUF block type"]),
+                        (["--shape", "8x100", "--weights", "q4_k"], ["--shape", "8x100", "q4_k block of 256"]),
                         (["--shape", "8x100", "--weights", "int4"], ["--shape", "8x100", "group 32"]),
                         (["--shape", ",".join(["64x256"] * 40)], ["--shape", "255 characters"])):
         p = subprocess.run([KILN, "bench", "--gemv", "--rounds", "1", "--mb", "1", *args], capture_output=True, text=True)
