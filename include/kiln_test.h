@@ -96,7 +96,10 @@ double kiln_model_bench_linear_step(const kiln_model *m, const kiln_options *opt
  * through the matmul driver over every copy in turn; it returns the GB/s (1e9 B/s) of weight data + scales read.
  * Open fails with a message naming --weights or --shape for a bad format or shape. */
 typedef struct kiln_gemv_bench kiln_gemv_bench;
-kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols, uint64_t min_bytes, const kiln_options *opts, kiln_gemv_bench **out);
+/* tokens: activation rows per matmul (1 = the decode GEMV; 2+ = a few-token step, e.g. speculative
+ * verification): a pass's GB/s is always the weight bytes over its time. */
+kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols, int tokens, uint64_t min_bytes, const kiln_options *opts,
+                                 kiln_gemv_bench **out);
 double kiln_gemv_bench_pass(kiln_gemv_bench *b);
 uint64_t kiln_gemv_bench_bytes(const kiln_gemv_bench *b);
 int kiln_gemv_bench_copies(const kiln_gemv_bench *b);

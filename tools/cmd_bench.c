@@ -276,17 +276,20 @@ int cmd_bench(int argc, char **argv) {
     return 0;
 }
 
-/* `kiln bench --gemv [--weights fp8,int4] [--shape 5632x2048,2048x5632] [--rounds 30] [--mb 128]
+/* `kiln bench --gemv [--weights fp8,int4] [--shape 5632x2048,2048x5632] [--tokens 1] [--rounds 30] [--mb 128]
  * [--threads N] [--json]`: each weight format's batch-1 GEMV streaming rate alone, per weight shape
  * (kiln_gemv_bench_*): the GB/s of weight bytes (data + scales) a pass over ≥ --mb MB of copies of
  * the weight reads, and the machine's read bandwidth measured over the same bytes in the same round.
  * Rounds alternate every (shape, format) back to back, so the per-round ratio to the shape's first
  * format compares adjacent moments of a shared host; medians and quartiles over the rounds are
  * printed. What it answers: how fast a format's kernel streams per byte, without the rest of a decode
- * step (docs/BENCHMARKS.md, the INT4 vs FP8 per-byte figures). */
+ * step (docs/BENCHMARKS.md, the INT4 vs FP8 per-byte figures). --tokens 1,2,4 adds a row per token
+ * count: each pass then multiplies that many activation rows (a few-token step: speculative
+ * verification, small decode batches), and its GB/s is still weight bytes over time, so the ratio of
+ * a row to the shape's first row (tokens 1) is the inverse of the step's cost against the GEMV. */
 typedef struct {
     char weights[16];
-    long rows, cols;
+    long rows, cols, tokens;
     kiln_gemv_bench *b;
     double *gbps, *ratio; /* [rounds] */
 } gemv_row;
@@ -296,7 +299,7 @@ int cmd_bench_gemv(int argc, char **argv) {
     args_t a = {argc, argv, 0, "bench", 0};
     kiln_options o;
     kiln_options_default(&o);
-    const char *weights = "fp8,int4", *shapes = "5632x2048,2048x5632";
+    const char *weights = "fp8,int4", *shapes = "5632x2048,2048x5632", *tokens = "1";
     long rounds = 30, mb_per_pass = 128;
     int json = 0;
     for (a.i = 1; a.i < argc && !a.bad; a.i++) {
@@ -305,18 +308,28 @@ int cmd_bench_gemv(int argc, char **argv) {
         if (strcmp(k, "--gemv") == 0) continue;
         if (strcmp(k, "--weights") == 0) weights = cli_value(&a);
         else if (strcmp(k, "--shape") == 0) shapes = cli_value(&a);
+        else if (strcmp(k, "--tokens") == 0) tokens = cli_value(&a);
         else if (strcmp(k, "--rounds") == 0) cli_long(&a, k, cli_value(&a), 1, 100000, &rounds);
         else if (strcmp(k, "--mb") == 0) cli_long(&a, k, cli_value(&a), 1, 1 << 16, &mb_per_pass);
         else if (strcmp(k, "--json") == 0) json = 1;
         else { fprintf(stderr, "kiln bench: error: --gemv: unknown option or argument '%s'\n", k); return 2; }
     }
-    if (a.bad || !weights || !shapes) return 2;
+    if (a.bad || !weights || !shapes || !tokens) return 2;
     enum { MAXROWS = 32 };
     gemv_row rows[MAXROWS];
-    int n = 0, nw = 0;
-    char slist[256], wlist[256];
-    if (strlen(shapes) >= sizeof slist || strlen(weights) >= sizeof wlist)
-        return cli_fail_msg("bench", "--gemv: --shape or --weights list longer than 255 characters");
+    int n = 0, nw = 0, nt = 0;
+    long tok[16];
+    char slist[256], wlist[256], tlist[256];
+    if (strlen(shapes) >= sizeof slist || strlen(weights) >= sizeof wlist || strlen(tokens) >= sizeof tlist)
+        return cli_fail_msg("bench", "--gemv: --shape, --weights or --tokens list longer than 255 characters");
+    snprintf(tlist, sizeof tlist, "%s", tokens);
+    char *tsave = NULL;
+    for (char *t = strtok_r(tlist, ",", &tsave); t; t = strtok_r(NULL, ",", &tsave)) {
+        if (nt == 16) return cli_fail_msg("bench", "--gemv: at most 16 --tokens values");
+        if (!cli_long(&a, "--tokens", t, 1, 1024, &tok[nt])) return 2;
+        nt++;
+    }
+    if (nt == 0) return cli_fail_msg("bench", "--gemv: empty --tokens list");
     snprintf(slist, sizeof slist, "%s", shapes);
     char *ssave = NULL, *wsave = NULL;
     for (char *sh = strtok_r(slist, ",", &ssave); sh; sh = strtok_r(NULL, ",", &ssave)) {
@@ -328,21 +341,24 @@ int cmd_bench_gemv(int argc, char **argv) {
         }
         snprintf(wlist, sizeof wlist, "%s", weights);
         nw = 0;
-        for (char *w = strtok_r(wlist, ",", &wsave); w; w = strtok_r(NULL, ",", &wsave)) {
-            if (n == MAXROWS) { fprintf(stderr, "kiln bench: error: --gemv: at most %d (shape, weights) pairs\n", MAXROWS); return 2; }
-            memset(&rows[n], 0, sizeof rows[n]);
-            snprintf(rows[n].weights, sizeof rows[n].weights, "%s", w);
-            rows[n].rows = r;
-            rows[n].cols = c;
-            n++;
-            nw++;
-        }
+        for (char *w = strtok_r(wlist, ",", &wsave); w; w = strtok_r(NULL, ",", &wsave))
+            for (int ti = 0; ti < nt; ti++) {
+                if (n == MAXROWS) { fprintf(stderr, "kiln bench: error: --gemv: at most %d (shape, weights, tokens) rows\n", MAXROWS); return 2; }
+                memset(&rows[n], 0, sizeof rows[n]);
+                snprintf(rows[n].weights, sizeof rows[n].weights, "%s", w);
+                rows[n].rows = r;
+                rows[n].cols = c;
+                rows[n].tokens = tok[ti];
+                n++;
+                nw++;
+            }
     }
     if (n == 0 || nw == 0) return cli_fail_msg("bench", "--gemv: no --shape or --weights given");
     int rc = 0;
     uint64_t pass = 0;
     for (int i = 0; i < n && !rc; i++) {
-        kiln_status st = kiln_gemv_bench_open(rows[i].weights, rows[i].rows, rows[i].cols, (uint64_t)mb_per_pass << 20, &o, &rows[i].b);
+        kiln_status st = kiln_gemv_bench_open(rows[i].weights, rows[i].rows, rows[i].cols, (int)rows[i].tokens, (uint64_t)mb_per_pass << 20, &o,
+                                                &rows[i].b);
         if (st) rc = cli_fail_status("bench", st);
         else if (!(rows[i].gbps = calloc((size_t)rounds, sizeof(double))) || !(rows[i].ratio = calloc((size_t)rounds, sizeof(double))))
             rc = cli_fail_msg("bench", "out of memory");
@@ -365,8 +381,8 @@ int cmd_bench_gemv(int argc, char **argv) {
     if (!rc && !json) {
         printf("kiln bench --gemv: %ld rounds, threads %d, >= %ld MB of weights per pass, measured read bandwidth %.1f GB/s (best round)\n",
                rounds, o.threads, mb_per_pass, best_bw);
-        printf("| shape | weights | copies | MB per pass | GB/s median (p25-p75) | best GB/s | best, %% of measured | vs first weights per round: median (p25-p75) |\n");
-        printf("|---|---|---|---|---|---|---|---|\n");
+        printf("| shape | weights | tokens | copies | MB per pass | GB/s median (p25-p75) | best GB/s | best, %% of measured | vs first row per round: median (p25-p75) |\n");
+        printf("|---|---|---|---|---|---|---|---|---|\n");
     }
     for (int i = 0; i < n && !rc; i++) {
         double g[3], q[3], best = 0;
@@ -375,14 +391,14 @@ int cmd_bench_gemv(int argc, char **argv) {
         for (long r = 0; r < rounds; r++) best = rows[i].gbps[r] > best ? rows[i].gbps[r] : best;
         const double mbp = kiln_gemv_bench_bytes(rows[i].b) / 1e6;
         if (json)
-            printf("{\"shape\": \"%ldx%ld\", \"weights\": \"%s\", \"copies\": %d, \"bytes_per_pass\": %llu, \"median_gbps\": %.3f, "
+            printf("{\"shape\": \"%ldx%ld\", \"weights\": \"%s\", \"tokens\": %ld, \"copies\": %d, \"bytes_per_pass\": %llu, \"median_gbps\": %.3f, "
                    "\"p25_gbps\": %.3f, \"p75_gbps\": %.3f, \"best_gbps\": %.3f, \"measured_gbps\": %.3f, \"vs_first_median\": %.4f, "
                    "\"vs_first_p25\": %.4f, \"vs_first_p75\": %.4f}\n",
-                   rows[i].rows, rows[i].cols, rows[i].weights, kiln_gemv_bench_copies(rows[i].b),
+                   rows[i].rows, rows[i].cols, rows[i].weights, rows[i].tokens, kiln_gemv_bench_copies(rows[i].b),
                    (unsigned long long)kiln_gemv_bench_bytes(rows[i].b), g[1], g[0], g[2], best, best_bw, q[1], q[0], q[2]);
         else
-            printf("| %ldx%ld | %s | %d | %.1f | %.1f (%.1f-%.1f) | %.1f | %.0f%% | %.3f (%.3f-%.3f) |\n", rows[i].rows, rows[i].cols,
-                   rows[i].weights, kiln_gemv_bench_copies(rows[i].b), mbp, g[1], g[0], g[2], best, best_bw > 0 ? 100 * best / best_bw : 0,
+            printf("| %ldx%ld | %s | %ld | %d | %.1f | %.1f (%.1f-%.1f) | %.1f | %.0f%% | %.3f (%.3f-%.3f) |\n", rows[i].rows, rows[i].cols,
+                   rows[i].weights, rows[i].tokens, kiln_gemv_bench_copies(rows[i].b), mbp, g[1], g[0], g[2], best, best_bw > 0 ? 100 * best / best_bw : 0,
                    q[1], q[0], q[2]);
     }
     for (int i = 0; i < n; i++) {

@@ -373,7 +373,7 @@ static int usage(void) {
             "  mkmodel --arch ARCH (--preset NAME | shape flags) [--dtype f32|bf16] [--seed S] OUT\n"
             "  quantize IN OUT --weights fp8|int4 [--group 32|128] [--scope all|mlp|experts]\n"
             "  bench MODEL [--weights ...] [--integrity | --server | --tokenizer] [--json]\n"
-            "  bench --gemv [--weights fp8,int4] [--shape 5632x2048,...] [--rounds N] [--mb N] [--json]\n"
+            "  bench --gemv [--weights fp8,int4] [--shape 5632x2048,...] [--tokens 1,2,4] [--rounds N] [--mb N] [--json]\n"
             "  bench MODEL --batch 1,4,16,32 [--weights ...] [--ctx 128] [--decode 16] [--json]\n"
             "  calibrate MODEL --data FILE\n"
             "  verify MODEL\n"

@@ -7,8 +7,11 @@
  *     thread, with stealing from the back (chunk_claim); n ≤ POOL_MAX_N runs on kiln's worker pool
  *     (base/pool.h), larger n (prefill, batched decode) in an OpenMP region;
  *   - n = 1 (decode): each thread streams its rows through the ISA's GEMV kernel;
- *   - FP8 with 1 < n <= KILN_GEMV_SMALL_N_FP8 (speculative verification, small batches): the same
- *     GEMV kernel once per token over cache-sized row blocks (weights read from memory once);
+ *   - few-token steps (speculative verification, small decode batches: 1 < n ≤ KILN_GEMV_FEW_MAX,
+ *     F32/F16/BF16 ≤ KILN_GEMV_FEW_MAX_FLOAT, FP8 ≤ KILN_GEMV_SMALL_N_FP8) where the table has a
+ *     few-token kernel (AVX-512: INT4, FP8, F32/F16/BF16): the weights streamed once at the GEMV's
+ *     rate, every token's result the 1-token GEMV's; FP8 elsewhere: the GEMV once per token over
+ *     cache-sized row blocks (weights read from memory once);
  *   - otherwise n > 1 (prefill): rows are taken in blocks small enough for L2; for the float-FMA formats
  *     (F32/F16/BF16/FP8) each block is dequantised ONCE into a thread-local f32 tile that a
  *     register-tiled GEMM reuses across all n rows of X; for the integer-dot formats (INT4, Q8_0,
@@ -309,18 +312,26 @@ int kiln_cx_matmul_is_fast(const kiln_kctx *cx, const kiln_weight *w) { return f
  * reads subnormal codes as 0, see table_for_n). For BF16 and INT4 the per-token GEMVs
  * were no faster than their GEMMs at 2 tokens (1.71× vs 1.63×, 1.84× vs 1.91×) and slower from 3
  * tokens on, so they keep the GEMMs for n ≥ 2. */
-static int small_n(const kiln_weight *w) { return w->fmt == KILN_WF_FP8_BLOCK ? KILN_GEMV_SMALL_N_FP8 : 1; }
+/* Formats whose table has a few-token kernel (gemv_few) run steps of up to KILN_GEMV_FEW_MAX tokens
+ * (the float formats KILN_GEMV_FEW_MAX_FLOAT; FP8 KILN_GEMV_SMALL_N_FP8) through it: one stream of
+ * the weights for all the step's tokens, each token's result the GEMV's (measured in
+ * docs/BENCHMARKS.md, "Few-token steps"). */
+static int small_n(const kiln_ktable *t, const kiln_weight *w) {
+    if (w->fmt == KILN_WF_FP8_BLOCK) return KILN_GEMV_SMALL_N_FP8;
+    if (!t || !t->gemv_few[w->fmt]) return 1;
+    return w->fmt == KILN_WF_F32 || w->fmt == KILN_WF_F16 || w->fmt == KILN_WF_BF16 ? KILN_GEMV_FEW_MAX_FLOAT : KILN_GEMV_FEW_MAX;
+}
 /* The table a step of n tokens multiplies w with: those per-token FP8 GEMVs use the exact FP8
  * kernel even where the 1-token step uses the BF16-dot one (--fp8-gemv auto on AVX512_BF16
  * CPUs), because that one reads subnormal FP8 codes as 0 — measured: a per-tensor-scale
  * checkpoint (many subnormal codes) lost its twin's greedy tokens when prompt chunks went through
  * it (tests/models/test_float_quantized.py); the 1-token step keeps its documented form. */
 static const kiln_ktable *table_for_n(const kiln_ktable *t, const kiln_weight *w, int n) {
-    if (t == &kiln_ktable_avx512_bf16 && w->fmt == KILN_WF_FP8_BLOCK && n > 1 && n <= small_n(w)) return &kiln_ktable_avx512;
+    if (t == &kiln_ktable_avx512_bf16 && w->fmt == KILN_WF_FP8_BLOCK && n > 1 && n <= small_n(t, w)) return &kiln_ktable_avx512;
     return t;
 }
 static int bf16_gemm(const kiln_ktable *t, const kiln_weight *w, int n) {
-    return n > small_n(w) && t && t->gemm_bf16 && (t->bf16_gemm_mask >> w->fmt & 1u) && (w->fmt == KILN_WF_BF16 ? !w->tiled : t->dequant_bf16[w->fmt] != NULL);
+    return t && n > small_n(t, w) && t->gemm_bf16 && (t->bf16_gemm_mask >> w->fmt & 1u) && (w->fmt == KILN_WF_BF16 ? !w->tiled : t->dequant_bf16[w->fmt] != NULL);
 }
 /* The activation preparation a step of n tokens uses for w. */
 typedef void (*xprep_fn)(const kiln_weight *w, const float *x, void *xp);
@@ -403,7 +414,7 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
     }
     float *tile = NULL;
     int64_t rb = prefill_block_rows(w);
-    if ((n > small_n(w) || !t->gemv[f]) && t->gemm_f32 && (f == KILN_WF_F32 || t->dequant[f])) {
+    if ((n > small_n(t, w) || !t->gemv[f]) && t->gemm_f32 && (f == KILN_WF_F32 || t->dequant[f])) {
         if (f != KILN_WF_F32) tile = scratch(1, (size_t)rb * (size_t)cols * 4);
         if (f == KILN_WF_F32 || tile) {
             for (int64_t b = r0; b < r1; b += rb) {
@@ -421,8 +432,13 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
             return;
         }
     }
+    /* Few-token steps: the weights streamed once for all n tokens at the GEMV's rate. */
+    if (n > 1 && n <= small_n(t, w) && t->gemv_few[f] && (xp || !t->xprep_bytes[f])) {
+        t->gemv_few[f](w, X, xp, xpb, n, Y, rows, r0, r1);
+        return;
+    }
     /* GEMM on the prepared activations (the integer-dot formats): register tiles over rows × tokens. */
-    if (n > small_n(w) && xp && t->gemm_prep[f]) {
+    if (n > small_n(t, w) && xp && t->gemm_prep[f]) {
         t->gemm_prep[f](w, xp, xpb, n, Y, rows, r0, r1);
         return;
     }
@@ -442,7 +458,7 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
 /* Bytes of one prepared activation row for w (0: the kernel reads X itself). */
 static void prep_size(const kiln_ktable *t, const kiln_weight *w, int n, size_t *xpb) {
     *xpb = t->xprep_bytes[w->fmt] ? t->xprep_bytes[w->fmt](w) : 0;
-    if ((n > small_n(w) || !t->gemv[w->fmt]) && t->gemm_f32 && t->dequant[w->fmt]) *xpb = 0; /* f32 tiles read X itself */
+    if ((n > small_n(t, w) || !t->gemv[w->fmt]) && t->gemm_f32 && t->dequant[w->fmt]) *xpb = 0; /* f32 tiles read X itself */
     if (bf16_gemm(t, w, n)) *xpb = t->xprep_bf16_bytes(w);   /* ... unless it goes through the bf16 GEMM */
     *xpb = (*xpb + 63) & ~(size_t)63; /* each prepared row 64-byte aligned (the kernels' loads) */
 }

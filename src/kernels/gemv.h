@@ -171,10 +171,21 @@ kiln_isa kiln_kernels_current(void);
 int kiln_kernels_fp8_exact(int exact);
 /* 1 when FP8 GEMV with the current kernels rounds x to bf16 (AVX-512 with the BF16-dot path). */
 int kiln_kernels_fp8_rounds_x(void);
-/* FP8 steps of at most this many tokens run the 1-token GEMV kernel once per token (its numerics:
- * the same as a 1-token step); larger ones, and every other format's steps of 2+ tokens, the GEMMs
- * (gemv.c). */
+/* FP8 steps of at most this many tokens run the exact FP8 GEMV's arithmetic per token (its
+ * numerics: the same as an exact 1-token step): on AVX-512 the few-token kernel, two tokens per
+ * conversion of the weights, elsewhere the 1-token GEMV once per token over cache-sized row blocks;
+ * larger steps the GEMMs (gemv.c). */
 #define KILN_GEMV_SMALL_N_FP8 16
+/* Steps of 2 .. KILN_GEMV_FEW_MAX tokens of a format whose kernel table has a few-token kernel
+ * (gemv_isa.h: gemv_few) run it: the weights read once at the GEMV's rate, each token's result the
+ * 1-token GEMV's bit for bit (speculative verification, small decode batches). */
+#define KILN_GEMV_FEW_MAX 8
+/* ... and for F32 / F16 / BF16 up to this many: their few-token kernel multiplies in f32 FMAs, and
+ * from 5 tokens on the BF16-dot GEMM (vdpbf16ps, x rounded to bf16) was measured faster (8 tokens:
+ * 0.74–0.78 of the GEMV's weight rate against 0.44–0.49; `kiln bench --gemv --weights bf16
+ * --tokens 1,2,4,8`, AMD EPYC Zen 5). Up to 4 — speculative verification of up to 3 drafts — each
+ * token keeps its 1-token logits exactly, so greedy speculation cannot flip a near-tie. */
+#define KILN_GEMV_FEW_MAX_FLOAT 4
 const char *kiln_isa_name(kiln_isa isa);
 int kiln_cpu_supports(kiln_isa isa);
 

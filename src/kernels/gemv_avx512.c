@@ -194,16 +194,18 @@ AI __m512 ld16m(int f, const uint8_t *row, int64_t c, __mmask16 m) {
 }
 
 /* ---- F32 / F16 / BF16 GEMV -------------------------------------------------------------------------- */
-/* NR rows starting at r (NR = 4 or 1); two accumulator chains per row. */
-AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y, int64_t r, int64_t pfg) {
+/* NR rows starting at r (NR = 4 or 1) × NT tokens (1 or 2; token t's x at x + t·ldx, its results at
+ * y + t·ldy); two accumulator chains per (row, token), each token's sums in the order of the 1-token
+ * GEMV, so a few-token step gives the GEMV's bits. */
+AI void float_rows(int f, int NR, int NT, const kiln_weight *w, const float *x, int64_t ldx, float *y, int64_t ldy, int64_t r, int64_t pfg) {
     const int64_t cols = w->cols, c32 = cols & ~(int64_t)31, c16 = cols & ~(int64_t)15;
     const uint8_t *p[4];
-    __m512 a[4], b[4];
+    __m512 a[4][2], b[4][2];
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) {
         p[j] = w->data + (size_t)(r + j) * w->row_bytes;
-        a[j] = _mm512_setzero_ps();
-        b[j] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) a[j][t] = b[j][t] = _mm512_setzero_ps();
     }
     /* Prefetch of the group PF ahead: 4 rows × 32 elements per step. */
     const int esz = f == KILN_WF_F32 ? 4 : 2;
@@ -216,7 +218,6 @@ AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) raw[j] = c32 ? _mm512_loadu_si512(p[j]) : _mm512_setzero_si512();
         for (; c < c32; c += 32) {
-            __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
             if (NR == 4 && pfg)
                 for (int k = 0; k < 4; k++) PFH(pf + 8 * c + 64 * k);
             const int64_t cn = c + 32 < c32 ? c + 32 : c;
@@ -234,44 +235,81 @@ AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y
                     w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(lo), 16));
                     w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
                 }
-                a[j] = _mm512_fmadd_ps(w0, x0, a[j]);
-                b[j] = _mm512_fmadd_ps(w1, x1, b[j]);
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++) {
+                    a[j][t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * ldx + c), a[j][t]);
+                    b[j][t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * ldx + c + 16), b[j][t]);
+                }
                 raw[j] = nxt[j];
             }
         }
     }
     for (; c < c32; c += 32) {
-        __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
         if (NR == 4 && pfg)
             for (int k = 0; k < 2 * esz; k++) PFH(pf + 4 * esz * c + 64 * k);
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
-            a[j] = _mm512_fmadd_ps(ld16(f, p[j], c), x0, a[j]);
-            b[j] = _mm512_fmadd_ps(ld16(f, p[j], c + 16), x1, b[j]);
+            const __m512 w0 = ld16(f, p[j], c), w1 = ld16(f, p[j], c + 16);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) {
+                a[j][t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * ldx + c), a[j][t]);
+                b[j][t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * ldx + c + 16), b[j][t]);
+            }
         }
     }
     if (c < c16) {
-        __m512 x0 = _mm512_loadu_ps(x + c);
 #pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) a[j] = _mm512_fmadd_ps(ld16(f, p[j], c), x0, a[j]);
+        for (int j = 0; j < NR; j++) {
+            const __m512 w0 = ld16(f, p[j], c);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) a[j][t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * ldx + c), a[j][t]);
+        }
         c += 16;
     }
     if (c < cols) {
         __mmask16 m = mask16(cols - c);
-        __m512 x0 = _mm512_maskz_loadu_ps(m, x + c);
 #pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) b[j] = _mm512_fmadd_ps(ld16m(f, p[j], c, m), x0, b[j]);
+        for (int j = 0; j < NR; j++) {
+            const __m512 w0 = ld16m(f, p[j], c, m);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) b[j][t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, x + t * ldx + c), b[j][t]);
+        }
     }
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++)
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(a[j], b[j]));
+        for (int j = 0; j < NR; j++) y[t * ldy + j] = _mm512_reduce_add_ps(_mm512_add_ps(a[j][t], b[j][t]));
 }
 
 AI void gemv_float(int f, const kiln_weight *w, const float *x, float *y, int64_t r0, int64_t r1) {
     int64_t r = r0;
     const int64_t g = pf_groups(w->row_bytes);
-    for (; r + 4 <= r1; r += 4) float_rows(f, 4, w, x, y + (r - r0), r, PFG(r));
-    for (; r < r1; r++) float_rows(f, 1, w, x, y + (r - r0), r, 0);
+    for (; r + 4 <= r1; r += 4) float_rows(f, 4, 1, w, x, 0, y + (r - r0), 0, r, PFG(r));
+    for (; r < r1; r++) float_rows(f, 1, 1, w, x, 0, y + (r - r0), 0, r, 0);
 }
+/* Few-token steps of the float formats: per group of 4 rows, the tokens in passes of two — the first
+ * streams the rows from memory with the GEMV's prefetch, the others find them in L1 / L2. */
+AI void gemv_few_float(int f, const kiln_weight *w, const float *X, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t g = pf_groups(w->row_bytes), cols = w->cols;
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4)
+        for (int t = 0; t < n; t += 2) {
+            if (n - t >= 2) float_rows(f, 4, 2, w, X + t * cols, cols, Y + t * ldy + r, ldy, r, t == 0 ? PFG(r) : 0);
+            else float_rows(f, 4, 1, w, X + t * cols, cols, Y + t * ldy + r, ldy, r, t == 0 ? PFG(r) : 0);
+        }
+    for (; r < r1; r++)
+        for (int t = 0; t < n; t++) float_rows(f, 1, 1, w, X + t * cols, cols, Y + t * ldy + r, ldy, r, 0);
+}
+#define FEW_FLOAT(name, f)                                                                                                          \
+    static void name(const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, \
+                     int64_t r1) {                                                                                                  \
+        (void)xp, (void)xpb;                                                                                                        \
+        gemv_few_float(f, w, X, n, Y, ldy, r0, r1);                                                                                 \
+    }
+FEW_FLOAT(gemv_few_f32, KILN_WF_F32)
+FEW_FLOAT(gemv_few_f16, KILN_WF_F16)
+FEW_FLOAT(gemv_few_bf16, KILN_WF_BF16)
+#undef FEW_FLOAT
 static void gemv_f32(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)xp;
     gemv_float(KILN_WF_F32, w, x, y, r0, r1);
@@ -323,15 +361,23 @@ AI __m512 fp8_tiny(__m512i w, __m512i shuf) {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(_mm512_shuffle_epi8(w, shuf), 4), _mm512_set1_epi32((int)0x87FFFFFF)));
 }
 
-/* One 64-column step of the exact fast path (fp8_rows_pipe, bf = 0) for NR rows (wv[j]: row j's 64 weight bytes). */
-AI void fp8_fast_step(int NR, const __m512i *wv, const __m512i *sh, const float *xc, __m512 *a, __m512 *b) {
-    const __m512 x0 = _mm512_load_ps(xc), x1 = _mm512_load_ps(xc + 16), x2 = _mm512_load_ps(xc + 32), x3 = _mm512_load_ps(xc + 48);
+/* One 64-column step of the exact fast path (fp8_rows_pipe, bf = 0) for NR rows (wv[j]: row j's 64
+ * weight bytes) × NT tokens (token t's prepared chunk at xc + t·xstride floats): each row's weights
+ * are converted once for all NT tokens, and each token's products go into its chains in the 1-token
+ * order. */
+AI void fp8_fast_step(int NR, int NT, const __m512i *wv, const __m512i *sh, const float *xc, int64_t xstride, __m512 (*a)[2],
+                      __m512 (*b)[2]) {
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) {
-        a[j] = _mm512_fmadd_ps(fp8_tiny(wv[j], sh[0]), x0, a[j]);
-        b[j] = _mm512_fmadd_ps(fp8_tiny(wv[j], sh[1]), x1, b[j]);
-        a[j] = _mm512_fmadd_ps(fp8_tiny(wv[j], sh[2]), x2, a[j]);
-        b[j] = _mm512_fmadd_ps(fp8_tiny(wv[j], sh[3]), x3, b[j]);
+        const __m512 f0 = fp8_tiny(wv[j], sh[0]), f1 = fp8_tiny(wv[j], sh[1]), f2 = fp8_tiny(wv[j], sh[2]), f3 = fp8_tiny(wv[j], sh[3]);
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) {
+            const float *x = xc + t * xstride;
+            a[j][t] = _mm512_fmadd_ps(f0, _mm512_load_ps(x), a[j][t]);
+            b[j][t] = _mm512_fmadd_ps(f1, _mm512_load_ps(x + 16), b[j][t]);
+            a[j][t] = _mm512_fmadd_ps(f2, _mm512_load_ps(x + 32), a[j][t]);
+            b[j][t] = _mm512_fmadd_ps(f3, _mm512_load_ps(x + 48), b[j][t]);
+        }
     }
 }
 
@@ -406,36 +452,38 @@ static void xprep_fp8_bf16(const kiln_weight *w, const float *x, void *xp) {
 }
 
 /* One 64-column step of the BF16-dot path (fp8_rows_pipe, bf = 1) for NR rows (wv[j]: row j's 64 weight bytes). */
-AI void fp8_bf16_step(int NR, const __m512i *wv, __m512bh xe, __m512bh xo, __m512 *a, __m512 *b) {
+AI void fp8_bf16_step(int NR, const __m512i *wv, __m512bh xe, __m512bh xo, __m512 (*a)[2], __m512 (*b)[2]) {
     const __m512i mask = _mm512_set1_epi16((short)0x87F0);
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) {
         const __m512i odd = _mm512_and_si512(_mm512_srai_epi16(wv[j], 4), mask);
         const __m512i even = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(wv[j], 8), 4), mask);
-        a[j] = _mm512_dpbf16_ps(a[j], (__m512bh)even, xe);
-        b[j] = _mm512_dpbf16_ps(b[j], (__m512bh)odd, xo);
+        a[j][0] = _mm512_dpbf16_ps(a[j][0], (__m512bh)even, xe);
+        b[j][0] = _mm512_dpbf16_ps(b[j][0], (__m512bh)odd, xo);
     }
 }
 
 /* Both fast FP8 paths (bf = 1: BF16-dot, activation chunks of FP8B_CHUNK bytes; bf = 0: exact,
  * FP8_CHUNK bytes and the shuffle constants sh): one loop over the row's full 64-column chunks,
  * software-pipelined across the 128-column scale blocks too (chunk k + 1 loads while k is
- * computed); a block's sum is scaled when it ends. */
-AI void fp8_rows_pipe(int bf, int NR, const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, const __m512i *sh,
-                      int64_t pfg) {
+ * computed); a block's sum is scaled when it ends. NT tokens (exact path only; 1 or 2; token t's
+ * prepared row at xp + t·xpb, its results at y + t·ldy): the few-token steps. */
+AI void fp8_rows_pipe(int bf, int NR, int NT, const kiln_weight *w, const uint8_t *xp, size_t xpb, float *y, int64_t ldy, int64_t r,
+                      const __m512i *sh, int64_t pfg) {
     const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B, xchunk = bf ? FP8B_CHUNK : FP8_CHUNK;
     const float *S = (const float *)w->scales;
     row_loc p[4];
     const float *srow[4];
-    __m512 tot[4], a[4], b[4];
+    __m512 tot[4][2], a[4][2], b[4][2];
     __m512i wv[4];
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) {
         p[j] = row_at(w, r + j);
         srow[j] = S + ((r + j) / B) * sc_cols;
-        tot[j] = a[j] = b[j] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) tot[j][t] = a[j][t] = b[j][t] = _mm512_setzero_ps();
     }
-    const int64_t cs = p[0].cs, nfull = cols / 64, cpb = B / 64 /* B % 64 == 0 here */;
+    const int64_t cs = p[0].cs, nfull = cols / 64, cpb = B / 64 /* B % 64 == 0 here */, xstride = (int64_t)(xpb / 4);
     /* software prefetch of the 4-row group pfg ahead: 4 × 64 bytes of it per 64-column step */
     const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
     int64_t bi = 0, inb = 0;
@@ -444,19 +492,22 @@ AI void fp8_rows_pipe(int bf, int NR, const kiln_weight *w, const uint8_t *xp, f
 #define FP8_STEP(k, kn)                                                                                                  \
     do {                                                                                                                 \
         const uint8_t *xc = xp + (k) * xchunk;                                                                           \
-        if (NR == 4 && pfg) {                                                                                            \
+        if (pfg) {                                                                                                       \
             const uint8_t *q = pf + 256 * (k);                                                                           \
             PFH(q); PFH(q + 64); PFH(q + 128); PFH(q + 192);                                                             \
         }                                                                                                                \
         __m512i wn[4];                                                                                                   \
         _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++) wn[j] = _mm512_loadu_si512(p[j].p + cs * (kn));             \
         if (bf) fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);     \
-        else fp8_fast_step(NR, wv, sh, (const float *)xc, a, b);                                                         \
+        else fp8_fast_step(NR, NT, wv, sh, (const float *)xc, xstride, a, b);                                            \
         _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++) wv[j] = wn[j];                                              \
         if (++inb == cpb) { /* block bi complete */                                                                      \
             _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++) {                                                       \
-                tot[j] = _mm512_fmadd_ps(_mm512_add_ps(a[j], b[j]), _mm512_set1_ps(srow[j][bi] * 72057594037927936.0f /* 2^56 */), tot[j]); \
-                a[j] = b[j] = _mm512_setzero_ps();                                                                       \
+                const __m512 sc = _mm512_set1_ps(srow[j][bi] * 72057594037927936.0f /* 2^56 */);                         \
+                _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) {                                                   \
+                    tot[j][t] = _mm512_fmadd_ps(_mm512_add_ps(a[j][t], b[j][t]), sc, tot[j][t]);                         \
+                    a[j][t] = b[j][t] = _mm512_setzero_ps();                                                             \
+                }                                                                                                        \
             }                                                                                                            \
             bi++;                                                                                                        \
             inb = 0;                                                                                                     \
@@ -476,15 +527,19 @@ AI void fp8_rows_pipe(int bf, int NR, const kiln_weight *w, const uint8_t *xp, f
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) wv[j] = _mm512_maskz_loadu_epi8(m, p[j].tp);
         if (bf) fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
-        else fp8_fast_step(NR, wv, sh, (const float *)xc, a, b);
+        else fp8_fast_step(NR, NT, wv, sh, (const float *)xc, xstride, a, b);
         inb++;
     }
     if (inb) /* the last block, partial */
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++)
-            tot[j] = _mm512_fmadd_ps(_mm512_add_ps(a[j], b[j]), _mm512_set1_ps(srow[j][bi] * 72057594037927936.0f), tot[j]);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++)
+                tot[j][t] = _mm512_fmadd_ps(_mm512_add_ps(a[j][t], b[j][t]), _mm512_set1_ps(srow[j][bi] * 72057594037927936.0f), tot[j][t]);
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++)
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(tot[j]);
+        for (int j = 0; j < NR; j++) y[t * ldy + j] = _mm512_reduce_add_ps(tot[j][t]);
 }
 
 /* The FP8 entries come in two forms, one per kernel table: kiln_ktable_avx512_bf16 (bf16
@@ -503,25 +558,29 @@ static void gemv_fp8b(const kiln_weight *w, const float *x, const void *xp, floa
     gemv_fp8_impl(w, x, xp, y, r0, r1, 1);
 }
 
+/* vpshufb index k of the exact path: dword i of each lane ← byte 4k + i, placed in the dword's top byte */
+AI void fp8_shuffles(__m512i sh[4]) {
+    for (int k = 0; k < 4; k++) {
+        uint32_t iv[16];
+        for (int e = 0; e < 16; e++) iv[e] = ((uint32_t)(4 * k + (e & 3)) << 24) | 0x808080u;
+        sh[k] = _mm512_loadu_si512(iv);
+    }
+}
+
 static void gemv_fp8_impl(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1, const int bf16) {
     int64_t r = r0;
     if (xp && w->block % 64 == 0 && bf16) {
         const int64_t g = pf_groups(w->row_bytes);
-        FOR_ROW_GROUPS(w, r0, r1, fp8_rows_pipe(1, 4, w, xp, y + (r - r0), r, NULL, PFG(r)),
-                       fp8_rows_pipe(1, 1, w, xp, y + (r - r0), r, NULL, 0));
+        FOR_ROW_GROUPS(w, r0, r1, fp8_rows_pipe(1, 4, 1, w, xp, 0, y + (r - r0), 0, r, NULL, PFG(r)),
+                       fp8_rows_pipe(1, 1, 1, w, xp, 0, y + (r - r0), 0, r, NULL, 0));
         return;
     }
     if (xp && w->block % 64 == 0 && !(_mm_getcsr() & 0x40 /* DAZ */)) {
-        /* vpshufb index k: dword i of each lane ← byte 4k + i, placed in the dword's top byte */
         __m512i sh[4];
-        for (int k = 0; k < 4; k++) {
-            uint32_t iv[16];
-            for (int e = 0; e < 16; e++) iv[e] = ((uint32_t)(4 * k + (e & 3)) << 24) | 0x808080u;
-            sh[k] = _mm512_loadu_si512(iv);
-        }
+        fp8_shuffles(sh);
         const int64_t g = pf_groups(w->row_bytes);
-        FOR_ROW_GROUPS(w, r0, r1, fp8_rows_pipe(0, 4, w, xp, y + (r - r0), r, sh, PFG(r)),
-                       fp8_rows_pipe(0, 1, w, xp, y + (r - r0), r, sh, 0));
+        FOR_ROW_GROUPS(w, r0, r1, fp8_rows_pipe(0, 4, 1, w, xp, 0, y + (r - r0), 0, r, sh, PFG(r)),
+                       fp8_rows_pipe(0, 1, 1, w, xp, 0, y + (r - r0), 0, r, sh, 0));
         return;
     }
     if (w->tiled) { /* the general path reads rows in checkpoint order: one gathered row at a time */
@@ -540,6 +599,30 @@ static void gemv_fp8_impl(const kiln_weight *w, const float *x, const void *xp, 
     }
     for (; r + 4 <= r1; r += 4) fp8_rows(4, w, x, y + (r - r0), r);
     for (; r < r1; r++) fp8_rows(1, w, x, y + (r - r0), r);
+}
+
+/* Few-token FP8 steps (exact path; the driver gives steps of up to KILN_GEMV_SMALL_N_FP8 tokens to
+ * the exact table): per group of 4 rows, pairs of rows × pairs of tokens, each row's weights
+ * converted once per pair of tokens; the first pass streams the group from memory with the GEMV's
+ * prefetch (of the whole group ahead), the others find it in L1 / L2. Where the fast path does not
+ * apply (block % 64, DAZ set), the GEMV once per token. */
+static void gemv_few_fp8(const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0,
+                         int64_t r1) {
+    if (!xp || w->block % 64 || (_mm_getcsr() & 0x40 /* DAZ */)) {
+        for (int t = 0; t < n; t++) gemv_fp8(w, X + (size_t)t * (size_t)w->cols, xp ? xp + (size_t)t * xpb : NULL, Y + (size_t)t * (size_t)ldy + r0, r0, r1);
+        return;
+    }
+    __m512i sh[4];
+    fp8_shuffles(sh);
+    const int64_t g = pf_groups(w->row_bytes);
+    FOR_ROW_GROUPS(w, r0, r1,
+                   for (int t = 0; t < n; t += 2) {
+                       const int64_t pfg = t == 0 ? PFG(r) : 0;
+                       float *yt = Y + (size_t)t * (size_t)ldy + r;
+                       if (n - t >= 2) fp8_rows_pipe(0, 4, 2, w, xp + (size_t)t * xpb, xpb, yt, ldy, r, sh, pfg);
+                       else fp8_rows_pipe(0, 4, 1, w, xp + (size_t)t * xpb, xpb, yt, ldy, r, sh, pfg);
+                   },
+                   for (int t = 0; t < n; t++) fp8_rows_pipe(0, 1, 1, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy + r, ldy, r, sh, 0));
 }
 
 /* ---- exact dequantisation into f32 tiles (prefill) ------------------------------------------------ */
@@ -788,15 +871,20 @@ AI void int4_rows(int NR, const kiln_weight *w, const uint8_t *xp, float *y, int
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(acc[j]);
 }
-/* Four tiled rows r..r+3 (r % 4 == 0) of a weight with group ≤ 128: the common decode case, written
- * so that every stream advances from one base pointer: the weights 256 bytes per 128-column chunk,
- * the scales 4·u words (all four rows' groups of the chunk, one load; lane l of row j takes word
+/* Four tiled rows r..r+3 (r % 4 == 0) of a weight with group ≤ 128 for NT (1..3) tokens (prepared
+ * rows at xp + t·xpb, results y[t·ldy + j]): NT = 1 is the common decode case; NT = 2..3 the
+ * few-token steps (speculative verification, small decode batches), which stream the weights once
+ * at the GEMV's rate for all their tokens (the GEMM's register tiles, without the GEMV's prefetch
+ * and pipelining, read them at half that rate: `kiln bench --gemv --tokens 1,2`). Written so that
+ * every stream advances from one base pointer: the weights 256 bytes per 128-column chunk, the
+ * scales 4·u words (all four rows' groups of the chunk, one load; lane l of row j takes word
  * j·u + 8l/G through sidx[j]), the prepared activation 256 bytes. The general int4_rows kept ~14
  * loop values on the stack and recomputed each row's address with a multiply per chunk (gcc -O2);
- * in this loop they stay in registers. Same arithmetic and summation order as int4_rows, so the
- * same results bit for bit (tests/kernels/test_gemv.c compares the two). */
-AI void int4_tile4(const kiln_weight *w, const uint8_t *xp, float *y, int64_t r, const int4_consts *k, const __m512i sidx[4],
-                   int64_t pfg) {
+ * in this loop they stay in registers. Per (row, token) the same arithmetic and summation order as
+ * int4_rows and the GEMM tiles, so the same results bit for bit (tests/kernels/test_gemv.c compares
+ * them). */
+AI void int4_tile4(int NT, const kiln_weight *w, const uint8_t *xp, size_t xpb, float *y, int64_t ldy, int64_t r, const int4_consts *k,
+                   const __m512i sidx[4], int64_t pfg) {
     const int64_t nfull = k->nfull, u = k->u;
     const uint8_t *wp = w->data + (size_t)r * w->row_bytes;
     const uint16_t *sp = (const uint16_t *)w->scales + (size_t)r * (size_t)k->ng;
@@ -805,14 +893,22 @@ AI void int4_tile4(const kiln_weight *w, const uint8_t *xp, float *y, int64_t r,
     const int64_t spf = 64 / (8 * u) - 1; /* the scale stream gains a cache line every spf + 1 chunks */
     const __mmask32 sm4 = (__mmask32)((1u << (4 * u)) - 1u);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    __m512 acc[4][3];
+#pragma GCC unroll 3
+    for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = acc[2][t] = acc[3][t] = _mm512_setzero_ps();
     const int64_t run = PIPE_RUN_BYTES / 256 > 0 ? PIPE_RUN_BYTES / 256 : 1;
-#define I4_ROW(wv, j, acc)                                                                                 \
-    do {                                                                                                   \
-        const __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4); \
-        const __m512i t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(st, lo, xe), hi, xo);                    \
-        const __m512 ws = _mm512_castsi512_ps(_mm512_permutexvar_epi16(sidx[j], sv));                      \
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(ws, xs), acc);                          \
+    /* Row j (weights wv, scales sv) of chunk ch against the NT tokens' prepared chunks. */
+#define I4_ROW(wv, j, ch)                                                                                     \
+    do {                                                                                                      \
+        const __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);    \
+        const __m512 ws = _mm512_castsi512_ps(_mm512_permutexvar_epi16(sidx[j], sv));                         \
+        _Pragma("GCC unroll 3") for (int t = 0; t < NT; t++) {                                                \
+            const uint8_t *o = xp + (size_t)t * xpb + (ch) * I4_CHUNK;                                        \
+            const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128); \
+            const __m512 xs = _mm512_load_ps((const float *)(o + 192));                                       \
+            const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(st, lo, xe), hi, xo);                  \
+            acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, xs), acc[j][t]);             \
+        }                                                                                                     \
     } while (0)
     /* One 128-column chunk ch of the four rows, whose weights are in C0..C3; N0..N3 ← the 256 bytes at wn. */
 #define I4_STEP(ch, wn, C0, C1, C2, C3, N0, N1, N2, N3)                                                           \
@@ -821,9 +917,6 @@ AI void int4_tile4(const kiln_weight *w, const uint8_t *xp, float *y, int64_t r,
         N1 = _mm512_loadu_si512((wn) + 64);                                                                      \
         N2 = _mm512_loadu_si512((wn) + 128);                                                                     \
         N3 = _mm512_loadu_si512((wn) + 192);                                                                     \
-        const uint8_t *o = xp + (ch) * I4_CHUNK;                                                                 \
-        const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128); \
-        const __m512 xs = _mm512_load_ps((const float *)(o + 192));                                              \
         const __m512i sv = _mm512_maskz_loadu_epi16(sm4, sp + 4 * u * (ch));                                     \
         if (pf) {                                                                                                \
             PFH4(pf + 256 * (ch));                                                                                \
@@ -832,10 +925,10 @@ AI void int4_tile4(const kiln_weight *w, const uint8_t *xp, float *y, int64_t r,
             PFH4(pf + 256 * (ch) + 192);                                                                          \
             if (((ch) & spf) == 0) PFH4(pfs + 8 * u * (ch));                                                      \
         }                                                                                                        \
-        I4_ROW(C0, 0, acc0);                                                                                     \
-        I4_ROW(C1, 1, acc1);                                                                                     \
-        I4_ROW(C2, 2, acc2);                                                                                     \
-        I4_ROW(C3, 3, acc3);                                                                                     \
+        I4_ROW(C0, 0, ch);                                                                                       \
+        I4_ROW(C1, 1, ch);                                                                                       \
+        I4_ROW(C2, 2, ch);                                                                                       \
+        I4_ROW(C3, 3, ch);                                                                                       \
     } while (0)
     if (nfull) {
         /* Two register sets trade roles step by step (two steps per loop iteration), so the pipelined
@@ -862,33 +955,29 @@ AI void int4_tile4(const kiln_weight *w, const uint8_t *xp, float *y, int64_t r,
     }
 #undef I4_STEP
     if (k->tail) { /* the last cols % 128 columns: row j's bytes at 256·nfull + t·j, its groups at 4·nb·u + j·tg */
-        const uint8_t *o = xp + nfull * I4_CHUNK;
-        const __m512i xe = _mm512_load_si512(o), xo = _mm512_load_si512(o + 64), st = _mm512_load_si512(o + 128);
-        const __m512 xs = _mm512_load_ps((const float *)(o + 192));
         const __mmask64 bm = ((__mmask64)1 << (k->tail / 2)) - 1;
         const size_t tb = w->row_bytes % 64;
         const uint16_t *stail = sp + 4 * k->nb * u;
-        const __m512i sidxt = k->sidx;
+        const __m512i sidxt[4] = {k->sidx, k->sidx, k->sidx, k->sidx};
         const __mmask32 tsm = k->tsm;
-#define I4_TAIL(j, acc)                                                                                               \
-    do {                                                                                                              \
-        const __m512i wv = _mm512_maskz_loadu_epi8(bm, wp + 256 * nfull + tb * (j));                                  \
-        const __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);            \
-        const __m512i t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(st, lo, xe), hi, xo);                               \
-        const __m512 ws = _mm512_castsi512_ps(_mm512_permutexvar_epi16(sidxt, _mm512_maskz_loadu_epi16(tsm, stail + (j) * k->tg))); \
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(ws, xs), acc);                                     \
+#define I4_TAIL(j)                                                                                       \
+    do {                                                                                                 \
+        const __m512i wv = _mm512_maskz_loadu_epi8(bm, wp + 256 * nfull + tb * (j));                     \
+        const __m512i sv = _mm512_maskz_loadu_epi16(tsm, stail + (j) * k->tg);                           \
+        const __m512i *sidx = sidxt;                                                                     \
+        I4_ROW(wv, j, nfull);                                                                            \
     } while (0)
-        I4_TAIL(0, acc0);
-        I4_TAIL(1, acc1);
-        I4_TAIL(2, acc2);
-        I4_TAIL(3, acc3);
+        I4_TAIL(0);
+        I4_TAIL(1);
+        I4_TAIL(2);
+        I4_TAIL(3);
 #undef I4_TAIL
     }
 #undef I4_ROW
-    y[0] = _mm512_reduce_add_ps(acc0);
-    y[1] = _mm512_reduce_add_ps(acc1);
-    y[2] = _mm512_reduce_add_ps(acc2);
-    y[3] = _mm512_reduce_add_ps(acc3);
+#pragma GCC unroll 3
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) y[(size_t)t * (size_t)ldy + (size_t)j] = _mm512_reduce_add_ps(acc[j][t]);
 }
 /* The per-weight constants of the INT4 kernels. Lane l's scale: the bf16 goes to word 2l+1 (the
  * f32's high half) from group 8l/G of the chunk; word 2l takes word 31 of the source, always zero
@@ -927,7 +1016,7 @@ static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, floa
             for (int l = 0; l < 16; l++) iw[2 * l + 1] = (uint16_t)(j * k.u + (8 * l) / G);
             sidx4[j] = _mm512_loadu_si512(iw);
         }
-        FOR_ROW_GROUPS(w, r0, r1, int4_tile4(w, xp, y + (r - r0), r, &k, sidx4, PFG(r)), int4_rows(1, w, xp, y + (r - r0), r, &k, 0));
+        FOR_ROW_GROUPS(w, r0, r1, int4_tile4(1, w, xp, 0, y + (r - r0), 0, r, &k, sidx4, PFG(r)), int4_rows(1, w, xp, y + (r - r0), r, &k, 0));
         return;
     }
     FOR_ROW_GROUPS(w, r0, r1, int4_rows(4, w, xp, y + (r - r0), r, &k, PFG(r)), int4_rows(1, w, xp, y + (r - r0), r, &k, 0));
@@ -1320,6 +1409,41 @@ static void gemm_int4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n
         const int t1 = t0 + tb < n ? t0 + tb : n;
         FOR_ROW_GROUPS(w, r0, r1, int4_gemm_rows(4, w, xp, xpb, Y, ldy, r, t0, t1, &k), int4_gemm_rows(1, w, xp, xpb, Y, ldy, r, t0, t1, &k));
     }
+}
+
+/* Few-token INT4 step (gemv_few): per group of 4 tiled rows, the tokens in passes of up to 3 —
+ * the first pass streams the rows from memory with the GEMV's prefetch, the others find them in L1
+ * (4 rows of ≤ 16 KiB). The rest (rows before the first or past the last whole group, untiled
+ * weights, groups over 128) through the GEMM's tiles, whose arithmetic per (row, token) is the same. */
+static void gemv_few_int4(const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0,
+                          int64_t r1) {
+    (void)X;
+    const int64_t G = w->block;
+    if (!w->tiled || G > 128) {
+        gemm_int4(w, xp, xpb, n, Y, ldy, r0, r1);
+        return;
+    }
+    int4_consts k;
+    int4_setup(w, &k);
+    uint16_t iw[32];
+    __m512i sidx4[4];
+    for (int j = 0; j < 4; j++) {
+        for (int l = 0; l < 16; l++) iw[2 * l] = 31, iw[2 * l + 1] = (uint16_t)(j * k.u + (8 * l) / G);
+        sidx4[j] = _mm512_loadu_si512(iw);
+    }
+    const int64_t g = pf_groups(w->row_bytes);
+#define I4_FEW_PASS(t, nt, pfg)                                                                                                  \
+    do {                                                                                                                         \
+        const uint8_t *xt = xp + (size_t)(t) * xpb;                                                                              \
+        float *yt = Y + (size_t)(t) * (size_t)ldy + r;                                                                           \
+        if ((nt) == 3) int4_tile4(3, w, xt, xpb, yt, ldy, r, &k, sidx4, pfg);                                                    \
+        else if ((nt) == 2) int4_tile4(2, w, xt, xpb, yt, ldy, r, &k, sidx4, pfg);                                               \
+        else int4_tile4(1, w, xt, xpb, yt, ldy, r, &k, sidx4, pfg);                                                              \
+    } while (0)
+    FOR_ROW_GROUPS(w, r0, r1,
+                   for (int t = 0; t < n; t += 3) I4_FEW_PASS(t, n - t < 3 ? n - t : 3, t == 0 ? PFG(r) : 0),
+                   int4_gemm_rows(1, w, xp, xpb, Y, ldy, r, 0, n, &k));
+#undef I4_FEW_PASS
 }
 
 /* Q8_0 / Q4_0: four rows as two pairs per 512-bit register (lanes 0–7 one row's block, 8–15 the
@@ -2261,6 +2385,8 @@ KQ_ENTRIES(iq4xs, KILN_WF_IQ4_XS)
                  [KILN_WF_IQ4_NL] = gemv_iq4nl, [KILN_WF_Q4_1] = gemv_q4_1, [KILN_WF_Q5_1] = gemv_q5_1},                        \
         .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8}, \
         .gemm_f32 = gemm_f32, .read_sum = read_sum, .silu_mul = silu_mul, .max_f32 = max_f32, .peak = peak,      \
+        .gemv_few = {[KILN_WF_INT4_GROUP] = gemv_few_int4, [KILN_WF_FP8_BLOCK] = gemv_few_fp8, [KILN_WF_F32] = gemv_few_f32, [KILN_WF_F16] = gemv_few_f16,         \
+                     [KILN_WF_BF16] = gemv_few_bf16},                                                   \
         .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4,     \
                       [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k, [KILN_WF_Q6_K] = gemm_q6k,      \
                       [KILN_WF_Q2_K] = gemm_q2k, [KILN_WF_Q3_K] = gemm_q3k, [KILN_WF_IQ4_XS] = gemm_iq4xs,  \

@@ -31,6 +31,13 @@ typedef struct kiln_ktable {
      * Each row's result is the GEMV's bit for bit. NULL: the driver runs gemv once per row of X. */
     void (*gemm_prep[KILN_WF_COUNT])(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy,
                                      int64_t r0, int64_t r1);
+    /* Few-token steps (1 < n ≤ kiln_gemv_few_max: speculative verification, small decode batches):
+     * Y[i·ldy + r] = W[r,:]·x_i for r in [r0, r1), X's n rows of cols floats (the float formats read
+     * them), prepared as xprep does at xp + i·xpb (the integer-dot formats). The weights stream from
+     * memory once for all n tokens, at the GEMV's rate; each (row, token) result is the GEMV's bit for
+     * bit. NULL: the driver runs the GEMM (or the GEMV per token, for FP8). */
+    void (*gemv_few[KILN_WF_COUNT])(const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy,
+                                    int64_t r0, int64_t r1);
     /* BF16-dot GEMM (tables whose bf16_gemm_mask has the format's bit): the driver rounds the n rows
      * of X to bf16 once (xprep_bf16: cols values zero-padded to a multiple of 32, xprep_bf16_bytes per
      * row), then gemm_bf16 multiplies bf16 weight rows — BF16 weights as stored, other formats

@@ -133,13 +133,14 @@ double kiln_model_bench_linear_step(const kiln_model *m, const kiln_options *opt
 /* ---- `kiln bench --gemv`: one weight format's streaming rate through kiln_matmul --------------- */
 /* `copies` distinct weights of one shape (rows × cols), each quantized and laid out exactly as the
  * model's re-quantized layers are (kiln_quantize_weight, then the 4-row tiles where the kernels read
- * them), so that one pass (a batch-1 GEMV over every copy in turn) reads at least min_bytes from
- * memory rather than from a cache. */
+ * them), so that one pass (a matmul of `tokens` activation rows over every copy in turn: 1 = the
+ * decode GEMV) reads at least min_bytes from memory rather than from a cache. */
 struct kiln_gemv_bench {
     int copies;
     kiln_weight *w;   /* [copies] */
     void **owned;     /* [2 * copies] data and scales of each copy */
-    float *x, *y;     /* [cols], [rows] */
+    float *x, *y;     /* [tokens, cols], [tokens, rows] */
+    int tokens;       /* activation rows per matmul call: 1 = the decode GEMV, 2+ a few-token step */
     uint64_t bytes;   /* data + scales of all copies: what one pass reads */
     kiln_kctx cx;     /* kernels and threads a pass runs with */
 };
@@ -195,8 +196,10 @@ static int gguf_random_weight(const char *weights, int64_t rows, int64_t cols, k
     return 1;
 }
 
-kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols, uint64_t min_bytes, const kiln_options *opts, kiln_gemv_bench **out) {
+kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols, int tokens, uint64_t min_bytes, const kiln_options *opts,
+                                 kiln_gemv_bench **out) {
     *out = NULL;
+    if (tokens < 1 || tokens > 1024) return kiln_fail(KILN_ERR_INVALID_ARG, "--tokens %d: must be in [1, 1024]", tokens);
     kiln_wformat fmt;
     int group;
     kiln_weight gq = {0};
@@ -242,8 +245,9 @@ kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols
     b->copies = n;
     b->w = calloc((size_t)n, sizeof *b->w);
     b->owned = calloc(2 * (size_t)n, sizeof *b->owned);
-    b->x = malloc((size_t)cols * sizeof *b->x);
-    b->y = malloc((size_t)rows * sizeof *b->y);
+    b->tokens = tokens;
+    b->x = malloc((size_t)tokens * (size_t)cols * sizeof *b->x);
+    b->y = malloc((size_t)tokens * (size_t)rows * sizeof *b->y);
     if (!b->w || !b->owned || !b->x || !b->y) { free(d); free(sc); kiln_gemv_bench_close(b); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
     for (int i = 0; i < n; i++) {
         uint8_t *di = i == 0 ? d : kiln_alloc64(db);
@@ -266,7 +270,7 @@ kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols
         }
         b->bytes += per;
     }
-    for (int64_t c = 0; c < cols; c++) b->x[c] = (float)((int)(c % 7) - 3) * 0.25f; /* any finite activation */
+    for (int64_t c = 0; c < (int64_t)tokens * cols; c++) b->x[c] = (float)((int)(c % 7) - 3) * 0.25f; /* any finite activation */
     *out = b;
     return KILN_OK;
 }
@@ -276,7 +280,7 @@ int kiln_gemv_bench_copies(const kiln_gemv_bench *b) { return b->copies; }
 
 double kiln_gemv_bench_pass(kiln_gemv_bench *b) {
     const double t0 = kiln_now();
-    for (int i = 0; i < b->copies; i++) kiln_cx_matmul(&b->cx, &b->w[i], b->x, b->y, 1);
+    for (int i = 0; i < b->copies; i++) kiln_cx_matmul(&b->cx, &b->w[i], b->x, b->y, b->tokens);
     const double dt = kiln_now() - t0;
     return dt > 0 ? (double)b->bytes / dt / 1e9 : 0.0;
 }

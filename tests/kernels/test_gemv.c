@@ -711,6 +711,54 @@ static void test_int4_tile_kernel_exact(void **s) {
         }
     kiln_kernels_select(KILN_ISA_AUTO);
 }
+/* Few-token steps (gemv.h: KILN_GEMV_FEW_MAX, FP8 up to KILN_GEMV_SMALL_N_FP8) on the AVX-512 table,
+ * which has a few-token kernel for F32, F16, BF16, FP8 (exact form) and INT4: each token of an n-token
+ * matmul gives exactly its 1-token GEMV result, threaded and for row sub-ranges that cut 4-row
+ * groups, untiled and tiled, with column tails and partial scale blocks. (Other ISAs run their
+ * GEMMs there, whose float sums may differ in the last bits; the bound checks above cover them.) */
+static void test_few_token_exact(void **s) {
+    (void)s;
+    if (!kiln_cpu_supports(KILN_ISA_AVX512)) { fprintf(stderr, "skip: AVX-512 not supported by this CPU\n"); skip(); return; }
+    kiln_kernels_select(KILN_ISA_AVX512);
+    const int was = kiln_kernels_fp8_exact(1); /* the 1-token FP8 GEMV in the form the few-token steps use */
+    static const struct { kiln_wformat f; int64_t cols; int block; int tiled; } cases[] = {
+        {KILN_WF_F32, 300, 0, 0},          {KILN_WF_F16, 200, 0, 0},          {KILN_WF_BF16, 1000, 0, 0},
+        {KILN_WF_BF16, 48, 0, 0},          {KILN_WF_FP8_BLOCK, 320, 128, 0},  {KILN_WF_FP8_BLOCK, 1000, 128, 1},
+        {KILN_WF_FP8_BLOCK, 256, 64, 1},   {KILN_WF_INT4_GROUP, 160, 32, 0},  {KILN_WF_INT4_GROUP, 672, 32, 1},
+        {KILN_WF_INT4_GROUP, 640, 128, 1}, {KILN_WF_INT4_GROUP, 2048, 64, 1}, {KILN_WF_INT4_GROUP, 512, 256, 1},
+    };
+    static const int ns[] = {2, 3, 4, 5, 7, 8, 9, 16};
+    const int64_t rows = 37;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tweight t = make_weight(cases[c].f, rows, cases[c].cols, cases[c].block);
+        if (cases[c].tiled) tile_and_check(&t);
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            const int n = ns[k];
+            const int fl = cases[c].f == KILN_WF_F32 || cases[c].f == KILN_WF_F16 || cases[c].f == KILN_WF_BF16;
+            const int few = n <= (cases[c].f == KILN_WF_FP8_BLOCK ? KILN_GEMV_SMALL_N_FP8 : fl ? KILN_GEMV_FEW_MAX_FLOAT : KILN_GEMV_FEW_MAX);
+            if (!few && cases[c].f != KILN_WF_INT4_GROUP) continue; /* past the few-token steps: the float GEMMs */
+            float *X = make_x(n, cases[c].cols), *Y = malloc((size_t)n * rows * sizeof(float)), *Ys = malloc((size_t)n * rows * sizeof(float));
+            float one[37], ones[37];
+            assert_non_null(Y); assert_non_null(Ys);
+            for (size_t i = 0; i < (size_t)n * rows; i++) Ys[i] = NAN;
+            kiln_matmul(&t.w, X, Y, n);
+            kiln_matmul_rows(&t.w, X, Ys, n, 5, 30); /* starts and ends inside 4-row groups */
+            for (int i = 0; i < n; i++) {
+                kiln_matmul(&t.w, X + (size_t)i * (size_t)cases[c].cols, one, 1);
+                for (int64_t r = 0; r < rows; r++) ones[r] = r >= 5 && r < 30 ? one[r] : NAN;
+                if (memcmp(one, Y + (size_t)i * rows, sizeof one) != 0 || memcmp(ones, Ys + (size_t)i * rows, sizeof ones) != 0) {
+                    fprintf(stderr, "few-token %s g%d cols %lld%s n=%d: token %d differs from its 1-token GEMV\n", kiln_wformat_name(cases[c].f),
+                            cases[c].block, (long long)cases[c].cols, cases[c].tiled ? " tiled" : "", n, i);
+                    fail();
+                }
+            }
+            free(X); free(Y); free(Ys);
+        }
+        free_weight(&t);
+    }
+    kiln_kernels_fp8_exact(was);
+    kiln_kernels_select(KILN_ISA_AUTO);
+}
 /* kiln_matmul_many: weights of different formats, shapes and layouts sharing one X, in one call,
  * each against its own reference (n = 1 decode and n = 5 prefill), on every ISA. */
 static void test_matmul_many(void **s) {
@@ -905,7 +953,7 @@ int main(void) {
         cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),        cmocka_unit_test(test_fp8_bf16_exact_inputs),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
-        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_q16_kernel_exact), cmocka_unit_test(test_kquants), cmocka_unit_test(test_kquants_avx_vnni_exact), cmocka_unit_test(test_int4_avx_vnni_exact), cmocka_unit_test(test_matmul_many),
+        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_q16_kernel_exact), cmocka_unit_test(test_kquants), cmocka_unit_test(test_kquants_avx_vnni_exact), cmocka_unit_test(test_int4_avx_vnni_exact), cmocka_unit_test(test_matmul_many), cmocka_unit_test(test_few_token_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
