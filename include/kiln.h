@@ -477,6 +477,36 @@ kiln_status kiln_session_spec_mtp(kiln_session *s);
  * each draft step's MTP logits. */
 kiln_status kiln_session_mtp_draft(kiln_session *s, int32_t next, int k, int32_t *drafts, int *n_drafts, float *draft_logits);
 
+/* ---- one sequence's speculative generation (src/engine/spec.c; kiln run / bench --spec) ---------- */
+typedef enum {
+    KILN_DRAFT_NONE = 0,  /* no drafts: plain decoding through the same loop (the baseline) */
+    KILN_DRAFT_NGRAM,     /* prompt lookup (kiln_ngram_draft, n = 1 .. ngram_max) */
+    KILN_DRAFT_MTP,       /* the model's MTP layer (kiln_session_spec_mtp first) */
+    KILN_DRAFT_ORACLE,    /* measurement only: the known greedy continuation (every draft right) */
+    KILN_DRAFT_WRONG      /* measurement only: the known continuation + 1 (every greedy draft wrong) */
+} kiln_drafter_kind;
+typedef struct {
+    kiln_drafter_kind drafter;
+    int k;                  /* drafts per step, 1..64 */
+    int ngram_max;          /* NGRAM: longest suffix looked up */
+    int vocab;              /* the model's vocabulary (kiln_model_info.vocab_size) */
+    const int32_t *oracle;  /* ORACLE / WRONG: oracle[i] = the i-th generated token of a greedy run */
+    int n_oracle;
+} kiln_spec_cfg;
+typedef struct {
+    void *ud;
+    void (*token)(void *ud, int32_t tok, long generated);          /* each generated token but an end token, in order */
+    int (*rows)(void *ud, const float *rows, int n);               /* each verify step's kept logits rows [n, vocab]; nonzero = failed */
+    int (*draft_rows)(void *ud, const float *rows, int n);         /* MTP: each step's draft logits [n, vocab]; nonzero = failed */
+} kiln_spec_hooks;
+typedef struct { long generated, drafted, accepted, verifies; } kiln_spec_stats;
+/* Generates up to n_gen tokens after the session's last position (prompt[0, n_prompt) = the context
+ * so far, for prompt lookup) with drafts verified k + 1 at a time: the output distribution is
+ * kiln_sample's exactly (greedy: the same tokens as decoding one at a time; docs/SPECULATIVE.md).
+ * Stops at an end token (counted in generated, not passed to hooks->token), n_gen or the context. */
+kiln_status kiln_spec_generate(kiln_session *s, kiln_sampler *smp, const kiln_model_info *info, const int32_t *prompt, int n_prompt,
+                               long n_gen, const kiln_spec_cfg *cfg, const kiln_spec_hooks *hooks, kiln_spec_stats *stats);
+
 /* Re-quantizes, in memory, the linear layers of every transformer block (attention and MLP
  * projections; embeddings and the output head keep their stored dtype): weights = "f32", "bf16",
  * "fp8" (E4M3, 128x128 block scales) or "int4" (symmetric, group 32, compressed-tensors packing).

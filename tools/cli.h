@@ -40,6 +40,7 @@ int cmd_bench_server(int argc, char **argv);  /* tools/cmd_serve.c (bench --serv
 int cmd_bench_tokenizer(int argc, char **argv); /* tools/cmd_tokenize.c (bench --tokenizer) */
 int cmd_bench_gemv(int argc, char **argv);      /* tools/cmd_bench.c (bench --gemv: one format's GEMV streaming rate) */
 int cmd_bench_batch(int argc, char **argv);     /* tools/cmd_bench.c (bench --batch: aggregate batched decode) */
+int cmd_bench_spec(int argc, char **argv);      /* tools/cmd_bench_spec.c (bench --spec: speculative decoding vs off) */
 int cmd_calibrate(int argc, char **argv);     /* tools/cmd_kv.c */
 int cmd_inspect_kv(int argc, char **argv);    /* tools/cmd_kv.c (inspect --kv) */
 int kv_bench(int argc, char **argv);           /* tools/cmd_kv.c (bench --kv-context: FP8 vs BF16 KV speed / quality) */

@@ -23,6 +23,29 @@ static void print_token(const kiln_model *m, const kiln_model_info *info, int32_
     fflush(stdout);
 }
 
+/* kiln run --spec's output hooks (kiln_spec_generate): the tokens printed as they come, the logits
+ * rows and MTP draft rows to the --dump-logits / --dump-draft-logits files. */
+typedef struct {
+    const kiln_model *m;
+    const kiln_model_info *info;
+    int32_t prev;
+    FILE *dump, *draft_dump;
+    int V;
+} run_out;
+static void run_token(void *ud, int32_t tok, long generated) {
+    run_out *o = ud;
+    print_token(o->m, o->info, o->prev, tok, generated);
+    o->prev = tok;
+}
+static int run_rows(void *ud, const float *rows, int n) {
+    const run_out *o = ud;
+    return fwrite(rows, sizeof(float), (size_t)n * (size_t)o->V, o->dump) != (size_t)n * (size_t)o->V;
+}
+static int run_draft_rows(void *ud, const float *rows, int n) {
+    const run_out *o = ud;
+    return fwrite(rows, sizeof(float), (size_t)n * (size_t)o->V, o->draft_dump) != (size_t)n * (size_t)o->V;
+}
+
 int cmd_run(int argc, char **argv) {
     args_t a = {argc, argv, 0, "run", 0};
     kiln_options o;
@@ -147,72 +170,15 @@ int cmd_run(int argc, char **argv) {
         spec = 0;
     }
     if (spec) { /* draft from the context, verify next + k drafts in one forward, keep the agreeing prefix */
-        const int V = info.vocab_size;
-        float *rows = malloc((size_t)(spec_k + 1) * (size_t)V * sizeof *rows);
-        float *drows = draft_dump ? malloc((size_t)spec_k * (size_t)V * sizeof *drows) : NULL;
-        int32_t *hist = malloc((size_t)(n_prompt + n_gen + spec_k + 2) * sizeof *hist), *toks = malloc((size_t)(spec_k + 1) * sizeof *toks);
-        if (!rows || !hist || !toks) { free(rows); free(hist); free(toks); rc = cli_fail_msg("run", "out of memory"); goto out; }
-        memcpy(hist, ids, (size_t)n_prompt * sizeof *ids);
-        int n_hist = n_prompt, done = 0;
-        int32_t next = kiln_sample(smp, kiln_session_logits(s));
-        while (!done) {
-            /* `next` is generated: print it */
-            generated++;
-            if (kiln_model_is_eos(&info, next)) break;
-            print_token(m, &info, prev, next, generated);
-            prev = next;
-            hist[n_hist++] = next;
-            if (generated == n_gen || kiln_session_length(s) >= info.max_context) break;
-            /* drafts: each must still leave room for the token after it (n_gen, the context) */
-            long room = spec_k;
-            if (room > n_gen - generated - 1) room = n_gen - generated - 1;
-            if (room > info.max_context - kiln_session_length(s) - 1) room = info.max_context - kiln_session_length(s) - 1;
-            int nd = 0;
-            if (spec == 1) nd = room > 0 ? kiln_ngram_draft(hist, n_hist, 1, (int)spec_n, (int)room, toks + 1) : 0;
-            else if (room > 0) {
-                if ((st = kiln_session_mtp_draft(s, next, (int)room, toks + 1, &nd, drows))) { rc = cli_fail_status("run", st); break; }
-                if (drows && nd > 0 && fwrite(drows, sizeof(float), (size_t)nd * (size_t)V, draft_dump) != (size_t)nd * (size_t)V) {
-                    rc = cli_fail_msg("run", "write to the --dump-draft-logits file failed");
-                    break;
-                }
-            }
-            toks[0] = next;
-            const int len0 = kiln_session_length(s);
-            if ((st = kiln_session_eval(s, toks, nd + 1, rows))) { rc = cli_fail_status("run", st); break; }
-            verifies++;
-            drafted += nd;
-            /* row j holds the target's logits after toks[j]: verify draft j + 1 there; the first
-             * rejection's replacement (or, all kept, the pick after the last draft) is t */
-            int acc = 0, ok = 1;
-            int32_t t = 0;
-            while (acc < nd && ok) {
-                t = kiln_sample_verify(smp, rows + (size_t)acc * V, toks[1 + acc], &ok);
-                acc += ok;
-            }
-            if (ok) t = kiln_sample(smp, rows + (size_t)acc * V);
-            accepted += acc;
-            if (acc < nd && (st = kiln_session_truncate(s, len0 + 1 + acc))) { rc = cli_fail_status("run", st); break; }
-            int kept_rows = 1 + acc; /* rows of the tokens decoding continues after */
-            for (int j = 0; j < acc && !done; j++) { /* the accepted drafts are generated tokens */
-                generated++;
-                if (kiln_model_is_eos(&info, toks[1 + j])) { kept_rows = 1 + j; done = 1; break; }
-                print_token(m, &info, prev, toks[1 + j], generated);
-                prev = toks[1 + j];
-                hist[n_hist++] = toks[1 + j];
-            }
-            if (dump && fwrite(rows, sizeof(float), (size_t)kept_rows * (size_t)V, dump) != (size_t)kept_rows * (size_t)V) {
-                rc = cli_fail_msg("run", "write to the --dump-logits file failed");
-                break;
-            }
-            next = t;
-        }
-        free(rows);
-        free(drows);
-        free(hist);
-        free(toks);
+        run_out ro = {m, &info, prev, dump, draft_dump, info.vocab_size};
+        const kiln_spec_hooks hooks = {&ro, run_token, dump ? run_rows : NULL, draft_dump ? run_draft_rows : NULL};
+        const kiln_spec_cfg cfg = {spec == 2 ? KILN_DRAFT_MTP : KILN_DRAFT_NGRAM, (int)spec_k, (int)spec_n, info.vocab_size, NULL, 0};
+        kiln_spec_stats ss;
+        st = kiln_spec_generate(s, smp, &info, ids, n_prompt, n_gen, &cfg, &hooks, &ss);
+        generated = ss.generated, drafted = ss.drafted, accepted = ss.accepted, verifies = ss.verifies;
         if (draft_dump) fclose(draft_dump);
         draft_dump = NULL;
-        if (rc) goto out;
+        if (st) { rc = cli_fail_status("run", st); goto out; }
     }
     if (draft_dump) fclose(draft_dump); /* not reached the drafting loop */
     for (; !spec && generated < n_gen; ) {
@@ -375,6 +341,7 @@ static int usage(void) {
             "  bench MODEL [--weights ...] [--integrity | --server | --tokenizer] [--json]\n"
             "  bench --gemv [--weights fp8,int4] [--shape 5632x2048,...] [--tokens 1,2,4] [--rounds N] [--mb N] [--json]\n"
             "  bench MODEL --batch 1,4,16,32 [--weights ...] [--ctx 128] [--decode 16] [--json]\n"
+            "  bench MODEL --spec off,ngram,oracle,wrong[,mtp] [--spec-k 1,2,4] [--weights ...] [-p TEXT | --prompt N] [--gen N] [--repeat R] [--json]\n"
             "  calibrate MODEL --data FILE\n"
             "  verify MODEL\n"
             "  serve MODEL [--host H] [--port P] ...\n"
@@ -422,6 +389,7 @@ int main(int argc, char **argv) {
         if (has_flag(n, v, "--tokenizer")) return cmd_bench_tokenizer(n, v);
         if (has_flag(n, v, "--gemv")) return cmd_bench_gemv(n, v); /* tools/cmd_bench.c */
         if (has_flag(n, v, "--batch")) return cmd_bench_batch(n, v); /* tools/cmd_bench.c */
+        if (has_flag(n, v, "--spec")) return cmd_bench_spec(n, v);   /* tools/cmd_bench_spec.c */
         return cmd_bench(n, v);
     }
     if (strcmp(c, "calibrate") == 0) return cmd_calibrate(n, v);

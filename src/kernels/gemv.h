@@ -180,12 +180,14 @@ int kiln_kernels_fp8_rounds_x(void);
  * (gemv_isa.h: gemv_few) run it: the weights read once at the GEMV's rate, each token's result the
  * 1-token GEMV's bit for bit (speculative verification, small decode batches). */
 #define KILN_GEMV_FEW_MAX 8
-/* ... and for F32 / F16 / BF16 up to this many: their few-token kernel multiplies in f32 FMAs, and
- * from 5 tokens on the BF16-dot GEMM (vdpbf16ps, x rounded to bf16) was measured faster (8 tokens:
- * 0.74–0.78 of the GEMV's weight rate against 0.44–0.49; `kiln bench --gemv --weights bf16
- * --tokens 1,2,4,8`, AMD EPYC Zen 5). Up to 4 — speculative verification of up to 3 drafts — each
- * token keeps its 1-token logits exactly, so greedy speculation cannot flip a near-tie. */
-#define KILN_GEMV_FEW_MAX_FLOAT 4
+/* ... and for F32 / F16 / BF16 up to 5: speculative verification of up to 4 drafts keeps each
+ * position's 1-token logits exactly — greedy speculation whose verify step went through the BF16-dot
+ * GEMM (x rounded to bf16) flipped a near-tie and lost its token identity with `--spec-k 4` on BF16
+ * weights (`kiln bench MODEL --weights bf16 --spec off,oracle --spec-k 4`). Not beyond: these
+ * kernels multiply in f32 FMAs, and from about 4 tokens on the BF16-dot GEMM streams faster (8
+ * tokens: 0.66–0.80 of the GEMV's weight rate against 0.50–0.53, `kiln bench --gemv --weights bf16
+ * --tokens 1,2,4,5,8`, AMD EPYC Zen 5), which batched decode of 6+ sequences keeps. */
+#define KILN_GEMV_FEW_MAX_FLOAT 5
 const char *kiln_isa_name(kiln_isa isa);
 int kiln_cpu_supports(kiln_isa isa);
 

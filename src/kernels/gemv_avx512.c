@@ -194,9 +194,30 @@ AI __m512 ld16m(int f, const uint8_t *row, int64_t c, __mmask16 m) {
 }
 
 /* ---- F32 / F16 / BF16 GEMV -------------------------------------------------------------------------- */
-/* NR rows starting at r (NR = 4 or 1) × NT tokens (1 or 2; token t's x at x + t·ldx, its results at
- * y + t·ldy); two accumulator chains per (row, token), each token's sums in the order of the 1-token
- * GEMV, so a few-token step gives the GEMV's bits. */
+/* BF16 reads its activation prepared (xprep_bf16e): per 32 columns, the 16 even columns' x then the
+ * 16 odd ones', zero-padded to a multiple of 32. Why: a 64-byte load of 32 bf16 weights then becomes
+ * f32 in two single-cycle ops — the even columns by a 32-bit shift left by 16 (each dword's low
+ * word), the odd ones by masking off each dword's low word — where widening each half (vpmovzxwd,
+ * a cross-lane shuffle) and shifting took four; the GEMV and the few-token steps share the form and
+ * so the summation order. */
+#define BF16E_CHUNK 128 /* prepared bytes per 32 columns */
+static size_t xprep_bytes_bf16e(const kiln_weight *w) { return (size_t)((w->cols + 31) / 32) * BF16E_CHUNK; }
+static void xprep_bf16e(const kiln_weight *w, const float *x, void *xp) {
+    const int64_t cols = w->cols;
+    const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    float *o = (float *)xp;
+    for (int64_t c = 0; c < cols; c += 32, o += 32) {
+        const int64_t n = cols - c;
+        const __m512 v0 = n >= 16 ? _mm512_loadu_ps(x + c) : _mm512_maskz_loadu_ps(mask16(n), x + c);
+        const __m512 v1 = n >= 32 ? _mm512_loadu_ps(x + c + 16) : n > 16 ? _mm512_maskz_loadu_ps(mask16(n - 16), x + c + 16) : _mm512_setzero_ps();
+        _mm512_store_ps(o, _mm512_permutex2var_ps(v0, ev, v1));
+        _mm512_store_ps(o + 16, _mm512_permutex2var_ps(v0, od, v1));
+    }
+}
+/* NR rows starting at r (NR = 4 or 1) × NT tokens (1 or 2; token t's x at x + t·ldx — for BF16 its
+ * prepared activation —, its results at y + t·ldy); two accumulator chains per (row, token), each
+ * token's sums in the order of the 1-token GEMV, so a few-token step gives the GEMV's bits. */
 AI void float_rows(int f, int NR, int NT, const kiln_weight *w, const float *x, int64_t ldx, float *y, int64_t ldy, int64_t r, int64_t pfg) {
     const int64_t cols = w->cols, c32 = cols & ~(int64_t)31, c16 = cols & ~(int64_t)15;
     const uint8_t *p[4];
@@ -226,14 +247,13 @@ AI void float_rows(int f, int NR, int NT, const kiln_weight *w, const float *x, 
             for (int j = 0; j < NR; j++) nxt[j] = _mm512_loadu_si512(p[j] + 2 * cn);
 #pragma GCC unroll 4
             for (int j = 0; j < NR; j++) {
-                const __m256i lo = _mm512_castsi512_si256(raw[j]), hi = _mm512_extracti64x4_epi64(raw[j], 1);
                 __m512 w0, w1;
                 if (f == KILN_WF_F16) {
-                    w0 = _mm512_cvtph_ps(lo);
-                    w1 = _mm512_cvtph_ps(hi);
-                } else {
-                    w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(lo), 16));
-                    w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+                    w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(raw[j]));
+                    w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(raw[j], 1));
+                } else { /* BF16: even columns, odd columns (x prepared to match) */
+                    w0 = _mm512_castsi512_ps(_mm512_slli_epi32(raw[j], 16));
+                    w1 = _mm512_castsi512_ps(_mm512_and_si512(raw[j], _mm512_set1_epi32((int)0xFFFF0000u)));
                 }
 #pragma GCC unroll 2
                 for (int t = 0; t < NT; t++) {
@@ -243,6 +263,21 @@ AI void float_rows(int f, int NR, int NT, const kiln_weight *w, const float *x, 
                 raw[j] = nxt[j];
             }
         }
+    }
+    if (f == KILN_WF_BF16 && c < cols) { /* the last cols % 32 columns as one masked 32-column step */
+        const __mmask32 m = (__mmask32)((1u << (cols - c)) - 1u);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            const __m512i raw = _mm512_maskz_loadu_epi16(m, p[j] + 2 * c);
+            const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+            const __m512 w1 = _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32((int)0xFFFF0000u)));
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) {
+                a[j][t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * ldx + c), a[j][t]);
+                b[j][t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * ldx + c + 16), b[j][t]);
+            }
+        }
+        c = cols;
     }
     for (; c < c32; c += 32) {
         if (NR == 4 && pfg)
@@ -289,8 +324,8 @@ AI void gemv_float(int f, const kiln_weight *w, const float *x, float *y, int64_
 }
 /* Few-token steps of the float formats: per group of 4 rows, the tokens in passes of two — the first
  * streams the rows from memory with the GEMV's prefetch, the others find them in L1 / L2. */
-AI void gemv_few_float(int f, const kiln_weight *w, const float *X, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
-    const int64_t g = pf_groups(w->row_bytes), cols = w->cols;
+AI void gemv_few_float(int f, const kiln_weight *w, const float *X, int64_t cols, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t g = pf_groups(w->row_bytes);
     int64_t r = r0;
     for (; r + 4 <= r1; r += 4)
         for (int t = 0; t < n; t += 2) {
@@ -303,8 +338,8 @@ AI void gemv_few_float(int f, const kiln_weight *w, const float *X, int n, float
 #define FEW_FLOAT(name, f)                                                                                                          \
     static void name(const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, \
                      int64_t r1) {                                                                                                  \
-        (void)xp, (void)xpb;                                                                                                        \
-        gemv_few_float(f, w, X, n, Y, ldy, r0, r1);                                                                                 \
+        if (f == KILN_WF_BF16) gemv_few_float(f, w, (const float *)xp, (int64_t)(xpb / 4), n, Y, ldy, r0, r1); /* prepared x */ \
+        else gemv_few_float(f, w, X, w->cols, n, Y, ldy, r0, r1);                                                                   \
     }
 FEW_FLOAT(gemv_few_f32, KILN_WF_F32)
 FEW_FLOAT(gemv_few_f16, KILN_WF_F16)
@@ -319,8 +354,8 @@ static void gemv_f16(const kiln_weight *w, const float *x, const void *xp, float
     gemv_float(KILN_WF_F16, w, x, y, r0, r1);
 }
 static void gemv_bf16(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
-    (void)xp;
-    gemv_float(KILN_WF_BF16, w, x, y, r0, r1);
+    (void)x;
+    gemv_float(KILN_WF_BF16, w, (const float *)xp, y, r0, r1); /* x prepared by xprep_bf16e */
 }
 
 /* ---- FP8 block GEMV --------------------------------------------------------------------------------- */
@@ -2369,12 +2404,12 @@ KQ_ENTRIES(iq4xs, KILN_WF_IQ4_XS)
 #define AVX512_TABLE(FP8_XPREP_BYTES, FP8_XPREP, FP8_GEMV)                                                       \
     {                                                                                                            \
         .dot = dot_f32, .axpy = axpy_f32, .scale = scale_f32,                                                    \
-        .xprep_bytes = {[KILN_WF_FP8_BLOCK] = FP8_XPREP_BYTES, [KILN_WF_INT4_GROUP] = xprep_bytes_int4,          \
+        .xprep_bytes = {[KILN_WF_BF16] = xprep_bytes_bf16e, [KILN_WF_FP8_BLOCK] = FP8_XPREP_BYTES, [KILN_WF_INT4_GROUP] = xprep_bytes_int4,          \
                         [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q, [KILN_WF_Q4_K] = xprep_bytes_kq,            \
                         [KILN_WF_Q5_K] = xprep_bytes_kq, [KILN_WF_Q6_K] = xprep_bytes_kq, [KILN_WF_Q2_K] = xprep_bytes_kq,            \
                         [KILN_WF_Q3_K] = xprep_bytes_kq, [KILN_WF_IQ4_XS] = xprep_bytes_kq, [KILN_WF_Q5_0] = xprep_bytes_q,             \
                         [KILN_WF_IQ4_NL] = xprep_bytes_q, [KILN_WF_Q4_1] = xprep_bytes_q1, [KILN_WF_Q5_1] = xprep_bytes_q1}, \
-        .xprep = {[KILN_WF_FP8_BLOCK] = FP8_XPREP, [KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, \
+        .xprep = {[KILN_WF_BF16] = xprep_bf16e, [KILN_WF_FP8_BLOCK] = FP8_XPREP, [KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, \
                   [KILN_WF_Q4_0] = xprep_q4, [KILN_WF_Q4_K] = xprep_kq45, [KILN_WF_Q5_K] = xprep_kq45, [KILN_WF_Q6_K] = xprep_kq6, \
                   [KILN_WF_Q2_K] = xprep_kq2, [KILN_WF_Q3_K] = xprep_kq2, [KILN_WF_IQ4_XS] = xprep_kqxs, [KILN_WF_Q5_0] = xprep_q5,     \
                   [KILN_WF_IQ4_NL] = xprep_q8, [KILN_WF_Q4_1] = xprep_q1, [KILN_WF_Q5_1] = xprep_q1},                                  \
