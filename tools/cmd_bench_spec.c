@@ -224,8 +224,8 @@ int cmd_bench_spec(int argc, char **argv) {
             const double acc = l->drafted ? (double)l->accepted / (double)l->drafted : 0, tpf = l->verifies ? (double)(l->accepted + l->verifies) / (double)l->verifies : 0;
             if (json)
                 printf("{\"drafter\": \"%s\", \"k\": %d, \"best_tps\": %.3f, \"vs_off_paired_median\": %.4f, \"drafted\": %ld, \"accepted\": %ld, "
-                       "\"acceptance\": %.4f, \"tokens_per_forward\": %.4f, \"generated\": %ld}\n",
-                       name, rows[i].drafter ? rows[i].k : 0, rows[i].best_tps, med, l->drafted, l->accepted, acc, tpf, l->generated);
+                       "\"acceptance\": %.4f, \"tokens_per_forward\": %.4f, \"generated\": %ld, \"verifies\": %ld}\n",
+                       name, rows[i].drafter ? rows[i].k : 0, rows[i].best_tps, med, l->drafted, l->accepted, acc, tpf, l->generated, l->verifies);
             else if (!rows[i].drafter)
                 printf("| off | — | %.2f | 1.000 | — | — | — | 1.00 |\n", rows[i].best_tps);
             else

@@ -52,7 +52,15 @@ def bench_gemv():
         per = 48 * 512 // elems * bb
         assert row["copies"] == math.ceil((mb << 20) / per) and row["bytes_per_pass"] == row["copies"] * per, (row, per)
         assert 0 < row["p25_gbps"] <= row["median_gbps"] <= row["p75_gbps"] <= row["best_gbps"], row
-    for args, names in ((["--shape", "12y4"], ["--shape", "12y4"]), (["--weights", "int5"], ["--weights", "int5", "GGUF block type"]),
+    # --tokens: a row per token count (the weights read once per pass whatever the count: the same bytes)
+    out = run("bench", "--gemv", "--shape", "64x256", "--weights", "int4,bf16", "--tokens", "1,3", "--rounds", "2", "--mb", str(mb),
+              "--threads", "1", "--json").stdout
+    rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    assert [(r["weights"], r["tokens"]) for r in rows] == [("int4", 1), ("int4", 3), ("bf16", 1), ("bf16", 3)], out
+    for a, b in ((rows[0], rows[1]), (rows[2], rows[3])):
+        assert a["bytes_per_pass"] == b["bytes_per_pass"] and a["copies"] == b["copies"], (a, b)
+    assert rows[0]["vs_first_median"] == 1.0, rows[0]
+    for args, names in ((["--shape", "12y4"], ["--shape", "12y4"]), (["--tokens", "0"], ["--tokens", "0"]), (["--tokens", "2,x"], ["--tokens", "x"]), (["--weights", "int5"], ["--weights", "int5", "GGUF block type"]),
                         (["--shape", "8x100", "--weights", "q4_k"], ["--shape", "8x100", "q4_k block of 256"]),
                         (["--shape", "8x100", "--weights", "int4"], ["--shape", "8x100", "group 32"]),
                         (["--shape", ",".join(["64x256"] * 40)], ["--shape", "255 characters"])):
