@@ -498,6 +498,12 @@ typedef struct {
     void (*token)(void *ud, int32_t tok, long generated);          /* each generated token but an end token, in order */
     int (*rows)(void *ud, const float *rows, int n);               /* each verify step's kept logits rows [n, vocab]; nonzero = failed */
     int (*draft_rows)(void *ud, const float *rows, int n);         /* MTP: each step's draft logits [n, vocab]; nonzero = failed */
+    /* Tensor parallelism (kiln run --tp): every rank runs the loop, its drafts (prompt lookup: from
+     * the same tokens) and its forwards alike; the leader samples and verifies, then share() sends
+     * the decided values (the first token; per step the accepted count and the next token) to the
+     * followers (follower = 1), whose share() receives them: kiln_dist_bcast_i32. NULL: one process. */
+    kiln_status (*share)(void *ud, int32_t *vals, int n);
+    int follower;
 } kiln_spec_hooks;
 typedef struct { long generated, drafted, accepted, verifies; } kiln_spec_stats;
 /* Generates up to n_gen tokens after the session's last position (prompt[0, n_prompt) = the context

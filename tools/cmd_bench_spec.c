@@ -183,7 +183,7 @@ int cmd_bench_spec(int argc, char **argv) {
             if ((st = kiln_sampler_create(&sp, info.vocab_size, &smp))) break;
             collect c = {r == 0 && i == 0 ? oracle : got, 0, n_gen};
             const kiln_spec_cfg cfg = {(kiln_drafter_kind)rows[i].drafter, rows[i].k, (int)ngram, info.vocab_size, oracle, (int)n_oracle};
-            const kiln_spec_hooks hooks = {&c, collect_token, NULL, NULL};
+            const kiln_spec_hooks hooks = {&c, collect_token, NULL, NULL, NULL, 0};
             const double t0 = kiln_now();
             st = kiln_spec_generate(s, smp, &info, prompt, np, n_gen, &cfg, &hooks, &rows[i].last);
             const double dt = kiln_now() - t0;

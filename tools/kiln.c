@@ -41,6 +41,12 @@ static int run_rows(void *ud, const float *rows, int n) {
     const run_out *o = ud;
     return fwrite(rows, sizeof(float), (size_t)n * (size_t)o->V, o->dump) != (size_t)n * (size_t)o->V;
 }
+static kiln_status run_share(void *ud, int32_t *vals, int n) {
+    (void)ud;
+    kiln_status st = kiln_dist_bcast_i32(vals, n);
+    if (st == KILN_OK && kiln_dist_failed()) st = KILN_ERR_INTERNAL; /* a lost rank: the step's sums were wrong */
+    return st;
+}
 static int run_draft_rows(void *ud, const float *rows, int n) {
     const run_out *o = ud;
     return fwrite(rows, sizeof(float), (size_t)n * (size_t)o->V, o->draft_dump) != (size_t)n * (size_t)o->V;
@@ -164,21 +170,19 @@ int cmd_run(int argc, char **argv) {
     long drafted = 0, accepted = 0, verifies = 0;
     /* Speculation keeps the output distribution exactly (greedy: the same tokens; sampling: the
      * rejection rule of kiln_sample_verify, drafts checked one by one so the penalties' state follows
-     * every accepted token). Not under --tp yet: off there, said once. */
-    if (spec && tp > 1) {
-        if (rank == 0) fprintf(stderr, "kiln run: --spec %s is not available with --tp (this stage): speculation off\n", spec == 2 ? "mtp" : "ngram");
-        spec = 0;
-    }
+     * every accepted token). Under --tp (prompt lookup) every rank drafts alike and rank 0's
+     * decisions are broadcast (kiln_spec_hooks.share). */
     if (spec) { /* draft from the context, verify next + k drafts in one forward, keep the agreeing prefix */
         run_out ro = {m, &info, prev, dump, draft_dump, info.vocab_size};
-        const kiln_spec_hooks hooks = {&ro, run_token, dump ? run_rows : NULL, draft_dump ? run_draft_rows : NULL};
+        /* under --tp every rank drafts and evaluates alike; rank 0 decides and broadcasts */
+        const kiln_spec_hooks hooks = {&ro, run_token, dump ? run_rows : NULL, draft_dump ? run_draft_rows : NULL, tp > 1 ? run_share : NULL, rank != 0};
         const kiln_spec_cfg cfg = {spec == 2 ? KILN_DRAFT_MTP : KILN_DRAFT_NGRAM, (int)spec_k, (int)spec_n, info.vocab_size, NULL, 0};
         kiln_spec_stats ss;
         st = kiln_spec_generate(s, smp, &info, ids, n_prompt, n_gen, &cfg, &hooks, &ss);
         generated = ss.generated, drafted = ss.drafted, accepted = ss.accepted, verifies = ss.verifies;
         if (draft_dump) fclose(draft_dump);
         draft_dump = NULL;
-        if (st) { rc = cli_fail_status("run", st); goto out; }
+        if (st) { rc = tp > 1 && kiln_dist_failed() ? cli_fail_msg("run", kiln_dist_failure()) : cli_fail_status("run", st); goto out; }
     }
     if (draft_dump) fclose(draft_dump); /* not reached the drafting loop */
     for (; !spec && generated < n_gen; ) {

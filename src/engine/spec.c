@@ -67,7 +67,9 @@ kiln_status kiln_spec_generate(kiln_session *s, kiln_sampler *smp, const kiln_mo
     memcpy(hist, prompt, (size_t)n_prompt * sizeof *prompt);
     int n_hist = n_prompt, done = 0;
     long generated = 0;
-    int32_t next = kiln_sample(smp, kiln_session_logits(s));
+    const int follower = h && h->share && h->follower;
+    int32_t next = follower ? 0 : kiln_sample(smp, kiln_session_logits(s));
+    if (h && h->share && (st = h->share(h->ud, &next, 1))) goto out;
     while (!done) {
         /* `next` is generated */
         generated++;
@@ -91,11 +93,17 @@ kiln_status kiln_spec_generate(kiln_session *s, kiln_sampler *smp, const kiln_mo
          * rejection's replacement (or, all kept, the pick after the last draft) is t */
         int acc = 0, ok = 1;
         int32_t t = 0;
-        while (acc < nd && ok) {
+        while (!follower && acc < nd && ok) {
             t = kiln_sample_verify(smp, rows + (size_t)acc * V, toks[1 + acc], &ok);
             acc += ok;
         }
-        if (ok) t = kiln_sample(smp, rows + (size_t)acc * V);
+        if (!follower && ok) t = kiln_sample(smp, rows + (size_t)acc * V);
+        if (h && h->share) { /* the leader's decision to every rank */
+            int32_t d[2] = {acc, t};
+            if ((st = h->share(h->ud, d, 2))) break;
+            acc = d[0], t = d[1];
+            if (acc < 0 || acc > nd) { st = kiln_fail(KILN_ERR_INTERNAL, "speculation: %d of %d drafts accepted, shared by the leader", acc, nd); break; }
+        }
         stats->accepted += acc;
         if (acc < nd && (st = kiln_session_truncate(s, len0 + 1 + acc))) break;
         int kept_rows = 1 + acc; /* rows of the tokens decoding continues after */

@@ -3,7 +3,8 @@
 # model in one process.
 #   - stories260K (F32, 8 heads / 4 KV heads, FFN 172): greedy text byte-identical at N = 2 and 4 and
 #     logits within 1e-4 relative (only the summation order of the row-parallel products differs);
-#     each rank's KV cache holds 1/N of the bytes per token;
+#     each rank's KV cache holds 1/N of the bytes per token; speculative decoding (--spec ngram) at
+#     N = 2 gives the same greedy text, and the same sampled text as one process speculating;
 #   - glm4 (fused gate_up, QKV bias, post-norms), ChatGLM (fused QKV), a llama in BF16 and as a
 #     GGUF Q8_0 file, and the MLA + MoE families (deepseek_v3, kimi_k2, glm_moe_dsa with sparse
 #     attention; glm_moe_dsa's shared-indexer preset at N = 4): logits within 1e-4 relative at N = 2;
@@ -51,6 +52,18 @@ for n in 2 4; do
     "${MPI[@]}" -np $n "$KILN" run "$M" --temp 0 -n 40 --tokens 1,403,407 --tp $n --dump-logits "$T/tp.bin" > /dev/null 2>&1
     close "$T/one.bin" "$T/tp.bin" 512 "stories260K --tp $n"
 done
+
+# speculative decoding under --tp (prompt lookup: every rank drafts alike, rank 0's verdicts broadcast):
+# greedy text identical to one process without speculation; sampled text identical to one process
+# with it (same seed, same verdicts)
+for k in 1 3; do
+    "${MPI[@]}" -np 2 "$KILN" run "$M" --temp 0 -n 200 --tp 2 --spec ngram --spec-k $k > "$T/tp.txt" 2> "$T/tp.err"
+    cmp "$T/one.txt" "$T/tp.txt" || { echo "--tp 2 --spec ngram --spec-k $k: greedy text differs from one process"; cat "$T/tp.err"; exit 1; }
+    grep -q "^speculation: ngram (n <= 3, k = $k): [0-9]* drafted, [1-9][0-9]* accepted" "$T/tp.err" || { echo "--tp 2 --spec ngram: no draft accepted"; cat "$T/tp.err"; exit 1; }
+done
+"$KILN" run "$M" --temp 0.8 --seed 3 -n 100 --spec ngram > "$T/s1.txt" 2> /dev/null
+"${MPI[@]}" -np 2 "$KILN" run "$M" --temp 0.8 --seed 3 -n 100 --tp 2 --spec ngram > "$T/s2.txt" 2> "$T/s2.err"
+cmp "$T/s1.txt" "$T/s2.txt" || { echo "--tp 2 --spec ngram sampled: text differs from one process"; cat "$T/s2.err"; exit 1; }
 
 # other architectures and formats at --tp 2
 logits_tp2() { # model vocab what
