@@ -94,6 +94,8 @@ static void avx_vnni_init(void) {
     __atomic_store_n(&avx_vnni_enabled, !(e && strcmp(e, "0") == 0), __ATOMIC_RELAXED);
     avx2_vnni_table = kiln_ktable_avx2;
     avx2_vnni_table.gemv[KILN_WF_INT4_GROUP] = kiln_gemv_int4_avxvnni;
+    avx2_vnni_table.gemm_prep[KILN_WF_INT4_GROUP] = kiln_gemm_int4_avxvnni;
+    avx2_vnni_table.gemv_few[KILN_WF_INT4_GROUP] = kiln_gemv_few_int4_avxvnni;
     kiln_kq_avxvnni_fill(&avx2_vnni_table);
 }
 static int avx_vnni_usable(void) {

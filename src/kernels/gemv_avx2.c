@@ -301,6 +301,8 @@ static void gemm_f32(const float *W, int64_t ldw, int nr, const float *X, int64_
     _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo)), _mm256_set1_epi16(1)), st)
 #define I4_ROWS int4_rows
 #define I4_GEMV gemv_int4
+#define I4_GEMM gemm_int4
+#define I4_FEW gemv_few_int4
 #define I4_LINKAGE static
 #include "kernels/int4_avx2.h"
 static size_t xprep_bytes_int4(const kiln_weight *w) { return (size_t)((w->cols + 63) / 64) * I4_CHUNK; }
@@ -709,7 +711,8 @@ const kiln_ktable kiln_ktable_avx2 = {
              [KILN_WF_IQ4_NL] = gemv_iq4nl, [KILN_WF_Q4_1] = gemv_q4_1, [KILN_WF_Q5_1] = gemv_q5_1},
     .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8},
     .gemm_f32 = gemm_f32,
-    .gemm_prep = {[KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4, [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k,
+    .gemv_few = {[KILN_WF_INT4_GROUP] = gemv_few_int4},
+    .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4, [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k,
                   [KILN_WF_Q6_K] = gemm_q6k, [KILN_WF_Q2_K] = gemm_q2k, [KILN_WF_Q3_K] = gemm_q3k, [KILN_WF_IQ4_XS] = gemm_iq4xs,
                   [KILN_WF_Q5_0] = gemm_q5_0, [KILN_WF_IQ4_NL] = gemm_iq4nl, [KILN_WF_Q4_1] = gemm_q4_1, [KILN_WF_Q5_1] = gemm_q5_1},
     .tiled_mask = (1u << KILN_WF_Q8_0) | (1u << KILN_WF_Q4_0) | (1u << KILN_WF_Q4_K) | (1u << KILN_WF_Q5_K) | (1u << KILN_WF_Q2_K) |

@@ -7,6 +7,8 @@
 #define I4_DOT(st, lo, xe, hi, xo) _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(st, lo, xe), hi, xo)
 #define I4_ROWS int4_rows_vnni
 #define I4_GEMV kiln_gemv_int4_avxvnni
+#define I4_GEMM kiln_gemm_int4_avxvnni
+#define I4_FEW kiln_gemv_few_int4_avxvnni
 #define I4_LINKAGE
 #include "kernels/int4_avx2.h"
 

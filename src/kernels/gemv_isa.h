@@ -74,6 +74,9 @@ extern const kiln_ktable kiln_ktable_avx512_bf16; /* FP8 GEMV on bf16 activation
 /* The AVX2 table's INT4 GEMV with AVX-VNNI dots (gemv_avxvnni.c); the AVX2 table uses it in place of
  * its own when the CPU has AVX-VNNI and kiln_kernels_avx_vnni(0) / KILN_AVX_VNNI=0 did not say no. */
 void kiln_gemv_int4_avxvnni(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1);
+void kiln_gemm_int4_avxvnni(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1);
+void kiln_gemv_few_int4_avxvnni(const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy,
+                                int64_t r0, int64_t r1);
 /* Whether the AVX2 table uses AVX-VNNI (the CPU has it and it is enabled); sets it for later
  * kiln_kernels_select calls (like kiln_kernels_fp8_exact: only while no kernel runs) and returns the
  * previous setting. Tests run both forms. */

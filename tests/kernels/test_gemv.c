@@ -712,14 +712,13 @@ static void test_int4_tile_kernel_exact(void **s) {
     kiln_kernels_select(KILN_ISA_AUTO);
 }
 /* Few-token steps (gemv.h: KILN_GEMV_FEW_MAX, FP8 up to KILN_GEMV_SMALL_N_FP8) on the AVX-512 table,
- * which has a few-token kernel for F32, F16, BF16, FP8 (exact form) and INT4: each token of an n-token
+ * which has a few-token kernel for F32, F16, BF16, FP8 (exact form) and INT4, and INT4 on the AVX2
+ * table (both of its dot forms), whose INT4 GEMM shares the arithmetic too: each token of an n-token
  * matmul gives exactly its 1-token GEMV result, threaded and for row sub-ranges that cut 4-row
- * groups, untiled and tiled, with column tails and partial scale blocks. (Other ISAs run their
- * GEMMs there, whose float sums may differ in the last bits; the bound checks above cover them.) */
-static void test_few_token_exact(void **s) {
-    (void)s;
-    if (!kiln_cpu_supports(KILN_ISA_AVX512)) { fprintf(stderr, "skip: AVX-512 not supported by this CPU\n"); skip(); return; }
-    kiln_kernels_select(KILN_ISA_AVX512);
+ * groups, untiled and tiled, with column tails and partial scale blocks. (AVX2's float formats run
+ * their GEMMs there, whose sums may differ in the last bits; the bound checks above cover them.) */
+static void few_token_exact(kiln_isa isa) {
+    kiln_kernels_select(isa);
     const int was = kiln_kernels_fp8_exact(1); /* the 1-token FP8 GEMV in the form the few-token steps use */
     static const struct { kiln_wformat f; int64_t cols; int block; int tiled; } cases[] = {
         {KILN_WF_F32, 300, 0, 0},          {KILN_WF_F16, 200, 0, 0},          {KILN_WF_BF16, 1000, 0, 0},
@@ -730,6 +729,7 @@ static void test_few_token_exact(void **s) {
     static const int ns[] = {2, 3, 4, 5, 7, 8, 9, 16};
     const int64_t rows = 37;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (isa != KILN_ISA_AVX512 && cases[c].f != KILN_WF_INT4_GROUP) continue;
         tweight t = make_weight(cases[c].f, rows, cases[c].cols, cases[c].block);
         if (cases[c].tiled) tile_and_check(&t);
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
@@ -747,7 +747,7 @@ static void test_few_token_exact(void **s) {
                 kiln_matmul(&t.w, X + (size_t)i * (size_t)cases[c].cols, one, 1);
                 for (int64_t r = 0; r < rows; r++) ones[r] = r >= 5 && r < 30 ? one[r] : NAN;
                 if (memcmp(one, Y + (size_t)i * rows, sizeof one) != 0 || memcmp(ones, Ys + (size_t)i * rows, sizeof ones) != 0) {
-                    fprintf(stderr, "few-token %s g%d cols %lld%s n=%d: token %d differs from its 1-token GEMV\n", kiln_wformat_name(cases[c].f),
+                    fprintf(stderr, "few-token %s %s g%d cols %lld%s n=%d: token %d differs from its 1-token GEMV\n", kiln_isa_name(isa), kiln_wformat_name(cases[c].f),
                             cases[c].block, (long long)cases[c].cols, cases[c].tiled ? " tiled" : "", n, i);
                     fail();
                 }
@@ -757,6 +757,18 @@ static void test_few_token_exact(void **s) {
         free_weight(&t);
     }
     kiln_kernels_fp8_exact(was);
+    kiln_kernels_select(KILN_ISA_AUTO);
+}
+static void test_few_token_exact(void **s) {
+    (void)s;
+    if (kiln_cpu_supports(KILN_ISA_AVX512)) few_token_exact(KILN_ISA_AVX512);
+    else fprintf(stderr, "skip avx512: not supported by this CPU\n");
+    if (!kiln_cpu_supports(KILN_ISA_AVX2)) { fprintf(stderr, "skip avx2: not supported by this CPU\n"); return; }
+    const int was = kiln_kernels_avx_vnni(0); /* the AVX2 table's two INT4 dot forms (AVX-VNNI where the CPU has it) */
+    few_token_exact(KILN_ISA_AVX2);
+    kiln_kernels_avx_vnni(1);
+    few_token_exact(KILN_ISA_AVX2);
+    kiln_kernels_avx_vnni(was);
     kiln_kernels_select(KILN_ISA_AUTO);
 }
 /* kiln_matmul_many: weights of different formats, shapes and layouts sharing one X, in one call,
