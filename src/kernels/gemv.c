@@ -323,11 +323,14 @@ static int small_n(const kiln_ktable *t, const kiln_weight *w) {
     if (!t || !t->gemv_few[w->fmt]) return 1;
     return w->fmt == KILN_WF_F32 || w->fmt == KILN_WF_F16 || w->fmt == KILN_WF_BF16 ? KILN_GEMV_FEW_MAX_FLOAT : KILN_GEMV_FEW_MAX;
 }
-/* The table a step of n tokens multiplies w with: those per-token FP8 GEMVs use the exact FP8
- * kernel even where the 1-token step uses the BF16-dot one (--fp8-gemv auto on AVX512_BF16
- * CPUs), because that one reads subnormal FP8 codes as 0 — measured: a per-tensor-scale
- * checkpoint (many subnormal codes) lost its twin's greedy tokens when prompt chunks went through
- * it (tests/models/test_float_quantized.py); the 1-token step keeps its documented form. */
+/* The table a step of n tokens multiplies w with: FP8 steps of 2..KILN_GEMV_SMALL_N_FP8 tokens use
+ * the exact FP8 kernels even where the 1-token step uses the BF16-dot one (--fp8-gemv auto on
+ * AVX512_BF16 CPUs), because that one reads subnormal FP8 codes as 0 — measured twice: a
+ * per-tensor-scale checkpoint (many subnormal codes) lost its twin's greedy tokens when prompt
+ * chunks went through it (tests/models/test_float_quantized.py), first through per-token BF16-dot
+ * GEMVs, again through a BF16-dot few-token kernel (tried, removed); the 1-token step keeps its
+ * documented form. The price: under the default form a speculative verify step's logits are not
+ * the 1-token step's bit for bit, and it costs more (docs/SPECULATIVE.md). */
 static const kiln_ktable *table_for_n(const kiln_ktable *t, const kiln_weight *w, int n) {
     if (t == &kiln_ktable_avx512_bf16 && w->fmt == KILN_WF_FP8_BLOCK && n > 1 && n <= small_n(t, w)) return &kiln_ktable_avx512;
     return t;

@@ -487,22 +487,26 @@ static void xprep_fp8_bf16(const kiln_weight *w, const float *x, void *xp) {
 }
 
 /* One 64-column step of the BF16-dot path (fp8_rows_pipe, bf = 1) for NR rows (wv[j]: row j's 64 weight bytes). */
-AI void fp8_bf16_step(int NR, const __m512i *wv, __m512bh xe, __m512bh xo, __m512 (*a)[2], __m512 (*b)[2]) {
+AI void fp8_bf16_step(int NR, int NT, const __m512i *wv, const uint8_t *xc, size_t xpb, __m512 (*a)[2], __m512 (*b)[2]) {
     const __m512i mask = _mm512_set1_epi16((short)0x87F0);
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) {
         const __m512i odd = _mm512_and_si512(_mm512_srai_epi16(wv[j], 4), mask);
         const __m512i even = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(wv[j], 8), 4), mask);
-        a[j][0] = _mm512_dpbf16_ps(a[j][0], (__m512bh)even, xe);
-        b[j][0] = _mm512_dpbf16_ps(b[j][0], (__m512bh)odd, xo);
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) { /* token t's prepared chunk: 32 even-column bf16, then 32 odd */
+            const uint8_t *x = xc + (size_t)t * xpb;
+            a[j][t] = _mm512_dpbf16_ps(a[j][t], (__m512bh)even, (__m512bh)_mm512_load_si512(x));
+            b[j][t] = _mm512_dpbf16_ps(b[j][t], (__m512bh)odd, (__m512bh)_mm512_load_si512(x + 64));
+        }
     }
 }
 
 /* Both fast FP8 paths (bf = 1: BF16-dot, activation chunks of FP8B_CHUNK bytes; bf = 0: exact,
  * FP8_CHUNK bytes and the shuffle constants sh): one loop over the row's full 64-column chunks,
  * software-pipelined across the 128-column scale blocks too (chunk k + 1 loads while k is
- * computed); a block's sum is scaled when it ends. NT tokens (exact path only; 1 or 2; token t's
- * prepared row at xp + t·xpb, its results at y + t·ldy): the few-token steps. */
+ * computed); a block's sum is scaled when it ends. NT tokens (1 or 2; token t's prepared row at
+ * xp + t·xpb, its results at y + t·ldy): the few-token steps. */
 AI void fp8_rows_pipe(int bf, int NR, int NT, const kiln_weight *w, const uint8_t *xp, size_t xpb, float *y, int64_t ldy, int64_t r,
                       const __m512i *sh, int64_t pfg) {
     const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B, xchunk = bf ? FP8B_CHUNK : FP8_CHUNK;
@@ -533,7 +537,7 @@ AI void fp8_rows_pipe(int bf, int NR, int NT, const kiln_weight *w, const uint8_
         }                                                                                                                \
         __m512i wn[4];                                                                                                   \
         _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++) wn[j] = _mm512_loadu_si512(p[j].p + cs * (kn));             \
-        if (bf) fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);     \
+        if (bf) fp8_bf16_step(NR, NT, wv, xc, xpb, a, b);                                                                \
         else fp8_fast_step(NR, NT, wv, sh, (const float *)xc, xstride, a, b);                                            \
         _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++) wv[j] = wn[j];                                              \
         if (++inb == cpb) { /* block bi complete */                                                                      \
@@ -561,7 +565,7 @@ AI void fp8_rows_pipe(int bf, int NR, int NT, const kiln_weight *w, const uint8_
         const uint8_t *xc = xp + nfull * xchunk;
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) wv[j] = _mm512_maskz_loadu_epi8(m, p[j].tp);
-        if (bf) fp8_bf16_step(NR, wv, (__m512bh)_mm512_load_si512(xc), (__m512bh)_mm512_load_si512(xc + 64), a, b);
+        if (bf) fp8_bf16_step(NR, NT, wv, xc, xpb, a, b);
         else fp8_fast_step(NR, NT, wv, sh, (const float *)xc, xstride, a, b);
         inb++;
     }
@@ -636,11 +640,11 @@ static void gemv_fp8_impl(const kiln_weight *w, const float *x, const void *xp, 
     for (; r < r1; r++) fp8_rows(1, w, x, y + (r - r0), r);
 }
 
-/* Few-token FP8 steps (exact path; the driver gives steps of up to KILN_GEMV_SMALL_N_FP8 tokens to
- * the exact table): per group of 4 rows, pairs of rows × pairs of tokens, each row's weights
- * converted once per pair of tokens; the first pass streams the group from memory with the GEMV's
- * prefetch (of the whole group ahead), the others find it in L1 / L2. Where the fast path does not
- * apply (block % 64, DAZ set), the GEMV once per token. */
+/* Few-token FP8 steps, in the exact form (gemv.c gives FP8 steps of 2..16 tokens the exact table;
+ * its table_for_n says why not the BF16-dot form): per group of 4 rows, pairs of tokens, each row's
+ * weights converted once per pair; the first pass streams the group from memory with the GEMV's
+ * prefetch, the others find it in L1 / L2. Where the fast path does not apply (block % 64; DAZ
+ * set), the GEMV once per token. */
 static void gemv_few_fp8(const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0,
                          int64_t r1) {
     if (!xp || w->block % 64 || (_mm_getcsr() & 0x40 /* DAZ */)) {
@@ -2401,7 +2405,7 @@ KQ_ENTRIES(q3k, KILN_WF_Q3_K)
 KQ_ENTRIES(iq4xs, KILN_WF_IQ4_XS)
 #undef KQ_ENTRIES
 
-#define AVX512_TABLE(FP8_XPREP_BYTES, FP8_XPREP, FP8_GEMV)                                                       \
+#define AVX512_TABLE(FP8_XPREP_BYTES, FP8_XPREP, FP8_GEMV)                                                              \
     {                                                                                                            \
         .dot = dot_f32, .axpy = axpy_f32, .scale = scale_f32,                                                    \
         .xprep_bytes = {[KILN_WF_BF16] = xprep_bytes_bf16e, [KILN_WF_FP8_BLOCK] = FP8_XPREP_BYTES, [KILN_WF_INT4_GROUP] = xprep_bytes_int4,          \
