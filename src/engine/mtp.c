@@ -81,8 +81,9 @@ float *kiln_mtp_hidden_rows(kiln_mtp *d, const int32_t *tokens, int pos, int n) 
     const int lo = d->seq.len;
     int have_end = d->hid_pos + d->hid_n;
     if (have_end > pos) have_end = pos;
-    if (lo < d->hid_pos || have_end < pos) d->broken = 1; /* a row it needs was never captured: no more drafts */
-    int keep = have_end - lo;
+    if (pos > lo && (lo < d->hid_pos || have_end < pos)) d->broken = 1; /* a row it needs was never captured: no more drafts */
+    int keep = pos > lo ? have_end - lo : 0; /* pos == lo (re-evaluating from where the layer stands, e.g. after a rewind past
+                                                 the rows it kept): nothing from before is needed */
     if (keep < 0) keep = 0;
     if (keep > 0 && lo > d->hid_pos) memmove(d->hid, d->hid + (size_t)(lo - d->hid_pos) * d->dim, (size_t)keep * d->dim * sizeof *d->hid);
     d->hid_pos = lo;
@@ -100,6 +101,7 @@ float *kiln_mtp_hidden_rows(kiln_mtp *d, const int32_t *tokens, int pos, int n) 
 }
 
 void kiln_mtp_truncate(kiln_mtp *d, int n) {
+    if (n == 0) d->broken = 0; /* a fresh sequence needs no earlier row */
     if (d->seq.len > n) d->seq.len = n;
     if (d->hid_pos + d->hid_n > n) d->hid_n = n > d->hid_pos ? n - d->hid_pos : 0;
 }

@@ -5,7 +5,7 @@ greedy continuation) has every draft accepted and more than one token per forwar
 drafter none; prompt lookup reports consistent counts. The same identity holds with the weights
 re-quantized to BF16, FP8 and INT4 (the few-token kernels: each verified position's logits are its
 1-token logits). Bad values are refused naming the option and value."""
-import json, os, subprocess, sys
+import json, os, subprocess, sys, tempfile
 
 KILN = os.environ.get("KILN", "./kiln")
 M = os.path.join(os.environ.get("SHARED", "../shared"), "models", "stories260K")
@@ -49,6 +49,19 @@ def main():
     for w in ("bf16", "fp8", "int4"):
         check(bench("--weights", w, "--spec", "oracle,wrong", "--spec-k", "1,4", "--prompt", "48", "--gen", "32", "--repeat", "1"), [1, 4],
               ["oracle", "wrong"])
+    # MTP drafting (a synthetic glm4_moe with a random MTP layer: it drafts, its drafts are not
+    # accepted): every round drafts — the rewind to the prompt between runs must leave the layer able
+    # to draft (it once marked itself broken after the first round: the JSON holds the last round's)
+    with tempfile.TemporaryDirectory() as t:
+        p = subprocess.run([KILN, "mkmodel", "--arch", "glm4_moe", "--preset", "tiny", "--dtype", "f32", f"{t}/g"], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        p = subprocess.run([KILN, "bench", f"{t}/g", "--json", "--threads", "1", "--spec", "mtp,oracle", "--spec-k", "1,3", "--prompt", "32",
+                            "--gen", "24", "--repeat", "3"], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+        check(rows, [1, 3], ["mtp", "oracle"])
+        for r in rows[1:3]:
+            assert r["drafted"] >= r["verifies"] - 1 > 0, r  # a draft at every step but the last
     for args, names in ((["--spec", "bogus"], ["--spec", "bogus"]), (["--spec", "off", "--spec-k", "0"], ["--spec-k", "0"]),
                         (["--spec", "off", "--spec-k", "1,x"], ["--spec-k", "x"]), (["--spec", "mtp"], ["no MTP layer"]),
                         (["--spec", "off", "--gen", "100000"], ["--gen", "100000"])):
