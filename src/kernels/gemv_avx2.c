@@ -71,14 +71,18 @@ AI float ld1(int f, const uint8_t *row, int64_t c) {
 
 
 /* ---- F32 / F16 / BF16 GEMV -------------------------------------------------------------------------- */
-AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y, int64_t r, int64_t pfg) {
+/* NR rows from r × NT tokens (token t's x at x + t·ldx, its results at y + t·ldy): NT = 1 is the GEMV
+ * (NR = 4); NT = 2 the few-token steps (NR = 2: 16 ymm registers), each (row, token) summed in the
+ * GEMV's order, so every token gets its 1-token bits. */
+AI void float_rows(int f, int NR, int NT, const kiln_weight *w, const float *x, int64_t ldx, float *y, int64_t ldy, int64_t r, int64_t pfg) {
     const int64_t cols = w->cols, c16 = cols & ~(int64_t)15, c8 = cols & ~(int64_t)7;
     const uint8_t *p[4];
-    __m256 a[4], b[4];
+    __m256 a[4][2], b[4][2];
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) {
         p[j] = w->data + (size_t)(r + j) * w->row_bytes;
-        a[j] = b[j] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) a[j][t] = b[j][t] = _mm256_setzero_ps();
     }
     int64_t c = 0;
     if (f == KILN_WF_F16 || f == KILN_WF_BF16) {
@@ -89,7 +93,6 @@ AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) raw[j] = c16 ? _mm256_loadu_si256((const __m256i *)p[j]) : _mm256_setzero_si256();
         for (; c < c16; c += 16) {
-            __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
             if (pfg && (c & 31) == 0)
 #pragma GCC unroll 4
                 for (int j = 0; j < NR; j++) PF_LINE(pf + (size_t)j * w->row_bytes + 2 * c);
@@ -108,39 +111,74 @@ AI void float_rows(int f, int NR, const kiln_weight *w, const float *x, float *y
                     w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(lo), 16));
                     w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(hi), 16));
                 }
-                a[j] = _mm256_fmadd_ps(w0, x0, a[j]);
-                b[j] = _mm256_fmadd_ps(w1, x1, b[j]);
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++) {
+                    a[j][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * ldx + c), a[j][t]);
+                    b[j][t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * ldx + c + 8), b[j][t]);
+                }
                 raw[j] = nxt[j];
             }
         }
     }
     for (; c < c16; c += 16) {
-        __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
-            a[j] = _mm256_fmadd_ps(ld8(f, p[j], c), x0, a[j]);
-            b[j] = _mm256_fmadd_ps(ld8(f, p[j], c + 8), x1, b[j]);
+            const __m256 w0 = ld8(f, p[j], c), w1 = ld8(f, p[j], c + 8);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) {
+                a[j][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * ldx + c), a[j][t]);
+                b[j][t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * ldx + c + 8), b[j][t]);
+            }
         }
     }
     if (c < c8) {
-        __m256 x0 = _mm256_loadu_ps(x + c);
 #pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) a[j] = _mm256_fmadd_ps(ld8(f, p[j], c), x0, a[j]);
+        for (int j = 0; j < NR; j++) {
+            const __m256 w0 = ld8(f, p[j], c);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) a[j][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * ldx + c), a[j][t]);
+        }
         c += 8;
     }
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++)
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; j++) {
-        float s = hsum256(_mm256_add_ps(a[j], b[j]));
-        for (int64_t k = c; k < cols; k++) s += ld1(f, p[j], k) * x[k];
-        y[j] = s;
-    }
+        for (int j = 0; j < NR; j++) {
+            float s = hsum256(_mm256_add_ps(a[j][t], b[j][t]));
+            for (int64_t k = c; k < cols; k++) s += ld1(f, p[j], k) * x[t * ldx + k];
+            y[t * ldy + j] = s;
+        }
 }
 AI void gemv_float(int f, const kiln_weight *w, const float *x, float *y, int64_t r0, int64_t r1) {
     int64_t r = r0;
     const int64_t g = pf_groups_avx2(w->row_bytes);
-    for (; r + 4 <= r1; r += 4) float_rows(f, 4, w, x, y + (r - r0), r, r + 4 * (g + 1) <= w->rows ? g : 0);
-    for (; r < r1; r++) float_rows(f, 1, w, x, y + (r - r0), r, 0);
+    for (; r + 4 <= r1; r += 4) float_rows(f, 4, 1, w, x, 0, y + (r - r0), 0, r, r + 4 * (g + 1) <= w->rows ? g : 0);
+    for (; r < r1; r++) float_rows(f, 1, 1, w, x, 0, y + (r - r0), 0, r, 0);
 }
+/* Few-token steps of the float formats: pairs of rows × pairs of tokens; the first pass over a
+ * pair of rows streams them with the GEMV's prefetch, the others find them in L1. */
+AI void gemv_few_float(int f, const kiln_weight *w, const float *X, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t g = pf_groups_avx2(w->row_bytes), cols = w->cols;
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2)
+        for (int t = 0; t < n; t += 2) {
+            const int64_t pfg = t == 0 && r + 4 * (g + 1) <= w->rows ? g : 0;
+            if (n - t >= 2) float_rows(f, 2, 2, w, X + t * cols, cols, Y + t * ldy + r, ldy, r, pfg);
+            else float_rows(f, 2, 1, w, X + t * cols, cols, Y + t * ldy + r, ldy, r, pfg);
+        }
+    for (; r < r1; r++)
+        for (int t = 0; t < n; t++) float_rows(f, 1, 1, w, X + t * cols, cols, Y + t * ldy + r, ldy, r, 0);
+}
+#define FEW_FLOAT(name, f)                                                                                                          \
+    static void name(const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, \
+                     int64_t r1) {                                                                                                  \
+        (void)xp, (void)xpb;                                                                                                        \
+        gemv_few_float(f, w, X, n, Y, ldy, r0, r1);                                                                                 \
+    }
+FEW_FLOAT(gemv_few_f32, KILN_WF_F32)
+FEW_FLOAT(gemv_few_f16, KILN_WF_F16)
+FEW_FLOAT(gemv_few_bf16, KILN_WF_BF16)
+#undef FEW_FLOAT
 static void gemv_f32(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)xp;
     gemv_float(KILN_WF_F32, w, x, y, r0, r1);
@@ -711,7 +749,7 @@ const kiln_ktable kiln_ktable_avx2 = {
              [KILN_WF_IQ4_NL] = gemv_iq4nl, [KILN_WF_Q4_1] = gemv_q4_1, [KILN_WF_Q5_1] = gemv_q5_1},
     .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8},
     .gemm_f32 = gemm_f32,
-    .gemv_few = {[KILN_WF_INT4_GROUP] = gemv_few_int4},
+    .gemv_few = {[KILN_WF_INT4_GROUP] = gemv_few_int4, [KILN_WF_F32] = gemv_few_f32, [KILN_WF_F16] = gemv_few_f16, [KILN_WF_BF16] = gemv_few_bf16},
     .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4, [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k,
                   [KILN_WF_Q6_K] = gemm_q6k, [KILN_WF_Q2_K] = gemm_q2k, [KILN_WF_Q3_K] = gemm_q3k, [KILN_WF_IQ4_XS] = gemm_iq4xs,
                   [KILN_WF_Q5_0] = gemm_q5_0, [KILN_WF_IQ4_NL] = gemm_iq4nl, [KILN_WF_Q4_1] = gemm_q4_1, [KILN_WF_Q5_1] = gemm_q5_1},

@@ -711,12 +711,12 @@ static void test_int4_tile_kernel_exact(void **s) {
         }
     kiln_kernels_select(KILN_ISA_AUTO);
 }
-/* Few-token steps (gemv.h: KILN_GEMV_FEW_MAX, FP8 up to KILN_GEMV_SMALL_N_FP8) on the AVX-512 table,
- * which has a few-token kernel for F32, F16, BF16, FP8 (exact form) and INT4, and INT4 on the AVX2
- * table (both of its dot forms), whose INT4 GEMM shares the arithmetic too: each token of an n-token
+/* Few-token steps (gemv.h: KILN_GEMV_FEW_MAX, F32 / F16 / BF16 up to KILN_GEMV_FEW_MAX_FLOAT, FP8 up
+ * to KILN_GEMV_SMALL_N_FP8) on the AVX-512 table (few-token kernels for F32, F16, BF16, FP8 in the
+ * exact form, INT4) and the AVX2 table in both dot forms (F32, F16, BF16, INT4 — whose GEMM shares
+ * the arithmetic at every n — and FP8 through its GEMV once per token): each token of an n-token
  * matmul gives exactly its 1-token GEMV result, threaded and for row sub-ranges that cut 4-row
- * groups, untiled and tiled, with column tails and partial scale blocks. (AVX2's float formats run
- * their GEMMs there, whose sums may differ in the last bits; the bound checks above cover them.) */
+ * groups, untiled and tiled, with column tails and partial scale blocks. */
 static void few_token_exact(kiln_isa isa) {
     kiln_kernels_select(isa);
     const int was = kiln_kernels_fp8_exact(1); /* the 1-token FP8 GEMV in the form the few-token steps use */
@@ -729,7 +729,6 @@ static void few_token_exact(kiln_isa isa) {
     static const int ns[] = {2, 3, 4, 5, 7, 8, 9, 16};
     const int64_t rows = 37;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        if (isa != KILN_ISA_AVX512 && cases[c].f != KILN_WF_INT4_GROUP) continue;
         tweight t = make_weight(cases[c].f, rows, cases[c].cols, cases[c].block);
         if (cases[c].tiled) tile_and_check(&t);
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
