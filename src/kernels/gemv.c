@@ -321,6 +321,12 @@ int kiln_cx_matmul_is_fast(const kiln_kctx *cx, const kiln_weight *w) { return f
 static int small_n(const kiln_ktable *t, const kiln_weight *w) {
     if (w->fmt == KILN_WF_FP8_BLOCK) return KILN_GEMV_SMALL_N_FP8;
     if (!t || !t->gemv_few[w->fmt]) return 1;
+    /* The float formats stop at KILN_GEMV_FEW_MAX_FLOAT (gemv.h says why), but BF16 on a table without
+     * the BF16-dot GEMM (AVX2, AVX-512 without AVX512_BF16), whose f32-tile GEMM is slower than the
+     * few-token kernel up to 8 tokens (`--isa avx2 --weights bf16 --tokens 6,8`: 0.48–0.53 and
+     * 0.37–0.41 of the GEMV's weight rate against 0.33–0.39 and 0.28–0.33); F32's own GEMM needs no
+     * conversion and is faster from 6 tokens on (0.84–0.93 against 0.57–0.72). */
+    if (w->fmt == KILN_WF_BF16 && !(t->gemm_bf16 && (t->bf16_gemm_mask >> w->fmt & 1u))) return KILN_GEMV_FEW_MAX;
     return w->fmt == KILN_WF_F32 || w->fmt == KILN_WF_F16 || w->fmt == KILN_WF_BF16 ? KILN_GEMV_FEW_MAX_FLOAT : KILN_GEMV_FEW_MAX;
 }
 /* The table a step of n tokens multiplies w with: FP8 steps of 2..KILN_GEMV_SMALL_N_FP8 tokens use

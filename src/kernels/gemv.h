@@ -187,7 +187,7 @@ int kiln_kernels_fp8_rounds_x(void);
  * kernels multiply in f32 FMAs, and from about 4 tokens on the BF16-dot GEMM streams faster (8
  * tokens: 0.66–0.80 of the GEMV's weight rate against 0.50–0.53, `kiln bench --gemv --weights bf16
  * --tokens 1,2,4,5,8`, AMD EPYC Zen 5), which batched decode of 6+ sequences keeps. */
-#define KILN_GEMV_FEW_MAX_FLOAT 5
+#define KILN_GEMV_FEW_MAX_FLOAT 5 /* BF16 without the BF16-dot GEMM: KILN_GEMV_FEW_MAX (gemv.c small_n) */
 const char *kiln_isa_name(kiln_isa isa);
 int kiln_cpu_supports(kiln_isa isa);
 

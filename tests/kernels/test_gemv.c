@@ -734,7 +734,9 @@ static void few_token_exact(kiln_isa isa) {
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
             const int n = ns[k];
             const int fl = cases[c].f == KILN_WF_F32 || cases[c].f == KILN_WF_F16 || cases[c].f == KILN_WF_BF16;
-            const int few = n <= (cases[c].f == KILN_WF_FP8_BLOCK ? KILN_GEMV_SMALL_N_FP8 : fl ? KILN_GEMV_FEW_MAX_FLOAT : KILN_GEMV_FEW_MAX);
+            /* BF16 up to KILN_GEMV_FEW_MAX: with fp8_exact(1) no table here has the BF16-dot GEMM (gemv.c small_n) */
+            const int fl_max = cases[c].f == KILN_WF_BF16 ? KILN_GEMV_FEW_MAX : KILN_GEMV_FEW_MAX_FLOAT;
+            const int few = n <= (cases[c].f == KILN_WF_FP8_BLOCK ? KILN_GEMV_SMALL_N_FP8 : fl ? fl_max : KILN_GEMV_FEW_MAX);
             if (!few && cases[c].f != KILN_WF_INT4_GROUP) continue; /* past the few-token steps: the float GEMMs */
             float *X = make_x(n, cases[c].cols), *Y = malloc((size_t)n * rows * sizeof(float)), *Ys = malloc((size_t)n * rows * sizeof(float));
             float one[37], ones[37];
