@@ -230,3 +230,22 @@ int cli_tp_load(const char *cmd, int *argc, char ***argv, long tp, long ep, cons
     kiln_model_set_logits_gather(*m, kiln_dist_gather_vocab, NULL);
     return 0;
 }
+
+/* ---- bench statistics ---- */
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* q[0], q[1], q[2] = the 25th percentile, median and 75th percentile of v[0..n) (zeros when n < 1
+ * or out of memory). */
+void cli_quartiles(const double *v, long n, double q[3]) {
+    double *s = malloc((size_t)n * sizeof *s);
+    if (!s || n < 1) { free(s); q[0] = q[1] = q[2] = 0; return; }
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    q[0] = s[n / 4];
+    q[1] = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    q[2] = s[(3 * n) / 4 < n ? (3 * n) / 4 : n - 1];
+    free(s);
+}

@@ -19,7 +19,10 @@ int cli_mem(args_t *a, const char *s, int64_t *out);  /* 512M, 2G, 40% */
  * returns 1 if argv[a->i] was consumed. */
 int cli_common_option(args_t *a, kiln_options *o);
 int cli_ids(args_t *a, const char *s, int32_t **ids, int *n);
-/* One line "kv integrity: ..." with a session's counters (tools/cmd_integrity.c); nothing when off. */
+/* q[0], q[1], q[2] = the 25th percentile, median and 75th percentile of v[0..n) (zeros when n < 1 or
+ * out of memory): the benches' round statistics. */
+void cli_quartiles(const double *v, long n, double q[3]);
+/* One line "kv integrity: ..."  with a session's counters (tools/cmd_integrity.c); nothing when off. */
 void cli_print_integrity(FILE *f, const kiln_kv_integrity_stats *st);
 
 /* `--tp N` under `mpirun -np N` (docs/SCALE.md): starts MPI, checks the process count, has every

@@ -107,24 +107,6 @@ static kiln_status bench_window(bench_row *r, int n_gen, double *tps_out) {
     return KILN_OK;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* q[0], q[1], q[2] = the 25th percentile, median and 75th percentile of v[0..n) (zeros when n < 1
- * or out of memory). */
-static void quartiles(const double *v, long n, double q[3]) {
-    double *s = malloc((size_t)n * sizeof *s);
-    if (!s || n < 1) { free(s); q[0] = q[1] = q[2] = 0; return; }
-    memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    q[0] = s[n / 4];
-    q[1] = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-    q[2] = s[(3 * n) / 4 < n ? (3 * n) / 4 : n - 1];
-    free(s);
-}
-
 /* The paired ratio: for each round, this row's window over the first row's window of the same
  * round (adjacent in time, so a noisy spell of the shared host hits both), median over the rounds.
  * The ratio of the best windows (the table's "vs first") takes each side's luckiest moment, which on
@@ -134,7 +116,7 @@ static double paired_ratio(const bench_row *r, const bench_row *first, long roun
     double *v = malloc((size_t)(rounds > 0 ? rounds : 1) * sizeof *v), q[3];
     if (!v) return 0.0;
     for (long i = 0; i < rounds; i++) v[i] = first->round_tps[i] > 0 ? r->round_tps[i] / first->round_tps[i] : 0.0;
-    quartiles(v, rounds, q);
+    cli_quartiles(v, rounds, q);
     free(v);
     return q[1];
 }
@@ -386,8 +368,8 @@ int cmd_bench_gemv(int argc, char **argv) {
     }
     for (int i = 0; i < n && !rc; i++) {
         double g[3], q[3], best = 0;
-        quartiles(rows[i].gbps, rounds, g);
-        quartiles(rows[i].ratio, rounds, q);
+        cli_quartiles(rows[i].gbps, rounds, g);
+        cli_quartiles(rows[i].ratio, rounds, q);
         for (long r = 0; r < rounds; r++) best = rows[i].gbps[r] > best ? rows[i].gbps[r] : best;
         const double mbp = kiln_gemv_bench_bytes(rows[i].b) / 1e6;
         if (json)

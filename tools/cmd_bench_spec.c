@@ -19,10 +19,13 @@
 #include <string.h>
 
 enum { MAX_MODES = 8, MAX_KS = 6 };
-static const char *const drafter_names[] = {"off", "ngram", "mtp", "oracle", "wrong"};
+/* --spec names, indexed by kiln_drafter_kind */
+static const char *const drafter_names[] = {[KILN_DRAFT_NONE] = "off", [KILN_DRAFT_NGRAM] = "ngram", [KILN_DRAFT_MTP] = "mtp",
+                                            [KILN_DRAFT_ORACLE] = "oracle", [KILN_DRAFT_WRONG] = "wrong"};
+#define N_DRAFTERS ((int)(sizeof drafter_names / sizeof drafter_names[0]))
 
 typedef struct {
-    int drafter; /* kiln_drafter_kind, 0 = off */
+    kiln_drafter_kind drafter;
     int k;
     double best_tps, *round_tps;
     kiln_spec_stats last;
@@ -39,7 +42,8 @@ static void collect_token(void *ud, int32_t tok, long generated) {
     c->n++;
 }
 
-static int parse_modes(const char *list, int *modes, int *n) {
+/* --spec LIST → drafter kinds; 0 (and an error naming the value) on an unknown name */
+static int parse_modes(const char *list, kiln_drafter_kind *modes, int *n) {
     char buf[128];
     if (strlen(list) >= sizeof buf) return 0;
     snprintf(buf, sizeof buf, "%s", list);
@@ -47,25 +51,15 @@ static int parse_modes(const char *list, int *modes, int *n) {
     *n = 0;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int found = -1;
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < N_DRAFTERS; i++)
             if (strcmp(t, drafter_names[i]) == 0) found = i;
         if (found < 0 || *n == MAX_MODES) {
             fprintf(stderr, "kiln bench: error: option --spec: '%s' is not one of off, ngram, mtp, oracle, wrong (at most %d)\n", t, MAX_MODES);
             return 0;
         }
-        modes[(*n)++] = found;
+        modes[(*n)++] = (kiln_drafter_kind)found;
     }
     return *n > 0;
-}
-/* names index → kiln_drafter_kind */
-static int drafter_kind(int name) {
-    switch (name) {
-    case 1: return KILN_DRAFT_NGRAM;
-    case 2: return KILN_DRAFT_MTP;
-    case 3: return KILN_DRAFT_ORACLE;
-    case 4: return KILN_DRAFT_WRONG;
-    default: return 0;
-    }
 }
 
 int cmd_bench_spec(int argc, char **argv) {
@@ -93,7 +87,8 @@ int cmd_bench_spec(int argc, char **argv) {
     }
     if (a.bad || !spec || !ks) return 2;
     if (!path) return cli_fail_msg("bench", "usage: kiln bench MODEL --spec off,ngram,oracle,wrong[,mtp] [--spec-k 1,2,4] [--weights W] [-p TEXT | --prompt N] [--gen N] [--repeat R]");
-    int modes[MAX_MODES], nm = 0, kv[MAX_KS], nk = 0, want_mtp = 0;
+    kiln_drafter_kind modes[MAX_MODES];
+    int nm = 0, kv[MAX_KS], nk = 0, want_mtp = 0;
     if (!parse_modes(spec, modes, &nm)) return 2;
     {
         char buf[64];
@@ -112,11 +107,11 @@ int cmd_bench_spec(int argc, char **argv) {
     spec_row rows[1 + MAX_MODES * MAX_KS];
     int nr = 0;
     memset(rows, 0, sizeof rows);
-    rows[nr++] = (spec_row){.drafter = 0, .k = 1};
+    rows[nr++] = (spec_row){.drafter = KILN_DRAFT_NONE, .k = 1};
     for (int i = 0; i < nm; i++) {
-        if (modes[i] == 0) continue;
-        want_mtp |= modes[i] == 2;
-        for (int j = 0; j < nk; j++) rows[nr++] = (spec_row){.drafter = drafter_kind(modes[i]), .k = kv[j]};
+        if (modes[i] == KILN_DRAFT_NONE) continue;
+        want_mtp |= modes[i] == KILN_DRAFT_MTP;
+        for (int j = 0; j < nk; j++) rows[nr++] = (spec_row){.drafter = modes[i], .k = kv[j]};
     }
     kiln_model *m = NULL;
     kiln_session *s = NULL;
@@ -182,7 +177,7 @@ int cmd_bench_spec(int argc, char **argv) {
             smp = NULL;
             if ((st = kiln_sampler_create(&sp, info.vocab_size, &smp))) break;
             collect c = {r == 0 && i == 0 ? oracle : got, 0, n_gen};
-            const kiln_spec_cfg cfg = {(kiln_drafter_kind)rows[i].drafter, rows[i].k, (int)ngram, info.vocab_size, oracle, (int)n_oracle};
+            const kiln_spec_cfg cfg = {rows[i].drafter, rows[i].k, (int)ngram, info.vocab_size, oracle, (int)n_oracle};
             const kiln_spec_hooks hooks = {&c, collect_token, NULL, NULL, NULL, 0};
             const double t0 = kiln_now();
             st = kiln_spec_generate(s, smp, &info, prompt, np, n_gen, &cfg, &hooks, &rows[i].last);
@@ -196,8 +191,7 @@ int cmd_bench_spec(int argc, char **argv) {
                 long at = 0;
                 while (at < c.n && at < n_oracle && got[at] == oracle[at]) at++;
                 st = FAIL(KILN_ERR_INTERNAL, "--spec %s k %d: greedy output differs from off at generated token %ld (%ld vs %ld tokens)",
-                               drafter_names[rows[i].drafter == KILN_DRAFT_NGRAM ? 1 : rows[i].drafter == KILN_DRAFT_MTP ? 2
-                                                 : rows[i].drafter == KILN_DRAFT_ORACLE ? 3 : 4],
+                               drafter_names[rows[i].drafter],
                                rows[i].k, at, c.n, n_oracle);
             }
         }
@@ -210,17 +204,15 @@ int cmd_bench_spec(int argc, char **argv) {
                    "|---|---|---|---|---|---|---|---|\n",
                    weights ? weights : "native", np, n_oracle, repeat, o.threads > 0 ? (snprintf(err, sizeof err, "%d", o.threads), err) : "auto");
         for (int i = 0; i < nr; i++) {
-            double *v = malloc((size_t)repeat * sizeof *v), med = 0;
+            double *v = malloc((size_t)repeat * sizeof *v), q[3] = {0, 0, 0};
             if (v) {
                 for (long r = 0; r < repeat; r++) v[r] = rows[0].round_tps[r] > 0 ? rows[i].round_tps[r] / rows[0].round_tps[r] : 0;
-                for (long p = 1; p < repeat; p++) /* insertion sort: a handful of rounds */
-                    for (long q = p; q > 0 && v[q] < v[q - 1]; q--) { const double t = v[q]; v[q] = v[q - 1]; v[q - 1] = t; }
-                med = repeat % 2 ? v[repeat / 2] : 0.5 * (v[repeat / 2 - 1] + v[repeat / 2]);
+                cli_quartiles(v, repeat, q);
                 free(v);
             }
+            const double med = q[1];
             const kiln_spec_stats *l = &rows[i].last;
-            const char *name = drafter_names[rows[i].drafter == KILN_DRAFT_NGRAM ? 1 : rows[i].drafter == KILN_DRAFT_MTP ? 2
-                                             : rows[i].drafter == KILN_DRAFT_ORACLE ? 3 : rows[i].drafter == KILN_DRAFT_WRONG ? 4 : 0];
+            const char *name = drafter_names[rows[i].drafter];
             const double acc = l->drafted ? (double)l->accepted / (double)l->drafted : 0, tpf = l->verifies ? (double)(l->accepted + l->verifies) / (double)l->verifies : 0;
             if (json)
                 printf("{\"drafter\": \"%s\", \"k\": %d, \"best_tps\": %.3f, \"vs_off_paired_median\": %.4f, \"drafted\": %ld, \"accepted\": %ld, "

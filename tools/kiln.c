@@ -168,37 +168,22 @@ int cmd_run(int argc, char **argv) {
     int32_t prev = ids[n_prompt - 1];
     long generated = 0;
     long drafted = 0, accepted = 0, verifies = 0;
-    /* Speculation keeps the output distribution exactly (greedy: the same tokens; sampling: the
+    /* One loop for plain and speculative decoding (kiln_spec_generate; KILN_DRAFT_NONE: no drafts).
+     * Speculation keeps the output distribution exactly (greedy: the same tokens; sampling: the
      * rejection rule of kiln_sample_verify, drafts checked one by one so the penalties' state follows
-     * every accepted token). Under --tp (prompt lookup) every rank drafts alike and rank 0's
-     * decisions are broadcast (kiln_spec_hooks.share). */
-    if (spec) { /* draft from the context, verify next + k drafts in one forward, keep the agreeing prefix */
+     * every accepted token). Under --tp every rank drafts (prompt lookup) and evaluates alike, rank
+     * 0 samples and broadcasts its decisions (kiln_spec_hooks.share). */
+    {
         run_out ro = {m, &info, prev, dump, draft_dump, info.vocab_size};
-        /* under --tp every rank drafts and evaluates alike; rank 0 decides and broadcasts */
         const kiln_spec_hooks hooks = {&ro, run_token, dump ? run_rows : NULL, draft_dump ? run_draft_rows : NULL, tp > 1 ? run_share : NULL, rank != 0};
-        const kiln_spec_cfg cfg = {spec == 2 ? KILN_DRAFT_MTP : KILN_DRAFT_NGRAM, (int)spec_k, (int)spec_n, info.vocab_size, NULL, 0};
+        const kiln_spec_cfg cfg = {spec == 2 ? KILN_DRAFT_MTP : spec == 1 ? KILN_DRAFT_NGRAM : KILN_DRAFT_NONE, (int)spec_k, (int)spec_n,
+                                   info.vocab_size, NULL, 0};
         kiln_spec_stats ss;
         st = kiln_spec_generate(s, smp, &info, ids, n_prompt, n_gen, &cfg, &hooks, &ss);
         generated = ss.generated, drafted = ss.drafted, accepted = ss.accepted, verifies = ss.verifies;
         if (draft_dump) fclose(draft_dump);
         draft_dump = NULL;
         if (st) { rc = tp > 1 && kiln_dist_failed() ? cli_fail_msg("run", kiln_dist_failure()) : cli_fail_status("run", st); goto out; }
-    }
-    if (draft_dump) fclose(draft_dump); /* not reached the drafting loop */
-    for (; !spec && generated < n_gen; ) {
-        int32_t next = rank == 0 ? kiln_sample(smp, kiln_session_logits(s)) : 0;
-        if (tp > 1 && (st = kiln_dist_bcast_i32(&next, 1))) { rc = cli_fail_status("run", st); goto out; }
-        if (tp > 1 && kiln_dist_failed()) { rc = cli_fail_msg("run", kiln_dist_failure()); goto out; } /* a lost rank: the step's sums were wrong */
-        generated++;
-        if (kiln_model_is_eos(&info, next)) break;
-        print_token(m, &info, prev, next, generated);
-        prev = next;
-        if (generated == n_gen) break;
-        if (kiln_session_length(s) >= info.max_context) break;
-        if ((st = kiln_session_eval(s, &next, 1, NULL))) { rc = cli_fail_status("run", st); goto out; }
-        if (dump && fwrite(kiln_session_logits(s), sizeof(float), (size_t)info.vocab_size, dump) != (size_t)info.vocab_size) {
-            rc = cli_fail_msg("run", "write to the --dump-logits file failed"); goto out;
-        }
     }
     double t2 = kiln_now();
     printf("\n");

@@ -86,7 +86,11 @@ kiln_status kiln_spec_generate(kiln_session *s, kiln_sampler *smp, const kiln_mo
         if (drows && nd > 0 && h->draft_rows(h->ud, drows, nd)) { st = kiln_fail(KILN_ERR_IO, "writing the draft logits failed"); break; }
         toks[0] = next;
         const int len0 = kiln_session_length(s);
-        if ((st = kiln_session_eval(s, toks, nd + 1, rows))) break;
+        /* a step without drafts whose rows nobody keeps (plain decoding, a step prompt lookup found
+         * nothing for) samples from the session's own logits: no copy of the vocabulary row */
+        const float *lg = nd > 0 || (h && h->rows) ? rows : NULL;
+        if ((st = kiln_session_eval(s, toks, nd + 1, (float *)lg))) break;
+        if (!lg) lg = kiln_session_logits(s);
         stats->verifies++;
         stats->drafted += nd;
         /* row j holds the target's logits after toks[j]: verify draft j + 1 there; the first
@@ -94,10 +98,10 @@ kiln_status kiln_spec_generate(kiln_session *s, kiln_sampler *smp, const kiln_mo
         int acc = 0, ok = 1;
         int32_t t = 0;
         while (!follower && acc < nd && ok) {
-            t = kiln_sample_verify(smp, rows + (size_t)acc * V, toks[1 + acc], &ok);
+            t = kiln_sample_verify(smp, lg + (size_t)acc * V, toks[1 + acc], &ok);
             acc += ok;
         }
-        if (!follower && ok) t = kiln_sample(smp, rows + (size_t)acc * V);
+        if (!follower && ok) t = kiln_sample(smp, lg + (size_t)acc * V);
         if (h && h->share) { /* the leader's decision to every rank */
             int32_t d[2] = {acc, t};
             if ((st = h->share(h->ud, d, 2))) break;
