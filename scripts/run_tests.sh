@@ -27,7 +27,12 @@ run_one() { # name, command...
     local dt=$(( ($(date +%s%N) - t0) / 1000000 ))
     if [ $rc -eq 0 ]; then pass=$((pass+1)); echo "PASS  $name (${dt} ms)"
     elif [ $rc -eq 77 ]; then skip=$((skip+1)); echo "SKIP  $name: $(tail -n 1 "$log")"
-    else fail=$((fail+1)); failed+=("$name"); echo "FAIL  $name (rc=$rc)"; tail -n 40 "$log" | sed 's/^/    | /'; fi
+    else
+        fail=$((fail+1)); failed+=("$name"); echo "FAIL  $name (rc=$rc)"
+        # node:test logs end with every subtest's summary: show the failing subtests' own lines first
+        grep -q '^ *not ok' "$log" && grep -A 30 '^ *not ok' "$log" | head -n 80 | sed 's/^/    ! /'
+        tail -n 40 "$log" | sed 's/^/    | /'
+    fi
 }
 for t in $(find "$BUILD/tests" -type f -name 'test_*' ! -name '*.o' ! -name '*.d' 2>/dev/null | sort); do
     run_one "${t#$BUILD/}" "$t"

@@ -314,30 +314,38 @@ static void wait_append(kiln_engine *e, kiln_req *r) {
     e->n_active++;
 }
 
-kiln_submit_result kiln_engine_submit(kiln_engine *e, kiln_req *r, char *why, size_t why_len) {
-    int total = r->n_prompt + r->max_tokens;
-    if (total > e->n_ctx) {
-        snprintf(why, why_len, "this model's context is %d tokens, but %d prompt tokens + max_tokens %d = %d", e->n_ctx, r->n_prompt, r->max_tokens, total);
-        return KILN_SUBMIT_TOO_LONG;
+kiln_submit_result kiln_engine_submit_all(kiln_engine *e, kiln_req *const *rs, int n, char *why, size_t why_len) {
+    for (int i = 0; i < n; i++) {
+        const kiln_req *r = rs[i];
+        int total = r->n_prompt + r->max_tokens;
+        if (total > e->n_ctx) {
+            snprintf(why, why_len, "this model's context is %d tokens, but %d prompt tokens + max_tokens %d = %d", e->n_ctx, r->n_prompt, r->max_tokens, total);
+            return KILN_SUBMIT_TOO_LONG;
+        }
+        if (pages_for(e, total) > e->pool->n_pages) {
+            snprintf(why, why_len, "%d prompt tokens + max_tokens %d = %d tokens do not fit the KV pool (%lld tokens)", r->n_prompt, r->max_tokens,
+                     total, (long long)kiln_kv_capacity_tokens(e->pool));
+            return KILN_SUBMIT_TOO_LONG;
+        }
     }
-    if (pages_for(e, total) > e->pool->n_pages) {
-        snprintf(why, why_len, "%d prompt tokens + max_tokens %d = %d tokens do not fit the KV pool (%lld tokens)", r->n_prompt, r->max_tokens,
-                 total, (long long)kiln_kv_capacity_tokens(e->pool));
-        return KILN_SUBMIT_TOO_LONG;
-    }
+    /* all n under one lock: a request's choices are admitted together or not at all (one at a time,
+     * the first could finish and free its slot before the last was counted) */
     pthread_mutex_lock(&e->mu);
     kiln_submit_result res = KILN_SUBMIT_OK;
     if (e->closed) { res = KILN_SUBMIT_SHUTDOWN; snprintf(why, why_len, "the server is shutting down"); }
-    else if (e->n_active >= e->cfg.max_batch + e->cfg.max_queue) {
+    else if (e->n_active + n > e->cfg.max_batch + e->cfg.max_queue) {
         res = KILN_SUBMIT_QUEUE_FULL;
-        snprintf(why, why_len, "the server is at capacity: %d requests running or queued (max batch %d + max queue %d)", e->n_active, e->cfg.max_batch,
-                 e->cfg.max_queue);
+        snprintf(why, why_len, "the server is at capacity: %d requests running or queued%s%d more would exceed max batch %d + max queue %d", e->n_active,
+                 n > 1 ? ", and the request's " : " and ", n, e->cfg.max_batch, e->cfg.max_queue);
     }
     else {
-        r->arrival = e->next_arrival++;
-        r->t_arrival = kiln_now();
-        atomic_fetch_add(&r->refs, 1);
-        wait_append(e, r);
+        for (int i = 0; i < n; i++) {
+            kiln_req *r = rs[i];
+            r->arrival = e->next_arrival++;
+            r->t_arrival = kiln_now();
+            atomic_fetch_add(&r->refs, 1);
+            wait_append(e, r);
+        }
         e->pub.waiting = e->n_waiting;
         pthread_cond_signal(&e->cv);
     }

@@ -41,7 +41,7 @@ typedef struct kiln_token_event {
 #define KILN_MAX_STOP_IDS 16
 typedef struct kiln_req kiln_req;
 struct kiln_req {
-    /* ---- set by the submitter before kiln_engine_submit, read-only afterwards ---- */
+    /* ---- set by the submitter before kiln_engine_submit_all, read-only afterwards ---- */
     int32_t *toks;        /* [n_prompt + max_tokens] prompt, then generated ids (scheduler writes) */
     int n_prompt, max_tokens;
     int ignore_eos;
@@ -109,7 +109,7 @@ void kiln_req_unref(kiln_req *r);
 
 typedef struct kiln_engine_config {
     int max_batch;        /* sequences in the running batch */
-    int max_queue;        /* requests beyond a full batch; kiln_engine_submit refuses when
+    int max_queue;        /* requests beyond a full batch; kiln_engine_submit_all refuses when
                              max_batch + max_queue requests are queued or running */
     int step_tokens;      /* token budget of one forward step (decodes + prefill chunks) */
     int prefix_cache;     /* 1 = reuse cached prefix pages */
@@ -148,11 +148,12 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o, const kiln_
 /* Stops the scheduler (every request still queued or running finishes with KILN_FINISH_ERROR) and
  * frees the engine. */
 void kiln_engine_free(kiln_engine *e);
-/* QUEUE_FULL when max_batch + max_queue requests are already queued or running, TOO_LONG when the
- * request can never fit (prompt + max_tokens vs context / KV pool), SHUTDOWN once closed; `why`
- * receives the reason. On success the engine holds a reference of its own. */
+/* Submits the n requests of one API call (its n choices) together: all are queued, or none.
+ * QUEUE_FULL when n more would exceed max_batch + max_queue queued or running, TOO_LONG when one can
+ * never fit (prompt + max_tokens vs context / KV pool), SHUTDOWN once closed; `why` receives the
+ * reason. On success the engine holds a reference of its own to each. */
 typedef enum { KILN_SUBMIT_OK = 0, KILN_SUBMIT_QUEUE_FULL, KILN_SUBMIT_TOO_LONG, KILN_SUBMIT_SHUTDOWN } kiln_submit_result;
-kiln_submit_result kiln_engine_submit(kiln_engine *e, kiln_req *r, char *why, size_t why_len);
+kiln_submit_result kiln_engine_submit_all(kiln_engine *e, kiln_req *const *rs, int n, char *why, size_t why_len);
 /* Asks the scheduler to drop r as soon as possible (its pages are freed on the next step). */
 void kiln_engine_cancel(kiln_engine *e, kiln_req *r);
 /* Refuses new submissions from now on. */

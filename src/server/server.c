@@ -1070,12 +1070,11 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
     const int pre = snprintf(c->id, sizeof c->id, "%s", c->anthropic ? "msg_" : chat ? "chatcmpl-" : "cmpl-");
     kiln_random_hex(c->id + pre, 16);
     char why[256];
-    kiln_submit_result res = KILN_SUBMIT_OK;
-    for (int i = 0; i < c->n_ch && res == KILN_SUBMIT_OK; i++) {
-        res = kiln_engine_submit(s->eng, c->ch[i].r, why, sizeof why);
-        if (res == KILN_SUBMIT_OK) c->ch[i].cancel_sent = 0;
-    }
-    if (res != KILN_SUBMIT_OK) cancel_all(c); /* the choices already queued */
+    kiln_req *rs[KILN_MAX_N];
+    for (int i = 0; i < c->n_ch; i++) rs[i] = c->ch[i].r;
+    const kiln_submit_result res = kiln_engine_submit_all(s->eng, rs, c->n_ch, why, sizeof why); /* all choices or none */
+    if (res == KILN_SUBMIT_OK)
+        for (int i = 0; i < c->n_ch; i++) c->ch[i].cancel_sent = 0;
     switch (res) {
     case KILN_SUBMIT_OK: break;
     case KILN_SUBMIT_QUEUE_FULL: return fail(c, 429, "rate_limit_error", NULL, "rate_limit_exceeded", why);
