@@ -146,15 +146,6 @@ void kiln_be_common_layernorm(const kiln_backend *be, float *out, const float *x
     }
 }
 
-/* 2^ceil(log2(a)) for a normal positive float, from its bits as the official kernel's
- * fast_log2_ceil / fast_pow2 (exponent, plus one when any mantissa bit is set). */
-static float pow2_ceil(float a) {
-    uint32_t bits;
-    memcpy(&bits, &a, 4);
-    int e = (int)((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0);
-    return ldexpf(1.0f, e);
-}
-
 void kiln_be_common_fp8_round(const kiln_backend *be, float *x, int rows, int width, int hadamard) {
     (void)be;
     const float norm = hadamard ? 1.0f / sqrtf((float)width) : 1.0f;
@@ -171,9 +162,9 @@ void kiln_be_common_fp8_round(const kiln_backend *be, float *x, int rows, int wi
             for (int i = 0; i < width; i++) v[i] *= norm;
         }
         for (int b0 = 0; b0 < width; b0 += 128) {
-            float amax = 1e-4f; /* the official clamp: max(amax, 1e-4) */
+            float amax = 0.0f;
             for (int i = b0; i < b0 + 128; i++) amax = fmaxf(amax, fabsf(v[i]));
-            const float s = pow2_ceil(amax * (1.0f / 448.0f)), inv = 1.0f / s; /* exact: s is a power of two */
+            const float s = kiln_fp8_block_scale(amax), inv = 1.0f / s; /* exact: s is a power of two */
             for (int i = b0; i < b0 + 128; i++) v[i] = kiln_fp8_e4m3_to_f32(kiln_kv_f32_to_fp8(v[i] * inv)) * s;
         }
     }

@@ -29,5 +29,16 @@ static inline float kiln_fp8_e4m3_to_f32(uint8_t v) { return kiln_fp8_e4m3_table
  * must never produce NaN check their inputs). */
 uint8_t kiln_f32_to_fp8_e4m3(float f);
 
+/* The power-of-two scale of one block of FP8 values as DeepSeek-V3.2's act_quant sets it (kernel.py,
+ * scale_fmt "ue8m0"): 2^ceil(log2(max(amax, 1e-4) × (1/448))), the ceil taken from the float's bits
+ * as its fast_log2_ceil / fast_pow2 do (the exponent, plus one when any mantissa bit is set).
+ * amax: the block's largest |x| (NaN-free). */
+static inline float kiln_fp8_block_scale(float amax) {
+    const float a = (amax > 1e-4f ? amax : 1e-4f) * (1.0f / 448.0f);
+    const uint32_t bits = kiln_f32_to_bits(a);
+    const int e = (int)((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0);
+    return kiln_bits_to_f32((uint32_t)(e + 127) << 23); /* e in [-22, 119] for a finite amax: a normal float */
+}
+
 void kiln_fp_init(void); /* fills the tables; idempotent, called by kiln_model_load */
 #endif

@@ -40,6 +40,11 @@ void kiln_kv_layout_for_model(const struct kiln_model *m, kiln_kv_config *c) {
     c->k_dim = hp->head_dim;
     c->v_dim = hp->kv_v_dim > 0 ? hp->kv_v_dim : hp->head_dim;
     c->v_shares_k = hp->kv_v_shares_k;
+    if (hp->kv_dsa) { /* sparse attention: the compact row (kv.h) — latent and indexer key as FP8 codes + scales */
+        c->dsa_latent = hp->kv_v_dim;
+        c->dsa_rope = hp->rotary_dim;
+        c->dsa_key = hp->head_dim - hp->kv_v_dim - hp->rotary_dim;
+    }
 }
 
 void kiln_kv_scales_default_path(const kiln_model *m, char *buf, size_t cap) {
@@ -275,11 +280,14 @@ static kiln_status setup_scales(struct kiln_model *m, const kiln_options *o, int
     kiln_kv_layout_for_model(m, c);
     c->page_tokens = o->kv_page_tokens > 0 ? o->kv_page_tokens : 16;
     c->dtype = kiln_resolve_kv_dtype(m, o->kv_dtype);
-    if (m->hp.kv_dsa && c->dtype == KILN_KV_FP8)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "--kv-dtype fp8 (kv_dtype): this sparse-attention (DSA) model already stores its latent and "
-                         "indexer keys as FP8 with a power-of-two scale per 128 values, as its official inference code defines; kiln keeps "
-                         "those values exactly in bf16 (default) or f32 pages, and a second FP8 rounding with one scale per layer would change "
-                         "them (docs/DSA.md)");
+    /* DSA: the latent and the indexer key are FP8 codes + power-of-two scales per 128 whatever
+     * --kv-dtype says (the model's own rounding, kept exactly: kv.h); --kv-dtype picks the rope part's
+     * precision. fp8 asks for the FP8 layout SGLang and vLLM serve these models with, whose rope part
+     * is bf16: a second FP8 rounding with one scale per layer would change values the model defines. */
+    if (m->hp.kv_dsa && c->dtype == KILN_KV_FP8) {
+        c->dtype = KILN_KV_BF16;
+        su->dsa_fp8_asked = 1;
+    }
     c->scale_mode = o->kv_scale_mode;
     c->mem_bytes = o->kv_mem_bytes;
     KILN_TRY(kiln_kv_config_check(c));

@@ -27,6 +27,7 @@ typedef struct kiln_kv_setup {
     char source[512];         /* human-readable scale source */
     int calib_tokens;         /* tokens the built-in calibration ran (0 = none) */
     int budget_capped;        /* the default budget was cut to a quarter of available memory */
+    int dsa_fp8_asked;        /* DSA model with --kv-dtype fp8: the compact FP8 rows, rope part bf16 */
 } kiln_kv_setup;
 
 /* n_layers, n_kv_heads, k_dim = head_dim, v_dim = kv_v_dim (0 → head_dim), v_shares_k. */

@@ -38,6 +38,9 @@ kiln_status kiln_mtp_create(struct kiln_model *m, const kiln_backend *be, const 
     c.k_dim = target_kv->k_dim;
     c.v_dim = target_kv->v_dim;
     c.v_shares_k = target_kv->v_shares_k;
+    c.dsa_latent = target_kv->dsa_latent; /* DSA: the same compact rows */
+    c.dsa_rope = target_kv->dsa_rope;
+    c.dsa_key = target_kv->dsa_key;
     c.page_tokens = target_kv->page_tokens;
     c.dtype = target_kv->dtype == KILN_KV_F32 ? KILN_KV_F32 : KILN_KV_BF16;
     c.rope_theta = target_kv->rope_theta;

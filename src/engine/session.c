@@ -41,12 +41,15 @@ static const char *dtype_name(kiln_kv_dtype d) {
 
 static int session_ctx(const struct kiln_model *m, const kiln_options *o) { return kiln_model_context(m, o); }
 
-/* The DSA row's fields (model/mla.h): latent = kv_v_dim, rope = rotary_dim, the rest the indexer key. */
-static void fill_dsa(const struct kiln_model *m, kiln_kv_info *in) {
-    if (!m->hp.kv_dsa) return;
-    in->dsa_latent = m->hp.kv_v_dim;
-    in->dsa_rope = m->hp.rotary_dim;
-    in->dsa_index_key = m->hp.head_dim - m->hp.kv_v_dim - m->hp.rotary_dim;
+/* The DSA row's fields (kv.h: the compact row). */
+static void fill_dsa(const kiln_kv_setup *su, kiln_kv_info *in) {
+    const kiln_kv_config *c = &su->cfg;
+    if (!c->dsa_latent) return;
+    in->dsa_latent = c->dsa_latent;
+    in->dsa_rope = c->dsa_rope;
+    in->dsa_index_key = c->dsa_key;
+    in->dsa_row_bytes = (int)kiln_kv_row_bytes(c);
+    in->dsa_fp8 = su->dsa_fp8_asked;
 }
 
 static void fill_info(const kiln_kv_setup *su, int64_t n_pages, int n_ctx, kiln_kv_info *in) {
@@ -91,7 +94,7 @@ kiln_status kiln_kv_plan(const kiln_model *m, const kiln_options *opts, kiln_kv_
     KILN_TRY(kiln_kv_setup_for_model((kiln_model *)m, &o, n_ctx, 0, &su));
     int64_t pages = kiln_kv_plan_pages(&su.cfg);
     fill_info(&su, pages, n_ctx, out);
-    fill_dsa(m, out);
+    fill_dsa(&su, out);
     kiln_status st = pages < 1 ? budget_error(&su.cfg) : KILN_OK;
     kiln_kv_setup_free(&su);
     return st;
@@ -109,8 +112,10 @@ static void print_summary(const kiln_kv_info *in, int file_ctx, int budget_cappe
                 in->max_context == KILN_DEFAULT_CONTEXT_CAP ? "default cap; --ctx raises it" : "--ctx");
     if (budget_capped) fprintf(stderr, "; default budget capped at 1/4 of available memory (--kv-mem sets it)");
     if (in->dsa_index_key)
-        fprintf(stderr, "; sparse-attention rows: latent %d + rope %d + indexer key %d (latent and indexer key FP8-rounded per 128 by the "
-                "model, held exactly; rope part in %s)", in->dsa_latent, in->dsa_rope, in->dsa_index_key, in->dtype_name);
+        fprintf(stderr, "; sparse-attention rows: latent %d as FP8 + %d scales, rope %d in %s, indexer key %d as FP8 + %d scale%s = %d "
+                "bytes per layer (the model's own FP8 rounding, held exactly%s)", in->dsa_latent, in->dsa_latent / 128, in->dsa_rope,
+                in->dtype_name, in->dsa_index_key, in->dsa_index_key / 128, in->dsa_index_key > 128 ? "s" : "", in->dsa_row_bytes,
+                in->dsa_fp8 ? "; --kv-dtype fp8 gives this layout, rope part in bf16 as SGLang and vLLM store it" : "");
     fprintf(stderr, "\n");
 }
 
@@ -136,7 +141,7 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_se
     if (st == KILN_OK) st = kiln_session_integ_attach_(s->pool, m, &o); /* KV integrity (issue 5), default heal */
     if (st == KILN_OK) {
         fill_info(&su, s->pool->n_pages, s->n_ctx, &s->kv);
-        fill_dsa(m, &s->kv);
+        fill_dsa(&su, &s->kv);
     }
     const int budget_capped = su.budget_capped;
     kiln_kv_setup_free(&su);

@@ -251,4 +251,59 @@ static void quant_bf16(const float *x, int n, uint16_t *out) {
     }
 }
 
-const kiln_kv_ktable kiln_kv_ktable_avx2 = {attend, quant_fp8, quant_bf16, mlh};
+/* ---- DSA indexer scores (kv_isa.h: kiln_kv_index_fn) ----
+ * As attention_avx512.c's with 8 heads per lane set and 4 positions per pass (16 ymm registers). */
+#define IDX_G 4
+
+/* k_e = code × 2^-8 of d codes: the E4M3 bits shifted into an FP16 (exact, subnormals included) */
+AI void idx_keys(const uint8_t *code, int d, float *out) {
+    for (int e = 0; e < d; e += 8) {
+        const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(code + e)));
+        const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8),
+                                       _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7));
+        _mm256_storeu_ps(out + e, _mm256_cvtph_ps(h));
+    }
+}
+
+AI void idx_group(const uint8_t *const *key, const int G, int d, const float *qt, int hp, float *kv, float *dot) {
+    for (int g = 0; g < G; g++) idx_keys(key[g], d, kv + (size_t)g * d);
+    for (int c = 0; c < hp; c += 8) {
+        __m256 dt[IDX_G];
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) dt[g] = _mm256_setzero_ps();
+        for (int b0 = 0; b0 < d; b0 += 128) {
+            __m256 acc[IDX_G];
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++) acc[g] = _mm256_setzero_ps();
+            for (int e = b0; e < b0 + 128; e++) {
+                const __m256 q = _mm256_loadu_ps(qt + (size_t)e * hp + c);
+#pragma GCC unroll 4
+                for (int g = 0; g < G; g++) acc[g] = _mm256_fmadd_ps(q, _mm256_set1_ps(kv[(size_t)g * d + e]), acc[g]);
+            }
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++) {
+                float sc;
+                memcpy(&sc, key[g] + d + b0 / 32, 4);
+                dt[g] = _mm256_fmadd_ps(_mm256_set1_ps(sc * 256.0f), acc[g], dt[g]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) _mm256_storeu_ps(dot + (size_t)g * hp + c, dt[g]);
+    }
+}
+
+static void index_scores(const uint8_t *const *key, int n, int d, const float *qt, int hp, const float *w, int hi, float *scratch,
+                         float *score) {
+    float *kv = scratch, *dot = scratch + (size_t)IDX_G * d;
+    int i = 0;
+    for (; i + IDX_G <= n; i += IDX_G) {
+        idx_group(key + i, IDX_G, d, qt, hp, kv, dot);
+        for (int g = 0; g < IDX_G; g++) score[i + g] = kiln_kv_index_headsum(dot + (size_t)g * hp, w, hi);
+    }
+    for (; i < n; i++) {
+        idx_group(key + i, 1, d, qt, hp, kv, dot);
+        score[i] = kiln_kv_index_headsum(dot, w, hi);
+    }
+}
+
+const kiln_kv_ktable kiln_kv_ktable_avx2 = {attend, quant_fp8, quant_bf16, mlh, index_scores};

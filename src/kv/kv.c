@@ -27,7 +27,17 @@ static int is_dynamic(const kiln_kv_config *c) { return c->dtype == KILN_KV_FP8 
 static int is_static_fp8(const kiln_kv_config *c) { return c->dtype == KILN_KV_FP8 && c->scale_mode != KILN_KV_SCALE_DYNAMIC; }
 static int n_kinds(const kiln_kv_config *c) { return c->v_shares_k ? 1 : 2; } /* scale sets: K (and V) */
 
+/* DSA compact row (kv.h): E4M3 codes + one f32 scale per 128 for the latent and the indexer key,
+ * the rope part in the pool's dtype. */
+static size_t dsa_row_bytes(const kiln_kv_config *c) {
+    return (size_t)c->dsa_latent + (size_t)c->dsa_latent / 32 + (size_t)c->dsa_rope * kiln_kv_elem_bytes(c->dtype) + (size_t)c->dsa_key +
+           (size_t)c->dsa_key / 32;
+}
+size_t kiln_kv_row_bytes(const kiln_kv_config *c) {
+    return c->dsa_latent > 0 ? dsa_row_bytes(c) : (size_t)kdim(c) * kiln_kv_elem_bytes(c->dtype);
+}
 uint64_t kiln_kv_token_bytes(const kiln_kv_config *c) {
+    if (c->dsa_latent > 0) return (uint64_t)c->n_layers * dsa_row_bytes(c); /* one head, V = a view of the row */
     uint64_t vals = (uint64_t)kdim(c) + (c->v_shares_k ? 0 : (uint64_t)vdim(c));
     return (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * vals * kiln_kv_elem_bytes(c->dtype);
 }
@@ -64,6 +74,17 @@ kiln_status kiln_kv_config_check(const kiln_kv_config *c) {
         return kiln_fail(KILN_ERR_INVALID_ARG, "kv page size (--kv-page) = %d tokens is out of range [1, 4096]", c->page_tokens);
     if (!kiln_kv_elem_bytes(c->dtype))
         return kiln_fail(KILN_ERR_INVALID_ARG, "kv-dtype: %d is not f32, bf16 or fp8 (auto must be resolved first)", (int)c->dtype);
+    if (c->dsa_latent || c->dsa_rope || c->dsa_key) {
+        if (c->dsa_latent < 128 || c->dsa_latent % 128 || c->dsa_key < 128 || c->dsa_key % 128 || c->dsa_rope < 0 || c->dsa_rope % 2)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "kv config: DSA rows need a latent and an indexer key of multiples of 128 values and an even "
+                             "rope part (latent %d, rope %d, key %d)", c->dsa_latent, c->dsa_rope, c->dsa_key);
+        if (c->dsa_latent + c->dsa_rope + c->dsa_key != kdim(c) || c->n_kv_heads != 1 || !c->v_shares_k || vdim(c) > c->dsa_latent)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "kv config: DSA rows (latent %d + rope %d + key %d) need one KV head, V sharing the K row "
+                             "with v_dim <= the latent and k_dim = their sum (k_dim %d, v_dim %d, %d KV heads)", c->dsa_latent, c->dsa_rope,
+                             c->dsa_key, kdim(c), vdim(c), c->n_kv_heads);
+        if (c->dtype != KILN_KV_F32 && c->dtype != KILN_KV_BF16)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "kv config: DSA rows keep their rope part in f32 or bf16, not dtype %d", (int)c->dtype);
+    }
     if (c->scale_mode != KILN_KV_SCALE_STATIC && c->scale_mode != KILN_KV_SCALE_DYNAMIC)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kv-scale: mode %d is not static or dynamic", (int)c->scale_mode);
     if (c->k_prerope) {
@@ -112,7 +133,11 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
     p->cfg.k_scale = p->cfg.v_scale = NULL;
     p->n_pages = (int)n_pages;
     p->elem_bytes = kiln_kv_elem_bytes(cfg->dtype);
-    p->row_k = (size_t)p->cfg.k_dim * p->elem_bytes;
+    p->row_k = kiln_kv_row_bytes(&p->cfg);
+    if (cfg->dsa_latent > 0) {
+        p->dsa_rope_at = (size_t)cfg->dsa_latent + (size_t)cfg->dsa_latent / 32;
+        p->dsa_key_at = p->dsa_rope_at + (size_t)cfg->dsa_rope * p->elem_bytes;
+    }
     p->row_v = cfg->v_shares_k ? p->row_k : (size_t)p->cfg.v_dim * p->elem_bytes;
     p->head_k = p->row_k * (size_t)cfg->page_tokens;
     p->head_v = p->row_v * (size_t)cfg->page_tokens;
@@ -295,13 +320,14 @@ kiln_status kiln_kv_seq_share_prefix(kiln_kv_pool *p, kiln_kv_seq *dst, const ki
 }
 
 /* ---- conversions ------------------------------------------------------------------------------- */
-static const kiln_kv_ktable *kv_table_for(kiln_isa isa) {
+const kiln_kv_ktable *kiln_kv_table_for(kiln_isa isa) {
     switch (isa) {
     case KILN_ISA_AVX512: return &kiln_kv_ktable_avx512;
     case KILN_ISA_AVX2: return &kiln_kv_ktable_avx2;
     default: return NULL;
     }
 }
+static const kiln_kv_ktable *kv_table_for(kiln_isa isa) { return kiln_kv_table_for(isa); }
 /* The process default ISA's table (kiln_kv_quant_fp8 / _bf16, kiln_kv_store): every ISA's
  * conversion is bit-exact RNE (tests/unit/test_kv.c), so the stored bytes do not depend on it. */
 static const kiln_kv_ktable *kv_table(void) { return kv_table_for(kiln_kernels_current()); }
@@ -422,6 +448,23 @@ static void store_row(const kiln_kv_ktable *t, kiln_kv_pool *p, int kind, int l,
     }
 }
 
+/* FP8 blocks of a DSA compact row: n (a multiple of 128) values as act_quant stores them, codes at
+ * dst, one f32 scale per 128 at dst + n (kv.h). */
+static void store_fp8_blocks(const kiln_kv_ktable *t, uint8_t *dst, const float *x, int n) {
+    for (int b0 = 0; b0 < n; b0 += 128) {
+        const float s = kiln_fp8_block_scale(amax_of(x + b0, 128));
+        quant_fp8_t(t, x + b0, 128, 1.0f / s, dst + b0); /* 1/s exact: s is a power of two */
+        memcpy(dst + n + (size_t)b0 / 32, &s, sizeof s);
+    }
+}
+static void store_dsa_row(const kiln_kv_ktable *t, const kiln_kv_pool *p, uint8_t *dst, const float *x) {
+    const kiln_kv_config *c = &p->cfg;
+    store_fp8_blocks(t, dst, x, c->dsa_latent);
+    if (c->dtype == KILN_KV_F32) memcpy(dst + p->dsa_rope_at, x + c->dsa_latent, (size_t)c->dsa_rope * sizeof(float));
+    else quant_bf16_t(t, x + c->dsa_latent, c->dsa_rope, (uint16_t *)(dst + p->dsa_rope_at)); /* 2-byte aligned: the latent's bytes are a multiple of 4 */
+    store_fp8_blocks(t, dst + p->dsa_key_at, x + c->dsa_latent + c->dsa_rope, c->dsa_key);
+}
+
 void kiln_kv_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, const float *k, const float *v) {
     kiln_kctx cx;
     kiln_kctx_default(&cx);
@@ -438,7 +481,9 @@ void kiln_kv_store_cx(const kiln_kctx *cx, kiln_kv_pool *p, const kiln_kv_seq *s
         pg = s->pages[pos / pt];
     }
     float rot[256];
-    for (int h = 0; h < p->cfg.n_kv_heads; h++) {
+    if (p->dsa_key_at) { /* DSA compact rows: one head, V is a view of the row */
+        store_dsa_row(t, p, row_ptr(p, 0, layer, pg, 0, off), k);
+    } else for (int h = 0; h < p->cfg.n_kv_heads; h++) {
         const float *mu = p->k_mean ? p->k_mean + ((size_t)layer * p->cfg.n_kv_heads + (size_t)h) * (size_t)kd : NULL;
         if (mu && p->rope_cs) { rope_rotate(p, pos, mu, rot); mu = rot; }
         store_row(t, p, 0, layer, pg, h, off, k + (size_t)h * kd, kd, mu);
@@ -454,8 +499,29 @@ static float row_scale(const kiln_kv_pool *p, int is_v, int l, int32_t pg, int h
     return (is_v ? p->v_scale : p->k_scale)[(size_t)l * p->cfg.n_kv_heads + h];
 }
 
+/* Values [off, off + n) of a DSA compact row r (kv.h), decoded: codes × their block's scale (exact),
+ * the rope part from its dtype. */
+static void read_dsa_part(const kiln_kv_pool *p, const uint8_t *r, int off, int n, float *out) {
+    const kiln_kv_config *c = &p->cfg;
+    const int lat = c->dsa_latent, rope_end = lat + c->dsa_rope;
+    for (int i = off; i < off + n; i++) {
+        float v;
+        if (i < lat || i >= rope_end) { /* an FP8 field: codes, then one scale per 128 after them */
+            const uint8_t *f = i < lat ? r : r + p->dsa_key_at;
+            const int j = i < lat ? i : i - rope_end, len = i < lat ? lat : c->dsa_key;
+            float sc;
+            memcpy(&sc, f + len + (size_t)(j / 128) * 4, 4);
+            v = kiln_fp8_e4m3_to_f32(f[j]) * sc;
+        } else {
+            v = decode1(c->dtype, r + p->dsa_rope_at, i - lat);
+        }
+        out[i - off] = v;
+    }
+}
+
 void kiln_kv_read_row(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, int h, int is_v, float *out) {
     const int pt = p->cfg.page_tokens, dim = is_v ? p->cfg.v_dim : p->cfg.k_dim;
+    if (p->dsa_key_at) { kiln_kv_read_row_part(p, s, layer, pos, 0, 0, dim, out); return; }
     int32_t pg = s->pages[pos / pt];
     const uint8_t *r = row_ptr(p, is_v, layer, pg, h, pos % pt);
     float sc = row_scale(p, is_v, layer, pg, h);
@@ -473,6 +539,7 @@ void kiln_kv_read_rows_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int lay
     for (int t = pos0; t < pos0 + count; t++, out += n) {
         const int32_t pg = s->pages[t / pt];
         const uint8_t *r = row_ptr(p, 0, layer, pg, h, t % pt);
+        if (p->dsa_key_at) { read_dsa_part(p, r, off, n, out); continue; }
         const float sc = row_scale(p, 0, layer, pg, h);
         switch (p->cfg.dtype) {
         case KILN_KV_F32:
@@ -765,6 +832,10 @@ static void merge_set(void *arg, int64_t s2) {
 void kiln_kv_attend_batch_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                              const float *q, int n_heads, float scale, float *out) {
     const int H = p->cfg.n_kv_heads, kd = p->cfg.k_dim, vd = p->cfg.v_dim;
+    if (p->dsa_key_at) { /* DSA compact rows are read by the sparse attention only (kv_sparse.c): never misread their bytes as dtype rows */
+        memset(out, 0, (size_t)n * (size_t)n_heads * (size_t)vd * sizeof *out);
+        return;
+    }
     const int group = n_heads / H;
     const int hb_max = group < KV_MAX_ROWS ? group : KV_MAX_ROWS;  /* heads per row set */
     const int tok_max = group < KV_MAX_ROWS ? KV_MAX_ROWS / group : 1; /* tokens per row set */

@@ -68,6 +68,17 @@ typedef struct kiln_kv_config {
     float rope_theta;
     int rope_norm;
     int rope_positions;
+    /* DSA compact rows (sparse-attention models, docs/DSA.md; 0 = off): the K row of k_dim =
+     * dsa_latent + dsa_rope + dsa_key values (n_kv_heads 1, v_shares_k, v_dim <= dsa_latent) is
+     * stored as SGLang's / vLLM's FP8 DSA layout does, in bytes:
+     *   [latent: dsa_latent E4M3 codes | dsa_latent / 128 f32 scales | rope: dsa_rope values of
+     *    dtype (F32 or BF16) | indexer key: dsa_key E4M3 codes | dsa_key / 128 f32 scales]
+     * Each block of 128 latent / key values is stored as act_quant stores it (DeepSeek-V3.2's
+     * kernel.py): scale = 2^ceil(log2(max(amax, 1e-4) / 448)), codes = E4M3(x / scale). The model
+     * hands over values it has already rounded that way, which this encoding keeps exactly (a value
+     * E4M3 × s0 with s0 >= the scale recomputed from the rounded block is E4M3 × the new scale), so
+     * reading back gives the model's values bit for bit. dsa_latent and dsa_key: multiples of 128. */
+    int dsa_latent, dsa_rope, dsa_key;
 } kiln_kv_config;
 
 /* Page header (16 bytes). One per page, counted in the page's cost together with the page's
@@ -92,6 +103,8 @@ typedef struct kiln_kv_pool {
     float *rope_cs;         /* pre-RoPE smoothing: [rope_positions][k_dim] = cos of the k_dim/2 pairs,
                                then their sin; NULL otherwise */
     float *dscale;          /* dynamic FP8: [n_layers][n_pages][2][n_kv_heads] (K then V); 0 = unset */
+    size_t dsa_rope_at, dsa_key_at; /* DSA compact rows: byte offsets of the rope part and the indexer key
+                               (the latent's codes at 0, its scales at dsa_latent); 0 = not compact */
     kiln_kv_page *pages;    /* [n_pages] headers */
     int32_t *refcount;      /* [n_pages] sequences (and caches) holding the page; 0 = free */
     int32_t *free_list;     /* stack of free page ids */
@@ -109,6 +122,8 @@ typedef struct kiln_kv_seq {
 
 /* ---- sizes (pure arithmetic on a config; no allocation) ---- */
 size_t kiln_kv_elem_bytes(kiln_kv_dtype dt);
+/* Bytes of one position's K row of one KV head (the DSA compact row's bytes when cfg.dsa_latent). */
+size_t kiln_kv_row_bytes(const kiln_kv_config *cfg);
 /* Bytes of KV data one token costs over all layers (K and V): the figure that halves with FP8.
  * E.g. Kimi-K2 (61 layers × 576 latent values, v_shares_k): 70,272 BF16, 35,136 FP8. */
 uint64_t kiln_kv_token_bytes(const kiln_kv_config *cfg);

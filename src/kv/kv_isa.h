@@ -157,6 +157,23 @@ static inline void kiln_kv_hash_block(const kiln_kv_span *sp, int b0, int n, con
         if (rw->R >= 1 && rw->R <= KV_MAX_ROWS) fns[rw->R](sp, rw, t0, t1);                       \
     }
 
+/* DSA indexer scores over FP8 keys (kv_sparse.c; DSA compact rows, kv.h). One definition of the
+ * arithmetic that every ISA follows to the bit (tests/ops/test_backend_ops.c compares them):
+ *   key[i]: position i's indexer key, d E4M3 codes followed by d/128 f32 scales s_b;
+ *   qt [d][hp]: the token's indexer queries transposed (head h of value e at qt[e·hp + h]), heads
+ *     padded with zeros to hp (a multiple of 16); w [hi]: the head weights (× their scale);
+ *   k_e = code_e × 2^-8 (exact in f32; the SIMD files get it from the code shifted into an FP16);
+ *   part_{h,b} = fma chain over e of block b, in increasing e, of qt[e][h] × k_e, from 0;
+ *   dot_h = fma chain over b of (s_b × 2^8) × part_{h,b}, from 0 (a power of two: exact);
+ *   score[i] = fma chain over h < hi of w[h] × (dot_h > 0 ? dot_h : 0), from 0.
+ * The products q × k are exact in f32 (both are E4M3 values times powers of two), so only the
+ * summation rounds, in this fixed order: a position's score does not depend on the ISA, the block
+ * it is computed in or the other tokens of the step (prefill and decode agree bit for bit).
+ * scratch: KILN_KV_INDEX_SCRATCH(d, hp) floats. */
+#define KILN_KV_INDEX_SCRATCH(d, hp) (8 * (size_t)(d) + 8 * (size_t)(hp))
+typedef void (*kiln_kv_index_fn)(const uint8_t *const *key, int n, int d, const float *qt, int hp, const float *w, int hi, float *scratch,
+                                 float *score);
+
 typedef struct kiln_kv_ktable {
     kiln_kv_attend_fn attend;
     void (*quant_fp8)(const float *x, int n, float inv_scale, uint8_t *out);
@@ -164,6 +181,7 @@ typedef struct kiln_kv_ktable {
     /* Σ key[w] × word[w] mod 2^64 over the n bytes at d as little-endian 32-bit words (a last
      * partial word zero-padded): the content hash (kiln_kv_mlh, and the kernels' blocks). */
     uint64_t (*mlh)(const uint8_t *d, size_t n, const uint32_t *key);
+    kiln_kv_index_fn index_scores;
 } kiln_kv_ktable;
 
 extern const kiln_kv_ktable kiln_kv_ktable_avx2;
@@ -172,6 +190,10 @@ extern const kiln_kv_ktable kiln_kv_ktable_avx512;
 /* Scalar kernels (kv.c): the ISA-less path and the structure the SIMD files follow. */
 void kiln_kv_attend_scalar(const kiln_kv_span *sp, kiln_kv_rows *rows, int t0, int t1);
 uint64_t kiln_kv_mlh_scalar(const uint8_t *d, size_t n, const uint32_t *key);
+void kiln_kv_index_scores_scalar(const uint8_t *const *key, int n, int d, const float *qt, int hp, const float *w, int hi, float *scratch,
+                                 float *score);
+/* The kernel table of an ISA (NULL: the scalar kernels). */
+const kiln_kv_ktable *kiln_kv_table_for(kiln_isa isa);
 /* The same with the process default ISA's kernel (every ISA gives the same value). */
 uint64_t kiln_kv_mlh(const uint8_t *d, size_t n, const uint32_t *key);
 
@@ -180,5 +202,11 @@ static inline float kiln_kv_corr(float m_old, float m_new);
 #include <math.h>
 static inline float kiln_kv_corr(float m_old, float m_new) {
     return m_old == -INFINITY ? 0.0f : m_old == m_new ? 1.0f : expf(m_old - m_new);
+}
+/* The last step of kiln_kv_index_fn: score = fma chain over h < hi of w[h] × relu(dot[h]), from 0. */
+static inline float kiln_kv_index_headsum(const float *dot, const float *w, int hi) {
+    float s = 0.0f;
+    for (int h = 0; h < hi; h++) s = fmaf(w[h], dot[h] > 0.0f ? dot[h] : 0.0f, s);
+    return s;
 }
 #endif

@@ -1,18 +1,21 @@
 /* kv_sparse.c — DeepSeek sparse attention over the paged MLA pool (kv.h: kiln_kv_index_topk_cx,
  * kiln_kv_attend_sparse_cx; the model side is model/mla.c, the semantics docs/DSA.md).
  *
- * Row layout of a DSA pool (n_kv_heads 1, v_shares_k): [c (kv_lora_rank) | k_pe (qk_rope) |
- * indexer key (index_head_dim)], one row per token per layer. c and the indexer key hold values
- * that the model already rounded to FP8 E4M3 with power-of-two scales per 128 values, which F32
- * and BF16 storage keep exactly.
+ * Row layout of a DSA pool (n_kv_heads 1, v_shares_k): the compact row of kv.h, one per token per
+ * layer: [c (kv_lora_rank) as E4M3 codes + a scale per 128 | k_pe (qk_rope) in the pool's dtype |
+ * indexer key (index_head_dim) as E4M3 codes + a scale per 128]. c and the indexer key are values
+ * the model already rounded that way (act_quant), so the codes hold them exactly.
  *
- * Both ops are written for clarity first (rows dequantized through kiln_kv_read_row_part, one
- * dot product of the context's ISA per (head, position): kiln_cx_dot): the indexer scan costs Hi·d multiply-adds per position and the sparse attention
- * reads topk rows whatever the context length, so decode attention is flat in context length
+ * The indexer scan reads the keys' codes where they lie (no dequantized copy) through the ISA's
+ * kiln_kv_index_fn (kv_isa.h: one fixed summation order, the same bits on every ISA): Hi·d
+ * multiply-adds per position. The sparse attention reads topk rows (dequantized by
+ * kiln_kv_read_row_part) whatever the context length, so decode attention is flat in context length
  * beyond topk apart from the scan. Work is split over tokens (prefill) or heads (decode) on kiln's
  * worker pool. */
 #include "kv/kv.h"
+#include "kv/kv_isa.h"
 #include "kv/integrity.h"
+#include "base/fp.h"
 #include "base/pool.h"
 #include "base/status.h"
 #include <math.h>
@@ -75,46 +78,61 @@ static int select_topk(const float *scores, int n, int topk, scored *heap, int32
 
 /* ---- the indexer scan ---- */
 
-#define SCAN_BLOCK 64    /* keys dequantized together and multiplied as one small matmul */
+#define SCAN_BLOCK 64    /* keys whose row pointers are gathered for one kernel call */
 #define SCAN_CHUNK 1024  /* positions per task: a long decode context is split over the threads */
+
+/* The scalar kernel of kiln_kv_index_fn (kv_isa.h): the definition, written out. */
+void kiln_kv_index_scores_scalar(const uint8_t *const *key, int n, int d, const float *qt, int hp, const float *w, int hi, float *scratch,
+                                 float *score) {
+    float *dot = scratch; /* [hi] */
+    for (int i = 0; i < n; i++) {
+        for (int h = 0; h < hi; h++) {
+            float dt = 0.0f;
+            for (int b0 = 0; b0 < d; b0 += 128) {
+                float part = 0.0f, sc;
+                for (int e = b0; e < b0 + 128; e++) part = fmaf(qt[(size_t)e * hp + h], kiln_fp8_e4m3_to_f32(key[i][e]) * 0x1p-8f, part);
+                memcpy(&sc, key[i] + d + b0 / 32, 4);
+                dt = fmaf(sc * 256.0f, part, dt);
+            }
+            dot[h] = dt;
+        }
+        score[i] = kiln_kv_index_headsum(dot, w, hi);
+    }
+}
 
 /* The integrity walker (kiln_kv_integ_attend) hands back the span it was given: the scan's state
  * starts with one, so the callback recovers it. */
 typedef struct {
     kiln_kv_span sp;
-    kiln_kctx cx;        /* one thread: the scan runs inside a task of the pool */
+    kiln_kv_index_fn kernel;
     const kiln_kv_pool *p;
     const kiln_kv_seq *s;
-    int layer, Hi, d, off;
-    const float *qi, *w; /* [Hi, d], [Hi] (w × w_scale) of this token */
-    float *scores;       /* [ctx] of this token */
-    float *kb, *y;       /* [SCAN_BLOCK, d], [Hi, SCAN_BLOCK] */
+    int layer, Hi, hp, d;
+    const float *qt, *w;  /* [d, hp] this token's queries transposed, [Hi] head weights × w_scale */
+    float *scores;        /* [ctx] of this token */
+    float *scratch;       /* KILN_KV_INDEX_SCRATCH(d, hp) */
 } idx_scan;
 
 static void scan_range(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {
     (void)rw;
     const idx_scan *c = (const idx_scan *)sp;
+    const kiln_kv_pool *p = c->p;
+    const int pt = p->cfg.page_tokens;
+    const uint8_t *key[SCAN_BLOCK];
     for (int b0 = t0; b0 < t1; b0 += SCAN_BLOCK) {
         const int B = t1 - b0 < SCAN_BLOCK ? t1 - b0 : SCAN_BLOCK;
-        kiln_kv_read_rows_part(c->p, c->s, c->layer, b0, B, 0, c->off, c->d, c->kb);
-        /* y [Hi, B] = qi [Hi, d] · keysᵀ: the keys block as an F32 weight of B rows */
-        const kiln_weight keys = {.fmt = KILN_WF_F32, .rows = B, .cols = c->d, .data = (const uint8_t *)c->kb, .row_bytes = (size_t)c->d * sizeof(float)};
-        kiln_cx_matmul(&c->cx, &keys, c->qi, c->y, c->Hi);
-        for (int t = 0; t < B; t++) {
-            float sum = 0.0f;
-            for (int h = 0; h < c->Hi; h++) {
-                const float dot = c->y[(size_t)h * B + t];
-                sum += c->w[h] * (dot > 0.0f ? dot : 0.0f);
-            }
-            c->scores[b0 + t] = sum;
+        for (int t = 0; t < B; t++) { /* head 0's row of position b0 + t: its indexer key */
+            const int pos = b0 + t;
+            key[t] = p->k[c->layer] + (size_t)c->s->pages[pos / pt] * p->page_k + (size_t)(pos % pt) * p->row_k + p->dsa_key_at;
         }
+        c->kernel(key, B, c->d, c->qt, c->hp, c->w, c->Hi, c->scratch, c->scores + b0);
     }
 }
 
 typedef struct {
     const kiln_kctx *cx;
     const kiln_kv_pool *p;
-    int layer, Hi, d, off, topk, n;
+    int layer, Hi, d, topk, n;
     kiln_kv_seq *const *seq;
     const int *pos;
     const float *qi;
@@ -131,22 +149,26 @@ static void scan_task(void *arg, int64_t k) {
     int i = 0;
     while (j->task0[i + 1] <= k) i++;
     const int ctx = j->pos[i] + 1, t0 = (int)(k - j->task0[i]) * SCAN_CHUNK, t1 = t0 + SCAN_CHUNK < ctx ? t0 + SCAN_CHUNK : ctx;
+    const int Hi = j->Hi, d = j->d, hp = (Hi + 15) / 16 * 16;
+    const kiln_kv_ktable *tab = kiln_kv_table_for(j->cx->isa);
     idx_scan c;
     memset(&c, 0, sizeof c);
-    c.cx = *j->cx;
-    c.cx.threads = 1;
+    c.kernel = tab ? tab->index_scores : kiln_kv_index_scores_scalar;
     c.p = j->p;
     c.s = j->seq[i];
     c.layer = j->layer;
-    c.Hi = j->Hi;
-    c.d = j->d;
-    c.off = j->off;
-    c.qi = j->qi + (size_t)i * j->Hi * j->d;
-    c.w = j->w + (size_t)i * j->Hi;
+    c.Hi = Hi;
+    c.hp = hp;
+    c.d = d;
+    c.w = j->w + (size_t)i * Hi;
     c.scores = j->scores[i];
-    c.kb = malloc((size_t)SCAN_BLOCK * (size_t)j->d * sizeof *c.kb);
-    c.y = malloc((size_t)SCAN_BLOCK * (size_t)j->Hi * sizeof *c.y);
-    if (c.kb && c.y) { /* else the range stays -inf: never selected */
+    float *qt = calloc((size_t)d * (size_t)hp, sizeof *qt);
+    c.scratch = malloc(KILN_KV_INDEX_SCRATCH(d, hp) * sizeof *c.scratch);
+    if (qt && c.scratch) { /* else the range stays -inf: never selected */
+        const float *q = j->qi + (size_t)i * Hi * d;
+        for (int h = 0; h < Hi; h++)
+            for (int e = 0; e < d; e++) qt[(size_t)e * hp + h] = q[(size_t)h * d + e];
+        c.qt = qt;
         if (j->p->integ) {
             kiln_kv_rows rw;
             memset(&rw, 0, sizeof rw);
@@ -157,8 +179,8 @@ static void scan_task(void *arg, int64_t k) {
             scan_range(&c.sp, NULL, t0, t1);
         }
     }
-    free(c.kb);
-    free(c.y);
+    free(qt);
+    free(c.scratch);
 }
 
 static void select_token(void *arg, int64_t i) {
@@ -171,6 +193,10 @@ static void select_token(void *arg, int64_t i) {
 void kiln_kv_index_topk_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                            const float *qi, int n_ih, int d, int off, const float *w, float w_scale, int topk, int32_t *sel, int *nsel) {
     const double t0 = kiln_now();
+    if (!p->dsa_key_at || d != p->cfg.dsa_key || off != p->cfg.dsa_latent + p->cfg.dsa_rope) { /* mla.c checks the pool first */
+        for (int i = 0; i < n; i++) nsel[i] = 0;
+        return;
+    }
     float **scores = calloc((size_t)n, sizeof *scores), *ws = malloc((size_t)n * (size_t)n_ih * sizeof *ws);
     int64_t *task0 = malloc(((size_t)n + 1) * sizeof *task0);
     int ok = scores && ws && task0;
@@ -182,7 +208,7 @@ void kiln_kv_index_topk_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer
         task0[0] = 0;
         for (int i = 0; i < n; i++) task0[i + 1] = task0[i] + (pos[i] + SCAN_CHUNK) / SCAN_CHUNK;
         for (int i = 0; i < n * n_ih; i++) ws[i] = w[i] * w_scale;
-        idx_job j = {.cx = cx, .p = p, .layer = layer, .Hi = n_ih, .d = d, .off = off, .topk = topk, .n = n, .seq = seq, .pos = pos,
+        idx_job j = {.cx = cx, .p = p, .layer = layer, .Hi = n_ih, .d = d, .topk = topk, .n = n, .seq = seq, .pos = pos,
                      .qi = qi, .w = ws, .scores = scores, .task0 = task0, .sel = sel, .nsel = nsel};
         if (p->integ) kiln_kv_integ_begin_attend(p, layer, n, seq, pos); /* a new verification round for this layer */
         kiln_pool_for(task0[n], scan_task, &j, task0[n] > 1 ? cx->threads : 1);

@@ -83,6 +83,9 @@ kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, cons
     if (pool->cfg.n_kv_heads != 1 || pool->cfg.k_dim != row || pool->cfg.v_dim < r)
         return kiln_fail(KILN_ERR_INTERNAL, "mla: KV pool rows are %d heads × %d (K) / %d (V) values; the latent needs 1 × %d with V >= %d",
                          pool->cfg.n_kv_heads, pool->cfg.k_dim, pool->cfg.v_dim, row, r);
+    if (c->dsa && (pool->cfg.dsa_latent != r || pool->cfg.dsa_rope != dr || pool->cfg.dsa_key != c->idx_dim))
+        return kiln_fail(KILN_ERR_INTERNAL, "mla: a sparse-attention layer needs the pool's compact DSA rows (kv.h) of latent %d + rope %d + key %d, "
+                         "not %d + %d + %d", r, dr, c->idx_dim, pool->cfg.dsa_latent, pool->cfg.dsa_rope, pool->cfg.dsa_key);
     /* attend returns v_dim values per head: r when the pool stores V as the first r values of the
      * latent row (v_shares_k), the whole row when V is stored as a separate copy; only the first r
      * (the c part) are used. */

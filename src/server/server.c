@@ -1467,8 +1467,8 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
         char dsa_note[256] = ""; /* sparse-attention models: what a KV row holds (docs/DSA.md) */
         kiln_kv_info kvi;
         if (kiln_kv_plan(s->m, opts, &kvi) == KILN_OK && kvi.dsa_index_key)
-            snprintf(dsa_note, sizeof dsa_note, "kiln serve: sparse-attention KV rows: latent %d + rope %d + indexer key %d (latent and indexer key "
-                     "FP8-rounded per 128 by the model, held exactly in %s pages)\n", kvi.dsa_latent, kvi.dsa_rope, kvi.dsa_index_key, dtn);
+            snprintf(dsa_note, sizeof dsa_note, "kiln serve: sparse-attention KV rows: latent %d and indexer key %d as FP8 + a scale per 128, rope %d "
+                     "in %s: %d bytes per token per layer\n", kvi.dsa_latent, kvi.dsa_index_key, kvi.dsa_rope, dtn, kvi.dsa_row_bytes);
         fprintf(stderr,
                 "kiln serve: model '%s' (%s, %d layers, vocab %d), context %d tokens\n"
                 "kiln serve: KV pool %s, %d pages × %d tokens = %lld tokens%s%s; max batch %d, queue %d, step %d tokens, prefix cache %s\n"

@@ -7,7 +7,7 @@
 #   - unsupported values (scoring_func softmax, rope_scaling type, original_rope false)
 #   - DeepSeek sparse attention (deepseek_v32, glm_moe_dsa): index_topk <= 0, indexer_types of the
 #     wrong length or with an unknown type, a shared layer 0, indexer tensors of the wrong shape,
-#     an index_head_dim the Hadamard / FP8 blocks cannot take, --kv-dtype fp8
+#     an index_head_dim the Hadamard / FP8 blocks cannot take (and --kv-dtype fp8, accepted: the compact FP8 rows)
 #   - an MTP layer tensor of the wrong shape; `kiln inspect` listing the unused (MTP) tensors
 set -u
 KILN=${KILN:-./kiln}
@@ -80,9 +80,14 @@ mk deepseek_v32 ish; edit "$T/ish" 'c["index_n_heads"]=8'
 expect "indexer tensor shape" "$T/ish" "self_attn.indexer.wq_b" "1024"
 mk deepseek_v32 ihd; edit "$T/ihd" 'c["index_head_dim"]=96'
 expect "index_head_dim not a power of two" "$T/ihd" "index_head_dim" "96"
+# --kv-dtype fp8 on a DSA model is not refused: it gives the compact FP8 rows with a bf16 rope part
+# (SGLang's / vLLM's layout; docs/DSA.md), the same rows as bf16, so the same tokens, and says so
 mk glm_moe_dsa kv8
-err=$("$KILN" run "$T/kv8" --tokens 1,2,3 -n 1 --kv-dtype fp8 2>&1 >/dev/null); rc=$?
-if [ $rc -eq 0 ] || [ $rc -gt 128 ] || ! grep -qF -- "--kv-dtype fp8" <<<"$err"; then echo "FAIL DSA --kv-dtype fp8: exit $rc: $err"; fail=1; else echo "ok   DSA --kv-dtype fp8: $err"; fi
+out8=$("$KILN" run "$T/kv8" --tokens 1,2,3 -n 4 --temp 0 --kv-dtype fp8 2>"$T/kv8.err"); rc8=$?
+outb=$("$KILN" run "$T/kv8" --tokens 1,2,3 -n 4 --temp 0 --kv-dtype bf16 2>/dev/null); rcb=$?
+if [ $rc8 -ne 0 ] || [ $rcb -ne 0 ] || [ "$out8" != "$outb" ] || ! grep -qF -- "--kv-dtype fp8 gives this layout, rope part in bf16" "$T/kv8.err"; then
+    echo "FAIL DSA --kv-dtype fp8: exit $rc8 / $rcb, '$out8' vs '$outb': $(cat "$T/kv8.err")"; fail=1
+else echo "ok   DSA --kv-dtype fp8 = the compact rows, rope bf16: $out8"; fi
 
 # an MTP layer's tensor of the wrong shape (the safetensors header rewritten: eh_proj [64, 128] → [128, 64])
 mk deepseek_v32 mtp

@@ -32,6 +32,8 @@
 
 #include "backend/backend.h"
 #include "backend/vulkan/backend_vulkan.h"
+#include "kv/kv_isa.h"
+#include "base/fp.h"
 #include "quant/quantize.h"
 #include <math.h>
 #include <stdio.h>
@@ -835,19 +837,45 @@ static void test_dsa_norm_fp8(void **state) {
     kiln_be_free(ref_be, x); kiln_be_free(ref_be, g); kiln_be_free(ref_be, b); kiln_be_free(ref_be, src);
 }
 
-/* The indexer's selection and the sparse attention over a pool of rows [latent kq | indexer key d]:
- * two sequences (a decode token and a 5-token prefill chunk), against a brute-force selection and a
- * softmax computed here in double. */
+/* act_quant of n values (a multiple of 128) in place, written here from kernel.py: per 128, scale =
+ * 2^ceil(log2(max(amax, 1e-4) / 448)), values rounded to E4M3 of x / scale, times the scale. */
+static void act_quant_here(float *x, int n) {
+    for (int b0 = 0; b0 < n; b0 += 128) {
+        double amax = 1e-4;
+        for (int i = b0; i < b0 + 128; i++) amax = fmax(amax, fabs(x[i]));
+        const double sc = ldexp(1.0, (int)ceil(log2((float)((float)amax * (1.0f / 448.0f)))));
+        for (int i = b0; i < b0 + 128; i++) x[i] = (float)(e4m3_round(x[i] / sc) * sc);
+    }
+}
+
+/* The indexer's selection and the sparse attention over a pool of DSA compact rows (kv.h: latent
+ * 128 and indexer key 128 as FP8 codes + scales, rope 16 in dt): two sequences (a decode token and a
+ * 5-token prefill chunk), against a brute-force selection and a softmax computed here in double.
+ * The rows are act_quant'ed here first (as the model does before storing), so the pool must hand
+ * them back bit for bit. */
 static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk) {
-    const int kq = 48, vd = 32, d = 128, Hi = 4, H = 3, n = 6;
+    const int lat = 128, rope = 16, kq = lat + rope, vd = lat, d = 128, Hi = 4, H = 3, n = 6;
     kiln_kv_config cfg = {.n_layers = 1, .n_kv_heads = 1, .head_dim = kq + d, .k_dim = kq + d, .v_dim = vd, .v_shares_k = 1,
-                          .page_tokens = pt, .dtype = dt};
+                          .page_tokens = pt, .dtype = dt, .dsa_latent = lat, .dsa_rope = rope, .dsa_key = d};
     cfg.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&cfg) + (int64_t)(2 * ((ctx + pt - 1) / pt) + 2) * (int64_t)kiln_kv_page_cost(&cfg);
+    assert_int_equal(kiln_kv_row_bytes(&cfg), 128 + 4 + rope * (dt == KILN_KV_F32 ? 4 : 2) + 128 + 4);
     const int row = kq + d;
     float *rows = input(ref_be, (size_t)2 * ctx * row);
-    if (dt == KILN_KV_BF16) /* values bf16 holds exactly, so that the expected numbers below need no rounding */
-        for (int i = 0; i < 2 * ctx * row; i++) rows[i] = (float)(int)(rows[i] * 64.0f) / 64.0f;
+    for (int t = 0; t < 2 * ctx; t++) {
+        float *r = rows + (size_t)t * row;
+        if (t % 7 == 3) for (int i = 0; i < lat; i++) r[i] *= 1e-6f; /* a latent under the 1e-4 clamp */
+        act_quant_here(r, lat);
+        act_quant_here(r + kq, d);
+        if (dt == KILN_KV_BF16) /* a rope part bf16 holds exactly */
+            for (int i = lat; i < kq; i++) { /* the low 16 bits cleared */
+                uint32_t u;
+                memcpy(&u, &r[i], 4);
+                u &= 0xFFFF0000u;
+                memcpy(&r[i], &u, 4);
+            }
+    }
     float *qi = input(ref_be, (size_t)n * Hi * d), *w = input(ref_be, (size_t)n * Hi), *q = input(ref_be, (size_t)n * H * kq);
+    for (int i = 0; i < n * Hi; i++) act_quant_here(qi + (size_t)i * d, d); /* the indexer's queries are FP8-rounded too */
     int pos[6] = {ctx - 1, ctx - 5, ctx - 4, ctx - 3, ctx - 2, ctx - 1};
     int32_t *want_sel = malloc((size_t)n * topk * sizeof *want_sel);
     int want_n[6];
@@ -906,6 +934,14 @@ static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk) {
             be->ops->kv_store(be, pool, &s1, &t, 1, 0, rows + (size_t)t * row, 0, NULL, 0);
             be->ops->kv_store(be, pool, &s2, &t, 1, 0, rows + (size_t)(ctx + t) * row, 0, NULL, 0);
         }
+        float *back = malloc((size_t)row * sizeof *back); /* the compact rows give back the values stored */
+        for (int t = 0; t < ctx; t++) {
+            kiln_kv_read_row(pool, &sa, 0, t, 0, 0, back);
+            assert_memory_equal(back, rows + (size_t)t * row, (size_t)row * sizeof *back);
+            kiln_kv_read_row(pool, &sb, 0, t, 0, 0, back);
+            assert_memory_equal(back, rows + (size_t)(ctx + t) * row, (size_t)row * sizeof *back);
+        }
+        free(back);
         kiln_kv_seq *seqs[6] = {&sa, &sb, &sb, &sb, &sb, &sb};
         int32_t *sel = malloc((size_t)n * topk * sizeof *sel);
         int nsel[6];
@@ -930,6 +966,72 @@ static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk) {
     free(want_sel);
     free(want_out);
     kiln_be_free(ref_be, rows); kiln_be_free(ref_be, qi); kiln_be_free(ref_be, w); kiln_be_free(ref_be, q);
+}
+
+/* kiln_kv_index_fn (kv_isa.h): every ISA's kernel gives the scalar kernel's scores bit for bit (one
+ * summation order by definition), and those are the exact scores within f32 summation error: head
+ * counts that fill part of a lane set (4, 20 of 32 padded) and keys of one and two blocks; random
+ * codes (subnormals included, never the NaN codes) with scales 2^-20 .. 2^3. */
+static void test_dsa_index_kernels(void **state) {
+    (void)state;
+    kiln_fp_init();
+    const int shapes[3][2] = {{4, 128}, {20, 256}, {16, 128}}; /* Hi, d */
+    for (int c = 0; c < 3; c++) {
+        const int Hi = shapes[c][0], d = shapes[c][1], hp = (Hi + 15) / 16 * 16, n = 29;
+        const size_t kb = (size_t)d + (size_t)d / 32;
+        uint8_t *keys = malloc((size_t)n * kb);
+        const uint8_t *key[29];
+        float *qt = calloc((size_t)d * hp, sizeof *qt), *w = malloc((size_t)Hi * sizeof *w), *scr = malloc(KILN_KV_INDEX_SCRATCH(d, hp) * sizeof *scr);
+        float want[29], got[29];
+        for (int i = 0; i < n; i++) {
+            uint8_t *k = keys + (size_t)i * kb;
+            for (int e = 0; e < d; e++) {
+                uint8_t v = (uint8_t)(rnd32() & 0xFF);
+                k[e] = (v & 0x7F) == 0x7F ? (uint8_t)(v ^ 1) : v;
+            }
+            for (int b = 0; b < d / 128; b++) {
+                const float sc = ldexpf(1.0f, (int)(rnd32() % 24) - 20);
+                memcpy(k + d + 4 * b, &sc, 4);
+            }
+            key[i] = k;
+        }
+        for (int h = 0; h < Hi; h++) {
+            float qh[256];
+            for (int e = 0; e < d; e++) qh[e] = nrand();
+            act_quant_here(qh, d);
+            for (int e = 0; e < d; e++) qt[(size_t)e * hp + h] = qh[e];
+            w[h] = nrand();
+        }
+        kiln_kv_index_scores_scalar(key, n, d, qt, hp, w, Hi, scr, want);
+        for (int i = 0; i < n; i++) { /* the exact score, in double */
+            double s = 0, mag = 0;
+            for (int h = 0; h < Hi; h++) {
+                double dot = 0, dmag = 0;
+                for (int e = 0; e < d; e++) {
+                    float sc;
+                    memcpy(&sc, key[i] + d + 4 * (e / 128), 4);
+                    const double prod = (double)qt[(size_t)e * hp + h] * (double)kiln_fp8_e4m3_to_f32(key[i][e]) * sc;
+                    dot += prod;
+                    dmag += fabs(prod);
+                }
+                s += w[h] * (dot > 0 ? dot : 0);
+                mag += fabs(w[h]) * dmag;
+            }
+            assert_true(fabs(want[i] - s) <= 1e-5 * mag);
+        }
+        const kiln_isa isas[2] = {KILN_ISA_AVX2, KILN_ISA_AVX512};
+        for (int t = 0; t < 2; t++) {
+            if (!kiln_cpu_supports(isas[t])) continue;
+            const kiln_kv_ktable *tab = kiln_kv_table_for(isas[t]);
+            assert_non_null(tab);
+            for (int m = 1; m <= n; m += 7) { /* whole passes and tails */
+                memset(got, 0, sizeof got);
+                tab->index_scores(key, m, d, qt, hp, w, Hi, scr, got);
+                assert_memory_equal(got, want, (size_t)m * sizeof *got);
+            }
+        }
+        free(keys); free(qt); free(w); free(scr);
+    }
 }
 
 static void test_dsa_select_attend(void **state) {
@@ -974,7 +1076,7 @@ int main(void) {
         cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_prefill), cmocka_unit_test(test_matmul_many),     cmocka_unit_test(test_matmul_heads),
         cmocka_unit_test(test_norm_swiglu_add), cmocka_unit_test(test_rope),     cmocka_unit_test(test_embed_argmax),
         cmocka_unit_test(test_moe),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_dsa_norm_fp8),
-        cmocka_unit_test(test_dsa_select_attend), cmocka_unit_test(test_supports),
+        cmocka_unit_test(test_dsa_index_kernels), cmocka_unit_test(test_dsa_select_attend), cmocka_unit_test(test_supports),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
