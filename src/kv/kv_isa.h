@@ -170,7 +170,7 @@ static inline void kiln_kv_hash_block(const kiln_kv_span *sp, int b0, int n, con
  * summation rounds, in this fixed order: a position's score does not depend on the ISA, the block
  * it is computed in or the other tokens of the step (prefill and decode agree bit for bit).
  * scratch: KILN_KV_INDEX_SCRATCH(d, hp) floats. */
-#define KILN_KV_INDEX_SCRATCH(d, hp) (8 * (size_t)(d) + 8 * (size_t)(hp))
+#define KILN_KV_INDEX_SCRATCH(d, hp) (8 * ((size_t)(d) + (size_t)(hp))) /* up to 8 positions per pass */
 typedef void (*kiln_kv_index_fn)(const uint8_t *const *key, int n, int d, const float *qt, int hp, const float *w, int hi, float *scratch,
                                  float *score);
 

@@ -79,7 +79,7 @@ static int select_topk(const float *scores, int n, int topk, scored *heap, int32
 /* ---- the indexer scan ---- */
 
 #define SCAN_BLOCK 64    /* keys whose row pointers are gathered for one kernel call */
-#define SCAN_CHUNK 1024  /* positions per task: a long decode context is split over the threads */
+#define SCAN_CHUNK 512   /* positions per task: a decode context of 1k already keeps 2 threads busy */
 
 /* The scalar kernel of kiln_kv_index_fn (kv_isa.h): the definition, written out. */
 void kiln_kv_index_scores_scalar(const uint8_t *const *key, int n, int d, const float *qt, int hp, const float *w, int hi, float *scratch,
@@ -118,15 +118,22 @@ static void scan_range(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1)
     const idx_scan *c = (const idx_scan *)sp;
     const kiln_kv_pool *p = c->p;
     const int pt = p->cfg.page_tokens;
-    const uint8_t *key[SCAN_BLOCK];
-    for (int b0 = t0; b0 < t1; b0 += SCAN_BLOCK) {
+    const uint8_t *key[2][SCAN_BLOCK];
+    const size_t kbytes = (size_t)c->d + (size_t)c->d / 32;
+    /* head 0's row of position pos: its indexer key (codes, then scales) */
+#define KEY_AT(pos) (p->k[c->layer] + (size_t)c->s->pages[(pos) / pt] * p->page_k + (size_t)((pos) % pt) * p->row_k + p->dsa_key_at)
+    for (int t = t0; t < t1 && t < t0 + SCAN_BLOCK; t++) key[0][t - t0] = KEY_AT(t);
+    for (int b0 = t0, cur = 0; b0 < t1; b0 += SCAN_BLOCK, cur ^= 1) {
         const int B = t1 - b0 < SCAN_BLOCK ? t1 - b0 : SCAN_BLOCK;
-        for (int t = 0; t < B; t++) { /* head 0's row of position b0 + t: its indexer key */
-            const int pos = b0 + t;
-            key[t] = p->k[c->layer] + (size_t)c->s->pages[pos / pt] * p->page_k + (size_t)(pos % pt) * p->row_k + p->dsa_key_at;
+        /* the next block's keys are scattered over the pool's pages: fetched while this one computes
+         * (at 16k positions a layer's keys are ~2 MB, out of L2) */
+        for (int t = b0 + B; t < t1 && t < b0 + B + SCAN_BLOCK; t++) {
+            const uint8_t *k = key[cur ^ 1][t - b0 - B] = KEY_AT(t);
+            for (size_t o = 0; o < kbytes; o += 64) __builtin_prefetch(k + o, 0, 3);
         }
-        c->kernel(key, B, c->d, c->qt, c->hp, c->w, c->Hi, c->scratch, c->scores + b0);
+        c->kernel(key[cur], B, c->d, c->qt, c->hp, c->w, c->Hi, c->scratch, c->scores + b0);
     }
+#undef KEY_AT
 }
 
 typedef struct {

@@ -18,8 +18,8 @@
  *      its greedy tokens.
  * DeepSeek sparse attention (deepseek_v32, glm_moe_dsa; docs/DSA.md) is the same problem without
  * any KV option: the model itself rounds the latent and the indexer keys through FP8 (per-128
- * power-of-two scales), so its cases run with BF16 and F32 pages (FP8 pages are refused for it), the
- * shared-indexer preset too, and with the routed experts stored as INT4 (group 32) and as FP8
+ * power-of-two scales), stored as those codes (the compact rows, kv.h), so its cases run with BF16,
+ * F32 and "fp8" rope parts (fp8 = the FP8 layout whose rope part is bf16), the shared-indexer preset too, and with the routed experts stored as INT4 (group 32) and as FP8
  * blocks (kiln's own checkpoint writer; the reference reads the dequantized values); the checker
  * verifies the model's FP8 roundings of both row parts the same way.
  * Skipped (77) when the Python interpreter ($PY, default /usr/bin/python3) is missing. */
@@ -96,7 +96,13 @@ static int run_case(const char *root, const char *name, const char *arch, const 
     int rc = 1;
     kiln_session *s = NULL;
     float *logits = malloc((size_t)T * V * sizeof(float)), *kamax = NULL, *vamax = NULL, *dump = NULL;
-    if (!strcmp(kv, "fp8")) {
+    /* DSA with --kv-dtype fp8: the compact rows with a bf16 rope part (docs/DSA.md), no scales to
+     * calibrate; the checker verifies the rows as the bf16 pages they equal */
+    const int dsa = !strcmp(arch, "deepseek_v32") || !strcmp(arch, "glm_moe_dsa");
+    const char *meta_kv = dsa && !strcmp(kv, "fp8") ? "bf16" : kv;
+    if (dsa && !strcmp(kv, "fp8")) {
+        o.kv_dtype = KILN_KV_FP8;
+    } else if (!strcmp(kv, "fp8")) {
         size_t n = (size_t)info.n_layers * info.n_kv_heads;
         kamax = calloc(n, sizeof *kamax);
         vamax = calloc(n, sizeof *vamax);
@@ -136,8 +142,8 @@ static int run_case(const char *root, const char *name, const char *arch, const 
     int ml = snprintf(meta, sizeof meta,
                       "{\"arch\": \"%s\", \"kv\": \"%s\", \"tokens\": %d, \"generated\": %d, \"vocab\": %d, \"n_layers\": %d, "
                       "\"n_kv_heads\": %d, \"k_dim\": %d, \"v_dim\": %d, \"v_shares_k\": %d, \"scales\": \"%s\"}\n",
-                      arch, kv, T, N_GEN, V, c->n_layers, c->n_kv_heads, c->k_dim, c->v_dim, c->v_shares_k,
-                      !strcmp(kv, "fp8") ? "test_kv_scales.json" : "");
+                      arch, meta_kv, T, N_GEN, V, c->n_layers, c->n_kv_heads, c->k_dim, c->v_dim, c->v_shares_k,
+                      !strcmp(meta_kv, "fp8") ? "test_kv_scales.json" : "");
     if (write_file(dir, "kv_meta.json", meta, (size_t)ml) || write_file(dir, "kv_tokens.i32", tok, sizeof tok) ||
         write_file(dir, "kv_logits.f32", logits, (size_t)T * V * sizeof(float)) || write_file(dir, "kv_dump.f32", dump, n * sizeof(float))) {
         fprintf(stderr, "FAIL: cannot write the dump files in %s\n", dir);
@@ -178,6 +184,7 @@ int main(void) {
         {"deepseek_v32", "tiny", "f32", NULL},    {"deepseek_v32", "tiny", "bf16", NULL},   {"glm_moe_dsa", "tiny", "f32", NULL},
         {"glm_moe_dsa", "tiny", "bf16", NULL},    {"glm_moe_dsa", "tiny-shared", "f32", NULL}, {"glm_moe_dsa", "tiny-shared", "bf16", NULL},
         {"glm_moe_dsa", "tiny", "bf16", "int4"},  {"deepseek_v32", "tiny", "bf16", "fp8"},
+        {"glm_moe_dsa", "tiny-shared", "fp8", "int4"}, {"deepseek_v32", "tiny", "fp8", NULL}, /* --kv-dtype fp8: compact rows, rope bf16 */
     };
     int failures = 0;
     char cmd[16384];
