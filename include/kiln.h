@@ -248,9 +248,11 @@ typedef struct kiln_kv_info {
     /* DeepSeek sparse attention models (deepseek_v32, glm_moe_dsa): the K row is [latent (dsa_latent)
      * | rope part (dsa_rope) | indexer key (dsa_index_key)], stored compact (docs/DSA.md): latent and
      * indexer key as FP8 E4M3 codes with an f32 scale per 128 values, the rope part in `dtype`
-     * (f32 or bf16); dsa_row_bytes per token per layer. dsa_fp8: --kv-dtype fp8 was asked and gives
-     * this layout with a bf16 rope part (SGLang's / vLLM's). All 0 for other models. */
-    int dsa_latent, dsa_rope, dsa_index_key, dsa_row_bytes, dsa_fp8;
+     * (f32 or bf16); dsa_row_bytes per token per layer with an indexer; dsa_key_layers of the
+     * n_layers have one (the others reuse a selection and store rows without the key). dsa_fp8:
+     * --kv-dtype fp8 was asked and gives this layout with a bf16 rope part (SGLang's / vLLM's). All 0
+     * for other models. */
+    int dsa_latent, dsa_rope, dsa_index_key, dsa_row_bytes, dsa_key_layers, dsa_fp8;
 } kiln_kv_info;
 
 /* The KV pool a session with these options would get, without allocating it or running any

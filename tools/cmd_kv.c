@@ -213,22 +213,24 @@ int cmd_inspect_kv(int argc, char **argv) {
                "\"bytes_per_token\": %llu, \"capacity_tokens\": %lld, \"pages\": %lld, \"page_bytes\": %llu, "
                "\"page_data_bytes\": %llu, \"page_meta_bytes\": %llu, \"pool_fixed_bytes\": %llu, \"mem_bytes\": %lld, "
                "\"n_layers\": %d, \"n_kv_heads\": %d, \"k_dim\": %d, \"v_dim\": %d, \"v_shares_k\": %s, \"max_context\": %d, "
-               "\"dsa_latent\": %d, \"dsa_rope\": %d, \"dsa_index_key\": %d, \"dsa_row_bytes\": %d}\n",
+               "\"dsa_latent\": %d, \"dsa_rope\": %d, \"dsa_index_key\": %d, \"dsa_row_bytes\": %d, \"dsa_key_layers\": %d}\n",
                in.dtype_name, mode, src, in.page_tokens, (unsigned long long)in.bytes_per_token, (long long)in.capacity_tokens,
                (long long)in.n_pages, (unsigned long long)in.page_bytes, (unsigned long long)in.page_data_bytes,
                (unsigned long long)in.page_meta_bytes, (unsigned long long)in.pool_fixed_bytes, (long long)in.mem_bytes, in.n_layers,
                in.n_kv_heads, in.k_dim, in.v_dim, in.v_shares_k ? "true" : "false", in.max_context,
-               in.dsa_latent, in.dsa_rope, in.dsa_index_key, in.dsa_row_bytes);
+               in.dsa_latent, in.dsa_rope, in.dsa_index_key, in.dsa_row_bytes, in.dsa_key_layers);
     } else {
         printf("kv dtype:        %s (scales: %s)\n", in.dtype_name, mode);
         if (in.dtype == KILN_KV_FP8) printf("scale source:    %s\n", in.scale_source);
         printf("layout:          %d layers × %d KV heads × (K %d%s V %d) values per token\n", in.n_layers, in.n_kv_heads, in.k_dim,
                in.v_shares_k ? ", V = first" : " +", in.v_dim);
         if (in.dsa_index_key)
-            printf("row:             latent %d + rope %d + indexer key %d, %d bytes (sparse attention: the latent and the indexer\n"
-                   "                 key as FP8 E4M3 codes with a power-of-two f32 scale per 128, as the model rounds them, kept\n"
-                   "                 exactly; the rope part in %s%s)\n",
-                   in.dsa_latent, in.dsa_rope, in.dsa_index_key, in.dsa_row_bytes, in.dtype_name,
+            printf("row:             latent %d + rope %d + indexer key %d, %d bytes, the key in %d of %d layers (the others\n"
+                   "                 reuse a selection: %d bytes) (sparse attention: the latent and the indexer key as FP8 E4M3\n"
+                   "                 codes with a power-of-two f32 scale per 128, as the model rounds them, kept exactly; the\n"
+                   "                 rope part in %s%s)\n",
+                   in.dsa_latent, in.dsa_rope, in.dsa_index_key, in.dsa_row_bytes, in.dsa_key_layers, in.n_layers,
+                   in.dsa_row_bytes - in.dsa_index_key - in.dsa_index_key / 32, in.dtype_name,
                    in.dsa_fp8 ? ": --kv-dtype fp8 gives SGLang's / vLLM's FP8 layout, whose rope part is bf16" : "");
         printf("bytes per token: %llu\n", (unsigned long long)in.bytes_per_token);
         printf("page:            %d tokens, %llu bytes (%llu data + %llu metadata)\n", in.page_tokens, (unsigned long long)in.page_bytes,

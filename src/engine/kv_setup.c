@@ -44,6 +44,7 @@ void kiln_kv_layout_for_model(const struct kiln_model *m, kiln_kv_config *c) {
         c->dsa_latent = hp->kv_v_dim;
         c->dsa_rope = hp->rotary_dim;
         c->dsa_key = hp->head_dim - hp->kv_v_dim - hp->rotary_dim;
+        c->dsa_key_layers = hp->kv_dsa_key_layers; /* shared-indexer layers store no key */
     }
 }
 

@@ -40,7 +40,7 @@ kiln_status kiln_mtp_create(struct kiln_model *m, const kiln_backend *be, const 
     c.v_shares_k = target_kv->v_shares_k;
     c.dsa_latent = target_kv->dsa_latent; /* DSA: the same compact rows */
     c.dsa_rope = target_kv->dsa_rope;
-    c.dsa_key = target_kv->dsa_key;
+    c.dsa_key = target_kv->dsa_key; /* the MTP layer has its own indexer: every (one) layer keyed */
     c.page_tokens = target_kv->page_tokens;
     c.dtype = target_kv->dtype == KILN_KV_F32 ? KILN_KV_F32 : KILN_KV_BF16;
     c.rope_theta = target_kv->rope_theta;

@@ -48,7 +48,8 @@ static void fill_dsa(const kiln_kv_setup *su, kiln_kv_info *in) {
     in->dsa_latent = c->dsa_latent;
     in->dsa_rope = c->dsa_rope;
     in->dsa_index_key = c->dsa_key;
-    in->dsa_row_bytes = (int)kiln_kv_row_bytes(c);
+    for (int l = 0; l < c->n_layers; l++) in->dsa_key_layers += kiln_kv_dsa_has_key(c, l);
+    in->dsa_row_bytes = (int)(c->dsa_latent + c->dsa_latent / 32 + c->dsa_rope * (int)kiln_kv_elem_bytes(c->dtype) + c->dsa_key + c->dsa_key / 32);
     in->dsa_fp8 = su->dsa_fp8_asked;
 }
 
@@ -113,8 +114,9 @@ static void print_summary(const kiln_kv_info *in, int file_ctx, int budget_cappe
     if (budget_capped) fprintf(stderr, "; default budget capped at 1/4 of available memory (--kv-mem sets it)");
     if (in->dsa_index_key)
         fprintf(stderr, "; sparse-attention rows: latent %d as FP8 + %d scales, rope %d in %s, indexer key %d as FP8 + %d scale%s = %d "
-                "bytes per layer (the model's own FP8 rounding, held exactly%s)", in->dsa_latent, in->dsa_latent / 128, in->dsa_rope,
-                in->dtype_name, in->dsa_index_key, in->dsa_index_key / 128, in->dsa_index_key > 128 ? "s" : "", in->dsa_row_bytes,
+                "bytes per layer, the key in %d of %d layers (the model's own FP8 rounding, held exactly%s)", in->dsa_latent,
+                in->dsa_latent / 128, in->dsa_rope, in->dtype_name, in->dsa_index_key, in->dsa_index_key / 128,
+                in->dsa_index_key > 128 ? "s" : "", in->dsa_row_bytes, in->dsa_key_layers, in->n_layers,
                 in->dsa_fp8 ? "; --kv-dtype fp8 gives this layout, rope part in bf16 as SGLang and vLLM store it" : "");
     fprintf(stderr, "\n");
 }

@@ -75,7 +75,7 @@ struct kiln_kv_integ {
     const kiln_kv_seq *arm_seq;
     int64_t lw_unit;         /* snapshot of the row the armed store writes */
     uint8_t *lw_buf, *lw_ptr;
-    size_t lw_len;
+    size_t lw_len, lw_row;   /* the buffer's capacity; the saved row's bytes */
     int32_t lw_page;
 };
 
@@ -120,9 +120,10 @@ static inline size_t uidx(const kiln_kv_integ *g, int32_t pg, int l, int kind, i
 }
 static inline uint8_t *unit_ptr(const kiln_kv_pool *p, int32_t pg, int l, int kind, int h) {
     if (kind && !p->cfg.v_shares_k) return p->v[l] + (size_t)pg * p->page_v + (size_t)h * p->head_v;
-    return p->k[l] + (size_t)pg * p->page_k + (size_t)h * p->head_k;
+    return p->k[l] + (size_t)pg * kiln_kv_page_k_at(p, l) + (size_t)h * kiln_kv_head_k_at(p, l);
 }
-static inline size_t unit_row(const kiln_kv_pool *p, int kind) { return kind ? p->row_v : p->row_k; }
+/* Row bytes of layer l's K (kind 0) or V (1) units (K rows differ per layer in DSA pools, kv.h). */
+static inline size_t unit_row(const kiln_kv_pool *p, int l, int kind) { return kind ? p->row_v : kiln_kv_row_k_at(p, l); }
 /* The dynamic scale slot of (layer, page, kind, head): the same layout as kv.c's dslot(). */
 static inline float *dyn_slot(const kiln_kv_pool *p, int l, int32_t pg, int kind, int h) {
     const int H = p->cfg.n_kv_heads, nk = p->cfg.v_shares_k ? 1 : 2;
@@ -532,7 +533,7 @@ static void check_params(kiln_kv_pool *p, kiln_kv_integ *g, int l, kiln_kv_seq *
 
 /* Verifies unit (pg, l, kind, h) against seed over n_rows rows; counts; no tag. */
 static int verify_unit(kiln_kv_integ *g, const kiln_kv_pool *p, int32_t pg, int l, int kind, int h, int n_rows, uint64_t seed) {
-    size_t nb = (size_t)n_rows * unit_row(p, kind);
+    size_t nb = (size_t)n_rows * unit_row(p, l, kind);
     add(&g->st.checks, 1);
     add(&g->st.bytes_verified, nb);
     return (hash_bytes(g, unit_ptr(p, pg, l, kind, h), nb) ^ seed) == g->seal[uidx(g, pg, l, kind, h)];
@@ -588,7 +589,7 @@ static void before_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos)
     }
     if (g->arm_lost && (!g->arm_seq || g->arm_seq == s) && pg >= 0 && pg < p->n_pages) {
         int kind = (int)rng_below(&g->inj_rng, (uint32_t)g->nk), h = (int)rng_below(&g->inj_rng, (uint32_t)g->H);
-        size_t row = unit_row(p, kind);
+        size_t row = unit_row(p, l, kind);
         if (g->lw_len < row) {
             free(g->lw_buf);
             g->lw_buf = malloc(row);
@@ -596,6 +597,7 @@ static void before_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos)
         }
         if (g->lw_buf) {
             g->lw_ptr = unit_ptr(p, pg, l, kind, h) + (size_t)(pos % pt) * row;
+            g->lw_row = row;
             memcpy(g->lw_buf, g->lw_ptr, row);
             g->lw_unit = (int64_t)uidx(g, pg, l, kind, h);
             g->lw_page = pg;
@@ -638,7 +640,7 @@ static void after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos) 
             if (g->taint[kind * g->H + h]) continue;
             size_t u = uidx(g, pg, l, kind, h);
             const uint32_t pb = param_bits(p, l, pg, kind, h);
-            const size_t row = unit_row(p, kind);
+            const size_t row = unit_row(p, l, kind);
             uint64_t content;
             if (append) {
                 content = o > 0 ? g->seal[u] ^ unit_seed(g, obase, l, kind, h, pb) : 0;
@@ -656,7 +658,7 @@ static void after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos) 
     si->hi[l] = pos + 1;
     if (g->arm_lost && g->lw_buf && g->lw_page == pg && (!g->arm_seq || g->arm_seq == s)) {
         /* the write "never reached memory": the row goes back to what it held before the store */
-        size_t row = unit_row(p, (int)(g->lw_unit % g->nk));
+        size_t row = g->lw_row;
         if (memcmp(g->lw_ptr, g->lw_buf, row) != 0) {
             memcpy(g->lw_ptr, g->lw_buf, row);
             inj_fault f = {.kind = KILN_KV_FAULT_LOST_WRITE, .seq = s, .slot = slot, .page = pg, .unit = g->lw_unit};
@@ -700,7 +702,7 @@ static void rewind_to(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_seq_integ *si, in
                         on_detect(g, p, s, slot, pg, (int64_t)u, l, kind, h, diagnose(p, s, si, slot), "rewind");
                         continue;
                     }
-                    g->seal[u] = hash_bytes(g, unit_ptr(p, pg, l, kind, h), (size_t)keep * unit_row(p, kind)) ^ unit_seed(g, nbase, l, kind, h, pb);
+                    g->seal[u] = hash_bytes(g, unit_ptr(p, pg, l, kind, h), (size_t)keep * unit_row(p, l, kind)) ^ unit_seed(g, nbase, l, kind, h, pb);
                     g->tag[u] = 0;
                     g->st.seals++;
                 }
@@ -797,7 +799,7 @@ void kiln_kv_integ_copied(kiln_kv_pool *p, const kiln_kv_seq *src, kiln_kv_seq *
                     continue;
                 }
                 /* sealed from the SOURCE bytes: a copy that did not complete fails on first read */
-                g->seal[u] = hash_bytes(g, unit_ptr(p, from, l, kind, h), (size_t)rows * unit_row(p, kind)) ^
+                g->seal[u] = hash_bytes(g, unit_ptr(p, from, l, kind, h), (size_t)rows * unit_row(p, l, kind)) ^
                              unit_seed(g, dbase, l, kind, h, param_bits(p, l, to, kind, h));
                 g->tag[u] = 0;
                 g->st.seals++;
@@ -895,7 +897,7 @@ static inline int check_unit(kiln_kv_integ *g, const kiln_kv_pool *p, const kiln
     uint64_t ok = seed ^ g->gen_key, t = __atomic_load_n(&g->tag[u], __ATOMIC_RELAXED);
     if (t == ok) return 1;
     if (t == (ok ^ TAG_BAD)) return 0;
-    size_t nb = (size_t)n_rows * unit_row(p, kind);
+    size_t nb = (size_t)n_rows * unit_row(p, l, kind);
     (*checks)++;
     *bytes += nb;
     int good = (hash_bytes(g, unit_ptr(p, pg, l, kind, h), nb) ^ seed) == g->seal[u];
@@ -910,7 +912,7 @@ static void prefetch_slices(const kiln_kv_integ *g, const kiln_kv_pool *p, int32
     if (pg < 0 || pg >= p->n_pages) return;
     for (int kind = 0; kind < g->nk; kind++) {
         const char *a = (const char *)unit_ptr(p, pg, l, kind, h);
-        const size_t nb = (size_t)g->pt * unit_row(p, kind);
+        const size_t nb = (size_t)g->pt * unit_row(p, l, kind);
         for (size_t o = 0; o < nb; o += 64) __builtin_prefetch(a + o, 0, 3);
     }
 }
@@ -931,7 +933,7 @@ static int check_fused(kiln_kv_integ *g, const kiln_kv_pool *p, const kiln_kv_se
         if (t == ok) return 1;
         if (t == bad) return 0;
     }
-    const size_t row = unit_row(p, kind);
+    const size_t row = unit_row(p, l, kind);
     const uint8_t *slice = unit_ptr(p, pg, l, kind, h);
     (*checks)++;
     *bytes += (size_t)n_rows * row;
@@ -971,7 +973,7 @@ static int attend_fused(const kiln_kv_pool *p, kiln_kv_integ *g, int layer, cons
     uint64_t uadd[2] = {0, 0};
     for (int kind = 0; fast && kind < g->nk; kind++)
         uadd[kind] = unit_seed(g, 0, layer, kind, kvh, param_bits(p, layer, 0, kind, kvh));
-    const size_t unit_bytes_row = p->row_k + (g->nk > 1 ? p->row_v : 0);
+    const size_t unit_bytes_row = kiln_kv_row_k_at(p, layer) + (g->nk > 1 ? p->row_v : 0);
     if (g->call_key && b < t1) {
         /* inside a multi-chunk call: the leading pages whose slices were verified earlier in the call
          * (tags) are read without hashing — later chunks of a long prompt re-read the whole prefix,
@@ -1341,7 +1343,7 @@ static int inject_partial_copy(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_seq_inte
     free_seq_state(tmp.integ);
     free(tmp.pages);
     int l0 = (int)rng_below(rng, (uint32_t)g->L), k0 = (int)rng_below(rng, (uint32_t)g->nk), h0 = (int)rng_below(rng, (uint32_t)g->H);
-    size_t nb = (size_t)pt * unit_row(p, k0);
+    size_t nb = (size_t)pt * unit_row(p, l0, k0);
     uint8_t *old = malloc(nb);
     if (!old) { kiln_kv_page_unref(p, to); return 0; }
     memcpy(old, unit_ptr(p, to, l0, k0, h0), nb);
@@ -1356,11 +1358,11 @@ static int inject_partial_copy(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_seq_inte
                 if (!verify_unit(g, p, from, l, kind, h, pt, unit_seed(g, sbase, l, kind, h, pb)))
                     on_detect(g, p, s, slot, from, (int64_t)uidx(g, from, l, kind, h), l, kind, h, diagnose(p, s, si, slot), "migration source");
                 size_t u = uidx(g, to, l, kind, h);
-                g->seal[u] = hash_bytes(g, unit_ptr(p, from, l, kind, h), (size_t)pt * unit_row(p, kind)) ^ unit_seed(g, dbase, l, kind, h, pb);
+                g->seal[u] = hash_bytes(g, unit_ptr(p, from, l, kind, h), (size_t)pt * unit_row(p, l, kind)) ^ unit_seed(g, dbase, l, kind, h, pb);
                 g->tag[u] = 0;
                 g->st.seals++;
             }
-        memcpy(p->k[l] + (size_t)to * p->page_k, p->k[l] + (size_t)from * p->page_k, p->page_k);
+        memcpy(p->k[l] + (size_t)to * kiln_kv_page_k_at(p, l), p->k[l] + (size_t)from * kiln_kv_page_k_at(p, l), kiln_kv_page_k_at(p, l));
         if (!p->cfg.v_shares_k) memcpy(p->v[l] + (size_t)to * p->page_v, p->v[l] + (size_t)from * p->page_v, p->page_v);
         if (p->dscale)
             for (int kind = 0; kind < g->nk; kind++)
@@ -1415,7 +1417,7 @@ int kiln_kv_integ_inject(kiln_kv_pool *p, kiln_kv_seq *s, kiln_kv_fault kind, ui
     case KILN_KV_FAULT_MULTIBIT: {
         if (!pick_unit(p, si, s->n_pages, rng, 0, &slot, &l, &uk, &h, &rows)) return 0;
         int32_t pg = s->pages[slot];
-        uint64_t nbits = (uint64_t)rows * unit_row(p, uk) * 8, bits[8];
+        uint64_t nbits = (uint64_t)rows * unit_row(p, l, uk) * 8, bits[8];
         inj_fault f = {.kind = kind, .seq = s, .slot = slot, .page = pg, .unit = (int64_t)uidx(g, pg, l, uk, h)};
         int n = kind == KILN_KV_FAULT_BITFLIP ? 1 : 2 + (int)rng_below(rng, 7);
         for (int i = 0; i < n; i++) {

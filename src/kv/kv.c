@@ -29,15 +29,19 @@ static int n_kinds(const kiln_kv_config *c) { return c->v_shares_k ? 1 : 2; } /*
 
 /* DSA compact row (kv.h): E4M3 codes + one f32 scale per 128 for the latent and the indexer key,
  * the rope part in the pool's dtype. */
-static size_t dsa_row_bytes(const kiln_kv_config *c) {
-    return (size_t)c->dsa_latent + (size_t)c->dsa_latent / 32 + (size_t)c->dsa_rope * kiln_kv_elem_bytes(c->dtype) + (size_t)c->dsa_key +
-           (size_t)c->dsa_key / 32;
+static size_t dsa_row_bytes(const kiln_kv_config *c, int with_key) {
+    return (size_t)c->dsa_latent + (size_t)c->dsa_latent / 32 + (size_t)c->dsa_rope * kiln_kv_elem_bytes(c->dtype) +
+           (with_key ? (size_t)c->dsa_key + (size_t)c->dsa_key / 32 : 0);
 }
-size_t kiln_kv_row_bytes(const kiln_kv_config *c) {
-    return c->dsa_latent > 0 ? dsa_row_bytes(c) : (size_t)kdim(c) * kiln_kv_elem_bytes(c->dtype);
+size_t kiln_kv_row_bytes(const kiln_kv_config *c, int l) {
+    return c->dsa_latent > 0 ? dsa_row_bytes(c, kiln_kv_dsa_has_key(c, l)) : (size_t)kdim(c) * kiln_kv_elem_bytes(c->dtype);
 }
 uint64_t kiln_kv_token_bytes(const kiln_kv_config *c) {
-    if (c->dsa_latent > 0) return (uint64_t)c->n_layers * dsa_row_bytes(c); /* one head, V = a view of the row */
+    if (c->dsa_latent > 0) { /* one head, V = a view of the row */
+        uint64_t b = 0;
+        for (int l = 0; l < c->n_layers; l++) b += kiln_kv_row_bytes(c, l);
+        return b;
+    }
     uint64_t vals = (uint64_t)kdim(c) + (c->v_shares_k ? 0 : (uint64_t)vdim(c));
     return (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * vals * kiln_kv_elem_bytes(c->dtype);
 }
@@ -133,7 +137,20 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
     p->cfg.k_scale = p->cfg.v_scale = NULL;
     p->n_pages = (int)n_pages;
     p->elem_bytes = kiln_kv_elem_bytes(cfg->dtype);
-    p->row_k = kiln_kv_row_bytes(&p->cfg);
+    p->row_kl = malloc((size_t)L * sizeof *p->row_kl);
+    if (cfg->dsa_key_layers && (p->dsa_keyl = malloc((size_t)L)) != NULL) memcpy(p->dsa_keyl, cfg->dsa_key_layers, (size_t)L);
+    p->cfg.dsa_key_layers = p->dsa_keyl;
+    if (!p->row_kl || (cfg->dsa_key_layers && !p->dsa_keyl)) {
+        free(p->row_kl);
+        free(p->dsa_keyl);
+        free(p);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    }
+    p->row_k = 0;
+    for (int l = 0; l < L; l++) {
+        p->row_kl[l] = kiln_kv_row_bytes(&p->cfg, l);
+        if (p->row_kl[l] > p->row_k) p->row_k = p->row_kl[l];
+    }
     if (cfg->dsa_latent > 0) {
         p->dsa_rope_at = (size_t)cfg->dsa_latent + (size_t)cfg->dsa_latent / 32;
         p->dsa_key_at = p->dsa_rope_at + (size_t)cfg->dsa_rope * p->elem_bytes;
@@ -154,7 +171,8 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
      * that first writes a fresh OS page pays a page fault inside the step (20–50 µs apiece on the
      * dev VM, ~2 per bench-500m token). The cap keeps a pool sized for a long context (tens of GiB
      * for 128K tokens) from being committed, and its creation fast; beyond it pages map on use. */
-    const size_t pool_bytes = (size_t)L * (p->page_k + (cfg->v_shares_k ? 0 : p->page_v)) * (size_t)n_pages;
+    size_t pool_bytes = 0;
+    for (int l = 0; l < L; l++) pool_bytes += (kiln_kv_page_k_at(p, l) + (cfg->v_shares_k ? 0 : p->page_v)) * (size_t)n_pages;
     const size_t pre_pages = pool_bytes <= KV_PREFAULT_BYTES ? (size_t)n_pages
                                                             : (size_t)((double)n_pages * ((double)KV_PREFAULT_BYTES / (double)pool_bytes));
     for (int l = 0; ok && l < L; l++) {
@@ -163,10 +181,10 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
          * KV write of a decode step touches one slice per layer). bench-500m at 4,096 tokens has 2 MiB
          * per layer array, which the earlier 4 MiB threshold left on 4 KiB pages: RoPE + KV write per
          * INT4 decode step 51 → 27 µs (median of 256 steps, instrumented build, two pairs). */
-        p->k[l] = kiln_alloc64(p->page_k * (size_t)n_pages);
+        p->k[l] = kiln_alloc64(kiln_kv_page_k_at(p, l) * (size_t)n_pages);
         p->v[l] = cfg->v_shares_k ? p->k[l] : kiln_alloc64(p->page_v * (size_t)n_pages);
         ok = p->k[l] && p->v[l];
-        if (ok && pre_pages) kiln_prefault(p->k[l], p->page_k * pre_pages);
+        if (ok && pre_pages) kiln_prefault(p->k[l], kiln_kv_page_k_at(p, l) * pre_pages);
         if (ok && pre_pages && p->v[l] != p->k[l]) kiln_prefault(p->v[l], p->page_v * pre_pages);
     }
     size_t nsc = (size_t)n_kinds(cfg) * (size_t)L * (size_t)H;
@@ -230,6 +248,7 @@ void kiln_kv_pool_free(kiln_kv_pool *p) {
         free(p->k[l]);
     }
     free(p->k); free(p->v); free(p->pages); free(p->refcount); free(p->free_list); free(p->k_scale); free(p->k_mean); free(p->rope_cs); free(p->dscale);
+    free(p->row_kl); free(p->dsa_keyl);
     free(p);
 }
 
@@ -306,7 +325,7 @@ kiln_status kiln_kv_seq_share_prefix(kiln_kv_pool *p, kiln_kv_seq *dst, const ki
     if (part) {
         int32_t from = src->pages[full], to = take_page(p);
         for (int l = 0; l < p->cfg.n_layers; l++) {
-            memcpy(p->k[l] + (size_t)to * p->page_k, p->k[l] + (size_t)from * p->page_k, p->page_k);
+            memcpy(p->k[l] + (size_t)to * kiln_kv_page_k_at(p, l), p->k[l] + (size_t)from * kiln_kv_page_k_at(p, l), kiln_kv_page_k_at(p, l));
             if (!p->cfg.v_shares_k) memcpy(p->v[l] + (size_t)to * p->page_v, p->v[l] + (size_t)from * p->page_v, p->page_v);
             if (p->dscale)
                 memcpy(dslot(p, l, to, 0, 0), dslot(p, l, from, 0, 0), (size_t)n_kinds(&p->cfg) * (size_t)p->cfg.n_kv_heads * sizeof(float));
@@ -373,7 +392,7 @@ static inline float decode1(kiln_kv_dtype dt, const uint8_t *row, int i) {
 static inline uint8_t *row_ptr(const kiln_kv_pool *p, int is_v, int l, int32_t pg, int h, int off) {
     if (is_v && !p->cfg.v_shares_k)
         return p->v[l] + (size_t)pg * p->page_v + (size_t)h * p->head_v + (size_t)off * p->row_v;
-    return p->k[l] + (size_t)pg * p->page_k + (size_t)h * p->head_k + (size_t)off * p->row_k;
+    return p->k[l] + (size_t)pg * kiln_kv_page_k_at(p, l) + (size_t)h * kiln_kv_head_k_at(p, l) + (size_t)off * kiln_kv_row_k_at(p, l);
 }
 
 static float amax_of(const float *x, int n) {
@@ -457,12 +476,14 @@ static void store_fp8_blocks(const kiln_kv_ktable *t, uint8_t *dst, const float 
         memcpy(dst + n + (size_t)b0 / 32, &s, sizeof s);
     }
 }
-static void store_dsa_row(const kiln_kv_ktable *t, const kiln_kv_pool *p, uint8_t *dst, const float *x) {
+/* Layer l's row: the key values of x are dropped where the layer stores no key (they are zeros:
+ * model/mla.c). */
+static void store_dsa_row(const kiln_kv_ktable *t, const kiln_kv_pool *p, int l, uint8_t *dst, const float *x) {
     const kiln_kv_config *c = &p->cfg;
     store_fp8_blocks(t, dst, x, c->dsa_latent);
     if (c->dtype == KILN_KV_F32) memcpy(dst + p->dsa_rope_at, x + c->dsa_latent, (size_t)c->dsa_rope * sizeof(float));
     else quant_bf16_t(t, x + c->dsa_latent, c->dsa_rope, (uint16_t *)(dst + p->dsa_rope_at)); /* 2-byte aligned: the latent's bytes are a multiple of 4 */
-    store_fp8_blocks(t, dst + p->dsa_key_at, x + c->dsa_latent + c->dsa_rope, c->dsa_key);
+    if (kiln_kv_dsa_has_key(c, l)) store_fp8_blocks(t, dst + p->dsa_key_at, x + c->dsa_latent + c->dsa_rope, c->dsa_key);
 }
 
 void kiln_kv_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, const float *k, const float *v) {
@@ -482,7 +503,7 @@ void kiln_kv_store_cx(const kiln_kctx *cx, kiln_kv_pool *p, const kiln_kv_seq *s
     }
     float rot[256];
     if (p->dsa_key_at) { /* DSA compact rows: one head, V is a view of the row */
-        store_dsa_row(t, p, row_ptr(p, 0, layer, pg, 0, off), k);
+        store_dsa_row(t, p, layer, row_ptr(p, 0, layer, pg, 0, off), k);
     } else for (int h = 0; h < p->cfg.n_kv_heads; h++) {
         const float *mu = p->k_mean ? p->k_mean + ((size_t)layer * p->cfg.n_kv_heads + (size_t)h) * (size_t)kd : NULL;
         if (mu && p->rope_cs) { rope_rotate(p, pos, mu, rot); mu = rot; }
@@ -499,14 +520,16 @@ static float row_scale(const kiln_kv_pool *p, int is_v, int l, int32_t pg, int h
     return (is_v ? p->v_scale : p->k_scale)[(size_t)l * p->cfg.n_kv_heads + h];
 }
 
-/* Values [off, off + n) of a DSA compact row r (kv.h), decoded: codes × their block's scale (exact),
- * the rope part from its dtype. */
-static void read_dsa_part(const kiln_kv_pool *p, const uint8_t *r, int off, int n, float *out) {
+/* Values [off, off + n) of a DSA compact row r of layer l (kv.h), decoded: codes × their block's
+ * scale (exact), the rope part from its dtype; the key of a layer that stores none reads as zeros. */
+static void read_dsa_part(const kiln_kv_pool *p, int l, const uint8_t *r, int off, int n, float *out) {
     const kiln_kv_config *c = &p->cfg;
-    const int lat = c->dsa_latent, rope_end = lat + c->dsa_rope;
+    const int lat = c->dsa_latent, rope_end = lat + c->dsa_rope, has_key = kiln_kv_dsa_has_key(c, l);
     for (int i = off; i < off + n; i++) {
         float v;
-        if (i < lat || i >= rope_end) { /* an FP8 field: codes, then one scale per 128 after them */
+        if (i >= rope_end && !has_key) {
+            v = 0.0f;
+        } else if (i < lat || i >= rope_end) { /* an FP8 field: codes, then one scale per 128 after them */
             const uint8_t *f = i < lat ? r : r + p->dsa_key_at;
             const int j = i < lat ? i : i - rope_end, len = i < lat ? lat : c->dsa_key;
             float sc;
@@ -539,7 +562,7 @@ void kiln_kv_read_rows_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int lay
     for (int t = pos0; t < pos0 + count; t++, out += n) {
         const int32_t pg = s->pages[t / pt];
         const uint8_t *r = row_ptr(p, 0, layer, pg, h, t % pt);
-        if (p->dsa_key_at) { read_dsa_part(p, r, off, n, out); continue; }
+        if (p->dsa_key_at) { read_dsa_part(p, layer, r, off, n, out); continue; }
         const float sc = row_scale(p, 0, layer, pg, h);
         switch (p->cfg.dtype) {
         case KILN_KV_F32:
@@ -743,11 +766,11 @@ static void make_span(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, in
     sp->kbase = p->k[layer];
     sp->vbase = p->v[layer];
     sp->pages = s->pages;
-    sp->page_k = p->page_k;
-    sp->page_v = p->cfg.v_shares_k ? p->page_k : p->page_v;
-    sp->head_k = (size_t)kvh * p->head_k;
-    sp->head_v = (size_t)kvh * (p->cfg.v_shares_k ? p->head_k : p->head_v);
-    sp->row_k = p->row_k;
+    sp->page_k = kiln_kv_page_k_at(p, layer);
+    sp->page_v = p->cfg.v_shares_k ? sp->page_k : p->page_v;
+    sp->head_k = (size_t)kvh * kiln_kv_head_k_at(p, layer);
+    sp->head_v = (size_t)kvh * (p->cfg.v_shares_k ? kiln_kv_head_k_at(p, layer) : p->head_v);
+    sp->row_k = kiln_kv_row_k_at(p, layer);
     sp->row_v = p->row_v;
     sp->page_tokens = p->cfg.page_tokens;
     sp->k_dim = p->cfg.k_dim;

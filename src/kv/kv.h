@@ -79,6 +79,10 @@ typedef struct kiln_kv_config {
      * E4M3 × s0 with s0 >= the scale recomputed from the rounded block is E4M3 × the new scale), so
      * reading back gives the model's values bit for bit. dsa_latent and dsa_key: multiples of 128. */
     int dsa_latent, dsa_rope, dsa_key;
+    /* DSA: [n_layers] 1 = the layer's rows hold an indexer key, 0 = they end after the rope part (a
+     * layer that reuses another layer's selection: no key bytes at all); NULL = every layer. Copied
+     * by kiln_kv_pool_create. */
+    const unsigned char *dsa_key_layers;
 } kiln_kv_config;
 
 /* Page header (16 bytes). One per page, counted in the page's cost together with the page's
@@ -94,9 +98,13 @@ typedef struct kiln_kv_pool {
     kiln_kv_config cfg;     /* resolved: k_dim / v_dim set, scale pointers cleared */
     int n_pages;
     size_t elem_bytes;      /* bytes per stored value */
-    size_t row_k, row_v;    /* bytes of one position's row of one head (row_v = row_k when shared) */
-    size_t head_k, head_v;  /* bytes of one head's slice of a page: page_tokens × row */
-    size_t page_k, page_v;  /* bytes of one page in one layer's K (V) array */
+    size_t row_k, row_v;    /* bytes of one position's row of one head (row_v = row_k when shared);
+                               K: the largest layer's — kiln_kv_row_k_at gives each layer's (DSA
+                               layers without an indexer key have shorter rows) */
+    size_t head_k, head_v;  /* bytes of one head's slice of a page: page_tokens × row (K: the largest) */
+    size_t page_k, page_v;  /* bytes of one page in one layer's K (V) array (K: the largest) */
+    size_t *row_kl;         /* [n_layers] each layer's K row bytes */
+    unsigned char *dsa_keyl; /* [n_layers] copy of cfg.dsa_key_layers (NULL when it was NULL) */
     uint8_t **k, **v;       /* [n_layers] → [n_pages × page_k] (v[l] == k[l] when v_shares_k) */
     float *k_scale, *v_scale; /* static FP8: [n_layers × n_kv_heads] (v_scale == k_scale when shared) */
     float *k_mean;          /* K smoothing means [n_layers × n_kv_heads × k_dim], or NULL */
@@ -120,10 +128,18 @@ typedef struct kiln_kv_seq {
     struct kiln_kv_seq_integ *integ; /* KV integrity: tokens, binding records (kv/integrity.h); NULL = none yet */
 } kiln_kv_seq;
 
+/* Layer l's K row, head slice and page bytes (a layer's K array is n_pages × page bytes). */
+static inline size_t kiln_kv_row_k_at(const kiln_kv_pool *p, int l) { return p->row_kl[l]; }
+static inline size_t kiln_kv_head_k_at(const kiln_kv_pool *p, int l) { return p->row_kl[l] * (size_t)p->cfg.page_tokens; }
+static inline size_t kiln_kv_page_k_at(const kiln_kv_pool *p, int l) { return kiln_kv_head_k_at(p, l) * (size_t)p->cfg.n_kv_heads; }
+/* Whether layer l of a DSA pool stores an indexer key. */
+static inline int kiln_kv_dsa_has_key(const kiln_kv_config *c, int l) { return !c->dsa_key_layers || c->dsa_key_layers[l]; }
+
 /* ---- sizes (pure arithmetic on a config; no allocation) ---- */
 size_t kiln_kv_elem_bytes(kiln_kv_dtype dt);
-/* Bytes of one position's K row of one KV head (the DSA compact row's bytes when cfg.dsa_latent). */
-size_t kiln_kv_row_bytes(const kiln_kv_config *cfg);
+/* Bytes of one position's K row of one KV head in layer l (the DSA compact row's bytes when
+ * cfg.dsa_latent; without its key when that layer stores none). */
+size_t kiln_kv_row_bytes(const kiln_kv_config *cfg, int l);
 /* Bytes of KV data one token costs over all layers (K and V): the figure that halves with FP8.
  * E.g. Kimi-K2 (61 layers × 576 latent values, v_shares_k): 70,272 BF16, 35,136 FP8. */
 uint64_t kiln_kv_token_bytes(const kiln_kv_config *cfg);

@@ -121,7 +121,8 @@ static void scan_range(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1)
     const uint8_t *key[2][SCAN_BLOCK];
     const size_t kbytes = (size_t)c->d + (size_t)c->d / 32;
     /* head 0's row of position pos: its indexer key (codes, then scales) */
-#define KEY_AT(pos) (p->k[c->layer] + (size_t)c->s->pages[(pos) / pt] * p->page_k + (size_t)((pos) % pt) * p->row_k + p->dsa_key_at)
+    const size_t page_b = kiln_kv_page_k_at(p, c->layer), row_b = kiln_kv_row_k_at(p, c->layer);
+#define KEY_AT(pos) (p->k[c->layer] + (size_t)c->s->pages[(pos) / pt] * page_b + (size_t)((pos) % pt) * row_b + p->dsa_key_at)
     for (int t = t0; t < t1 && t < t0 + SCAN_BLOCK; t++) key[0][t - t0] = KEY_AT(t);
     for (int b0 = t0, cur = 0; b0 < t1; b0 += SCAN_BLOCK, cur ^= 1) {
         const int B = t1 - b0 < SCAN_BLOCK ? t1 - b0 : SCAN_BLOCK;
@@ -200,7 +201,8 @@ static void select_token(void *arg, int64_t i) {
 void kiln_kv_index_topk_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                            const float *qi, int n_ih, int d, int off, const float *w, float w_scale, int topk, int32_t *sel, int *nsel) {
     const double t0 = kiln_now();
-    if (!p->dsa_key_at || d != p->cfg.dsa_key || off != p->cfg.dsa_latent + p->cfg.dsa_rope) { /* mla.c checks the pool first */
+    if (!p->dsa_key_at || d != p->cfg.dsa_key || off != p->cfg.dsa_latent + p->cfg.dsa_rope || !kiln_kv_dsa_has_key(&p->cfg, layer)) {
+        /* not a DSA pool's keyed layer (mla.c checks the pool first): nothing to select */
         for (int i = 0; i < n; i++) nsel[i] = 0;
         return;
     }

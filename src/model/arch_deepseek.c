@@ -109,6 +109,7 @@ static kiln_status dsa_read(struct kiln_model *m, json_t *cfg, const char *file,
     ah->idx_full = kiln_model_own(m, calloc((size_t)m->hp.n_layers, 1));
     if (!ah->idx_full) return kiln_fail_oom(m->path, "indexer layer flags (num_hidden_layers)", (unsigned long long)m->hp.n_layers);
     KILN_TRY(dsa_layer_types(m, cfg, file, ah->idx_full));
+    m->hp.kv_dsa_key_layers = ah->idx_full;
     m->hp.head_dim = c->kv_lora_rank + c->qk_rope + c->idx_dim;
     m->hp.kv_dsa = 1;
     return KILN_OK;

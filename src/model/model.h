@@ -40,6 +40,9 @@ typedef struct kiln_hparams {
      * model to FP8 with power-of-two scales per 128 values (docs/DSA.md); F32 and BF16 pools hold
      * those values exactly, an FP8 pool with one scale per layer would round them a second time. */
     int kv_dsa;
+    /* DSA: [n_layers] 1 = the layer has its own indexer and caches its key; 0 = it reuses another
+     * layer's selection (GLM-5.2's shared indexer) and its row stores no key. NULL = every layer. */
+    const unsigned char *kv_dsa_key_layers;
 } kiln_hparams;
 
 

@@ -65,6 +65,23 @@ def main():
             if got != want or kv["k_dim"] != sum(want) or kv["v_dim"] != cfg["kv_lora_rank"]:
                 print("FAIL %s/%s: kiln inspect --kv row %s (k_dim %d, v_dim %d), expected %s" % (arch, preset, got, kv["k_dim"], kv["v_dim"], want))
                 ok = False
+            # the compact rows' bytes (SGLang's / vLLM's layout, docs/DSA.md), computed here from the
+            # config: latent and key as 1-byte codes + a 4-byte scale per 128, rope in the page dtype
+            # (an F32 checkpoint: f32), the key only in layers with their own indexer
+            types = cfg.get("indexer_types") or []
+            pattern = cfg.get("index_topk_pattern")
+            if not types and isinstance(pattern, str):
+                types = ["full" if ch == "F" else "shared" for ch in pattern]
+            keyed = sum(1 for t in types if t == "full") if types else cfg["num_hidden_layers"]
+            r, dr, di = want
+            base = r + r // 128 * 4 + dr * 4
+            want_bytes = cfg["num_hidden_layers"] * base + keyed * (di + di // 128 * 4)
+            if kv["bytes_per_token"] != want_bytes or kv["dsa_row_bytes"] != base + di + di // 128 * 4 or kv["dsa_key_layers"] != keyed:
+                print("FAIL %s/%s: kiln inspect --kv: %d bytes per token (row %d, key in %d layers), expected %d (row %d, %d layers)" %
+                      (arch, preset, kv["bytes_per_token"], kv["dsa_row_bytes"], kv["dsa_key_layers"], want_bytes, base + di + di // 128 * 4, keyed))
+                ok = False
+            else:
+                print("%s/%s: %d KV bytes per token (%d keyed layers of %d)" % (arch, preset, want_bytes, keyed, cfg["num_hidden_layers"]))
             rng = random.Random(1235)
             prompt = [rng.randrange(cfg["vocab_size"]) for _ in range(64)]
             gap = dense_gap(d, prompt, 32)

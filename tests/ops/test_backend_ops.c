@@ -858,7 +858,7 @@ static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk) {
     kiln_kv_config cfg = {.n_layers = 1, .n_kv_heads = 1, .head_dim = kq + d, .k_dim = kq + d, .v_dim = vd, .v_shares_k = 1,
                           .page_tokens = pt, .dtype = dt, .dsa_latent = lat, .dsa_rope = rope, .dsa_key = d};
     cfg.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&cfg) + (int64_t)(2 * ((ctx + pt - 1) / pt) + 2) * (int64_t)kiln_kv_page_cost(&cfg);
-    assert_int_equal(kiln_kv_row_bytes(&cfg), 128 + 4 + rope * (dt == KILN_KV_F32 ? 4 : 2) + 128 + 4);
+    assert_int_equal(kiln_kv_row_bytes(&cfg, 0), 128 + 4 + rope * (dt == KILN_KV_F32 ? 4 : 2) + 128 + 4);
     const int row = kq + d;
     float *rows = input(ref_be, (size_t)2 * ctx * row);
     for (int t = 0; t < 2 * ctx; t++) {
