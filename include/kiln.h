@@ -443,6 +443,8 @@ typedef struct kiln_server_options {
      * longest earlier match of its last 1..spec_ngram tokens (0 = 3), while at most spec_max_batch
      * requests run (0 = 4). */
     int spec_k, spec_ngram, spec_max_batch;
+    int spec_mtp;                 /* 1: the drafts come from the model's MTP layer (`--spec mtp`; the
+                                     model must ship one; one process only) instead of prompt lookup */
     const char *test_forced_output; /* test hook: every completion generates exactly the tokens of
                                      this text, then the model's end id (so that tests drive the
                                      parsers with the real format through the real tokenizer) */

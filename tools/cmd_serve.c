@@ -74,11 +74,12 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
     if (strcmp(k, "--tool-parser") == 0) { so->tool_parser = cli_value(a); return 1; }            /* checked at start */
     if (strcmp(k, "--cors-origin") == 0) { so->cors_origin = cli_value(a); return 1; }
     if (strcmp(k, "--reasoning-parser") == 0) { so->reasoning_parser = cli_value(a); return 1; }  /* checked at start */
-    if (strcmp(k, "--spec") == 0) { /* docs/SPECULATIVE.md: prompt lookup for every request (its "speculative" field overrides) */
+    if (strcmp(k, "--spec") == 0) { /* docs/SPECULATIVE.md: drafts for every request (its "speculative" field overrides) */
         const char *m = cli_value(a);
-        if (m && !strcmp(m, "ngram")) { if (!so->spec_k) so->spec_k = 4; }
+        if (m && !strcmp(m, "ngram")) { so->spec_mtp = 0; if (!so->spec_k) so->spec_k = 4; }
+        else if (m && !strcmp(m, "mtp")) { so->spec_mtp = 1; if (!so->spec_k) so->spec_k = 3; }
         else if (m && !strcmp(m, "off")) so->spec_k = 0;
-        else if (m) { fprintf(stderr, "kiln %s: error: option --spec: '%s' is not one of ngram, off\n", a->cmd, m); a->bad = 1; }
+        else if (m) { fprintf(stderr, "kiln %s: error: option --spec: '%s' is not one of ngram, mtp, off\n", a->cmd, m); a->bad = 1; }
         return 1;
     }
     if (strcmp(k, "--spec-k") == 0) { if (cli_long(a, k, cli_value(a), 1, 16, &v)) so->spec_k = (int)v; return 1; }
@@ -96,7 +97,7 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
     "         [--tool-parser auto|glm45|glm47|kimi_k2|none] [--reasoning-parser auto|think|none] [--cors-origin ORIGIN|*]\n" \
     "         [--kv-mem SIZE] [--kv-dtype auto|f32|bf16|fp8] [--kv-page 16] [--ctx N] [--threads N] [--isa ...] [--device cpu|ref|vulkan[:N]] [--fp8-gemv auto|exact|bf16]\n" \
     "         [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N] [--ep 1|N] [--tp-timeout 30]\n" \
-    "         [--spec ngram|off] [--spec-k 4] [--spec-ngram 3] [--spec-max-batch 4]"
+    "         [--spec ngram|mtp|off] [--spec-k 4 (mtp: 3)] [--spec-ngram 3] [--spec-max-batch 4]"
 
 int cmd_serve(int argc, char **argv) {
     args_t a = {argc, argv, 0, "serve", 0};

@@ -7,6 +7,8 @@
 #include "engine/scheduler.h"
 #include "engine/json_grammar.h"
 #include "engine/prefix_cache.h"
+#include "engine/mtp.h"
+#include "model/arch.h"
 #include "base/status.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -75,6 +77,7 @@ kiln_status kiln_req_set_grammar(kiln_req *r, kiln_jg *g) {
 void kiln_req_unref(kiln_req *r) {
     if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
     kiln_req_unref(r->share_from);
+    kiln_mtp_free(r->mtp); /* normally freed at the finish, on the scheduler thread */
     kiln_sampler_free(r->sampler);
     kiln_jg_free(r->grammar);
     free(r->gstate);
@@ -98,6 +101,8 @@ struct kiln_engine {
     kiln_forward_ws ws;
     float *logits;          /* [logits_rows × vocab] */
     int logits_rows;        /* max_batch, grown when speculating requests need a row per draft */
+    float *hid;             /* [hid_rows, dim] the step's last-layer hidden rows, for MTP drafters (NULL until needed) */
+    int hid_rows;
     int16_t *plain_len;     /* structured output: plain_lengths() (NULL until needed) */
     int32_t *b_tok;         /* [step_tokens] the step's tokens ... */
     kiln_kv_seq **b_seq;    /* ... their sequences ... */
@@ -273,6 +278,11 @@ kiln_status kiln_engine_create(kiln_model *m, const kiln_options *o_in, const ki
 
 int kiln_engine_failed(kiln_engine *e) { return atomic_load(&e->failed); }
 
+int kiln_engine_mtp_ok(const kiln_engine *e) {
+    const kiln_arch_model *am = e->m->arch_state;
+    return e->tp == 1 && am && am->n_mtp > 0;
+}
+
 int kiln_engine_context(const kiln_engine *e) { return e->n_ctx; }
 const kiln_kv_pool *kiln_engine_pool(const kiln_engine *e) { return e->pool; }
 const char *kiln_engine_kv_source(const kiln_engine *e) { return e->kv_source; }
@@ -295,7 +305,7 @@ void kiln_engine_free(kiln_engine *e) {
     kiln_kv_pool_free(e->pool);
     kiln_forward_ws_free(&e->ws);
     kiln_backend_free(e->be);
-    free(e->logits); free(e->plain_len); free(e->b_tok); free(e->b_seq); free(e->b_pos); free(e->b_out); free(e->b_req); free(e->b_cnt);
+    free(e->logits); free(e->hid); free(e->plain_len); free(e->b_tok); free(e->b_seq); free(e->b_pos); free(e->b_out); free(e->b_req); free(e->b_cnt);
     free(e->running); free(e->m_pages); free(e->m_hashes); free(e->bad_pages);
     free(e->msg); free(e->drops); free(e->emitted); free(e->bad_codes); free(e->bad_map);
     pthread_mutex_destroy(&e->mu);
@@ -383,6 +393,8 @@ static void wait_unlink(kiln_engine *e, kiln_req *r) { /* under mu */
 
 /* Publishes the end of a request and drops the engine's reference. Its pages must be released. */
 static void publish_finish(kiln_engine *e, kiln_req *r, kiln_finish f, kiln_status err, const char *msg) {
+    kiln_mtp_free(r->mtp); /* the drafter is the scheduler's: freed on its thread */
+    r->mtp = NULL;
     pthread_mutex_lock(&r->mu);
     r->finish = f;
     r->err = err;
@@ -419,6 +431,7 @@ static void preempt(kiln_engine *e, kiln_req *r) {
     r->n_computed = 0;
     r->n_hashed = 0;
     r->preempted++;
+    if (r->mtp) kiln_mtp_truncate(r->mtp, 0); /* recomputed from position 0: its hidden rows come again */
     running_remove(e, r);
     e->acc.preemptions++;
     pthread_mutex_lock(&e->mu);
@@ -483,7 +496,11 @@ static int free_plus_idle(kiln_engine *e) { return e->pool->n_free + (e->cfg.pre
  * tokens are there (keeping one page of headroom per running sequence), or if nothing runs. */
 static int try_admit(kiln_engine *e, kiln_req *r) {
     int k = 0;
-    if (e->cfg.prefix_cache) {
+    /* An MTP drafter needs the target's hidden row of every position (its layer attends over all of
+     * them), which positions taken from the prefix cache never had computed here: such a request
+     * computes its whole prompt (it still offers its pages to the cache for others). */
+    const int mtp = r->spec_mtp && r->spec_k > 0 && kiln_engine_mtp_ok(e);
+    if (e->cfg.prefix_cache && !mtp) {
         int max_pages = (r->n_toks - 1) / e->pt; /* at least one token is computed: its logits are needed */
         k = kiln_pcache_match(&e->pc, r->toks, max_pages, e->m_pages, e->m_hashes);
         /* integrity: the sequence's tokens are its identity; each shared page must verify against it */
@@ -513,6 +530,9 @@ static int try_admit(kiln_engine *e, kiln_req *r) {
     r->n_computed = k * e->pt;
     r->n_hashed = k;
     memcpy(r->hashes, e->m_hashes, (size_t)k * sizeof *r->hashes);
+    /* the drafter: its own KV of the MTP layer for the request's whole context; without the memory
+     * the request decodes without drafts */
+    if (mtp && !r->mtp && kiln_mtp_create(e->m, e->be, &e->pool->cfg, r->n_prompt + r->max_tokens, &r->mtp) != KILN_OK) r->spec_k = 0;
     if (r->cached_tokens < 0) {
         pthread_mutex_lock(&r->mu);
         r->cached_tokens = k * e->pt;
@@ -828,7 +848,7 @@ static void tp_lost(kiln_engine *e) {
 
 /* Whether r speculates at all: a prompt-lookup k, no grammar (drafts would skip its mask), not the
  * forced-output test hook. Decided from what rank 0 announces, so every rank decides alike. */
-static int spec_allowed(const kiln_req *r) { return r->spec_k > 0 && !r->grammar && r->n_forced == 0; }
+static int spec_allowed(const kiln_req *r) { return r->spec_k > 0 && !r->grammar && r->n_forced == 0 && (!r->spec_mtp || r->mtp); }
 
 /* Rank 0: the step message — what reap dropped, then the requests that arrived since the last one
  * (in arrival order; one that does not fit in memory waits, with everything after it). */
@@ -948,6 +968,20 @@ static int spec_rows_fit(kiln_engine *e, int rows) {
     return 1;
 }
 
+/* After a step's forward: each MTP drafter of the batch takes its request's hidden rows (the step's
+ * token and drafts included: rows of rejected drafts are dropped when the drafter next sees where
+ * its target stands, kiln_mtp_hidden_rows). Without them (no memory) it drafts no more. */
+static void mtp_take_hidden(kiln_engine *e, int nb) {
+    const size_t dim = (size_t)e->m->hp.dim;
+    for (int b = 0, t = 0; b < nb; t += e->b_cnt[b++]) {
+        kiln_mtp *d = e->b_req[b]->mtp;
+        if (!d) continue;
+        float *dst = e->ws.hidden_out ? kiln_mtp_hidden_rows(d, e->b_tok + t, e->b_pos[t], e->b_cnt[b]) : NULL;
+        if (dst) memcpy(dst, e->hid + (size_t)t * dim, (size_t)e->b_cnt[b] * dim * sizeof *dst);
+        else d->broken = 1;
+    }
+}
+
 /* One scheduler step (rank 0 or one process). */
 static void step(kiln_engine *e) {
     reap(e, kiln_now());
@@ -981,8 +1015,12 @@ static void step_run(kiln_engine *e) {
             if (cap > r->spec_k) cap = r->spec_k;
             if (cap > SPEC_MAX_K) cap = SPEC_MAX_K;
             if (cap > spec_budget) cap = spec_budget;
-            if (cap > 0 && spec_rows_fit(e, e->n_running + (S - n_dec - spec_budget) + cap))
-                d = kiln_ngram_draft(r->toks, r->n_toks, 1, r->spec_ngram > 0 ? r->spec_ngram : 3, cap, r->toks + r->n_toks);
+            if (cap > 0 && spec_rows_fit(e, e->n_running + (S - n_dec - spec_budget) + cap)) {
+                if (!r->mtp)
+                    d = kiln_ngram_draft(r->toks, r->n_toks, 1, r->spec_ngram > 0 ? r->spec_ngram : 3, cap, r->toks + r->n_toks);
+                else if (kiln_mtp_draft(r->mtp, r->n_computed, r->toks[r->n_computed], cap, r->toks + r->n_toks, &d, NULL) != KILN_OK)
+                    d = r->spec_k = 0; /* the drafter failed (memory): this request goes on without drafts */
+            }
         }
         if (!ensure_pages(e, r, r->n_computed + 1 + d)) continue; /* r was the newest and got preempted */
         r->spec_d = d;
@@ -1050,8 +1088,18 @@ static void step_run(kiln_engine *e) {
                 return;
             }
         }
+    /* MTP drafters read the last-layer hidden row of every position their request computes */
+    int want_hid = 0;
+    for (int b = 0; b < nb; b++) want_hid |= e->b_req[b]->mtp != NULL;
+    if (want_hid && n > e->hid_rows) {
+        float *h = realloc(e->hid, (size_t)n * (size_t)e->m->hp.dim * sizeof *h);
+        if (h) { e->hid = h; e->hid_rows = n; }
+    }
+    e->ws.hidden_out = want_hid && n <= e->hid_rows ? e->hid : NULL;
     kiln_batch batch = {n, e->b_tok, e->b_seq, e->b_pos, e->b_out};
     kiln_status st = kiln_forward_batch(e->m, e->pool, &e->ws, &batch, e->logits);
+    if (st == KILN_OK && want_hid) mtp_take_hidden(e, nb);
+    e->ws.hidden_out = NULL;
     e->acc.steps++;
     e->acc.prefill_tokens += (uint64_t)(n - n_decode);
     for (int b = 0; b < 8; b++)

@@ -58,6 +58,8 @@ struct kiln_req {
     int spec_k, spec_ngram; /* speculative decoding by prompt lookup (docs/SPECULATIVE.md): up to spec_k
                                drafted tokens per step from the longest earlier match of the last
                                1..spec_ngram tokens; 0 = off */
+    int spec_mtp;         /* 1: the spec_k drafts come from the model's MTP layer instead (engine/mtp.h;
+                             kiln_engine_mtp_ok says whether the engine can) */
     kiln_req *share_from; /* n > 1 siblings: the first choice (same prompt); this request is admitted
                              once that one has computed its prompt, so the prompt's full pages
                              come from the prefix cache. Holds a reference (dropped with this one). */
@@ -94,6 +96,8 @@ struct kiln_req {
     int heals;            /* integrity heals since r's last clean step (gives up after 8) */
     int announced;        /* tensor parallel: the other ranks know of r (its arrival was in a step message) */
     int spec_d;           /* drafts in this step's batch (positions n_computed + 1 ...; toks holds them past n_toks) */
+    struct kiln_mtp *mtp; /* spec_mtp: the request's MTP drafter (its own KV of the MTP layer and the
+                             target's hidden rows), made at admission; NULL = none */
     kiln_req *prev, *next;/* waiting list */
     struct kiln_jg_state *gstate; /* the grammar's parser state after the generated tokens */
 };
@@ -176,7 +180,10 @@ kiln_status kiln_engine_follow(kiln_model *m, const kiln_options *o, const kiln_
 /* 1 once a rank was lost (a collective missed its deadline): every request got an error, no new
  * one is accepted, and the process should exit non-zero (kiln_dist_abort). */
 int kiln_engine_failed(kiln_engine *e);
-int kiln_engine_context(const kiln_engine *e);   /* max tokens of one sequence */
+int kiln_engine_context(const kiln_engine *e);
+/* Whether requests may draft with the model's MTP layer (spec_mtp): the model ships one and runs
+ * in one process (the MTP layer is not sharded under --tp). */
+int kiln_engine_mtp_ok(const kiln_engine *e);   /* max tokens of one sequence */
 int64_t kiln_engine_kv_capacity(const kiln_engine *e);
 /* The pool's configuration (read-only: dtype, dims, page size) and where FP8 scales came from. */
 const kiln_kv_pool *kiln_engine_pool(const kiln_engine *e);

@@ -64,7 +64,7 @@ void kiln_server_metrics(kiln_server *s, kiln_sbuf *b) {
     C("kiln_preemptions_total", "requests preempted (pages freed, recomputed later) when KV ran out", e.preemptions);
     C("kiln_scheduler_steps_total", "forward steps", e.steps);
     C("kiln_spec_verify_steps_total", "speculative decoding: a request's steps that verified drafts", e.spec_steps);
-    C("kiln_spec_drafted_tokens_total", "speculative decoding: tokens drafted by prompt lookup", e.spec_drafted);
+    C("kiln_spec_drafted_tokens_total", "speculative decoding: tokens drafted (prompt lookup or the MTP layer)", e.spec_drafted);
     C("kiln_spec_accepted_tokens_total", "speculative decoding: drafted tokens the target kept", e.spec_accepted);
     G("kiln_queue_depth", "requests waiting for admission", "%d", e.waiting);
     G("kiln_running_requests", "requests in the running batch", "%d", e.running);

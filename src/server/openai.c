@@ -253,20 +253,26 @@ static int parse_stop_ids(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oa
 }
 
 /* kiln's per-request speculative decoding (docs/SPECULATIVE.md, "In the server"): "speculative":
- * "off" | "ngram" | {"method": "ngram" | "off", "num_speculative_tokens": 1..16,
- * "prompt_lookup_max": 1..16} (vLLM's names for its speculative config). Absent: the server's
- * --spec setting. */
-static int parse_speculative(json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
+ * "off" | "ngram" | "mtp" | {"method": "ngram" | "mtp" | "off", "num_speculative_tokens": 1..16,
+ * "prompt_lookup_max": 1..16} (vLLM's names for its speculative config; "deepseek_mtp", vLLM's
+ * older name, means "mtp"). Absent: the server's --spec setting. Without a method ({"num_speculative_tokens": 2}):
+ * prompt lookup. "mtp" needs a model that ships an MTP layer, in one process. */
+static int parse_speculative(const kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
     json_t *v = json_object_get(o, "speculative");
     if (!v || json_is_null(v)) return 1;
     const char *method = NULL;
     json_t *m = json_is_object(v) ? json_object_get(v, "method") : v;
     if (json_is_string(m)) method = json_string_value(m);
-    else if (!(json_is_object(v) && !m)) return BAD("speculative", "'speculative' must be \"off\", \"ngram\" or an object with a \"method\", got %s", jtype(m ? m : v));
-    if (method && strcmp(method, "off") && strcmp(method, "ngram"))
-        return BADC("speculative", "invalid_value", "'speculative' method '%s' is not one of off, ngram (this server drafts by prompt lookup)", method);
+    else if (!(json_is_object(v) && !m)) return BAD("speculative", "'speculative' must be \"off\", \"ngram\", \"mtp\" or an object with a \"method\", got %s", jtype(m ? m : v));
+    const int mtp = method && (!strcmp(method, "mtp") || !strcmp(method, "deepseek_mtp"));
+    if (method && strcmp(method, "off") && strcmp(method, "ngram") && !mtp)
+        return BADC("speculative", "invalid_value", "'speculative' method '%s' is not one of off, ngram, mtp", method);
+    if (mtp && !kiln_engine_mtp_ok(s->eng))
+        return BADC("speculative", "invalid_value", "'speculative' method '%s': this model ships no MTP layer (num_nextn_predict_layers), or it "
+                    "runs sharded (--tp), where the MTP layer is not", method);
     p->spec_set = 1;
-    p->spec_k = method && !strcmp(method, "off") ? 0 : 4;
+    p->spec_mtp = mtp;
+    p->spec_k = method && !strcmp(method, "off") ? 0 : mtp ? 3 : 4;
     p->spec_ngram = 3;
     if (json_is_object(v)) {
         json_t *bad;
@@ -509,7 +515,7 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
     if (present) p->skip_special = b;
     if (!parse_stop(o, p, err)) goto out;
     if (!parse_stop_ids(s, o, p, err)) goto out;
-    if (!parse_speculative(o, p, err)) goto out;
+    if (!parse_speculative(s, o, p, err)) goto out;
     /* logprobs */
     if (chat) {
         if (!opt_bool(o, "logprobs", &b, &present, err)) goto out;

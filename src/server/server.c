@@ -1024,6 +1024,7 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
         h->r->ignore_eos = c->p.ignore_eos;
         h->r->spec_k = c->p.spec_set ? c->p.spec_k : s->o.spec_k;
         h->r->spec_ngram = c->p.spec_set ? c->p.spec_ngram : s->o.spec_ngram;
+        h->r->spec_mtp = c->p.spec_set ? c->p.spec_mtp : s->o.spec_mtp;
         h->r->n_stop_ids = c->p.n_stop_ids;
         memcpy(h->r->stop_ids, c->p.stop_ids, sizeof h->r->stop_ids);
         h->r->deadline = deadline;
@@ -1390,6 +1391,9 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
     if (st != KILN_OK) { free(s->cors_origin); free(s->api_key); free(s); return st; }
     kiln_server_probe_template(s); /* before the first request can arrive */
     st = kiln_server_choose_parsers(s, so);
+    if (st == KILN_OK && so->spec_mtp && so->spec_k > 0 && !kiln_engine_mtp_ok(s->eng))
+        st = kiln_fail(KILN_ERR_UNSUPPORTED, "--spec mtp: this model ships no MTP layer (num_nextn_predict_layers), or it runs sharded "
+                       "(--tp), where the MTP layer is not: MTP drafting runs in one process");
     if (st == KILN_OK && so->test_forced_output) { /* the test hook: its tokens, then the first end id */
         int32_t *ids = NULL;
         size_t n = 0;

@@ -77,7 +77,7 @@ typedef struct kiln_oai_params {
     int32_t stop_ids[KILN_MAX_STOP_IDS]; /* stop_token_ids (vLLM's extension): ids that end the choice */
     int n_stop_ids;
     int logprobs;             /* 1 = return logprobs */
-    int spec_set, spec_k, spec_ngram; /* "speculative" given: prompt-lookup drafts (k 0 = off) */
+    int spec_set, spec_k, spec_ngram, spec_mtp; /* "speculative" given: prompt-lookup (or MTP: spec_mtp) drafts (k 0 = off) */
     int top_logprobs;         /* alternatives per token (0..20) */
     int32_t *prompt;          /* token ids, BOS included when the model has one */
     int n_prompt;

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# test_server_spec_mtp.sh — speculative decoding with the model's own MTP layer inside the server's
+# continuous batching (docs/SPECULATIVE.md, "In the server"; --spec-max-batch 8: the concurrent
+# requests speculate inside one batch): for a DeepSeek-V3 model and a GLM-5
+# (glm_moe_dsa: sparse attention, the MTP layer with its own indexer), tiny presets with one MTP
+# layer, F32 weights (batched and single steps bit-identical), the DeepSeek-V3 tokenizer:
+#   - greedy completions with "speculative": "mtp" (k = 1..3 per request, sequential, then 8
+#     concurrent clients, streamed and not) give exactly the text of the same requests without
+#     speculation, and the MTP layer drafted (kiln_spec_drafted_tokens_total grows);
+#   - "speculative": "mtp" on a model without an MTP layer is refused naming the field (400), and
+#     `kiln serve --spec mtp` on it does not start, naming the option.
+# The presets' MTP layers are random and almost never right, so the checkpoints are rewired first
+# (mtp_rewire.py: a target that mostly repeats its last token, an MTP layer that drafts the last
+# token again): some drafts are kept and some rejected, both required. Exactness and the drafting
+# plumbing (hidden rows from the batched steps, the drafter's KV, rollback) are what is checked, not
+# a speed-up.
+set -u
+KILN=${KILN:-./kiln}
+PY=${PY:-/usr/bin/python3}
+SHARED=${SHARED:-$(cd "$(dirname "$0")/../../.." && pwd)/shared}
+TOK=$SHARED/tokenizers/deepseek-v3
+command -v curl >/dev/null || { echo "curl not installed"; exit 77; }
+[ -f "$TOK/tokenizer.json" ] || { echo "no deepseek-v3 tokenizer under $SHARED"; exit 77; }
+T=$(mktemp -d)
+pid=
+trap 'rm -rf "$T"; [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null' EXIT
+fail() { echo "FAIL: $*"; [ -f "$T/log" ] && tail -n 20 "$T/log"; exit 1; }
+
+start() { # model dir, extra args...: starts a server, sets url
+    local d=$1; shift
+    "$KILN" serve "$d" --host 127.0.0.1 --port 0 --max-batch 8 --spec-max-batch 8 --model-name m "$@" 2>"$T/log" &
+    pid=$!
+    for _ in $(seq 300); do grep -q "listening on" "$T/log" && break; sleep 0.1; done
+    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$T/log" | head -1)
+    [ -n "$url" ] || fail "server did not start for $d"
+}
+stop() { kill -TERM "$pid"; wait "$pid"; local rc=$?; pid=; [ $rc -eq 0 ] || fail "server exit status $rc"; }
+text() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["choices"][0]["text"])' "$1"; }
+drafted() { curl -sf "$url/metrics" | awk '$1 == "kiln_spec_drafted_tokens_total" {print $2}'; }
+accepted() { curl -sf "$url/metrics" | awk '$1 == "kiln_spec_accepted_tokens_total" {print $2}'; }
+
+prompts=("In the beginning the model read every token of the context" "Once upon a time there was a tiny model that"
+         "The quick brown fox jumps over the lazy dog and the quick brown")
+for arch in deepseek_v3 glm_moe_dsa; do
+    d=$T/$arch
+    "$KILN" mkmodel --arch "$arch" --preset tiny --vocab 129280 --seq 1024 --dtype f32 "$d" > /dev/null 2>&1 || fail "mkmodel $arch"
+    grep -q '"num_nextn_predict_layers": *[1-9]' "$d/config.json" || fail "$arch tiny preset has no MTP layer"
+    "$PY" "$(dirname "$0")/mtp_rewire.py" "$d" 2.0 || fail "rewiring $arch's MTP layer"
+    cp "$TOK/tokenizer.json" "$TOK/tokenizer_config.json" "$d/"
+    start "$d"
+    before=$(drafted); acc0=$(accepted)
+    for i in 0 1 2; do
+        body() { printf '{"model":"m","prompt":"%s","max_tokens":40,"temperature":0,"ignore_eos":true%s}' "${prompts[$i]}" "$1"; }
+        curl -sf -m 120 "$url/v1/completions" -d "$(body '')" > "$T/ref$i.json" || fail "$arch: completion $i without speculation"
+        text "$T/ref$i.json" > "$T/ref$i.txt"
+        for k in 1 2 3; do
+            curl -sf -m 120 "$url/v1/completions" -d "$(body ",\"speculative\":{\"method\":\"mtp\",\"num_speculative_tokens\":$k}")" > "$T/s$i.$k.json" ||
+                fail "$arch: completion $i with mtp k = $k: $(cat "$T/s$i.$k.json")"
+            text "$T/s$i.$k.json" > "$T/s$i.$k.txt"
+            cmp -s "$T/ref$i.txt" "$T/s$i.$k.txt" || fail "$arch: prompt $i, mtp k = $k: '$(cat "$T/s$i.$k.txt")' vs '$(cat "$T/ref$i.txt")'"
+        done
+        # streamed
+        curl -sfN -m 120 "$url/v1/completions" -d "$(body ',"speculative":"mtp","stream":true')" > "$T/st$i.sse" || fail "$arch: streamed $i"
+        python3 - "$T/st$i.sse" "$T/ref$i.txt" <<'EOF' || fail "$arch: streamed completion $i differs"
+import json, sys
+out = ""
+for line in open(sys.argv[1]):
+    if line.startswith("data: ") and line.strip() != "data: [DONE]":
+        ev = json.loads(line[6:])
+        out += "".join(c.get("text", "") for c in ev.get("choices", []))
+ref = open(sys.argv[2]).read()[:-1]
+assert out == ref, (out, ref)
+EOF
+    done
+    cpids=()
+    for j in 0 1 2 3 4 5 6 7; do
+        i=$((j % 3))
+        curl -sf -m 120 "$url/v1/completions" -d "{\"model\":\"m\",\"prompt\":\"${prompts[$i]}\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true,\"speculative\":{\"method\":\"mtp\",\"num_speculative_tokens\":$((1 + j % 3))}}" > "$T/c$j.json" &
+        cpids+=($!)
+    done
+    wait "${cpids[@]}"
+    for j in 0 1 2 3 4 5 6 7; do
+        text "$T/c$j.json" > "$T/c$j.txt" 2>/dev/null || fail "$arch: concurrent $j: $(cat "$T/c$j.json")"
+        cmp -s "$T/ref$((j % 3)).txt" "$T/c$j.txt" || fail "$arch: concurrent $j differs from the unspeculated text"
+    done
+    after=$(drafted); acc1=$(accepted)
+    [ -n "$before" ] && [ -n "$after" ] && [ "$after" -gt "$before" ] || fail "$arch: the MTP layer drafted nothing ($before → $after)"
+    # both paths taken: drafts kept (their hidden rows and KV stay) and drafts rejected (rolled back)
+    [ $((acc1 - acc0)) -gt 0 ] && [ $((acc1 - acc0)) -lt $((after - before)) ] ||
+        fail "$arch: $((acc1 - acc0)) of $((after - before)) drafts accepted: the test needs some kept and some rejected"
+    stop
+    echo "ok   $arch: greedy text with MTP drafts (k = 1..3, streamed, 8 concurrent) identical to no speculation; $((after - before)) tokens drafted, $((acc1 - acc0)) accepted"
+done
+
+# a model without an MTP layer
+d=$T/llama
+"$KILN" mkmodel --arch deepseek_v3 --preset tiny --vocab 129280 --seq 1024 --dtype f32 "$d" > /dev/null 2>&1 || fail "mkmodel"
+python3 - "$d/config.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1])); c["num_nextn_predict_layers"] = 0; json.dump(c, open(sys.argv[1], "w"))
+EOF
+cp "$TOK/tokenizer.json" "$TOK/tokenizer_config.json" "$d/"
+start "$d"
+code=$(curl -s -o "$T/e.json" -w '%{http_code}' "$url/v1/completions" -d '{"model":"m","prompt":"hi","max_tokens":4,"speculative":"mtp"}')
+[ "$code" = 400 ] && grep -q '"param": *"speculative"' "$T/e.json" && grep -q "MTP layer" "$T/e.json" || fail "no MTP layer: expected 400 naming 'speculative', got $code $(cat "$T/e.json")"
+stop
+"$KILN" serve "$d" --host 127.0.0.1 --port 0 --spec mtp > /dev/null 2>"$T/log2" & p2=$!
+for _ in $(seq 100); do kill -0 $p2 2>/dev/null || break; sleep 0.1; done
+if kill -0 $p2 2>/dev/null; then kill -9 $p2; fail "kiln serve --spec mtp started on a model without an MTP layer"; fi
+grep -q -- "--spec mtp" "$T/log2" || fail "kiln serve --spec mtp without an MTP layer: $(cat "$T/log2")"
+echo "ok   refused: \"speculative\": \"mtp\" without an MTP layer (400 naming the field), kiln serve --spec mtp on it ($(tail -n 1 "$T/log2"))"
