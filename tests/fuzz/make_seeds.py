@@ -181,6 +181,7 @@ def committed(root):
         "completion_spec": {"model": "kiln", "prompt": "Lily", "max_tokens": 4,
                             "speculative": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}},
         "completion_spec_off": {"model": "kiln", "prompt": [1, 2], "speculative": "off"},
+        "completion_spec_mtp": {"model": "kiln", "prompt": [1, 2], "speculative": {"method": "mtp", "num_speculative_tokens": 2}},
     }
     for k, v in reqs.items():
         put(root, "openai", k + ".json", json.dumps(v))
