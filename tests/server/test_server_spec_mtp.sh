@@ -10,7 +10,7 @@
 #   - "speculative": "mtp" on a model without an MTP layer is refused naming the field (400), and
 #     `kiln serve --spec mtp` on it does not start, naming the option.
 # The presets' MTP layers are random and almost never right, so the checkpoints are rewired first
-# (mtp_rewire.py: a target that mostly repeats its last token, an MTP layer that drafts the last
+# (scripts/mtp_rewire.py: a target that mostly repeats its last token, an MTP layer that drafts the last
 # token again): some drafts are kept and some rejected, both required. Exactness and the drafting
 # plumbing (hidden rows from the batched steps, the drafter's KV, rollback) are what is checked, not
 # a speed-up.
@@ -45,7 +45,7 @@ for arch in deepseek_v3 glm_moe_dsa; do
     d=$T/$arch
     "$KILN" mkmodel --arch "$arch" --preset tiny --vocab 129280 --seq 1024 --dtype f32 "$d" > /dev/null 2>&1 || fail "mkmodel $arch"
     grep -q '"num_nextn_predict_layers": *[1-9]' "$d/config.json" || fail "$arch tiny preset has no MTP layer"
-    "$PY" "$(dirname "$0")/mtp_rewire.py" "$d" 2.0 || fail "rewiring $arch's MTP layer"
+    "$PY" "$(dirname "$0")/../../scripts/mtp_rewire.py" "$d" 2.0 || fail "rewiring $arch's MTP layer"
     cp "$TOK/tokenizer.json" "$TOK/tokenizer_config.json" "$d/"
     start "$d"
     before=$(drafted); acc0=$(accepted)

@@ -1,6 +1,7 @@
-"""Rewires an F32 checkpoint with one MTP layer (DeepSeek-V3 / GLM-5 tensor names) in place so that
+"""Rewires an F32 or BF16 checkpoint with one MTP layer (DeepSeek-V3 / GLM-5 tensor names) in place so that
 speculative decoding with it accepts some drafts and rejects others — the random presets' MTP layers
-are almost never right, which leaves the accepting path untested (tests/server/test_server_spec_mtp.sh).
+are almost never right, which leaves the accepting path untested (tests/server/test_server_spec_mtp.sh)
+and says nothing about speed (docs/SPECULATIVE.md: `kiln bench --spec mtp` on a rewired checkpoint).
 
   target: lm_head := the input embedding, every block's o_proj / down_proj (experts included) × alpha:
           the last layer's output is the current token's embedding plus the blocks' (scaled) updates,
@@ -30,14 +31,27 @@ base = 8 + n
 def get(name):
     a, b = hdr[name]["data_offsets"]
     f.seek(base + a)
-    return np.frombuffer(f.read(b - a), "<f4").reshape(hdr[name]["shape"]).copy()
+    raw = f.read(b - a)
+    if hdr[name]["dtype"] == "BF16":  # the 16 high bits of an f32
+        x = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+    else:
+        assert hdr[name]["dtype"] == "F32", name
+        x = np.frombuffer(raw, "<f4")
+    return x.reshape(hdr[name]["shape"]).copy()
 
 
 def put(name, arr):
     a, b = hdr[name]["data_offsets"]
-    assert hdr[name]["dtype"] == "F32" and arr.size * 4 == b - a, name
+    arr = np.ascontiguousarray(arr, np.float32)
+    if hdr[name]["dtype"] == "BF16":  # round to nearest even (the values written here: 0, 1, copies of bf16 values, × alpha)
+        u = arr.view(np.uint32).astype(np.uint64)
+        raw = (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF).astype("<u2").tobytes()
+    else:
+        assert hdr[name]["dtype"] == "F32", name
+        raw = arr.astype("<f4").tobytes()
+    assert len(raw) == b - a, name
     f.seek(base + a)
-    f.write(np.ascontiguousarray(arr, "<f4").tobytes())
+    f.write(raw)
 
 
 mtp = "model.layers.%d." % L
