@@ -19,7 +19,7 @@
  *   glm52        glm_moe_dsa with GLM-5's per-layer shapes (hidden 6144, 64 heads, MLA 2048/512/192/64/256,
  *                indexer 32 × 128 top-2048, experts of 2048 top-8) but 16 experts, 2 layers, vocab 4096.
  * Shape keys from the command line override the preset: dim, layers, heads, kv-heads, head-dim,
- * ffn, vocab, seq. */
+ * ffn, vocab, seq, and mtp (num_nextn_predict_layers; glm4_moe and the MLA family). */
 #include "model/arch.h"
 #include "base/fp.h"
 #include "base/status.h"
@@ -119,6 +119,12 @@ static kiln_status parse(const char *arch, const char *spec, ashape *s) {
         else if (!strcmp(tok, "ffn")) s->ffn = (int)x;
         else if (!strcmp(tok, "vocab")) s->vocab = (int)x;
         else if (!strcmp(tok, "seq")) s->seq = (int)x;
+        else if (!strcmp(tok, "mtp")) { /* num_nextn_predict_layers: MTP layers after the decoder (speculative decoding) */
+            if (!is_mla(arch) && strcmp(arch, "glm4_moe"))
+                return kiln_fail(KILN_ERR_INVALID_ARG, "mkmodel: --arch %s has no MTP layers (mtp=%ld: glm4_moe and the MLA family have)", arch, x);
+            if (x > 4) return kiln_fail(KILN_ERR_INVALID_ARG, "mkmodel: mtp=%ld: at most 4 MTP layers", x);
+            s->nextn = (int)x;
+        }
         else return kiln_fail(KILN_ERR_INVALID_ARG, "mkmodel: unknown shape key '%s'", tok);
     }
     if (!is_mla(arch) && (s->heads % s->kv_heads || s->head_dim % 4))
