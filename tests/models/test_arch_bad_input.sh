@@ -114,5 +114,9 @@ err=$("$KILN" mkmodel --arch glm5 --preset tiny "$T/x" 2>&1); rc=$?
 if [ $rc -eq 0 ] || ! grep -q "glm5" <<<"$err"; then echo "FAIL mkmodel unknown arch: $err"; fail=1; else echo "ok   mkmodel unknown arch: $err"; fi
 err=$("$KILN" mkmodel --arch kimi_k2 --preset huge "$T/x" 2>&1); rc=$?
 if [ $rc -eq 0 ] || ! grep -q "huge" <<<"$err"; then echo "FAIL mkmodel unknown preset: $err"; fail=1; else echo "ok   mkmodel unknown preset: $err"; fi
+err=$("$KILN" mkmodel --arch glm4 --preset tiny,mtp=1 "$T/x" 2>&1); rc=$?
+if [ $rc -eq 0 ] || ! grep -q "mtp=1" <<<"$err"; then echo "FAIL mkmodel mtp on glm4: $err"; fail=1; else echo "ok   mkmodel mtp on glm4: $err"; fi
+"$KILN" mkmodel --arch deepseek_v3 --preset tiny,mtp=2 "$T/mtp2" >/dev/null 2>&1 && grep -q '"num_nextn_predict_layers": *2' "$T/mtp2/config.json" ||
+    { echo "FAIL mkmodel deepseek_v3 mtp=2: no 2 MTP layers in the config"; fail=1; }
 
 exit $fail
