@@ -160,19 +160,21 @@ int cmd_bench_spec(int argc, char **argv) {
     if (!st && !(got = malloc((size_t)n_gen * sizeof *got))) st = FAIL(KILN_ERR_NOMEM, "out of memory");
     for (int i = 0; !st && i < nr; i++)
         if (!(rows[i].round_tps = calloc((size_t)repeat, sizeof(double)))) st = FAIL(KILN_ERR_NOMEM, "out of memory");
-    if (!st) st = kiln_session_eval(s, prompt, np, NULL);
+    /* the prompt but its last token; every run (the first too) then evaluates that token alone, so
+     * all start from the same logits — a prefill's last row and a 1-token step's can differ in their
+     * last bits (BF16 prefill GEMMs round activations), which a near-tie turns into another first
+     * token (seen on a rewired glm4_moe_lite checkpoint) */
+    if (!st && np > 1) st = kiln_session_eval(s, prompt, np - 1, NULL);
     kiln_sampling sp;
     kiln_sampling_default(&sp);
     sp.temperature = 0; /* greedy */
     long n_oracle = 0;
     for (long r = 0; !st && r < repeat; r++)
         for (int i = 0; !st && i < nr; i++) {
-            /* back to the prompt: its last token evaluated again for the logits to start from */
-            if (kiln_session_length(s) > np) {
-                st = kiln_session_truncate(s, np - 1);
-                if (!st) st = kiln_session_eval(s, &prompt[np - 1], 1, NULL);
-                if (st) break;
-            }
+            /* back to the prompt: its last token evaluated (again) for the logits to start from */
+            st = kiln_session_truncate(s, np - 1);
+            if (!st) st = kiln_session_eval(s, &prompt[np - 1], 1, NULL);
+            if (st) break;
             kiln_sampler_free(smp);
             smp = NULL;
             if ((st = kiln_sampler_create(&sp, info.vocab_size, &smp))) break;
