@@ -441,7 +441,7 @@ typedef struct kiln_server_options {
     /* Speculative decoding by prompt lookup (docs/SPECULATIVE.md): spec_k > 0 drafts up to spec_k
      * tokens per step for every request (a request's "speculative" field overrides it), from the
      * longest earlier match of its last 1..spec_ngram tokens (0 = 3), while at most spec_max_batch
-     * requests run (0 = 4). */
+     * requests run (0 = 2, measured: docs/SPECULATIVE.md). */
     int spec_k, spec_ngram, spec_max_batch;
     int spec_mtp;                 /* 1: the drafts come from the model's MTP layer (`--spec mtp`; the
                                      model must ship one; one process only) instead of prompt lookup */

@@ -97,7 +97,7 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
     "         [--tool-parser auto|glm45|glm47|kimi_k2|none] [--reasoning-parser auto|think|none] [--cors-origin ORIGIN|*]\n" \
     "         [--kv-mem SIZE] [--kv-dtype auto|f32|bf16|fp8] [--kv-page 16] [--ctx N] [--threads N] [--isa ...] [--device cpu|ref|vulkan[:N]] [--fp8-gemv auto|exact|bf16]\n" \
     "         [--kv-integrity off|detect|heal|strict] [--inject-kv-faults SPEC] [--tp N under mpirun -np N] [--ep 1|N] [--tp-timeout 30]\n" \
-    "         [--spec ngram|mtp|off] [--spec-k 4 (mtp: 3)] [--spec-ngram 3] [--spec-max-batch 4]"
+    "         [--spec ngram|mtp|off] [--spec-k 4 (mtp: 3)] [--spec-ngram 3] [--spec-max-batch 2]"
 
 int cmd_serve(int argc, char **argv) {
     args_t a = {argc, argv, 0, "serve", 0};

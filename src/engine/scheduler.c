@@ -1001,7 +1001,7 @@ static void step_run(kiln_engine *e) {
     int n_dec = 0;
     for (int i = 0; i < e->n_running; i++) n_dec += e->running[i]->n_toks - e->running[i]->n_computed == 1;
     /* (under --tp every rank drafts alike: the drafts come from the request's tokens alone) */
-    const int spec_on = !e->pool->dscale && e->n_running <= (e->cfg.spec_max_batch > 0 ? e->cfg.spec_max_batch : 4);
+    const int spec_on = !e->pool->dscale && e->n_running <= (e->cfg.spec_max_batch > 0 ? e->cfg.spec_max_batch : 2);
     int spec_budget = S - n_dec;
     /* decodes first: every sequence that has prefilled gets its one token this step */
     for (int i = 0; i < e->n_running; i++) {

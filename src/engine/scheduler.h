@@ -117,7 +117,7 @@ typedef struct kiln_engine_config {
                              max_batch + max_queue requests are queued or running */
     int step_tokens;      /* token budget of one forward step (decodes + prefill chunks) */
     int prefix_cache;     /* 1 = reuse cached prefix pages */
-    int spec_max_batch;   /* requests speculate only while at most this many are running (0 = 4) */
+    int spec_max_batch;   /* requests speculate only while at most this many are running (0 = 2: docs/SPECULATIVE.md, "When speculation stops paying in a batch") */
 } kiln_engine_config;
 
 /* A consistent snapshot published by the scheduler after each step. */
