@@ -69,8 +69,8 @@ test('greedy with penalties, FP8 KV, and KV faults healed during speculation: id
   const pen = ['--presence-penalty', '0.5', '--frequency-penalty', '0.3'];
   const ref = prompts.map((p) => kilnRunArgs(p, 120, pen));
   const refFp8 = prompts.map((p) => kilnRunArgs(p, 120, ['--kv-dtype', 'fp8']));
-  const srv = await startServer(['--spec', 'ngram', '--inject-kv-faults', 'bitflip=4,multibit=2,every=5']);
-  const fp8 = await startServer(['--spec', 'ngram', '--kv-dtype', 'fp8']);
+  const srv = await startServer(['--spec', 'ngram', '--spec-max-batch', '4', '--inject-kv-faults', 'bitflip=4,multibit=2,every=5']);
+  const fp8 = await startServer(['--spec', 'ngram', '--spec-max-batch', '4', '--kv-dtype', 'fp8']);
   try {
     const ai = client(srv), af = client(fp8);
     const r = await Promise.all(prompts.map((p) => ai.completions.create({ model: MODEL_ID, prompt: p, max_tokens: 120, temperature: 0, presence_penalty: 0.5, frequency_penalty: 0.3 })));
