@@ -2,6 +2,7 @@
  * `kiln bench --integrity` (KV integrity cost and detection campaign; lands with the KV seals). */
 #include "kiln_test.h"
 #include "cli.h"
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -231,7 +232,7 @@ int cmd_bench_integrity(int argc, char **argv) {
                     v->vbytes = (double)(s1.bytes_verified - v->s0.bytes_verified) / (double)decode;
                     v->ins_tok = (double)(s1.integrity_ns - v->s0.integrity_ns) / 1e6 / (double)decode;
                     double ca = cpu_now(), at = kiln_session_bench_attention(v->s, 1);
-                    v->attn[r] = 1e3 * at;
+                    v->attn[r] = at > 0 ? 1e3 * at : NAN; /* -1: no dense attention to time (DSA models) */
                     v->cattn[r] = 1e3 * (cpu_now() - ca);
                     if (!json) fprintf(stderr, "kiln bench: repeat %d/%ld %s %s: TTFT %.0f ms\n", r + 1, repeat,
                                        v->dt == KILN_KV_FP8 ? "fp8" : v->dt == KILN_KV_BF16 ? "bf16" : "f32", kiln_kv_integrity_name(v->mode), v->ttft[r]);

@@ -37,7 +37,7 @@ static inline float kiln_fp8_block_scale(float amax) {
     const float a = (amax > 1e-4f ? amax : 1e-4f) * (1.0f / 448.0f);
     const uint32_t bits = kiln_f32_to_bits(a);
     const int e = (int)((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0);
-    return kiln_bits_to_f32((uint32_t)(e + 127) << 23); /* e in [-22, 119] for a finite amax: a normal float */
+    return kiln_bits_to_f32((uint32_t)(e + 127) << 23); /* e in [-22, 120] for a finite amax: a normal float */
 }
 
 void kiln_fp_init(void); /* fills the tables; idempotent, called by kiln_model_load */

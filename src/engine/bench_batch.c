@@ -31,7 +31,8 @@ kiln_status kiln_bench_batched_decode(kiln_model *m, const kiln_options *opts, i
         memset(&c, 0, sizeof c);
         kiln_kv_layout_for_model(m, &c);
         c.page_tokens = o.kv_page_tokens > 0 ? o.kv_page_tokens : 16;
-        c.dtype = kiln_resolve_kv_dtype(m, o.kv_dtype);
+        int dsa_fp8;
+        c.dtype = kiln_kv_pool_dtype(m, o.kv_dtype, &dsa_fp8);
         o.kv_mem_bytes = (int64_t)batch * ((n_ctx + c.page_tokens - 1) / c.page_tokens + 1) * (int64_t)kiln_kv_page_cost(&c) + (64 << 20);
     }
     kiln_model_prepare_compute(m, &o);

@@ -48,6 +48,20 @@ void kiln_kv_layout_for_model(const struct kiln_model *m, kiln_kv_config *c) {
     }
 }
 
+kiln_kv_dtype kiln_kv_pool_dtype(const struct kiln_model *m, kiln_kv_dtype asked, int *dsa_fp8) {
+    kiln_kv_dtype dt = kiln_resolve_kv_dtype(m, asked);
+    *dsa_fp8 = 0;
+    /* DSA: the latent and the indexer key are FP8 codes + power-of-two scales per 128 whatever
+     * --kv-dtype says (the model's own rounding, kept exactly: kv.h); --kv-dtype picks the rope part's
+     * precision. fp8 asks for the FP8 layout SGLang and vLLM serve these models with, whose rope part
+     * is bf16: a second FP8 rounding with one scale per layer would change values the model defines. */
+    if (m->hp.kv_dsa && dt == KILN_KV_FP8) {
+        dt = KILN_KV_BF16;
+        *dsa_fp8 = 1;
+    }
+    return dt;
+}
+
 void kiln_kv_scales_default_path(const kiln_model *m, char *buf, size_t cap) {
     struct stat st;
     if (stat(m->path, &st) == 0 && S_ISDIR(st.st_mode)) { snprintf(buf, cap, "%s/kv_scales.json", m->path); return; }
@@ -280,15 +294,7 @@ static kiln_status setup_scales(struct kiln_model *m, const kiln_options *o, int
     kiln_kv_config *c = &su->cfg;
     kiln_kv_layout_for_model(m, c);
     c->page_tokens = o->kv_page_tokens > 0 ? o->kv_page_tokens : 16;
-    c->dtype = kiln_resolve_kv_dtype(m, o->kv_dtype);
-    /* DSA: the latent and the indexer key are FP8 codes + power-of-two scales per 128 whatever
-     * --kv-dtype says (the model's own rounding, kept exactly: kv.h); --kv-dtype picks the rope part's
-     * precision. fp8 asks for the FP8 layout SGLang and vLLM serve these models with, whose rope part
-     * is bf16: a second FP8 rounding with one scale per layer would change values the model defines. */
-    if (m->hp.kv_dsa && c->dtype == KILN_KV_FP8) {
-        c->dtype = KILN_KV_BF16;
-        su->dsa_fp8_asked = 1;
-    }
+    c->dtype = kiln_kv_pool_dtype(m, o->kv_dtype, &su->dsa_fp8_asked);
     c->scale_mode = o->kv_scale_mode;
     c->mem_bytes = o->kv_mem_bytes;
     KILN_TRY(kiln_kv_config_check(c));

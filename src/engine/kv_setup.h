@@ -30,7 +30,11 @@ typedef struct kiln_kv_setup {
     int dsa_fp8_asked;        /* DSA model with --kv-dtype fp8: the compact FP8 rows, rope part bf16 */
 } kiln_kv_setup;
 
-/* n_layers, n_kv_heads, k_dim = head_dim, v_dim = kv_v_dim (0 → head_dim), v_shares_k. */
+/* The pool dtype for kv_dtype `asked` (AUTO resolved from the model); on DSA models fp8 means the
+ * compact rows with a bf16 rope part (*dsa_fp8 = 1; docs/DSA.md). */
+kiln_kv_dtype kiln_kv_pool_dtype(const struct kiln_model *m, kiln_kv_dtype asked, int *dsa_fp8);
+/* n_layers, n_kv_heads, k_dim = head_dim, v_dim = kv_v_dim (0 → head_dim), v_shares_k, and the
+ * DSA compact row's parts. */
 void kiln_kv_layout_for_model(const struct kiln_model *m, kiln_kv_config *c);
 
 /* The default budget (no --kv-mem): want_bytes, capped at a quarter of the memory available now

@@ -127,6 +127,25 @@ static kiln_status step(kiln_mtp *d, const int32_t *toks, const float *h, int po
     return KILN_OK;
 }
 
+kiln_status kiln_mtp_catch_up(kiln_mtp *d, const int32_t *toks, int upto) {
+    if (d->broken) return KILN_OK;
+    if (upto > d->hid_pos + d->hid_n) upto = d->hid_pos + d->hid_n; /* only positions whose rows it has */
+    if (upto - d->seq.len < MTP_CHUNK) return KILN_OK;
+    if (d->seq.len < d->hid_pos) { d->broken = 1; return KILN_OK; } /* a row it needs was never captured */
+    for (int p = d->seq.len; p < upto;) {
+        const int n = upto - p < MTP_CHUNK ? upto - p : MTP_CHUNK;
+        KILN_TRY(step(d, toks + p + 1, d->hid + (size_t)(p - d->hid_pos) * d->dim, p, n));
+        p += n;
+    }
+    const int drop = d->seq.len - d->hid_pos; /* the rows of the pairs just done are not needed again */
+    if (drop > 0) {
+        memmove(d->hid, d->hid + (size_t)drop * d->dim, (size_t)(d->hid_n - drop) * d->dim * sizeof *d->hid);
+        d->hid_pos += drop;
+        d->hid_n -= drop;
+    }
+    return KILN_OK;
+}
+
 static int32_t argmax(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)

@@ -24,6 +24,11 @@ void kiln_mtp_free(kiln_mtp *d);
 /* Before the target evaluates tokens[0..n) at positions pos..: where its forward pass must copy
  * the n hidden rows ([n, dim]); NULL without memory. */
 float *kiln_mtp_hidden_rows(kiln_mtp *d, const int32_t *tokens, int pos, int n);
+/* Runs the MTP layer over the pairs (h_p, toks[p + 1]) of positions [seq.len, upto) once at least
+ * one chunk of them is pending, and drops their hidden rows: a request that does not draft for a
+ * while (a large batch, a grammar) keeps a bounded number of rows instead of its whole context.
+ * toks: the target's final tokens by position (toks[p + 1] known for p < upto). */
+kiln_status kiln_mtp_catch_up(kiln_mtp *d, const int32_t *toks, int upto);
 /* The target rolled back to n positions. */
 void kiln_mtp_truncate(kiln_mtp *d, int n);
 /* Up to k greedy drafts after `next` (the token chosen after the target's target_len positions) into

@@ -492,6 +492,12 @@ static void reap(kiln_engine *e, double now) {
 
 static int free_plus_idle(kiln_engine *e) { return e->pool->n_free + (e->cfg.prefix_cache ? kiln_pcache_idle(&e->pc) : 0); }
 
+/* Whether r drafts with the MTP layer (a drafter at admission): asked for, possible here, and for a
+ * request that may draft at all (no grammar, no forced output, no dynamic FP8 scales: spec_allowed). */
+static int mtp_wanted(const kiln_engine *e, const kiln_req *r) {
+    return r->spec_mtp && r->spec_k > 0 && !r->grammar && r->n_forced == 0 && !e->pool->dscale && kiln_engine_mtp_ok(e);
+}
+
 /* Tries to start r: shares its longest cached prefix, then admits it if the pages for its known
  * tokens are there (keeping one page of headroom per running sequence), or if nothing runs. */
 static int try_admit(kiln_engine *e, kiln_req *r) {
@@ -499,7 +505,7 @@ static int try_admit(kiln_engine *e, kiln_req *r) {
     /* An MTP drafter needs the target's hidden row of every position (its layer attends over all of
      * them), which positions taken from the prefix cache never had computed here: such a request
      * computes its whole prompt (it still offers its pages to the cache for others). */
-    const int mtp = r->spec_mtp && r->spec_k > 0 && kiln_engine_mtp_ok(e);
+    const int mtp = mtp_wanted(e, r);
     if (e->cfg.prefix_cache && !mtp) {
         int max_pages = (r->n_toks - 1) / e->pt; /* at least one token is computed: its logits are needed */
         k = kiln_pcache_match(&e->pc, r->toks, max_pages, e->m_pages, e->m_hashes);
@@ -550,7 +556,7 @@ static int sibling_ready(const kiln_engine *e, const kiln_req *r) {
     const kiln_req *f = r->share_from;
     /* (f's cancel flag is not looked at: a cancelled f ends at the next step's reap, and under
      * tensor parallelism every rank must decide alike, from what reap did) */
-    if (!f || !e->cfg.prefix_cache || f->finish != KILN_FINISH_NONE) return 1;
+    if (!f || !e->cfg.prefix_cache || f->finish != KILN_FINISH_NONE || mtp_wanted(e, r)) return 1; /* an MTP request takes no cached pages */
     for (int i = 0; i < e->n_running; i++)
         if (e->running[i] == f) return f->n_computed >= f->n_prompt;
     return 1; /* not running (cannot happen while it is ahead in the queue): do not wait */
@@ -975,7 +981,7 @@ static void mtp_take_hidden(kiln_engine *e, int nb) {
     const size_t dim = (size_t)e->m->hp.dim;
     for (int b = 0, t = 0; b < nb; t += e->b_cnt[b++]) {
         kiln_mtp *d = e->b_req[b]->mtp;
-        if (!d) continue;
+        if (!d || d->broken) continue;
         float *dst = e->ws.hidden_out ? kiln_mtp_hidden_rows(d, e->b_tok + t, e->b_pos[t], e->b_cnt[b]) : NULL;
         if (dst) memcpy(dst, e->hid + (size_t)t * dim, (size_t)e->b_cnt[b] * dim * sizeof *dst);
         else d->broken = 1;
@@ -1018,8 +1024,11 @@ static void step_run(kiln_engine *e) {
             if (cap > 0 && spec_rows_fit(e, e->n_running + (S - n_dec - spec_budget) + cap)) {
                 if (!r->mtp)
                     d = kiln_ngram_draft(r->toks, r->n_toks, 1, r->spec_ngram > 0 ? r->spec_ngram : 3, cap, r->toks + r->n_toks);
-                else if (kiln_mtp_draft(r->mtp, r->n_computed, r->toks[r->n_computed], cap, r->toks + r->n_toks, &d, NULL) != KILN_OK)
-                    d = r->spec_k = 0; /* the drafter failed (memory): this request goes on without drafts */
+                else if (kiln_mtp_draft(r->mtp, r->n_computed, r->toks[r->n_computed], cap, r->toks + r->n_toks, &d, NULL) != KILN_OK) {
+                    d = r->spec_k = 0; /* the drafter failed (memory): this request goes on without drafts, and without it */
+                    kiln_mtp_free(r->mtp);
+                    r->mtp = NULL;
+                }
             }
         }
         if (!ensure_pages(e, r, r->n_computed + 1 + d)) continue; /* r was the newest and got preempted */
@@ -1090,7 +1099,7 @@ static void step_run(kiln_engine *e) {
         }
     /* MTP drafters read the last-layer hidden row of every position their request computes */
     int want_hid = 0;
-    for (int b = 0; b < nb; b++) want_hid |= e->b_req[b]->mtp != NULL;
+    for (int b = 0; b < nb; b++) want_hid |= e->b_req[b]->mtp && !e->b_req[b]->mtp->broken;
     if (want_hid && n > e->hid_rows) {
         float *h = realloc(e->hid, (size_t)n * (size_t)e->m->hp.dim * sizeof *h);
         if (h) { e->hid = h; e->hid_rows = n; }
@@ -1196,6 +1205,16 @@ static void step_run(kiln_engine *e) {
         /* pages that failed a check leave the prefix cache; fault injection (tests) on its schedule */
         for (int i = 0; i < nbad; i++) kiln_pcache_forget(&e->pc, e->bad_pages[i]);
         if (e->n_running > 0) kiln_kv_integ_tick(e->pool, &e->running[0]->seq);
+    }
+    /* MTP drafters of requests that have not drafted lately (speculation paused in a large batch)
+     * run their layer over a chunk of pending pairs, so that their hidden rows stay bounded */
+    for (int i = 0; i < e->n_running; i++) {
+        kiln_req *r = e->running[i];
+        if (r->mtp && kiln_mtp_catch_up(r->mtp, r->toks, r->n_computed - 1) != KILN_OK) {
+            kiln_mtp_free(r->mtp);
+            r->mtp = NULL;
+            r->spec_k = 0;
+        }
     }
     publish_stats(e, nb, n);
 }

@@ -180,10 +180,10 @@ kiln_status kiln_engine_follow(kiln_model *m, const kiln_options *o, const kiln_
 /* 1 once a rank was lost (a collective missed its deadline): every request got an error, no new
  * one is accepted, and the process should exit non-zero (kiln_dist_abort). */
 int kiln_engine_failed(kiln_engine *e);
-int kiln_engine_context(const kiln_engine *e);
+int kiln_engine_context(const kiln_engine *e);   /* max tokens of one sequence */
 /* Whether requests may draft with the model's MTP layer (spec_mtp): the model ships one and runs
  * in one process (the MTP layer is not sharded under --tp). */
-int kiln_engine_mtp_ok(const kiln_engine *e);   /* max tokens of one sequence */
+int kiln_engine_mtp_ok(const kiln_engine *e);
 int64_t kiln_engine_kv_capacity(const kiln_engine *e);
 /* The pool's configuration (read-only: dtype, dims, page size) and where FP8 scales came from. */
 const kiln_kv_pool *kiln_engine_pool(const kiln_engine *e);

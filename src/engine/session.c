@@ -223,7 +223,7 @@ kiln_status kiln_session_kv_fill(kiln_session *s, int n_tokens) {
 }
 
 double kiln_session_bench_attention(kiln_session *s, int reps) {
-    if (s->seq.len < 1) return -1.0;
+    if (s->seq.len < 1 || s->pool->cfg.dsa_latent) return -1.0; /* DSA: sparse attention only (kiln_kv_sparse_times) */
     const kiln_kv_config *c = &s->pool->cfg;
     const int H = s->m->hp.n_heads;
     float *q = malloc((size_t)H * c->k_dim * sizeof *q), *out = malloc((size_t)H * c->v_dim * sizeof *out);

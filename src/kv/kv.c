@@ -771,7 +771,7 @@ static void make_span(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, in
     sp->head_k = (size_t)kvh * kiln_kv_head_k_at(p, layer);
     sp->head_v = (size_t)kvh * (p->cfg.v_shares_k ? kiln_kv_head_k_at(p, layer) : p->head_v);
     sp->row_k = kiln_kv_row_k_at(p, layer);
-    sp->row_v = p->row_v;
+    sp->row_v = p->cfg.v_shares_k ? sp->row_k : p->row_v;
     sp->page_tokens = p->cfg.page_tokens;
     sp->k_dim = p->cfg.k_dim;
     sp->v_dim = p->cfg.v_dim;

@@ -10,6 +10,7 @@
  * positions share each query load; no horizontal sums. */
 #ifndef KILN_KV_INDEX_SIMD_H
 #define KILN_KV_INDEX_SIMD_H
+_Static_assert(IDX_G <= 8, "KILN_KV_INDEX_SCRATCH holds 8 positions' keys and dots");
 
 /* dot [G][hp] of G positions (G <= IDX_G, a constant at each call); kv: scratch [G][d] */
 static inline __attribute__((always_inline)) void idx_group(const uint8_t *const *key, const int G, int d, const float *qt, int hp, float *kv,

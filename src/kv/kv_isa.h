@@ -167,7 +167,8 @@ static inline void kiln_kv_hash_block(const kiln_kv_span *sp, int b0, int n, con
  *   dot_h = fma chain over b of (s_b × 2^8) × part_{h,b}, from 0 (a power of two: exact);
  *   score[i] = fma chain over h < hi of w[h] × (dot_h > 0 ? dot_h : 0), from 0.
  * The products q × k are exact in f32 (both are E4M3 values times powers of two), so only the
- * summation rounds, in this fixed order: a position's score does not depend on the ISA, the block
+ * summation rounds, in this fixed order (NaN codes 0x7F / 0xFF, which the pool never writes, are
+ * the exception: the scalar kernel reads NaN, the FP16 shift a finite value): a position's score does not depend on the ISA, the block
  * it is computed in or the other tokens of the step (prefill and decode agree bit for bit).
  * scratch: KILN_KV_INDEX_SCRATCH(d, hp) floats. */
 #define KILN_KV_INDEX_SCRATCH(d, hp) (8 * ((size_t)(d) + (size_t)(hp))) /* up to 8 positions per pass */

@@ -88,8 +88,30 @@ EOF
     # both paths taken: drafts kept (their hidden rows and KV stay) and drafts rejected (rolled back)
     [ $((acc1 - acc0)) -gt 0 ] && [ $((acc1 - acc0)) -lt $((after - before)) ] ||
         fail "$arch: $((acc1 - acc0)) of $((after - before)) drafts accepted: the test needs some kept and some rejected"
+    # speculation paused while more than 2 requests run: the drafters catch up on pending pairs
+    # (kiln_mtp_catch_up keeps their hidden rows bounded) and draft again once the batch is small
+    for i in 0 1 2; do
+        curl -sf -m 120 "$url/v1/completions" -d "{\"model\":\"m\",\"prompt\":\"${prompts[$i]}\",\"max_tokens\":$((100 + 60 * i)),\"temperature\":0,\"ignore_eos\":true}" > "$T/long$i.json" ||
+            fail "$arch: long completion $i"
+        text "$T/long$i.json" > "$T/long$i.txt"
+    done
     stop
-    echo "ok   $arch: greedy text with MTP drafts (k = 1..3, streamed, 8 concurrent) identical to no speculation; $((after - before)) tokens drafted, $((acc1 - acc0)) accepted"
+    start "$d" --spec-max-batch 2
+    d0=$(drafted)
+    cpids=()
+    for i in 0 1 2; do
+        curl -sf -m 120 "$url/v1/completions" -d "{\"model\":\"m\",\"prompt\":\"${prompts[$i]}\",\"max_tokens\":$((100 + 60 * i)),\"temperature\":0,\"ignore_eos\":true,\"speculative\":\"mtp\"}" > "$T/lm$i.json" &
+        cpids+=($!)
+    done
+    wait "${cpids[@]}"
+    for i in 0 1 2; do
+        text "$T/lm$i.json" > "$T/lm$i.txt" 2>/dev/null || fail "$arch: paused-speculation completion $i: $(cat "$T/lm$i.json")"
+        cmp -s "$T/long$i.txt" "$T/lm$i.txt" || fail "$arch: paused-speculation completion $i differs from the unspeculated text"
+    done
+    d1=$(drafted)
+    [ "$d1" -gt "$d0" ] || fail "$arch: no drafts once the batch had shrunk ($d0 → $d1)"
+    stop
+    echo "ok   $arch: greedy text with MTP drafts (k = 1..3, streamed, 8 concurrent, paused in a batch of 3 and resumed) identical to no speculation; $((after - before)) tokens drafted, $((acc1 - acc0)) accepted"
 done
 
 # a model without an MTP layer
