@@ -705,6 +705,10 @@ static uint64_t read_sum(const void *p, size_t bytes) {
 
 /* ---- SwiGLU activation (libmvec AVX2 expf; see gemv_avx512.c) --------------------------------- */
 __m256 _ZGVdN8v_expf(__m256 x);
+/* The tail goes through the same vector expf (in a padded buffer), not scalar expf: an element's
+ * result must not depend on where it falls in the array — a step of n tokens calls this on n × ffn
+ * values, so with the scalar tail the last ffn % 8 values of a token differed between a 1-token
+ * step and a verify step (speculative decoding's logits on AVX2 differed from decoding's by ~4e-7). */
 static void silu_mul(float *g, const float *u, int64_t n) {
     const __m256 one = _mm256_set1_ps(1.0f);
     int64_t i = 0;
@@ -713,7 +717,15 @@ static void silu_mul(float *g, const float *u, int64_t n) {
         const __m256 e = _ZGVdN8v_expf(_mm256_sub_ps(_mm256_setzero_ps(), x));
         _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
     }
-    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    if (i < n) {
+        float gb[8] = {0}, ub[8] = {0};
+        memcpy(gb, g + i, (size_t)(n - i) * sizeof *gb);
+        memcpy(ub, u + i, (size_t)(n - i) * sizeof *ub);
+        const __m256 x = _mm256_loadu_ps(gb);
+        const __m256 e = _ZGVdN8v_expf(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        _mm256_storeu_ps(gb, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(ub)));
+        memcpy(g + i, gb, (size_t)(n - i) * sizeof *gb);
+    }
 }
 
 /* Maximum ignoring NaN (see gemv_avx512.c). */

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Speculative decoding with prompt lookup (`kiln run --spec ngram`, docs/SPECULATIVE.md): greedy
 # output token-identical to --spec off on stories260K for k = 1..4, from BOS and from a prompt, with
-# F32 and FP8 KV; the dumped logits have the same rows and are identical with AVX-512 (few-token
-# kernels), within 1e-5 relative elsewhere (a GEMM's sums); some drafts are accepted; greedy with presence, frequency or
+# F32 and FP8 KV; the dumped logits have the same rows and are identical with AVX-512 and AVX2
+# (few-token kernels; both checked where the CPU has them), within 1e-5 relative elsewhere; some drafts are accepted; greedy with presence, frequency or
 # repetition penalties token-identical too; sampling keeps speculation on (rejection rule) and accepts drafts.
 set -euo pipefail
 M=$SHARED/models/stories260K
@@ -21,23 +21,27 @@ for kv in f32 fp8; do
     [ "${acc:-0}" -gt 0 ] || { echo "kv $kv: no draft accepted:"; cat "$T/on.err"; exit 1; }
     grep "^speculation" "$T/on.err"
 done
-"$KILN" run "$M" --temp 0 -n 60 --tokens 1,403,407 --dump-logits "$T/a.bin" > /dev/null 2>&1
-"$KILN" run "$M" --temp 0 -n 60 --tokens 1,403,407 --dump-logits "$T/b.bin" --spec ngram --spec-k 3 > /dev/null 2>&1
-# with AVX-512 (the few-token kernels: F32 steps of up to 5 tokens give each token its 1-token
-# result) the verify steps' logits are the decode's bit for bit; elsewhere within 1e-5 relative
-exact=0; grep -qw avx512f /proc/cpuinfo 2>/dev/null && exact=1
-"$PY" - "$T/a.bin" "$T/b.bin" "$exact" <<'EOF'
+# the verify steps' logits are the 1-token decode's bit for bit with the SIMD kernels (AVX-512 and
+# AVX2: few-token matmuls give each token its 1-token result, and every other op of a step computes
+# each token's values as a 1-token step does), on the CPU's own ISA and on AVX2 where it has it
+isas="auto"; grep -qw avx2 /proc/cpuinfo 2>/dev/null && isas="auto avx2"
+for isa in $isas; do
+    "$KILN" run "$M" --temp 0 -n 60 --tokens 1,403,407 --isa $isa --dump-logits "$T/a.bin" > /dev/null 2>&1
+    "$KILN" run "$M" --temp 0 -n 60 --tokens 1,403,407 --isa $isa --dump-logits "$T/b.bin" --spec ngram --spec-k 3 > /dev/null 2>&1
+    exact=0; grep -qw avx2 /proc/cpuinfo 2>/dev/null && exact=1
+    "$PY" - "$T/a.bin" "$T/b.bin" "$exact" "$isa" <<'EOF'
 import sys
 import numpy as np
 a = np.fromfile(sys.argv[1], dtype=np.float32).reshape(-1, 512)
 b = np.fromfile(sys.argv[2], dtype=np.float32).reshape(-1, 512)
 assert a.shape == b.shape, (a.shape, b.shape)
 err = (np.abs(a - b).max(axis=1) / np.abs(a).max(axis=1)).max()
-print("logits: %d rows, max relative error %.3g" % (a.shape[0], err))
+print("logits (--isa %s): %d rows, max relative error %.3g" % (sys.argv[4], a.shape[0], err))
 if sys.argv[3] == "1" and not np.array_equal(a, b):
-    sys.exit("AVX-512: the verify steps' logits are not the 1-token decode's bit for bit")
+    sys.exit("--isa %s: the verify steps' logits are not the 1-token decode's bit for bit" % sys.argv[4])
 sys.exit(0 if err < 1e-5 else 1)
 EOF
+done
 # greedy with logit processors: the penalties' state follows every accepted draft, so the text is
 # the same as without speculation
 for pen in "--presence-penalty 0.6" "--frequency-penalty 0.3" "--repeat-penalty 1.3"; do
