@@ -506,9 +506,10 @@ typedef struct {
     int (*rows)(void *ud, const float *rows, int n);               /* each verify step's kept logits rows [n, vocab]; nonzero = failed */
     int (*draft_rows)(void *ud, const float *rows, int n);         /* MTP: each step's draft logits [n, vocab]; nonzero = failed */
     /* Tensor parallelism (kiln run --tp): every rank runs the loop, its drafts (prompt lookup: from
-     * the same tokens) and its forwards alike; the leader samples and verifies, then share() sends
-     * the decided values (the first token; per step the accepted count and the next token) to the
-     * followers (follower = 1), whose share() receives them: kiln_dist_bcast_i32. NULL: one process. */
+     * the same tokens; MTP: the layer's forward, sharded like the others) and its forwards alike; the
+     * leader samples and verifies, then share() sends the decided values (the first token; MTP: each
+     * step's drafts; per step the accepted count and the next token) to the followers (follower =
+     * 1), whose share() receives them: kiln_dist_bcast_i32. NULL: one process. */
     kiln_status (*share)(void *ud, int32_t *vals, int n);
     int follower;
 } kiln_spec_hooks;

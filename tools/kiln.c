@@ -141,10 +141,6 @@ int cmd_run(int argc, char **argv) {
         goto out;
     }
     if (dump_path && !(dump = fopen(dump_path, "wb"))) { rc = cli_fail_msg("run", "cannot create the --dump-logits file"); goto out; }
-    if (spec == 2 && tp > 1) {
-        if (rank == 0) fprintf(stderr, "kiln run: --spec mtp is not available with --tp (this stage): speculation off\n");
-        spec = 0;
-    }
     if (spec == 2 && (st = kiln_session_spec_mtp(s))) { rc = cli_fail_status("run", st); goto out; }
     FILE *draft_dump = NULL;
     if (draft_dump_path && !(draft_dump = fopen(draft_dump_path, "wb"))) { rc = cli_fail_msg("run", "cannot create the --dump-draft-logits file"); goto out; }

@@ -83,6 +83,20 @@ kiln_status kiln_spec_generate(kiln_session *s, kiln_sampler *smp, const kiln_mo
         if (room > info->max_context - kiln_session_length(s) - 1) room = info->max_context - kiln_session_length(s) - 1;
         int nd = 0;
         if ((st = draft(s, c, hist, n_hist, generated, next, (int)room, toks + 1, &nd, drows))) break;
+        if (h && h->share && c->drafter == KILN_DRAFT_MTP) {
+            /* MTP drafts come from the layer's arithmetic (its forward runs on every rank: the layer is
+             * sharded like the others), not from the tokens alone as prompt lookup's: the leader's
+             * drafts go to every rank, so that all verify the same tokens even where two ranks'
+             * kernels would round a near-tie differently */
+            int32_t sh[1 + 64]; /* k <= 64 (checked above) */
+            memset(sh, 0, sizeof sh);
+            sh[0] = nd;
+            memcpy(sh + 1, toks + 1, (size_t)nd * sizeof *sh);
+            if ((st = h->share(h->ud, sh, 1 + k))) break;
+            if (sh[0] < 0 || sh[0] > room) { st = kiln_fail(KILN_ERR_INTERNAL, "speculation: %d drafts shared by the leader (room %ld)", sh[0], room); break; }
+            nd = sh[0];
+            memcpy(toks + 1, sh + 1, (size_t)nd * sizeof *sh);
+        }
         if (drows && nd > 0 && h->draft_rows(h->ud, drows, nd)) { st = kiln_fail(KILN_ERR_IO, "writing the draft logits failed"); break; }
         toks[0] = next;
         const int len0 = kiln_session_length(s);

@@ -4,7 +4,8 @@
 #   - stories260K (F32, 8 heads / 4 KV heads, FFN 172): greedy text byte-identical at N = 2 and 4 and
 #     logits within 1e-4 relative (only the summation order of the row-parallel products differs);
 #     each rank's KV cache holds 1/N of the bytes per token; speculative decoding (--spec ngram) at
-#     N = 2 gives the same greedy text, and the same sampled text as one process speculating;
+#     N = 2 gives the same greedy text, and the same sampled text as one process speculating, with
+#     prompt lookup and with the model's MTP layer (rewired checkpoints whose drafts are sometimes right);
 #   - glm4 (fused gate_up, QKV bias, post-norms), ChatGLM (fused QKV), a llama in BF16 and as a
 #     GGUF Q8_0 file, and the MLA + MoE families (deepseek_v3, kimi_k2, glm_moe_dsa with sparse
 #     attention; glm_moe_dsa's shared-indexer preset at N = 4): logits within 1e-4 relative at N = 2;
@@ -64,6 +65,24 @@ done
 "$KILN" run "$M" --temp 0.8 --seed 3 -n 100 --spec ngram > "$T/s1.txt" 2> /dev/null
 "${MPI[@]}" -np 2 "$KILN" run "$M" --temp 0.8 --seed 3 -n 100 --tp 2 --spec ngram > "$T/s2.txt" 2> "$T/s2.err"
 cmp "$T/s1.txt" "$T/s2.txt" || { echo "--tp 2 --spec ngram sampled: text differs from one process"; cat "$T/s2.err"; exit 1; }
+# MTP drafting under --tp: the MTP layer is sharded like the others and runs on every rank; rank 0's
+# drafts are broadcast. Checkpoints rewired (scripts/mtp_rewire.py) so that drafts are sometimes
+# right: greedy text identical to one process without speculation at k = 1 and 3, sampled text
+# identical to one process speculating with MTP (deepseek_v3 and glm_moe_dsa tiny, F32)
+for arch in deepseek_v3 glm_moe_dsa; do
+    "$KILN" mkmodel --arch $arch --preset tiny --dtype f32 "$T/$arch" > /dev/null 2>&1 || { echo "mkmodel $arch"; exit 1; }
+    "$PY" "$(dirname "$0")/../../scripts/mtp_rewire.py" "$T/$arch" 2.0 || { echo "rewiring $arch"; exit 1; }
+    "$KILN" run "$T/$arch" --temp 0 -n 60 --tokens 5,6,7,8,9 > "$T/one.txt" 2> /dev/null
+    for k in 1 3; do
+        "${MPI[@]}" -np 2 "$KILN" run "$T/$arch" --temp 0 -n 60 --tokens 5,6,7,8,9 --tp 2 --spec mtp --spec-k $k > "$T/tp.txt" 2> "$T/tp.err"
+        cmp "$T/one.txt" "$T/tp.txt" || { echo "$arch --tp 2 --spec mtp --spec-k $k: greedy text differs from one process"; cat "$T/tp.err"; exit 1; }
+        grep -q "^speculation: mtp (layer 0, k = $k): [0-9]* drafted, [1-9][0-9]* accepted" "$T/tp.err" || { echo "$arch --tp 2 --spec mtp: no draft accepted"; cat "$T/tp.err"; exit 1; }
+    done
+    "$KILN" run "$T/$arch" --temp 0.8 --seed 3 -n 60 --tokens 5,6,7,8,9 --spec mtp --spec-k 2 > "$T/s1.txt" 2> /dev/null
+    "${MPI[@]}" -np 2 "$KILN" run "$T/$arch" --temp 0.8 --seed 3 -n 60 --tokens 5,6,7,8,9 --tp 2 --spec mtp --spec-k 2 > "$T/s2.txt" 2> "$T/s2.err"
+    cmp "$T/s1.txt" "$T/s2.txt" || { echo "$arch --tp 2 --spec mtp sampled: text differs from one process"; cat "$T/s2.err"; exit 1; }
+    echo "ok: $arch --tp 2 --spec mtp: greedy (k = 1, 3) and sampled text identical to one process"
+done
 
 # other architectures and formats at --tp 2
 logits_tp2() { # model vocab what
