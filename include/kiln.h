@@ -444,7 +444,7 @@ typedef struct kiln_server_options {
      * requests run (0 = 2, measured: docs/SPECULATIVE.md). */
     int spec_k, spec_ngram, spec_max_batch;
     int spec_mtp;                 /* 1: the drafts come from the model's MTP layer (`--spec mtp`; the
-                                     model must ship one; one process only) instead of prompt lookup */
+                                     model must ship one) instead of prompt lookup */
     const char *test_forced_output; /* test hook: every completion generates exactly the tokens of
                                      this text, then the model's end id (so that tests drive the
                                      parsers with the real format through the real tokenizer) */

@@ -113,6 +113,7 @@ int cmd_run(int argc, char **argv) {
         /* (the other ranks write no file but ask for the same logits rows: with a
          * vocabulary-parallel head every rank computes its columns of rank 0's rows) */
         if (rank > 0 && dump_path) dump_path = "/dev/null";
+        if (rank > 0 && draft_dump_path) draft_dump_path = "/dev/null"; /* rank 0 writes the file */
     } else if ((st = kiln_model_load(model_path, &o, &m))) return cli_fail_status("run", st);
     kiln_model_info info;
     kiln_model_get_info(m, &info);

@@ -280,7 +280,7 @@ int kiln_engine_failed(kiln_engine *e) { return atomic_load(&e->failed); }
 
 int kiln_engine_mtp_ok(const kiln_engine *e) {
     const kiln_arch_model *am = e->m->arch_state;
-    return e->tp == 1 && am && am->n_mtp > 0;
+    return am && am->n_mtp > 0; /* under --tp the MTP layer is sharded like the others: every rank runs it */
 }
 
 int kiln_engine_context(const kiln_engine *e) { return e->n_ctx; }
@@ -855,6 +855,9 @@ static void tp_lost(kiln_engine *e) {
 /* Whether r speculates at all: a prompt-lookup k, no grammar (drafts would skip its mask), not the
  * forced-output test hook. Decided from what rank 0 announces, so every rank decides alike. */
 static int spec_allowed(const kiln_req *r) { return r->spec_k > 0 && !r->grammar && r->n_forced == 0 && (!r->spec_mtp || r->mtp); }
+/* What rank 0 announces as a request's k: the part of spec_allowed known before admission (the
+ * other ranks see no grammar nor forced output; an MTP drafter is made at admission on every rank). */
+static int spec_announced_k(const kiln_req *r) { return r->spec_k > 0 && !r->grammar && r->n_forced == 0 ? r->spec_k : 0; }
 
 /* Rank 0: the step message — what reap dropped, then the requests that arrived since the last one
  * (in arrival order; one that does not fit in memory waits, with everything after it). */
@@ -877,8 +880,8 @@ static kiln_status tp_send(kiln_engine *e, int kind) {
             w[1] = r->n_toks;
             w[2] = r->max_tokens;
             w[3] = r->share_from && r->share_from->announced ? (int32_t)r->share_from->arrival : -1;
-            w[4] = spec_allowed(r) ? r->spec_k : 0; /* the others draft exactly when rank 0 does */
-            w[5] = r->spec_ngram;
+            w[4] = spec_announced_k(r); /* the others draft exactly when rank 0 does */
+            w[5] = r->spec_ngram | (r->spec_mtp ? 1 << 8 : 0);
             memcpy(w + 6, r->toks, (size_t)r->n_toks * sizeof *r->toks);
             e->msg_n += 6 + r->n_toks;
             e->msg[2]++;
@@ -924,7 +927,8 @@ static kiln_status tp_apply(kiln_engine *e) {
         r->arrival = (uint32_t)w[at];
         r->announced = 1;
         r->spec_k = w[at + 4];
-        r->spec_ngram = w[at + 5];
+        r->spec_ngram = w[at + 5] & 0xFF;
+        r->spec_mtp = (w[at + 5] >> 8) & 1;
         if (w[at + 3] >= 0 && (r->share_from = tp_find(e, w[at + 3])) != NULL) atomic_fetch_add(&r->share_from->refs, 1);
         at += 6 + w[at + 1];
         wait_append(e, r);
@@ -988,6 +992,48 @@ static void mtp_take_hidden(kiln_engine *e, int nb) {
     }
 }
 
+/* Tensor parallel: every rank drafted with its MTP drafters (the layer's forward is sharded, so they
+ * all ran it together); rank 0's drafts replace the others' (kiln run --tp does the same), so every
+ * rank verifies the same tokens even where a near-tie rounded differently. The counts agree by
+ * construction (the same decisions from the same state); a difference means the ranks diverged. */
+static kiln_status tp_share_mtp_drafts(kiln_engine *e, int nb) {
+    int any = 0;
+    for (int b = 0; b < nb; b++) any |= e->b_req[b]->mtp && e->b_req[b]->spec_d > 0;
+    if (!any) return KILN_OK;
+    int words = 0;
+    for (int b = 0; b < nb; b++)
+        if (e->b_req[b]->mtp && e->b_req[b]->spec_d > 0) words += 1 + e->b_req[b]->spec_d;
+    e->msg_n = 0; /* the step message was applied: the buffer is free */
+    if (!msg_reserve(e, words)) return kiln_fail(KILN_ERR_NOMEM, "out of memory for the MTP drafts message");
+    if (e->rank == 0) {
+        int at = 0;
+        for (int b = 0; b < nb; b++) {
+            const kiln_req *r = e->b_req[b];
+            if (!r->mtp || r->spec_d <= 0) continue;
+            e->msg[at++] = r->spec_d;
+            memcpy(e->msg + at, r->toks + r->n_toks, (size_t)r->spec_d * sizeof *e->msg);
+            at += r->spec_d;
+        }
+        e->msg_n = at;
+    }
+    KILN_TRY(kiln_dist_bcast_msg(&e->msg, &e->msg_n, &e->msg_cap, e->rank == 0 ? 0 : e->tp_timeout));
+    if (e->msg_n != words) return kiln_fail(KILN_ERR_INTERNAL, "MTP drafts: rank 0 sent %d words, this rank expected %d", e->msg_n, words);
+    int at = 0;
+    for (int b = 0, t = 0; b < nb; t += e->b_cnt[b++]) {
+        kiln_req *r = e->b_req[b];
+        if (!r->mtp || r->spec_d <= 0) continue;
+        if (e->msg[at] != r->spec_d) return kiln_fail(KILN_ERR_INTERNAL, "MTP drafts: rank 0 drafted %d tokens, this rank %d", e->msg[at], r->spec_d);
+        for (int j = 0; j < r->spec_d; j++) {
+            const int32_t tok = e->msg[at + 1 + j];
+            if (tok < 0 || tok >= e->vocab) return kiln_fail(KILN_ERR_INTERNAL, "MTP drafts: token %d from rank 0 is out of range", tok);
+            r->toks[r->n_toks + j] = tok;
+            e->b_tok[t + 1 + j] = tok;
+        }
+        at += 1 + r->spec_d;
+    }
+    return KILN_OK;
+}
+
 /* One scheduler step (rank 0 or one process). */
 static void step(kiln_engine *e) {
     reap(e, kiln_now());
@@ -1043,6 +1089,7 @@ static void step_run(kiln_engine *e) {
         }
     }
     int n_decode = n;
+    if (e->tp > 1 && tp_share_mtp_drafts(e, nb) != KILN_OK) { tp_lost(e); return; }
     /* then prompt chunks, oldest first, within the step budget and the pages there are */
     for (int i = 0; i < e->n_running && n < S; i++) {
         kiln_req *r = e->running[i];

@@ -181,8 +181,8 @@ kiln_status kiln_engine_follow(kiln_model *m, const kiln_options *o, const kiln_
  * one is accepted, and the process should exit non-zero (kiln_dist_abort). */
 int kiln_engine_failed(kiln_engine *e);
 int kiln_engine_context(const kiln_engine *e);   /* max tokens of one sequence */
-/* Whether requests may draft with the model's MTP layer (spec_mtp): the model ships one and runs
- * in one process (the MTP layer is not sharded under --tp). */
+/* Whether requests may draft with the model's MTP layer (spec_mtp): the model ships one (under --tp
+ * it is sharded like the decoder layers and every rank runs it; rank 0's drafts are broadcast). */
 int kiln_engine_mtp_ok(const kiln_engine *e);
 int64_t kiln_engine_kv_capacity(const kiln_engine *e);
 /* The pool's configuration (read-only: dtype, dims, page size) and where FP8 scales came from. */

@@ -119,8 +119,8 @@ static kiln_status shard_mla(struct kiln_model *m, const kiln_mla_cfg *c, kiln_m
     const int64_t qh = c->qk_nope + c->qk_rope;
     if (c->q_lora_rank > 0) KILN_TRY(slice_rows(&A->wq_b, h0 * qh, hn * qh, "q_b_proj", l));
     else KILN_TRY(slice_rows(&A->wq, h0 * qh, hn * qh, "q_proj", l));
-    A->ukt += h0; /* the absorbed per-head views (float32 copies made at bind) */
-    A->uv += h0;
+    if (A->ukt) A->ukt += h0; /* the absorbed per-head views (float32 copies made at bind; an MTP layer's are */
+    if (A->uv) A->uv += h0;   /* made at its first use, from the kv_b_proj rows cut here) */
     KILN_TRY(slice_rows(&A->wkv_b, h0 * (int64_t)(c->qk_nope + c->v_head), hn * (int64_t)(c->qk_nope + c->v_head), "kv_b_proj", l));
     return slice_cols(m, &A->wo, (int64_t)h0 * c->v_head, (int64_t)hn * c->v_head, "o_proj", l);
 }
@@ -130,6 +130,51 @@ static kiln_status shard_swiglu(struct kiln_model *m, kiln_weight *g, kiln_weigh
     KILN_TRY(slice_rows(g, f0, fn, what, l));
     KILN_TRY(slice_rows(u, f0, fn, what, l));
     return slice_cols(m, d, f0, fn, what, l);
+}
+
+/* What kiln_model_shard cuts every layer to (the same for decoder and MTP layers). */
+typedef struct {
+    int mla, rank, tp, ep, H, KV, hd;
+    int64_t q0, qn, k0, kn, f0, fn, F;
+} shard_plan;
+
+/* One transformer block (attention + MLP / MoE) cut to this rank's heads and widths. */
+static kiln_status shard_layer(struct kiln_model *m, kiln_arch_model *am, const shard_plan *sp, kiln_arch_layer *L, int l) {
+    const kiln_moe_cfg *mc = &am->hp.moe;
+    if (sp->mla) {
+        KILN_TRY(shard_mla(m, &am->hp.mla, &L->mla, sp->rank * (sp->H / sp->tp), sp->H / sp->tp, l));
+    } else if (am->hp.qkv_fused) {
+        const int64_t st[3] = {sp->q0, (int64_t)sp->H * sp->hd + sp->k0, (int64_t)sp->H * sp->hd + (int64_t)sp->KV * sp->hd + sp->k0}, n[3] = {sp->qn, sp->kn, sp->kn};
+        KILN_TRY(gather_rows(m, &L->wqkv, st, n, 3, "qkv", l));
+    } else {
+        KILN_TRY(slice_rows(&L->wq, sp->q0, sp->qn, "q_proj", l));
+        KILN_TRY(slice_rows(&L->wk, sp->k0, sp->kn, "k_proj", l));
+        KILN_TRY(slice_rows(&L->wv, sp->k0, sp->kn, "v_proj", l));
+    }
+    if (!sp->mla) {
+        if (L->bq) L->bq += sp->q0;
+        if (L->bk) L->bk += sp->k0;
+        if (L->bv) L->bv += sp->k0;
+        KILN_TRY(slice_cols(m, &L->wo, sp->q0, sp->qn, "o_proj", l));
+    }
+    if (L->is_moe) {
+        const int E = mc->n_experts;
+        const int64_t e0 = (int64_t)sp->rank * (mc->ffn / sp->tp), en = mc->ffn / sp->tp;
+        if (sp->ep == 1) /* (ep: the experts stay whole; moe.c runs this rank's) */
+            for (int e = 0; e < E; e++) KILN_TRY(shard_swiglu(m, &L->exp_w[e], &L->exp_w[E + e], &L->exp_w[2 * E + e], e0, en, "expert", l));
+        if (mc->shared_ffn > 0) {
+            const int64_t s0 = (int64_t)sp->rank * (mc->shared_ffn / sp->tp), sn = mc->shared_ffn / sp->tp;
+            KILN_TRY(shard_swiglu(m, &L->moe.sh_gate, &L->moe.sh_up, &L->moe.sh_down, s0, sn, "shared expert", l));
+        }
+    } else if (am->hp.ffn_fused) {
+        const int64_t st[2] = {sp->f0, (int64_t)sp->F + sp->f0}, n[2] = {sp->fn, sp->fn};
+        KILN_TRY(gather_rows(m, &L->w_gate_up, st, n, 2, "gate_up_proj", l));
+    } else {
+        KILN_TRY(slice_rows(&L->w_gate, sp->f0, sp->fn, "gate_proj", l));
+        KILN_TRY(slice_rows(&L->w_up, sp->f0, sp->fn, "up_proj", l));
+    }
+    if (!L->is_moe) KILN_TRY(slice_cols(m, &L->w_down, sp->f0, sp->fn, "down_proj", l));
+    return KILN_OK;
 }
 
 kiln_status kiln_model_shard(kiln_model *m, int rank, int tp, int ep) {
@@ -158,42 +203,12 @@ kiln_status kiln_model_shard(kiln_model *m, int rank, int tp, int ep) {
     const int64_t q0 = (int64_t)rank * (H / tp) * hd, qn = (int64_t)(H / tp) * hd;
     const int64_t k0 = kv_rep > 1 ? (int64_t)(rank / kv_rep) * hd : (int64_t)rank * (KV / tp) * hd, kn = kv_rep > 1 ? hd : (int64_t)(KV / tp) * hd;
     const int64_t f0 = (int64_t)rank * (F / tp), fn = F / tp;
-    for (int l = 0; l < hp->n_layers; l++) {
-        kiln_arch_layer *L = &am->layers[l];
-        if (mla) {
-            KILN_TRY(shard_mla(m, &am->hp.mla, &L->mla, rank * (H / tp), H / tp, l));
-        } else if (am->hp.qkv_fused) {
-            const int64_t st[3] = {q0, (int64_t)H * hd + k0, (int64_t)H * hd + (int64_t)KV * hd + k0}, n[3] = {qn, kn, kn};
-            KILN_TRY(gather_rows(m, &L->wqkv, st, n, 3, "qkv", l));
-        } else {
-            KILN_TRY(slice_rows(&L->wq, q0, qn, "q_proj", l));
-            KILN_TRY(slice_rows(&L->wk, k0, kn, "k_proj", l));
-            KILN_TRY(slice_rows(&L->wv, k0, kn, "v_proj", l));
-        }
-        if (!mla) {
-            if (L->bq) L->bq += q0;
-            if (L->bk) L->bk += k0;
-            if (L->bv) L->bv += k0;
-            KILN_TRY(slice_cols(m, &L->wo, q0, qn, "o_proj", l));
-        }
-        if (L->is_moe) {
-            const int E = mc->n_experts;
-            const int64_t e0 = (int64_t)rank * (mc->ffn / tp), en = mc->ffn / tp;
-            if (ep == 1) /* (ep: the experts stay whole; moe.c runs this rank's) */
-                for (int e = 0; e < E; e++) KILN_TRY(shard_swiglu(m, &L->exp_w[e], &L->exp_w[E + e], &L->exp_w[2 * E + e], e0, en, "expert", l));
-            if (mc->shared_ffn > 0) {
-                const int64_t s0 = (int64_t)rank * (mc->shared_ffn / tp), sn = mc->shared_ffn / tp;
-                KILN_TRY(shard_swiglu(m, &L->moe.sh_gate, &L->moe.sh_up, &L->moe.sh_down, s0, sn, "shared expert", l));
-            }
-        } else if (am->hp.ffn_fused) {
-            const int64_t st[2] = {f0, (int64_t)F + f0}, n[2] = {fn, fn};
-            KILN_TRY(gather_rows(m, &L->w_gate_up, st, n, 2, "gate_up_proj", l));
-        } else {
-            KILN_TRY(slice_rows(&L->w_gate, f0, fn, "gate_proj", l));
-            KILN_TRY(slice_rows(&L->w_up, f0, fn, "up_proj", l));
-        }
-        if (!L->is_moe) KILN_TRY(slice_cols(m, &L->w_down, f0, fn, "down_proj", l));
-    }
+    const shard_plan sp = {mla, rank, tp, ep, H, KV, hd, q0, qn, k0, kn, f0, fn, F};
+    for (int l = 0; l < hp->n_layers; l++) KILN_TRY(shard_layer(m, am, &sp, &am->layers[l], l));
+    /* MTP layers (speculative decoding): sharded like the decoder layers, since their block runs the
+     * same forward with the same all-reduces (its eh_proj, norms, embedding and head stay whole:
+     * their outputs are replicated) */
+    for (int j = 0; j < am->n_mtp; j++) KILN_TRY(shard_layer(m, am, &sp, &am->mtp[j].L, hp->n_layers + j));
     hp->n_heads = H / tp;
     if (mla) am->hp.mla.n_heads = H / tp;
     else hp->n_kv_heads = kv_rep > 1 ? 1 : KV / tp;

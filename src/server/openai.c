@@ -256,7 +256,7 @@ static int parse_stop_ids(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oa
  * "off" | "ngram" | "mtp" | {"method": "ngram" | "mtp" | "off", "num_speculative_tokens": 1..16,
  * "prompt_lookup_max": 1..16} (vLLM's names for its speculative config; "deepseek_mtp", vLLM's
  * older name, means "mtp"). Absent: the server's --spec setting. Without a method ({"num_speculative_tokens": 2}):
- * prompt lookup. "mtp" needs a model that ships an MTP layer, in one process. */
+ * prompt lookup. "mtp" needs a model that ships an MTP layer. */
 static int parse_speculative(const kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
     json_t *v = json_object_get(o, "speculative");
     if (!v || json_is_null(v)) return 1;
@@ -268,8 +268,7 @@ static int parse_speculative(const kiln_server *s, json_t *o, kiln_oai_params *p
     if (method && strcmp(method, "off") && strcmp(method, "ngram") && !mtp)
         return BADC("speculative", "invalid_value", "'speculative' method '%s' is not one of off, ngram, mtp", method);
     if (mtp && !kiln_engine_mtp_ok(s->eng))
-        return BADC("speculative", "invalid_value", "'speculative' method '%s': this model ships no MTP layer (num_nextn_predict_layers), or it "
-                    "runs sharded (--tp), where the MTP layer is not", method);
+        return BADC("speculative", "invalid_value", "'speculative' method '%s': this model ships no MTP layer (num_nextn_predict_layers)", method);
     p->spec_set = 1;
     p->spec_mtp = mtp;
     p->spec_k = method && !strcmp(method, "off") ? 0 : mtp ? 3 : 4;

@@ -1392,8 +1392,7 @@ kiln_status kiln_server_start(kiln_model *m, const char *model_path, const kiln_
     kiln_server_probe_template(s); /* before the first request can arrive */
     st = kiln_server_choose_parsers(s, so);
     if (st == KILN_OK && so->spec_mtp && so->spec_k > 0 && !kiln_engine_mtp_ok(s->eng))
-        st = kiln_fail(KILN_ERR_UNSUPPORTED, "--spec mtp: this model ships no MTP layer (num_nextn_predict_layers), or it runs sharded "
-                       "(--tp), where the MTP layer is not: MTP drafting runs in one process");
+        st = kiln_fail(KILN_ERR_UNSUPPORTED, "--spec mtp: this model ships no MTP layer (num_nextn_predict_layers)");
     if (st == KILN_OK && so->test_forced_output) { /* the test hook: its tokens, then the first end id */
         int32_t *ids = NULL;
         size_t n = 0;

@@ -82,6 +82,16 @@ for arch in deepseek_v3 glm_moe_dsa; do
     "${MPI[@]}" -np 2 "$KILN" run "$T/$arch" --temp 0.8 --seed 3 -n 60 --tokens 5,6,7,8,9 --tp 2 --spec mtp --spec-k 2 > "$T/s2.txt" 2> "$T/s2.err"
     cmp "$T/s1.txt" "$T/s2.txt" || { echo "$arch --tp 2 --spec mtp sampled: text differs from one process"; cat "$T/s2.err"; exit 1; }
     echo "ok: $arch --tp 2 --spec mtp: greedy (k = 1, 3) and sampled text identical to one process"
+    # the rewired MTP block adds nothing (its o_proj and down_proj are zero), so its sharding is
+    # checked on the random checkpoint: the MTP layer's draft logits at --tp 2 against one process,
+    # with a 41-token prompt (the drafter's first step takes all 41 rows at once)
+    "$KILN" mkmodel --arch $arch --preset tiny --dtype f32 "$T/$arch-r" > /dev/null 2>&1 || { echo "mkmodel $arch"; exit 1; }
+    toks=$(seq -s, 10 50)
+    "$KILN" run "$T/$arch-r" --temp 0 -n 12 --tokens "$toks" --spec mtp --spec-k 2 --dump-draft-logits "$T/d1.bin" > /dev/null 2>&1
+    "${MPI[@]}" -np 2 "$KILN" run "$T/$arch-r" --temp 0 -n 12 --tokens "$toks" --tp 2 --spec mtp --spec-k 2 --dump-draft-logits "$T/d2.bin" > /dev/null 2> "$T/d2.err" ||
+        { echo "$arch --tp 2 --spec mtp, 41-token prompt: failed"; tail -n 20 "$T/d2.err"; exit 1; }
+    close "$T/d1.bin" "$T/d2.bin" "$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$T/$arch-r/config.json")" "$arch MTP draft logits --tp 2" ||
+        { echo "$arch: MTP draft logits at --tp 2 differ from one process"; exit 1; }
 done
 
 # other architectures and formats at --tp 2

@@ -25,3 +25,4 @@ TP_MLA=$T/mla TP_LONG=$T/long node tests/dist/tp_serve.mjs
 KILN_SERVE_TP=2 node tests/server/test_server_api.mjs
 KILN_SERVE_TP=4 node tests/server/test_server_api.mjs
 for s in integrity concurrency sampling spec; do KILN_SERVE_TP=2 node tests/server/test_server_$s.mjs; done
+KILN_SERVE_TP=2 bash tests/server/test_server_spec_mtp.sh # MTP drafts: the layer sharded, rank 0's drafts broadcast

@@ -26,15 +26,24 @@ pid=
 trap 'rm -rf "$T"; [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null' EXIT
 fail() { echo "FAIL: $*"; [ -f "$T/log" ] && tail -n 20 "$T/log"; exit 1; }
 
+# KILN_SERVE_TP=N (tests/dist/test_tp_serve.sh): every server runs as `mpirun -np N kiln serve ... --tp N`
+TP=${KILN_SERVE_TP:-1}
+launch=()
+[ "$TP" -gt 1 ] && launch=(mpirun --oversubscribe --allow-run-as-root --mca orte_abort_on_non_zero_status 0 -x OMP_NUM_THREADS=1 -np "$TP")
 start() { # model dir, extra args...: starts a server, sets url
     local d=$1; shift
-    "$KILN" serve "$d" --host 127.0.0.1 --port 0 --max-batch 8 --spec-max-batch 8 --model-name m "$@" 2>"$T/log" &
+    local tpa=(); [ "$TP" -gt 1 ] && tpa=(--tp "$TP")
+    "${launch[@]}" "$KILN" serve "$d" --host 127.0.0.1 --port 0 --max-batch 8 --spec-max-batch 8 --model-name m "${tpa[@]}" "$@" 2>"$T/log" &
     pid=$!
     for _ in $(seq 300); do grep -q "listening on" "$T/log" && break; sleep 0.1; done
     url=$(grep -o 'http://127.0.0.1:[0-9]*' "$T/log" | head -1)
     [ -n "$url" ] || fail "server did not start for $d"
 }
-stop() { kill -TERM "$pid"; wait "$pid"; local rc=$?; pid=; [ $rc -eq 0 ] || fail "server exit status $rc"; }
+stop() { # under mpirun the signal goes to rank 0 (as tests/server/lib.mjs does); mpirun's own status is not the server's
+    local r0; r0=$(sed -n 's/.*rank 0 serves, pid \([0-9]*\).*/\1/p' "$T/log" | head -1)
+    if [ -n "$r0" ]; then kill -TERM "$r0"; wait "$pid"; pid=; return; fi
+    kill -TERM "$pid"; wait "$pid"; local rc=$?; pid=; [ $rc -eq 0 ] || fail "server exit status $rc"
+}
 text() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["choices"][0]["text"])' "$1"; }
 drafted() { curl -sf "$url/metrics" | awk '$1 == "kiln_spec_drafted_tokens_total" {print $2}'; }
 accepted() { curl -sf "$url/metrics" | awk '$1 == "kiln_spec_accepted_tokens_total" {print $2}'; }
