@@ -168,6 +168,13 @@ void kiln_session_free(kiln_session *s) {
 
 void kiln_session_kv_info(const kiln_session *s, kiln_kv_info *out) { *out = s->kv; }
 
+kiln_status kiln_session_eval_decodes_(kiln_session *s, const int32_t *tokens, int n, float *logits) {
+    s->be->cx.decode_steps = 1;
+    const kiln_status st = kiln_session_eval(s, tokens, n, logits);
+    s->be->cx.decode_steps = 0;
+    return st;
+}
+
 kiln_status kiln_session_eval(kiln_session *s, const int32_t *tokens, int n, float *logits) {
     if (n <= 0) return kiln_fail(KILN_ERR_INVALID_ARG, "session_eval: no tokens");
     if (s->seq.len + n > s->n_ctx)

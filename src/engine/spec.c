@@ -8,6 +8,7 @@
  * way); the up to k tokens that followed it are the draft. O(n_ctx · n_max) per call: a few
  * thousand comparisons for the contexts kiln run sees, nothing next to a forward pass. */
 #include "kiln.h"
+#include "engine/session_internal.h"
 #include "base/status.h"
 #include <stdlib.h>
 #include <string.h>
@@ -103,7 +104,7 @@ kiln_status kiln_spec_generate(kiln_session *s, kiln_sampler *smp, const kiln_mo
         /* a step without drafts whose rows nobody keeps (plain decoding, a step prompt lookup found
          * nothing for) samples from the session's own logits: no copy of the vocabulary row */
         const float *lg = nd > 0 || (h && h->rows) ? rows : NULL;
-        if ((st = kiln_session_eval(s, toks, nd + 1, (float *)lg))) break;
+        if ((st = kiln_session_eval_decodes_(s, toks, nd + 1, (float *)lg))) break;
         if (!lg) lg = kiln_session_logits(s);
         stats->verifies++;
         stats->drafted += nd;

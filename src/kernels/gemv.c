@@ -178,6 +178,7 @@ void kiln_kctx_init(kiln_kctx *cx, kiln_isa want, int threads, int fp8) {
     cx->isa = resolve_isa(want);
     cx->threads = threads > 0 ? threads : omp_get_max_threads();
     if (cx->threads < 1) cx->threads = 1;
+    cx->decode_steps = 0;
     if (fp8 == KILN_FP8_AUTO) {
         const char *env = getenv("KILN_FP8_EXACT");
         cx->fp8_exact = !cpu_has_avx512bf16() || (env && *env && strcmp(env, "0") != 0);
@@ -192,6 +193,7 @@ void kiln_kctx_default(kiln_kctx *cx) {
     /* the FP8 form of the default table follows kiln_kernels_fp8_exact at call time */
     cx->kt = cx->isa == KILN_ISA_AVX512 ? table_for(KILN_ISA_AVX512, cx->fp8_exact) : t;
     cx->threads = omp_get_max_threads();
+    cx->decode_steps = 0;
 }
 
 int kiln_cx_fp8_rounds_x(const kiln_kctx *cx) { return cx->kt == &kiln_ktable_avx512_bf16; }
@@ -335,10 +337,11 @@ static int small_n(const kiln_ktable *t, const kiln_weight *w) {
  * per-tensor-scale checkpoint (many subnormal codes) lost its twin's greedy tokens when prompt
  * chunks went through it (tests/models/test_float_quantized.py), first through per-token BF16-dot
  * GEMVs, again through a BF16-dot few-token kernel (tried, removed); the 1-token step keeps its
- * documented form. The price: under the default form a speculative verify step's logits are not
- * the 1-token step's bit for bit, and it costs more (docs/SPECULATIVE.md). */
-static const kiln_ktable *table_for_n(const kiln_ktable *t, const kiln_weight *w, int n) {
-    if (t == &kiln_ktable_avx512_bf16 && w->fmt == KILN_WF_FP8_BLOCK && n > 1 && n <= small_n(t, w)) return &kiln_ktable_avx512;
+ * documented form. A step the caller marks as n decodes (cx->decode_steps: speculative
+ * verification) keeps the 1-token form, so that its tokens get the 1-token step's logits bit for bit
+ * at the 1-token step's weight rate (docs/SPECULATIVE.md); prompts never take it. */
+static const kiln_ktable *table_for_n(const kiln_kctx *cx, const kiln_ktable *t, const kiln_weight *w, int n) {
+    if (t == &kiln_ktable_avx512_bf16 && w->fmt == KILN_WF_FP8_BLOCK && n > 1 && n <= small_n(t, w) && !cx->decode_steps) return &kiln_ktable_avx512;
     return t;
 }
 static int bf16_gemm(const kiln_ktable *t, const kiln_weight *w, int n) {
@@ -484,7 +487,7 @@ static const uint8_t *prep(const kiln_ktable *t, const kiln_weight *w, int n, si
 void kiln_cx_matmul_rows(const kiln_kctx *cx, const kiln_weight *w, const float *X, float *Y, int n, int64_t r0, int64_t r1) {
     if (n <= 0 || r0 >= r1) return;
     const kiln_ktable *t = cx->kt;
-    t = fast_ok(t, w) ? table_for_n(t, w, n) : NULL;
+    t = fast_ok(t, w) ? table_for_n(cx, t, w, n) : NULL;
     size_t xpb = 0;
     const uint8_t *xp = NULL;
     if (t) {
@@ -589,7 +592,7 @@ void kiln_cx_matmul_many(const kiln_kctx *cx, const kiln_weight *const *ws, floa
     int64_t max_nt = 0;
     for (int k = 0; k < nw; k++) {
         const kiln_weight *w = ws[k];
-        j.t[k] = fast_ok(tab, w) ? table_for_n(tab, w, n) : NULL;
+        j.t[k] = fast_ok(tab, w) ? table_for_n(cx, tab, w, n) : NULL;
         j.xpb[k] = 0;
         if (j.t[k]) {
             prep_size(j.t[k], w, n, &j.xpb[k]);

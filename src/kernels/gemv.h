@@ -140,6 +140,11 @@ typedef struct kiln_kctx {
     int threads;                    /* threads a parallel section may use (>= 1) */
     int fp8_exact;                  /* 1: FP8 GEMV on exact f32 activations; 0: bf16 activations with
                                        vdpbf16ps (AVX-512 with AVX512_BF16 only) */
+    int decode_steps;               /* 1: a step of n tokens is n decodes (speculative verification):
+                                       FP8 few-token steps take the 1-token GEMV's form too (its
+                                       BF16-dot form where fp8_exact is 0), so each token gets its
+                                       1-token result; 0 (default): they keep the exact form (gemv.c
+                                       table_for_n) */
 } kiln_kctx;
 /* FP8 GEMV form requested of kiln_kctx_init. */
 enum { KILN_FP8_AUTO = 0, KILN_FP8_EXACT = 1, KILN_FP8_BF16 = 2 };

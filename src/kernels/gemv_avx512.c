@@ -664,6 +664,28 @@ static void gemv_few_fp8(const kiln_weight *w, const float *X, const uint8_t *xp
                    for (int t = 0; t < n; t++) fp8_rows_pipe(0, 1, 1, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy + r, ldy, r, sh, 0));
 }
 
+/* Few-token FP8 steps in the BF16-dot form (the table of AVX512_BF16 CPUs), taken only where the
+ * caller marks the step as n decodes (kiln_kctx.decode_steps: speculative verification — gemv.c
+ * table_for_n says why prompt chunks keep the exact form): as gemv_few_fp8 with the BF16-dot row
+ * step, so each token gets its 1-token BF16-dot GEMV result bit for bit (the same rows, the same
+ * chains per token). */
+static void gemv_few_fp8b(const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0,
+                          int64_t r1) {
+    if (!xp || w->block % 64) {
+        for (int t = 0; t < n; t++) gemv_fp8b(w, X + (size_t)t * (size_t)w->cols, xp ? xp + (size_t)t * xpb : NULL, Y + (size_t)t * (size_t)ldy + r0, r0, r1);
+        return;
+    }
+    const int64_t g = pf_groups(w->row_bytes);
+    FOR_ROW_GROUPS(w, r0, r1,
+                   for (int t = 0; t < n; t += 2) {
+                       const int64_t pfg = t == 0 ? PFG(r) : 0;
+                       float *yt = Y + (size_t)t * (size_t)ldy + r;
+                       if (n - t >= 2) fp8_rows_pipe(1, 4, 2, w, xp + (size_t)t * xpb, xpb, yt, ldy, r, NULL, pfg);
+                       else fp8_rows_pipe(1, 4, 1, w, xp + (size_t)t * xpb, xpb, yt, ldy, r, NULL, pfg);
+                   },
+                   for (int t = 0; t < n; t++) fp8_rows_pipe(1, 1, 1, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy + r, ldy, r, NULL, 0));
+}
+
 /* ---- exact dequantisation into f32 tiles (prefill) ------------------------------------------------ */
 AI void dequant_float(int f, const kiln_weight *w, int64_t r0, int64_t r1, float *out, int64_t ld) {
     const int64_t cols = w->cols, c16 = cols & ~(int64_t)15;
@@ -2405,7 +2427,7 @@ KQ_ENTRIES(q3k, KILN_WF_Q3_K)
 KQ_ENTRIES(iq4xs, KILN_WF_IQ4_XS)
 #undef KQ_ENTRIES
 
-#define AVX512_TABLE(FP8_XPREP_BYTES, FP8_XPREP, FP8_GEMV)                                                              \
+#define AVX512_TABLE(FP8_XPREP_BYTES, FP8_XPREP, FP8_GEMV, FP8_FEW)                                                              \
     {                                                                                                            \
         .dot = dot_f32, .axpy = axpy_f32, .scale = scale_f32,                                                    \
         .xprep_bytes = {[KILN_WF_BF16] = xprep_bytes_bf16e, [KILN_WF_FP8_BLOCK] = FP8_XPREP_BYTES, [KILN_WF_INT4_GROUP] = xprep_bytes_int4,          \
@@ -2424,7 +2446,7 @@ KQ_ENTRIES(iq4xs, KILN_WF_IQ4_XS)
                  [KILN_WF_IQ4_NL] = gemv_iq4nl, [KILN_WF_Q4_1] = gemv_q4_1, [KILN_WF_Q5_1] = gemv_q5_1},                        \
         .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8}, \
         .gemm_f32 = gemm_f32, .read_sum = read_sum, .silu_mul = silu_mul, .max_f32 = max_f32, .peak = peak,      \
-        .gemv_few = {[KILN_WF_INT4_GROUP] = gemv_few_int4, [KILN_WF_FP8_BLOCK] = gemv_few_fp8, [KILN_WF_F32] = gemv_few_f32, [KILN_WF_F16] = gemv_few_f16,         \
+        .gemv_few = {[KILN_WF_INT4_GROUP] = gemv_few_int4, [KILN_WF_FP8_BLOCK] = FP8_FEW, [KILN_WF_F32] = gemv_few_f32, [KILN_WF_F16] = gemv_few_f16,         \
                      [KILN_WF_BF16] = gemv_few_bf16},                                                   \
         .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4,     \
                       [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k, [KILN_WF_Q6_K] = gemm_q6k,      \
@@ -2439,9 +2461,9 @@ KQ_ENTRIES(iq4xs, KILN_WF_IQ4_XS)
                       (1u << KILN_WF_Q3_K) | (1u << KILN_WF_IQ4_XS),                                                            \
     }
 #define BF16_GEMM(fn) 0
-const kiln_ktable kiln_ktable_avx512 = AVX512_TABLE(xprep_bytes_fp8, xprep_fp8, gemv_fp8);
+const kiln_ktable kiln_ktable_avx512 = AVX512_TABLE(xprep_bytes_fp8, xprep_fp8, gemv_fp8, gemv_few_fp8);
 #undef BF16_GEMM
 /* The FP8 GEMV and the BF16 / FP8 GEMM on bf16 activations (vdpbf16ps): only for CPUs with AVX512_BF16. */
 #define BF16_GEMM(fn) fn
-const kiln_ktable kiln_ktable_avx512_bf16 = AVX512_TABLE(xprep_bytes_fp8b, xprep_fp8_bf16, gemv_fp8b);
+const kiln_ktable kiln_ktable_avx512_bf16 = AVX512_TABLE(xprep_bytes_fp8b, xprep_fp8_bf16, gemv_fp8b, gemv_few_fp8b);
 #undef BF16_GEMM

@@ -760,8 +760,48 @@ static void few_token_exact(kiln_isa isa) {
     kiln_kernels_fp8_exact(was);
     kiln_kernels_select(KILN_ISA_AUTO);
 }
+/* Steps marked as n decodes (kiln_kctx.decode_steps: speculative verification) on the BF16-dot FP8
+ * form (AVX512_BF16 CPUs): each token's result is its 1-token BF16-dot GEMV's bit for bit, plain
+ * and tiled weights, 2..16 tokens; unmarked steps of the same size keep the exact form. */
+static void few_token_decode_steps_fp8(void) {
+    kiln_kctx cx;
+    kiln_kctx_init(&cx, KILN_ISA_AVX512, 1, KILN_FP8_BF16);
+    if (cx.fp8_exact) { fprintf(stderr, "skip decode-step FP8 form: no AVX512_BF16\n"); return; }
+    static const struct { int64_t cols; int block; int tiled; } cases[] = {{320, 128, 0}, {1000, 128, 1}, {256, 64, 1}};
+    static const int ns[] = {2, 3, 5, 8, 16};
+    const int64_t rows = 37;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tweight t = make_weight(KILN_WF_FP8_BLOCK, rows, cases[c].cols, cases[c].block);
+        if (cases[c].tiled) tile_and_check(&t);
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            const int n = ns[k];
+            float *X = make_x(n, cases[c].cols), *Y = malloc((size_t)n * rows * sizeof(float)), *Ye = malloc((size_t)n * rows * sizeof(float));
+            float one[37];
+            assert_non_null(Y); assert_non_null(Ye);
+            cx.decode_steps = 1;
+            kiln_cx_matmul(&cx, &t.w, X, Y, n);
+            cx.decode_steps = 0;
+            kiln_cx_matmul(&cx, &t.w, X, Ye, n);
+            int differs_exact = 0;
+            for (int i = 0; i < n; i++) {
+                kiln_cx_matmul(&cx, &t.w, X + (size_t)i * (size_t)cases[c].cols, one, 1);
+                if (memcmp(one, Y + (size_t)i * rows, sizeof one) != 0) {
+                    fprintf(stderr, "decode-step FP8 cols %lld g%d%s n=%d: token %d differs from its 1-token BF16-dot GEMV\n", (long long)cases[c].cols,
+                            cases[c].block, cases[c].tiled ? " tiled" : "", n, i);
+                    fail();
+                }
+                differs_exact |= memcmp(one, Ye + (size_t)i * rows, sizeof one) != 0;
+            }
+            assert_true(differs_exact); /* the unmarked step is the exact form: another rounding of x */
+            free(X); free(Y); free(Ye);
+        }
+        free_weight(&t);
+    }
+}
+
 static void test_few_token_exact(void **s) {
     (void)s;
+    if (kiln_cpu_supports(KILN_ISA_AVX512)) few_token_decode_steps_fp8();
     if (kiln_cpu_supports(KILN_ISA_AVX512)) few_token_exact(KILN_ISA_AVX512);
     else fprintf(stderr, "skip avx512: not supported by this CPU\n");
     if (!kiln_cpu_supports(KILN_ISA_AVX2)) { fprintf(stderr, "skip avx2: not supported by this CPU\n"); return; }
