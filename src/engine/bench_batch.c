@@ -74,7 +74,9 @@ kiln_status kiln_bench_batched_decode(kiln_model *m, const kiln_options *opts, i
             out_row[b] = b;
         }
         kiln_batch bt = {batch, toks, sp, pos, out_row};
+        be->cx.decode_steps = 1; /* a step of `batch` decodes: the 1-token kernels' form (kiln_kctx), as the server's */
         st = kiln_forward_batch(m, pool, &ws, &bt, logits);
+        be->cx.decode_steps = 0;
     }
     if (st == KILN_OK) {
         const double dt = kiln_now() - t0;

@@ -1153,7 +1153,12 @@ static void step_run(kiln_engine *e) {
     }
     e->ws.hidden_out = want_hid && n <= e->hid_rows ? e->hid : NULL;
     kiln_batch batch = {n, e->b_tok, e->b_seq, e->b_pos, e->b_out};
+    /* a step of decodes only (requests' tokens and their drafts, no prompt chunk): the few-token
+     * kernels take the 1-token step's form (kiln_kctx.decode_steps), so a request's logits do not
+     * depend on what else is in the batch (FP8: the BF16-dot form; prompt chunks keep the exact one) */
+    e->be->cx.decode_steps = n == n_decode;
     kiln_status st = kiln_forward_batch(e->m, e->pool, &e->ws, &batch, e->logits);
+    e->be->cx.decode_steps = 0;
     if (st == KILN_OK && want_hid) mtp_take_hidden(e, nb);
     e->ws.hidden_out = NULL;
     e->acc.steps++;
