@@ -49,7 +49,7 @@ static void fill_dsa(const kiln_kv_setup *su, kiln_kv_info *in) {
     in->dsa_rope = c->dsa_rope;
     in->dsa_index_key = c->dsa_key;
     for (int l = 0; l < c->n_layers; l++) in->dsa_key_layers += kiln_kv_dsa_has_key(c, l);
-    in->dsa_row_bytes = (int)(c->dsa_latent + c->dsa_latent / 32 + c->dsa_rope * (int)kiln_kv_elem_bytes(c->dtype) + c->dsa_key + c->dsa_key / 32);
+    in->dsa_row_bytes = (int)kiln_kv_row_bytes(c, 0); /* layer 0 has its own indexer (arch_deepseek.c requires it) */
     in->dsa_fp8 = su->dsa_fp8_asked;
 }
 

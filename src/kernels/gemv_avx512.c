@@ -640,50 +640,41 @@ static void gemv_fp8_impl(const kiln_weight *w, const float *x, const void *xp, 
     for (; r < r1; r++) fp8_rows(1, w, x, y + (r - r0), r);
 }
 
-/* Few-token FP8 steps, in the exact form (gemv.c gives FP8 steps of 2..16 tokens the exact table;
- * its table_for_n says why not the BF16-dot form): per group of 4 rows, pairs of tokens, each row's
- * weights converted once per pair; the first pass streams the group from memory with the GEMV's
- * prefetch, the others find it in L1 / L2. Where the fast path does not apply (block % 64; DAZ
- * set), the GEMV once per token. */
+/* Few-token FP8 steps: per group of 4 rows, pairs of tokens, each row's weights converted once per
+ * pair; the first pass streams the group from memory with the GEMV's prefetch, the others find it in
+ * L1 / L2; each token's result is its 1-token GEMV's in the same form bit for bit (the same rows,
+ * the same chains per token). bf = 0: the exact form, which gemv.c gives FP8 steps of 2..16 tokens
+ * (table_for_n says why); bf = 1: the BF16-dot form (the table of AVX512_BF16 CPUs), taken only for
+ * steps the caller marks as n decodes (kiln_kctx.decode_steps: speculative verification, batched
+ * decode). Where the fast path does not apply (block % 64; DAZ set for the exact form), the GEMV
+ * once per token. */
+AI void gemv_few_fp8_form(const int bf, const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy,
+                          int64_t r0, int64_t r1) {
+    if (!xp || w->block % 64 || (!bf && (_mm_getcsr() & 0x40 /* DAZ */))) {
+        for (int t = 0; t < n; t++)
+            (bf ? gemv_fp8b : gemv_fp8)(w, X + (size_t)t * (size_t)w->cols, xp ? xp + (size_t)t * xpb : NULL, Y + (size_t)t * (size_t)ldy + r0, r0, r1);
+        return;
+    }
+    __m512i shv[4];
+    if (!bf) fp8_shuffles(shv);
+    const __m512i *sh = bf ? NULL : shv;
+    const int64_t g = pf_groups(w->row_bytes);
+    FOR_ROW_GROUPS(w, r0, r1,
+                   for (int t = 0; t < n; t += 2) {
+                       const int64_t pfg = t == 0 ? PFG(r) : 0;
+                       float *yt = Y + (size_t)t * (size_t)ldy + r;
+                       if (n - t >= 2) fp8_rows_pipe(bf, 4, 2, w, xp + (size_t)t * xpb, xpb, yt, ldy, r, sh, pfg);
+                       else fp8_rows_pipe(bf, 4, 1, w, xp + (size_t)t * xpb, xpb, yt, ldy, r, sh, pfg);
+                   },
+                   for (int t = 0; t < n; t++) fp8_rows_pipe(bf, 1, 1, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy + r, ldy, r, sh, 0));
+}
 static void gemv_few_fp8(const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0,
                          int64_t r1) {
-    if (!xp || w->block % 64 || (_mm_getcsr() & 0x40 /* DAZ */)) {
-        for (int t = 0; t < n; t++) gemv_fp8(w, X + (size_t)t * (size_t)w->cols, xp ? xp + (size_t)t * xpb : NULL, Y + (size_t)t * (size_t)ldy + r0, r0, r1);
-        return;
-    }
-    __m512i sh[4];
-    fp8_shuffles(sh);
-    const int64_t g = pf_groups(w->row_bytes);
-    FOR_ROW_GROUPS(w, r0, r1,
-                   for (int t = 0; t < n; t += 2) {
-                       const int64_t pfg = t == 0 ? PFG(r) : 0;
-                       float *yt = Y + (size_t)t * (size_t)ldy + r;
-                       if (n - t >= 2) fp8_rows_pipe(0, 4, 2, w, xp + (size_t)t * xpb, xpb, yt, ldy, r, sh, pfg);
-                       else fp8_rows_pipe(0, 4, 1, w, xp + (size_t)t * xpb, xpb, yt, ldy, r, sh, pfg);
-                   },
-                   for (int t = 0; t < n; t++) fp8_rows_pipe(0, 1, 1, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy + r, ldy, r, sh, 0));
+    gemv_few_fp8_form(0, w, X, xp, xpb, n, Y, ldy, r0, r1);
 }
-
-/* Few-token FP8 steps in the BF16-dot form (the table of AVX512_BF16 CPUs), taken only where the
- * caller marks the step as n decodes (kiln_kctx.decode_steps: speculative verification — gemv.c
- * table_for_n says why prompt chunks keep the exact form): as gemv_few_fp8 with the BF16-dot row
- * step, so each token gets its 1-token BF16-dot GEMV result bit for bit (the same rows, the same
- * chains per token). */
 static void gemv_few_fp8b(const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0,
                           int64_t r1) {
-    if (!xp || w->block % 64) {
-        for (int t = 0; t < n; t++) gemv_fp8b(w, X + (size_t)t * (size_t)w->cols, xp ? xp + (size_t)t * xpb : NULL, Y + (size_t)t * (size_t)ldy + r0, r0, r1);
-        return;
-    }
-    const int64_t g = pf_groups(w->row_bytes);
-    FOR_ROW_GROUPS(w, r0, r1,
-                   for (int t = 0; t < n; t += 2) {
-                       const int64_t pfg = t == 0 ? PFG(r) : 0;
-                       float *yt = Y + (size_t)t * (size_t)ldy + r;
-                       if (n - t >= 2) fp8_rows_pipe(1, 4, 2, w, xp + (size_t)t * xpb, xpb, yt, ldy, r, NULL, pfg);
-                       else fp8_rows_pipe(1, 4, 1, w, xp + (size_t)t * xpb, xpb, yt, ldy, r, NULL, pfg);
-                   },
-                   for (int t = 0; t < n; t++) fp8_rows_pipe(1, 1, 1, w, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy + r, ldy, r, NULL, 0));
+    gemv_few_fp8_form(1, w, X, xp, xpb, n, Y, ldy, r0, r1);
 }
 
 /* ---- exact dequantisation into f32 tiles (prefill) ------------------------------------------------ */

@@ -557,7 +557,8 @@ void kiln_kv_read_row(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, in
     }
 }
 
-void kiln_kv_read_rows_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos0, int count, int h, int off, int n, float *out) {
+/* Positions [pos0, pos0 + count) of kiln_kv_read_row_part: out [count, n], a loop per storage dtype. */
+static void read_rows_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos0, int count, int h, int off, int n, float *out) {
     const int pt = p->cfg.page_tokens;
     for (int t = pos0; t < pos0 + count; t++, out += n) {
         const int32_t pg = s->pages[t / pt];
@@ -586,7 +587,7 @@ void kiln_kv_read_rows_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int lay
 }
 
 void kiln_kv_read_row_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, int h, int off, int n, float *out) {
-    kiln_kv_read_rows_part(p, s, layer, pos, 1, h, off, n, out);
+    read_rows_part(p, s, layer, pos, 1, h, off, n, out);
 }
 
 void kiln_kv_seq_kstats(const kiln_kv_pool *p, const kiln_kv_seq *s, int n, double *ksum, float *kmin, float *kmax) {

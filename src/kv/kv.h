@@ -207,9 +207,6 @@ void kiln_kv_read_row(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, in
 /* Values [off, off + n) of K row (layer, pos, KV head h), dequantized (no K-smoothing mean: for
  * pools whose rows hold several fields, e.g. DSA's [latent | indexer key], kv_sparse.c). */
 void kiln_kv_read_row_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, int h, int off, int n, float *out);
-/* The same for positions [pos0, pos0 + count): out [count, n], with a loop per storage dtype (the
- * indexer scan's key blocks). */
-void kiln_kv_read_rows_part(const kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos0, int count, int h, int off, int n, float *out);
 
 /* ---- DeepSeek sparse attention (DSA; kv_sparse.c, model/mla.h) over an MLA pool (n_kv_heads 1,
  * V = the first v_dim values of the K row) whose K row is [latent (kq values) | indexer key (d
