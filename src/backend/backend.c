@@ -180,3 +180,19 @@ void kiln_be_common_kv_attend_sparse(const kiln_backend *be, const kiln_kv_pool 
                                      float *out) {
     kiln_kv_attend_sparse_cx(&be->cx, p, layer, n, seq, pos, sel, nsel, topk, q, n_heads, kq, scale, verify, out);
 }
+
+static void *kv_arrays_alloc(void *ctx, size_t bytes) {
+    const kiln_backend *be = ctx;
+    return be->ops->kv_alloc(be, bytes);
+}
+static void kv_arrays_free(void *ctx, void *p) {
+    const kiln_backend *be = ctx;
+    be->ops->kv_free(be, p);
+}
+
+void kiln_be_kv_arrays(const kiln_backend *be, kiln_kv_config *c) {
+    if (!be || !be->ops->kv_alloc || !be->ops->kv_free) return;
+    c->arrays_alloc = kv_arrays_alloc;
+    c->arrays_free = kv_arrays_free;
+    c->arrays_ctx = (void *)(uintptr_t)be;
+}

@@ -131,6 +131,12 @@ typedef struct kiln_backend_ops {
     void (*kv_attend_sparse)(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                              const int32_t *sel, const int *nsel, int topk, const float *q, int n_heads, int kq, float scale, int verify,
                              float *out);
+    /* Memory for a KV pool's layer arrays (kv.h kiln_kv_config.arrays_alloc), optional: NULL in the
+     * backends that read host memory (cpu, ref). vulkan: device-addressable buffers that its
+     * attention shader reads in place and the host-side KV ops (store, seals) map; NULL when the
+     * array cannot be one (the pool then takes host memory for it). */
+    void *(*kv_alloc)(const kiln_backend *be, size_t bytes);
+    void (*kv_free)(const kiln_backend *be, void *p);
 } kiln_backend_ops;
 
 struct kiln_backend {
@@ -156,6 +162,10 @@ const char *kiln_op_name(kiln_op op);
 extern const kiln_backend_ops kiln_backend_cpu_ops;
 extern const kiln_backend_ops kiln_backend_ref_ops;
 extern const kiln_backend_ops kiln_backend_vulkan_ops;
+
+/* Points c's layer-array allocator at be's kv_alloc when it has one (every pool a backend's KV ops
+ * will see is configured through this, so that its pages live where its kernels read them). */
+void kiln_be_kv_arrays(const kiln_backend *be, kiln_kv_config *c);
 
 /* ---- call-site helpers (one line each over be->ops) ---- */
 static inline void *kiln_be_alloc(const kiln_backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }

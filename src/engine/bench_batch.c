@@ -50,6 +50,7 @@ kiln_status kiln_bench_batched_decode(kiln_model *m, const kiln_options *opts, i
     kiln_status st = seqs && sp && toks && pos && out_row && logits ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "out of memory");
     if (st == KILN_OK) st = kiln_backend_from_options(&o, &be);
     if (st == KILN_OK) st = kiln_kv_setup_for_model(m, &o, n_ctx, 1, &su);
+    if (st == KILN_OK) kiln_be_kv_arrays(be, &su.cfg);
     if (st == KILN_OK) st = kiln_kv_pool_create(&su.cfg, &pool);
     if (st == KILN_OK) st = kiln_forward_ws_init(&ws, m, be, batch > 64 ? batch : 64, n_ctx);
     uint64_t x = 0x9E3779B97F4A7C15ull;

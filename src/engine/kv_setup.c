@@ -126,6 +126,7 @@ kiln_status kiln_kv_measure_stats(kiln_model *m, const kiln_options *opts, const
     const int chunk = 64;
     kiln_backend *be = NULL; /* the calibration pass computes on the options' backend, like a session */
     kiln_status st = kiln_backend_from_options(opts, &be);
+    if (st == KILN_OK) kiln_be_kv_arrays(be, &c);
     if (st == KILN_OK) st = kiln_kv_pool_create(&c, &pool);
     if (st == KILN_OK) st = kiln_forward_ws_init(&ws, m, be, chunk, window);
     for (size_t i = 0; st == KILN_OK && i < n; i += (size_t)window) {

@@ -47,6 +47,7 @@ kiln_status kiln_mtp_create(struct kiln_model *m, const kiln_backend *be, const 
     c.rope_norm = target_kv->rope_norm;
     const int64_t pages = (n_ctx + MTP_CHUNK + 2 * c.page_tokens) / c.page_tokens;
     c.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&c) + pages * (int64_t)kiln_kv_page_cost(&c);
+    kiln_be_kv_arrays(be, &c);
     kiln_status st = kiln_kv_pool_create(&c, &d->pool);
     if (st == KILN_OK) st = kiln_forward_ws_init(&d->ws, m, be, MTP_CHUNK, n_ctx + MTP_CHUNK);
     d->hid_cap = MTP_CHUNK;

@@ -215,6 +215,9 @@ static kiln_status engine_init(kiln_model *m, const kiln_options *o_in, const ki
         if (st == KILN_OK) st = kiln_dist_agree("the engine settings", agree);
         if (st == KILN_OK) kc.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&kc) + (int64_t)pages * (int64_t)kiln_kv_page_cost(&kc);
     }
+    /* the backend first: the pool's layer arrays live where its attention reads them (kiln_be_kv_arrays) */
+    if (st == KILN_OK) st = kiln_backend_from_options(&o, &e->be);
+    if (st == KILN_OK) kiln_be_kv_arrays(e->be, &kc);
     if (st == KILN_OK) st = kiln_kv_plan_pages(&kc) >= 1 ? kiln_kv_pool_create(&kc, &e->pool)
                                                   : kiln_fail(KILN_ERR_KV_EXHAUSTED, "--kv-mem %lld bytes is smaller than one KV page (%zu bytes)",
                                                               (long long)kc.mem_bytes, kiln_kv_page_cost(&kc));
@@ -232,7 +235,6 @@ static kiln_status engine_init(kiln_model *m, const kiln_options *o_in, const ki
      * max_tokens gets that room; /v1/models and /tokenize report it as max_model_len) */
     if (st == KILN_OK && kiln_kv_capacity_tokens(e->pool) < e->n_ctx) e->n_ctx = (int)kiln_kv_capacity_tokens(e->pool);
     if (st == KILN_OK) st = kiln_pcache_init(&e->pc, e->pool);
-    if (st == KILN_OK) st = kiln_backend_from_options(&o, &e->be);
     if (st == KILN_OK && !o.quiet && e->be->device_name) fprintf(stderr, "kiln: compute: %s\n", e->be->device_name);
     if (st == KILN_OK) st = kiln_forward_ws_init(&e->ws, m, e->be, e->cfg.step_tokens, e->n_ctx);
     if (st == KILN_OK) {

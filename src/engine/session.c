@@ -139,6 +139,7 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_se
     kiln_status st = kiln_kv_setup_for_model(m, &o, s->n_ctx, 1, &su);
     if (st != KILN_OK) { kiln_backend_free(s->be); free(s); return st; }
     if (kiln_kv_plan_pages(&su.cfg) < 1) st = budget_error(&su.cfg);
+    kiln_be_kv_arrays(s->be, &su.cfg);
     if (st == KILN_OK) st = kiln_kv_pool_create(&su.cfg, &s->pool);
     if (st == KILN_OK) st = kiln_session_integ_attach_(s->pool, m, &o); /* KV integrity (issue 5), default heal */
     if (st == KILN_OK) {

@@ -165,7 +165,8 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
     p->pages = calloc((size_t)n_pages, sizeof *p->pages);
     p->refcount = calloc((size_t)n_pages, sizeof *p->refcount);
     p->free_list = malloc((size_t)n_pages * sizeof *p->free_list);
-    int ok = p->k && p->v && p->pages && p->refcount && p->free_list;
+    p->from_arrays_alloc = calloc(2 * (size_t)L, 1);
+    int ok = p->k && p->v && p->pages && p->refcount && p->free_list && p->from_arrays_alloc;
     /* The first pages handed out (the free list gives page 0 first and takes released pages back
      * first) are mapped at creation, up to KV_PREFAULT_BYTES over all layer arrays: a decode step
      * that first writes a fresh OS page pays a page fault inside the step (20–50 µs apiece on the
@@ -181,11 +182,13 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
          * KV write of a decode step touches one slice per layer). bench-500m at 4,096 tokens has 2 MiB
          * per layer array, which the earlier 4 MiB threshold left on 4 KiB pages: RoPE + KV write per
          * INT4 decode step 51 → 27 µs (median of 256 steps, instrumented build, two pairs). */
-        p->k[l] = kiln_alloc64(kiln_kv_page_k_at(p, l) * (size_t)n_pages);
-        p->v[l] = cfg->v_shares_k ? p->k[l] : kiln_alloc64(p->page_v * (size_t)n_pages);
+        const size_t kb = kiln_kv_page_k_at(p, l) * (size_t)n_pages, vb = p->page_v * (size_t)n_pages;
+        if (cfg->arrays_alloc && (p->k[l] = cfg->arrays_alloc(cfg->arrays_ctx, kb)) != NULL) p->from_arrays_alloc[2 * l] = 1;
+        else if ((p->k[l] = kiln_alloc64(kb)) != NULL && pre_pages) kiln_prefault(p->k[l], kiln_kv_page_k_at(p, l) * pre_pages);
+        if (cfg->v_shares_k) p->v[l] = p->k[l];
+        else if (cfg->arrays_alloc && (p->v[l] = cfg->arrays_alloc(cfg->arrays_ctx, vb)) != NULL) p->from_arrays_alloc[2 * l + 1] = 1;
+        else if ((p->v[l] = kiln_alloc64(vb)) != NULL && pre_pages) kiln_prefault(p->v[l], p->page_v * pre_pages);
         ok = p->k[l] && p->v[l];
-        if (ok && pre_pages) kiln_prefault(p->k[l], kiln_kv_page_k_at(p, l) * pre_pages);
-        if (ok && pre_pages && p->v[l] != p->k[l]) kiln_prefault(p->v[l], p->page_v * pre_pages);
     }
     size_t nsc = (size_t)n_kinds(cfg) * (size_t)L * (size_t)H;
     if (ok && is_static_fp8(cfg)) {
@@ -243,11 +246,15 @@ kiln_status kiln_kv_pool_create(const kiln_kv_config *cfg, kiln_kv_pool **out) {
 void kiln_kv_pool_free(kiln_kv_pool *p) {
     if (!p) return;
     kiln_kv_integ_free(p);
-    for (int l = 0; p->k && p->v && l < p->cfg.n_layers; l++) {
-        if (p->v[l] != p->k[l]) free(p->v[l]);
-        free(p->k[l]);
+    for (int l = 0; p->k && p->v && p->from_arrays_alloc && l < p->cfg.n_layers; l++) {
+        if (p->v[l] != p->k[l]) {
+            if (p->from_arrays_alloc[2 * l + 1]) p->cfg.arrays_free(p->cfg.arrays_ctx, p->v[l]);
+            else free(p->v[l]);
+        }
+        if (p->from_arrays_alloc[2 * l]) p->cfg.arrays_free(p->cfg.arrays_ctx, p->k[l]);
+        else free(p->k[l]);
     }
-    free(p->k); free(p->v); free(p->pages); free(p->refcount); free(p->free_list); free(p->k_scale); free(p->k_mean); free(p->rope_cs); free(p->dscale);
+    free(p->k); free(p->v); free(p->from_arrays_alloc); free(p->pages); free(p->refcount); free(p->free_list); free(p->k_scale); free(p->k_mean); free(p->rope_cs); free(p->dscale);
     free(p->row_kl); free(p->dsa_keyl);
     free(p);
 }
@@ -963,6 +970,46 @@ void kiln_kv_attend_batch_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int lay
     kiln_pool_for((int64_t)n_tasks, attend_task, &job, n_tasks > 1 && work > 65536.0 ? nth : 1);
     if (splits == 1) return;
     kiln_pool_for(n_sets, merge_set, &job, n_sets > 1 && work > 65536.0 ? nth : 1);
+}
+
+/* ---- verification without the computation (backends that attend elsewhere) ---- */
+static void attend_nothing(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) { (void)sp; (void)rw; (void)t0; (void)t1; }
+
+typedef struct {
+    const kiln_kv_pool *p;
+    int layer, H;
+    kiln_kv_seq *const *seq;
+    const int *lim; /* per distinct sequence: positions its tokens read */
+} verify_job;
+
+static void verify_task(void *arg, int64_t ti) {
+    const verify_job *j = arg;
+    const int si = (int)(ti / j->H), kvh = (int)(ti % j->H);
+    kiln_kv_span sp;
+    make_span(j->p, j->layer, j->seq[si], kvh, 1.0f, &sp);
+    kiln_kv_rows rw;
+    memset(&rw, 0, sizeof rw);
+    rw.R = 1;
+    rw.lim[0] = j->lim[si];
+    kiln_kv_integ_attend(j->p, j->layer, j->seq[si], kvh, attend_nothing, &sp, &rw, 0, j->lim[si], 0);
+}
+
+void kiln_kv_verify_attend_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos) {
+    if (!p->integ || n <= 0) return;
+    kiln_kv_seq **ds = scratch(0, (size_t)n * sizeof *ds);
+    int *lim = scratch(1, (size_t)n * sizeof *lim);
+    if (!ds || !lim) return;
+    int nd = 0;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (k < nd && ds[k] != seq[i]) k++;
+        if (k == nd) { ds[nd] = seq[i]; lim[nd++] = 0; }
+        if (pos[i] + 1 > lim[k]) lim[k] = pos[i] + 1;
+    }
+    kiln_kv_integ_begin_attend(p, layer, n, seq, pos);
+    const int H = p->cfg.n_kv_heads;
+    verify_job job = {.p = p, .layer = layer, .H = H, .seq = ds, .lim = lim};
+    kiln_pool_for((int64_t)nd * H, verify_task, &job, (int64_t)nd * H > 1 ? cx->threads : 1);
 }
 
 void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,

@@ -83,6 +83,16 @@ typedef struct kiln_kv_config {
      * layer that reuses another layer's selection: no key bytes at all); NULL = every layer. Copied
      * by kiln_kv_pool_create. */
     const unsigned char *dsa_key_layers;
+    /* Memory of the layer arrays (optional; NULL = host memory, kiln_alloc64): a backend whose
+     * kernels read the pages where they lie gives them from its own allocator (the vulkan backend:
+     * device-addressable buffers its attention shader reads; backend.h kiln_be_kv_arrays). An array
+     * the allocator cannot give (NULL: too large for one device allocation, out of device memory)
+     * falls back to host memory, and that layer's attention then runs on the host. arrays_free takes
+     * back exactly what arrays_alloc returned; the arrays' first contents are unspecified (every
+     * position is written before it is read). */
+    void *(*arrays_alloc)(void *ctx, size_t bytes);
+    void (*arrays_free)(void *ctx, void *ptr);
+    void *arrays_ctx;
 } kiln_kv_config;
 
 /* Page header (16 bytes). One per page, counted in the page's cost together with the page's
@@ -106,6 +116,7 @@ typedef struct kiln_kv_pool {
     size_t *row_kl;         /* [n_layers] each layer's K row bytes */
     unsigned char *dsa_keyl; /* [n_layers] copy of cfg.dsa_key_layers (NULL when it was NULL) */
     uint8_t **k, **v;       /* [n_layers] → [n_pages × page_k] (v[l] == k[l] when v_shares_k) */
+    unsigned char *from_arrays_alloc; /* [2 × n_layers]: K (2l) / V (2l + 1) array came from cfg.arrays_alloc */
     float *k_scale, *v_scale; /* static FP8: [n_layers × n_kv_heads] (v_scale == k_scale when shared) */
     float *k_mean;          /* K smoothing means [n_layers × n_kv_heads × k_dim], or NULL */
     float *rope_cs;         /* pre-RoPE smoothing: [rope_positions][k_dim] = cos of the k_dim/2 pairs,
@@ -194,6 +205,13 @@ void kiln_kv_thread_scratch_free(void);
  * integrity on (kv/integrity.h). */
 void kiln_kv_attend_batch_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                              const float *q, int n_heads, float scale, float *out);
+/* The integrity half of kiln_kv_attend_batch_cx alone: with integrity on, verifies the seals of
+ * every page that call would read (each distinct sequence's positions [0, max pos + 1), every KV
+ * head), with the same detections, counters and bad-slot publication, and computes nothing. For a
+ * backend that computes the attention itself on the pages as they lie (the vulkan shader): it calls
+ * this first and, in heal / strict mode, the caller discards the outputs of a sequence that failed
+ * exactly as after kiln_kv_attend_batch_cx. No-op without integrity. */
+void kiln_kv_verify_attend_cx(const kiln_kctx *cx, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos);
 /* kiln_kv_attend_batch_cx under the process default context (kernels/gemv.h: kiln_kctx_default). */
 void kiln_kv_attend_batch(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                           const float *q, int n_heads, float scale, float *out);

@@ -652,18 +652,24 @@ static void test_moe(void **state) {
 }
 
 /* ---- KV store and attention --------------------------------------------------------------------- */
-typedef struct { int H, KV, kd, pt; kiln_kv_dtype dt; int len0, n; } kvcase;
+/* vd, shared: MLA's layout (V = the first vd values of the K row, no V array); dyn: FP8 with
+ * dynamic per-page scales. */
+typedef struct { int H, KV, kd, pt; kiln_kv_dtype dt; int len0, n, vd, shared, dyn; } kvcase;
 
 /* Two sequences: seq A holds len0 positions stored before, then the step stores and attends n
- * tokens of A (prefill tile) and one token of B (decode) in one batch. */
+ * tokens of A (prefill tile) and one token of B (decode) in one batch. Each backend's pool takes
+ * its layer arrays where that backend's attention reads them (kiln_be_kv_arrays: the vulkan
+ * backend's device-addressable buffers), and a backend that says it runs kv_attend natively must
+ * have run it on its device (the dispatch count grows). */
 static void kv_case(const kvcase *c) {
-    const int n_tok = c->n + 1, lenA = c->len0 + c->n, lenB = 9;
+    const int n_tok = c->n + 1, lenA = c->len0 + c->n, lenB = 9, vd = c->shared ? c->vd : c->kd;
     float ks[64], vs[64];
     for (int i = 0; i < c->KV; i++) { ks[i] = 0.02f + 0.01f * (float)i; vs[i] = 0.015f; }
-    kiln_kv_config cfg = {.n_layers = 2, .n_kv_heads = c->KV, .head_dim = c->kd, .page_tokens = c->pt, .dtype = c->dt};
+    kiln_kv_config cfg = {.n_layers = 2, .n_kv_heads = c->KV, .head_dim = c->kd, .page_tokens = c->pt, .dtype = c->dt,
+                          .v_dim = vd, .v_shares_k = c->shared, .scale_mode = c->dyn ? KILN_KV_SCALE_DYNAMIC : KILN_KV_SCALE_STATIC};
     float kscale[2 * 64], vscale[2 * 64];
     for (int i = 0; i < 2 * c->KV; i++) { kscale[i] = ks[i % c->KV]; vscale[i] = vs[i % c->KV]; }
-    if (c->dt == KILN_KV_FP8) { cfg.k_scale = kscale; cfg.v_scale = vscale; }
+    if (c->dt == KILN_KV_FP8 && !c->dyn) { cfg.k_scale = kscale; cfg.v_scale = vscale; }
     const int pages = 2 * ((lenA + c->pt - 1) / c->pt + (lenB + c->pt - 1) / c->pt) + 2;
     cfg.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&cfg) + (int64_t)pages * (int64_t)kiln_kv_page_cost(&cfg);
     /* one pool per backend run (the step stores into it), filled identically */
@@ -675,7 +681,9 @@ static void kv_case(const kvcase *c) {
     float *q = input(ref_be, (size_t)n_tok * (size_t)c->H * (size_t)c->kd);
     for (int p = 0; p <= n_bes; p++) {
         const kiln_backend *be = p == 0 ? ref_be : bes[p - 1];
-        assert_int_equal(kiln_kv_pool_create(&cfg, &pools[p]), KILN_OK);
+        kiln_kv_config bc = cfg;
+        kiln_be_kv_arrays(be, &bc);
+        assert_int_equal(kiln_kv_pool_create(&bc, &pools[p]), KILN_OK);
         memset(&sa[p], 0, sizeof sa[p]);
         memset(&sb[p], 0, sizeof sb[p]);
         assert_int_equal(kiln_kv_seq_reserve(pools[p], &sa[p], lenA), KILN_OK);
@@ -683,12 +691,12 @@ static void kv_case(const kvcase *c) {
         for (int l = 0; l < 2; l++) { /* history: A's first len0 and B's first lenB - 1 positions */
             for (int t = 0; t < c->len0; t++) {
                 kiln_kv_seq *s = &sa[p];
-                be->ops->kv_store(be, pools[p], &s, &t, 1, l, hist + (size_t)t * 2 * kvd, 0, hist + (size_t)t * 2 * kvd + kvd, 0);
+                be->ops->kv_store(be, pools[p], &s, &t, 1, l, hist + (size_t)t * 2 * kvd, 0, c->shared ? NULL : hist + (size_t)t * 2 * kvd + kvd, 0);
             }
             for (int t = 0; t < lenB - 1; t++) {
                 kiln_kv_seq *s = &sb[p];
                 const float *h = hist + (size_t)(c->len0 + t) * 2 * kvd;
-                be->ops->kv_store(be, pools[p], &s, &t, 1, l, h, 0, h + kvd, 0);
+                be->ops->kv_store(be, pools[p], &s, &t, 1, l, h, 0, c->shared ? NULL : h + kvd, 0);
             }
         }
     }
@@ -696,7 +704,7 @@ static void kv_case(const kvcase *c) {
     int pos[16];
     for (int i = 0; i < c->n; i++) pos[i] = c->len0 + i;
     pos[c->n] = lenB - 1;
-    const size_t out_n = (size_t)n_tok * (size_t)c->H * (size_t)c->kd;
+    const size_t out_n = (size_t)n_tok * (size_t)c->H * (size_t)vd;
     float *want = NULL;
     for (int p = 0; p <= n_bes; p++) {
         const kiln_backend *be = p == 0 ? ref_be : bes[p - 1];
@@ -704,21 +712,27 @@ static void kv_case(const kvcase *c) {
         seqs[p][c->n] = &sb[p];
         float *out = output(be, out_n);
         for (int l = 0; l < 2; l++) {
-            be->ops->kv_store(be, pools[p], seqs[p], pos, n_tok, l, k_step, (int64_t)kvd, v_step, (int64_t)kvd);
+            be->ops->kv_store(be, pools[p], seqs[p], pos, n_tok, l, k_step, (int64_t)kvd, c->shared ? NULL : v_step, (int64_t)kvd);
+            uint64_t d0 = 0, d1 = 0, host = 0;
+            if (be->kind == KILN_BACKEND_VULKAN) kiln_backend_vulkan_counts(be, &d0, &host);
             be->ops->kv_attend(be, pools[p], l, n_tok, seqs[p], pos, q, c->H, 1.0f / sqrtf((float)c->kd), out);
+            if (be->kind == KILN_BACKEND_VULKAN && be->ops->supports(be, KILN_OP_KV_ATTEND, KILN_WF_F32)) {
+                kiln_backend_vulkan_counts(be, &d1, &host);
+                assert_true(d1 > d0); /* the attention ran on the device */
+            }
         }
         if (p == 0) want = out;
         else {
-            char what[96];
-            snprintf(what, sizeof what, "kv_attend %s H%d KV%d kd%d page%d len%d+%d", c->dt == KILN_KV_FP8 ? "fp8" : c->dt == KILN_KV_BF16 ? "bf16" : "f32",
-                     c->H, c->KV, c->kd, c->pt, c->len0, c->n);
+            char what[128];
+            snprintf(what, sizeof what, "kv_attend %s%s H%d KV%d kd%d vd%d%s page%d len%d+%d", c->dt == KILN_KV_FP8 ? "fp8" : c->dt == KILN_KV_BF16 ? "bf16" : "f32",
+                     c->dyn ? " dynamic" : "", c->H, c->KV, c->kd, vd, c->shared ? " (V in K)" : "", c->pt, c->len0, c->n);
             check_nmse(what, be, out, want, out_n, 1e-10);
             /* the stored rows are the same whatever the backend (the ref backend converts with the scalar
              * code, the cpu backends with their ISA's) */
-            float r0[128], r1[128];
+            float r0[1024], r1[1024];
             for (int l = 0; l < 2; l++)
                 for (int h = 0; h < c->KV; h++)
-                    for (int kv = 0; kv < 2; kv++) {
+                    for (int kv = 0; kv < (c->shared ? 1 : 2); kv++) {
                         for (int t = 0; t < lenA; t++) {
                             kiln_kv_read_row(pools[0], &sa[0], l, t, h, kv, r0);
                             kiln_kv_read_row(pools[p], &sa[p], l, t, h, kv, r1);
@@ -747,8 +761,13 @@ static void kv_case(const kvcase *c) {
 static void test_kv(void **state) {
     (void)state;
     const kvcase cases[] = {
-        {4, 4, 64, 16, KILN_KV_F32, 20, 1},  {8, 2, 64, 16, KILN_KV_BF16, 37, 5}, {12, 2, 40, 7, KILN_KV_FP8, 50, 3},
-        {6, 1, 64, 16, KILN_KV_FP8, 700, 1}, {4, 4, 40, 1, KILN_KV_BF16, 3, 4},   {24, 4, 64, 16, KILN_KV_F32, 0, 6},
+        {4, 4, 64, 16, KILN_KV_F32, 20, 1, 0, 0, 0},  {8, 2, 64, 16, KILN_KV_BF16, 37, 5, 0, 0, 0}, {12, 2, 40, 7, KILN_KV_FP8, 50, 3, 0, 0, 0},
+        {6, 1, 64, 16, KILN_KV_FP8, 700, 1, 0, 0, 0}, {4, 4, 40, 1, KILN_KV_BF16, 3, 4, 0, 0, 0},   {24, 4, 64, 16, KILN_KV_F32, 0, 6, 0, 0, 0},
+        /* dynamic FP8 scales; a long decode context (split over many workgroups on the device); MLA's
+         * latent row (V in K, 576 / 512) in BF16 and FP8; odd row bytes (FP8 rows of 6 bytes) */
+        {8, 2, 64, 16, KILN_KV_FP8, 45, 3, 0, 0, 1},    {4, 2, 64, 16, KILN_KV_BF16, 3000, 1, 0, 0, 0},
+        {4, 1, 576, 16, KILN_KV_BF16, 40, 2, 512, 1, 0}, {4, 1, 576, 64, KILN_KV_FP8, 600, 1, 512, 1, 0},
+        {3, 3, 6, 5, KILN_KV_FP8, 30, 2, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) kv_case(&cases[i]);
 }
@@ -1050,7 +1069,7 @@ static void test_supports(void **state) {
         for (int f = 0; f < KILN_WF_COUNT; f++) {
             if (bes[b]->kind == KILN_BACKEND_VULKAN) { /* a matmul shader for every weight format */
                 assert_int_equal(bes[b]->ops->supports(bes[b], KILN_OP_MATMUL, (kiln_wformat)f), 1);
-                assert_int_equal(bes[b]->ops->supports(bes[b], KILN_OP_KV_ATTEND, (kiln_wformat)f), 0);
+                assert_int_equal(bes[b]->ops->supports(bes[b], KILN_OP_KV_ATTEND, (kiln_wformat)f), 1); /* lavapipe has buffer device addresses */
                 continue;
             }
             const int native = bes[b]->ops->supports(bes[b], KILN_OP_MATMUL, (kiln_wformat)f);

@@ -39,6 +39,7 @@ typedef struct {
     uint8_t *p;
     size_t size;
     kiln_vk_buf b;
+    uint64_t addr;  /* device address of p (0 without buffer device addresses) */
 } vk_alloc;
 
 typedef struct {
@@ -76,6 +77,7 @@ typedef struct {
     int n_extra, cap_extra;
     vk_copyback *cb;
     int n_cb, cap_cb;
+    kiln_vk_buf att_part;    /* attention's per-split partial results (device-local, grown as needed) */
     int failed;
     uint64_t n_dispatch, n_host; /* ops run on the device / ops `supports` calls native that fell back to the host */
 } vk_state;
@@ -100,8 +102,7 @@ static void fail_once(vk_state *s, const char *op) {
 }
 
 /* ---- buffers ------------------------------------------------------------------------------------- */
-static void *vk_be_alloc(const kiln_backend *be, size_t bytes) {
-    vk_state *s = ST(be);
+static void *alloc_mapped(vk_state *s, size_t bytes, int zero) {
     if (grow((void **)&s->allocs, &s->cap_allocs, s->n_allocs + 1, sizeof *s->allocs)) return NULL;
     vk_alloc a = {0};
     if (kiln_vk_buf_create(s->vk, bytes ? bytes : 64, 1, &a.b) != KILN_OK || !a.b.map) {
@@ -110,9 +111,24 @@ static void *vk_be_alloc(const kiln_backend *be, size_t bytes) {
     }
     a.p = a.b.map;
     a.size = bytes;
-    memset(a.p, 0, bytes);
+    a.addr = kiln_vk_buf_address(s->vk, &a.b);
+    if (zero) memset(a.p, 0, bytes);
     s->allocs[s->n_allocs++] = a;
     return a.p;
+}
+
+static void *vk_be_alloc(const kiln_backend *be, size_t bytes) { return alloc_mapped(ST(be), bytes, 1); }
+
+/* A KV pool's layer array (backend.h kv_alloc): a host-visible buffer with a device address, which
+ * the attention shader reads in place and the host-side KV ops (store with its seal, integrity
+ * checks, prefix sharing) read and write through the mapping. Not zeroed: the pool writes every
+ * position before anything reads it, and zeroing would commit the whole pool's memory at once.
+ * NULL (the pool then takes host memory and attention over it runs on the host) without buffer
+ * device addresses or when the device cannot give one allocation of that size. */
+static void *vk_kv_alloc(const kiln_backend *be, size_t bytes) {
+    vk_state *s = ST(be);
+    if (!kiln_vk_has_bda(s->vk)) return NULL;
+    return alloc_mapped(s, bytes, 0);
 }
 
 static void vk_be_free(const kiln_backend *be, void *p) {
@@ -507,6 +523,148 @@ static void vk_moe_experts(const kiln_backend *be, const kiln_moe_cfg *c, const 
     kiln_backend_cpu_ops.moe_experts(be, c, gate, up, down, active, n_active, offset, xg, hg, ug, yg);
 }
 
+/* ---- attention over KV pages (kv_attend.comp, kv_merge.comp) ---------------------------------------- */
+typedef struct {
+    uint64_t kaddr, vaddr;
+    uint32_t page_k, page_v, head_k, head_v, row_k, row_v;
+    uint32_t pt, k_dim, v_dim, n_heads, group, splits, chunk;
+    uint32_t q_off, o_off, ent_off, ent_stride, sc_off, n_pages;
+    float scale;
+} att_push;
+typedef struct { uint32_t n_heads, v_dim, splits, o_off; } merge_push;
+
+/* Device address of [ptr, ptr + bytes) when it lies inside one buffer of ours; 0 otherwise. */
+static uint64_t device_address(const vk_state *s, const void *ptr, size_t bytes) {
+    const uint8_t *p = ptr;
+    for (int i = 0; i < s->n_allocs; i++) {
+        const vk_alloc *a = &s->allocs[i];
+        if (a->addr && p >= a->p && p + bytes <= a->p + a->size) return a->addr + (uint64_t)(p - a->p);
+    }
+    return 0;
+}
+
+/* Whether the shader computes this pool's attention: its layer arrays in device-addressable
+ * buffers, rows of a plain layout (not DSA's compact rows, which only the sparse ops read; not
+ * pre-RoPE K smoothing, whose per-score term the shader lacks), head sizes the shader holds. */
+static int attend_on_device(const vk_state *s, const kiln_kv_pool *p, int layer, int n_heads) {
+    const int H = p->cfg.n_kv_heads;
+    if (s->failed || p->dsa_key_at || p->rope_cs || p->cfg.k_dim > 1024 || p->cfg.v_dim > 1024 || H <= 0 || n_heads % H) return 0;
+    const size_t kb = kiln_kv_page_k_at(p, layer) * (size_t)p->n_pages, vb = (p->cfg.v_shares_k ? kiln_kv_page_k_at(p, layer) : p->page_v) * (size_t)p->n_pages;
+    if (kiln_kv_page_k_at(p, layer) > UINT32_MAX || p->page_v > UINT32_MAX) return 0;
+    return device_address(s, p->k[layer], kb) && device_address(s, p->v[layer], vb);
+}
+
+/* Records the attention of the n tokens: one dispatch of kv_attend (and one of kv_merge when the
+ * context is split). -1 when something cannot be bound (the caller computes on the host). */
+static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos, const float *q,
+                         int n_heads, float scale, float *out) {
+    const int H = p->cfg.n_kv_heads, kd = p->cfg.k_dim, vd = p->cfg.v_dim, pt = p->cfg.page_tokens;
+    const int dyn = p->dscale != NULL, nk = p->cfg.v_shares_k ? 1 : 2;
+    const uint32_t stride = dyn ? 1u + 2u * (uint32_t)H : 1u;
+    /* table: [2n token words | entries of each distinct sequence | 2H static factors] */
+    size_t words = 2 * (size_t)n + 2 * (size_t)H;
+    int max_lim = 0;
+    for (int i = 0; i < n; i++) {
+        int first = 1;
+        for (int k = 0; k < i && first; k++) first = seq[k] != seq[i];
+        int lim = 0;
+        for (int k = i; k < n; k++)
+            if (seq[k] == seq[i] && pos[k] + 1 > lim) lim = pos[k] + 1;
+        if (first) words += (size_t)((lim + pt - 1) / pt) * stride;
+        if (pos[i] + 1 > max_lim) max_lim = pos[i] + 1;
+    }
+    uint32_t *tab = malloc(words * sizeof *tab);
+    if (!tab) return -1;
+    uint32_t *ent_start = malloc((size_t)n * sizeof *ent_start);
+    if (!ent_start) { free(tab); return -1; }
+    uint32_t ne = 0;
+    const float *dbase = dyn ? p->dscale + (size_t)layer * (size_t)p->n_pages * (size_t)nk * (size_t)H : NULL;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (k < i && seq[k] != seq[i]) k++;
+        if (k < i) { ent_start[i] = ent_start[k]; continue; }
+        int lim = 0;
+        for (int j = i; j < n; j++)
+            if (seq[j] == seq[i] && pos[j] + 1 > lim) lim = pos[j] + 1;
+        ent_start[i] = ne;
+        uint32_t *e = tab + 2 * (size_t)n + ne;
+        const int slots = (lim + pt - 1) / pt;
+        for (int sl = 0; sl < slots; sl++, e += stride) {
+            const int32_t pg = sl < seq[i]->n_pages ? seq[i]->pages[sl] : -1;
+            e[0] = pg >= 0 && pg < p->n_pages ? (uint32_t)pg : UINT32_MAX;
+            for (int h = 0; dyn && h < H; h++) {
+                const float ks = e[0] == UINT32_MAX ? 0.0f : dbase[((size_t)pg * (size_t)nk) * (size_t)H + (size_t)h];
+                const float vs = e[0] == UINT32_MAX ? 0.0f : dbase[((size_t)pg * (size_t)nk + (size_t)(nk - 1)) * (size_t)H + (size_t)h];
+                memcpy(&e[1 + 2 * h], &ks, 4);
+                memcpy(&e[2 + 2 * h], &vs, 4);
+            }
+        }
+        ne += (uint32_t)slots * stride;
+    }
+    for (int i = 0; i < n; i++) {
+        tab[2 * i] = ent_start[i];
+        tab[2 * i + 1] = (uint32_t)(pos[i] + 1);
+    }
+    const uint32_t sc_off = 2u * (uint32_t)n + ne;
+    for (int h = 0; h < H; h++) {
+        const float ks = p->k_scale ? p->k_scale[(size_t)layer * H + h] : 1.0f, vs = p->v_scale ? p->v_scale[(size_t)layer * H + h] : 1.0f;
+        memcpy(&tab[sc_off + 2 * h], &ks, 4);
+        memcpy(&tab[sc_off + 2 * h + 1], &vs, 4);
+    }
+    free(ent_start);
+    /* context splits (flash-decoding) when the query rows alone would leave a GPU mostly idle: about
+     * 256 workgroups, no split under 256 positions (docs/VULKAN.md) */
+    const int rows = n * n_heads;
+    int splits = 1;
+    if (rows < 256 && max_lim >= 512) {
+        splits = (256 + rows - 1) / rows;
+        if (splits > max_lim / 256) splits = max_lim / 256;
+        if (splits < 1) splits = 1;
+    }
+    const uint32_t chunk = (uint32_t)(((max_lim + splits - 1) / splits + 63) & ~63);
+    vref qr, orr, tr;
+    int ok = resolve(s, q, (size_t)rows * (size_t)kd * sizeof(float), 0, &qr) == 0 &&
+             resolve(s, out, (size_t)rows * (size_t)vd * sizeof(float), 1, &orr) == 0 && stage(s, tab, words * sizeof *tab, 0, &tr) == 0;
+    free(tab);
+    if (!ok || (uint32_t)n_heads > s->max_gx || (uint32_t)n > kiln_vk_max_groups_y(s->vk)) return -1;
+    kiln_vk_bind part = orr.b;
+    if (splits > 1) {
+        const size_t need = (size_t)rows * (size_t)splits * (size_t)(vd + 2) * sizeof(float);
+        if (need > s->max_range) return -1;
+        if (s->att_part.size < need) {
+            kiln_vk_buf_destroy(s->vk, &s->att_part);
+            if (kiln_vk_buf_create(s->vk, need, 0, &s->att_part) != KILN_OK) { fail_once(s, "attention scratch"); return -1; }
+        }
+        part = (kiln_vk_bind){s->att_part.buf, 0, VK_WHOLE_SIZE};
+    }
+    const size_t page_k = kiln_kv_page_k_at(p, layer), page_v = p->cfg.v_shares_k ? page_k : p->page_v;
+    const att_push pc = {.kaddr = device_address(s, p->k[layer], 1), .vaddr = device_address(s, p->v[layer], 1),
+                         .page_k = (uint32_t)page_k, .page_v = (uint32_t)page_v,
+                         .head_k = (uint32_t)kiln_kv_head_k_at(p, layer), .head_v = (uint32_t)(p->cfg.v_shares_k ? kiln_kv_head_k_at(p, layer) : p->head_v),
+                         .row_k = (uint32_t)kiln_kv_row_k_at(p, layer), .row_v = (uint32_t)(p->cfg.v_shares_k ? kiln_kv_row_k_at(p, layer) : p->row_v),
+                         .pt = (uint32_t)pt, .k_dim = (uint32_t)kd, .v_dim = (uint32_t)vd, .n_heads = (uint32_t)n_heads,
+                         .group = (uint32_t)(n_heads / H), .splits = (uint32_t)splits, .chunk = chunk, .q_off = qr.off, .o_off = orr.off,
+                         .ent_off = 2u * (uint32_t)n, .ent_stride = stride, .sc_off = sc_off, .n_pages = (uint32_t)p->n_pages, .scale = scale};
+    const kiln_vk_shader sh = p->cfg.dtype == KILN_KV_FP8 ? KILN_VK_SH_kv_attend_fp8 : p->cfg.dtype == KILN_KV_BF16 ? KILN_VK_SH_kv_attend_bf16
+                                                                                                                  : KILN_VK_SH_kv_attend_f32;
+    const kiln_vk_bind b[4] = {qr.b, part, tr.b, {s->lut.buf, 0, VK_WHOLE_SIZE}};
+    s->n_dispatch++;
+    if (kiln_vk_dispatch(s->vk, sh, b, 4, &pc, sizeof pc, (uint32_t)n_heads, (uint32_t)n, (uint32_t)splits) != KILN_OK) {
+        fail_once(s, "attention dispatch");
+        return -1;
+    }
+    if (splits > 1) {
+        const merge_push mp = {(uint32_t)n_heads, (uint32_t)vd, (uint32_t)splits, orr.off};
+        const kiln_vk_bind mb[2] = {part, orr.b};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_kv_merge, mb, 2, &mp, sizeof mp, (uint32_t)n_heads, (uint32_t)n, 1) != KILN_OK) {
+            fail_once(s, "attention merge dispatch");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* ---- host-side ops: the cpu backend's, on the mapped buffers ------------------------------------------ */
 static void vk_embed(const kiln_backend *be, const kiln_weight *t, const int32_t *tok, int n, float *x) { kiln_backend_cpu_ops.embed(be, t, tok, n, x); }
 static void vk_rope_table(const kiln_backend *be, const kiln_rope *r, const int *pos, int n, float *cs) { kiln_backend_cpu_ops.rope_table(be, r, pos, n, cs); }
@@ -520,14 +678,26 @@ static void vk_kv_store(const kiln_backend *be, kiln_kv_pool *p, kiln_kv_seq *co
                         const float *v, int64_t v_tok) {
     kiln_backend_cpu_ops.kv_store(be, p, seq, pos, n, layer, k, k_tok, v, v_tok);
 }
+/* Attention on the device where the pool's pages are device-addressable (attend_on_device); the
+ * seals of the pages it reads are verified on the host first (kiln_kv_verify_attend_cx: the same
+ * detections as the cpu backend's fused check; a sequence that failed has its step discarded by
+ * the caller in heal / strict mode). Other pools: the cpu backend's kernels. */
 static void vk_kv_attend(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos, const float *q,
                          int n_heads, float scale, float *out) {
+    vk_state *s = ST(be);
+    if (n <= 0) return;
+    if (!attend_on_device(s, p, layer, n_heads)) {
+        kiln_backend_cpu_ops.kv_attend(be, p, layer, n, seq, pos, q, n_heads, scale, out);
+        return;
+    }
+    kiln_kv_verify_attend_cx(&be->cx, p, layer, n, seq, pos);
+    if (record_attend(s, p, layer, n, seq, pos, q, n_heads, scale, out) == 0 && flush(s) == 0) return;
+    abandon(s);
     kiln_backend_cpu_ops.kv_attend(be, p, layer, n, seq, pos, q, n_heads, scale, out);
 }
 static int64_t vk_argmax(const kiln_backend *be, const float *x, int64_t len) { return kiln_backend_cpu_ops.argmax(be, x, len); }
 
 static int vk_supports(const kiln_backend *be, kiln_op op, kiln_wformat fmt) {
-    (void)be;
     switch (op) {
     case KILN_OP_MATMUL:
     case KILN_OP_MATMUL_HEADS:
@@ -536,6 +706,7 @@ static int vk_supports(const kiln_backend *be, kiln_op op, kiln_wformat fmt) {
     case KILN_OP_ROPE:
     case KILN_OP_ADD:
     case KILN_OP_SWIGLU: return 1;
+    case KILN_OP_KV_ATTEND: return kiln_vk_has_bda(ST(be)->vk); /* over pools whose arrays came from kv_alloc */
     default: return 0;
     }
 }
@@ -563,6 +734,8 @@ const kiln_backend_ops kiln_backend_vulkan_ops = {
     .fp8_round = kiln_be_common_fp8_round,
     .kv_index_topk = kiln_be_common_kv_index_topk,
     .kv_attend_sparse = kiln_be_common_kv_attend_sparse,
+    .kv_alloc = vk_kv_alloc,
+    .kv_free = vk_be_free,
 };
 
 /* ---- lifetime ------------------------------------------------------------------------------------ */
@@ -599,6 +772,7 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
     for (int i = 0; i < s->n_extra; i++) kiln_vk_buf_destroy(s->vk, &s->extra[i]);
     kiln_vk_buf_destroy(s->vk, &s->lut);
     kiln_vk_buf_destroy(s->vk, &s->arena);
+    kiln_vk_buf_destroy(s->vk, &s->att_part);
     kiln_vk_close(s->vk);
     free(s->weights); free(s->allocs); free(s->extra); free(s->cb);
     free(s);

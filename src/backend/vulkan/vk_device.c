@@ -32,6 +32,7 @@ struct kiln_vk {
     int sets_used;
     VkPipeline pipes[KILN_VK_SH_COUNT];
     kiln_vk_buf dummy;
+    int bda;        /* buffer device addresses and 64-bit shader integers enabled (Vulkan 1.2 devices that have both) */
     char name[440];
 };
 
@@ -52,7 +53,7 @@ static const char *vk_result_name(VkResult r) {
 }
 
 static kiln_status create_instance(VkInstance *out) {
-    const VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "kiln", .apiVersion = VK_API_VERSION_1_1};
+    const VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "kiln", .apiVersion = VK_API_VERSION_1_2};
     const VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
     VkResult r = vkCreateInstance(&ci, NULL, out);
     if (r != VK_SUCCESS)
@@ -132,7 +133,18 @@ static kiln_status setup_device(kiln_vk *vk, int index) {
     const float prio = 1.0f;
     const VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = vk->queue_family, .queueCount = 1,
                                          .pQueuePriorities = &prio};
-    const VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci};
+    /* Buffer device addresses (core in Vulkan 1.2) let the attention shader read a KV layer array
+     * of any size through a 64-bit pointer: a pool's array is usually larger than one storage-buffer
+     * binding (maxStorageBufferRange: 128 MiB on lavapipe). Enabled where the device has it and
+     * 64-bit integers (the pointer arithmetic); without them attention runs on the host. */
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    if (vk->props.apiVersion >= VK_API_VERSION_1_2) vkGetPhysicalDeviceFeatures2(vk->phys, &f2);
+    vk->bda = vk->props.apiVersion >= VK_API_VERSION_1_2 && f12.bufferDeviceAddress && f2.features.shaderInt64;
+    VkPhysicalDeviceVulkan12Features on12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .bufferDeviceAddress = VK_TRUE};
+    VkPhysicalDeviceFeatures2 on2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &on12, .features = {.shaderInt64 = VK_TRUE}};
+    const VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = vk->bda ? &on2 : NULL, .queueCreateInfoCount = 1,
+                                    .pQueueCreateInfos = &qci};
     VkResult r = vkCreateDevice(vk->phys, &dci, NULL, &vk->dev);
     if (r != VK_SUCCESS) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: cannot create the device: %s", vk->name, vk_result_name(r));
     vkGetDeviceQueue(vk->dev, vk->queue_family, 0, &vk->queue);
@@ -218,7 +230,8 @@ kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln
     memset(b, 0, sizeof *b);
     if (bytes == 0) bytes = 4;
     const VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = bytes,
-                                    .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                    .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+                                             (vk->bda ? VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT : 0),
                                     .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     VkResult r = vkCreateBuffer(vk->dev, &bci, NULL, &b->buf);
     if (r != VK_SUCCESS) return kiln_fail(KILN_ERR_NOMEM, "%s: cannot create a buffer of %zu bytes: %s", vk->name, bytes, vk_result_name(r));
@@ -240,7 +253,9 @@ kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln
         b->buf = VK_NULL_HANDLE;
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: no memory type for a %s buffer of %zu bytes", vk->name, host_visible ? "host-visible" : "device", bytes);
     }
-    const VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size, .memoryTypeIndex = (uint32_t)type};
+    const VkMemoryAllocateFlagsInfo maf = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO, .flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT};
+    const VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = vk->bda ? &maf : NULL, .allocationSize = req.size,
+                                      .memoryTypeIndex = (uint32_t)type};
     r = vkAllocateMemory(vk->dev, &mai, NULL, &b->mem);
     if (r != VK_SUCCESS) {
         vkDestroyBuffer(vk->dev, b->buf, NULL);
@@ -259,6 +274,14 @@ kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln
     }
     b->size = bytes;
     return KILN_OK;
+}
+
+int kiln_vk_has_bda(const kiln_vk *vk) { return vk->bda; }
+
+uint64_t kiln_vk_buf_address(kiln_vk *vk, const kiln_vk_buf *b) {
+    if (!vk->bda || !b->buf) return 0;
+    const VkBufferDeviceAddressInfo ai = {.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, .buffer = b->buf};
+    return (uint64_t)vkGetBufferDeviceAddress(vk->dev, &ai);
 }
 
 void kiln_vk_buf_destroy(kiln_vk *vk, kiln_vk_buf *b) {

@@ -1,0 +1,122 @@
+#version 450
+// kv_attend.comp — attention of query heads over their sequences' KV pages, read where they lie in
+// the pool's layer arrays (kv/kv.h layout [page][KV head][page_tokens][row]) through buffer device
+// addresses, dequantized in registers (compiled once per stored dtype: -DDT=0 F32, 1 BF16, 2 FP8
+// E4M3 through a 256-entry table). One workgroup of 64 per (query head, token, context split):
+// blocks of 64 positions, one position's score per invocation (q·k over k_dim from shared memory),
+// then an online softmax (running max m, running sum l) and each invocation accumulates its own
+// output values d = tid, tid + 64, ... over the block's V rows (consecutive invocations read
+// consecutive bytes of a row). With one split the output is acc / l; with several, each split
+// writes (acc unnormalized, m, l) and kv_merge.comp combines them (flash-decoding: a long context
+// is spread over many workgroups when there are few query rows).
+//
+// Table (binding 2, uint words): token i at [2i] = its block-table start in the entry list (ent_off
+// + that), [2i + 1] = positions it sees (pos + 1); entry e = ent_stride words: the page id (out of
+// [0, n_pages): the position is skipped, as the host never dereferences such an entry), then with
+// dynamic FP8 scales (ent_stride = 1 + 2·KV heads) the page's K and V scale of each KV head; the
+// static K / V factors of KV head h at [sc_off + 2h] / [+ 1] (FP8 static scale; 1 for F32 / BF16).
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+layout(local_size_x = 64) in;
+layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer Words { uint w[]; };
+layout(std430, binding = 0) readonly buffer Qb { float q[]; };
+layout(std430, binding = 1) writeonly buffer Ob { float o[]; };
+layout(std430, binding = 2) readonly buffer Tb { uint tab[]; };
+layout(std430, binding = 3) readonly buffer Lb { float lut[]; };
+layout(push_constant) uniform P {
+    uint64_t kaddr, vaddr;
+    uint page_k, page_v, head_k, head_v, row_k, row_v;
+    uint pt, k_dim, v_dim, n_heads, group, splits, chunk;
+    uint q_off, o_off, ent_off, ent_stride, sc_off, n_pages;
+    float scale;
+} p;
+shared float qs[1024];
+shared float ps[64];
+#define MAX_VPT 16
+
+// Element e of the row whose bytes start `rb` bytes into the array at `base`.
+float elem(uint64_t base, uint64_t rb, uint e) {
+    const uint64_t boff = rb + uint64_t(e) * uint64_t(DT == 0 ? 4 : DT == 1 ? 2 : 1);
+    const uint wv = Words(base + (boff & ~uint64_t(3))).w[0];
+    const uint sh = uint(boff & uint64_t(3)) * 8u;
+#if DT == 0
+    return uintBitsToFloat(wv);
+#elif DT == 1
+    return uintBitsToFloat(((wv >> sh) & 0xffffu) << 16);
+#else
+    return lut[(wv >> sh) & 0xffu];
+#endif
+}
+
+void main() {
+    const uint hq = gl_WorkGroupID.x, i = gl_WorkGroupID.y, sp = gl_WorkGroupID.z, tid = gl_LocalInvocationID.x;
+    const uint kvh = hq / p.group;
+    const uint ent0 = p.ent_off + tab[2u * i], lim = tab[2u * i + 1u];
+    const uint t0 = min(sp * p.chunk, lim), t1 = min(t0 + p.chunk, lim);
+    const uint qb = p.q_off + (i * p.n_heads + hq) * p.k_dim;
+    for (uint d = tid; d < p.k_dim; d += 64u) qs[d] = q[qb + d];
+    barrier();
+    const float ks = uintBitsToFloat(tab[p.sc_off + 2u * kvh]), vs = uintBitsToFloat(tab[p.sc_off + 2u * kvh + 1u]);
+    float m = -1.0 / 0.0, l = 0.0;
+    float acc[MAX_VPT];
+    for (uint k = 0u; k < MAX_VPT; k++) acc[k] = 0.0;
+    for (uint b = t0; b < t1; b += 64u) {
+        const uint nb = min(64u, t1 - b);
+        // this invocation's position: its score
+        float s = -1.0 / 0.0;
+        const uint t = b + tid;
+        if (tid < nb) {
+            const uint e = ent0 + (t / p.pt) * p.ent_stride, pg = tab[e];
+            if (pg < p.n_pages) {
+                const float kf = p.ent_stride > 1u ? uintBitsToFloat(tab[e + 1u + 2u * kvh]) : ks;
+                const uint64_t rb = uint64_t(pg) * p.page_k + uint64_t(kvh * p.head_k + (t % p.pt) * p.row_k);
+                float dot = 0.0;
+                for (uint d = 0u; d < p.k_dim; d++) dot += qs[d] * elem(p.kaddr, rb, d);
+                s = dot * (p.scale * kf);
+            }
+        }
+        ps[tid] = s;
+        barrier();
+        float mb = -1.0 / 0.0;
+        for (uint j = 0u; j < nb; j++) mb = max(mb, ps[j]);
+        const float mn = max(m, mb);
+        barrier();
+        if (mn == -1.0 / 0.0) continue; // nothing readable yet (every score -inf): uniform across the group
+        const float f = exp(m - mn);    // m = -inf → 0
+        ps[tid] = tid < nb ? exp(s - mn) : 0.0;
+        barrier();
+        float bl = 0.0;
+        for (uint j = 0u; j < nb; j++) bl += ps[j];
+        l = l * f + bl;
+        for (uint k = 0u; k < MAX_VPT; k++) acc[k] *= f;
+        for (uint j = 0u; j < nb; j++) {
+            const float pj = ps[j];
+            if (pj == 0.0) continue;
+            const uint tj = b + j, e = ent0 + (tj / p.pt) * p.ent_stride, pg = tab[e];
+            const float vf = p.ent_stride > 1u ? uintBitsToFloat(tab[e + 2u + 2u * kvh]) : vs;
+            const uint64_t rb = uint64_t(pg) * p.page_v + uint64_t(kvh * p.head_v + (tj % p.pt) * p.row_v);
+            const float w = pj * vf;
+            for (uint k = 0u; k < MAX_VPT; k++) {
+                const uint d = tid + 64u * k;
+                if (d < p.v_dim) acc[k] += w * elem(p.vaddr, rb, d);
+            }
+        }
+        m = mn;
+        barrier();
+    }
+    if (p.splits == 1u) {
+        const float inv = l > 0.0 ? 1.0 / l : 0.0;
+        const uint ob = p.o_off + (i * p.n_heads + hq) * p.v_dim;
+        for (uint k = 0u; k < MAX_VPT; k++) {
+            const uint d = tid + 64u * k;
+            if (d < p.v_dim) o[ob + d] = acc[k] * inv;
+        }
+    } else { // partial of split sp: [v_dim values of acc | m | l]
+        const uint ob = ((i * p.n_heads + hq) * p.splits + sp) * (p.v_dim + 2u);
+        for (uint k = 0u; k < MAX_VPT; k++) {
+            const uint d = tid + 64u * k;
+            if (d < p.v_dim) o[ob + d] = acc[k];
+        }
+        if (tid == 0u) { o[ob + p.v_dim] = m; o[ob + p.v_dim + 1u] = l; }
+    }
+}
