@@ -1156,6 +1156,44 @@ void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s
     add(&g->cycles, tsc() - c_start - c_fn);
 }
 
+/* ---- content hashes computed elsewhere (a device that attends where the pages lie) ---------------- */
+int kiln_kv_integ_fusable(const kiln_kv_pool *p) { return p->integ && p->integ->fused; }
+
+const uint32_t *kiln_kv_integ_hash_keys(const kiln_kv_pool *p, size_t *n) {
+    const size_t slice_words = (p->head_k > p->head_v ? p->head_k : p->head_v) / 4 + 1;
+    *n = slice_words + 16;
+    return p->integ->hkey;
+}
+
+int kiln_kv_integ_check_sums(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, int kvh, int t1, const uint64_t *sums) {
+    kiln_kv_integ *g = p->integ;
+    const kiln_kv_seq_integ *si = s->integ;
+    if (!g || !si || si->att_gen != g->gen) return 1; /* not in this call (cannot happen: begin_attend saw every sequence) */
+    if (t1 > si->att_hi) t1 = si->att_hi;
+    const int pt = g->pt;
+    uint64_t checks = 0, bytes = 0, c_start = tsc();
+    int all_good = 1;
+    for (int slot = 0; slot * pt < t1; slot++) {
+        const int n_rows = (slot + 1) * pt <= si->att_hi ? pt : si->att_hi - slot * pt;
+        const int32_t pg = s->pages[slot];
+        if (pg < 0 || pg >= p->n_pages) { /* the device skipped it too: never read */
+            on_detect(g, p, s, slot, pg, -1, layer, 0, kvh, KILN_KV_DETECT_WRONG_PAGE, "attention");
+            all_good = 0;
+            continue;
+        }
+        const uint64_t base = n_rows == pt && slot < si->n_base ? si->base[slot]
+                                                                : base_seed(g, prefix_of(si, slot, n_rows, pt), slot, n_rows, rec_epoch(p, s, si, slot));
+        int good = check_fused(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, sums[2 * (size_t)slot], 0, n_rows, &checks, &bytes);
+        if (g->nk > 1) good &= check_fused(g, p, s, slot, pg, layer, 1, kvh, n_rows, base, sums[2 * (size_t)slot + 1], 0, n_rows, &checks, &bytes);
+        all_good &= good;
+    }
+    if (g->n_undetected) note_use(g, s, layer, kvh, 0, t1);
+    add(&g->st.checks, checks);
+    add(&g->st.bytes_verified, bytes);
+    add(&g->cycles, tsc() - c_start);
+    return all_good;
+}
+
 /* ---- callers ------------------------------------------------------------------------------------ */
 int kiln_kv_integ_bad_slot(const kiln_kv_seq *s) { return s->integ ? __atomic_load_n(&s->integ->bad_slot, __ATOMIC_RELAXED) : -1; }
 void kiln_kv_integ_clear_bad(kiln_kv_seq *s) {

@@ -123,6 +123,22 @@ void kiln_kv_integ_begin_attend(const kiln_kv_pool *p, int layer, int n, kiln_kv
 void kiln_kv_integ_attend(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, int kvh, kiln_kv_attend_fn fn,
                           const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, int fused);
 
+/* ---- content hashes computed where the pages are read (the vulkan attention shader) ----
+ * A backend that attends on a device can hash what its kernel loads with the fused content hash
+ * (docs/INTEGRITY.md "The content hash": Σ key[w] × word[w] mod 2^64 over a slice's 32-bit words,
+ * w the word's index inside the (page, head) slice) and hand the per-slot sums here; the seals are
+ * then compared on the host exactly as the cpu backend's fused walk compares them (identity seeds,
+ * tags of a multi-chunk call, detections, bad-slot publication). Only for pools whose rows are
+ * whole words (kiln_kv_integ_fusable); otherwise the backend verifies first
+ * (kv.h kiln_kv_verify_attend_cx). */
+int kiln_kv_integ_fusable(const kiln_kv_pool *p); /* integrity on and every row a multiple of 4 bytes */
+/* The keys: key[w] for word w of a slice, *n of them (a slice's words + 16). */
+const uint32_t *kiln_kv_integ_hash_keys(const kiln_kv_pool *p, size_t *n);
+/* After kiln_kv_integ_begin_attend and a kernel that read s's positions [0, t1) (t1 = the call's
+ * max pos + 1 for s) of KV head kvh: sums[2·slot + kind] is the content hash of rows [0, n_rows) of
+ * that slot's K (kind 0) and V (kind 1, pools with a V array) slice. 1 = every slice good. */
+int kiln_kv_integ_check_sums(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, int kvh, int t1, const uint64_t *sums);
+
 /* ---- callers (session, scheduler) ---- */
 /* Records the token ids of positions [first, first + n) of s before they are run (and, with
  * log_chunk, that they form one forward chunk, for bit-exact replay). A position below the history's

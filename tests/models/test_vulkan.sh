@@ -4,8 +4,9 @@
 #   - its logits within 1e-5 relative of the ref backend's over a prompt and 40 decode steps;
 #   - GGUF Q8_0 / Q4_0 conversions: the same greedy text as the ref backend (both compute the
 #     dequantized weights' products in f32; only summation order differs);
-#   - FP8 KV with the integrity fault campaign: every injected fault detected, the healed text equal
-#     to the fault-free one;
+#   - FP8 and BF16 KV with the integrity fault campaign (every fault kind; attention and the content
+#     hashes computed by the shader): every injected fault detected, the healed text equal to the
+#     fault-free one;
 #   - no op the backend runs natively fell back to the host (it says so on stderr when one does).
 # The architecture tests against PyTorch run on the device too (scripts/run_tests.sh: KILN_DEVICES).
 # Skipped (77) only when the build has no Vulkan; a build with it but no usable device fails.
@@ -62,11 +63,16 @@ for q in q8_0 q4_0; do
     cmp "$T/$q.vk" "$T/$q.ref" || { echo "$q: vulkan and ref greedy texts differ"; exit 1; }
 done
 
-# FP8 KV + fault injection: all caught, healed output identical.
-"$KILN" run "$M" --temp 0 -n 150 --kv-dtype fp8 "${V[@]}" > "$T/fp8.txt" 2>/dev/null
-"$KILN" run "$M" --temp 0 -n 150 --kv-dtype fp8 --inject-kv-faults "bitflip=10,stale=2,every=4" "${V[@]}" > "$T/fp8f.txt" 2> "$T/fp8f.err"
-cmp "$T/fp8.txt" "$T/fp8f.txt" || { echo "healed fp8 output differs from the fault-free one"; exit 1; }
-grep -Eq "injected ([1-9][0-9]*), detected \1," "$T/fp8f.err" || { echo "not every injected fault detected:"; tail -2 "$T/fp8f.err"; exit 1; }
+# FP8 / BF16 KV + fault injection (every kind): all caught, healed output identical. Attention runs
+# in the shader over the pool's pages and the seals are checked against the hashes it computed.
+for dt in fp8 bf16; do
+    "$KILN" run "$M" --temp 0 -n 150 --kv-dtype $dt "${V[@]}" > "$T/$dt.txt" 2>/dev/null
+    "$KILN" run "$M" --temp 0 -n 150 --kv-dtype $dt --inject-kv-faults "all=3,every=3" "${V[@]}" > "$T/${dt}f.txt" 2> "$T/${dt}f.err"
+    no_fallback "$T/${dt}f.err"
+    cmp "$T/$dt.txt" "$T/${dt}f.txt" || { echo "healed $dt output differs from the fault-free one"; exit 1; }
+    grep -Eq "injected ([1-9][0-9]*), detected \1, before use \1, false alarms 0" "$T/${dt}f.err" ||
+        { echo "$dt: not every injected fault detected before use:"; tail -2 "$T/${dt}f.err"; exit 1; }
+done
 
 # Bad device index: a clear error naming it.
 if "$KILN" run "$M" -n 2 --device vulkan:9 > /dev/null 2> "$T/bad.err"; then echo "vulkan:9 accepted"; exit 1; fi

@@ -32,6 +32,7 @@
 
 #include "backend/backend.h"
 #include "backend/vulkan/backend_vulkan.h"
+#include "kv/integrity.h"
 #include "kv/kv_isa.h"
 #include "base/fp.h"
 #include "quant/quantize.h"
@@ -772,6 +773,74 @@ static void test_kv(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) kv_case(&cases[i]);
 }
 
+/* ---- KV integrity through each backend's attention ------------------------------------------------
+ * Every backend verifies the seals of the pages its kv_attend reads — the cpu kernels by hashing
+ * what they load, the vulkan shader by hashing on the device (rows of whole words) or the host
+ * before the dispatch (rows of partial words). One sequence of 37 positions (pages of 8) per
+ * backend: a clean call checks slices and detects nothing; then one bit of a stored K (or V) row
+ * in slot 2 is flipped and the next call must publish slot 2 as bad with one content detection. */
+typedef struct { kiln_kv_dtype dt; int hd, flip_v; } kvicase;
+
+static void kv_integrity_case(const kiln_backend *be, const kvicase *c) {
+    const int H = 2, NH = 4, PT = 8, LEN = 37;
+    float ks[2 * 2], vs[2 * 2];
+    for (int i = 0; i < 4; i++) ks[i] = vs[i] = 0.01f;
+    kiln_kv_config cfg = {.n_layers = 2, .n_kv_heads = H, .head_dim = c->hd, .page_tokens = PT, .dtype = c->dt};
+    if (c->dt == KILN_KV_FP8) { cfg.k_scale = ks; cfg.v_scale = vs; }
+    cfg.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&cfg) + 8 * (int64_t)kiln_kv_page_cost(&cfg);
+    kiln_be_kv_arrays(be, &cfg);
+    kiln_kv_pool *p = NULL;
+    assert_int_equal(kiln_kv_pool_create(&cfg, &p), KILN_OK);
+    assert_int_equal(kiln_kv_integ_attach(p, KILN_KV_INTEGRITY_HEAL, 7, NULL, 1), KILN_OK);
+    kiln_kv_seq sq = {0}, *sp = &sq;
+    int32_t tok[64];
+    for (int i = 0; i < LEN; i++) tok[i] = 100 + 7 * i;
+    assert_int_equal(kiln_kv_integ_note(p, &sq, 0, tok, LEN, 1), KILN_OK);
+    assert_int_equal(kiln_kv_seq_reserve(p, &sq, LEN), KILN_OK);
+    const size_t kvd = (size_t)H * (size_t)c->hd;
+    float *kv = input(be, 2 * kvd), *q = input(be, (size_t)NH * (size_t)c->hd), *out = output(be, (size_t)NH * (size_t)c->hd);
+    for (int t = 0; t < LEN; t++) {
+        for (size_t i = 0; i < 2 * kvd; i++) kv[i] = nrand();
+        for (int l = 0; l < 2; l++) be->ops->kv_store(be, p, &sp, &t, 1, l, kv, 0, kv + kvd, 0);
+    }
+    sq.len = LEN;
+    const int pos = LEN - 1;
+    kiln_kv_integrity_stats st0, st1, st2;
+    kiln_kv_integ_stats(p, &st0);
+    for (int l = 0; l < 2; l++) be->ops->kv_attend(be, p, l, 1, &sp, &pos, q, NH, 0.3f, out);
+    kiln_kv_integ_stats(p, &st1);
+    assert_int_equal(kiln_kv_integ_bad_slot(&sq), -1);
+    assert_int_equal(st1.detections, 0);
+    assert_true(st1.checks >= st0.checks + 2 * 5 * 2 * (uint64_t)H); /* 2 layers × 5 slots × K, V × heads */
+    /* one bit of layer 1's KV head 1, slot 2, row 3 */
+    uint8_t *arr = c->flip_v ? p->v[1] : p->k[1];
+    const size_t head = c->flip_v ? p->head_v : kiln_kv_head_k_at(p, 1), page = c->flip_v ? p->page_v : kiln_kv_page_k_at(p, 1);
+    const size_t row = c->flip_v ? p->row_v : kiln_kv_row_k_at(p, 1);
+    arr[(size_t)sq.pages[2] * page + head + 3 * row + 1] ^= 0x10;
+    for (int l = 0; l < 2; l++) be->ops->kv_attend(be, p, l, 1, &sp, &pos, q, NH, 0.3f, out);
+    kiln_kv_integ_stats(p, &st2);
+    if (kiln_kv_integ_bad_slot(&sq) != 2 || st2.detections != 1 || st2.detected[KILN_KV_DETECT_CONTENT] != 1) {
+        fprintf(stderr, "kv integrity on %s (%s, head dim %d, %s flipped): bad slot %d, %llu detections\n", be_desc(be),
+                c->dt == KILN_KV_FP8 ? "fp8" : c->dt == KILN_KV_BF16 ? "bf16" : "f32", c->hd, c->flip_v ? "V" : "K", kiln_kv_integ_bad_slot(&sq),
+                (unsigned long long)st2.detections);
+        fail();
+    }
+    kiln_be_free(be, kv); kiln_be_free(be, q); kiln_be_free(be, out);
+    kiln_kv_seq_release(p, &sq);
+    free(sq.pages);
+    kiln_kv_pool_free(p);
+}
+
+static void test_kv_integrity(void **state) {
+    (void)state;
+    /* whole-word rows (hashed where they are read) and FP8 rows of 6 bytes (verified first) */
+    const kvicase cases[] = {{KILN_KV_FP8, 64, 0}, {KILN_KV_BF16, 32, 1}, {KILN_KV_F32, 16, 0}, {KILN_KV_FP8, 6, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        kv_integrity_case(ref_be, &cases[i]);
+        for (int b = 0; b < n_bes; b++) kv_integrity_case(bes[b], &cases[i]);
+    }
+}
+
 /* ---- DeepSeek sparse attention ops --------------------------------------------------------------- */
 /* E4M3 written out here from the format (bias 7, 3 mantissa bits, subnormals below 2^-6, max 448):
  * round to nearest, ties to the even code, saturating; the comparison for fp8_round. */
@@ -1094,7 +1163,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_prefill), cmocka_unit_test(test_matmul_many),     cmocka_unit_test(test_matmul_heads),
         cmocka_unit_test(test_norm_swiglu_add), cmocka_unit_test(test_rope),     cmocka_unit_test(test_embed_argmax),
-        cmocka_unit_test(test_moe),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_dsa_norm_fp8),
+        cmocka_unit_test(test_moe),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_kv_integrity),              cmocka_unit_test(test_dsa_norm_fp8),
         cmocka_unit_test(test_dsa_index_kernels), cmocka_unit_test(test_dsa_select_attend), cmocka_unit_test(test_supports),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

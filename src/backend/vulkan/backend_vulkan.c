@@ -31,6 +31,7 @@
 #include "backend/vulkan/vk_device.h"
 #include "base/fp.h"
 #include "base/status.h"
+#include "kv/integrity.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -530,7 +531,9 @@ typedef struct {
     uint32_t pt, k_dim, v_dim, n_heads, group, splits, chunk;
     uint32_t q_off, o_off, ent_off, ent_stride, sc_off, n_pages;
     float scale;
+    uint32_t hash, key_off, kv_heads;
 } att_push;
+_Static_assert(sizeof(att_push) <= KILN_VK_PUSH_BYTES, "kv_attend push constants");
 typedef struct { uint32_t n_heads, v_dim, splits, o_off; } merge_push;
 
 /* Device address of [ptr, ptr + bytes) when it lies inside one buffer of ours; 0 otherwise. */
@@ -554,41 +557,63 @@ static int attend_on_device(const vk_state *s, const kiln_kv_pool *p, int layer,
     return device_address(s, p->k[layer], kb) && device_address(s, p->v[layer], vb);
 }
 
+/* What record_attend leaves for the check after the flush (KV integrity with device hashing). */
+typedef struct {
+    uint64_t *hs;    /* per owner token's sequence: [slots][KV heads][K, V] content-hash sums (copied back at the flush) */
+    int64_t *hbase;  /* [n]: token i's first sum, or -1 when it is not its sequence's owner */
+} att_hash;
+
 /* Records the attention of the n tokens: one dispatch of kv_attend (and one of kv_merge when the
- * context is split). -1 when something cannot be bound (the caller computes on the host). */
+ * context is split); with KV integrity on a pool of whole-word rows, the shader also hashes the
+ * pages it reads (ah->hs; checked by vk_kv_attend after the flush). -1 when something cannot be
+ * bound (the caller computes on the host). */
 static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos, const float *q,
-                         int n_heads, float scale, float *out) {
+                         int n_heads, float scale, float *out, att_hash *ah) {
     const int H = p->cfg.n_kv_heads, kd = p->cfg.k_dim, vd = p->cfg.v_dim, pt = p->cfg.page_tokens;
     const int dyn = p->dscale != NULL, nk = p->cfg.v_shares_k ? 1 : 2;
     const uint32_t stride = dyn ? 1u + 2u * (uint32_t)H : 1u;
-    /* table: [2n token words | entries of each distinct sequence | 2H static factors] */
-    size_t words = 2 * (size_t)n + 2 * (size_t)H;
+    const int hashing = kiln_kv_integ_fusable(p);
+    size_t n_keys = 0;
+    const uint32_t *keys = hashing ? kiln_kv_integ_hash_keys(p, &n_keys) : NULL;
+    /* per token: its sequence's first token (the table is shared), the positions its sequence reads
+     * in this call, whether it is the owner (the first token with that reach: it hashes) */
+    int *first = malloc((size_t)n * sizeof *first), *reach = malloc((size_t)n * sizeof *reach);
+    ah->hbase = malloc((size_t)n * sizeof *ah->hbase);
+    ah->hs = NULL;
+    if (!first || !reach || !ah->hbase) { free(first); free(reach); return -1; }
+    size_t n_ent = 0, n_sums = 0;
     int max_lim = 0;
     for (int i = 0; i < n; i++) {
-        int first = 1;
-        for (int k = 0; k < i && first; k++) first = seq[k] != seq[i];
-        int lim = 0;
-        for (int k = i; k < n; k++)
-            if (seq[k] == seq[i] && pos[k] + 1 > lim) lim = pos[k] + 1;
-        if (first) words += (size_t)((lim + pt - 1) / pt) * stride;
+        int k = 0;
+        while (seq[k] != seq[i]) k++;
+        first[i] = k;
+        if (k == i) {
+            reach[i] = 0;
+            for (int j = i; j < n; j++)
+                if (seq[j] == seq[i] && pos[j] + 1 > reach[i]) reach[i] = pos[j] + 1;
+            n_ent += (size_t)((reach[i] + pt - 1) / pt);
+        } else reach[i] = reach[k];
         if (pos[i] + 1 > max_lim) max_lim = pos[i] + 1;
     }
+    for (int i = 0; i < n; i++) {
+        int owner = hashing && pos[i] + 1 == reach[i];
+        for (int j = first[i]; owner && j < i; j++) owner = !(seq[j] == seq[i] && pos[j] + 1 == reach[i]);
+        ah->hbase[i] = owner ? (int64_t)n_sums : -1;
+        if (owner) n_sums += (size_t)((reach[i] + pt - 1) / pt) * (size_t)H * 2;
+    }
+    /* table: [3n token words | entries of each distinct sequence | 2H static factors | hash keys] */
+    const size_t words = 3 * (size_t)n + n_ent * stride + 2 * (size_t)H + n_keys;
     uint32_t *tab = malloc(words * sizeof *tab);
-    if (!tab) return -1;
     uint32_t *ent_start = malloc((size_t)n * sizeof *ent_start);
-    if (!ent_start) { free(tab); return -1; }
+    if (n_sums) ah->hs = calloc(n_sums, sizeof *ah->hs);
+    if (!tab || !ent_start || (n_sums && !ah->hs)) { free(tab); free(ent_start); free(first); free(reach); return -1; }
     uint32_t ne = 0;
     const float *dbase = dyn ? p->dscale + (size_t)layer * (size_t)p->n_pages * (size_t)nk * (size_t)H : NULL;
     for (int i = 0; i < n; i++) {
-        int k = 0;
-        while (k < i && seq[k] != seq[i]) k++;
-        if (k < i) { ent_start[i] = ent_start[k]; continue; }
-        int lim = 0;
-        for (int j = i; j < n; j++)
-            if (seq[j] == seq[i] && pos[j] + 1 > lim) lim = pos[j] + 1;
+        if (first[i] < i) { ent_start[i] = ent_start[first[i]]; continue; }
         ent_start[i] = ne;
-        uint32_t *e = tab + 2 * (size_t)n + ne;
-        const int slots = (lim + pt - 1) / pt;
+        uint32_t *e = tab + 3 * (size_t)n + ne;
+        const int slots = (reach[i] + pt - 1) / pt;
         for (int sl = 0; sl < slots; sl++, e += stride) {
             const int32_t pg = sl < seq[i]->n_pages ? seq[i]->pages[sl] : -1;
             e[0] = pg >= 0 && pg < p->n_pages ? (uint32_t)pg : UINT32_MAX;
@@ -602,18 +627,23 @@ static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, k
         ne += (uint32_t)slots * stride;
     }
     for (int i = 0; i < n; i++) {
-        tab[2 * i] = ent_start[i];
-        tab[2 * i + 1] = (uint32_t)(pos[i] + 1);
+        tab[3 * i] = ent_start[i];
+        tab[3 * i + 1] = (uint32_t)(pos[i] + 1);
+        tab[3 * i + 2] = ah->hbase[i] >= 0 ? (uint32_t)ah->hbase[i] : UINT32_MAX;
     }
-    const uint32_t sc_off = 2u * (uint32_t)n + ne;
+    free(ent_start);
+    free(first);
+    free(reach);
+    const uint32_t sc_off = 3u * (uint32_t)n + ne, key_off = sc_off + 2u * (uint32_t)H;
     for (int h = 0; h < H; h++) {
         const float ks = p->k_scale ? p->k_scale[(size_t)layer * H + h] : 1.0f, vs = p->v_scale ? p->v_scale[(size_t)layer * H + h] : 1.0f;
         memcpy(&tab[sc_off + 2 * h], &ks, 4);
         memcpy(&tab[sc_off + 2 * h + 1], &vs, 4);
     }
-    free(ent_start);
+    if (n_keys) memcpy(tab + key_off, keys, n_keys * sizeof *tab);
     /* context splits (flash-decoding) when the query rows alone would leave a GPU mostly idle: about
-     * 256 workgroups, no split under 256 positions (docs/VULKAN.md) */
+     * 256 workgroups, no split under 256 positions; a split is whole 64-position blocks and whole
+     * pages (one workgroup owns each page's hash sums) */
     const int rows = n * n_heads;
     int splits = 1;
     if (rows < 256 && max_lim >= 512) {
@@ -621,10 +651,14 @@ static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, k
         if (splits > max_lim / 256) splits = max_lim / 256;
         if (splits < 1) splits = 1;
     }
-    const uint32_t chunk = (uint32_t)(((max_lim + splits - 1) / splits + 63) & ~63);
-    vref qr, orr, tr;
+    int64_t unit = 64;
+    while (unit % pt) unit += 64; /* lcm(64, page_tokens) */
+    const int64_t per = ((max_lim + splits - 1) / splits + unit - 1) / unit * unit;
+    if (per > UINT32_MAX) { free(tab); return -1; }
+    vref qr, orr, tr, hr = {{s->lut.buf, 0, VK_WHOLE_SIZE}, 0};
     int ok = resolve(s, q, (size_t)rows * (size_t)kd * sizeof(float), 0, &qr) == 0 &&
-             resolve(s, out, (size_t)rows * (size_t)vd * sizeof(float), 1, &orr) == 0 && stage(s, tab, words * sizeof *tab, 0, &tr) == 0;
+             resolve(s, out, (size_t)rows * (size_t)vd * sizeof(float), 1, &orr) == 0 && stage(s, tab, words * sizeof *tab, 0, &tr) == 0 &&
+             (!n_sums || stage(s, ah->hs, n_sums * sizeof *ah->hs, 1, &hr) == 0);
     free(tab);
     if (!ok || (uint32_t)n_heads > s->max_gx || (uint32_t)n > kiln_vk_max_groups_y(s->vk)) return -1;
     kiln_vk_bind part = orr.b;
@@ -643,13 +677,14 @@ static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, k
                          .head_k = (uint32_t)kiln_kv_head_k_at(p, layer), .head_v = (uint32_t)(p->cfg.v_shares_k ? kiln_kv_head_k_at(p, layer) : p->head_v),
                          .row_k = (uint32_t)kiln_kv_row_k_at(p, layer), .row_v = (uint32_t)(p->cfg.v_shares_k ? kiln_kv_row_k_at(p, layer) : p->row_v),
                          .pt = (uint32_t)pt, .k_dim = (uint32_t)kd, .v_dim = (uint32_t)vd, .n_heads = (uint32_t)n_heads,
-                         .group = (uint32_t)(n_heads / H), .splits = (uint32_t)splits, .chunk = chunk, .q_off = qr.off, .o_off = orr.off,
-                         .ent_off = 2u * (uint32_t)n, .ent_stride = stride, .sc_off = sc_off, .n_pages = (uint32_t)p->n_pages, .scale = scale};
+                         .group = (uint32_t)(n_heads / H), .splits = (uint32_t)splits, .chunk = (uint32_t)per, .q_off = qr.off, .o_off = orr.off,
+                         .ent_off = 3u * (uint32_t)n, .ent_stride = stride, .sc_off = sc_off, .n_pages = (uint32_t)p->n_pages, .scale = scale,
+                         .hash = hashing ? (uint32_t)nk : 0u, .key_off = key_off, .kv_heads = (uint32_t)H};
     const kiln_vk_shader sh = p->cfg.dtype == KILN_KV_FP8 ? KILN_VK_SH_kv_attend_fp8 : p->cfg.dtype == KILN_KV_BF16 ? KILN_VK_SH_kv_attend_bf16
                                                                                                                   : KILN_VK_SH_kv_attend_f32;
-    const kiln_vk_bind b[4] = {qr.b, part, tr.b, {s->lut.buf, 0, VK_WHOLE_SIZE}};
+    const kiln_vk_bind b[5] = {qr.b, part, tr.b, {s->lut.buf, 0, VK_WHOLE_SIZE}, hr.b};
     s->n_dispatch++;
-    if (kiln_vk_dispatch(s->vk, sh, b, 4, &pc, sizeof pc, (uint32_t)n_heads, (uint32_t)n, (uint32_t)splits) != KILN_OK) {
+    if (kiln_vk_dispatch(s->vk, sh, b, 5, &pc, sizeof pc, (uint32_t)n_heads, (uint32_t)n, (uint32_t)splits) != KILN_OK) {
         fail_once(s, "attention dispatch");
         return -1;
     }
@@ -665,6 +700,32 @@ static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, k
     return 0;
 }
 
+/* The seals of what the shader read, compared with the sums it computed (one check per owner
+ * token's sequence and KV head). */
+static void check_hashes(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos, const att_hash *ah) {
+    const int H = p->cfg.n_kv_heads, pt = p->cfg.page_tokens;
+    for (int i = 0; i < n; i++) {
+        if (ah->hbase[i] < 0) continue;
+        const int slots = (pos[i] + 1 + pt - 1) / pt;
+        uint64_t *sums = malloc(2 * (size_t)slots * sizeof *sums);
+        if (!sums) { /* cannot compare: verify the pages on the host instead */
+            kiln_kctx cx;
+            kiln_kctx_default(&cx);
+            kiln_kv_verify_attend_cx(&cx, p, layer, n, seq, pos);
+            return;
+        }
+        for (int h = 0; h < H; h++) {
+            for (int sl = 0; sl < slots; sl++) {
+                const uint64_t *src = ah->hs + ah->hbase[i] + ((size_t)sl * (size_t)H + (size_t)h) * 2;
+                sums[2 * sl] = src[0];
+                sums[2 * sl + 1] = src[1];
+            }
+            kiln_kv_integ_check_sums(p, layer, seq[i], h, pos[i] + 1, sums);
+        }
+        free(sums);
+    }
+}
+
 /* ---- host-side ops: the cpu backend's, on the mapped buffers ------------------------------------------ */
 static void vk_embed(const kiln_backend *be, const kiln_weight *t, const int32_t *tok, int n, float *x) { kiln_backend_cpu_ops.embed(be, t, tok, n, x); }
 static void vk_rope_table(const kiln_backend *be, const kiln_rope *r, const int *pos, int n, float *cs) { kiln_backend_cpu_ops.rope_table(be, r, pos, n, cs); }
@@ -678,10 +739,12 @@ static void vk_kv_store(const kiln_backend *be, kiln_kv_pool *p, kiln_kv_seq *co
                         const float *v, int64_t v_tok) {
     kiln_backend_cpu_ops.kv_store(be, p, seq, pos, n, layer, k, k_tok, v, v_tok);
 }
-/* Attention on the device where the pool's pages are device-addressable (attend_on_device); the
- * seals of the pages it reads are verified on the host first (kiln_kv_verify_attend_cx: the same
- * detections as the cpu backend's fused check; a sequence that failed has its step discarded by
- * the caller in heal / strict mode). Other pools: the cpu backend's kernels. */
+/* Attention on the device where the pool's pages are device-addressable (attend_on_device). KV
+ * integrity: the shader hashes the pages as it reads them and the host compares the sums with the
+ * seals right after the flush, before this op returns (kiln_kv_integ_check_sums: the detections of
+ * the cpu backend's fused check; in heal / strict mode the caller discards the step of a sequence
+ * that failed); pools whose rows are not whole words are verified on the host first
+ * (kiln_kv_verify_attend_cx). Other pools: the cpu backend's kernels. */
 static void vk_kv_attend(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos, const float *q,
                          int n_heads, float scale, float *out) {
     vk_state *s = ST(be);
@@ -690,8 +753,17 @@ static void vk_kv_attend(const kiln_backend *be, const kiln_kv_pool *p, int laye
         kiln_backend_cpu_ops.kv_attend(be, p, layer, n, seq, pos, q, n_heads, scale, out);
         return;
     }
-    kiln_kv_verify_attend_cx(&be->cx, p, layer, n, seq, pos);
-    if (record_attend(s, p, layer, n, seq, pos, q, n_heads, scale, out) == 0 && flush(s) == 0) return;
+    const int fused = kiln_kv_integ_fusable(p);
+    if (p->integ && !fused) kiln_kv_verify_attend_cx(&be->cx, p, layer, n, seq, pos); /* rows of partial words: hashed on the host first */
+    att_hash ah = {NULL, NULL};
+    const int ok = record_attend(s, p, layer, n, seq, pos, q, n_heads, scale, out, &ah) == 0 && flush(s) == 0;
+    if (ok && fused) {
+        kiln_kv_integ_begin_attend(p, layer, n, seq, pos);
+        check_hashes(p, layer, n, seq, pos, &ah);
+    }
+    free(ah.hs);
+    free(ah.hbase);
+    if (ok) return;
     abandon(s);
     kiln_backend_cpu_ops.kv_attend(be, p, layer, n, seq, pos, q, n_heads, scale, out);
 }

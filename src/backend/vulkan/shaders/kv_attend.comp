@@ -10,8 +10,17 @@
 // writes (acc unnormalized, m, l) and kv_merge.comp combines them (flash-decoding: a long context
 // is spread over many workgroups when there are few query rows).
 //
-// Table (binding 2, uint words): token i at [2i] = its block-table start in the entry list (ent_off
-// + that), [2i + 1] = positions it sees (pos + 1); entry e = ent_stride words: the page id (out of
+// KV integrity (hash != 0; pools whose rows are whole 32-bit words): the workgroup of the first
+// query head of each KV head's group, for the token that reads its sequence furthest (its table
+// word [3i + 2] names the sequence's sums; 0xffffffff for the others), adds the content hash of
+// every K row it reads (and V row: hash = 2) — Σ key[w] × word[w] mod 2^64, w the word's index in
+// the (page, head) slice, the keys at tab[key_off ..] — into hs[hbase + (slot × H + KV head) × 2 +
+// kind]. Splits are whole pages (chunk a multiple of page_tokens), so one workgroup owns each sum.
+// The host compares the sums with the seals after the dispatch (kv/integrity.h,
+// kiln_kv_integ_check_sums), as the cpu kernels' fused check does.
+//
+// Table (binding 2, uint words): token i at [3i] = its block-table start in the entry list (ent_off
+// + that), [3i + 1] = positions it sees (pos + 1); entry e = ent_stride words: the page id (out of
 // [0, n_pages): the position is skipped, as the host never dereferences such an entry), then with
 // dynamic FP8 scales (ent_stride = 1 + 2·KV heads) the page's K and V scale of each KV head; the
 // static K / V factors of KV head h at [sc_off + 2h] / [+ 1] (FP8 static scale; 1 for F32 / BF16).
@@ -23,15 +32,26 @@ layout(std430, binding = 0) readonly buffer Qb { float q[]; };
 layout(std430, binding = 1) writeonly buffer Ob { float o[]; };
 layout(std430, binding = 2) readonly buffer Tb { uint tab[]; };
 layout(std430, binding = 3) readonly buffer Lb { float lut[]; };
+layout(std430, binding = 4) buffer Hb { uint64_t hs[]; };
 layout(push_constant) uniform P {
     uint64_t kaddr, vaddr;
     uint page_k, page_v, head_k, head_v, row_k, row_v;
     uint pt, k_dim, v_dim, n_heads, group, splits, chunk;
     uint q_off, o_off, ent_off, ent_stride, sc_off, n_pages;
     float scale;
+    uint hash, key_off, kv_heads;
 } p;
 shared float qs[1024];
 shared float ps[64];
+shared uint64_t rh[2][64];
+
+// The content hash of a row of `words` 32-bit words at addr whose first word is word w0 of its slice.
+uint64_t row_hash(uint64_t addr, uint words, uint w0) {
+    Words r = Words(addr);
+    uint64_t h = 0ul;
+    for (uint w = 0u; w < words; w++) h += uint64_t(tab[p.key_off + w0 + w]) * uint64_t(r.w[w]);
+    return h;
+}
 #define MAX_VPT 16
 
 // Element e of the row whose bytes start `rb` bytes into the array at `base`.
@@ -51,7 +71,8 @@ float elem(uint64_t base, uint64_t rb, uint e) {
 void main() {
     const uint hq = gl_WorkGroupID.x, i = gl_WorkGroupID.y, sp = gl_WorkGroupID.z, tid = gl_LocalInvocationID.x;
     const uint kvh = hq / p.group;
-    const uint ent0 = p.ent_off + tab[2u * i], lim = tab[2u * i + 1u];
+    const uint ent0 = p.ent_off + tab[3u * i], lim = tab[3u * i + 1u], hbase = tab[3u * i + 2u];
+    const bool hashing = p.hash != 0u && hbase != 0xffffffffu && hq % p.group == 0u; // uniform in the workgroup
     const uint t0 = min(sp * p.chunk, lim), t1 = min(t0 + p.chunk, lim);
     const uint qb = p.q_off + (i * p.n_heads + hq) * p.k_dim;
     for (uint d = tid; d < p.k_dim; d += 64u) qs[d] = q[qb + d];
@@ -65,6 +86,7 @@ void main() {
         // this invocation's position: its score
         float s = -1.0 / 0.0;
         const uint t = b + tid;
+        uint64_t hk = 0ul, hv = 0ul;
         if (tid < nb) {
             const uint e = ent0 + (t / p.pt) * p.ent_stride, pg = tab[e];
             if (pg < p.n_pages) {
@@ -73,10 +95,23 @@ void main() {
                 float dot = 0.0;
                 for (uint d = 0u; d < p.k_dim; d++) dot += qs[d] * elem(p.kaddr, rb, d);
                 s = dot * (p.scale * kf);
+                if (hashing) {
+                    hk = row_hash(p.kaddr + rb, p.row_k >> 2, (t % p.pt) * (p.row_k >> 2));
+                    if (p.hash == 2u)
+                        hv = row_hash(p.vaddr + uint64_t(pg) * p.page_v + uint64_t(kvh * p.head_v + (t % p.pt) * p.row_v), p.row_v >> 2,
+                                      (t % p.pt) * (p.row_v >> 2));
+                }
             }
         }
         ps[tid] = s;
+        if (hashing) { rh[0][tid] = hk; rh[1][tid] = hv; }
         barrier();
+        if (hashing && tid == 0u) // rows in order into their slot's sums (this workgroup owns them)
+            for (uint j = 0u; j < nb; j++) {
+                const uint tj = b + j, hi = hbase + ((tj / p.pt) * p.kv_heads + kvh) * 2u;
+                hs[hi] += rh[0][j];
+                if (p.hash == 2u) hs[hi + 1u] += rh[1][j];
+            }
         float mb = -1.0 / 0.0;
         for (uint j = 0u; j < nb; j++) mb = max(mb, ps[j]);
         const float mn = max(m, mb);
