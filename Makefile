@@ -33,7 +33,7 @@ ifeq ($(HAVE_VULKAN),1)
 SRCS     := $(filter-out $(VK_DIR)/vk_absent.c,$(SRCS))
 VK_OBJS  := $(BUILD)/vk_spirv.o
 CFLAGS_VK := $(shell pkg-config --cflags vulkan)
-LIBS_VK  := $(shell pkg-config --libs vulkan)
+LIBS_VK  := -ldl # the loader is opened at run time (vk_device.c), not linked
 else
 $(info kiln: building without the vulkan backend (libvulkan-dev or glslc missing): cpu and ref backends only)
 SRCS     := $(filter-out $(VK_DIR)/vk_device.c $(VK_DIR)/backend_vulkan.c,$(SRCS))

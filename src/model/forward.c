@@ -27,7 +27,11 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
     ws->n_ctx_max = n_ctx_max;
     const size_t T = (size_t)chunk, D = (size_t)hp->dim, F = (size_t)hp->ffn_dim;
     int ok = 1;
-#define BUF(field, floats) ok = ok && (ws->field = kiln_be_alloc(be, (floats) * sizeof(float))) != NULL
+    size_t failed_bytes = 0; /* the buffer that could not be had (named in the error) */
+#define BUF(field, floats)                                                                                                \
+    do {                                                                                                                  \
+        if (ok && !(ws->field = kiln_be_alloc(be, (floats) * sizeof(float)))) ok = 0, failed_bytes = (floats) * sizeof(float); \
+    } while (0)
     BUF(x, T * D);
     BUF(xb, T * D);
     BUF(tmp, T * D);
@@ -51,6 +55,9 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
     ws->seqs = calloc(T, sizeof *ws->seqs);
     if (!ok || !ws->pos || !ws->out_row || !ws->seqs) {
         kiln_forward_ws_free(ws);
+        if (failed_bytes)
+            return kiln_fail(KILN_ERR_NOMEM, "out of memory allocating forward scratch (chunk %d, context %d): a buffer of %zu bytes on %s", chunk,
+                             n_ctx_max, failed_bytes, be->device_name ? be->device_name : kiln_backend_kind_name(be->kind));
         return kiln_fail(KILN_ERR_NOMEM, "out of memory allocating forward scratch (chunk %d, context %d)", chunk, n_ctx_max);
     }
     kiln_status st = KILN_OK;

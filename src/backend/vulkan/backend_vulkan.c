@@ -80,6 +80,7 @@ typedef struct {
     int n_cb, cap_cb;
     kiln_vk_buf att_part;    /* attention's per-split partial results (device-local, grown as needed) */
     int failed;
+    int kv_host_said;        /* the KV-array fallback was reported */
     uint64_t n_dispatch, n_host; /* ops run on the device / ops `supports` calls native that fell back to the host */
 } vk_state;
 
@@ -128,8 +129,14 @@ static void *vk_be_alloc(const kiln_backend *be, size_t bytes) { return alloc_ma
  * device addresses or when the device cannot give one allocation of that size. */
 static void *vk_kv_alloc(const kiln_backend *be, size_t bytes) {
     vk_state *s = ST(be);
-    if (!kiln_vk_has_bda(s->vk)) return NULL;
-    return alloc_mapped(s, bytes, 0);
+    if (!kiln_vk_has_bda(s->vk) || s->failed) return NULL;
+    void *p = alloc_mapped(s, bytes, 0);
+    if (!p && !s->kv_host_said) {
+        fprintf(stderr, "kiln: %s: a KV layer array of %zu bytes does not fit on the device (%s); such layers keep their KV in host memory "
+                        "and attend on the host\n", kiln_vk_device_name(s->vk), bytes, kiln_last_error());
+        s->kv_host_said = 1;
+    }
+    return p;
 }
 
 static void vk_be_free(const kiln_backend *be, void *p) {
@@ -198,6 +205,7 @@ static int resolve(vk_state *s, const void *ptr, size_t bytes, int written, vref
 /* Submits and waits, then copies staged outputs back and resets the staging. -1 on a device error. */
 static int flush(vk_state *s) {
     const kiln_status st = kiln_vk_flush(s->vk);
+    if (st != KILN_OK) fail_once(s, "submit");
     if (st == KILN_OK)
         for (int i = 0; i < s->n_cb; i++) memcpy(s->cb[i].host, s->cb[i].staged, s->cb[i].bytes);
     s->n_cb = 0;
@@ -823,7 +831,9 @@ kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     if (s->max_gx > 65535) s->max_gx = 65535;
     st = kiln_vk_buf_create(s->vk, 256 * sizeof(float), 0, &s->lut);
     if (st == KILN_OK) st = kiln_vk_upload(s->vk, &s->lut, 0, kiln_fp8_e4m3_table, 256 * sizeof(float));
-    if (st == KILN_OK) st = kiln_vk_buf_create(s->vk, (size_t)4 << 20, 1, &s->arena);
+    /* the staging arena is a convenience: without it (no memory for 4 MiB) every staged operand
+     * gets a buffer of its own (stage) */
+    if (st == KILN_OK && kiln_vk_buf_create(s->vk, (size_t)4 << 20, 1, &s->arena) != KILN_OK) memset(&s->arena, 0, sizeof s->arena);
     if (st) {
         kiln_vk_buf_destroy(s->vk, &s->lut);
         kiln_vk_close(s->vk);

@@ -4,8 +4,55 @@
  * a pool that is reset at every flush, and one command buffer submitted per flush. */
 #include "backend/vulkan/vk_device.h"
 #include "base/status.h"
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The Vulkan loader is opened at run time (dlopen), not linked: the same binary starts on a machine
+ * without libvulkan (where --device cpu is all there is) and says what is missing only when a
+ * Vulkan device is asked for. Every entry point kiln calls is looked up once (the loader exports
+ * the core ones, as it does for linking). KILN_VULKAN_LOADER names another loader file (tests use
+ * a missing one to check the error). */
+#define KILN_VK_FNS(X) \
+    X(vkAllocateCommandBuffers) X(vkAllocateDescriptorSets) X(vkAllocateMemory) X(vkBeginCommandBuffer) X(vkBindBufferMemory) \
+    X(vkCmdBindDescriptorSets) X(vkCmdBindPipeline) X(vkCmdCopyBuffer) X(vkCmdDispatch) X(vkCmdPipelineBarrier) \
+    X(vkCmdPushConstants) X(vkCreateBuffer) X(vkCreateCommandPool) X(vkCreateComputePipelines) X(vkCreateDescriptorPool) \
+    X(vkCreateDescriptorSetLayout) X(vkCreateDevice) X(vkCreateFence) X(vkCreateInstance) X(vkCreatePipelineLayout) \
+    X(vkCreateShaderModule) X(vkDestroyBuffer) X(vkDestroyCommandPool) X(vkDestroyDescriptorPool) X(vkDestroyDescriptorSetLayout) \
+    X(vkDestroyDevice) X(vkDestroyFence) X(vkDestroyInstance) X(vkDestroyPipeline) X(vkDestroyPipelineLayout) \
+    X(vkDestroyShaderModule) X(vkDeviceWaitIdle) X(vkEndCommandBuffer) X(vkEnumeratePhysicalDevices) X(vkFreeMemory) \
+    X(vkGetBufferDeviceAddress) X(vkGetBufferMemoryRequirements) X(vkGetDeviceQueue) X(vkGetPhysicalDeviceFeatures2) \
+    X(vkGetPhysicalDeviceMemoryProperties) X(vkGetPhysicalDeviceProperties) X(vkGetPhysicalDeviceQueueFamilyProperties) \
+    X(vkMapMemory) X(vkQueueSubmit) X(vkResetCommandBuffer) X(vkResetDescriptorPool) X(vkResetFences) X(vkUnmapMemory) \
+    X(vkUpdateDescriptorSets) X(vkWaitForFences)
+#define KILN_VK_DECL(name) static PFN_##name name;
+KILN_VK_FNS(KILN_VK_DECL)
+#undef KILN_VK_DECL
+
+static pthread_once_t loader_once = PTHREAD_ONCE_INIT;
+static char loader_error[512];
+
+static void load_loader(void) {
+    const char *file = getenv("KILN_VULKAN_LOADER");
+    if (!file || !*file) file = "libvulkan.so.1";
+    void *lib = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(loader_error, sizeof loader_error, "vulkan: cannot load the Vulkan loader %s (%s); install libvulkan1 and a driver "
+                 "(Debian: mesa-vulkan-drivers for lavapipe) or use --device cpu", file, dlerror());
+        return;
+    }
+#define KILN_VK_LOAD(name)                                                                                                      \
+    if (!loader_error[0] && !(name = (PFN_##name)dlsym(lib, #name)))                                                            \
+        snprintf(loader_error, sizeof loader_error, "vulkan: the loader %s lacks %s (Vulkan 1.2 or newer is needed); use --device cpu", file, #name);
+    KILN_VK_FNS(KILN_VK_LOAD)
+#undef KILN_VK_LOAD
+}
+
+static kiln_status loader(void) {
+    pthread_once(&loader_once, load_loader);
+    return loader_error[0] ? kiln_fail(KILN_ERR_UNSUPPORTED, "%s", loader_error) : KILN_OK;
+}
 
 /* The SPIR-V the build embeds (build/vk_spirv.S): kiln_spv_NAME .. kiln_spv_NAME_end. */
 #define KILN_VK_EXTERN(name) extern const uint32_t kiln_spv_##name[]; extern const uint8_t kiln_spv_##name##_end[];
@@ -33,6 +80,11 @@ struct kiln_vk {
     VkPipeline pipes[KILN_VK_SH_COUNT];
     kiln_vk_buf dummy;
     int bda;        /* buffer device addresses and 64-bit shader integers enabled (Vulkan 1.2 devices that have both) */
+    /* Injected device faults (KILN_VK_FAULT, tests of the failure paths): the submit numbered
+     * lost_at (1-based) and every later one fail as VK_ERROR_DEVICE_LOST; buffers of oom_bytes or
+     * more fail as VK_ERROR_OUT_OF_DEVICE_MEMORY. 0 = none. */
+    uint64_t lost_at, submits;
+    size_t oom_bytes;
     char name[440];
 };
 
@@ -53,6 +105,7 @@ static const char *vk_result_name(VkResult r) {
 }
 
 static kiln_status create_instance(VkInstance *out) {
+    KILN_TRY(loader());
     const VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "kiln", .apiVersion = VK_API_VERSION_1_2};
     const VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
     VkResult r = vkCreateInstance(&ci, NULL, out);
@@ -180,10 +233,32 @@ static kiln_status setup_commands(kiln_vk *vk) {
     return kiln_vk_buf_create(vk, 256, 1, &vk->dummy);
 }
 
+/* KILN_VK_FAULT="lost:N" and / or "oom:BYTES" (comma-separated). */
+static kiln_status parse_faults(kiln_vk *vk) {
+    const char *f = getenv("KILN_VK_FAULT");
+    if (!f || !*f) return KILN_OK;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", f);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *end = NULL;
+        if (strncmp(t, "lost:", 5) == 0) {
+            unsigned long long v = strtoull(t + 5, &end, 10);
+            if (end && !*end && v > 0) { vk->lost_at = v; continue; }
+        } else if (strncmp(t, "oom:", 4) == 0) {
+            unsigned long long v = strtoull(t + 4, &end, 10);
+            if (end && !*end && v > 0) { vk->oom_bytes = (size_t)v; continue; }
+        }
+        return kiln_fail(KILN_ERR_INVALID_ARG, "KILN_VK_FAULT: '%s' is not lost:N or oom:BYTES (N, BYTES positive integers)", t);
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_vk_open(int index, kiln_vk **out) {
     *out = NULL;
     kiln_vk *vk = calloc(1, sizeof *vk);
     if (!vk) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status fst = parse_faults(vk);
+    if (fst) { free(vk); return fst; }
     kiln_status st = create_instance(&vk->instance);
     if (st == KILN_OK) st = setup_device(vk, index);
     if (st == KILN_OK) st = setup_commands(vk);
@@ -233,6 +308,9 @@ kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln
                                     .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |
                                              (vk->bda ? VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT : 0),
                                     .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    if (vk->oom_bytes && bytes >= vk->oom_bytes)
+        return kiln_fail(KILN_ERR_NOMEM, "%s: cannot allocate %zu bytes of %s memory: %s (injected: KILN_VK_FAULT)", vk->name, bytes,
+                         host_visible ? "host-visible" : "device", vk_result_name(VK_ERROR_OUT_OF_DEVICE_MEMORY));
     VkResult r = vkCreateBuffer(vk->dev, &bci, NULL, &b->buf);
     if (r != VK_SUCCESS) return kiln_fail(KILN_ERR_NOMEM, "%s: cannot create a buffer of %zu bytes: %s", vk->name, bytes, vk_result_name(r));
     VkMemoryRequirements req;
@@ -402,7 +480,7 @@ kiln_status kiln_vk_flush(kiln_vk *vk) {
     kiln_status st = KILN_OK;
     if (vk->recorded) {
         const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->cmd};
-        VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
+        VkResult r = ++vk->submits >= vk->lost_at && vk->lost_at ? VK_ERROR_DEVICE_LOST : vkQueueSubmit(vk->queue, 1, &si, vk->fence);
         if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
         if (r != VK_SUCCESS) st = kiln_fail(KILN_ERR_INTERNAL, "%s: submit failed: %s", vk->name, vk_result_name(r));
         vkResetFences(vk->dev, 1, &vk->fence);

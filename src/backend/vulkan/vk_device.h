@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#define VK_NO_PROTOTYPES /* vk_device.c looks the entry points up in the loader it opens at run time */
 #include <vulkan/vulkan.h>
 
 #define KILN_VK_BINDINGS 5
