@@ -55,6 +55,10 @@ kiln_membw *kiln_membw_open(int threads, size_t bytes);
 double kiln_membw_burst_gbps(kiln_membw *mb);
 double kiln_membw_window_gbps(kiln_membw *mb, uint64_t window_bytes);
 void kiln_membw_close(kiln_membw *mb);
+/* The read bandwidth of the device the options name (--device vulkan[:N]) in GB/s: a device
+ * buffer of `bytes` (0 = 512 MiB) read 8 times per timed submit, best of three. KILN_ERR_UNSUPPORTED
+ * for the host backends (kiln_membw measures those). */
+kiln_status kiln_device_read_gbps(const kiln_options *o, size_t bytes, double *gbps);
 /* The machine's compute peak in G operations/s (a multiply-accumulate counts 2) for kind 0 (f32
  * FMA), 1 (int8 dot) or 2 (bf16 pair dot) with the kernels of `isa` (AUTO: the best) on `threads`
  * threads (0 = all): the best of 3 runs of a register-only loop of the widest such instruction

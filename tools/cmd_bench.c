@@ -190,10 +190,21 @@ int cmd_bench(int argc, char **argv) {
     uint64_t window = 0; /* bytes of the longest decode window */
     for (int i = 0; i < n && !rc; i++)
         if (rows[i].bytes_per_token * (uint64_t)n_gen > window) window = rows[i].bytes_per_token * (uint64_t)n_gen;
-    kiln_membw *mb = rc ? NULL : kiln_membw_open(o.threads, 0);
-    if (!rc && !mb) rc = cli_fail_msg("bench", "out of memory for the 1 GiB bandwidth buffer");
+    /* the bandwidth the decode reads from: the host's, or with --device vulkan the device's
+     * (its weights and KV live there) */
+    const int on_device = o.backend == KILN_BACKEND_VULKAN;
+    kiln_membw *mb = rc || on_device ? NULL : kiln_membw_open(o.threads, 0);
+    if (!rc && !on_device && !mb) rc = cli_fail_msg("bench", "out of memory for the 1 GiB bandwidth buffer");
     for (long r = 0; r < repeat && !rc; r++) {
-        double bw = kiln_membw_window_gbps(mb, window), burst = kiln_membw_burst_gbps(mb);
+        double bw = 0.0, burst = 0.0;
+        if (on_device) {
+            kiln_status st = kiln_device_read_gbps(&o, 0, &bw);
+            if (st) { rc = cli_fail_status("bench", st); break; }
+            burst = bw;
+        } else {
+            bw = kiln_membw_window_gbps(mb, window);
+            burst = kiln_membw_burst_gbps(mb);
+        }
         if (bw > best_bw) best_bw = bw;
         if (burst > best_burst) best_burst = burst;
         for (int i = 0; i < n && !rc; i++) {
@@ -206,7 +217,7 @@ int cmd_bench(int argc, char **argv) {
             if (!json && r == repeat - 1) fprintf(stderr, "bench: %s done (%.1f decode tok/s)\n", rows[i].weights, rows[i].decode_tps);
         }
     }
-    kiln_membw_close(mb);
+    if (mb) kiln_membw_close(mb);
     for (int i = 0; i < n && !rc; i++) rows[i].paired = paired_ratio(&rows[i], &rows[0], repeat);
     for (int i = 0; i < n; i++) {
         bench_close(&rows[i]);
@@ -218,9 +229,14 @@ int cmd_bench(int argc, char **argv) {
     const double pk_f32 = kiln_compute_peak_gops(0, o.isa, o.threads), pk_int8 = kiln_compute_peak_gops(1, o.isa, o.threads),
                  pk_bf16 = o.fp8_gemv == 1 ? 0 : kiln_compute_peak_gops(2, o.isa, o.threads);
     if (!json) {
-        printf("model %s, scope %s, prompt %ld tokens, decode %ld tokens (best of %ld windows), threads %d, measured read bandwidth %.1f GB/s "
-               "sustained over %.2f GB windows (1 GiB burst: %.1f GB/s)\n",
-               path, scope, n_prompt, n_gen, repeat, o.threads, best_bw, window / 1e9, best_burst);
+        if (on_device)
+            printf("model %s, scope %s, prompt %ld tokens, decode %ld tokens (best of %ld windows), device vulkan:%d, measured device read "
+                   "bandwidth %.1f GB/s (512 MiB read 8 times per submit, best of the rounds)\n",
+                   path, scope, n_prompt, n_gen, repeat, o.device_index, best_bw);
+        else
+            printf("model %s, scope %s, prompt %ld tokens, decode %ld tokens (best of %ld windows), threads %d, measured read bandwidth %.1f GB/s "
+                   "sustained over %.2f GB windows (1 GiB burst: %.1f GB/s)\n",
+                   path, scope, n_prompt, n_gen, repeat, o.threads, best_bw, window / 1e9, best_burst);
         printf("compute peaks measured now: f32 FMA %.0f GFLOP/s, int8 dot %.0f GOPS, bf16 dot %.0f GFLOP/s (0: not on this ISA or --fp8-gemv exact)\n",
                pk_f32, pk_int8, pk_bf16);
         printf("prompt GFLOP/s (linear layers, 2 × multiply-accumulates per token × prompt tok/s) against the peak of the GEMM's instruction:");

@@ -138,6 +138,15 @@ typedef struct kiln_backend_ops {
      * array cannot be one (the pool then takes host memory for it). */
     void *(*kv_alloc)(const kiln_backend *be, size_t bytes);
     void (*kv_free)(const kiln_backend *be, void *p);
+    /* Deferred steps, optional (NULL in the backends that compute when called: cpu, ref). After
+     * defer, an op may return before its results exist (vulkan: its dispatches only recorded); they
+     * exist after sync. sync(be, 0) waits for everything called so far (the caller is about to read
+     * or write a buffer on the host); sync(be, 1) also ends the deferred step (steps nest). Returns 1
+     * when results of the step were lost (the device failed while they were pending; the backend
+     * computes on the host from then on, so the caller recomputes the step), else 0. Outside a
+     * deferred step every op's results exist when it returns. */
+    void (*defer)(const kiln_backend *be);
+    int (*sync)(const kiln_backend *be, int end);
 } kiln_backend_ops;
 
 struct kiln_backend {
@@ -169,6 +178,11 @@ extern const kiln_backend_ops kiln_backend_vulkan_ops;
 void kiln_be_kv_arrays(const kiln_backend *be, kiln_kv_config *c);
 
 /* ---- call-site helpers (one line each over be->ops) ---- */
+static inline void kiln_be_defer(const kiln_backend *be) { if (be->ops->defer) be->ops->defer(be); }
+/* Inside a deferred step: before model code touches a buffer on the host (backend.h ops->sync). */
+static inline void kiln_be_wait(const kiln_backend *be) { if (be->ops->sync) (void)be->ops->sync(be, 0); }
+/* Ends a deferred step; 1 when its results were lost and it must be computed again. */
+static inline int kiln_be_end(const kiln_backend *be) { return be->ops->sync ? be->ops->sync(be, 1) : 0; }
 static inline void *kiln_be_alloc(const kiln_backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
 static inline void kiln_be_free(const kiln_backend *be, void *p) { be->ops->free(be, p); }
 static inline void kiln_be_matmul(const kiln_backend *be, const kiln_weight *w, const float *X, float *Y, int n) {

@@ -4,6 +4,7 @@
 #include "kiln_test.h"
 #include "model/arch.h"
 #include "backend/backend.h"
+#include "backend/vulkan/backend_vulkan.h"
 #include "model/model.h"
 #include "base/status.h"
 #include "quant/quantize.h"
@@ -283,4 +284,14 @@ double kiln_gemv_bench_pass(kiln_gemv_bench *b) {
     for (int i = 0; i < b->copies; i++) kiln_cx_matmul(&b->cx, &b->w[i], b->x, b->y, b->tokens);
     const double dt = kiln_now() - t0;
     return dt > 0 ? (double)b->bytes / dt / 1e9 : 0.0;
+}
+
+kiln_status kiln_device_read_gbps(const kiln_options *o, size_t bytes, double *gbps) {
+    *gbps = 0.0;
+    if (o->backend != KILN_BACKEND_VULKAN) return kiln_fail(KILN_ERR_UNSUPPORTED, "device bandwidth: the %s backend computes in host memory", kiln_backend_kind_name(o->backend));
+    kiln_backend *be = NULL;
+    KILN_TRY(kiln_backend_from_options(o, &be));
+    kiln_status st = kiln_backend_vulkan_read_gbps(be, bytes ? bytes : (size_t)512 << 20, 8, gbps);
+    kiln_backend_free(be);
+    return st;
 }

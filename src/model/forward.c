@@ -121,6 +121,7 @@ static void head(const struct kiln_model *m, kiln_forward_ws *ws, const kiln_bat
     }
     if (n_out > 0 && m->vocab_split) { /* this rank's columns, then rank 0 assembles the rows */
         kiln_be_matmul(ws->be, &m->output, ws->xb, ws->head_part, n_out);
+        kiln_be_wait(ws->be); /* the gather reads head_part on the host */
         m->gather(m->gather_ctx, ws->head_part, n_out, hp->vocab, logits);
     } else if (n_out > 0) kiln_be_matmul(ws->be, &m->output, ws->xb, logits, n_out);
 }
@@ -135,6 +136,7 @@ static void gqa(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_a
     const int n = b->n, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, qd = H * hd, kvd = KV * hd;
     if (ah->qkv_fused) {
         kiln_be_matmul(be, &L->wqkv, ws->xb, ws->qkv, n);
+        kiln_be_wait(be); /* split on the host */
         for (int i = 0; i < n; i++) { /* row i is [q | k | v] */
             const float *src = ws->qkv + (size_t)i * (qd + 2 * kvd);
             memcpy(ws->q + (size_t)i * qd, src, (size_t)qd * 4);
@@ -169,11 +171,11 @@ static void mlp(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_a
     const int F = m->hp.ffn_dim;
     if (ah->ffn_fused) {
         kiln_be_matmul(be, &L->w_gate_up, X, ws->hb, n);
-        for (int i = 0; i < n; i++) { /* row i of hb is [gate F | up F]: silu(gate)·up in place, then packed into hb2 */
-            float *g = ws->hb + (size_t)i * 2 * F;
-            kiln_be_swiglu(be, g, g + F, F);
-            memcpy(ws->hb2 + (size_t)i * F, g, (size_t)F * sizeof(float));
-        }
+        /* row i of hb is [gate F | up F]: silu(gate)·up in place, then packed into hb2 (on the host,
+         * once the backend has computed every row) */
+        for (int i = 0; i < n; i++) kiln_be_swiglu(be, ws->hb + (size_t)i * 2 * F, ws->hb + (size_t)i * 2 * F + F, F);
+        kiln_be_wait(be);
+        for (int i = 0; i < n; i++) memcpy(ws->hb2 + (size_t)i * F, ws->hb + (size_t)i * 2 * F, (size_t)F * sizeof(float));
         kiln_be_matmul(be, &L->w_down, ws->hb2, ws->tmp, n);
     } else {
         const kiln_weight *w2[2] = {&L->w_gate, &L->w_up};
@@ -198,33 +200,55 @@ static kiln_status block(const struct kiln_model *m, const kiln_arch_hp *ah, con
     if (ah->attn == KILN_ATTN_MLA)
         KILN_TRY(kiln_mla_forward(be, &ah->mla, &L->mla, &ah->rope, pool, l, b->seq, b->pos, ws->xb, n, ws->cs, ws->tmp, &ws->mla));
     else gqa(m, ah, L, pool, l, ws, b);
-    if (m->allreduce) m->allreduce(m->allreduce_ctx, ws->tmp, nd); /* tensor parallel: o_proj's partial sums */
+    if (m->allreduce) { /* tensor parallel: o_proj's partial sums (MPI reads and writes them on the host) */
+        kiln_be_wait(be);
+        m->allreduce(m->allreduce_ctx, ws->tmp, nd);
+    }
     if (L->post_attn_norm) kiln_be_rmsnorm(be, ws->tmp, ws->tmp, L->post_attn_norm, n, dim, hp->norm_eps);
     kiln_be_add(be, ws->x, ws->tmp, nd);
     kiln_be_rmsnorm(be, ws->xb, ws->x, L->ffn_norm, n, dim, hp->norm_eps);
     if (L->is_moe) KILN_TRY(kiln_moe_forward(be, &ah->moe, &L->moe, ws->xb, n, ws->tmp, &ws->moe));
     else mlp(m, ah, L, ws, ws->xb, n);
-    if (m->allreduce) m->allreduce(m->allreduce_ctx, ws->tmp, nd); /* tensor parallel: down_proj's partial sums */
+    if (m->allreduce) { /* tensor parallel: down_proj's partial sums */
+        kiln_be_wait(be);
+        m->allreduce(m->allreduce_ctx, ws->tmp, nd);
+    }
     if (L->post_ffn_norm) kiln_be_rmsnorm(be, ws->tmp, ws->tmp, L->post_ffn_norm, n, dim, hp->norm_eps);
     kiln_be_add(be, ws->x, ws->tmp, nd);
     return KILN_OK;
 }
 
-kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, float *logits) {
+static kiln_status forward_batch_once(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, float *logits) {
     const kiln_hparams *hp = &m->hp;
     const kiln_arch_model *am = m->arch_state;
-    if (!am || !ws->be) return kiln_fail(KILN_ERR_INTERNAL, "forward: %s model not bound or scratch not initialised", hp->arch);
     const kiln_arch_hp *ah = &am->hp;
     KILN_TRY(embed(m, ws, b));
     ws->be->ops->rope_table(ws->be, &ah->rope, b->pos, b->n, ws->cs);
     for (int l = 0; l < hp->n_layers; l++) KILN_TRY(block(m, ah, &am->layers[l], pool, l, ws, b));
-    if (ws->hidden_out) memcpy(ws->hidden_out, ws->x, (size_t)b->n * (size_t)hp->dim * sizeof(float));
+    if (ws->hidden_out) {
+        kiln_be_wait(ws->be);
+        memcpy(ws->hidden_out, ws->x, (size_t)b->n * (size_t)hp->dim * sizeof(float));
+    }
     head(m, ws, b, logits);
     return KILN_OK;
 }
 
-kiln_status kiln_forward_mtp(const struct kiln_model *m, int j, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, const float *h_in,
-                             float *h_out, float *logits) {
+/* A step is one deferred step of the backend (backend.h: the vulkan backend records its ops and
+ * submits them when the host needs their results, instead of once per op); model code waits for it
+ * before it touches a buffer itself. Should the device fail while results were pending, the step is
+ * computed again — the backend then computes on the host — which is safe because a step's effects
+ * repeat exactly: the KV rows it stores are stored again (re-sealed), the lengths it sets are
+ * maxima, everything else is recomputed from the tokens. */
+kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, float *logits) {
+    if (!m->arch_state || !ws->be) return kiln_fail(KILN_ERR_INTERNAL, "forward: %s model not bound or scratch not initialised", m->hp.arch);
+    kiln_be_defer(ws->be);
+    kiln_status st = forward_batch_once(m, pool, ws, b, logits);
+    if (kiln_be_end(ws->be) && st == KILN_OK) st = forward_batch_once(m, pool, ws, b, logits);
+    return st;
+}
+
+static kiln_status forward_mtp_once(const struct kiln_model *m, int j, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b,
+                                    const float *h_in, float *h_out, float *logits) {
     const kiln_hparams *hp = &m->hp;
     const kiln_arch_model *am = m->arch_state;
     if (!am || !ws->be || j < 0 || j >= am->n_mtp || !ws->eh || !am->mtp[j].absorbed)
@@ -243,6 +267,7 @@ kiln_status kiln_forward_mtp(const struct kiln_model *m, int j, kiln_kv_pool *po
         if (b->pos[i] == 0) memset(ws->x + (size_t)i * dim, 0, (size_t)dim * sizeof(float));
     kiln_be_rmsnorm(be, ws->xb, ws->x, M->enorm, n, dim, hp->norm_eps);
     kiln_be_rmsnorm(be, ws->tmp, h_in, M->hnorm, n, dim, hp->norm_eps);
+    kiln_be_wait(be);
     for (int i = 0; i < n; i++) {
         memcpy(ws->eh + (size_t)i * 2 * dim, ws->xb + (size_t)i * dim, (size_t)dim * sizeof(float));
         memcpy(ws->eh + (size_t)i * 2 * dim + dim, ws->tmp + (size_t)i * dim, (size_t)dim * sizeof(float));
@@ -250,7 +275,10 @@ kiln_status kiln_forward_mtp(const struct kiln_model *m, int j, kiln_kv_pool *po
     kiln_be_matmul(be, &M->eh, ws->eh, ws->x, n);
     be->ops->rope_table(be, &ah->rope, b->pos, n, ws->cs);
     KILN_TRY(block(m, ah, &M->L, pool, 0, ws, b));
-    if (h_out) memcpy(h_out, ws->x, (size_t)n * (size_t)dim * sizeof(float));
+    if (h_out) {
+        kiln_be_wait(be);
+        memcpy(h_out, ws->x, (size_t)n * (size_t)dim * sizeof(float));
+    }
     for (int i = 0; i < n; i++)
         if (b->seq[i]->len < b->pos[i] + 1) b->seq[i]->len = b->pos[i] + 1;
     int n_out = 0;
@@ -262,6 +290,16 @@ kiln_status kiln_forward_mtp(const struct kiln_model *m, int j, kiln_kv_pool *po
     }
     if (n_out > 0 && logits) kiln_be_matmul(be, &M->head, ws->xb, logits, n_out);
     return KILN_OK;
+}
+
+/* One deferred step, computed again if the device failed during it (kiln_forward_batch). */
+kiln_status kiln_forward_mtp(const struct kiln_model *m, int j, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, const float *h_in,
+                             float *h_out, float *logits) {
+    if (!ws->be) return kiln_fail(KILN_ERR_INTERNAL, "forward_mtp: no scratch");
+    kiln_be_defer(ws->be);
+    kiln_status st = forward_mtp_once(m, j, pool, ws, b, h_in, h_out, logits);
+    if (kiln_be_end(ws->be) && st == KILN_OK) st = forward_mtp_once(m, j, pool, ws, b, h_in, h_out, logits);
+    return st;
 }
 
 kiln_status kiln_forward(const struct kiln_model *m, kiln_kv_pool *pool, kiln_kv_seq *seq, kiln_forward_ws *ws,

@@ -71,6 +71,7 @@ kiln_status kiln_moe_forward(const kiln_backend *be, const kiln_moe_cfg *c, cons
         if (mine && ws->count[e]) ws->active[n_active++] = e;
     }
     const int zero_row = ws->offset[E]; /* < n·K whenever some pair is not this rank's */
+    kiln_be_wait(be); /* the rows are gathered on the host (backend.h kiln_be_wait) */
     if (zero_row < n * K) memset(ws->yg + (size_t)zero_row * D, 0, (size_t)D * sizeof(float));
     memset(ws->count, 0, (size_t)E * sizeof(int));
     for (int s = 0; s < n * K; s++) {

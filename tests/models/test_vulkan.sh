@@ -19,8 +19,9 @@ if ! "$KILN" inspect --devices > "$T/devices" 2>&1; then
     grep -q "built without Vulkan" "$T/devices" && { echo "kiln built without Vulkan"; exit 77; }
     echo "vulkan build without a usable device:"; cat "$T/devices"; exit 1
 fi
-grep -q '^vulkan:0 ' "$T/devices" || { echo "no vulkan:0 in:"; cat "$T/devices"; exit 1; }
-V=(--device vulkan)
+DEV=${KILN_VK_DEVICE:-vulkan:0} # scripts/gpu_check.sh names the GPU
+grep -q "^$DEV " "$T/devices" || { echo "no $DEV in:"; cat "$T/devices"; exit 1; }
+V=(--device "$DEV")
 no_fallback() { if grep -q "instead of the device" "$1"; then echo "an op left the device:"; cat "$1"; exit 1; fi; }
 
 begins_with() { # file-with-output, expected-file
@@ -30,7 +31,7 @@ begins_with() { # file-with-output, expected-file
     fi
 }
 "$KILN" run "$M" --temp 0 -n 200 "${V[@]}" > "$T/bos.txt" 2> "$T/bos.err"
-grep -q "compute: vulkan:0" "$T/bos.err" || { echo "start-up summary does not name the device:"; cat "$T/bos.err"; exit 1; }
+grep -q "compute: $DEV" "$T/bos.err" || { echo "start-up summary does not name the device:"; cat "$T/bos.err"; exit 1; }
 no_fallback "$T/bos.err"
 begins_with "$T/bos.txt" "$E/bos_greedy_n200.txt"
 "$KILN" run "$M" --temp 0 -n 64 -p "Once upon a time" "${V[@]}" > "$T/once.txt" 2> "$T/once.err"

@@ -79,7 +79,9 @@ static int setup(void **state) {
      * Vulkan driver went missing fails here instead of silently testing less. Host-side ops on the
      * exact FP8 form, so that the device's float results are held to the exact bounds. */
     kiln_backend *vk = NULL;
-    const kiln_status vst = kiln_backend_create(KILN_BACKEND_VULKAN, KILN_ISA_AUTO, 2, KILN_FP8_EXACT, &vk);
+    /* KILN_VK_DEVICE_INDEX: another device than vulkan:0 (scripts/gpu_check.sh picks the GPU) */
+    const char *vdi = getenv("KILN_VK_DEVICE_INDEX");
+    const kiln_status vst = kiln_backend_create_device(KILN_BACKEND_VULKAN, KILN_ISA_AUTO, 2, KILN_FP8_EXACT, vdi ? atoi(vdi) : 0, &vk);
     if (vst == KILN_OK) {
         fprintf(stderr, "vulkan: %s\n", vk->device_name);
         assert_true(n_bes < MAX_BE);

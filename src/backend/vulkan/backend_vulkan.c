@@ -82,6 +82,11 @@ typedef struct {
     int n_cb, cap_cb;
     kiln_vk_buf att_part;    /* attention's per-split partial results (device-local, grown as needed) */
     int failed;
+    /* Deferred steps (backend.h kiln_be_defer): while depth > 0 the device ops only record, and
+     * what they recorded runs at the next flush — a host-side op (which reads their results), a
+     * kiln_be_wait / kiln_be_end, a hashed attention. lost: a flush failed while deferring, so the
+     * results of ops recorded since the previous flush never came (kiln_be_end reports it). */
+    int defer_depth, lost;
     int kv_host_said;        /* the KV-array fallback was reported */
     uint64_t n_dispatch, n_host; /* ops run on the device / ops `supports` calls native that fell back to the host */
 } vk_state;
@@ -161,9 +166,20 @@ typedef struct {
     uint32_t off;
 } vref;
 
+static int flush(vk_state *s);
+
 static int stage(vk_state *s, const void *ptr, size_t bytes, int written, vref *r) {
     const size_t need = (bytes + s->align + 3) & ~(size_t)3;
     if (need > s->max_range) return -1;
+    /* a range a recorded dispatch still writes back (deferred step): that must land first, or this
+     * copy would take the host's stale bytes */
+    for (int i = 0; i < s->n_cb; i++) {
+        const uint8_t *h = s->cb[i].host, *p = ptr;
+        if (p < h + s->cb[i].bytes && h < p + bytes) {
+            if (flush(s) != 0) return -1;
+            break;
+        }
+    }
     kiln_vk_buf *buf;
     size_t at;
     if (s->arena.buf && s->arena_used + need <= s->arena.size) {
@@ -207,7 +223,10 @@ static int resolve(vk_state *s, const void *ptr, size_t bytes, int written, vref
 /* Submits and waits, then copies staged outputs back and resets the staging. -1 on a device error. */
 static int flush(vk_state *s) {
     const kiln_status st = kiln_vk_flush(s->vk);
-    if (st != KILN_OK) fail_once(s, "submit");
+    if (st != KILN_OK) {
+        fail_once(s, "submit");
+        if (s->defer_depth > 0) s->lost = 1;
+    }
     if (st == KILN_OK)
         for (int i = 0; i < s->n_cb; i++) memcpy(s->cb[i].host, s->cb[i].staged, s->cb[i].bytes);
     s->n_cb = 0;
@@ -217,16 +236,22 @@ static int flush(vk_state *s) {
     return st == KILN_OK ? 0 : -1;
 }
 
-/* Drops what an op recorded before it found it cannot run on the device (unrun: the host then
- * computes the whole op, in-place ops included) and resets the staging. */
+/* An op that cannot run on the device (an operand it cannot bind, a failed upload or dispatch):
+ * what is recorded runs now — the earlier ops of a deferred step, and any dispatches this op
+ * recorded before it failed, which only ever write its own outputs (every op resolves its in-place
+ * operands before its first dispatch) — and then the host computes the whole op. */
 static void abandon_op(vk_state *s, const char *op) {
     if (s->n_host++ == 0 && !s->failed)
         fprintf(stderr, "kiln: %s: %s ran on the host instead of the device (an operand larger than a storage-buffer binding); "
                         "further ones are counted, not reported\n", kiln_vk_device_name(s->vk), op);
-    kiln_vk_discard(s->vk);
-    s->n_cb = 0;
     (void)flush(s);
 }
+
+/* The end of a device op: submitted now, or inside a deferred step left recorded. */
+static int done(vk_state *s) { return s->defer_depth > 0 ? 0 : flush(s); }
+/* Before a host-side op: everything recorded must have run (the host reads its results and may
+ * write what a recorded dispatch still has to read). */
+static void host_first(vk_state *s) { (void)flush(s); }
 
 #define abandon(s) abandon_op((s), __func__)
 
@@ -401,10 +426,11 @@ static void vk_matmul_many(const kiln_backend *be, const kiln_weight *const *w, 
     vk_state *s = ST(be);
     for (int k = 0; k < nw; k++) {
         if (!fmt_on_device(w[k]->fmt)) { /* a format without a shader: the host kernels (supports says so) */
+            host_first(s);
             kiln_backend_cpu_ops.matmul_many(be, &w[k], &Y[k], 1, X, n);
             continue;
         }
-        if (s->failed || record_matmul(s, w[k], X, w[k]->cols, Y[k], w[k]->rows, n) != 0 || flush(s) != 0) {
+        if (s->failed || record_matmul(s, w[k], X, w[k]->cols, Y[k], w[k]->rows, n) != 0 || done(s) != 0) {
             abandon(s);
             kiln_backend_cpu_ops.matmul_many(be, &w[k], &Y[k], 1, X, n);
         }
@@ -417,7 +443,7 @@ static void vk_matmul_heads(const kiln_backend *be, const kiln_weight *w, int H,
     int ok = !s->failed;
     for (int h = 0; ok && h < H; h++)
         ok = record_matmul(s, &w[h], X + (size_t)h * (size_t)x_head, x_tok, Y + (size_t)h * (size_t)y_head, y_tok, n) == 0;
-    if (ok && flush(s) == 0) return;
+    if (ok && done(s) == 0) return;
     abandon(s);
     kiln_backend_cpu_ops.matmul_heads(be, w, H, n, X, x_tok, x_head, Y, y_tok, y_head, gin, gout);
 }
@@ -444,21 +470,21 @@ static int record_ew(vk_state *s, kiln_vk_shader sh, float *y, const float *x, s
 
 static void vk_add(const kiln_backend *be, float *y, const float *x, int64_t len) {
     vk_state *s = ST(be);
-    if (!s->failed && record_ew(s, KILN_VK_SH_add, y, x, (size_t)len, len, 0) == 0 && flush(s) == 0) return;
+    if (!s->failed && record_ew(s, KILN_VK_SH_add, y, x, (size_t)len, len, 0) == 0 && done(s) == 0) return;
     abandon(s);
     kiln_be_common_add(be, y, x, len);
 }
 
 static void vk_add_bias(const kiln_backend *be, float *y, const float *b, int rows, int width) {
     vk_state *s = ST(be);
-    if (!s->failed && record_ew(s, KILN_VK_SH_add_bias, y, b, (size_t)width, (int64_t)rows * width, width) == 0 && flush(s) == 0) return;
+    if (!s->failed && record_ew(s, KILN_VK_SH_add_bias, y, b, (size_t)width, (int64_t)rows * width, width) == 0 && done(s) == 0) return;
     abandon(s);
     kiln_be_common_add_bias(be, y, b, rows, width);
 }
 
 static void vk_swiglu(const kiln_backend *be, float *g, const float *u, int64_t len) {
     vk_state *s = ST(be);
-    if (!s->failed && record_ew(s, KILN_VK_SH_swiglu, g, u, (size_t)len, len, 0) == 0 && flush(s) == 0) return;
+    if (!s->failed && record_ew(s, KILN_VK_SH_swiglu, g, u, (size_t)len, len, 0) == 0 && done(s) == 0) return;
     abandon(s);
     kiln_backend_cpu_ops.swiglu(be, g, u, len);
 }
@@ -485,7 +511,7 @@ static int record_rmsnorm(vk_state *s, float *out, const float *x, const float *
 
 static void vk_rmsnorm(const kiln_backend *be, float *out, const float *x, const float *w, int rows, int width, float eps) {
     vk_state *s = ST(be);
-    if (!s->failed && record_rmsnorm(s, out, x, w, rows, width, eps) == 0 && flush(s) == 0) return;
+    if (!s->failed && record_rmsnorm(s, out, x, w, rows, width, eps) == 0 && done(s) == 0) return;
     abandon(s);
     kiln_backend_cpu_ops.rmsnorm(be, out, x, w, rows, width, eps);
 }
@@ -509,7 +535,7 @@ static void vk_rope(const kiln_backend *be, const kiln_rope *r, float *x, int n,
         ok = kiln_vk_dispatch(s->vk, KILN_VK_SH_rope, b, 2, &pc, sizeof pc, (uint32_t)((pairs + 63) / 64), 1, 1) == KILN_OK;
         if (!ok) fail_once(s, "dispatch");
     }
-    if (ok && flush(s) == 0) return;
+    if (ok && done(s) == 0) return;
     abandon(s);
     kiln_be_common_rope(be, r, x, n, row_stride, n_heads, head_stride, cs);
 }
@@ -529,7 +555,7 @@ static void vk_moe_experts(const kiln_backend *be, const kiln_moe_cfg *c, const 
         ok = record_matmul(s, &gate[e], x, c->dim, h, c->ffn, cnt) == 0 && record_matmul(s, &up[e], x, c->dim, u, c->ffn, cnt) == 0 &&
              record_swiglu(s, h, u, (int64_t)cnt * c->ffn) == 0 && record_matmul(s, &down[e], h, c->ffn, y, c->dim, cnt) == 0;
     }
-    if (ok && flush(s) == 0) return;
+    if (ok && done(s) == 0) return;
     abandon(s);
     kiln_backend_cpu_ops.moe_experts(be, c, gate, up, down, active, n_active, offset, xg, hg, ug, yg);
 }
@@ -737,16 +763,43 @@ static void check_hashes(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *c
 }
 
 /* ---- host-side ops: the cpu backend's, on the mapped buffers ------------------------------------------ */
-static void vk_embed(const kiln_backend *be, const kiln_weight *t, const int32_t *tok, int n, float *x) { kiln_backend_cpu_ops.embed(be, t, tok, n, x); }
-static void vk_rope_table(const kiln_backend *be, const kiln_rope *r, const int *pos, int n, float *cs) { kiln_backend_cpu_ops.rope_table(be, r, pos, n, cs); }
+static void vk_embed(const kiln_backend *be, const kiln_weight *t, const int32_t *tok, int n, float *x) {
+    host_first(ST(be));
+    kiln_backend_cpu_ops.embed(be, t, tok, n, x);
+}
+static void vk_rope_table(const kiln_backend *be, const kiln_rope *r, const int *pos, int n, float *cs) {
+    host_first(ST(be));
+    kiln_backend_cpu_ops.rope_table(be, r, pos, n, cs);
+}
 static int vk_moe_route(const kiln_backend *be, const kiln_moe_cfg *c, const float *logits, const float *bias, int n, int *idx, float *wt, float *tmp) {
+    host_first(ST(be));
     return kiln_backend_cpu_ops.moe_route(be, c, logits, bias, n, idx, wt, tmp);
 }
 static void vk_moe_combine(const kiln_backend *be, int n, int K, int dim, const int *slot, const float *wt, const float *yg, float *Y) {
+    host_first(ST(be));
     kiln_backend_cpu_ops.moe_combine(be, n, K, dim, slot, wt, yg, Y);
+}
+static void vk_layernorm(const kiln_backend *be, float *out, const float *x, const float *w, const float *b, int rows, int width, float eps) {
+    host_first(ST(be));
+    kiln_be_common_layernorm(be, out, x, w, b, rows, width, eps);
+}
+static void vk_fp8_round(const kiln_backend *be, float *x, int rows, int width, int hadamard) {
+    host_first(ST(be));
+    kiln_be_common_fp8_round(be, x, rows, width, hadamard);
+}
+static void vk_kv_index_topk(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos, const float *qi,
+                             int n_ih, int d, int off, const float *w, float w_scale, int topk, int32_t *sel, int *nsel) {
+    host_first(ST(be));
+    kiln_be_common_kv_index_topk(be, p, layer, n, seq, pos, qi, n_ih, d, off, w, w_scale, topk, sel, nsel);
+}
+static void vk_kv_attend_sparse(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                                const int32_t *sel, const int *nsel, int topk, const float *q, int n_heads, int kq, float scale, int verify, float *out) {
+    host_first(ST(be));
+    kiln_be_common_kv_attend_sparse(be, p, layer, n, seq, pos, sel, nsel, topk, q, n_heads, kq, scale, verify, out);
 }
 static void vk_kv_store(const kiln_backend *be, kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer, const float *k, int64_t k_tok,
                         const float *v, int64_t v_tok) {
+    host_first(ST(be));
     kiln_backend_cpu_ops.kv_store(be, p, seq, pos, n, layer, k, k_tok, v, v_tok);
 }
 /* Attention on the device where the pool's pages are device-addressable (attend_on_device). KV
@@ -760,13 +813,16 @@ static void vk_kv_attend(const kiln_backend *be, const kiln_kv_pool *p, int laye
     vk_state *s = ST(be);
     if (n <= 0) return;
     if (!attend_on_device(s, p, layer, n_heads)) {
+        host_first(s);
         kiln_backend_cpu_ops.kv_attend(be, p, layer, n, seq, pos, q, n_heads, scale, out);
         return;
     }
     const int fused = kiln_kv_integ_fusable(p);
     if (p->integ && !fused) kiln_kv_verify_attend_cx(&be->cx, p, layer, n, seq, pos); /* rows of partial words: hashed on the host first */
     att_hash ah = {NULL, NULL};
-    const int ok = record_attend(s, p, layer, n, seq, pos, q, n_heads, scale, out, &ah) == 0 && flush(s) == 0;
+    /* with hashes to compare, the dispatch runs now: the step's results are not used before the
+     * pages they came from are verified (and a deferred check would meet the next layer's call) */
+    const int ok = record_attend(s, p, layer, n, seq, pos, q, n_heads, scale, out, &ah) == 0 && (fused ? flush(s) : done(s)) == 0;
     if (ok && fused) {
         kiln_kv_integ_begin_attend(p, layer, n, seq, pos);
         check_hashes(p, layer, n, seq, pos, &ah);
@@ -777,7 +833,19 @@ static void vk_kv_attend(const kiln_backend *be, const kiln_kv_pool *p, int laye
     abandon(s);
     kiln_backend_cpu_ops.kv_attend(be, p, layer, n, seq, pos, q, n_heads, scale, out);
 }
-static int64_t vk_argmax(const kiln_backend *be, const float *x, int64_t len) { return kiln_backend_cpu_ops.argmax(be, x, len); }
+static int64_t vk_argmax(const kiln_backend *be, const float *x, int64_t len) {
+    host_first(ST(be));
+    return kiln_backend_cpu_ops.argmax(be, x, len);
+}
+
+static void vk_defer(const kiln_backend *be) { ST(be)->defer_depth++; }
+static int vk_sync(const kiln_backend *be, int end) {
+    vk_state *s = ST(be);
+    (void)flush(s);
+    const int lost = s->lost;
+    if (end && s->defer_depth > 0 && --s->defer_depth == 0) s->lost = 0;
+    return lost;
+}
 
 static int vk_supports(const kiln_backend *be, kiln_op op, kiln_wformat fmt) {
     switch (op) {
@@ -812,12 +880,14 @@ const kiln_backend_ops kiln_backend_vulkan_ops = {
     .kv_store = vk_kv_store,
     .kv_attend = vk_kv_attend,
     .argmax = vk_argmax,
-    .layernorm = kiln_be_common_layernorm,
-    .fp8_round = kiln_be_common_fp8_round,
-    .kv_index_topk = kiln_be_common_kv_index_topk,
-    .kv_attend_sparse = kiln_be_common_kv_attend_sparse,
+    .layernorm = vk_layernorm,
+    .fp8_round = vk_fp8_round,
+    .kv_index_topk = vk_kv_index_topk,
+    .kv_attend_sparse = vk_kv_attend_sparse,
     .kv_alloc = vk_kv_alloc,
     .kv_free = vk_be_free,
+    .defer = vk_defer,
+    .sync = vk_sync,
 };
 
 /* ---- lifetime ------------------------------------------------------------------------------------ */
@@ -851,6 +921,9 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
     vk_state *s = ST(be);
     if (!s) return;
     (void)kiln_vk_flush(s->vk);
+    if (getenv("KILN_VK_STATS")) /* how well the deferred steps batch (docs/VULKAN.md) */
+        fprintf(stderr, "kiln: %s: %llu dispatches in %llu submits, %llu native ops computed on the host\n", kiln_vk_device_name(s->vk),
+                (unsigned long long)s->n_dispatch, (unsigned long long)kiln_vk_submits(s->vk), (unsigned long long)s->n_host);
     for (int i = 0; i < s->n_weights; i++) weight_free(s, &s->weights[i]);
     for (int i = 0; i < s->n_allocs; i++) kiln_vk_buf_destroy(s->vk, &s->allocs[i].b);
     for (int i = 0; i < s->n_extra; i++) kiln_vk_buf_destroy(s->vk, &s->extra[i]);
@@ -864,6 +937,39 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
 }
 
 kiln_status kiln_backend_vulkan_list(FILE *f) { return kiln_vk_list(f); }
+
+/* The device's read bandwidth (membw.comp): a device buffer of `bytes` read `passes` times in one
+ * submit (one dispatch per binding-sized chunk and pass), timed from submit to fence; the best of
+ * three such submits, the first of which also warms the pipeline. */
+kiln_status kiln_backend_vulkan_read_gbps(const kiln_backend *be, size_t bytes, int passes, double *gbps) {
+    vk_state *s = ST(be);
+    *gbps = 0.0;
+    if (s->failed) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: the device failed earlier", kiln_vk_device_name(s->vk));
+    const size_t chunk = s->max_range & ~(size_t)((1u << 20) - 1);
+    if (bytes < 16 || chunk == 0) return kiln_fail(KILN_ERR_INVALID_ARG, "vulkan bandwidth: %zu bytes is too small", bytes);
+    kiln_vk_buf src, out;
+    KILN_TRY(kiln_vk_buf_create(s->vk, bytes, 0, &src));
+    kiln_status st = kiln_vk_buf_create(s->vk, 1024, 0, &out);
+    if (st) { kiln_vk_buf_destroy(s->vk, &src); return st; }
+    const uint32_t per_wg = 4096; /* 64 KiB per workgroup */
+    for (int rep = 0; rep < 3 && st == KILN_OK; rep++) {
+        for (int pass = 0; pass < passes && st == KILN_OK; pass++)
+            for (size_t off = 0; off < bytes && st == KILN_OK; off += chunk) {
+                const size_t len = bytes - off < chunk ? bytes - off : chunk;
+                const uint32_t n = (uint32_t)(len / 16), groups = (n + per_wg - 1) / per_wg;
+                const struct { uint32_t n, per_wg; } pc = {n, per_wg};
+                const kiln_vk_bind b[2] = {{src.buf, off, len & ~(size_t)15}, {out.buf, 0, VK_WHOLE_SIZE}};
+                st = kiln_vk_dispatch(s->vk, KILN_VK_SH_membw, b, 2, &pc, sizeof pc, groups, 1, 1);
+            }
+        const double t0 = kiln_now();
+        if (st == KILN_OK) st = kiln_vk_flush(s->vk);
+        const double dt = kiln_now() - t0;
+        if (st == KILN_OK && dt > 0 && (double)bytes * passes / dt / 1e9 > *gbps) *gbps = (double)bytes * passes / dt / 1e9;
+    }
+    kiln_vk_buf_destroy(s->vk, &src);
+    kiln_vk_buf_destroy(s->vk, &out);
+    return st;
+}
 
 void kiln_backend_vulkan_counts(const kiln_backend *be, uint64_t *dispatches, uint64_t *host_fallbacks) {
     const vk_state *s = ST(be);

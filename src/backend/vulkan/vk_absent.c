@@ -24,3 +24,10 @@ void kiln_backend_vulkan_counts(const kiln_backend *be, uint64_t *dispatches, ui
     (void)be;
     *dispatches = *host_fallbacks = 0;
 }
+kiln_status kiln_backend_vulkan_read_gbps(const kiln_backend *be, size_t bytes, int passes, double *gbps) {
+    (void)be;
+    (void)bytes;
+    (void)passes;
+    *gbps = 0.0;
+    return kiln_fail(KILN_ERR_UNSUPPORTED, NO_VULKAN);
+}

@@ -355,6 +355,7 @@ kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln
 }
 
 int kiln_vk_has_bda(const kiln_vk *vk) { return vk->bda; }
+uint64_t kiln_vk_submits(const kiln_vk *vk) { return vk->submits; }
 
 uint64_t kiln_vk_buf_address(kiln_vk *vk, const kiln_vk_buf *b) {
     if (!vk->bda || !b->buf) return 0;

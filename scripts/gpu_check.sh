@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# gpu_check.sh — issue 26's check on a machine with a real GPU, in one prepared run (about 8
+# minutes on an H200): builds kiln, picks the first Vulkan device that is not a CPU (lavapipe),
+# runs the op tests and the model tests on it, then the benchmarks, and writes everything under
+# $OUT (default gpu_check_out/): devices.txt, ops.log, models.log, bench_decode.json,
+# bench_integrity.json, kv_bf16.json / kv_fp8.json, summary.json, and a log of each step.
+#   bash scripts/gpu_check.sh [SHARED_DIR]     (SHARED_DIR: ../shared by default, for stories260K)
+# Each step has its own time limit and a failed step does not stop the later ones; summary.json
+# says which passed. Nothing here is a GPU claim by itself: docs/BENCHMARKS.md records what a run
+# on a lent GPU printed, with the machine named.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu_check_out}
+SHARED=${1:-${SHARED:-$(cd .. && pwd)/shared}}
+mkdir -p "$OUT"
+export KILN=$PWD/kiln SHARED PY=${PY:-python3}
+declare -A status
+step() { # name, time limit (s), command...
+    local name=$1 limit=$2; shift 2
+    local t0=$SECONDS
+    if timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; then status[$name]=pass; else status[$name]="fail (rc $?)"; fi
+    echo "$name: ${status[$name]} in $((SECONDS - t0)) s"
+}
+step build 300 make -j"$(nproc)" kiln tests
+./kiln inspect --devices > "$OUT/devices.txt" 2>&1
+# GPU_CHECK_DEVICE=vulkan:N forces a device (a dry run of this script on lavapipe, with
+# GPU_CHECK_SHAPE="--preset small" for a model lavapipe runs in seconds)
+DEV=${GPU_CHECK_DEVICE:-$(awk '/^vulkan:[0-9]+ / && $0 !~ /\(CPU,/ {print $1; exit}' "$OUT/devices.txt")}
+if [ -z "$DEV" ]; then echo "no GPU among the Vulkan devices:"; cat "$OUT/devices.txt"; exit 1; fi
+echo "device: $(grep "^$DEV " "$OUT/devices.txt")"
+export KILN_VK_DEVICE=$DEV KILN_VK_DEVICE_INDEX=${DEV#vulkan:}
+
+# correctness on the device: every op x format against the ref backend, stories260K against
+# llama2.c, the integrity campaign, the architectures' PyTorch references (where torch is there)
+step ops 240 build/tests/ops/test_backend_ops
+step models 240 bash tests/models/test_vulkan.sh
+if $PY -c "import torch, numpy" 2>/dev/null; then
+    step arch_deepseek_v3 120 env KILN_DEVICES="$DEV" $PY tests/models/test_arch_deepseek_v3.py
+    step arch_glm4_moe 120 env KILN_DEVICES="$DEV" $PY tests/models/test_arch_glm4_moe.py
+fi
+
+# the 1.7B shape of the CPU benchmarks (dim 3072, ffn 8192, 16 layers, 24 heads, 8 KV heads)
+M=$OUT/b17
+SHAPE=${GPU_CHECK_SHAPE:---preset bench-500m --dim 3072 --ffn 8192 --layers 16 --heads 24 --kv-heads 8}
+# shellcheck disable=SC2086
+[ -f "$M/config.json" ] || step mkmodel 240 ./kiln mkmodel --arch llama $SHAPE --dtype bf16 "$M"
+# batch-1 decode against the device's read bandwidth, INT4 / FP8 / BF16 side by side, and prefill
+# at 512 tokens (prompt_tps)
+step bench_decode 300 sh -c "./kiln bench '$M' --device $DEV --weights bf16,fp8,int4 --prompt 512 --gen 64 --repeat 3 --json > '$OUT/bench_decode.json'"
+# KV capacity: bytes per token of BF16 and FP8 pools
+for dt in bf16 fp8; do ./kiln inspect "$M" --kv --kv-dtype $dt --json > "$OUT/kv_$dt.json" 2>/dev/null; done
+# integrity: heal vs off at 4,000 tokens of context (decode and time to first token)
+step bench_integrity 300 sh -c "./kiln bench '$M' --integrity --device $DEV --ctx 4000 --prompt 16 --decode 16 --repeat 3 --modes off,heal \
+    --kv-dtype bf16,fp8 --no-campaign --json > '$OUT/bench_integrity.json'"
+
+{
+    printf '{"device": "%s",\n "steps": {' "$(grep "^$DEV " "$OUT/devices.txt" | sed 's/"/\\"/g')"
+    sep=""
+    for k in "${!status[@]}"; do printf '%s"%s": "%s"' "$sep" "$k" "${status[$k]}"; sep=", "; done
+    printf '}}\n'
+} > "$OUT/summary.json"
+$PY - "$OUT" <<'PYEOF'
+import json, os, sys
+out = sys.argv[1]
+s = json.load(open(os.path.join(out, "summary.json")))
+def load(name):
+    p = os.path.join(out, name)
+    try:
+        txt = open(p).read().strip()
+        return [json.loads(l) for l in txt.splitlines() if l.startswith("{")]
+    except (OSError, ValueError):
+        return []
+rows = {r.get("weights"): r for r in load("bench_decode.json")}
+if rows:
+    s["decode"] = {w: {"decode_tps": r["decode_tps"], "prompt_tps_512": r["prompt_tps"], "fraction_of_device_bandwidth": r["roofline_fraction"],
+                       "device_gbps": r["measured_gbps"]} for w, r in rows.items()}
+    if "int4" in rows and "fp8" in rows:
+        s["int4_over_fp8_decode"] = rows["int4"]["decode_tps"] / rows["fp8"]["decode_tps"]
+kv = {dt: load("kv_%s.json" % dt) for dt in ("bf16", "fp8")}
+if kv["bf16"] and kv["fp8"]:
+    s["kv_fp8_tokens_per_bf16_token"] = kv["bf16"][0]["bytes_per_token"] / kv["fp8"][0]["bytes_per_token"]
+s["integrity"] = load("bench_integrity.json")
+json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
+print(json.dumps(s, indent=1)[:4000])
+PYEOF
