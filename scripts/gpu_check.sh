@@ -41,7 +41,7 @@ fi
 
 # the 1.7B shape of the CPU benchmarks (dim 3072, ffn 8192, 16 layers, 24 heads, 8 KV heads)
 M=$OUT/b17
-SHAPE=${GPU_CHECK_SHAPE:---preset bench-500m --dim 3072 --ffn 8192 --layers 16 --heads 24 --kv-heads 8}
+SHAPE=${GPU_CHECK_SHAPE:---preset bench-500m --dim 3072 --ffn 8192 --layers 16 --heads 24 --kv-heads 8 --seq 8192}
 # shellcheck disable=SC2086
 [ -f "$M/config.json" ] || step mkmodel 240 ./kiln mkmodel --arch llama $SHAPE --dtype bf16 "$M"
 # batch-1 decode against the device's read bandwidth, INT4 / FP8 / BF16 side by side, and prefill
