@@ -921,10 +921,10 @@ static void prefetch_slices(const kiln_kv_integ *g, const kiln_kv_pool *p, int32
  * [ra, rb) while it read them (kernel_sum); rows of the unit it did not read (a context split or a
  * prefill tile ending inside the page) are hashed here. Same tags and reporting as check_unit. */
 static int check_fused(kiln_kv_integ *g, const kiln_kv_pool *p, const kiln_kv_seq *s, int slot, int32_t pg, int l, int kind, int h,
-                       int n_rows, uint64_t base, uint64_t kernel_sum, int ra, int rb, uint64_t *checks, uint64_t *bytes) {
+                       int n_rows, uint64_t base, uint64_t kernel_sum, int ra, int rb, uint64_t *checks, uint64_t *bytes, uint64_t gen_key) {
     size_t u = uidx(g, pg, l, kind, h);
     uint64_t seed = unit_seed(g, base, l, kind, h, param_bits(p, l, pg, kind, h));
-    const uint64_t ok = seed ^ g->gen_key, bad = ok ^ TAG_BAD;
+    const uint64_t ok = seed ^ gen_key, bad = ok ^ TAG_BAD;
     /* inside a multi-chunk call a unit verified once is not compared again (kiln_kv_integ_verify_seq
      * re-verifies the sequence at the end of the call); a single step compares every time: that
      * costs less than writing a tag */
@@ -1043,8 +1043,8 @@ static int attend_fused(const kiln_kv_pool *p, kiln_kv_integ *g, int layer, cons
                 *checks -= (uint64_t)g->nk;
                 *bytes -= (size_t)n_rows * unit_bytes_row;
             }
-            int good = check_fused(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, h2[0], ra, rb, checks, bytes);
-            if (g->nk > 1) good &= check_fused(g, p, s, slot, pg, layer, 1, kvh, n_rows, base, h2[1], ra, rb, checks, bytes);
+            int good = check_fused(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, h2[0], ra, rb, checks, bytes, g->gen_key);
+            if (g->nk > 1) good &= check_fused(g, p, s, slot, pg, layer, 1, kvh, n_rows, base, h2[1], ra, rb, checks, bytes, g->gen_key);
             if (!good) {
                 all_good = 0;
                 if (n_bad < FUSED_MAX_BAD) bad[n_bad++] = slot;
@@ -1165,16 +1165,22 @@ const uint32_t *kiln_kv_integ_hash_keys(const kiln_kv_pool *p, size_t *n) {
     return p->integ->hkey;
 }
 
-int kiln_kv_integ_check_sums(const kiln_kv_pool *p, int layer, const kiln_kv_seq *s, int kvh, int t1, const uint64_t *sums) {
+void kiln_kv_integ_call_state(const kiln_kv_pool *p, kiln_kv_integ_call *out) {
+    out->gen = p->integ ? p->integ->gen : 0;
+    out->gen_key = p->integ ? p->integ->gen_key : 0;
+}
+
+int kiln_kv_integ_check_sums(const kiln_kv_pool *p, const kiln_kv_integ_call *call, int layer, const kiln_kv_seq *s, int kvh, int t1,
+                             const uint64_t *sums) {
     kiln_kv_integ *g = p->integ;
     const kiln_kv_seq_integ *si = s->integ;
-    if (!g || !si || si->att_gen != g->gen) return 1; /* not in this call (cannot happen: begin_attend saw every sequence) */
-    if (t1 > si->att_hi) t1 = si->att_hi;
+    if (!g || !si || si->att_gen < call->gen) return 1; /* not in that call (cannot happen: begin_attend saw every sequence) */
+    const int att_hi = t1; /* the reach of the sequence in that call: what its rows were hashed over */
     const int pt = g->pt;
     uint64_t checks = 0, bytes = 0, c_start = tsc();
     int all_good = 1;
     for (int slot = 0; slot * pt < t1; slot++) {
-        const int n_rows = (slot + 1) * pt <= si->att_hi ? pt : si->att_hi - slot * pt;
+        const int n_rows = (slot + 1) * pt <= att_hi ? pt : att_hi - slot * pt;
         const int32_t pg = s->pages[slot];
         if (pg < 0 || pg >= p->n_pages) { /* the device skipped it too: never read */
             on_detect(g, p, s, slot, pg, -1, layer, 0, kvh, KILN_KV_DETECT_WRONG_PAGE, "attention");
@@ -1183,8 +1189,9 @@ int kiln_kv_integ_check_sums(const kiln_kv_pool *p, int layer, const kiln_kv_seq
         }
         const uint64_t base = n_rows == pt && slot < si->n_base ? si->base[slot]
                                                                 : base_seed(g, prefix_of(si, slot, n_rows, pt), slot, n_rows, rec_epoch(p, s, si, slot));
-        int good = check_fused(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, sums[2 * (size_t)slot], 0, n_rows, &checks, &bytes);
-        if (g->nk > 1) good &= check_fused(g, p, s, slot, pg, layer, 1, kvh, n_rows, base, sums[2 * (size_t)slot + 1], 0, n_rows, &checks, &bytes);
+        int good = check_fused(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, sums[2 * (size_t)slot], 0, n_rows, &checks, &bytes, call->gen_key);
+        if (g->nk > 1)
+            good &= check_fused(g, p, s, slot, pg, layer, 1, kvh, n_rows, base, sums[2 * (size_t)slot + 1], 0, n_rows, &checks, &bytes, call->gen_key);
         all_good &= good;
     }
     if (g->n_undetected) note_use(g, s, layer, kvh, 0, t1);

@@ -65,6 +65,23 @@ typedef struct {
     size_t bytes;
 } vk_copyback;
 
+/* What record_attend leaves for the check after the flush (KV integrity with device hashing). */
+typedef struct {
+    uint64_t *hs;    /* per owner token's sequence: [slots][KV heads][K, V] content-hash sums (copied back at the flush) */
+    int64_t *hbase;  /* [n]: token i's first sum, or -1 when it is not its sequence's owner */
+} att_hash;
+
+/* A hashed attention whose seals are compared when its dispatch has run (at the flush that runs
+ * it: backend.h deferred steps), against the integrity call it belonged to. */
+typedef struct {
+    const kiln_kv_pool *p;
+    int layer, n;
+    kiln_kv_seq **seq; /* copies of the call's arrays */
+    int *pos;
+    att_hash ah;
+    kiln_kv_integ_call call;
+} att_check;
+
 typedef struct {
     kiln_vk *vk;
     size_t align, max_range;
@@ -81,6 +98,8 @@ typedef struct {
     vk_copyback *cb;
     int n_cb, cap_cb;
     kiln_vk_buf att_part;    /* attention's per-split partial results (device-local, grown as needed) */
+    att_check *checks;       /* hashed attentions recorded since the last flush */
+    int n_checks, cap_checks;
     int failed;
     /* Deferred steps (backend.h kiln_be_defer): while depth > 0 the device ops only record, and
      * what they recorded runs at the next flush — a host-side op (which reads their results), a
@@ -221,6 +240,9 @@ static int resolve(vk_state *s, const void *ptr, size_t bytes, int written, vref
 }
 
 /* Submits and waits, then copies staged outputs back and resets the staging. -1 on a device error. */
+static void check_hashes(const kiln_kv_pool *p, const kiln_kv_integ_call *call, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                         const att_hash *ah);
+
 static int flush(vk_state *s) {
     const kiln_status st = kiln_vk_flush(s->vk);
     if (st != KILN_OK) {
@@ -229,6 +251,17 @@ static int flush(vk_state *s) {
     }
     if (st == KILN_OK)
         for (int i = 0; i < s->n_cb; i++) memcpy(s->cb[i].host, s->cb[i].staged, s->cb[i].bytes);
+    /* the seals of what the attentions read, now that their sums are back (a failed submit: the
+     * caller computes those attentions again, on the host, which verifies them itself) */
+    for (int i = 0; i < s->n_checks; i++) {
+        att_check *c = &s->checks[i];
+        if (st == KILN_OK) check_hashes(c->p, &c->call, c->layer, c->n, c->seq, c->pos, &c->ah);
+        free(c->seq);
+        free(c->pos);
+        free(c->ah.hs);
+        free(c->ah.hbase);
+    }
+    s->n_checks = 0;
     s->n_cb = 0;
     for (int i = 0; i < s->n_extra; i++) kiln_vk_buf_destroy(s->vk, &s->extra[i]);
     s->n_extra = 0;
@@ -593,11 +626,6 @@ static int attend_on_device(const vk_state *s, const kiln_kv_pool *p, int layer,
     return device_address(s, p->k[layer], kb) && device_address(s, p->v[layer], vb);
 }
 
-/* What record_attend leaves for the check after the flush (KV integrity with device hashing). */
-typedef struct {
-    uint64_t *hs;    /* per owner token's sequence: [slots][KV heads][K, V] content-hash sums (copied back at the flush) */
-    int64_t *hbase;  /* [n]: token i's first sum, or -1 when it is not its sequence's owner */
-} att_hash;
 
 /* Records the attention of the n tokens: one dispatch of kv_attend (and one of kv_merge when the
  * context is split); with KV integrity on a pool of whole-word rows, the shader also hashes the
@@ -738,7 +766,8 @@ static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, k
 
 /* The seals of what the shader read, compared with the sums it computed (one check per owner
  * token's sequence and KV head). */
-static void check_hashes(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos, const att_hash *ah) {
+static void check_hashes(const kiln_kv_pool *p, const kiln_kv_integ_call *call, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
+                         const att_hash *ah) {
     const int H = p->cfg.n_kv_heads, pt = p->cfg.page_tokens;
     for (int i = 0; i < n; i++) {
         if (ah->hbase[i] < 0) continue;
@@ -756,7 +785,7 @@ static void check_hashes(const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *c
                 sums[2 * sl] = src[0];
                 sums[2 * sl + 1] = src[1];
             }
-            kiln_kv_integ_check_sums(p, layer, seq[i], h, pos[i] + 1, sums);
+            kiln_kv_integ_check_sums(p, call, layer, seq[i], h, pos[i] + 1, sums);
         }
         free(sums);
     }
@@ -820,17 +849,30 @@ static void vk_kv_attend(const kiln_backend *be, const kiln_kv_pool *p, int laye
     const int fused = kiln_kv_integ_fusable(p);
     if (p->integ && !fused) kiln_kv_verify_attend_cx(&be->cx, p, layer, n, seq, pos); /* rows of partial words: hashed on the host first */
     att_hash ah = {NULL, NULL};
-    /* with hashes to compare, the dispatch runs now: the step's results are not used before the
-     * pages they came from are verified (and a deferred check would meet the next layer's call) */
-    const int ok = record_attend(s, p, layer, n, seq, pos, q, n_heads, scale, out, &ah) == 0 && (fused ? flush(s) : done(s)) == 0;
+    /* hashed: the seals are compared at the flush that runs the dispatch (the step's end at the
+     * latest, before its logits are returned), against this call's integrity state */
+    if (fused) kiln_kv_integ_begin_attend(p, layer, n, seq, pos);
+    int ok = record_attend(s, p, layer, n, seq, pos, q, n_heads, scale, out, &ah) == 0;
     if (ok && fused) {
-        kiln_kv_integ_begin_attend(p, layer, n, seq, pos);
-        check_hashes(p, layer, n, seq, pos, &ah);
+        att_check c = {p, layer, n, malloc((size_t)n * sizeof *c.seq), malloc((size_t)n * sizeof *c.pos), ah, {0, 0}};
+        kiln_kv_integ_call_state(p, &c.call);
+        ok = c.seq && c.pos && grow((void **)&s->checks, &s->cap_checks, s->n_checks + 1, sizeof *s->checks) == 0;
+        if (ok) {
+            memcpy(c.seq, seq, (size_t)n * sizeof *c.seq);
+            memcpy(c.pos, pos, (size_t)n * sizeof *c.pos);
+            s->checks[s->n_checks++] = c;
+        } else {
+            free(c.seq);
+            free(c.pos);
+        }
     }
-    free(ah.hs);
-    free(ah.hbase);
-    if (ok) return;
-    abandon(s);
+    if (ok && !fused) free(ah.hbase); /* no sums (hs is NULL): nothing of it is pending */
+    if (ok && done(s) == 0) return;
+    abandon(s); /* runs what was recorded, copybacks into ah.hs included, before ah is freed */
+    if (!ok) {
+        free(ah.hs);
+        free(ah.hbase);
+    }
     kiln_backend_cpu_ops.kv_attend(be, p, layer, n, seq, pos, q, n_heads, scale, out);
 }
 static int64_t vk_argmax(const kiln_backend *be, const float *x, int64_t len) {
@@ -931,7 +973,7 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
     kiln_vk_buf_destroy(s->vk, &s->arena);
     kiln_vk_buf_destroy(s->vk, &s->att_part);
     kiln_vk_close(s->vk);
-    free(s->weights); free(s->allocs); free(s->extra); free(s->cb);
+    free(s->weights); free(s->allocs); free(s->extra); free(s->cb); free(s->checks);
     free(s);
     be->impl = NULL;
 }
