@@ -3,7 +3,8 @@
 # minutes on an H200): builds kiln, picks the first Vulkan device that is not a CPU (lavapipe),
 # runs the op tests and the model tests on it, then the benchmarks, and writes everything under
 # $OUT (default gpu_check_out/): devices.txt, ops.log, models.log, bench_decode.json,
-# bench_integrity.json, kv_bf16.json / kv_fp8.json, summary.json, and a log of each step.
+# bench_integrity.json, kv_bf16.json / kv_fp8.json, profile.log (device time per shader),
+# summary.json, and a log of each step.
 #   bash scripts/gpu_check.sh [SHARED_DIR]     (SHARED_DIR: ../shared by default, for stories260K)
 # Each step has its own time limit and a failed step does not stop the later ones; summary.json
 # says which passed. Nothing here is a GPU claim by itself: docs/BENCHMARKS.md records what a run
@@ -47,6 +48,8 @@ SHAPE=${GPU_CHECK_SHAPE:---preset bench-500m --dim 3072 --ffn 8192 --layers 16 -
 # batch-1 decode against the device's read bandwidth, INT4 / FP8 / BF16 side by side, and prefill
 # at 512 tokens (prompt_tps)
 step bench_decode 300 sh -c "./kiln bench '$M' --device $DEV --weights bf16,fp8,int4 --prompt 512 --gen 64 --repeat 3 --json > '$OUT/bench_decode.json'"
+# where a decode step's device time goes: timestamp queries per shader (KILN_VK_PROFILE), INT4 weights
+step profile 180 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 ./kiln bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 1
 # KV capacity: bytes per token of BF16 and FP8 pools
 for dt in bf16 fp8; do ./kiln inspect "$M" --kv --kv-dtype $dt --json > "$OUT/kv_$dt.json" 2>/dev/null; done
 # integrity: heal vs off at 4,000 tokens of context (decode and time to first token)

@@ -966,6 +966,21 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
     if (getenv("KILN_VK_STATS")) /* how well the deferred steps batch (docs/VULKAN.md) */
         fprintf(stderr, "kiln: %s: %llu dispatches in %llu submits, %llu native ops computed on the host\n", kiln_vk_device_name(s->vk),
                 (unsigned long long)s->n_dispatch, (unsigned long long)kiln_vk_submits(s->vk), (unsigned long long)s->n_host);
+    uint64_t ns[KILN_VK_SH_COUNT], cnt[KILN_VK_SH_COUNT], total = 0;
+    const char *names[KILN_VK_SH_COUNT];
+    if (getenv("KILN_VK_PROFILE") && kiln_vk_profile(s->vk, ns, cnt, names)) { /* device time per shader, largest first */
+        for (int i = 0; i < KILN_VK_SH_COUNT; i++) total += ns[i];
+        fprintf(stderr, "kiln: %s: device time %.3f ms (timestamp queries)\n", kiln_vk_device_name(s->vk), (double)total / 1e6);
+        for (;;) {
+            int best = -1;
+            for (int i = 0; i < KILN_VK_SH_COUNT; i++)
+                if (cnt[i] && (best < 0 || ns[i] > ns[best])) best = i;
+            if (best < 0) break;
+            fprintf(stderr, "  %-16s %10.3f ms %5.1f%%  %8llu dispatches  %9.1f us each\n", names[best], (double)ns[best] / 1e6,
+                    total ? 100.0 * (double)ns[best] / (double)total : 0.0, (unsigned long long)cnt[best], (double)ns[best] / 1e3 / (double)cnt[best]);
+            cnt[best] = 0;
+        }
+    }
     for (int i = 0; i < s->n_weights; i++) weight_free(s, &s->weights[i]);
     for (int i = 0; i < s->n_allocs; i++) kiln_vk_buf_destroy(s->vk, &s->allocs[i].b);
     for (int i = 0; i < s->n_extra; i++) kiln_vk_buf_destroy(s->vk, &s->extra[i]);

@@ -15,6 +15,7 @@
  * the core ones, as it does for linking). KILN_VULKAN_LOADER names another loader file (tests use
  * a missing one to check the error). */
 #define KILN_VK_FNS(X) \
+    X(vkCmdWriteTimestamp) X(vkCmdResetQueryPool) X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkGetQueryPoolResults) \
     X(vkAllocateCommandBuffers) X(vkAllocateDescriptorSets) X(vkAllocateMemory) X(vkBeginCommandBuffer) X(vkBindBufferMemory) \
     X(vkCmdBindDescriptorSets) X(vkCmdBindPipeline) X(vkCmdCopyBuffer) X(vkCmdDispatch) X(vkCmdPipelineBarrier) \
     X(vkCmdPushConstants) X(vkCreateBuffer) X(vkCreateCommandPool) X(vkCreateComputePipelines) X(vkCreateDescriptorPool) \
@@ -60,6 +61,7 @@ KILN_VK_SHADERS(KILN_VK_EXTERN)
 #undef KILN_VK_EXTERN
 
 #define SETS_PER_POOL 512
+#define PROF_QUERIES 4096
 
 struct kiln_vk {
     VkInstance instance;
@@ -85,6 +87,13 @@ struct kiln_vk {
      * more fail as VK_ERROR_OUT_OF_DEVICE_MEMORY. 0 = none. */
     uint64_t lost_at, submits;
     size_t oom_bytes;
+    /* Device time per shader (KILN_VK_PROFILE): a timestamp after each dispatch (dispatches are
+     * serialised by their barriers, so consecutive stamps bound one dispatch), read at the flush. */
+    VkQueryPool qpool;
+    uint32_t n_q;
+    uint8_t q_shader[PROF_QUERIES];
+    double ts_ns;                   /* nanoseconds per timestamp tick */
+    uint64_t prof_ns[KILN_VK_SH_COUNT], prof_n[KILN_VK_SH_COUNT];
     char name[440];
 };
 
@@ -263,6 +272,11 @@ kiln_status kiln_vk_open(int index, kiln_vk **out) {
     if (st == KILN_OK) st = setup_device(vk, index);
     if (st == KILN_OK) st = setup_commands(vk);
     if (st != KILN_OK) { kiln_vk_close(vk); return st; }
+    if (getenv("KILN_VK_PROFILE") && vk->props.limits.timestampComputeAndGraphics) {
+        const VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = PROF_QUERIES};
+        if (vkCreateQueryPool(vk->dev, &qci, NULL, &vk->qpool) != VK_SUCCESS) vk->qpool = VK_NULL_HANDLE;
+        vk->ts_ns = vk->props.limits.timestampPeriod;
+    }
     *out = vk;
     return KILN_OK;
 }
@@ -278,6 +292,7 @@ void kiln_vk_close(kiln_vk *vk) {
         if (vk->pipe_layout) vkDestroyPipelineLayout(vk->dev, vk->pipe_layout, NULL);
         if (vk->set_layout) vkDestroyDescriptorSetLayout(vk->dev, vk->set_layout, NULL);
         if (vk->fence) vkDestroyFence(vk->dev, vk->fence, NULL);
+        if (vk->qpool) vkDestroyQueryPool(vk->dev, vk->qpool, NULL);
         if (vk->cmd_pool) vkDestroyCommandPool(vk->dev, vk->cmd_pool, NULL);
         vkDestroyDevice(vk->dev, NULL);
     }
@@ -376,7 +391,38 @@ static kiln_status begin(kiln_vk *vk) {
     if (vkBeginCommandBuffer(vk->cmd, &bi) != VK_SUCCESS) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot begin a command buffer", vk->name);
     vk->recording = 1;
     vk->recorded = 0;
+    if (vk->qpool) {
+        vkCmdResetQueryPool(vk->cmd, vk->qpool, 0, PROF_QUERIES);
+        vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, vk->qpool, 0);
+        vk->n_q = 1;
+    }
     return KILN_OK;
+}
+
+/* Reads the stamps of the command buffer that just completed into the per-shader totals. */
+static void read_stamps(kiln_vk *vk) {
+    if (!vk->qpool || vk->n_q < 2) return;
+    uint64_t t[PROF_QUERIES];
+    if (vkGetQueryPoolResults(vk->dev, vk->qpool, 0, vk->n_q, sizeof t, t, sizeof t[0], VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS)
+        return;
+    for (uint32_t i = 1; i < vk->n_q; i++) {
+        vk->prof_ns[vk->q_shader[i]] += (uint64_t)((double)(t[i] - t[i - 1]) * vk->ts_ns);
+        vk->prof_n[vk->q_shader[i]]++;
+    }
+}
+
+int kiln_vk_profile(const kiln_vk *vk, uint64_t ns[KILN_VK_SH_COUNT], uint64_t n[KILN_VK_SH_COUNT], const char **names) {
+    static const char *const nm[KILN_VK_SH_COUNT] = {
+#define KILN_VK_NM(name) #name,
+        KILN_VK_SHADERS(KILN_VK_NM)
+#undef KILN_VK_NM
+    };
+    for (int i = 0; i < KILN_VK_SH_COUNT; i++) {
+        ns[i] = vk->prof_ns[i];
+        n[i] = vk->prof_n[i];
+        names[i] = nm[i];
+    }
+    return vk->qpool != VK_NULL_HANDLE;
 }
 
 kiln_status kiln_vk_upload(kiln_vk *vk, kiln_vk_buf *b, size_t offset, const void *src, size_t bytes) {
@@ -470,6 +516,10 @@ kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_b
                                 .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_HOST_READ_BIT};
     vkCmdPipelineBarrier(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0,
                          NULL, 0, NULL);
+    if (vk->qpool && vk->n_q < PROF_QUERIES) {
+        vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vk->qpool, vk->n_q);
+        vk->q_shader[vk->n_q++] = (uint8_t)shader;
+    }
     vk->recorded = 1;
     return KILN_OK;
 }
@@ -484,6 +534,7 @@ kiln_status kiln_vk_flush(kiln_vk *vk) {
         VkResult r = ++vk->submits >= vk->lost_at && vk->lost_at ? VK_ERROR_DEVICE_LOST : vkQueueSubmit(vk->queue, 1, &si, vk->fence);
         if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
         if (r != VK_SUCCESS) st = kiln_fail(KILN_ERR_INTERNAL, "%s: submit failed: %s", vk->name, vk_result_name(r));
+        else read_stamps(vk);
         vkResetFences(vk->dev, 1, &vk->fence);
     }
     vkResetCommandBuffer(vk->cmd, 0);

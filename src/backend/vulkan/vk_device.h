@@ -68,6 +68,10 @@ void kiln_vk_buf_destroy(kiln_vk *vk, kiln_vk_buf *b);
 int kiln_vk_has_bda(const kiln_vk *vk);
 /* Command buffers submitted so far. */
 uint64_t kiln_vk_submits(const kiln_vk *vk);
+/* Device time per shader so far (ns[i], dispatches n[i], names[i] for shader i), measured with
+ * timestamp queries when KILN_VK_PROFILE was set at open and the device has compute timestamps;
+ * returns 0 (all zero) otherwise. */
+int kiln_vk_profile(const kiln_vk *vk, uint64_t ns[KILN_VK_SH_COUNT], uint64_t n[KILN_VK_SH_COUNT], const char **names);
 uint64_t kiln_vk_buf_address(kiln_vk *vk, const kiln_vk_buf *b);
 /* Copies bytes into b at offset: directly when mapped, otherwise through a staging buffer (one
  * submit, waited for). */
