@@ -1171,7 +1171,7 @@ void kiln_kv_integ_call_state(const kiln_kv_pool *p, kiln_kv_integ_call *out) {
 }
 
 int kiln_kv_integ_check_sums(const kiln_kv_pool *p, const kiln_kv_integ_call *call, int layer, const kiln_kv_seq *s, int kvh, int t1,
-                             const uint64_t *sums) {
+                             const uint64_t *sums, size_t stride) {
     kiln_kv_integ *g = p->integ;
     const kiln_kv_seq_integ *si = s->integ;
     if (!g || !si || si->att_gen < call->gen) return 1; /* not in that call (cannot happen: begin_attend saw every sequence) */
@@ -1181,7 +1181,7 @@ int kiln_kv_integ_check_sums(const kiln_kv_pool *p, const kiln_kv_integ_call *ca
     int all_good = 1;
     for (int slot = 0; slot * pt < t1; slot++) {
         const int n_rows = (slot + 1) * pt <= att_hi ? pt : att_hi - slot * pt;
-        const int32_t pg = s->pages[slot];
+        const int32_t pg = slot < s->n_pages ? s->pages[slot] : -1;
         if (pg < 0 || pg >= p->n_pages) { /* the device skipped it too: never read */
             on_detect(g, p, s, slot, pg, -1, layer, 0, kvh, KILN_KV_DETECT_WRONG_PAGE, "attention");
             all_good = 0;
@@ -1189,9 +1189,9 @@ int kiln_kv_integ_check_sums(const kiln_kv_pool *p, const kiln_kv_integ_call *ca
         }
         const uint64_t base = n_rows == pt && slot < si->n_base ? si->base[slot]
                                                                 : base_seed(g, prefix_of(si, slot, n_rows, pt), slot, n_rows, rec_epoch(p, s, si, slot));
-        int good = check_fused(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, sums[2 * (size_t)slot], 0, n_rows, &checks, &bytes, call->gen_key);
+        int good = check_fused(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, sums[stride * (size_t)slot], 0, n_rows, &checks, &bytes, call->gen_key);
         if (g->nk > 1)
-            good &= check_fused(g, p, s, slot, pg, layer, 1, kvh, n_rows, base, sums[2 * (size_t)slot + 1], 0, n_rows, &checks, &bytes, call->gen_key);
+            good &= check_fused(g, p, s, slot, pg, layer, 1, kvh, n_rows, base, sums[stride * (size_t)slot + 1], 0, n_rows, &checks, &bytes, call->gen_key);
         all_good &= good;
     }
     if (g->n_undetected) note_use(g, s, layer, kvh, 0, t1);

@@ -139,12 +139,12 @@ const uint32_t *kiln_kv_integ_hash_keys(const kiln_kv_pool *p, size_t *n);
 typedef struct kiln_kv_integ_call { uint64_t gen, gen_key; } kiln_kv_integ_call;
 void kiln_kv_integ_call_state(const kiln_kv_pool *p, kiln_kv_integ_call *out); /* of the call begun last */
 /* After the call `call` and a kernel that read s's positions [0, t1) (t1 = that call's max pos + 1
- * for s) of KV head kvh: sums[2·slot + kind] is the content hash of rows [0, n_rows) of that
+ * for s) of KV head kvh: sums[stride·slot + kind] is the content hash of rows [0, n_rows) of that
  * slot's K (kind 0) and V (kind 1, pools with a V array) slice. 1 = every slice good. The slices
  * must not have been stored to since the kernel read them (a step stores a layer before it
  * attends over it). */
 int kiln_kv_integ_check_sums(const kiln_kv_pool *p, const kiln_kv_integ_call *call, int layer, const kiln_kv_seq *s, int kvh, int t1,
-                             const uint64_t *sums);
+                             const uint64_t *sums, size_t stride);
 
 /* ---- callers (session, scheduler) ---- */
 /* Records the token ids of positions [first, first + n) of s before they are run (and, with

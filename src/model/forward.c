@@ -239,11 +239,25 @@ static kiln_status forward_batch_once(const struct kiln_model *m, kiln_kv_pool *
  * computed again — the backend then computes on the host — which is safe because a step's effects
  * repeat exactly: the KV rows it stores are stored again (re-sealed), the lengths it sets are
  * maxima, everything else is recomputed from the tokens. */
+/* The end of a deferred step: 1 when it must be computed again. Under tensor parallelism the ranks
+ * agree (one all-reduce of the flag, only with a backend that defers): a rank whose device failed
+ * fed garbage partial sums to every rank's all-reduces, and all must repeat the step together, or
+ * their collectives would no longer pair up. */
+static int step_lost(const struct kiln_model *m, const kiln_backend *be) {
+    int lost = kiln_be_end(be);
+    if (m->allreduce && be->ops->sync) {
+        float f = (float)lost;
+        m->allreduce(m->allreduce_ctx, &f, 1);
+        lost = f > 0.0f;
+    }
+    return lost;
+}
+
 kiln_status kiln_forward_batch(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, float *logits) {
     if (!m->arch_state || !ws->be) return kiln_fail(KILN_ERR_INTERNAL, "forward: %s model not bound or scratch not initialised", m->hp.arch);
     kiln_be_defer(ws->be);
     kiln_status st = forward_batch_once(m, pool, ws, b, logits);
-    if (kiln_be_end(ws->be) && st == KILN_OK) st = forward_batch_once(m, pool, ws, b, logits);
+    if (step_lost(m, ws->be) && st == KILN_OK) st = forward_batch_once(m, pool, ws, b, logits);
     return st;
 }
 
@@ -298,7 +312,7 @@ kiln_status kiln_forward_mtp(const struct kiln_model *m, int j, kiln_kv_pool *po
     if (!ws->be) return kiln_fail(KILN_ERR_INTERNAL, "forward_mtp: no scratch");
     kiln_be_defer(ws->be);
     kiln_status st = forward_mtp_once(m, j, pool, ws, b, h_in, h_out, logits);
-    if (kiln_be_end(ws->be) && st == KILN_OK) st = forward_mtp_once(m, j, pool, ws, b, h_in, h_out, logits);
+    if (step_lost(m, ws->be) && st == KILN_OK) st = forward_mtp_once(m, j, pool, ws, b, h_in, h_out, logits);
     return st;
 }
 

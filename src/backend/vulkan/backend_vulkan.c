@@ -127,6 +127,7 @@ static int grow(void **arr, int *cap, int need, size_t elem) {
 static void fail_once(vk_state *s, const char *op) {
     if (!s->failed) fprintf(stderr, "kiln: %s: %s failed (%s); computing on the host from now on\n", kiln_vk_device_name(s->vk), op, kiln_last_error());
     s->failed = 1;
+    if (s->defer_depth > 0) s->lost = 1; /* what the step recorded so far may never run */
 }
 
 /* ---- buffers ------------------------------------------------------------------------------------- */
@@ -156,7 +157,7 @@ static void *vk_be_alloc(const kiln_backend *be, size_t bytes) { return alloc_ma
 static void *vk_kv_alloc(const kiln_backend *be, size_t bytes) {
     vk_state *s = ST(be);
     if (!kiln_vk_has_bda(s->vk) || s->failed) return NULL;
-    void *p = alloc_mapped(s, bytes, 0);
+    void *p = alloc_mapped(s, (bytes + 3) & ~(size_t)3, 0); /* whole words: the shader reads a row's last byte in its word */
     if (!p && !s->kv_host_said) {
         fprintf(stderr, "kiln: %s: a KV layer array of %zu bytes does not fit on the device (%s); such layers keep their KV in host memory "
                         "and attend on the host\n", kiln_vk_device_name(s->vk), bytes, kiln_last_error());
@@ -185,19 +186,15 @@ typedef struct {
     uint32_t off;
 } vref;
 
-static int flush(vk_state *s);
-
 static int stage(vk_state *s, const void *ptr, size_t bytes, int written, vref *r) {
     const size_t need = (bytes + s->align + 3) & ~(size_t)3;
     if (need > s->max_range) return -1;
-    /* a range a recorded dispatch still writes back (deferred step): that must land first, or this
-     * copy would take the host's stale bytes */
+    /* a range a recorded dispatch still writes back (deferred step): copying it now would take
+     * the host's stale bytes, and flushing here would drop this op's operands staged before it —
+     * the op runs on the host instead (abandon flushes first) */
     for (int i = 0; i < s->n_cb; i++) {
         const uint8_t *h = s->cb[i].host, *p = ptr;
-        if (p < h + s->cb[i].bytes && h < p + bytes) {
-            if (flush(s) != 0) return -1;
-            break;
-        }
+        if (p < h + s->cb[i].bytes && h < p + bytes) return -1;
     }
     kiln_vk_buf *buf;
     size_t at;
@@ -719,6 +716,15 @@ static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, k
     while (unit % pt) unit += 64; /* lcm(64, page_tokens) */
     const int64_t per = ((max_lim + splits - 1) / splits + unit - 1) / unit * unit;
     if (per > UINT32_MAX) { free(tab); return -1; }
+    if (splits > 1) { /* the partials' buffer, grown before anything is staged: growing runs what is recorded */
+        const size_t need = (size_t)rows * (size_t)splits * (size_t)(vd + 2) * sizeof(float);
+        if (need > s->max_range) { free(tab); return -1; }
+        if (s->att_part.size < need) {
+            if (flush(s) != 0) { free(tab); return -1; } /* recorded dispatches may still use the old one */
+            kiln_vk_buf_destroy(s->vk, &s->att_part);
+            if (kiln_vk_buf_create(s->vk, need, 0, &s->att_part) != KILN_OK) { free(tab); fail_once(s, "attention scratch"); return -1; }
+        }
+    }
     vref qr, orr, tr, hr = {{s->lut.buf, 0, VK_WHOLE_SIZE}, 0};
     int ok = resolve(s, q, (size_t)rows * (size_t)kd * sizeof(float), 0, &qr) == 0 &&
              resolve(s, out, (size_t)rows * (size_t)vd * sizeof(float), 1, &orr) == 0 && stage(s, tab, words * sizeof *tab, 0, &tr) == 0 &&
@@ -726,15 +732,7 @@ static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, k
     free(tab);
     if (!ok || (uint32_t)n_heads > s->max_gx || (uint32_t)n > kiln_vk_max_groups_y(s->vk)) return -1;
     kiln_vk_bind part = orr.b;
-    if (splits > 1) {
-        const size_t need = (size_t)rows * (size_t)splits * (size_t)(vd + 2) * sizeof(float);
-        if (need > s->max_range) return -1;
-        if (s->att_part.size < need) {
-            kiln_vk_buf_destroy(s->vk, &s->att_part);
-            if (kiln_vk_buf_create(s->vk, need, 0, &s->att_part) != KILN_OK) { fail_once(s, "attention scratch"); return -1; }
-        }
-        part = (kiln_vk_bind){s->att_part.buf, 0, VK_WHOLE_SIZE};
-    }
+    if (splits > 1) part = (kiln_vk_bind){s->att_part.buf, 0, VK_WHOLE_SIZE};
     const size_t page_k = kiln_kv_page_k_at(p, layer), page_v = p->cfg.v_shares_k ? page_k : p->page_v;
     const att_push pc = {.kaddr = device_address(s, p->k[layer], 1), .vaddr = device_address(s, p->v[layer], 1),
                          .page_k = (uint32_t)page_k, .page_v = (uint32_t)page_v,
@@ -768,27 +766,11 @@ static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, k
  * token's sequence and KV head). */
 static void check_hashes(const kiln_kv_pool *p, const kiln_kv_integ_call *call, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                          const att_hash *ah) {
-    const int H = p->cfg.n_kv_heads, pt = p->cfg.page_tokens;
-    for (int i = 0; i < n; i++) {
-        if (ah->hbase[i] < 0) continue;
-        const int slots = (pos[i] + 1 + pt - 1) / pt;
-        uint64_t *sums = malloc(2 * (size_t)slots * sizeof *sums);
-        if (!sums) { /* cannot compare: verify the pages on the host instead */
-            kiln_kctx cx;
-            kiln_kctx_default(&cx);
-            kiln_kv_verify_attend_cx(&cx, p, layer, n, seq, pos);
-            return;
-        }
-        for (int h = 0; h < H; h++) {
-            for (int sl = 0; sl < slots; sl++) {
-                const uint64_t *src = ah->hs + ah->hbase[i] + ((size_t)sl * (size_t)H + (size_t)h) * 2;
-                sums[2 * sl] = src[0];
-                sums[2 * sl + 1] = src[1];
-            }
-            kiln_kv_integ_check_sums(p, call, layer, seq[i], h, pos[i] + 1, sums);
-        }
-        free(sums);
-    }
+    (void)n;
+    const int H = p->cfg.n_kv_heads;
+    for (int i = 0; i < n; i++)
+        if (ah->hbase[i] >= 0) /* slot sl's [K, V] sums of KV head h at hs[hbase + (sl·H + h)·2] */
+            for (int h = 0; h < H; h++) kiln_kv_integ_check_sums(p, call, layer, seq[i], h, pos[i] + 1, ah->hs + ah->hbase[i] + 2 * (size_t)h, 2 * (size_t)H);
 }
 
 /* ---- host-side ops: the cpu backend's, on the mapped buffers ------------------------------------------ */
@@ -962,7 +944,7 @@ kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
 void kiln_backend_vulkan_close(kiln_backend *be) {
     vk_state *s = ST(be);
     if (!s) return;
-    (void)kiln_vk_flush(s->vk);
+    (void)flush(s); /* a step left open: its copybacks and checks run (or are dropped) and are freed */
     if (getenv("KILN_VK_STATS")) /* how well the deferred steps batch (docs/VULKAN.md) */
         fprintf(stderr, "kiln: %s: %llu dispatches in %llu submits, %llu native ops computed on the host\n", kiln_vk_device_name(s->vk),
                 (unsigned long long)s->n_dispatch, (unsigned long long)kiln_vk_submits(s->vk), (unsigned long long)s->n_host);

@@ -23,13 +23,15 @@
     X(vkCreateShaderModule) X(vkDestroyBuffer) X(vkDestroyCommandPool) X(vkDestroyDescriptorPool) X(vkDestroyDescriptorSetLayout) \
     X(vkDestroyDevice) X(vkDestroyFence) X(vkDestroyInstance) X(vkDestroyPipeline) X(vkDestroyPipelineLayout) \
     X(vkDestroyShaderModule) X(vkDeviceWaitIdle) X(vkEndCommandBuffer) X(vkEnumeratePhysicalDevices) X(vkFreeMemory) \
-    X(vkGetBufferDeviceAddress) X(vkGetBufferMemoryRequirements) X(vkGetDeviceQueue) X(vkGetPhysicalDeviceFeatures2) \
+    X(vkGetBufferMemoryRequirements) X(vkGetDeviceQueue) X(vkGetPhysicalDeviceFeatures2) \
     X(vkGetPhysicalDeviceMemoryProperties) X(vkGetPhysicalDeviceProperties) X(vkGetPhysicalDeviceQueueFamilyProperties) \
     X(vkMapMemory) X(vkQueueSubmit) X(vkResetCommandBuffer) X(vkResetDescriptorPool) X(vkResetFences) X(vkUnmapMemory) \
     X(vkUpdateDescriptorSets) X(vkWaitForFences)
 #define KILN_VK_DECL(name) static PFN_##name name;
 KILN_VK_FNS(KILN_VK_DECL)
 #undef KILN_VK_DECL
+/* Vulkan 1.2: looked up without requiring it (a 1.1 loader runs kiln without device addresses) */
+static PFN_vkGetBufferDeviceAddress vkGetBufferDeviceAddress;
 
 static pthread_once_t loader_once = PTHREAD_ONCE_INIT;
 static char loader_error[512];
@@ -48,6 +50,7 @@ static void load_loader(void) {
         snprintf(loader_error, sizeof loader_error, "vulkan: the loader %s lacks %s (Vulkan 1.2 or newer is needed); use --device cpu", file, #name);
     KILN_VK_FNS(KILN_VK_LOAD)
 #undef KILN_VK_LOAD
+    vkGetBufferDeviceAddress = (PFN_vkGetBufferDeviceAddress)dlsym(lib, "vkGetBufferDeviceAddress");
 }
 
 static kiln_status loader(void) {
@@ -87,6 +90,10 @@ struct kiln_vk {
      * more fail as VK_ERROR_OUT_OF_DEVICE_MEMORY. 0 = none. */
     uint64_t lost_at, submits;
     size_t oom_bytes;
+    /* a submit failed (device lost): every later flush fails too, so that no caller takes the
+     * results of work that was dropped for one it did not run itself (an upload's or a full
+     * descriptor pool's flush in the middle of a deferred step) */
+    int dead;
     /* Device time per shader (KILN_VK_PROFILE): a timestamp after each dispatch (dispatches are
      * serialised by their barriers, so consecutive stamps bound one dispatch), read at the flush. */
     VkQueryPool qpool;
@@ -202,7 +209,7 @@ static kiln_status setup_device(kiln_vk *vk, int index) {
     VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
     if (vk->props.apiVersion >= VK_API_VERSION_1_2) vkGetPhysicalDeviceFeatures2(vk->phys, &f2);
-    vk->bda = vk->props.apiVersion >= VK_API_VERSION_1_2 && f12.bufferDeviceAddress && f2.features.shaderInt64;
+    vk->bda = vk->props.apiVersion >= VK_API_VERSION_1_2 && f12.bufferDeviceAddress && f2.features.shaderInt64 && vkGetBufferDeviceAddress;
     VkPhysicalDeviceVulkan12Features on12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .bufferDeviceAddress = VK_TRUE};
     VkPhysicalDeviceFeatures2 on2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &on12, .features = {.shaderInt64 = VK_TRUE}};
     const VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = vk->bda ? &on2 : NULL, .queueCreateInfoCount = 1,
@@ -525,6 +532,10 @@ kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_b
 }
 
 kiln_status kiln_vk_flush(kiln_vk *vk) {
+    if (vk->dead) {
+        kiln_vk_discard(vk);
+        return kiln_fail(KILN_ERR_INTERNAL, "%s: the device failed earlier (device lost)", vk->name);
+    }
     if (!vk->recording) return KILN_OK;
     vk->recording = 0;
     if (vkEndCommandBuffer(vk->cmd) != VK_SUCCESS) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot end the command buffer", vk->name);
@@ -533,8 +544,10 @@ kiln_status kiln_vk_flush(kiln_vk *vk) {
         const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->cmd};
         VkResult r = ++vk->submits >= vk->lost_at && vk->lost_at ? VK_ERROR_DEVICE_LOST : vkQueueSubmit(vk->queue, 1, &si, vk->fence);
         if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
-        if (r != VK_SUCCESS) st = kiln_fail(KILN_ERR_INTERNAL, "%s: submit failed: %s", vk->name, vk_result_name(r));
-        else read_stamps(vk);
+        if (r != VK_SUCCESS) {
+            st = kiln_fail(KILN_ERR_INTERNAL, "%s: submit failed: %s", vk->name, vk_result_name(r));
+            vk->dead = 1;
+        } else read_stamps(vk);
         vkResetFences(vk->dev, 1, &vk->fence);
     }
     vkResetCommandBuffer(vk->cmd, 0);
