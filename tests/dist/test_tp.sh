@@ -15,6 +15,8 @@
 #     ARC-Easy, GSM8K and perplexity as one process;
 #   - refusals that name the problem: a process count other than --tp, ranks given different models
 #     (MPMD launch), experts' width not divisible, heads not divisible;
+#   - the vulkan backend at N = 2 (same text), also when one rank's device is lost mid-step (the
+#     ranks repeat the step together);
 #   - a rank killed mid-generation ends the whole job with a non-zero exit within seconds.
 # Skipped (77) without mpirun or an MPI build, and under make check (Open MPI's own allocations
 # read as leaks to LeakSanitizer).
@@ -196,6 +198,20 @@ if "${MPI[@]}" -np 3 "$KILN" run "$T/dsv3h6" -n 2 --tokens 1,2 --tp 3 > /dev/nul
 grep -q "experts' width 32" "$T/e3" || { echo "wrong error for experts not divisible:"; cat "$T/e3"; exit 1; }
 if "${MPI[@]}" -np 3 "$KILN" run "$M" -n 2 --tp 3 > /dev/null 2> "$T/e4"; then echo "8 heads over 3 ranks accepted"; exit 1; fi
 grep -q "8 query heads must be a multiple of it" "$T/e4" || { echo "wrong error for --tp 3:"; cat "$T/e4"; exit 1; }
+# the vulkan backend under --tp 2 (lavapipe here): greedy text of one cpu process; then the device
+# lost on ONE rank in the middle of a step (KILN_VK_FAULT on rank 0 only, an MPMD launch): the ranks
+# agree that the step was lost and repeat it together (on the host where the device failed) — the
+# same text, no hang (model/forward.c, step_lost)
+if "$KILN" inspect --devices 2>/dev/null | grep -q '^vulkan:0 '; then
+    "$KILN" run "$M" --temp 0 -n 60 > "$T/vk_ref.txt" 2>/dev/null
+    "${MPI[@]}" -np 2 "$KILN" run "$M" --tp 2 --temp 0 -n 60 --device vulkan > "$T/vk_tp.txt" 2> "$T/vk_tp.err"
+    cmp "$T/vk_ref.txt" "$T/vk_tp.txt" || { echo "--tp 2 --device vulkan: text differs from one cpu process"; exit 1; }
+    "${MPI[@]}" -np 1 env KILN_VK_FAULT=lost:40 "$KILN" run "$M" --tp 2 --temp 0 -n 60 --device vulkan : \
+        -np 1 "$KILN" run "$M" --tp 2 --temp 0 -n 60 --device vulkan > "$T/vk_lost.txt" 2> "$T/vk_lost.err"
+    cmp "$T/vk_ref.txt" "$T/vk_lost.txt" || { echo "--tp 2 --device vulkan, one rank's device lost: text differs"; exit 1; }
+    [ "$(grep -c "device lost); computing on the host from now on" "$T/vk_lost.err")" = 1 ] || { echo "the lost device was not reported once:"; cat "$T/vk_lost.err"; exit 1; }
+    echo "vulkan --tp 2: same text, also with one rank's device lost mid-step"
+fi
 # a rank killed mid-generation: the job ends (mpirun non-zero) within seconds, nothing hangs
 "$KILN" mkmodel --arch llama --dim 512 --ffn 1024 --layers 8 --heads 8 --kv-heads 4 --vocab 512 --seq 4096 "$T/long" > /dev/null 2>&1
 "${MPI[@]}" -np 2 "$KILN" run "$T/long" --tokens 1,2 -n 4000 --temp 0 --tp 2 > /dev/null 2> "$T/k.err" &
