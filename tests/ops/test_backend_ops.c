@@ -843,6 +843,63 @@ static void test_kv_integrity(void **state) {
     }
 }
 
+/* ---- deferred steps (backend.h defer / sync) ---------------------------------------------------------
+ * A chain of ops inside a deferred step gives exactly what the same chain gives op by op (the
+ * vulkan backend records and submits later; the others compute at once): matmul → RMSNorm →
+ * SwiGLU → add, a host-side op in the middle that reads a device result (argmax: the recorded work
+ * must run first), model-style host access after kiln_be_wait, and an op writing the caller's own
+ * array (staged, copied back at the flush) that the next op reads (it must not take the stale
+ * bytes). */
+static void deferred_chain(const kiln_backend *be, const tweight *w, const float *X, int n, int defer, float *out_y, float *own,
+                           int64_t *amax_out) {
+    const int64_t rows = w->w.rows;
+    float *y = output(be, (size_t)n * (size_t)rows), *g = output(be, (size_t)n * (size_t)rows), *nw = input(be, (size_t)rows);
+    for (int64_t i = 0; i < rows; i++) nw[i] = 1.0f + 0.01f * (float)i;
+    if (defer) kiln_be_defer(be);
+    kiln_be_matmul(be, &w->w, X, y, n);                         /* y = X·Wᵀ */
+    kiln_be_rmsnorm(be, g, y, nw, n, (int)rows, 1e-5f);        /* g = norm(y) */
+    *amax_out = be->ops->argmax(be, g, rows);                   /* host op: reads g */
+    kiln_be_swiglu(be, g, y, (int64_t)n * rows);                /* g = silu(g)·y */
+    kiln_be_matmul(be, &w->w, X, own, n);                       /* into the caller's own array (staged) */
+    kiln_be_add(be, own, g, (int64_t)n * rows);                 /* reads own: the staged copy must not be stale */
+    kiln_be_add(be, g, y, (int64_t)n * rows);
+    if (defer) kiln_be_wait(be);
+    memcpy(out_y, g, (size_t)n * (size_t)rows * sizeof(float)); /* model-style host read after the wait */
+    if (defer) assert_int_equal(kiln_be_end(be), 0);
+    kiln_be_free(be, y); kiln_be_free(be, g); kiln_be_free(be, nw);
+}
+
+static void test_deferred_steps(void **state) {
+    (void)state;
+    const int n = 5;
+    tweight w = make_weight(KILN_WF_Q8_0, 96, 128, 0, 0);
+    for (int b = 0; b < n_bes; b++) {
+        const kiln_backend *be = bes[b];
+        float *X = input(be, (size_t)n * 128);
+        const size_t ny = (size_t)n * 96;
+        float *now = malloc(ny * sizeof(float)), *later = malloc(ny * sizeof(float));
+        float *own_now = calloc(ny, sizeof(float)), *own_later = calloc(ny, sizeof(float));
+        assert_non_null(now); assert_non_null(later); assert_non_null(own_now); assert_non_null(own_later);
+        int64_t a_now = -1, a_later = -2;
+        uint64_t d0 = 0, d1 = 0, host = 0;
+        if (be->kind == KILN_BACKEND_VULKAN) kiln_backend_vulkan_counts(be, &d0, &host);
+        deferred_chain(be, &w, X, n, 0, now, own_now, &a_now);
+        deferred_chain(be, &w, X, n, 1, later, own_later, &a_later);
+        if (be->kind == KILN_BACKEND_VULKAN) {
+            kiln_backend_vulkan_counts(be, &d1, &host);
+            assert_true(d1 > d0 + 8); /* both chains dispatched on the device */
+        }
+        if (a_now != a_later || memcmp(now, later, ny * sizeof(float)) != 0 || memcmp(own_now, own_later, ny * sizeof(float)) != 0) {
+            fprintf(stderr, "deferred step on %s: results differ from op-by-op (argmax %lld vs %lld)\n", be_desc(be), (long long)a_now,
+                    (long long)a_later);
+            fail();
+        }
+        free(now); free(later); free(own_now); free(own_later);
+        kiln_be_free(be, X);
+    }
+    free_weight(&w);
+}
+
 /* ---- DeepSeek sparse attention ops --------------------------------------------------------------- */
 /* E4M3 written out here from the format (bias 7, 3 mantissa bits, subnormals below 2^-6, max 448):
  * round to nearest, ties to the even code, saturating; the comparison for fp8_round. */
@@ -1165,7 +1222,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_prefill), cmocka_unit_test(test_matmul_many),     cmocka_unit_test(test_matmul_heads),
         cmocka_unit_test(test_norm_swiglu_add), cmocka_unit_test(test_rope),     cmocka_unit_test(test_embed_argmax),
-        cmocka_unit_test(test_moe),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_kv_integrity),              cmocka_unit_test(test_dsa_norm_fp8),
+        cmocka_unit_test(test_moe),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_kv_integrity), cmocka_unit_test(test_deferred_steps),              cmocka_unit_test(test_dsa_norm_fp8),
         cmocka_unit_test(test_dsa_index_kernels), cmocka_unit_test(test_dsa_select_attend), cmocka_unit_test(test_supports),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -106,6 +106,8 @@ typedef struct {
      * kiln_be_wait / kiln_be_end, a hashed attention. lost: a flush failed while deferring, so the
      * results of ops recorded since the previous flush never came (kiln_be_end reports it). */
     int defer_depth, lost;
+    int staged_any;          /* something was staged since the last flush ... */
+    uint64_t staged_at;      /* ... last when n_dispatch had this value (a dispatch since: its operands were used) */
     int kv_host_said;        /* the KV-array fallback was reported */
     uint64_t n_dispatch, n_host; /* ops run on the device / ops `supports` calls native that fell back to the host */
 } vk_state;
@@ -186,16 +188,25 @@ typedef struct {
     uint32_t off;
 } vref;
 
+static int flush(vk_state *s);
+
 static int stage(vk_state *s, const void *ptr, size_t bytes, int written, vref *r) {
     const size_t need = (bytes + s->align + 3) & ~(size_t)3;
     if (need > s->max_range) return -1;
     /* a range a recorded dispatch still writes back (deferred step): copying it now would take
-     * the host's stale bytes, and flushing here would drop this op's operands staged before it —
-     * the op runs on the host instead (abandon flushes first) */
+     * the host's stale bytes. What is recorded runs first — safe while no operand staged for the
+     * dispatch being prepared waits to be used (a flush resets the staging); otherwise the op runs
+     * on the host (abandon flushes first) */
     for (int i = 0; i < s->n_cb; i++) {
         const uint8_t *h = s->cb[i].host, *p = ptr;
-        if (p < h + s->cb[i].bytes && h < p + bytes) return -1;
+        if (p < h + s->cb[i].bytes && h < p + bytes) {
+            if (s->staged_any && s->staged_at == s->n_dispatch) return -1;
+            if (flush(s) != 0) return -1;
+            break;
+        }
     }
+    s->staged_any = 1;
+    s->staged_at = s->n_dispatch;
     kiln_vk_buf *buf;
     size_t at;
     if (s->arena.buf && s->arena_used + need <= s->arena.size) {
@@ -263,6 +274,7 @@ static int flush(vk_state *s) {
     for (int i = 0; i < s->n_extra; i++) kiln_vk_buf_destroy(s->vk, &s->extra[i]);
     s->n_extra = 0;
     s->arena_used = 0;
+    s->staged_any = 0;
     return st == KILN_OK ? 0 : -1;
 }
 
@@ -272,8 +284,8 @@ static int flush(vk_state *s) {
  * operands before its first dispatch) — and then the host computes the whole op. */
 static void abandon_op(vk_state *s, const char *op) {
     if (s->n_host++ == 0 && !s->failed)
-        fprintf(stderr, "kiln: %s: %s ran on the host instead of the device (an operand larger than a storage-buffer binding); "
-                        "further ones are counted, not reported\n", kiln_vk_device_name(s->vk), op);
+        fprintf(stderr, "kiln: %s: %s ran on the host instead of the device (an operand larger than a storage-buffer binding, "
+                        "or one a pending dispatch still writes); further ones are counted, not reported\n", kiln_vk_device_name(s->vk), op);
     (void)flush(s);
 }
 
