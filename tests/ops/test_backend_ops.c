@@ -440,14 +440,32 @@ static void test_matmul_heads(void **state) {
     tweight w[3];
     kiln_weight wv[3];
     for (int h = 0; h < H; h++) { w[h] = make_weight(KILN_WF_F32, rows, cols, 0, 0); wv[h] = w[h].w; }
-    for (int n = 1; n <= 4; n += 3) {
+    /* stacked: the heads as one array, head h's rows right after head h − 1's, as mla.c builds them
+     * (the vulkan backend runs them as one dispatch over the heads) */
+    uint8_t *stack = malloc((size_t)H * (size_t)rows * wv[0].row_bytes);
+    assert_non_null(stack);
+    kiln_weight sv[3];
+    for (int h = 0; h < H; h++) {
+        memcpy(stack + (size_t)h * (size_t)rows * wv[0].row_bytes, wv[h].data, (size_t)rows * wv[0].row_bytes);
+        sv[h] = wv[h];
+        sv[h].data = stack + (size_t)h * (size_t)rows * wv[0].row_bytes;
+    }
+    for (int k = 0; k < 4; k++) { /* n = 1, 4 × separate, stacked */
+        const int n = k < 2 ? 1 : 4, stacked = k & 1;
+        const kiln_weight *wv_ = stacked ? sv : wv;
+        uint64_t d0 = 0, d1 = 0, host = 0;
         const int64_t x_tok = (int64_t)H * x_head + 5, y_tok = (int64_t)H * y_head + 3;
         float *X = input(ref_be, (size_t)n * (size_t)x_tok);
         float *want = output(ref_be, (size_t)n * (size_t)y_tok), *gin = output(ref_be, (size_t)n * 64), *gout = output(ref_be, (size_t)n * 64);
-        ref_be->ops->matmul_heads(ref_be, wv, H, n, X, x_tok, x_head, want, y_tok, y_head, gin, gout);
+        ref_be->ops->matmul_heads(ref_be, wv_, H, n, X, x_tok, x_head, want, y_tok, y_head, gin, gout);
         for (int b = 0; b < n_bes; b++) {
             float *got = output(bes[b], (size_t)n * (size_t)y_tok);
-            bes[b]->ops->matmul_heads(bes[b], wv, H, n, X, x_tok, x_head, got, y_tok, y_head, gin, gout);
+            if (bes[b]->kind == KILN_BACKEND_VULKAN) kiln_backend_vulkan_counts(bes[b], &d0, &host);
+            bes[b]->ops->matmul_heads(bes[b], wv_, H, n, X, x_tok, x_head, got, y_tok, y_head, gin, gout);
+            if (bes[b]->kind == KILN_BACKEND_VULKAN) { /* stacked heads: one dispatch; separate ones: one per head */
+                kiln_backend_vulkan_counts(bes[b], &d1, &host);
+                assert_int_equal(d1 - d0, stacked ? 1 : H);
+            }
             /* compare only the rows written (the gaps stay NaN in both) */
             for (int i = 0; i < n; i++)
                 for (int h = 0; h < H; h++)
@@ -457,6 +475,7 @@ static void test_matmul_heads(void **state) {
         kiln_be_free(ref_be, X); kiln_be_free(ref_be, want); kiln_be_free(ref_be, gin); kiln_be_free(ref_be, gout);
     }
     for (int h = 0; h < H; h++) free_weight(&w[h]);
+    free(stack);
 }
 
 /* ---- element-wise ops ---------------------------------------------------------------------------- */

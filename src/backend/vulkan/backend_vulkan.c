@@ -425,6 +425,7 @@ static const vk_weight *device_weight(vk_state *s, const kiln_weight *w) {
 /* ---- matmul -------------------------------------------------------------------------------------- */
 typedef struct {
     uint32_t rows, cols, r0, n, x_off, x_stride, y_off, y_stride, block, scols, row_bytes;
+    uint32_t x_hstride, y_hstride, h_rows; /* stacked heads (matmul.comp); 0 for a plain matmul */
 } mm_push;
 
 /* Records Y[t, r] (t < n) = W · X[t] for w: X rows x_stride floats apart from x, Y rows y_stride
@@ -453,7 +454,7 @@ static int record_matmul(vk_state *s, const kiln_weight *w, const float *X, int6
             const int64_t B = w->block > 0 ? w->block : 1;
             const mm_push pc = {(uint32_t)rr, (uint32_t)w->cols, (uint32_t)r, (uint32_t)n, xr.off, (uint32_t)x_stride,
                                 yr.off + (uint32_t)ch->row0, (uint32_t)y_stride, (uint32_t)B,
-                                (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B), (uint32_t)w->row_bytes};
+                                (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B), (uint32_t)w->row_bytes, 0, 0, 0};
             s->n_dispatch++;
             if (kiln_vk_dispatch(s->vk, matmul_shader(w->fmt), b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)n, 1) != KILN_OK) {
                 fail_once(s, "matmul dispatch");
@@ -479,10 +480,50 @@ static void vk_matmul_many(const kiln_backend *be, const kiln_weight *const *w, 
     }
 }
 
+/* The H head weights as one dispatch when they are one array: the same float format and shape,
+ * row-major, head h's rows right after head h − 1's (MLA's absorbed W_UKᵀ / W_UV are: mla.c), and
+ * the stack fits one binding. 1 = recorded, 0 = not stackable (per-head dispatches), -1 = failed. */
+static int record_heads_stacked(vk_state *s, const kiln_weight *w, int H, int n, const float *X, int64_t x_tok, int64_t x_head, float *Y,
+                                int64_t y_tok, int64_t y_head) {
+    const kiln_weight *w0 = &w[0];
+    if (H < 2 || n <= 0 || (uint32_t)H > kiln_vk_max_groups_z(s->vk) || w0->tiled ||
+        (w0->fmt != KILN_WF_F32 && w0->fmt != KILN_WF_F16 && w0->fmt != KILN_WF_BF16))
+        return 0;
+    const size_t head_bytes = (size_t)w0->rows * w0->row_bytes;
+    for (int h = 1; h < H; h++)
+        if (w[h].fmt != w0->fmt || w[h].rows != w0->rows || w[h].cols != w0->cols || w[h].row_bytes != w0->row_bytes || w[h].tiled ||
+            w[h].data != w0->data + (size_t)h * head_bytes)
+            return 0;
+    if ((size_t)H * head_bytes > s->max_range) return 0;
+    kiln_weight stack = *w0;
+    stack.rows = (int64_t)H * w0->rows;
+    const vk_weight *vw = device_weight(s, &stack);
+    if (!vw || vw->n_chunks != 1) return vw ? 0 : -1;
+    vref xr, yr;
+    const size_t xbytes = ((size_t)(H - 1) * (size_t)x_head + (size_t)(n - 1) * (size_t)x_tok + (size_t)w0->cols) * sizeof(float);
+    const size_t ybytes = ((size_t)(H - 1) * (size_t)y_head + (size_t)(n - 1) * (size_t)y_tok + (size_t)w0->rows) * sizeof(float);
+    if (resolve(s, X, xbytes, 0, &xr) || resolve(s, Y, ybytes, 1, &yr)) return -1;
+    const vk_chunk *ch = &vw->chunks[0];
+    const kiln_vk_bind b[5] = {{ch->data.buf, 0, VK_WHOLE_SIZE}, {ch->data.buf, 0, VK_WHOLE_SIZE}, xr.b, yr.b, {s->lut.buf, 0, VK_WHOLE_SIZE}};
+    for (int64_t r = 0; r < w0->rows; r += s->max_gx) {
+        const int64_t rr = w0->rows - r < (int64_t)s->max_gx ? w0->rows - r : (int64_t)s->max_gx;
+        const mm_push pc = {(uint32_t)rr, (uint32_t)w0->cols, (uint32_t)r, (uint32_t)n, xr.off, (uint32_t)x_tok, yr.off, (uint32_t)y_tok, 1,
+                            (uint32_t)w0->cols, (uint32_t)w0->row_bytes, (uint32_t)x_head, (uint32_t)y_head, (uint32_t)w0->rows};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, matmul_shader(w0->fmt), b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)n, (uint32_t)H) != KILN_OK) {
+            fail_once(s, "matmul dispatch");
+            return -1;
+        }
+    }
+    return 1;
+}
+
 static void vk_matmul_heads(const kiln_backend *be, const kiln_weight *w, int H, int n, const float *X, int64_t x_tok, int64_t x_head,
                             float *Y, int64_t y_tok, int64_t y_head, float *gin, float *gout) {
     vk_state *s = ST(be);
-    int ok = !s->failed;
+    const int stacked = s->failed ? -1 : record_heads_stacked(s, w, H, n, X, x_tok, x_head, Y, y_tok, y_head);
+    if (stacked == 1 && done(s) == 0) return;
+    int ok = !s->failed && stacked == 0;
     for (int h = 0; ok && h < H; h++)
         ok = record_matmul(s, &w[h], X + (size_t)h * (size_t)x_head, x_tok, Y + (size_t)h * (size_t)y_head, y_tok, n) == 0;
     if (ok && done(s) == 0) return;

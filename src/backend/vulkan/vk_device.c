@@ -315,6 +315,7 @@ size_t kiln_vk_offset_align(const kiln_vk *vk) {
 }
 uint32_t kiln_vk_max_groups_x(const kiln_vk *vk) { return vk->props.limits.maxComputeWorkGroupCount[0]; }
 uint32_t kiln_vk_max_groups_y(const kiln_vk *vk) { return vk->props.limits.maxComputeWorkGroupCount[1]; }
+uint32_t kiln_vk_max_groups_z(const kiln_vk *vk) { return vk->props.limits.maxComputeWorkGroupCount[2]; }
 
 /* ---- buffers ------------------------------------------------------------------------------------- */
 static int find_memory(const kiln_vk *vk, uint32_t type_bits, VkMemoryPropertyFlags want) {

@@ -56,6 +56,7 @@ size_t kiln_vk_offset_align(const kiln_vk *vk);
 /* maxComputeWorkGroupCount[0] and [1]. */
 uint32_t kiln_vk_max_groups_x(const kiln_vk *vk);
 uint32_t kiln_vk_max_groups_y(const kiln_vk *vk);
+uint32_t kiln_vk_max_groups_z(const kiln_vk *vk);
 /* Writes one line per physical device to f; KILN_ERR_UNSUPPORTED when there is no loader or no device. */
 kiln_status kiln_vk_list(FILE *f);
 

@@ -35,6 +35,10 @@ layout(std430, binding = 3) buffer Yb { float y[]; };
 layout(std430, binding = 4) readonly buffer Lb { float lut[]; };  // FP8: e4m3 byte → float
 layout(push_constant) uniform P {
     uint rows, cols, r0, n, x_off, x_stride, y_off, y_stride, block, scols, row_bytes;
+    // stacked heads (MLA's absorbed per-head products in one dispatch): workgroup z = head h reads
+    // weight rows h·h_rows + row, X from x_off + h·x_hstride, writes Y from y_off + h·y_hstride
+    // (all 0 for a plain matmul, dispatched with z = 1)
+    uint x_hstride, y_hstride, h_rows;
 } p;
 shared float part[64];
 
@@ -46,10 +50,12 @@ uint u32_at(uint off) { return byte_at(off) | (byte_at(off + 1u) << 8) | (byte_a
 const float iq4_levels[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
 
 void main() {
-    const uint r = p.r0 + gl_WorkGroupID.x;   // row within the chunk
+    const uint hz = gl_WorkGroupID.z;
+    const uint ro = p.r0 + gl_WorkGroupID.x;  // output row (within the chunk, within the head)
+    const uint r = ro + hz * p.h_rows;        // weight row within the chunk
     const uint t = gl_WorkGroupID.y;
     const uint tid = gl_LocalInvocationID.x;
-    const uint xb = p.x_off + t * p.x_stride;
+    const uint xb = p.x_off + hz * p.x_hstride + t * p.x_stride;
     float acc = 0.0;
 #if FMT == FMT_F32 || FMT == FMT_F16 || FMT == FMT_BF16
     const uint e0 = r * p.cols;
@@ -269,5 +275,5 @@ void main() {
         if (tid < h) part[tid] += part[tid + h];
         barrier();
     }
-    if (tid == 0u) y[p.y_off + t * p.y_stride + r] = part[0];
+    if (tid == 0u) y[p.y_off + hz * p.y_hstride + t * p.y_stride + ro] = part[0];
 }
