@@ -97,6 +97,7 @@ static void avx_vnni_init(void) {
     avx2_vnni_table.gemm_prep[KILN_WF_INT4_GROUP] = kiln_gemm_int4_avxvnni;
     avx2_vnni_table.gemv_few[KILN_WF_INT4_GROUP] = kiln_gemv_few_int4_avxvnni;
     kiln_kq_avxvnni_fill(&avx2_vnni_table);
+    kiln_q16_avxvnni_fill(&avx2_vnni_table);
 }
 static int avx_vnni_usable(void) {
     pthread_once(&avx_vnni_once, avx_vnni_init);

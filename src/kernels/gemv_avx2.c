@@ -524,118 +524,26 @@ AI void gemv_q(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0
     for (; r + 4 <= r1; r += 4) q_rows(f, 4, w, xp, y + (r - r0), r, r + 4 * (g + 1) <= w->rows ? g : 0);
     for (; r < r1; r++) q_rows(f, 1, w, xp, y + (r - r0), r, 0);
 }
-/* ---- Q8_0 / Q4_0 in the 16-row block interleave (tiled = 1, gemv.h), AVX2 -----------------------
- * A 256-bit register holds 8 rows: each 16-row group is two halves (bytes 0–31 / 32–63 of every
- * 64-byte vector, scales 0–7 / 8–15). Per block and token: the 8 rows' exact block dots (Q4_0:
- * vpmaddubsw of the nibbles (0..15) by the broadcast activation words, all 8 products summed in
- * int16 — at most 8 · 2 · 15 · 127 = 30,480, no saturation — then one vpmaddwd, plus the start
- * value −8·Σx; Q8_0: signed weights (the stored w + 128 xor 0x80) by the sign trick, vpmaddwd per
- * vector), one conversion, (scales × the token's scale), one FMA. The same integers and float
- * operations per (row, token) as the AVX-512 kernel, so the same results bit for bit; GEMV (NT = 1)
- * and GEMM alike (batch-invariant). */
-AI void q16h_tile(int f, int NT, const kiln_weight *w, int64_t q, int half, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy) {
-    const int q8 = f == KILN_WF_Q8_0;
-    const int64_t nb = w->cols / 32;
-    const size_t gbb = 16 * (size_t)(q8 ? 34 : 18), h = 32 * (size_t)half;
-    const uint8_t *g = w->data + (size_t)q * 16 * w->row_bytes;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), x80 = _mm256_set1_epi8((char)0x80);
-    const float *dx = (const float *)(xp + nb * 64);
-    const int32_t *tot = (const int32_t *)(dx + nb);
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *gb = g + (size_t)b * gbb;
-        if (NT == 1 && half == 0) /* GEMV: the weight stream 8 KiB ahead (half 1 re-reads the group from cache) */
-            for (size_t l = 0; l < gbb; l += 64) PF_LINE(gb + 8192 + l);
-        const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + h / 2)));
-        __m256i ia[4];
-        if (q8) {
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) ia[t] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) {
-                const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(gb + 32 + 64 * k + h)), x80), a = _mm256_abs_epi8(v);
-#pragma GCC unroll 4
-                for (int t = 0; t < NT; t++) {
-                    const __m256i xb = _mm256_set1_epi32(*(const int32_t *)(xp + (size_t)t * xpb + 64 * b + 4 * k));
-                    ia[t] = _mm256_add_epi32(ia[t], _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_sign_epi8(xb, v)), ones));
-                }
-            }
-        } else {
-            __m256i s16[4];
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) s16[t] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(gb + 32 + 64 * k + h));
-                const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-#pragma GCC unroll 4
-                for (int t = 0; t < NT; t++) {
-                    const uint8_t *xt = xp + (size_t)t * xpb + 64 * b;
-                    s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(*(const int32_t *)(xt + 4 * k))));
-                    s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(*(const int32_t *)(xt + 16 + 4 * k))));
-                }
-            }
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++)
-                ia[t] = _mm256_add_epi32(_mm256_madd_epi16(s16[t], ones), _mm256_set1_epi32(*(const int32_t *)((const uint8_t *)(tot + b) + (size_t)t * xpb)));
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            const float dt = *(const float *)((const uint8_t *)(dx + b) + (size_t)t * xpb);
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_mul_ps(ws, _mm256_set1_ps(dt)), acc[t]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) _mm256_storeu_ps(Y + (size_t)t * (size_t)ldy + 8 * half, acc[t]);
-}
-/* Group q for tokens [0, n) (row 16q of token t at Y[t·ldy]), both halves, in tiles of up to 4 tokens. */
-AI void q16h_group(int f, const kiln_weight *w, int64_t q, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy) {
-    for (int half = 0; half < 2; half++) {
-        int t = 0;
-        for (; t + 4 <= n; t += 4) q16h_tile(f, 4, w, q, half, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy);
-        switch (n - t) {
-        case 3: q16h_tile(f, 3, w, q, half, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-        case 2: q16h_tile(f, 2, w, q, half, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-        case 1: q16h_tile(f, 1, w, q, half, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-        default: break;
-        }
-    }
-}
-/* The row walk (kernels/q16_rows.h); rows past the last group through the row-major GEMV per token. */
-AI void q16h_rest(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0, int64_t r1) {
-    for (int t = 0; t < n; t++) gemv_q(f, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + (r0 - yoff), r0, r1);
-}
-#define Q16_ROWS q16h_rows
-#define Q16_GROUP q16h_group
-#define Q16_NT 4
-#define Q16_X_BYTES (256u << 10)
-#define Q16_REST q16h_rest
-#include "kernels/q16_rows.h"
+/* ---- Q8_0 / Q4_0 in the 16-row block interleave: kernels/q16_avx2.h (vpmaddubsw form here) ---- */
+#define Q16_DOT8(acc, a, x) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, x), _mm256_set1_epi16(1)))
+#define Q16_DOT4_ACC(s, w, x) _mm256_add_epi16(s, _mm256_maddubs_epi16(w, x))
+#define Q16_DOT4_END(s) _mm256_madd_epi16(s, _mm256_set1_epi16(1))
+#define Q16H_TILE q16h_tile
+#define Q16H_GROUP q16h_group
+#define Q16H_REST q16h_rest
+#define Q16H_ROWS q16h_rows
+#define Q16H_ROWMAJOR gemv_q
+#define Q16H_GEMV_Q8 gemv_q8
+#define Q16H_GEMV_Q4 gemv_q4
+#define Q16H_GEMM_Q8 gemm_q8
+#define Q16H_GEMM_Q4 gemm_q4
+#define Q16H_LINKAGE static
+#include "kernels/q16_avx2.h"
 
-static void gemv_q8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
-    (void)x;
-    if (w->tiled) q16h_rows(KILN_WF_Q8_0, w, xp, 0, 1, y, 0, r0, r0, r1);
-    else gemv_q(KILN_WF_Q8_0, w, xp, y, r0, r1);
-}
-static void gemv_q4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
-    (void)x;
-    if (w->tiled) q16h_rows(KILN_WF_Q4_0, w, xp, 0, 1, y, 0, r0, r0, r1);
-    else gemv_q(KILN_WF_Q4_0, w, xp, y, r0, r1);
-}
-/* GEMM (prefill, batched decode) on the prepared rows: tiled weights through q16h_rows; weights in
- * checkpoint layout (mapped files under --no-repack) one GEMV per token over L2-sized row blocks. */
-static void gemm_q8(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
-    if (w->tiled) q16h_rows(KILN_WF_Q8_0, w, xp, xpb, n, Y, ldy, 0, r0, r1);
-    else
-        for (int t = 0; t < n; t++) gemv_q(KILN_WF_Q8_0, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + r0, r0, r1);
-}
-static void gemm_q4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
-    if (w->tiled) q16h_rows(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, 0, r0, r1);
-    else
-        for (int t = 0; t < n; t++) gemv_q(KILN_WF_Q4_0, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + r0, r0, r1);
-}
+/* The row-major Q8_0 / Q4_0 GEMV (checkpoint layout), for the AVX-VNNI variant's rows outside the
+ * interleave (gemv_avxvnni.c). */
+void kiln_gemv_q_rowmajor_avx2(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0, int64_t r1) { gemv_q(f, w, xp, y, r0, r1); }
+
 /* The other blocks of 32 stay in checkpoint layout: one GEMV per token, as above. */
 #define Q_ENTRIES(F, fmt)                                                                                                          \
     static void gemv_##F(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {                 \

@@ -31,3 +31,26 @@ void kiln_kq_avxvnni_fill(kiln_ktable *t) {
     t->gemm_prep[KILN_WF_Q3_K] = gemm_q3k_vnni;
     t->gemm_prep[KILN_WF_IQ4_XS] = gemm_iq4xs_vnni;
 }
+
+/* Q8_0 / Q4_0 in the 16-row interleave (kernels/q16_avx2.h): one vpdpbusd per 4-byte dot where the
+ * AVX2 form needs vpmaddubsw + vpmaddwd + vpaddd (Q8_0) or accumulates 16-bit pairs (Q4_0). */
+#define Q16_DOT8(acc, a, x) _mm256_dpbusd_avx_epi32(acc, a, x)
+#define Q16_DOT4_ACC(s, w, x) _mm256_dpbusd_avx_epi32(s, w, x)
+#define Q16_DOT4_END(s) (s)
+#define Q16H_TILE q16v_tile
+#define Q16H_GROUP q16v_group
+#define Q16H_REST q16v_rest
+#define Q16H_ROWS q16v_rows
+#define Q16H_ROWMAJOR kiln_gemv_q_rowmajor_avx2
+#define Q16H_GEMV_Q8 gemv_q8_vnni
+#define Q16H_GEMV_Q4 gemv_q4_vnni
+#define Q16H_GEMM_Q8 gemm_q8_vnni
+#define Q16H_GEMM_Q4 gemm_q4_vnni
+#define Q16H_LINKAGE static
+#include "kernels/q16_avx2.h"
+void kiln_q16_avxvnni_fill(kiln_ktable *t) {
+    t->gemv[KILN_WF_Q8_0] = gemv_q8_vnni;
+    t->gemv[KILN_WF_Q4_0] = gemv_q4_vnni;
+    t->gemm_prep[KILN_WF_Q8_0] = gemm_q8_vnni;
+    t->gemm_prep[KILN_WF_Q4_0] = gemm_q4_vnni;
+}

@@ -83,6 +83,11 @@ void kiln_gemv_few_int4_avxvnni(const kiln_weight *w, const float *X, const uint
 int kiln_kernels_avx_vnni(int enable);
 /* The AVX-VNNI forms of the K-quant GEMV / GEMM (gemv_avxvnni.c, kquant_avx2.h) into an AVX2 table. */
 void kiln_kq_avxvnni_fill(kiln_ktable *t);
+/* The Q8_0 / Q4_0 16-row interleave kernels with AVX-VNNI dots (gemv_avxvnni.c, kernels/q16_avx2.h):
+ * the AVX2 table's GEMV and GEMM entries for those formats on CPUs with AVX-VNNI; the same results
+ * bit for bit. Their rows in checkpoint layout go through the AVX2 row-major GEMV. */
+void kiln_q16_avxvnni_fill(kiln_ktable *t);
+void kiln_gemv_q_rowmajor_avx2(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0, int64_t r1);
 
 /* Shared activation quantiser for the integer-dot kernels (INT4, Q8_0, Q4_0): x[cols] (cols a
  * multiple of 32) → q[cols] int8 and d[cols/32] with x ≈ q · d per block of 32; d = amax/127,

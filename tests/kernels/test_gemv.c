@@ -643,7 +643,12 @@ static float q16_model(const tweight *t, const uint8_t *data0, const uint16_t *s
 }
 static void test_q16_kernel_exact(void **s) {
     (void)s;
-    for (int isa = 1; isa < 3; isa++) { /* AVX2 and AVX-512 read the same layout, to the same bits */
+    const int vnni_was = kiln_kernels_avx_vnni(1);
+    /* AVX2 and AVX-512 read the same layout, to the same bits; pass 3 is AVX2 again with its other
+     * dot form (vpmaddubsw where AVX-VNNI was used, or the other way: gemv_avxvnni.c) */
+    for (int pass = 1; pass < 4; pass++) {
+    const int isa = pass == 3 ? 1 : pass;
+    kiln_kernels_avx_vnni(pass == 3 ? !vnni_was : vnni_was);
     if (!kiln_cpu_supports(isas[isa])) { fprintf(stderr, "skip %s: not supported by this CPU\n", kiln_isa_name(isas[isa])); continue; }
     kiln_kernels_select(isas[isa]);
     const struct { kiln_wformat f; int block; int64_t cols; } cs[] = {
@@ -683,6 +688,7 @@ static void test_q16_kernel_exact(void **s) {
             free(X); free(Yu); free(Yt); free(xq); free(xd); free(data0); free(scales0); free_weight(&t);
         }
     }
+    kiln_kernels_avx_vnni(vnni_was);
     kiln_kernels_select(KILN_ISA_AUTO);
 }
 /* INT4 on AVX-512: the tiled weight goes through the 4-row tile kernel, the same weight untiled
