@@ -839,8 +839,27 @@ static int vk_moe_route(const kiln_backend *be, const kiln_moe_cfg *c, const flo
     host_first(ST(be));
     return kiln_backend_cpu_ops.moe_route(be, c, logits, bias, n, idx, wt, tmp);
 }
+/* The weighted combine on the device (moe_combine.comp; bit for bit the host's): the expert
+ * outputs stay where the expert matmuls wrote them, and the step goes on without a submit. */
 static void vk_moe_combine(const kiln_backend *be, int n, int K, int dim, const int *slot, const float *wt, const float *yg, float *Y) {
-    host_first(ST(be));
+    vk_state *s = ST(be);
+    if (n > 0 && K > 0 && dim > 0 && !s->failed && (uint32_t)n <= s->max_gx) {
+        int max_slot = 0;
+        for (int i = 0; i < n * K; i++) max_slot = slot[i] > max_slot ? slot[i] : max_slot;
+        vref gr, yr, sr, wr;
+        const size_t nk = (size_t)n * (size_t)K;
+        if (resolve(s, yg, ((size_t)max_slot + 1) * (size_t)dim * sizeof(float), 0, &gr) == 0 &&
+            resolve(s, Y, (size_t)n * (size_t)dim * sizeof(float), 1, &yr) == 0 && resolve(s, slot, nk * sizeof(int), 0, &sr) == 0 &&
+            resolve(s, wt, nk * sizeof(float), 0, &wr) == 0) {
+            const kiln_vk_bind b[4] = {gr.b, yr.b, sr.b, wr.b};
+            const struct { uint32_t K, dim, g_off, y_off, s_off, w_off; } pc = {(uint32_t)K, (uint32_t)dim, gr.off, yr.off, sr.off, wr.off};
+            s->n_dispatch++;
+            if (kiln_vk_dispatch(s->vk, KILN_VK_SH_moe_combine, b, 4, &pc, sizeof pc, (uint32_t)n, 1, 1) == KILN_OK) {
+                if (done(s) == 0) return;
+            } else fail_once(s, "dispatch");
+        }
+        abandon(s);
+    } else host_first(s);
     kiln_backend_cpu_ops.moe_combine(be, n, K, dim, slot, wt, yg, Y);
 }
 static void vk_layernorm(const kiln_backend *be, float *out, const float *x, const float *w, const float *b, int rows, int width, float eps) {
@@ -933,7 +952,8 @@ static int vk_supports(const kiln_backend *be, kiln_op op, kiln_wformat fmt) {
     case KILN_OP_ROPE:
     case KILN_OP_ADD:
     case KILN_OP_SWIGLU: return 1;
-    case KILN_OP_KV_ATTEND: return kiln_vk_has_bda(ST(be)->vk); /* over pools whose arrays came from kv_alloc */
+    case KILN_OP_KV_ATTEND: return kiln_vk_has_bda(ST(be)->vk);
+    case KILN_OP_MOE_COMBINE: return 1; /* over pools whose arrays came from kv_alloc */
     default: return 0;
     }
 }
