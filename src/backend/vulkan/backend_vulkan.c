@@ -5,10 +5,10 @@
  *   device   matmul / matmul_many / matmul_heads / grouped MoE experts for F32, F16, BF16, FP8 block,
  *            INT4 group, Q8_0, Q4_0 and every GGUF block quant kiln reads (Q4_K / Q5_K / Q6_K / Q2_K / Q3_K /
  *            IQ4_XS / Q4_1 / Q5_0 / Q5_1 / IQ4_NL, dequantized in registers), RMSNorm, RoPE, add, bias, SwiGLU,
- *            attention over the KV pool's pages (kv_attend.comp: the pages read where they lie, through
+ *            the MoE combine, attention over the KV pool's pages (kv_attend.comp: the pages read where they lie, through
  *            buffer device addresses, with the KV integrity hashes of what it reads);
  *   host     through the cpu backend's kernels on the same buffers: embedding rows, the RoPE table,
- *            MoE routing and combine, the KV store with its seal update, argmax, DSA's sparse ops.
+ *            MoE routing, the KV store with its seal update, argmax, DSA's sparse ops.
  *            `supports` reports these as 0.
  * That split works because every buffer kiln_be_alloc hands out is host-visible device memory,
  * mapped for the buffer's life: the host-side ops read and write the same bytes the shaders do.
