@@ -34,6 +34,7 @@
 #include "base/fp.h"
 #include "base/status.h"
 #include "kv/integrity.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,7 @@ typedef struct {
      * what they recorded runs at the next flush — a host-side op (which reads their results), a
      * kiln_be_wait / kiln_be_end, a hashed attention. lost: a flush failed while deferring, so the
      * results of ops recorded since the previous flush never came (kiln_be_end reports it). */
+    pthread_mutex_t allocs_mu; /* guards allocs / n_allocs / cap_allocs */
     int defer_depth, lost;
     int staged_any;          /* something was staged since the last flush ... */
     uint64_t staged_at;      /* ... last when n_dispatch had this value (a dispatch since: its operands were used) */
@@ -133,8 +135,10 @@ static void fail_once(vk_state *s, const char *op) {
 }
 
 /* ---- buffers ------------------------------------------------------------------------------------- */
+/* The buffer list is locked (allocs_mu): kiln_be_alloc / kiln_be_free may come from another
+ * thread than the one computing (a request's MTP drafter freed where its last reference drops),
+ * as the cpu backend's malloc / free may. */
 static void *alloc_mapped(vk_state *s, size_t bytes, int zero) {
-    if (grow((void **)&s->allocs, &s->cap_allocs, s->n_allocs + 1, sizeof *s->allocs)) return NULL;
     vk_alloc a = {0};
     if (kiln_vk_buf_create(s->vk, bytes ? bytes : 64, 1, &a.b) != KILN_OK || !a.b.map) {
         kiln_vk_buf_destroy(s->vk, &a.b);
@@ -144,7 +148,14 @@ static void *alloc_mapped(vk_state *s, size_t bytes, int zero) {
     a.size = bytes;
     a.addr = kiln_vk_buf_address(s->vk, &a.b);
     if (zero) memset(a.p, 0, bytes);
-    s->allocs[s->n_allocs++] = a;
+    pthread_mutex_lock(&s->allocs_mu);
+    const int ok = grow((void **)&s->allocs, &s->cap_allocs, s->n_allocs + 1, sizeof *s->allocs) == 0;
+    if (ok) s->allocs[s->n_allocs++] = a;
+    pthread_mutex_unlock(&s->allocs_mu);
+    if (!ok) {
+        kiln_vk_buf_destroy(s->vk, &a.b);
+        return NULL;
+    }
     return a.p;
 }
 
@@ -171,12 +182,16 @@ static void *vk_kv_alloc(const kiln_backend *be, size_t bytes) {
 static void vk_be_free(const kiln_backend *be, void *p) {
     if (!p) return;
     vk_state *s = ST(be);
+    kiln_vk_buf b = {0};
+    pthread_mutex_lock(&s->allocs_mu);
     for (int i = 0; i < s->n_allocs; i++)
         if (s->allocs[i].p == p) {
-            kiln_vk_buf_destroy(s->vk, &s->allocs[i].b);
+            b = s->allocs[i].b;
             s->allocs[i] = s->allocs[--s->n_allocs];
-            return;
+            break;
         }
+    pthread_mutex_unlock(&s->allocs_mu);
+    if (b.buf) kiln_vk_buf_destroy(s->vk, &b);
 }
 
 /* A binding covering [ptr, ptr + bytes) and the element (float / word) offset of ptr inside it.
@@ -232,19 +247,24 @@ static int stage(vk_state *s, const void *ptr, size_t bytes, int written, vref *
 
 static int resolve(vk_state *s, const void *ptr, size_t bytes, int written, vref *r) {
     const uint8_t *p = ptr;
-    for (int i = 0; i < s->n_allocs; i++) {
+    int found = 0, rc = 0;
+    pthread_mutex_lock(&s->allocs_mu);
+    for (int i = 0; i < s->n_allocs && !found; i++) {
         const vk_alloc *a = &s->allocs[i];
         if (p >= a->p && p < a->p + (a->size ? a->size : 1)) {
+            found = 1;
             const size_t off = (size_t)(p - a->p), aligned = off / s->align * s->align, delta = off - aligned;
             size_t range = a->b.size - aligned;
             if (range > s->max_range) range = s->max_range & ~(size_t)3;
-            if (delta + bytes > range || (delta & 3)) return -1;
-            r->b = (kiln_vk_bind){a->b.buf, aligned, range};
-            r->off = (uint32_t)(delta / 4);
-            return 0;
+            if (delta + bytes > range || (delta & 3)) rc = -1;
+            else {
+                r->b = (kiln_vk_bind){a->b.buf, aligned, range};
+                r->off = (uint32_t)(delta / 4);
+            }
         }
     }
-    return stage(s, ptr, bytes, written, r);
+    pthread_mutex_unlock(&s->allocs_mu);
+    return found ? rc : stage(s, ptr, bytes, written, r);
 }
 
 /* Submits and waits, then copies staged outputs back and resets the staging. -1 on a device error. */
@@ -656,19 +676,22 @@ _Static_assert(sizeof(att_push) <= KILN_VK_PUSH_BYTES, "kv_attend push constants
 typedef struct { uint32_t n_heads, v_dim, splits, o_off; } merge_push;
 
 /* Device address of [ptr, ptr + bytes) when it lies inside one buffer of ours; 0 otherwise. */
-static uint64_t device_address(const vk_state *s, const void *ptr, size_t bytes) {
+static uint64_t device_address(vk_state *s, const void *ptr, size_t bytes) {
     const uint8_t *p = ptr;
-    for (int i = 0; i < s->n_allocs; i++) {
+    uint64_t addr = 0;
+    pthread_mutex_lock(&s->allocs_mu);
+    for (int i = 0; i < s->n_allocs && !addr; i++) {
         const vk_alloc *a = &s->allocs[i];
-        if (a->addr && p >= a->p && p + bytes <= a->p + a->size) return a->addr + (uint64_t)(p - a->p);
+        if (a->addr && p >= a->p && p + bytes <= a->p + a->size) addr = a->addr + (uint64_t)(p - a->p);
     }
-    return 0;
+    pthread_mutex_unlock(&s->allocs_mu);
+    return addr;
 }
 
 /* Whether the shader computes this pool's attention: its layer arrays in device-addressable
  * buffers, rows of a plain layout (not DSA's compact rows, which only the sparse ops read; not
  * pre-RoPE K smoothing, whose per-score term the shader lacks), head sizes the shader holds. */
-static int attend_on_device(const vk_state *s, const kiln_kv_pool *p, int layer, int n_heads) {
+static int attend_on_device(vk_state *s, const kiln_kv_pool *p, int layer, int n_heads) {
     const int H = p->cfg.n_kv_heads;
     if (s->failed || p->dsa_key_at || p->rope_cs || p->cfg.k_dim > 1024 || p->cfg.v_dim > 1024 || H <= 0 || n_heads % H) return 0;
     const size_t kb = kiln_kv_page_k_at(p, layer) * (size_t)p->n_pages, vb = (p->cfg.v_shares_k ? kiln_kv_page_k_at(p, layer) : p->page_v) * (size_t)p->n_pages;
@@ -991,8 +1014,9 @@ const kiln_backend_ops kiln_backend_vulkan_ops = {
 kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     vk_state *s = calloc(1, sizeof *s);
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&s->allocs_mu, NULL);
     kiln_status st = kiln_vk_open(device_index, &s->vk);
-    if (st) { free(s); return st; }
+    if (st) { pthread_mutex_destroy(&s->allocs_mu); free(s); return st; }
     s->align = kiln_vk_offset_align(s->vk);
     if (s->align < 4) s->align = 4;
     s->max_range = kiln_vk_max_range(s->vk) & ~(size_t)255;
@@ -1006,6 +1030,7 @@ kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     if (st) {
         kiln_vk_buf_destroy(s->vk, &s->lut);
         kiln_vk_close(s->vk);
+        pthread_mutex_destroy(&s->allocs_mu);
         free(s);
         return st;
     }
@@ -1044,6 +1069,7 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
     kiln_vk_buf_destroy(s->vk, &s->att_part);
     kiln_vk_close(s->vk);
     free(s->weights); free(s->allocs); free(s->extra); free(s->cb); free(s->checks);
+    pthread_mutex_destroy(&s->allocs_mu);
     free(s);
     be->impl = NULL;
 }
