@@ -7,21 +7,13 @@
 # form while a lone request's 1-token steps ran the BF16-dot form (AVX512_BF16 CPUs), so batched and
 # single logits differed in their last bits.
 set -u
-KILN=${KILN:-./kiln}
-SHARED=${SHARED:-$(cd "$(dirname "$0")/../../.." && pwd)/shared}
+. "$(dirname "$0")/lib.sh"
 M=$SHARED/models/stories260K
-command -v curl >/dev/null || { echo "curl not installed"; exit 77; }
 [ -f "$M/stories260K.bin" ] || { echo "no stories260K under $SHARED"; exit 77; }
-T=$(mktemp -d)
-pid=
-trap 'rm -rf "$T"; [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null' EXIT
-fail() { echo "FAIL: $*"; [ -f "$T/log" ] && tail -n 20 "$T/log"; exit 1; }
 "$KILN" quantize "$M" "$T/m" --weights fp8 > /dev/null 2>&1 || fail "kiln quantize --weights fp8"
 "$KILN" serve "$T/m" --host 127.0.0.1 --port 0 --max-batch 8 --model-name m 2>"$T/log" &
 pid=$!
-for _ in $(seq 300); do grep -q "listening on" "$T/log" && break; sleep 0.1; done
-url=$(grep -o 'http://127.0.0.1:[0-9]*' "$T/log" | head -1)
-[ -n "$url" ] || fail "server did not start"
+wait_listening "$T/log" || fail "server did not start"
 # one-token prompts (token ids), so that every step of the concurrent run is decodes only: a prompt
 # chunk of several requests goes through the prefill GEMM, whose rounding a lone short prompt does
 # not share (that is prefill, not what this test is about)

@@ -15,16 +15,9 @@
 # plumbing (hidden rows from the batched steps, the drafter's KV, rollback) are what is checked, not
 # a speed-up.
 set -u
-KILN=${KILN:-./kiln}
-PY=${PY:-/usr/bin/python3}
-SHARED=${SHARED:-$(cd "$(dirname "$0")/../../.." && pwd)/shared}
+. "$(dirname "$0")/lib.sh"
 TOK=$SHARED/tokenizers/deepseek-v3
-command -v curl >/dev/null || { echo "curl not installed"; exit 77; }
 [ -f "$TOK/tokenizer.json" ] || { echo "no deepseek-v3 tokenizer under $SHARED"; exit 77; }
-T=$(mktemp -d)
-pid=
-trap 'rm -rf "$T"; [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null' EXIT
-fail() { echo "FAIL: $*"; [ -f "$T/log" ] && tail -n 20 "$T/log"; exit 1; }
 
 # KILN_SERVE_TP=N (tests/dist/test_tp_serve.sh): every server runs as `mpirun -np N kiln serve ... --tp N`
 TP=${KILN_SERVE_TP:-1}
@@ -35,9 +28,7 @@ start() { # model dir, extra args...: starts a server, sets url
     local tpa=(); [ "$TP" -gt 1 ] && tpa=(--tp "$TP")
     "${launch[@]}" "$KILN" serve "$d" --host 127.0.0.1 --port 0 --max-batch 8 --spec-max-batch 8 --model-name m "${tpa[@]}" "$@" 2>"$T/log" &
     pid=$!
-    for _ in $(seq 300); do grep -q "listening on" "$T/log" && break; sleep 0.1; done
-    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$T/log" | head -1)
-    [ -n "$url" ] || fail "server did not start for $d"
+    wait_listening "$T/log" || fail "server did not start for $d"
 }
 stop() { # under mpirun the signal goes to rank 0 (as tests/server/lib.mjs does); mpirun's own status is not the server's
     local r0; r0=$(sed -n 's/.*rank 0 serves, pid \([0-9]*\).*/\1/p' "$T/log" | head -1)

@@ -12,28 +12,20 @@
 #   - a malformed KILN_VK_FAULT is refused naming the variable.
 # Skipped (77) when the build has no Vulkan.
 set -u
-KILN=${KILN:-./kiln}
-SHARED=${SHARED:-$(cd "$(dirname "$0")/../../.." && pwd)/shared}
+. "$(dirname "$0")/lib.sh"
 M=$SHARED/models/stories260K
-command -v curl >/dev/null || { echo "curl not installed"; exit 77; }
 [ -f "$M/stories260K.bin" ] || { echo "no stories260K under $SHARED"; exit 77; }
 out=$("$KILN" inspect --devices 2>&1)
 if [ $? -ne 0 ]; then
     echo "$out" | grep -q "built without Vulkan" && { echo "kiln built without Vulkan"; exit 77; }
     echo "vulkan build without a usable device: $out"; exit 1
 fi
-T=$(mktemp -d)
-pid=
-trap 'rm -rf "$T"; [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null' EXIT
-fail() { echo "FAIL: $*"; [ -f "$T/log" ] && tail -n 20 "$T/log"; exit 1; }
 
 start() { # log-file, extra args...
     local log=$1; shift
     "$KILN" serve "$M" --host 127.0.0.1 --port 0 --max-batch 4 --model-name m "$@" 2>"$log" &
     pid=$!
-    for _ in $(seq 300); do grep -q "listening on" "$log" && break; sleep 0.1; done
-    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -1)
-    [ -n "$url" ] || fail "server did not start ($*)"
+    wait_listening "$log" || fail "server did not start ($*)"
 }
 stop() { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; pid=; }
 body() { printf '{"model":"m","prompt":"%s","max_tokens":80,"temperature":0}' "$1"; }

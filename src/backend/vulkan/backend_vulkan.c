@@ -842,7 +842,6 @@ static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, k
  * token's sequence and KV head). */
 static void check_hashes(const kiln_kv_pool *p, const kiln_kv_integ_call *call, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                          const att_hash *ah) {
-    (void)n;
     const int H = p->cfg.n_kv_heads;
     for (int i = 0; i < n; i++)
         if (ah->hbase[i] >= 0) /* slot sl's [K, V] sums of KV head h at hs[hbase + (sl·H + h)·2] */
