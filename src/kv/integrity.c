@@ -77,6 +77,7 @@ struct kiln_kv_integ {
     uint8_t *lw_buf, *lw_ptr;
     size_t lw_len, lw_row;   /* the buffer's capacity; the saved row's bytes */
     int32_t lw_page;
+    int lw_held, lw_kind, lw_h; /* a snapshot waits for its store to land (a device store holds it until its flush) */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
@@ -587,7 +588,7 @@ static void before_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos)
                     g->taint[kind * g->H + h] = 1; /* never re-seal over a corrupted slice */
                 }
     }
-    if (g->arm_lost && (!g->arm_seq || g->arm_seq == s) && pg >= 0 && pg < p->n_pages) {
+    if (g->arm_lost && !g->lw_held && (!g->arm_seq || g->arm_seq == s) && pg >= 0 && pg < p->n_pages) {
         int kind = (int)rng_below(&g->inj_rng, (uint32_t)g->nk), h = (int)rng_below(&g->inj_rng, (uint32_t)g->H);
         size_t row = unit_row(p, l, kind);
         if (g->lw_len < row) {
@@ -601,6 +602,9 @@ static void before_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos)
             memcpy(g->lw_buf, g->lw_ptr, row);
             g->lw_unit = (int64_t)uidx(g, pg, l, kind, h);
             g->lw_page = pg;
+            g->lw_held = 1;
+            g->lw_kind = kind;
+            g->lw_h = h;
         }
     }
 }
@@ -621,30 +625,32 @@ void kiln_kv_integ_after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, in
     after_store(p, cs, l, pos);
     add(&p->integ->cycles, tsc() - t0);
 }
-static void after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos) {
+/* The seals of slot pos / pt's units of layer l over rows [0, pos % pt], the new row being the
+ * last: append = 1 adds its content hash to what the seal held (the rows before it are not read
+ * again), else the slice is hashed whole. row_hash (NULL: hashed here from memory) gives the new
+ * row's content hash of unit (kind, h) at row_hash[kind·H + h] — a device that hashed the row as it
+ * wrote it. taint (NULL: none) skips the units a detection left unsealed. */
+static void seal_slice(kiln_kv_pool *p, const kiln_kv_seq *s, kiln_kv_seq_integ *si, int l, int pos, int append, const uint64_t *row_hash,
+                       const uint8_t *taint) {
     kiln_kv_integ *g = p->integ;
-    kiln_kv_seq *s = (kiln_kv_seq *)cs;
-    kiln_kv_seq_integ *si = s->integ;
-    if (!si) return;
     const int pt = g->pt, slot = pos / pt, n_rows = pos % pt + 1;
-    int32_t pg = s->pages[slot];
-    if (pg < 0 || pg >= p->n_pages) return;
+    const int32_t pg = s->pages[slot];
     const uint32_t ep = rec_epoch(p, s, si, slot);
     uint64_t base = base_seed(g, prefix_of(si, slot, n_rows, pt), slot, n_rows, ep);
     /* append: content hash of rows [0, o) = old seal ^ old identity seed, plus the new row's */
-    const int o = n_rows - 1, append = g->store_append;
+    const int o = n_rows - 1;
     uint64_t obase = append && o > 0 ? base_seed(g, prefix_of(si, slot, o, pt), slot, o, ep) : 0;
     int sealed = 0;
     for (int kind = 0; kind < g->nk; kind++)
         for (int h = 0; h < g->H; h++) {
-            if (g->taint[kind * g->H + h]) continue;
+            if (taint && taint[kind * g->H + h]) continue;
             size_t u = uidx(g, pg, l, kind, h);
             const uint32_t pb = param_bits(p, l, pg, kind, h);
             const size_t row = unit_row(p, l, kind);
             uint64_t content;
             if (append) {
                 content = o > 0 ? g->seal[u] ^ unit_seed(g, obase, l, kind, h, pb) : 0;
-                content += hash_rows(g, unit_ptr(p, pg, l, kind, h), row, o, o + 1);
+                content += row_hash ? row_hash[kind * g->H + h] : hash_rows(g, unit_ptr(p, pg, l, kind, h), row, o, o + 1);
             } else {
                 content = hash_bytes(g, unit_ptr(p, pg, l, kind, h), (size_t)n_rows * row);
             }
@@ -652,20 +658,113 @@ static void after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos) 
             g->tag[u] = 0;
             sealed++;
         }
-    g->store_append = 0;
     g->st.seals += (uint64_t)sealed;
+}
+
+/* An armed lost write lands once the store it watched has written (and sealed) its row: the row
+ * goes back to what it held before the store, as if the write never reached memory. */
+static void land_lost_write(kiln_kv_integ *g, const kiln_kv_seq *s, int slot, int32_t pg) {
+    if (!(g->arm_lost && g->lw_buf && g->lw_page == pg && (!g->arm_seq || g->arm_seq == s))) return;
+    size_t row = g->lw_row;
+    if (memcmp(g->lw_ptr, g->lw_buf, row) != 0) {
+        memcpy(g->lw_ptr, g->lw_buf, row);
+        inj_fault f = {.kind = KILN_KV_FAULT_LOST_WRITE, .seq = (kiln_kv_seq *)s, .slot = slot, .page = pg, .unit = g->lw_unit};
+        add_fault(g, f);
+        g->arm_lost = 0;
+    }
+    g->lw_page = -1;
+    g->lw_held = 0;
+}
+
+static void after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos) {
+    kiln_kv_integ *g = p->integ;
+    kiln_kv_seq *s = (kiln_kv_seq *)cs;
+    kiln_kv_seq_integ *si = s->integ;
+    if (!si) return;
+    const int pt = g->pt, slot = pos / pt;
+    int32_t pg = s->pages[slot];
+    if (pg < 0 || pg >= p->n_pages) return;
+    seal_slice(p, s, si, l, pos, g->store_append, NULL, g->taint);
+    g->store_append = 0;
     g->page_slot[pg] = slot;
     si->hi[l] = pos + 1;
-    if (g->arm_lost && g->lw_buf && g->lw_page == pg && (!g->arm_seq || g->arm_seq == s)) {
-        /* the write "never reached memory": the row goes back to what it held before the store */
-        size_t row = g->lw_row;
-        if (memcmp(g->lw_ptr, g->lw_buf, row) != 0) {
-            memcpy(g->lw_ptr, g->lw_buf, row);
-            inj_fault f = {.kind = KILN_KV_FAULT_LOST_WRITE, .seq = s, .slot = slot, .page = pg, .unit = g->lw_unit};
+    land_lost_write(g, s, slot, pg);
+}
+
+/* ---- stores the device writes (integrity.h "Stores a device writes") --------------------------- */
+int kiln_kv_integ_store_appends(kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int l) {
+    kiln_kv_integ *g = p->integ;
+    if (!g) return 1;
+    if (!g->fused || p->dscale) return 0;
+    const int pt = g->pt;
+    for (int i = 0; i < n; i++) {
+        kiln_kv_seq *s = seq[i];
+        kiln_kv_seq_integ *si = state(p, s);
+        const int slot = pos[i] / pt;
+        if (!si || pos[i] < 0 || slot >= s->n_pages) return 0;
+        sync_records(p, s, si);
+        int hi = si->hi[l];
+        for (int j = i - 1; j >= 0; j--) /* an earlier token of the op stored the sequence's latest row */
+            if (seq[j] == s) { hi = pos[j] + 1; break; }
+        int cov = hi - slot * pt;
+        cov = cov < 0 ? 0 : cov > pt ? pt : cov;
+        if (pos[i] % pt != cov || diagnose(p, s, si, slot) != KILN_KV_DETECT_CONTENT) return 0;
+    }
+    return 1;
+}
+
+void kiln_kv_integ_store_begin(kiln_kv_pool *p, kiln_kv_seq *s, int l, int pos, kiln_kv_integ_pending *pend) {
+    kiln_kv_integ *g = p->integ;
+    uint64_t t0 = tsc();
+    const int held = g->lw_held;
+    before_store(p, s, l, pos); /* an append (kiln_kv_integ_store_appends): checks, no slice read */
+    g->store_append = 0;
+    /* a lost write armed by the campaign takes this store's row: the device must not write it */
+    pend->lost = !held && g->lw_held ? g->lw_kind * g->H + g->lw_h : -1;
+    kiln_kv_seq_integ *si = s->integ;
+    const int slot = pos / g->pt;
+    const int32_t pg = s->pages[slot];
+    pend->pg = pg;
+    pend->prev_hi = si ? si->hi[l] : 0;
+    pend->prev_slot = pg >= 0 && pg < p->n_pages ? g->page_slot[pg] : 0;
+    if (si && pg >= 0 && pg < p->n_pages) {
+        g->page_slot[pg] = slot;
+        si->hi[l] = pos + 1;
+    }
+    add(&g->cycles, tsc() - t0);
+}
+
+void kiln_kv_integ_store_end(kiln_kv_pool *p, const kiln_kv_seq *s, int l, int pos, const uint64_t *row_hash, const kiln_kv_integ_pending *pend) {
+    kiln_kv_integ *g = p->integ;
+    kiln_kv_seq_integ *si = s->integ;
+    const int pt = g->pt, slot = pos / pt;
+    if (!si || slot >= s->n_pages) return;
+    const int32_t pg = s->pages[slot];
+    if (pg < 0 || pg >= p->n_pages) return;
+    uint64_t t0 = tsc();
+    seal_slice(p, s, si, l, pos, 1, row_hash, NULL);
+    if (pend->lost >= 0 && g->lw_held) {
+        /* the device left the row as it was: a fault when what it should have written differs
+         * (compared by the content hashes; the cpu store compares the bytes) */
+        const size_t row = g->lw_row;
+        if (kiln_kv_mlh(g->lw_buf, row, g->hkey + (size_t)(pos % pt) * row / 4) != row_hash[pend->lost]) {
+            inj_fault f = {.kind = KILN_KV_FAULT_LOST_WRITE, .seq = (kiln_kv_seq *)s, .slot = slot, .page = pg, .unit = g->lw_unit};
             add_fault(g, f);
             g->arm_lost = 0;
         }
         g->lw_page = -1;
+        g->lw_held = 0;
+    }
+    add(&g->cycles, tsc() - t0);
+}
+
+void kiln_kv_integ_store_undo(kiln_kv_pool *p, kiln_kv_seq *s, int l, const kiln_kv_integ_pending *pend) {
+    kiln_kv_integ *g = p->integ;
+    if (s->integ) s->integ->hi[l] = pend->prev_hi;
+    if (pend->pg >= 0 && pend->pg < p->n_pages) g->page_slot[pend->pg] = pend->prev_slot;
+    if (pend->lost >= 0) { /* still armed: the host's store of the token takes it */
+        g->lw_page = -1;
+        g->lw_held = 0;
     }
 }
 

@@ -108,6 +108,26 @@ void kiln_kv_integ_bind(kiln_kv_pool *p, kiln_kv_seq *s);            /* after sl
 void kiln_kv_integ_release(kiln_kv_pool *p, kiln_kv_seq *s);         /* before the references drop */
 void kiln_kv_integ_before_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos);
 void kiln_kv_integ_after_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos);
+/* Stores a device writes (the vulkan backend records the row writes of a step and runs them at
+ * its next flush, hashing each row in the shader as it writes it: the seal is computed where the
+ * row is written, not by a second pass). Only plain appends go this way:
+ * kiln_kv_integ_store_appends is 1 when storing positions pos[0..n) of seq[0..n) in layer l (in that
+ * order) appends each row right after the sealed ones of a page the sequence still owns, in a
+ * pool without dynamic scales and with whole-word rows (or integrity off); otherwise the host
+ * stores (kiln_kv_store_cx). Per token, in order: kiln_kv_integ_store_begin when the write is
+ * recorded (the checks of kiln_kv_integ_before_store and the bookkeeping of the stored row: later
+ * tokens of the op see it; pend->lost ≥ 0 names the unit kind·H + h whose row the device must NOT
+ * write: the fault campaign's armed lost write), then once the write has run
+ * kiln_kv_integ_store_end with the row's content hashes (row_hash[kind·H + h], kind 0 K / 1 V, the
+ * keys of its words inside the slice), which seals it (and registers the lost write); or, when the
+ * write never ran (a failed submit), kiln_kv_integ_store_undo in reverse order, after which the host
+ * may store the token again. */
+typedef struct kiln_kv_integ_pending { int32_t pg, prev_slot; int prev_hi, lost; } kiln_kv_integ_pending;
+int kiln_kv_integ_store_appends(kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer);
+void kiln_kv_integ_store_begin(kiln_kv_pool *p, kiln_kv_seq *s, int layer, int pos, kiln_kv_integ_pending *pend);
+void kiln_kv_integ_store_end(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, const uint64_t *row_hash,
+                             const kiln_kv_integ_pending *pend);
+void kiln_kv_integ_store_undo(kiln_kv_pool *p, kiln_kv_seq *s, int layer, const kiln_kv_integ_pending *pend);
 /* End of kiln_kv_seq_share_prefix(dst, src, n): dst takes src's tokens and binding records; a
  * copied partial last page is verified at the source and sealed for dst from the SOURCE bytes. */
 void kiln_kv_integ_copied(kiln_kv_pool *p, const kiln_kv_seq *src, kiln_kv_seq *dst, int n);

@@ -862,6 +862,138 @@ static void test_kv_integrity(void **state) {
     }
 }
 
+/* ---- the KV store: conversions and seals ---------------------------------------------------------
+ * Every backend stores rows bit for bit as the scalar reference converts them — the vulkan shader
+ * converts on the device (BF16 / FP8 round to nearest even in integers, FP8 saturates at ±448 and
+ * stores NaN as 0) — edge values included: ties at FP8 steps (subnormal and normal) and BF16 steps,
+ * values around 448, infinities, NaN, ±0, float subnormals. With KV integrity on, the seals it
+ * leaves (the vulkan shader's row hashes folded on the host) verify on the host: a full verification
+ * of the sequences finds nothing, then one flipped bit is found. One call stores a prefill tile of
+ * one sequence (many rows of one page) and a decode token of another, as a batched step does. A
+ * backend that says it runs kv_store natively must have dispatched. */
+static float edge_value(uint32_t i) {
+    static const uint32_t bits[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xff800001u, 0x7f800001u,
+                                    0x00000001u, 0x80012345u, 0x00800000u, /* float subnormals, min normal */
+                                    0x3f808000u, 0x3f818000u, 0x3f800001u, 0xbf808000u}; /* BF16 ties (1 + 2^-8, 1 + 3·2^-8) */
+    static const float vals[] = {448.0f, 449.0f, 464.0f, 465.0f, 480.0f, -464.0f, 1e6f, -1e30f,           /* saturation */
+                                 1.0625f, 1.1875f, -1.0625f, 0.0078125f * 1.0625f, 240.0f, 248.0f, 232.0f, /* normal FP8 ties */
+                                 0.015625f, 0.015625f - 0.0009765625f, 0.0009765625f, 0.0029296875f, 0.0048828125f, /* 2^-6; subnormal ties */
+                                 -0.0009765625f, 0.00048828125f, 0.0009765626f, 0.0009765624f, 0.0136718750f, 0.0068359375f};
+    const uint32_t nb = sizeof bits / sizeof *bits, nv = sizeof vals / sizeof *vals;
+    if (i < nb) { float f; memcpy(&f, &bits[i], 4); return f; }
+    if (i < nb + nv) return vals[i - nb];
+    return nrand() * ldexpf(1.0f, (int)(rnd32() % 24) - 14); /* magnitudes from 2^-14 to 2^10 */
+}
+
+typedef struct { kiln_kv_dtype dt; float scale; int hd, KV, shared; } kvscase;
+
+static void kv_store_case(const kvscase *c) {
+    const int PT = 8, LA = 19, LB = 5, L = 2, vd = c->shared ? c->hd - 64 : c->hd;
+    float ks[8], vs[8];
+    for (int i = 0; i < 8; i++) ks[i] = vs[i] = c->scale;
+    kiln_kv_config cfg = {.n_layers = L, .n_kv_heads = c->KV, .head_dim = c->hd, .page_tokens = PT, .dtype = c->dt, .v_dim = vd, .v_shares_k = c->shared};
+    if (c->dt == KILN_KV_FP8) { cfg.k_scale = ks; cfg.v_scale = vs; }
+    cfg.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&cfg) + 12 * (int64_t)kiln_kv_page_cost(&cfg);
+    const size_t kvd = (size_t)c->KV * (size_t)c->hd;
+    float *rows = input(ref_be, (size_t)(LA + LB) * 2 * kvd);
+    for (size_t i = 0; i < (size_t)(LA + LB) * 2 * kvd; i++) rows[i] = edge_value((uint32_t)(i % 97 == 0 ? rnd32() % 40 : i < 40 ? i : 1000));
+    int32_t tok[64];
+    for (int i = 0; i < LA + LB; i++) tok[i] = 3 + 5 * i;
+    kiln_kv_pool *pools[MAX_BE + 1];
+    kiln_kv_seq sa[MAX_BE + 1], sb[MAX_BE + 1];
+    for (int p = 0; p <= n_bes; p++) {
+        const kiln_backend *be = p == 0 ? ref_be : bes[p - 1];
+        kiln_kv_config bc = cfg;
+        kiln_be_kv_arrays(be, &bc);
+        assert_int_equal(kiln_kv_pool_create(&bc, &pools[p]), KILN_OK);
+        assert_int_equal(kiln_kv_integ_attach(pools[p], KILN_KV_INTEGRITY_HEAL, 7, NULL, 1), KILN_OK);
+        memset(&sa[p], 0, sizeof sa[p]);
+        memset(&sb[p], 0, sizeof sb[p]);
+        assert_int_equal(kiln_kv_integ_note(pools[p], &sa[p], 0, tok, LA, 1), KILN_OK);
+        assert_int_equal(kiln_kv_integ_note(pools[p], &sb[p], 0, tok + LA, LB, 1), KILN_OK);
+        assert_int_equal(kiln_kv_seq_reserve(pools[p], &sa[p], LA), KILN_OK);
+        assert_int_equal(kiln_kv_seq_reserve(pools[p], &sb[p], LB), KILN_OK);
+        /* B's first LB - 1 rows one by one; then one call: A's LA rows (3 pages, the last partial) and
+         * B's last row */
+        for (int l = 0; l < L; l++)
+            for (int t = 0; t < LB - 1; t++) {
+                kiln_kv_seq *s1 = &sb[p];
+                const float *r = rows + (size_t)(LA + t) * 2 * kvd;
+                be->ops->kv_store(be, pools[p], &s1, &t, 1, l, r, 0, c->shared ? NULL : r + kvd, 0);
+            }
+        kiln_kv_seq *seqs[64];
+        int pos[64];
+        for (int i = 0; i < LA; i++) { seqs[i] = &sa[p]; pos[i] = i; }
+        seqs[LA] = &sb[p];
+        pos[LA] = LB - 1;
+        float *kin = output(be, (size_t)(LA + 1) * kvd), *vin = output(be, (size_t)(LA + 1) * kvd);
+        for (int i = 0; i <= LA; i++) {
+            const float *r = rows + (size_t)(i < LA ? i : LA + LB - 1) * 2 * kvd;
+            memcpy(kin + (size_t)i * kvd, r, kvd * sizeof(float));
+            memcpy(vin + (size_t)i * kvd, r + kvd, kvd * sizeof(float));
+        }
+        for (int l = 0; l < L; l++) {
+            uint64_t d0 = 0, d1 = 0, host = 0;
+            if (be->kind == KILN_BACKEND_VULKAN) kiln_backend_vulkan_counts(be, &d0, &host);
+            be->ops->kv_store(be, pools[p], seqs, pos, LA + 1, l, kin, (int64_t)kvd, c->shared ? NULL : vin, (int64_t)kvd);
+            if (be->kind == KILN_BACKEND_VULKAN && be->ops->supports(be, KILN_OP_KV_STORE, KILN_WF_F32)) {
+                kiln_backend_vulkan_counts(be, &d1, &host);
+                assert_true(d1 > d0); /* the store ran on the device */
+            }
+        }
+        kiln_be_free(be, kin);
+        kiln_be_free(be, vin);
+        sa[p].len = LA;
+        sb[p].len = LB;
+        /* every stored byte as the reference wrote it */
+        for (int l = 0; p > 0 && l < L; l++)
+            for (int kind = 0; kind < (c->shared ? 1 : 2); kind++)
+                for (int h = 0; h < c->KV; h++)
+                    for (int w = 0; w < 2; w++) {
+                        const kiln_kv_seq *s0 = w ? &sb[0] : &sa[0], *s1 = w ? &sb[p] : &sa[p];
+                        for (int t = 0; t < (w ? LB : LA); t++) {
+                            const size_t row = kind ? pools[0]->row_v : kiln_kv_row_k_at(pools[0], l);
+                            const size_t head = kind ? pools[0]->head_v : kiln_kv_head_k_at(pools[0], l);
+                            const size_t page = kind ? pools[0]->page_v : kiln_kv_page_k_at(pools[0], l);
+                            const uint8_t *a0 = (kind ? pools[0]->v[l] : pools[0]->k[l]) + (size_t)s0->pages[t / PT] * page + (size_t)h * head + (size_t)(t % PT) * row;
+                            const uint8_t *a1 = (kind ? pools[p]->v[l] : pools[p]->k[l]) + (size_t)s1->pages[t / PT] * page + (size_t)h * head + (size_t)(t % PT) * row;
+                            if (memcmp(a0, a1, row) != 0) {
+                                fprintf(stderr, "kv_store on %s (%s scale %g): layer %d %s head %d seq %c row %d differs from the reference\n", be_desc(be),
+                                        c->dt == KILN_KV_FP8 ? "fp8" : c->dt == KILN_KV_BF16 ? "bf16" : "f32", (double)c->scale, l, kind ? "V" : "K", h,
+                                        w ? 'B' : 'A', t);
+                                fail();
+                            }
+                        }
+                    }
+    }
+    for (int p = 0; p <= n_bes; p++) { /* the seals verify; one flipped bit (A's slot 1, row 2 of layer 1) does not */
+        kiln_kv_integrity_stats st;
+        assert_int_equal(kiln_kv_integ_verify_seq(pools[p], &sa[p]), 1);
+        assert_int_equal(kiln_kv_integ_verify_seq(pools[p], &sb[p]), 1);
+        kiln_kv_integ_stats(pools[p], &st);
+        assert_int_equal(st.detections, 0);
+        pools[p]->k[1][(size_t)sa[p].pages[1] * kiln_kv_page_k_at(pools[p], 1) + 2 * kiln_kv_row_k_at(pools[p], 1)] ^= 0x04;
+        assert_int_equal(kiln_kv_integ_verify_seq(pools[p], &sa[p]), 0);
+        kiln_kv_integ_stats(pools[p], &st);
+        assert_int_equal(st.detected[KILN_KV_DETECT_CONTENT], 1);
+    }
+    for (int p = 0; p <= n_bes; p++) {
+        kiln_kv_seq_release(pools[p], &sa[p]);
+        kiln_kv_seq_release(pools[p], &sb[p]);
+        free(sa[p].pages);
+        free(sb[p].pages);
+        kiln_kv_pool_free(pools[p]);
+    }
+    kiln_be_free(ref_be, rows);
+}
+
+static void test_kv_store(void **state) {
+    (void)state;
+    const kvscase cases[] = {{KILN_KV_FP8, 1.0f, 64, 2, 0}, {KILN_KV_FP8, 0.37f, 32, 3, 0}, {KILN_KV_BF16, 1.0f, 64, 2, 0},
+                             {KILN_KV_F32, 1.0f, 16, 1, 0}, {KILN_KV_BF16, 1.0f, 576, 1, 1}, {KILN_KV_FP8, 1.0f, 576, 1, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) kv_store_case(&cases[i]);
+}
+
 /* ---- deferred steps (backend.h defer / sync) ---------------------------------------------------------
  * A chain of ops inside a deferred step gives exactly what the same chain gives op by op (the
  * vulkan backend records and submits later; the others compute at once): matmul → RMSNorm →
@@ -1241,7 +1373,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_prefill), cmocka_unit_test(test_matmul_many),     cmocka_unit_test(test_matmul_heads),
         cmocka_unit_test(test_norm_swiglu_add), cmocka_unit_test(test_rope),     cmocka_unit_test(test_embed_argmax),
-        cmocka_unit_test(test_moe),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_kv_integrity), cmocka_unit_test(test_deferred_steps),              cmocka_unit_test(test_dsa_norm_fp8),
+        cmocka_unit_test(test_moe),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_kv_integrity),
+        cmocka_unit_test(test_kv_store), cmocka_unit_test(test_deferred_steps),              cmocka_unit_test(test_dsa_norm_fp8),
         cmocka_unit_test(test_dsa_index_kernels), cmocka_unit_test(test_dsa_select_attend), cmocka_unit_test(test_supports),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

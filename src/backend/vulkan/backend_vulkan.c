@@ -83,6 +83,19 @@ typedef struct {
     kiln_kv_integ_call call;
 } att_check;
 
+/* A KV store the device writes (kv_store.comp), sealed on the host once its dispatch has run:
+ * KV integrity's bookkeeping was done when it was recorded (kiln_kv_integ_store_begin), the seals
+ * take the row hashes the shader computed (kiln_kv_integ_store_end) — or, when the flush failed,
+ * the bookkeeping is undone so that the host can store the tokens again. */
+typedef struct {
+    kiln_kv_pool *p;
+    int layer, n;
+    kiln_kv_seq **seq; /* copies of the call's arrays */
+    int *pos;
+    kiln_kv_integ_pending *pend;
+    uint64_t *hs;      /* [n][kinds][KV heads] row hashes (copied back at the flush) */
+} st_seal;
+
 typedef struct {
     kiln_vk *vk;
     size_t align, max_range;
@@ -101,6 +114,8 @@ typedef struct {
     kiln_vk_buf att_part;    /* attention's per-split partial results (device-local, grown as needed) */
     att_check *checks;       /* hashed attentions recorded since the last flush */
     int n_checks, cap_checks;
+    st_seal *seals;          /* device stores with KV integrity recorded since the last flush */
+    int n_seals, cap_seals;
     int failed;
     /* Deferred steps (backend.h kiln_be_defer): while depth > 0 the device ops only record, and
      * what they recorded runs at the next flush — a host-side op (which reads their results), a
@@ -279,6 +294,23 @@ static int flush(vk_state *s) {
     }
     if (st == KILN_OK)
         for (int i = 0; i < s->n_cb; i++) memcpy(s->cb[i].host, s->cb[i].staged, s->cb[i].bytes);
+    /* the stores' seals first (a step stores a layer before it attends over it), in the order the
+     * stores were recorded; a failed submit: their bookkeeping undone, newest first */
+    for (int k = 0; k < s->n_seals; k++) {
+        st_seal *c = &s->seals[st == KILN_OK ? k : s->n_seals - 1 - k];
+        const size_t per = (size_t)(c->p->cfg.v_shares_k ? 1 : 2) * (size_t)c->p->cfg.n_kv_heads;
+        if (st == KILN_OK)
+            for (int i = 0; i < c->n; i++) kiln_kv_integ_store_end(c->p, c->seq[i], c->layer, c->pos[i], c->hs + (size_t)i * per, &c->pend[i]);
+        else
+            for (int i = c->n - 1; i >= 0; i--) kiln_kv_integ_store_undo(c->p, c->seq[i], c->layer, &c->pend[i]);
+    }
+    for (int k = 0; k < s->n_seals; k++) {
+        free(s->seals[k].seq);
+        free(s->seals[k].pos);
+        free(s->seals[k].pend);
+        free(s->seals[k].hs);
+    }
+    s->n_seals = 0;
     /* the seals of what the attentions read, now that their sums are back (a failed submit: the
      * caller computes those attentions again, on the host, which verifies them itself) */
     for (int i = 0; i < s->n_checks; i++) {
@@ -902,9 +934,136 @@ static void vk_kv_attend_sparse(const kiln_backend *be, const kiln_kv_pool *p, i
     host_first(ST(be));
     kiln_be_common_kv_attend_sparse(be, p, layer, n, seq, pos, sel, nsel, topk, q, n_heads, kq, scale, verify, out);
 }
+/* ---- the KV store on the device (kv_store.comp) --------------------------------------------------- */
+typedef struct {
+    uint64_t kaddr, vaddr;
+    uint32_t page_k, head_k, row_k, page_v, head_v, row_v;
+    uint32_t k_dim, v_dim, kv_heads, kinds;
+    uint32_t k_tok, v_tok, k_off, v_off;
+    uint32_t sc_off, key_off, hash;
+} store_push;
+_Static_assert(sizeof(store_push) <= KILN_VK_PUSH_BYTES, "kv_store push constants");
+
+/* Whether the shader stores this pool's rows: its arrays device-addressable, a plain layout whose
+ * rows are exactly the converted values in whole 32-bit words (F32, BF16, FP8 with static scales:
+ * not DSA's compact rows, not K smoothing, not dynamic page scales, which re-quantize a page's
+ * rows when they grow). KV integrity on: every token a plain append (kiln_kv_integ_store_appends);
+ * the rest — a rewrite after a rollback, a detection to handle — stores on the host. */
+static int store_on_device(vk_state *s, kiln_kv_pool *p, int layer, kiln_kv_seq *const *seq, const int *pos, int n) {
+    const kiln_kv_config *c = &p->cfg;
+    if (s->failed || !kiln_vk_has_bda(s->vk) || p->dsa_key_at || p->k_mean || p->dscale || p->rope_cs) return 0;
+    if (c->dtype != KILN_KV_F32 && c->dtype != KILN_KV_BF16 && c->dtype != KILN_KV_FP8) return 0;
+    const size_t rk = kiln_kv_row_k_at(p, layer), rv = c->v_shares_k ? rk : p->row_v, eb = p->elem_bytes;
+    if (rk != (size_t)c->k_dim * eb || (!c->v_shares_k && rv != (size_t)c->v_dim * eb) || (rk & 3) || (rv & 3)) return 0;
+    if (kiln_kv_page_k_at(p, layer) > UINT32_MAX || p->page_v > UINT32_MAX || c->n_kv_heads <= 0) return 0;
+    const size_t kb = kiln_kv_page_k_at(p, layer) * (size_t)p->n_pages, vb = (c->v_shares_k ? kiln_kv_page_k_at(p, layer) : p->page_v) * (size_t)p->n_pages;
+    if (!device_address(s, p->k[layer], kb) || !device_address(s, p->v[layer], vb)) return 0;
+    if (p->integ && !kiln_kv_integ_fusable(p)) return 0;
+    return !p->integ || kiln_kv_integ_store_appends(p, seq, pos, n, layer);
+}
+
+/* Records the store of the n tokens (one dispatch; with KV integrity the shader hashes each row it
+ * writes into *hs, [n][kinds][KV heads], and leaves unwritten the row of an armed lost write,
+ * pend[i].lost). -1 when something cannot be bound. */
+static int record_store(vk_state *s, kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer, const float *k, int64_t k_tok,
+                        const float *v, int64_t v_tok, const kiln_kv_integ_pending *pend, uint64_t **hs) {
+    const kiln_kv_config *c = &p->cfg;
+    const int H = c->n_kv_heads, nk = c->v_shares_k ? 1 : 2, pt = c->page_tokens, hashing = p->integ != NULL;
+    size_t n_keys = 0;
+    const uint32_t *keys = hashing ? kiln_kv_integ_hash_keys(p, &n_keys) : NULL;
+    if (!v || c->v_shares_k) { v = k; v_tok = k_tok; }
+    /* table: [3n token words | 2H FP8 factors | hash keys]; the factors read after the integrity
+     * checks of the stores' begin (a corrupted static scale is restored before it is used) */
+    const size_t words = 3 * (size_t)n + 2 * (size_t)H + n_keys;
+    uint32_t *tab = malloc(words * sizeof *tab);
+    *hs = hashing ? calloc((size_t)n * (size_t)nk * (size_t)H, sizeof **hs) : NULL;
+    if (!tab || (hashing && !*hs)) { free(tab); return -1; }
+    for (int i = 0; i < n; i++) {
+        const int slot = pos[i] / pt;
+        const int32_t pg = pos[i] >= 0 && slot < seq[i]->n_pages ? seq[i]->pages[slot] : -1;
+        tab[3 * i] = pg >= 0 && pg < p->n_pages ? (uint32_t)pg : UINT32_MAX;
+        tab[3 * i + 1] = (uint32_t)(pos[i] % pt);
+        tab[3 * i + 2] = pend && pend[i].lost >= 0 ? (uint32_t)pend[i].lost : UINT32_MAX;
+    }
+    const uint32_t sc_off = 3u * (uint32_t)n, key_off = sc_off + 2u * (uint32_t)H;
+    for (int h = 0; h < H; h++) {
+        float fk = 1.0f, fv = 1.0f;
+        if (c->dtype == KILN_KV_FP8) {
+            fk = 1.0f / p->k_scale[(size_t)layer * H + h];
+            fv = c->v_shares_k ? fk : 1.0f / p->v_scale[(size_t)layer * H + h];
+        }
+        memcpy(&tab[sc_off + 2 * h], &fk, 4);
+        memcpy(&tab[sc_off + 2 * h + 1], &fv, 4);
+    }
+    if (n_keys) memcpy(tab + key_off, keys, n_keys * sizeof *tab);
+    const size_t kbytes = ((size_t)(n - 1) * (size_t)k_tok + (size_t)H * (size_t)c->k_dim) * sizeof(float);
+    const size_t vbytes = ((size_t)(n - 1) * (size_t)v_tok + (size_t)H * (size_t)(c->v_shares_k ? c->k_dim : c->v_dim)) * sizeof(float);
+    vref kr, vr, tr, hr = {{s->lut.buf, 0, VK_WHOLE_SIZE}, 0};
+    int ok = resolve(s, k, kbytes, 0, &kr) == 0 && resolve(s, v, vbytes, 0, &vr) == 0 && stage(s, tab, words * sizeof *tab, 0, &tr) == 0 &&
+             (!hashing || stage(s, *hs, (size_t)n * (size_t)nk * (size_t)H * sizeof **hs, 1, &hr) == 0);
+    free(tab);
+    if (!ok || (uint32_t)(nk * H) > s->max_gx || (uint32_t)n > kiln_vk_max_groups_y(s->vk)) return -1;
+    const size_t page_k = kiln_kv_page_k_at(p, layer);
+    const store_push pc = {.kaddr = device_address(s, p->k[layer], 1), .vaddr = device_address(s, p->v[layer], 1),
+                           .page_k = (uint32_t)page_k, .head_k = (uint32_t)kiln_kv_head_k_at(p, layer), .row_k = (uint32_t)kiln_kv_row_k_at(p, layer),
+                           .page_v = (uint32_t)(c->v_shares_k ? page_k : p->page_v), .head_v = (uint32_t)(c->v_shares_k ? kiln_kv_head_k_at(p, layer) : p->head_v),
+                           .row_v = (uint32_t)(c->v_shares_k ? kiln_kv_row_k_at(p, layer) : p->row_v),
+                           .k_dim = (uint32_t)c->k_dim, .v_dim = (uint32_t)(c->v_shares_k ? c->k_dim : c->v_dim), .kv_heads = (uint32_t)H,
+                           .kinds = (uint32_t)nk, .k_tok = (uint32_t)k_tok, .v_tok = (uint32_t)v_tok, .k_off = kr.off, .v_off = vr.off,
+                           .sc_off = sc_off, .key_off = key_off, .hash = (uint32_t)hashing};
+    const kiln_vk_shader sh = c->dtype == KILN_KV_FP8 ? KILN_VK_SH_kv_store_fp8 : c->dtype == KILN_KV_BF16 ? KILN_VK_SH_kv_store_bf16
+                                                                                                          : KILN_VK_SH_kv_store_f32;
+    const kiln_vk_bind b[4] = {kr.b, vr.b, tr.b, hr.b};
+    s->n_dispatch++;
+    if (kiln_vk_dispatch(s->vk, sh, b, 4, &pc, sizeof pc, (uint32_t)(nk * H), (uint32_t)n, 1) != KILN_OK) {
+        fail_once(s, "KV store dispatch");
+        return -1;
+    }
+    return 0;
+}
+
+/* The KV store on the device where store_on_device says so: the rows are written by the step's
+ * recording, no submit of its own — the layer's attention follows in the same command buffer.
+ * KV integrity: the stores' bookkeeping now, their seals from the shader's row hashes at the flush
+ * that runs them (before the attentions' checks of that flush). Otherwise the host stores. */
 static void vk_kv_store(const kiln_backend *be, kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer, const float *k, int64_t k_tok,
                         const float *v, int64_t v_tok) {
-    host_first(ST(be));
+    vk_state *s = ST(be);
+    if (n <= 0) return;
+    if (!store_on_device(s, p, layer, seq, pos, n)) {
+        host_first(s);
+        kiln_backend_cpu_ops.kv_store(be, p, seq, pos, n, layer, k, k_tok, v, v_tok);
+        return;
+    }
+    st_seal c = {p, layer, n, NULL, NULL, NULL, NULL};
+    if (p->integ) {
+        c.seq = malloc((size_t)n * sizeof *c.seq);
+        c.pos = malloc((size_t)n * sizeof *c.pos);
+        c.pend = malloc((size_t)n * sizeof *c.pend);
+        if (!c.seq || !c.pos || !c.pend || grow((void **)&s->seals, &s->cap_seals, s->n_seals + 1, sizeof *s->seals)) {
+            free(c.seq); free(c.pos); free(c.pend);
+            host_first(s);
+            kiln_backend_cpu_ops.kv_store(be, p, seq, pos, n, layer, k, k_tok, v, v_tok);
+            return;
+        }
+        memcpy(c.seq, seq, (size_t)n * sizeof *c.seq);
+        memcpy(c.pos, pos, (size_t)n * sizeof *c.pos);
+        for (int i = 0; i < n; i++) kiln_kv_integ_store_begin(p, seq[i], layer, pos[i], &c.pend[i]);
+    }
+    const int ok = record_store(s, p, seq, pos, n, layer, k, k_tok, v, v_tok, c.pend, &c.hs) == 0;
+    for (int i = 0; ok && i < n; i++) {
+        const int slot = pos[i] / p->cfg.page_tokens;
+        const int32_t pg = slot < seq[i]->n_pages ? seq[i]->pages[slot] : -1;
+        if (pos[i] % p->cfg.page_tokens == p->cfg.page_tokens - 1 && layer == p->cfg.n_layers - 1 && pg >= 0 && pg < p->n_pages)
+            p->pages[pg].flags |= KILN_KV_PAGE_SEALED;
+    }
+    if (ok && p->integ) s->seals[s->n_seals++] = c; /* sealed (or undone) at the flush that runs it */
+    if (ok && done(s) == 0) return;
+    /* not recorded: its bookkeeping undone (the host stores it below); recorded but the flush
+     * failed: undone there */
+    for (int i = n - 1; !ok && p->integ && i >= 0; i--) kiln_kv_integ_store_undo(p, seq[i], layer, &c.pend[i]);
+    abandon(s); /* runs what was recorded, copybacks into c.hs included, before it is freed */
+    if (!ok) { free(c.seq); free(c.pos); free(c.pend); free(c.hs); }
     kiln_backend_cpu_ops.kv_store(be, p, seq, pos, n, layer, k, k_tok, v, v_tok);
 }
 /* Attention on the device where the pool's pages are device-addressable (attend_on_device). KV
@@ -974,7 +1133,8 @@ static int vk_supports(const kiln_backend *be, kiln_op op, kiln_wformat fmt) {
     case KILN_OP_ROPE:
     case KILN_OP_ADD:
     case KILN_OP_SWIGLU: return 1;
-    case KILN_OP_KV_ATTEND: return kiln_vk_has_bda(ST(be)->vk);
+    case KILN_OP_KV_ATTEND:
+    case KILN_OP_KV_STORE: return kiln_vk_has_bda(ST(be)->vk); /* over pools whose arrays came from kv_alloc */
     case KILN_OP_MOE_COMBINE: return 1; /* over pools whose arrays came from kv_alloc */
     default: return 0;
     }
