@@ -868,7 +868,8 @@ static void test_kv_integrity(void **state) {
  * stores NaN as 0) — edge values included: ties at FP8 steps (subnormal and normal) and BF16 steps,
  * values around 448, infinities, NaN, ±0, float subnormals. With KV integrity on, the seals it
  * leaves (the vulkan shader's row hashes folded on the host) verify on the host: a full verification
- * of the sequences finds nothing, then one flipped bit is found. One call stores a prefill tile of
+ * of the sequences finds nothing, then one flipped bit is found. FP8 with K smoothing (key means
+ * subtracted before the scale) too. One call stores a prefill tile of
  * one sequence (many rows of one page) and a decode token of another, as a batched step does. A
  * backend that says it runs kv_store natively must have dispatched. */
 static float edge_value(uint32_t i) {
@@ -885,7 +886,7 @@ static float edge_value(uint32_t i) {
     return nrand() * ldexpf(1.0f, (int)(rnd32() % 24) - 14); /* magnitudes from 2^-14 to 2^10 */
 }
 
-typedef struct { kiln_kv_dtype dt; float scale; int hd, KV, shared; } kvscase;
+typedef struct { kiln_kv_dtype dt; float scale; int hd, KV, shared, smooth; } kvscase;
 
 static void kv_store_case(const kvscase *c) {
     const int PT = 8, LA = 19, LB = 5, L = 2, vd = c->shared ? c->hd - 64 : c->hd;
@@ -893,6 +894,9 @@ static void kv_store_case(const kvscase *c) {
     for (int i = 0; i < 8; i++) ks[i] = vs[i] = c->scale;
     kiln_kv_config cfg = {.n_layers = L, .n_kv_heads = c->KV, .head_dim = c->hd, .page_tokens = PT, .dtype = c->dt, .v_dim = vd, .v_shares_k = c->shared};
     if (c->dt == KILN_KV_FP8) { cfg.k_scale = ks; cfg.v_scale = vs; }
+    float mu[2 * 4 * 64]; /* K smoothing: means [layer][KV head][k_dim] subtracted before the scale */
+    for (int i = 0; i < L * c->KV * c->hd && c->smooth; i++) mu[i] = 0.3f * nrand();
+    if (c->smooth) cfg.k_mean = mu;
     cfg.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&cfg) + 12 * (int64_t)kiln_kv_page_cost(&cfg);
     const size_t kvd = (size_t)c->KV * (size_t)c->hd;
     float *rows = input(ref_be, (size_t)(LA + LB) * 2 * kvd);
@@ -989,8 +993,9 @@ static void kv_store_case(const kvscase *c) {
 
 static void test_kv_store(void **state) {
     (void)state;
-    const kvscase cases[] = {{KILN_KV_FP8, 1.0f, 64, 2, 0}, {KILN_KV_FP8, 0.37f, 32, 3, 0}, {KILN_KV_BF16, 1.0f, 64, 2, 0},
-                             {KILN_KV_F32, 1.0f, 16, 1, 0}, {KILN_KV_BF16, 1.0f, 576, 1, 1}, {KILN_KV_FP8, 1.0f, 576, 1, 1}};
+    const kvscase cases[] = {{KILN_KV_FP8, 1.0f, 64, 2, 0, 0}, {KILN_KV_FP8, 0.37f, 32, 3, 0, 0}, {KILN_KV_FP8, 0.05f, 64, 4, 0, 1},
+                             {KILN_KV_BF16, 1.0f, 64, 2, 0, 0}, {KILN_KV_F32, 1.0f, 16, 1, 0, 0}, {KILN_KV_BF16, 1.0f, 576, 1, 1, 0},
+                             {KILN_KV_FP8, 1.0f, 576, 1, 1, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) kv_store_case(&cases[i]);
 }
 

@@ -940,18 +940,19 @@ typedef struct {
     uint32_t page_k, head_k, row_k, page_v, head_v, row_v;
     uint32_t k_dim, v_dim, kv_heads, kinds;
     uint32_t k_tok, v_tok, k_off, v_off;
-    uint32_t sc_off, key_off, hash;
+    uint32_t sc_off, key_off, hash, mu_off;
 } store_push;
 _Static_assert(sizeof(store_push) <= KILN_VK_PUSH_BYTES, "kv_store push constants");
 
 /* Whether the shader stores this pool's rows: its arrays device-addressable, a plain layout whose
- * rows are exactly the converted values in whole 32-bit words (F32, BF16, FP8 with static scales:
- * not DSA's compact rows, not K smoothing, not dynamic page scales, which re-quantize a page's
- * rows when they grow). KV integrity on: every token a plain append (kiln_kv_integ_store_appends);
+ * rows are exactly the converted values in whole 32-bit words (F32, BF16, FP8 with static scales
+ * and post-RoPE K smoothing: not DSA's compact rows, not pre-RoPE smoothing (a rotated mean per
+ * position), not dynamic page scales, which re-quantize a page's rows when they grow). KV integrity on: every token a plain append (kiln_kv_integ_store_appends);
  * the rest — a rewrite after a rollback, a detection to handle — stores on the host. */
 static int store_on_device(vk_state *s, kiln_kv_pool *p, int layer, kiln_kv_seq *const *seq, const int *pos, int n) {
     const kiln_kv_config *c = &p->cfg;
-    if (s->failed || !kiln_vk_has_bda(s->vk) || p->dsa_key_at || p->k_mean || p->dscale || p->rope_cs) return 0;
+    if (s->failed || !kiln_vk_has_bda(s->vk) || p->dsa_key_at || p->dscale || p->rope_cs) return 0;
+    if (p->k_mean && (c->dtype != KILN_KV_FP8 || c->v_shares_k)) return 0; /* key means: FP8 K arrays only (kv.c has_kmean) */
     if (c->dtype != KILN_KV_F32 && c->dtype != KILN_KV_BF16 && c->dtype != KILN_KV_FP8) return 0;
     const size_t rk = kiln_kv_row_k_at(p, layer), rv = c->v_shares_k ? rk : p->row_v, eb = p->elem_bytes;
     if (rk != (size_t)c->k_dim * eb || (!c->v_shares_k && rv != (size_t)c->v_dim * eb) || (rk & 3) || (rv & 3)) return 0;
@@ -972,9 +973,11 @@ static int record_store(vk_state *s, kiln_kv_pool *p, kiln_kv_seq *const *seq, c
     size_t n_keys = 0;
     const uint32_t *keys = hashing ? kiln_kv_integ_hash_keys(p, &n_keys) : NULL;
     if (!v || c->v_shares_k) { v = k; v_tok = k_tok; }
-    /* table: [3n token words | 2H FP8 factors | hash keys]; the factors read after the integrity
-     * checks of the stores' begin (a corrupted static scale is restored before it is used) */
-    const size_t words = 3 * (size_t)n + 2 * (size_t)H + n_keys;
+    /* table: [3n token words | 2H FP8 factors | hash keys | the layer's key means, H × k_dim]; the
+     * factors and means read after the integrity checks of the stores' begin (a corrupted static
+     * scale or mean is restored before it is used) */
+    const size_t n_mu = p->k_mean ? (size_t)H * (size_t)c->k_dim : 0;
+    const size_t words = 3 * (size_t)n + 2 * (size_t)H + n_keys + n_mu;
     uint32_t *tab = malloc(words * sizeof *tab);
     *hs = hashing ? calloc((size_t)n * (size_t)nk * (size_t)H, sizeof **hs) : NULL;
     if (!tab || (hashing && !*hs)) { free(tab); return -1; }
@@ -996,6 +999,8 @@ static int record_store(vk_state *s, kiln_kv_pool *p, kiln_kv_seq *const *seq, c
         memcpy(&tab[sc_off + 2 * h + 1], &fv, 4);
     }
     if (n_keys) memcpy(tab + key_off, keys, n_keys * sizeof *tab);
+    const uint32_t mu_off = n_mu ? key_off + (uint32_t)n_keys : 0u;
+    if (n_mu) memcpy(tab + mu_off, p->k_mean + (size_t)layer * n_mu, n_mu * sizeof *tab);
     const size_t kbytes = ((size_t)(n - 1) * (size_t)k_tok + (size_t)H * (size_t)c->k_dim) * sizeof(float);
     const size_t vbytes = ((size_t)(n - 1) * (size_t)v_tok + (size_t)H * (size_t)(c->v_shares_k ? c->k_dim : c->v_dim)) * sizeof(float);
     vref kr, vr, tr, hr = {{s->lut.buf, 0, VK_WHOLE_SIZE}, 0};
@@ -1010,7 +1015,7 @@ static int record_store(vk_state *s, kiln_kv_pool *p, kiln_kv_seq *const *seq, c
                            .row_v = (uint32_t)(c->v_shares_k ? kiln_kv_row_k_at(p, layer) : p->row_v),
                            .k_dim = (uint32_t)c->k_dim, .v_dim = (uint32_t)(c->v_shares_k ? c->k_dim : c->v_dim), .kv_heads = (uint32_t)H,
                            .kinds = (uint32_t)nk, .k_tok = (uint32_t)k_tok, .v_tok = (uint32_t)v_tok, .k_off = kr.off, .v_off = vr.off,
-                           .sc_off = sc_off, .key_off = key_off, .hash = (uint32_t)hashing};
+                           .sc_off = sc_off, .key_off = key_off, .hash = (uint32_t)hashing, .mu_off = mu_off};
     const kiln_vk_shader sh = c->dtype == KILN_KV_FP8 ? KILN_VK_SH_kv_store_fp8 : c->dtype == KILN_KV_BF16 ? KILN_VK_SH_kv_store_bf16
                                                                                                           : KILN_VK_SH_kv_store_f32;
     const kiln_vk_bind b[4] = {kr.b, vr.b, tr.b, hr.b};

@@ -17,7 +17,10 @@
 // never dereferences a page outside the pool), its row in the page at [3i + 1], at [3i + 2] the
 // unit (kind × H + head) whose row is hashed but not written — the integrity campaign's lost write,
 // a row that never reaches memory (0xffffffff: none); the FP8 factors
-// 1 / scale of KV head h at [sc_off + 2h] (K) and [+ 1] (V), as float bits.
+// 1 / scale of KV head h at [sc_off + 2h] (K) and [+ 1] (V), as float bits; with K smoothing
+// (mu_off != 0: FP8 pools with key means, kv/kv.h k_mean) the layer's means [KV heads][k_dim] at
+// mu_off, subtracted from the K values before the scale (x − μ, rounded, then × 1/scale: the host's
+// order).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 layout(local_size_x = 64) in;
@@ -31,7 +34,7 @@ layout(push_constant) uniform P {
     uint page_k, head_k, row_k, page_v, head_v, row_v; // bytes
     uint k_dim, v_dim, kv_heads, kinds;
     uint k_tok, v_tok, k_off, v_off;                    // floats: token stride, the binding's first
-    uint sc_off, key_off, hash;
+    uint sc_off, key_off, hash, mu_off;
 } p;
 shared uint64_t red[64];
 
@@ -85,7 +88,9 @@ void main() {
 #else
         uint word = 0u;
         for (uint j = 0u; j < 4u; j++) {
-            precise float y = uintBitsToFloat(src(kind, x0 + 4u * w + j)) * inv;
+            precise float x = uintBitsToFloat(src(kind, x0 + 4u * w + j));
+            if (kind == 0u && p.mu_off != 0u) x = x - uintBitsToFloat(tab[p.mu_off + h * p.k_dim + 4u * w + j]);
+            precise float y = x * inv;
             word |= fp8(y) << (8u * j);
         }
 #endif
