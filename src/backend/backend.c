@@ -20,7 +20,7 @@ const char *kiln_backend_kind_name(kiln_backend_kind k) {
 const char *kiln_op_name(kiln_op op) {
     static const char *const names[KILN_OP_COUNT] = {"embed", "rmsnorm", "rope", "add", "swiglu", "matmul",
                                                     "matmul_heads", "moe_route", "moe_experts", "moe_combine", "kv_store", "kv_attend", "argmax",
-                                                    "layernorm", "fp8_round", "kv_index", "kv_attend_sparse"};
+                                                    "layernorm", "fp8_round", "kv_index", "kv_attend_sparse", "copy_rows"};
     return (unsigned)op < KILN_OP_COUNT ? names[op] : "?";
 }
 
@@ -116,6 +116,11 @@ void kiln_be_common_kv_store(const kiln_backend *be, kiln_kv_pool *p, kiln_kv_se
     for (int i = 0; i < n; i++)
         kiln_kv_store_cx(&be->cx, p, seq[i], layer, pos[i], k + (size_t)i * (size_t)k_tok, v ? v + (size_t)i * (size_t)v_tok : NULL);
 }
+void kiln_be_common_copy_rows(const kiln_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int rows, int width) {
+    (void)be;
+    for (int i = 0; i < rows; i++) memcpy(dst + (size_t)i * (size_t)dst_stride, src + (size_t)i * (size_t)src_stride, (size_t)width * sizeof(float));
+}
+
 void kiln_be_common_moe_combine(const kiln_backend *be, int n, int K, int dim, const int *slot, const float *wt, const float *yg, float *Y) {
     (void)be;
     for (int i = 0; i < n; i++) {

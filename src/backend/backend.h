@@ -58,6 +58,7 @@ typedef enum kiln_op {
     KILN_OP_FP8_ROUND,
     KILN_OP_KV_INDEX,
     KILN_OP_KV_ATTEND_SPARSE,
+    KILN_OP_COPY_ROWS,
     KILN_OP_COUNT
 } kiln_op;
 
@@ -80,6 +81,10 @@ typedef struct kiln_backend_ops {
      * (x + i·row_stride) with cos/sin row cs + i·rot. */
     void (*rope)(const kiln_backend *be, const kiln_rope *r, float *x, int n, int64_t row_stride, int n_heads, int head_stride,
                  const float *cs);
+    /* dst[i·dst_stride + j] = src[i·src_stride + j] for i < rows, j < width (the regions do not
+     * overlap): the row copies model code would otherwise make on the host — fused-projection
+     * splits, MLA's latent and query parts — so that a deferring backend need not stop for them. */
+    void (*copy_rows)(const kiln_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int rows, int width);
     /* y[i] += x[i], i < len. */
     void (*add)(const kiln_backend *be, float *y, const float *x, int64_t len);
     /* y [rows, width] += b [width] per row. */

@@ -16,6 +16,7 @@ void kiln_be_common_rope_table(const kiln_backend *be, const kiln_rope *r, const
 void kiln_be_common_rope(const kiln_backend *be, const kiln_rope *r, float *x, int n, int64_t row_stride, int n_heads, int head_stride,
                          const float *cs);
 void kiln_be_common_add(const kiln_backend *be, float *y, const float *x, int64_t len);
+void kiln_be_common_copy_rows(const kiln_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int rows, int width);
 void kiln_be_common_add_bias(const kiln_backend *be, float *y, const float *b, int rows, int width);
 int kiln_be_common_moe_route(const kiln_backend *be, const kiln_moe_cfg *c, const float *logits, const float *bias, int n, int *idx,
                              float *wt, float *tmp);

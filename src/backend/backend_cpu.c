@@ -137,6 +137,7 @@ const kiln_backend_ops kiln_backend_cpu_ops = {
     .rope_table = kiln_be_common_rope_table,
     .rope = kiln_be_common_rope,
     .add = kiln_be_common_add,
+    .copy_rows = kiln_be_common_copy_rows,
     .add_bias = kiln_be_common_add_bias,
     .swiglu = cpu_swiglu,
     .matmul_many = cpu_matmul_many,

@@ -83,6 +83,7 @@ const kiln_backend_ops kiln_backend_ref_ops = {
     .rope_table = kiln_be_common_rope_table,
     .rope = kiln_be_common_rope,
     .add = kiln_be_common_add,
+    .copy_rows = kiln_be_common_copy_rows,
     .add_bias = kiln_be_common_add_bias,
     .swiglu = ref_swiglu,
     .matmul_many = ref_matmul_many,

@@ -136,13 +136,11 @@ static void gqa(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_a
     const int n = b->n, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, qd = H * hd, kvd = KV * hd;
     if (ah->qkv_fused) {
         kiln_be_matmul(be, &L->wqkv, ws->xb, ws->qkv, n);
-        kiln_be_wait(be); /* split on the host */
-        for (int i = 0; i < n; i++) { /* row i is [q | k | v] */
-            const float *src = ws->qkv + (size_t)i * (qd + 2 * kvd);
-            memcpy(ws->q + (size_t)i * qd, src, (size_t)qd * 4);
-            memcpy(ws->k + (size_t)i * kvd, src + qd, (size_t)kvd * 4);
-            memcpy(ws->v + (size_t)i * kvd, src + qd + kvd, (size_t)kvd * 4);
-        }
+        /* row i is [q | k | v]: split by the backend (no host access, so no stop on a device) */
+        const int64_t row = qd + 2 * kvd;
+        be->ops->copy_rows(be, ws->q, qd, ws->qkv, row, n, qd);
+        be->ops->copy_rows(be, ws->k, kvd, ws->qkv + qd, row, n, kvd);
+        be->ops->copy_rows(be, ws->v, kvd, ws->qkv + qd + kvd, row, n, kvd);
     } else {
         /* one parallel section for the three projections of the same input */
         const kiln_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
@@ -171,11 +169,9 @@ static void mlp(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_a
     const int F = m->hp.ffn_dim;
     if (ah->ffn_fused) {
         kiln_be_matmul(be, &L->w_gate_up, X, ws->hb, n);
-        /* row i of hb is [gate F | up F]: silu(gate)·up in place, then packed into hb2 (on the host,
-         * once the backend has computed every row) */
+        /* row i of hb is [gate F | up F]: silu(gate)·up in place, then packed into hb2 */
         for (int i = 0; i < n; i++) kiln_be_swiglu(be, ws->hb + (size_t)i * 2 * F, ws->hb + (size_t)i * 2 * F + F, F);
-        kiln_be_wait(be);
-        for (int i = 0; i < n; i++) memcpy(ws->hb2 + (size_t)i * F, ws->hb + (size_t)i * 2 * F, (size_t)F * sizeof(float));
+        be->ops->copy_rows(be, ws->hb2, F, ws->hb, 2 * (int64_t)F, n, F);
         kiln_be_matmul(be, &L->w_down, ws->hb2, ws->tmp, n);
     } else {
         const kiln_weight *w2[2] = {&L->w_gate, &L->w_up};

@@ -102,9 +102,8 @@ kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, cons
         kiln_be_rmsnorm(be, ws->qa, ws->qa, L->q_a_norm, n, c->q_lora_rank, c->lora_eps);
         kiln_be_matmul(be, &L->wq_b, ws->qa, ws->q, n);
     }
-    /* latents [n, r + dr]: RMSNorm over the c part, RoPE over the shared k_pe part (the k_pe part
-     * copied on the host: the projections must have run, backend.h kiln_be_wait) */
-    kiln_be_wait(be);
+    /* latents [n, r + dr]: RMSNorm over the c part, RoPE over the shared k_pe part (copied by the
+     * backend: no host access, so no stop on a device) */
     for (int i = 0; i < n; i++) {
         const float *src = ws->kva + (size_t)i * krow;
         float *lat = ws->lat + (size_t)i * row;
@@ -112,16 +111,13 @@ kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, cons
         /* DSA: the official code rounds the normed latent through FP8 (per 128, power-of-two
          * scales) before caching it: its FP8 KV cache, simulated in bf16 */
         if (c->dsa) be->ops->fp8_round(be, lat, 1, r, 0);
-        memcpy(lat + r, src + r, (size_t)dr * sizeof(float));
     }
+    be->ops->copy_rows(be, ws->lat + r, row, ws->kva + r, krow, n, dr);
     be->ops->rope(be, rope, ws->lat + r, n, row, 1, dr, cs);
     be->ops->rope(be, rope, ws->q + dn, n, (int64_t)H * qh, H, qh, cs);
     /* absorbed queries [n, H, r + dr]: q_abs_h = [W_UK_hᵀ q_nope_h, q_pe_h] */
     be->ops->matmul_heads(be, L->ukt, H, n, ws->q, (int64_t)H * qh, qh, ws->qabs, (int64_t)H * krow, krow, ws->gin, ws->gout);
-    kiln_be_wait(be);
-    for (int i = 0; i < n; i++)
-        for (int h = 0; h < H; h++)
-            memcpy(ws->qabs + ((size_t)i * H + h) * krow + r, ws->q + (size_t)i * H * qh + (size_t)h * qh + dn, (size_t)dr * sizeof(float));
+    be->ops->copy_rows(be, ws->qabs + r, krow, ws->q + dn, qh, n * H, dr); /* (token, head) rows: uniform strides */
     if (c->dsa && L->idx_full) { /* the indexer's key of each token goes into its cached row; its query and head weights */
         const int Hi = c->idx_heads, d = c->idx_dim;
         { /* keys ki [n, d] and head weights [n, Hi] read the same X: one parallel section */
@@ -135,8 +131,7 @@ kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, cons
         be->ops->rope(be, &c->idx_rope, ws->ki, n, d, 1, d, cs);
         be->ops->fp8_round(be, ws->qi, n * Hi, d, 1);
         be->ops->fp8_round(be, ws->ki, n, d, 1);
-        kiln_be_wait(be);
-        for (int i = 0; i < n; i++) memcpy(ws->lat + (size_t)i * row + krow, ws->ki + (size_t)i * d, (size_t)d * sizeof(float));
+        be->ops->copy_rows(be, ws->lat + krow, row, ws->ki, d, n, d);
     } else if (c->dsa) { /* a "shared" layer caches no indexer key: zeros, not the scratch's last contents */
         kiln_be_wait(be);
         for (int i = 0; i < n; i++) memset(ws->lat + (size_t)i * row + krow, 0, (size_t)c->idx_dim * sizeof(float));

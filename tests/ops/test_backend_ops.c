@@ -513,6 +513,36 @@ static void test_norm_swiglu_add(void **state) {
 }
 
 /* RoPE in every layout: NEOX / NORM pairs, whole and partial rotary, YaRN; several heads and tokens. */
+/* copy_rows: rows of a strided source into a strided destination, bit for bit (NaN payloads
+ * too), the gaps of the destination untouched — into a backend buffer and into the caller's own
+ * array (staged by the vulkan backend). */
+static void test_copy_rows(void **state) {
+    (void)state;
+    static const int shapes[][4] = {{3, 7, 10, 9}, {5, 64, 64, 200}, {70, 1, 3, 2}, {2, 300, 310, 305}}; /* rows, width, dst stride, src stride */
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int rows = shapes[si][0], width = shapes[si][1], ds = shapes[si][2], ss = shapes[si][3];
+        const size_t dn = (size_t)rows * (size_t)ds, sn = (size_t)rows * (size_t)ss;
+        for (int b = 0; b < n_bes; b++)
+            for (int own = 0; own < 2; own++) {
+                float *src = input(bes[b], sn);
+                uint32_t nan_bits = 0x7fa12345u; /* a signalling-NaN payload survives */
+                memcpy(&src[0], &nan_bits, 4);
+                float *dst = own ? malloc(dn * sizeof(float)) : kiln_be_alloc(bes[b], dn * sizeof(float));
+                assert_non_null(dst);
+                for (size_t i = 0; i < dn; i++) dst[i] = -1.5f;
+                bes[b]->ops->copy_rows(bes[b], dst, ds, src, ss, rows, width);
+                for (int i = 0; i < rows; i++)
+                    for (int j = 0; j < ds; j++) {
+                        const float *got = &dst[(size_t)i * ds + j];
+                        const int ok = j < width ? memcmp(got, &src[(size_t)i * ss + j], 4) == 0 : *got == -1.5f;
+                        if (!ok) { fprintf(stderr, "copy_rows on %s (%d x %d, strides %d / %d): row %d column %d\n", be_desc(bes[b]), rows, width, ds, ss, i, j); fail(); }
+                    }
+                if (own) free(dst); else kiln_be_free(bes[b], dst);
+                kiln_be_free(bes[b], src);
+            }
+    }
+}
+
 static void test_rope(void **state) {
     (void)state;
     const kiln_yarn yarn = {.enabled = 1, .factor = 40.0f, .orig_ctx = 4096, .beta_fast = 32, .beta_slow = 1, .mscale = 1.0f, .mscale_all_dim = 1.0f};
@@ -1379,7 +1409,7 @@ int main(void) {
         cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_prefill), cmocka_unit_test(test_matmul_many),     cmocka_unit_test(test_matmul_heads),
         cmocka_unit_test(test_norm_swiglu_add), cmocka_unit_test(test_rope),     cmocka_unit_test(test_embed_argmax),
         cmocka_unit_test(test_moe),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_kv_integrity),
-        cmocka_unit_test(test_kv_store), cmocka_unit_test(test_deferred_steps),              cmocka_unit_test(test_dsa_norm_fp8),
+        cmocka_unit_test(test_kv_store), cmocka_unit_test(test_copy_rows), cmocka_unit_test(test_deferred_steps),              cmocka_unit_test(test_dsa_norm_fp8),
         cmocka_unit_test(test_dsa_index_kernels), cmocka_unit_test(test_dsa_select_attend), cmocka_unit_test(test_supports),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

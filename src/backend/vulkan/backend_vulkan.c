@@ -603,6 +603,32 @@ static int record_ew(vk_state *s, kiln_vk_shader sh, float *y, const float *x, s
     return 0;
 }
 
+/* Row copies on the device (copy_rows.comp), so that model code's splits need no submit. */
+static void vk_copy_rows(const kiln_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int rows, int width) {
+    vk_state *s = ST(be);
+    if (rows <= 0 || width <= 0) return;
+    const size_t dn = (size_t)(rows - 1) * (size_t)dst_stride + (size_t)width, sn = (size_t)(rows - 1) * (size_t)src_stride + (size_t)width;
+    if (!s->failed && dst_stride >= 0 && src_stride >= 0 && dn <= UINT32_MAX && sn <= UINT32_MAX) {
+        vref dr = {{0}, 0}, sr = {{0}, 0};
+        int ok = resolve(s, dst, dn * sizeof(float), 1, &dr) == 0 && resolve(s, src, sn * sizeof(float), 0, &sr) == 0;
+        const uint32_t gy_max = kiln_vk_max_groups_y(s->vk), gx = (uint32_t)((width + 63) / 64) < 64u ? (uint32_t)((width + 63) / 64) : 64u;
+        const kiln_vk_bind b[2] = {dr.b, sr.b};
+        for (int r0 = 0; ok && r0 < rows; r0 += (int)gy_max) {
+            const uint32_t gy = (uint32_t)(rows - r0) < gy_max ? (uint32_t)(rows - r0) : gy_max;
+            const struct { uint32_t width, d_stride, s_stride, d_off, s_off, row0; } pc = {(uint32_t)width, (uint32_t)dst_stride, (uint32_t)src_stride,
+                                                                                           dr.off, sr.off, (uint32_t)r0};
+            s->n_dispatch++;
+            if (kiln_vk_dispatch(s->vk, KILN_VK_SH_copy_rows, b, 2, &pc, sizeof pc, gx, gy, 1) != KILN_OK) {
+                fail_once(s, "dispatch");
+                ok = 0;
+            }
+        }
+        if (ok && done(s) == 0) return;
+        abandon(s);
+    } else host_first(s);
+    kiln_be_common_copy_rows(be, dst, dst_stride, src, src_stride, rows, width);
+}
+
 static void vk_add(const kiln_backend *be, float *y, const float *x, int64_t len) {
     vk_state *s = ST(be);
     if (!s->failed && record_ew(s, KILN_VK_SH_add, y, x, (size_t)len, len, 0) == 0 && done(s) == 0) return;
@@ -1137,7 +1163,8 @@ static int vk_supports(const kiln_backend *be, kiln_op op, kiln_wformat fmt) {
     case KILN_OP_RMSNORM:
     case KILN_OP_ROPE:
     case KILN_OP_ADD:
-    case KILN_OP_SWIGLU: return 1;
+    case KILN_OP_SWIGLU:
+    case KILN_OP_COPY_ROWS: return 1;
     case KILN_OP_KV_ATTEND:
     case KILN_OP_KV_STORE: return kiln_vk_has_bda(ST(be)->vk); /* over pools whose arrays came from kv_alloc */
     case KILN_OP_MOE_COMBINE: return 1; /* over pools whose arrays came from kv_alloc */
@@ -1154,6 +1181,7 @@ const kiln_backend_ops kiln_backend_vulkan_ops = {
     .rope_table = vk_rope_table,
     .rope = vk_rope,
     .add = vk_add,
+    .copy_rows = vk_copy_rows,
     .add_bias = vk_add_bias,
     .swiglu = vk_swiglu,
     .matmul_many = vk_matmul_many,

@@ -21,7 +21,7 @@
  * the same names (build/vk_spirv.S embeds build/shaders/NAME.spv as kiln_spv_NAME). */
 #define KILN_VK_SHADERS(X) \
     X(matmul_f32) X(matmul_f16) X(matmul_bf16) X(matmul_fp8) X(matmul_int4) X(matmul_q8_0) X(matmul_q4_0) X(matmul_q4_k) X(matmul_q5_k) X(matmul_q6_k) X(matmul_q2_k) X(matmul_q3_k) X(matmul_iq4_xs) X(matmul_q4_1) X(matmul_q5_0) X(matmul_q5_1) X(matmul_iq4_nl) \
-    X(rmsnorm) X(add) X(add_bias) X(swiglu) X(rope) X(kv_merge) X(membw) X(moe_combine) X(kv_attend_f32) X(kv_attend_bf16) X(kv_attend_fp8) \
+    X(rmsnorm) X(add) X(add_bias) X(swiglu) X(rope) X(kv_merge) X(membw) X(moe_combine) X(copy_rows) X(kv_attend_f32) X(kv_attend_bf16) X(kv_attend_fp8) \
     X(kv_store_f32) X(kv_store_bf16) X(kv_store_fp8)
 typedef enum {
 #define KILN_VK_ENUM(name) KILN_VK_SH_##name,
