@@ -179,7 +179,9 @@ extern const kiln_backend_ops kiln_backend_ref_ops;
 extern const kiln_backend_ops kiln_backend_vulkan_ops;
 
 /* Points c's layer-array allocator at be's kv_alloc when it has one (every pool a backend's KV ops
- * will see is configured through this, so that its pages live where its kernels read them). */
+ * will see is configured through this, so that its pages live where its kernels read them) — not
+ * for the pools whose attention always runs on the host (DSA's compact rows, pre-RoPE K
+ * smoothing). Call it with c complete. */
 void kiln_be_kv_arrays(const kiln_backend *be, kiln_kv_config *c);
 
 /* ---- call-site helpers (one line each over be->ops) ---- */

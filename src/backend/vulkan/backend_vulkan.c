@@ -153,9 +153,9 @@ static void fail_once(vk_state *s, const char *op) {
 /* The buffer list is locked (allocs_mu): kiln_be_alloc / kiln_be_free may come from another
  * thread than the one computing (a request's MTP drafter freed where its last reference drops),
  * as the cpu backend's malloc / free may. */
-static void *alloc_mapped(vk_state *s, size_t bytes, int zero) {
+static void *alloc_mapped(vk_state *s, size_t bytes, int zero, int where) {
     vk_alloc a = {0};
-    if (kiln_vk_buf_create(s->vk, bytes ? bytes : 64, 1, &a.b) != KILN_OK || !a.b.map) {
+    if (kiln_vk_buf_create(s->vk, bytes ? bytes : 64, where, &a.b) != KILN_OK || !a.b.map) {
         kiln_vk_buf_destroy(s->vk, &a.b);
         return NULL;
     }
@@ -174,7 +174,7 @@ static void *alloc_mapped(vk_state *s, size_t bytes, int zero) {
     return a.p;
 }
 
-static void *vk_be_alloc(const kiln_backend *be, size_t bytes) { return alloc_mapped(ST(be), bytes, 1); }
+static void *vk_be_alloc(const kiln_backend *be, size_t bytes) { return alloc_mapped(ST(be), bytes, 1, 1); }
 
 /* A KV pool's layer array (backend.h kv_alloc): a host-visible buffer with a device address, which
  * the attention shader reads in place and the host-side KV ops (store with its seal, integrity
@@ -185,7 +185,9 @@ static void *vk_be_alloc(const kiln_backend *be, size_t bytes) { return alloc_ma
 static void *vk_kv_alloc(const kiln_backend *be, size_t bytes) {
     vk_state *s = ST(be);
     if (!kiln_vk_has_bda(s->vk) || s->failed) return NULL;
-    void *p = alloc_mapped(s, (bytes + 3) & ~(size_t)3, 0); /* whole words: the shader reads a row's last byte in its word */
+    /* whole words: the shader reads a row's last byte in its word; device-local where it can be
+     * mapped (the attention and store shaders read and write it every step) */
+    void *p = alloc_mapped(s, (bytes + 3) & ~(size_t)3, 0, KILN_VK_MEM_MAPPED_NEAR);
     if (!p && !s->kv_host_said) {
         fprintf(stderr, "kiln: %s: a KV layer array of %zu bytes does not fit on the device (%s); such layers keep their KV in host memory "
                         "and attend on the host\n", kiln_vk_device_name(s->vk), bytes, kiln_last_error());

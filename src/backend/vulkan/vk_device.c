@@ -340,7 +340,13 @@ kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln
     vkGetBufferMemoryRequirements(vk->dev, b->buf, &req);
     const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     int type = -1;
-    if (host_visible) {
+    if (host_visible == KILN_VK_MEM_MAPPED_NEAR) {
+        /* device-local and mapped (resizable BAR, unified memory) where there is such a type; should
+         * its heap not hold this buffer, the allocation below retries in host memory */
+        type = find_memory(vk, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | hv);
+        if (type < 0) type = find_memory(vk, req.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+        if (type < 0) type = find_memory(vk, req.memoryTypeBits, hv);
+    } else if (host_visible) {
         /* host-cached first: the host-side ops (attention, sampling) read these buffers */
         type = find_memory(vk, req.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
         if (type < 0) type = find_memory(vk, req.memoryTypeBits, hv);
@@ -358,6 +364,17 @@ kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln
     const VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = vk->bda ? &maf : NULL, .allocationSize = req.size,
                                       .memoryTypeIndex = (uint32_t)type};
     r = vkAllocateMemory(vk->dev, &mai, NULL, &b->mem);
+    if (r != VK_SUCCESS && host_visible == KILN_VK_MEM_MAPPED_NEAR &&
+        (vk->memprops.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) {
+        int host = find_memory(vk, req.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+        if (host < 0) host = find_memory(vk, req.memoryTypeBits, hv);
+        if (host >= 0 && host != type) {
+            const VkMemoryAllocateInfo mai2 = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = vk->bda ? &maf : NULL,
+                                               .allocationSize = req.size, .memoryTypeIndex = (uint32_t)host};
+            r = vkAllocateMemory(vk->dev, &mai2, NULL, &b->mem);
+            if (r == VK_SUCCESS) type = host;
+        }
+    }
     if (r != VK_SUCCESS) {
         vkDestroyBuffer(vk->dev, b->buf, NULL);
         b->buf = VK_NULL_HANDLE;

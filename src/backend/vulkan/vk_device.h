@@ -62,7 +62,11 @@ uint32_t kiln_vk_max_groups_z(const kiln_vk *vk);
 kiln_status kiln_vk_list(FILE *f);
 
 /* A buffer of `bytes` (≥ 1): host_visible = 1 → host-visible coherent memory, mapped; 0 → device-
- * local memory (mapped too when the device has a heap that is both). Errors name the device and size. */
+ * local memory (mapped too when the device has a heap that is both); KILN_VK_MEM_MAPPED_NEAR →
+ * mapped, in device-local memory where a type is both and its heap holds it (a KV layer array: the
+ * device reads it every step, the host on rare paths only), else in host memory. Errors name the
+ * device and size. */
+#define KILN_VK_MEM_MAPPED_NEAR 2
 kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln_vk_buf *b);
 void kiln_vk_buf_destroy(kiln_vk *vk, kiln_vk_buf *b);
 /* 1 when buffers have device addresses (shaders may read them through 64-bit pointers:
