@@ -13,9 +13,9 @@
  *
  * Backends (KILN_BACKEND_* in kiln.h):
  *   vulkan  SPIR-V compute shaders on a Vulkan device (backend/vulkan/, docs/VULKAN.md): matmuls,
- *        norms, RoPE, element-wise ops and attention over the KV pages (their seals checked from
- *        hashes the shader computes) on the device; the rest on the host through the cpu
- *        backend's kernels, on the same host-visible buffers;
+ *        norms, RoPE, element-wise ops, row copies, the KV store and attention over the KV pages
+ *        (seals updated and checked from hashes the shaders compute) on the device; the rest on
+ *        the host through the cpu backend's kernels, on the same host-visible buffers;
  *   cpu  the SIMD kernels of kernels/ (AVX-512 / AVX2 / scalar, per the object's ISA), attention
  *        over KV pages with the integrity seals verified in the same call, decode sections on
  *        kiln's worker pool and prefill on OpenMP, both as wide as the object's thread count;
