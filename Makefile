@@ -24,13 +24,14 @@ SRCS     := $(shell find src -name '*.c' | sort)
 HAVE_VULKAN := $(shell pkg-config --exists vulkan 2>/dev/null && command -v glslc >/dev/null 2>&1 && echo 1)
 VK_DIR       := src/backend/vulkan
 VK_MATMULS   := f32:0 f16:1 bf16:2 fp8:3 int4:4 q8_0:5 q4_0:6 q4_k:7 q5_k:8 q6_k:9 q2_k:10 q3_k:11 iq4_xs:12 q4_1:13 q5_0:14 q5_1:15 iq4_nl:16
-VK_PLAIN     := rmsnorm add add_bias swiglu rope kv_merge membw moe_combine copy_rows
+VK_PLAIN     := rmsnorm add add_bias swiglu rope kv_merge membw moe_combine copy_rows moe_route
 # attention over KV pages and the KV store, once per stored dtype (-DDT=N); Vulkan 1.2 SPIR-V
 # (buffer device addresses)
 VK_ATTENDS   := f32:0 bf16:1 fp8:2
 VK_SPVS      := $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_$(word 1,$(subst :, ,$(m))).spv) $(VK_PLAIN:%=$(BUILD)/shaders/%.spv) \
                 $(foreach m,$(VK_ATTENDS),$(BUILD)/shaders/kv_attend_$(word 1,$(subst :, ,$(m))).spv) \
-                $(foreach m,$(VK_ATTENDS),$(BUILD)/shaders/kv_store_$(word 1,$(subst :, ,$(m))).spv)
+                $(foreach m,$(VK_ATTENDS),$(BUILD)/shaders/kv_store_$(word 1,$(subst :, ,$(m))).spv) \
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_id_$(word 1,$(subst :, ,$(m))).spv)
 ifeq ($(HAVE_VULKAN),1)
 SRCS     := $(filter-out $(VK_DIR)/vk_absent.c,$(SRCS))
 VK_OBJS  := $(BUILD)/vk_spirv.o
@@ -74,6 +75,10 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(EXTRA_CFLAGS) -MMD -MP -c $< -o $@
 
+# the MoE experts' matmul over the device's routing (-DBYID: weights through device addresses)
+$(BUILD)/shaders/matmul_id_%.spv: $(VK_DIR)/shaders/matmul.comp
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.2 -DBYID -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
 $(BUILD)/shaders/matmul_%.spv: $(VK_DIR)/shaders/matmul.comp
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.1 -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@

@@ -108,6 +108,16 @@ typedef struct kiln_backend_ops {
     void (*moe_experts)(const kiln_backend *be, const kiln_moe_cfg *c, const kiln_weight *gate, const kiln_weight *up,
                         const kiln_weight *down, const int *active, int n_active, const int *offset, const float *xg, float *hg,
                         float *ug, float *yg);
+    /* The routed experts of n tokens without the host seeing the routing, optional (NULL, or -1
+     * returned: the caller routes with moe_route, groups the rows by expert on the host and calls
+     * moe_experts / moe_combine). Router logits [n, E] (bias [E] or NULL) → Y [n, dim] =
+     * Σ_j wt_ij · down_e(silu(gate_e x_i) · up_e x_i) over token i's K experts e = idx_ij — the
+     * selection and weights of kiln_moe_route, bit for bit; X [n, dim]; hg, ug [n·K, ffn] and
+     * yg [n·K, dim]: scratch rows (backend buffers). vulkan: the routing (moe_route.comp), the
+     * experts' matmuls by id (matmul.comp BYID) and the combine recorded on the device, so an MoE
+     * layer needs no submit. */
+    int (*moe_routed)(const kiln_backend *be, const kiln_moe_cfg *c, const float *logits, const float *bias, const kiln_weight *gate,
+                      const kiln_weight *up, const kiln_weight *down, const float *X, int n, float *hg, float *ug, float *yg, float *Y);
     /* Y [n, dim] = Σ_j wt[i·K + j] · yg[slot[i·K + j], :] over the K experts of token i, summed in
      * selection order (deterministic whatever the thread count). */
     void (*moe_combine)(const kiln_backend *be, int n, int K, int dim, const int *slot, const float *wt, const float *yg, float *Y);

@@ -18,11 +18,33 @@ static void top_k(const float *v, int n, int k, int *out) {
     }
 }
 
+float kiln_moe_sigmoid(float x) {
+    const double z = -(double)x;
+    if (z != z) return x;                 /* NaN stays NaN */
+    if (z > 745.0) return 0.0f;           /* e^z beyond double: 1 / (1 + e^z) far below FLT_MIN */
+    if (z < -745.0) return 1.0f;          /* e^z below double's subnormals: 1 / (1 + 0) */
+    /* z = k·ln2 + r, |r| ≤ ln2 / 2 + ε: ln2 in two parts (the high one has 21 significant bits, so
+     * k · LN2_HI is exact for |k| < 2^32) */
+    const double LOG2E = 1.4426950408889634, LN2_HI = 0.693145751953125, LN2_LO = 1.4286068203094173e-06;
+    const double k = floor(z * LOG2E + 0.5);
+    const double r = (z - k * LN2_HI) - k * LN2_LO;
+    /* e^r: Taylor series to degree 13, Horner (truncation below 1e-17 relative for |r| ≤ 0.35) */
+    static const double inv_fact[14] = {1.0, 1.0, 0.5, 0.16666666666666666, 0.041666666666666664, 0.008333333333333333,
+                                        0.001388888888888889, 0.0001984126984126984, 2.48015873015873e-05, 2.7557319223985893e-06,
+                                        2.755731922398589e-07, 2.505210838544172e-08, 2.08767569878681e-09, 1.6059043836821613e-10};
+    double p = inv_fact[13];
+    for (int i = 12; i >= 0; i--) p = p * r + inv_fact[i];
+    const double e = ldexp(p, (int)k);
+    const double s = 1.0 / (1.0 + e);
+    if (s < 1.1754943508222875e-38) return 0.0f; /* below FLT_MIN */
+    return (float)s;
+}
+
 int kiln_moe_route(const kiln_moe_cfg *c, const float *logits, const float *bias, int *idx, float *w, float *tmp) {
     const int E = c->n_experts, K = c->n_used;
     float *choice = tmp, *gscore = tmp + E;
     for (int e = 0; e < E; e++) {
-        float s = 1.0f / (1.0f + expf(-logits[e]));
+        float s = kiln_moe_sigmoid(logits[e]);
         choice[e] = s + (bias ? bias[e] : 0.0f);
     }
     int changed = 0;
@@ -57,7 +79,7 @@ int kiln_moe_route(const kiln_moe_cfg *c, const float *logits, const float *bias
     }
     float sum = 0.0f;
     for (int j = 0; j < K; j++) {
-        w[j] = 1.0f / (1.0f + expf(-logits[idx[j]]));
+        w[j] = kiln_moe_sigmoid(logits[idx[j]]);
         sum += w[j];
     }
     if (c->norm_topk_prob) {

@@ -20,6 +20,13 @@ typedef struct kiln_moe_cfg {
                                    gives a partial sum (0 / 1: every expert) */
 } kiln_moe_cfg;
 
+/* The router's sigmoid, 1 / (1 + e^-x), the same float on every platform and on the device: a
+ * double evaluation in plain IEEE operations (add, subtract, multiply, divide, floor, ×2^k), rounded
+ * once to float; the vulkan route shader (moe_route.comp) runs the same operations in double
+ * precision, so that a device picks the same experts as the host even at near ties (expf differs
+ * between C libraries and GPU drivers by an ulp). Correctly rounded except within ~1e-15 relative of
+ * a rounding boundary; results below FLT_MIN are 0 (a device may flush float subnormals). */
+float kiln_moe_sigmoid(float x);
 /* Routes one token: idx[k], w[k] from router logits [E]; tmp: [E + n_group] floats.
  * Returns 1 when the group limit changed the selection compared with plain top-k of choice. */
 int kiln_moe_route(const kiln_moe_cfg *c, const float *logits, const float *bias, int *idx, float *w, float *tmp);

@@ -47,13 +47,12 @@ void kiln_moe_ws_free(kiln_moe_ws *ws, const kiln_backend *be) {
     memset(ws, 0, sizeof *ws);
 }
 
-kiln_status kiln_moe_forward(const kiln_backend *be, const kiln_moe_cfg *c, const kiln_moe_layer *L, const float *X, int n, float *Y, kiln_moe_ws *ws) {
+/* Steps 1-4 with the selection on the host: route the logits in ws->logits, group the (token,
+ * expert) pairs by expert, run the experts, combine into Y. */
+static void route_group_run(const kiln_backend *be, const kiln_moe_cfg *c, const kiln_moe_layer *L, const float *X, int n, float *Y,
+                            kiln_moe_ws *ws) {
     const int E = c->n_experts, K = c->n_used, D = c->dim;
-    if (n < 1 || n > ws->max_tokens) return kiln_fail(KILN_ERR_INTERNAL, "moe: batch of %d tokens (max %d)", n, ws->max_tokens);
-    /* 1. route */
-    kiln_be_matmul(be, &L->router, X, ws->logits, n);
     ws->n_group_limited += be->ops->moe_route(be, c, ws->logits, L->bias, n, ws->idx, ws->wt, ws->route_tmp);
-    ws->n_routed_tokens += n;
     /* 2. group (token, expert) pairs by expert: counting sort, stable in token order. Expert
      *    parallelism: only this rank's experts [e_lo, e_hi) get rows; the other pairs point at one
      *    zeroed row after them, so the combine adds an exact 0 for them. */
@@ -87,6 +86,18 @@ kiln_status kiln_moe_forward(const kiln_backend *be, const kiln_moe_cfg *c, cons
     be->ops->moe_experts(be, c, L->gate, L->up, L->down, ws->active, n_active, ws->offset, ws->xg, ws->hg, ws->ug, ws->yg);
     /* 4. weighted combine, token by token in selection order (deterministic) */
     be->ops->moe_combine(be, n, K, D, ws->slot, ws->wt, ws->yg, Y);
+}
+
+kiln_status kiln_moe_forward(const kiln_backend *be, const kiln_moe_cfg *c, const kiln_moe_layer *L, const float *X, int n, float *Y, kiln_moe_ws *ws) {
+    const int D = c->dim;
+    if (n < 1 || n > ws->max_tokens) return kiln_fail(KILN_ERR_INTERNAL, "moe: batch of %d tokens (max %d)", n, ws->max_tokens);
+    /* 1. route (a backend that routes on its device runs 1-4 there: moe_routed; the selection then
+     *    stays on the device, so n_group_limited does not count those tokens) */
+    kiln_be_matmul(be, &L->router, X, ws->logits, n);
+    ws->n_routed_tokens += n;
+    if (!(be->ops->moe_routed && ws->ep_size <= 1 &&
+          be->ops->moe_routed(be, c, ws->logits, L->bias, L->gate, L->up, L->down, X, n, ws->hg, ws->ug, ws->yg, Y) == 0))
+        route_group_run(be, c, L, X, n, Y, ws);
     /* 5. shared experts over every token */
     if (c->shared_ffn > 0) {
         const kiln_weight *w2[2] = {&L->sh_gate, &L->sh_up};

@@ -33,6 +33,7 @@
 #include "backend/backend.h"
 #include "backend/vulkan/backend_vulkan.h"
 #include "kv/integrity.h"
+#include "model/moe.h"
 #include "kv/kv_isa.h"
 #include "base/fp.h"
 #include "quant/quantize.h"
@@ -700,6 +701,82 @@ static void test_moe(void **state) {
         kiln_be_free(ref_be, logits); kiln_be_free(ref_be, xg); kiln_be_free(ref_be, X); kiln_be_free(ref_be, hg);
         kiln_be_free(ref_be, ug); kiln_be_free(ref_be, yg); kiln_be_free(ref_be, want);
         for (int i = 0; i < 3 * E; i++) free_weight(&tw[i]);
+    }
+}
+
+/* ---- the routed experts without the host (backend.h moe_routed) -------------------------------------
+ * A backend that routes on its device (vulkan: moe_route.comp, the experts' matmuls by id, the
+ * combine) gives the ref backend's routing and experts' output, token by token, at the expert
+ * matmuls' error bound: the same experts chosen with the same weights (the router's sigmoid is
+ * kiln_moe_sigmoid on both sides, bit for bit), for group-limited and plain routing, with and
+ * without the correction bias, 1 to 33 tokens. A backend that says it routes natively must have
+ * taken the op (returned 0). kiln_moe_sigmoid itself: the correctly rounded float of
+ * 1 / (1 + e^-x) (long double) over a sweep of inputs. */
+static void test_moe_routed(void **state) {
+    (void)state;
+    for (int i = 0; i < 200000; i++) {
+        const float x = (float)((int)(rnd32() % 4000001u) - 2000000) * (i % 2 ? 1e-5f : 6e-5f);
+        float want = (float)(1.0L / (1.0L + expl(-(long double)x)));
+        if (want < 1.1754943508222875e-38f) want = 0.0f;
+        if (kiln_moe_sigmoid(x) != want) { fprintf(stderr, "kiln_moe_sigmoid(%.9g) = %.9g, correctly rounded %.9g\n", (double)x, (double)kiln_moe_sigmoid(x), (double)want); fail(); }
+    }
+    const struct { kiln_moe_cfg c; kiln_wformat f; int n, bias; } cases[] = {
+        {{.n_experts = 8, .n_used = 3, .n_group = 4, .topk_group = 2, .norm_topk_prob = 1, .routed_scale = 2.5f, .dim = 64, .ffn = 96}, KILN_WF_INT4_GROUP, 5, 0},
+        {{.n_experts = 64, .n_used = 6, .n_group = 8, .topk_group = 3, .norm_topk_prob = 1, .routed_scale = 1.5f, .dim = 128, .ffn = 64}, KILN_WF_FP8_BLOCK, 33, 1},
+        {{.n_experts = 16, .n_used = 4, .n_group = 1, .topk_group = 1, .norm_topk_prob = 0, .routed_scale = 1.0f, .dim = 64, .ffn = 32}, KILN_WF_Q8_0, 1, 1},
+        {{.n_experts = 12, .n_used = 2, .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scale = 1.0f, .dim = 256, .ffn = 256}, KILN_WF_Q4_K, 7, 0},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const kiln_moe_cfg *c = &cases[ci].c;
+        const int E = c->n_experts, n = cases[ci].n, grp = cases[ci].f == KILN_WF_INT4_GROUP ? 32 : cases[ci].f == KILN_WF_FP8_BLOCK ? 128 : 0;
+        tweight *tw = malloc(3 * (size_t)E * sizeof *tw);
+        kiln_weight *w3 = malloc(3 * (size_t)E * sizeof *w3);
+        assert_non_null(tw);
+        assert_non_null(w3);
+        for (int e = 0; e < 3 * E; e++) {
+            tw[e] = e < 2 * E ? make_weight(cases[ci].f, c->ffn, c->dim, grp, 0) : make_weight(cases[ci].f, c->dim, c->ffn, grp, 0);
+            w3[e] = tw[e].w;
+        }
+        kiln_moe_layer L = {.gate = w3, .up = w3 + E, .down = w3 + 2 * E};
+        float bias[64];
+        for (int e = 0; e < E; e++) bias[e] = 0.05f * nrand();
+        if (cases[ci].bias) L.bias = bias;
+        float *logits = input(ref_be, (size_t)n * E), *X = input(ref_be, (size_t)n * c->dim);
+        /* the reference, token by token on the ref backend: its routing, each selected expert's
+         * matmuls, the weighted sum in selection order */
+        float *want = output(ref_be, (size_t)n * c->dim);
+        int *idx = malloc((size_t)n * c->n_used * sizeof(int));
+        float *wt = malloc((size_t)n * c->n_used * sizeof(float)), tmp[128];
+        ref_be->ops->moe_route(ref_be, c, logits, L.bias, n, idx, wt, tmp);
+        /* Y_i = Σ_j wt_ij · down(silu(gate x_i) · up x_i), each expert through the ref backend */
+        float *h = output(ref_be, c->ffn), *u = output(ref_be, c->ffn), *y = output(ref_be, c->dim);
+        for (int i = 0; i < n; i++) {
+            float *yi = want + (size_t)i * c->dim;
+            memset(yi, 0, (size_t)c->dim * sizeof(float));
+            for (int j = 0; j < c->n_used; j++) {
+                const int e = idx[i * c->n_used + j];
+                kiln_be_matmul(ref_be, &L.gate[e], X + (size_t)i * c->dim, h, 1);
+                kiln_be_matmul(ref_be, &L.up[e], X + (size_t)i * c->dim, u, 1);
+                kiln_be_swiglu(ref_be, h, u, c->ffn);
+                kiln_be_matmul(ref_be, &L.down[e], h, y, 1);
+                for (int d = 0; d < c->dim; d++) yi[d] += wt[i * c->n_used + j] * y[d];
+            }
+        }
+        for (int b = 0; b < n_bes; b++) {
+            const kiln_backend *be = bes[b];
+            if (!be->ops->moe_routed) continue;
+            const size_t nk = (size_t)n * (size_t)c->n_used;
+            float *hg = output(be, nk * c->ffn), *ug = output(be, nk * c->ffn), *yg = output(be, nk * c->dim), *got = output(be, (size_t)n * c->dim);
+            const int rc = be->ops->moe_routed(be, c, logits, L.bias, L.gate, L.up, L.down, X, n, hg, ug, yg, got);
+            if (be->ops->supports(be, KILN_OP_MOE_ROUTE, cases[ci].f)) assert_int_equal(rc, 0);
+            if (rc == 0) check_nmse("moe_routed", be, got, want, (size_t)n * c->dim, 2 * format_bound(cases[ci].f, be));
+            kiln_be_free(be, hg); kiln_be_free(be, ug); kiln_be_free(be, yg); kiln_be_free(be, got);
+        }
+        kiln_be_free(ref_be, h); kiln_be_free(ref_be, u); kiln_be_free(ref_be, y); kiln_be_free(ref_be, want);
+        kiln_be_free(ref_be, logits); kiln_be_free(ref_be, X);
+        free(idx); free(wt);
+        for (int e = 0; e < 3 * E; e++) free_weight(&tw[e]);
+        free(tw); free(w3);
     }
 }
 
@@ -1408,7 +1485,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_prefill), cmocka_unit_test(test_matmul_many),     cmocka_unit_test(test_matmul_heads),
         cmocka_unit_test(test_norm_swiglu_add), cmocka_unit_test(test_rope),     cmocka_unit_test(test_embed_argmax),
-        cmocka_unit_test(test_moe),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_kv_integrity),
+        cmocka_unit_test(test_moe), cmocka_unit_test(test_moe_routed),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_kv_integrity),
         cmocka_unit_test(test_kv_store), cmocka_unit_test(test_copy_rows), cmocka_unit_test(test_deferred_steps),              cmocka_unit_test(test_dsa_norm_fp8),
         cmocka_unit_test(test_dsa_index_kernels), cmocka_unit_test(test_dsa_select_attend), cmocka_unit_test(test_supports),
     };

@@ -96,6 +96,15 @@ typedef struct {
     uint64_t *hs;      /* [n][kinds][KV heads] row hashes (copied back at the flush) */
 } st_seal;
 
+/* The device addresses of one MoE layer's experts: [gate | up | down][E][data lo, hi, scales lo, hi]
+ * (matmul.comp BYID reads them), built when the layer first runs on the device. */
+typedef struct moe_tab {
+    const kiln_weight *gate, *up, *down;
+    int E;
+    uint64_t gen, fp_first, fp_last; /* weights_gen when built; fingerprints of gate[0] and down[E-1] */
+    uint32_t *addr;
+} moe_tab;
+
 typedef struct {
     kiln_vk *vk;
     size_t align, max_range;
@@ -116,6 +125,9 @@ typedef struct {
     int n_checks, cap_checks;
     st_seal *seals;          /* device stores with KV integrity recorded since the last flush */
     int n_seals, cap_seals;
+    struct moe_tab *moe_tabs; /* device addresses of MoE layers' experts (vk_moe_routed) */
+    int n_moe_tabs, cap_moe_tabs;
+    uint64_t weights_gen;    /* bumped whenever a device weight is freed (the address tables are rebuilt) */
     int failed;
     /* Deferred steps (backend.h kiln_be_defer): while depth > 0 the device ops only record, and
      * what they recorded runs at the next flush — a host-side op (which reads their results), a
@@ -395,6 +407,7 @@ static uint64_t fingerprint(const kiln_weight *w) {
 }
 
 static void weight_free(vk_state *s, vk_weight *vw) {
+    s->weights_gen++;
     for (int c = 0; c < vw->n_chunks; c++) {
         kiln_vk_buf_destroy(s->vk, &vw->chunks[c].data);
         kiln_vk_buf_destroy(s->vk, &vw->chunks[c].scales);
@@ -480,20 +493,28 @@ static const vk_weight *device_weight(vk_state *s, const kiln_weight *w) {
 typedef struct {
     uint32_t rows, cols, r0, n, x_off, x_stride, y_off, y_stride, block, scols, row_bytes;
     uint32_t x_hstride, y_hstride, h_rows; /* stacked heads (matmul.comp); 0 for a plain matmul */
+    uint32_t x_div, tab_off;               /* matmul_id (BYID) only */
 } mm_push;
 
 /* Records Y[t, r] (t < n) = W · X[t] for w: X rows x_stride floats apart from x, Y rows y_stride
  * apart from y. -1 when something cannot be bound or uploaded (nothing of w recorded then... the
  * caller abandons the op and computes it on the host). */
-static int record_matmul(vk_state *s, const kiln_weight *w, const float *X, int64_t x_stride, float *Y, int64_t y_stride, int n) {
-    if (!fmt_on_device(w->fmt) || n <= 0) return n <= 0 ? 0 : -1;
-    if (w->fmt == KILN_WF_INT4_GROUP && (w->cols % 8 || w->block <= 0 || w->cols % w->block)) return -1;
+/* Whether matmul.comp takes w: a format it has, columns in whole blocks. */
+static int matmul_shape_ok(const kiln_weight *w) {
+    if (!fmt_on_device(w->fmt)) return 0;
+    if (w->fmt == KILN_WF_INT4_GROUP && (w->cols % 8 || w->block <= 0 || w->cols % w->block)) return 0;
     if ((w->fmt == KILN_WF_Q8_0 || w->fmt == KILN_WF_Q4_0 || w->fmt == KILN_WF_Q4_1 || w->fmt == KILN_WF_Q5_0 || w->fmt == KILN_WF_Q5_1 ||
          w->fmt == KILN_WF_IQ4_NL) && w->cols % 32)
-        return -1;
+        return 0;
     if ((w->fmt == KILN_WF_Q4_K || w->fmt == KILN_WF_Q5_K || w->fmt == KILN_WF_Q6_K || w->fmt == KILN_WF_Q2_K || w->fmt == KILN_WF_Q3_K ||
          w->fmt == KILN_WF_IQ4_XS) && w->cols % 256)
-        return -1;
+        return 0;
+    return 1;
+}
+
+static int record_matmul(vk_state *s, const kiln_weight *w, const float *X, int64_t x_stride, float *Y, int64_t y_stride, int n) {
+    if (n <= 0) return 0;
+    if (!matmul_shape_ok(w)) return -1;
     const vk_weight *vw = device_weight(s, w);
     if (!vw) return -1;
     vref xr, yr;
@@ -508,7 +529,7 @@ static int record_matmul(vk_state *s, const kiln_weight *w, const float *X, int6
             const int64_t B = w->block > 0 ? w->block : 1;
             const mm_push pc = {(uint32_t)rr, (uint32_t)w->cols, (uint32_t)r, (uint32_t)n, xr.off, (uint32_t)x_stride,
                                 yr.off + (uint32_t)ch->row0, (uint32_t)y_stride, (uint32_t)B,
-                                (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B), (uint32_t)w->row_bytes, 0, 0, 0};
+                                (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B), (uint32_t)w->row_bytes, 0, 0, 0, 0, 0};
             s->n_dispatch++;
             if (kiln_vk_dispatch(s->vk, matmul_shader(w->fmt), b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)n, 1) != KILN_OK) {
                 fail_once(s, "matmul dispatch");
@@ -562,7 +583,7 @@ static int record_heads_stacked(vk_state *s, const kiln_weight *w, int H, int n,
     for (int64_t r = 0; r < w0->rows; r += s->max_gx) {
         const int64_t rr = w0->rows - r < (int64_t)s->max_gx ? w0->rows - r : (int64_t)s->max_gx;
         const mm_push pc = {(uint32_t)rr, (uint32_t)w0->cols, (uint32_t)r, (uint32_t)n, xr.off, (uint32_t)x_tok, yr.off, (uint32_t)y_tok, 1,
-                            (uint32_t)w0->cols, (uint32_t)w0->row_bytes, (uint32_t)x_head, (uint32_t)y_head, (uint32_t)w0->rows};
+                            (uint32_t)w0->cols, (uint32_t)w0->row_bytes, (uint32_t)x_head, (uint32_t)y_head, (uint32_t)w0->rows, 0, 0};
         s->n_dispatch++;
         if (kiln_vk_dispatch(s->vk, matmul_shader(w0->fmt), b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)n, (uint32_t)H) != KILN_OK) {
             fail_once(s, "matmul dispatch");
@@ -921,6 +942,114 @@ static int vk_moe_route(const kiln_backend *be, const kiln_moe_cfg *c, const flo
     host_first(ST(be));
     return kiln_backend_cpu_ops.moe_route(be, c, logits, bias, n, idx, wt, tmp);
 }
+/* ---- the routed experts on the device (moe_route.comp, matmul.comp BYID, moe_combine.comp) ------- */
+/* The expert address table of a layer (built on first use: every expert uploaded, each one chunk);
+ * NULL when some expert cannot be had that way (the caller takes the host-routed path). */
+static const uint32_t *expert_addresses(vk_state *s, const kiln_weight *gate, const kiln_weight *up, const kiln_weight *down, int E) {
+    moe_tab *t = NULL;
+    for (int i = 0; i < s->n_moe_tabs && !t; i++)
+        if (s->moe_tabs[i].gate == gate && s->moe_tabs[i].up == up && s->moe_tabs[i].down == down && s->moe_tabs[i].E == E) t = &s->moe_tabs[i];
+    if (t && t->gen == s->weights_gen && t->fp_first == fingerprint(&gate[0]) && t->fp_last == fingerprint(&down[E - 1])) return t->addr;
+    if (!t) {
+        if (grow((void **)&s->moe_tabs, &s->cap_moe_tabs, s->n_moe_tabs + 1, sizeof *s->moe_tabs)) return NULL;
+        t = &s->moe_tabs[s->n_moe_tabs++];
+        *t = (moe_tab){gate, up, down, E, 0, 0, 0, malloc((size_t)E * 12 * sizeof(uint32_t))};
+        if (!t->addr) { s->n_moe_tabs--; return NULL; }
+    }
+    const kiln_weight *mats[3] = {gate, up, down};
+    for (int m = 0; m < 3; m++)
+        for (int e = 0; e < E; e++) {
+            const kiln_weight *w = &mats[m][e];
+            if (w->fmt != mats[m][0].fmt || w->rows != mats[m][0].rows || w->cols != mats[m][0].cols || w->block != mats[m][0].block ||
+                !matmul_shape_ok(w))
+                return NULL;
+            const vk_weight *vw = device_weight(s, w);
+            if (!vw || vw->n_chunks != 1) return NULL;
+            const uint64_t da = kiln_vk_buf_address(s->vk, &vw->chunks[0].data);
+            const uint64_t sa = vw->chunks[0].scales.buf ? kiln_vk_buf_address(s->vk, &vw->chunks[0].scales) : 0;
+            if (!da || (vw->chunks[0].scales.buf && !sa)) return NULL;
+            uint32_t *a = t->addr + ((size_t)m * (size_t)E + (size_t)e) * 4;
+            a[0] = (uint32_t)da; a[1] = (uint32_t)(da >> 32); a[2] = (uint32_t)sa; a[3] = (uint32_t)(sa >> 32);
+        }
+    t->gen = s->weights_gen;
+    t->fp_first = fingerprint(&gate[0]);
+    t->fp_last = fingerprint(&down[E - 1]);
+    return t->addr;
+}
+
+/* One matmul by expert id: Y row t (t < nk) = W_{ids[t]} · X row t / x_div. */
+static int record_matmul_id(vk_state *s, const kiln_weight *w0, kiln_vk_bind tab, uint32_t tab_off, vref xr, uint32_t x_stride, uint32_t x_div,
+                            vref yr, uint32_t y_stride, int nk) {
+    const kiln_vk_bind lut = {s->lut.buf, 0, VK_WHOLE_SIZE};
+    const kiln_vk_bind b[5] = {tab, lut, xr.b, yr.b, lut};
+    const int64_t B = w0->block > 0 ? w0->block : 1;
+    const kiln_vk_shader sh = (kiln_vk_shader)(KILN_VK_SH_matmul_id_f32 + (matmul_shader(w0->fmt) - KILN_VK_SH_matmul_f32));
+    for (int64_t r = 0; r < w0->rows; r += s->max_gx) {
+        const int64_t rr = w0->rows - r < (int64_t)s->max_gx ? w0->rows - r : (int64_t)s->max_gx;
+        const mm_push pc = {(uint32_t)rr, (uint32_t)w0->cols, (uint32_t)r, (uint32_t)nk, xr.off, x_stride, yr.off, y_stride, (uint32_t)B,
+                            (uint32_t)(w0->fmt == KILN_WF_FP8_BLOCK ? (w0->cols + B - 1) / B : w0->cols / B), (uint32_t)w0->row_bytes, 0, 0, 0,
+                            x_div, tab_off};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, sh, b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)nk, 1) != KILN_OK) {
+            fail_once(s, "expert matmul dispatch");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* backend.h moe_routed: routing, the experts by id and the combine, recorded on the device; -1
+ * (nothing recorded) where the device cannot: no 64-bit floats or device addresses, more than 512
+ * experts or 64 selected, an expert in several chunks. */
+static int vk_moe_routed(const kiln_backend *be, const kiln_moe_cfg *c, const float *logits, const float *bias, const kiln_weight *gate,
+                         const kiln_weight *up, const kiln_weight *down, const float *X, int n, float *hg, float *ug, float *yg, float *Y) {
+    vk_state *s = ST(be);
+    const int E = c->n_experts, K = c->n_used, D = c->dim, F = c->ffn, nk = n * K;
+    if (s->failed || !kiln_vk_has_bda(s->vk) || !kiln_vk_has_f64(s->vk) || n <= 0 || E < 1 || E > 512 || K < 1 || K > 64 || K > E ||
+        c->n_group > 64 || (c->n_group > 1 && E % c->n_group) || c->ep_size > 1 || (uint32_t)nk > kiln_vk_max_groups_y(s->vk) ||
+        (uint32_t)n > s->max_gx)
+        return -1;
+    const uint32_t *addr = expert_addresses(s, gate, up, down, E);
+    if (!addr) return -1;
+    /* table: [ids nk | weights nk | slots nk | gate, up, down addresses 3 × 4E | bias E] */
+    const size_t words = 3 * (size_t)nk + 12 * (size_t)E + (size_t)E;
+    uint32_t *tab = calloc(words, sizeof *tab);
+    if (!tab) return -1;
+    for (int i = 0; i < nk; i++) tab[2 * (size_t)nk + (size_t)i] = (uint32_t)i; /* combine slot of (token, j): its own row of yg */
+    memcpy(tab + 3 * (size_t)nk, addr, 12 * (size_t)E * sizeof *tab);
+    if (bias) memcpy(tab + 3 * (size_t)nk + 12 * (size_t)E, bias, (size_t)E * sizeof *tab);
+    vref tr, lr, xr, hr, ur, gr, yr;
+    int ok = stage(s, tab, words * sizeof *tab, 0, &tr) == 0 && resolve(s, logits, (size_t)n * (size_t)E * sizeof(float), 0, &lr) == 0 &&
+             resolve(s, X, (size_t)n * (size_t)D * sizeof(float), 0, &xr) == 0 &&
+             resolve(s, hg, (size_t)nk * (size_t)F * sizeof(float), 1, &hr) == 0 && resolve(s, ug, (size_t)nk * (size_t)F * sizeof(float), 1, &ur) == 0 &&
+             resolve(s, yg, (size_t)nk * (size_t)D * sizeof(float), 1, &gr) == 0 && resolve(s, Y, (size_t)n * (size_t)D * sizeof(float), 1, &yr) == 0;
+    free(tab);
+    if (ok) { /* the selection (ids, weights) into the table */
+        const uint32_t base = tr.off;
+        const struct { uint32_t E, K, n_group, topk_group, norm, has_bias, l_off, ids_off, wt_off, bias_off; float routed_scale; } rp = {
+            (uint32_t)E, (uint32_t)K, (uint32_t)c->n_group, (uint32_t)c->topk_group, (uint32_t)c->norm_topk_prob, bias != NULL, lr.off, base,
+            base + (uint32_t)nk, base + 3u * (uint32_t)nk + 12u * (uint32_t)E, c->routed_scale};
+        const kiln_vk_bind rb[2] = {lr.b, tr.b};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_moe_route, rb, 2, &rp, sizeof rp, (uint32_t)n, 1, 1) != KILN_OK) { fail_once(s, "routing dispatch"); ok = 0; }
+    }
+    const uint32_t a0 = tr.off + 3u * (uint32_t)nk;
+    ok = ok && record_matmul_id(s, &gate[0], tr.b, a0, xr, (uint32_t)D, (uint32_t)K, hr, (uint32_t)F, nk) == 0 &&
+         record_matmul_id(s, &up[0], tr.b, a0 + 4u * (uint32_t)E, xr, (uint32_t)D, (uint32_t)K, ur, (uint32_t)F, nk) == 0 &&
+         record_swiglu(s, hg, ug, (int64_t)nk * F) == 0 &&
+         record_matmul_id(s, &down[0], tr.b, a0 + 8u * (uint32_t)E, hr, (uint32_t)F, 1u, gr, (uint32_t)D, nk) == 0;
+    if (ok) {
+        const kiln_vk_bind b[4] = {gr.b, yr.b, tr.b, tr.b};
+        const struct { uint32_t K, dim, g_off, y_off, s_off, w_off; } pc = {(uint32_t)K, (uint32_t)D, gr.off, yr.off, tr.off + 2u * (uint32_t)nk,
+                                                                             tr.off + (uint32_t)nk};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_moe_combine, b, 4, &pc, sizeof pc, (uint32_t)n, 1, 1) != KILN_OK) { fail_once(s, "dispatch"); ok = 0; }
+    }
+    if (ok && done(s) == 0) return 0;
+    abandon(s); /* what was recorded only wrote the scratch rows and Y, which the host path writes again */
+    return -1;
+}
+
 /* The weighted combine on the device (moe_combine.comp; bit for bit the host's): the expert
  * outputs stay where the expert matmuls wrote them, and the step goes on without a submit. */
 static void vk_moe_combine(const kiln_backend *be, int n, int K, int dim, const int *slot, const float *wt, const float *yg, float *Y) {
@@ -1169,7 +1298,8 @@ static int vk_supports(const kiln_backend *be, kiln_op op, kiln_wformat fmt) {
     case KILN_OP_COPY_ROWS: return 1;
     case KILN_OP_KV_ATTEND:
     case KILN_OP_KV_STORE: return kiln_vk_has_bda(ST(be)->vk); /* over pools whose arrays came from kv_alloc */
-    case KILN_OP_MOE_COMBINE: return 1; /* over pools whose arrays came from kv_alloc */
+    case KILN_OP_MOE_COMBINE: return 1;
+    case KILN_OP_MOE_ROUTE: return kiln_vk_has_bda(ST(be)->vk) && kiln_vk_has_f64(ST(be)->vk); /* moe_routed */
     default: return 0;
     }
 }
@@ -1191,6 +1321,7 @@ const kiln_backend_ops kiln_backend_vulkan_ops = {
     .moe_route = vk_moe_route,
     .moe_experts = vk_moe_experts,
     .moe_combine = vk_moe_combine,
+    .moe_routed = vk_moe_routed,
     .kv_store = vk_kv_store,
     .kv_attend = vk_kv_attend,
     .argmax = vk_argmax,

@@ -85,6 +85,7 @@ struct kiln_vk {
     VkPipeline pipes[KILN_VK_SH_COUNT];
     kiln_vk_buf dummy;
     int bda;        /* buffer device addresses and 64-bit shader integers enabled (Vulkan 1.2 devices that have both) */
+    int f64;        /* 64-bit shader floats enabled (with bda) */
     /* Injected device faults (KILN_VK_FAULT, tests of the failure paths): the submit numbered
      * lost_at (1-based) and every later one fail as VK_ERROR_DEVICE_LOST; buffers of oom_bytes or
      * more fail as VK_ERROR_OUT_OF_DEVICE_MEMORY. 0 = none. */
@@ -211,7 +212,11 @@ static kiln_status setup_device(kiln_vk *vk, int index) {
     if (vk->props.apiVersion >= VK_API_VERSION_1_2) vkGetPhysicalDeviceFeatures2(vk->phys, &f2);
     vk->bda = vk->props.apiVersion >= VK_API_VERSION_1_2 && f12.bufferDeviceAddress && f2.features.shaderInt64 && vkGetBufferDeviceAddress;
     VkPhysicalDeviceVulkan12Features on12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .bufferDeviceAddress = VK_TRUE};
-    VkPhysicalDeviceFeatures2 on2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &on12, .features = {.shaderInt64 = VK_TRUE}};
+    /* 64-bit floats where the device has them: the MoE router's sigmoid in double precision, the
+     * host's floats bit for bit (moe_route.comp) */
+    vk->f64 = vk->bda && f2.features.shaderFloat64;
+    VkPhysicalDeviceFeatures2 on2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &on12,
+                                     .features = {.shaderInt64 = VK_TRUE, .shaderFloat64 = vk->f64 ? VK_TRUE : VK_FALSE}};
     const VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = vk->bda ? &on2 : NULL, .queueCreateInfoCount = 1,
                                     .pQueueCreateInfos = &qci};
     VkResult r = vkCreateDevice(vk->phys, &dci, NULL, &vk->dev);
@@ -395,6 +400,7 @@ kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln
 }
 
 int kiln_vk_has_bda(const kiln_vk *vk) { return vk->bda; }
+int kiln_vk_has_f64(const kiln_vk *vk) { return vk->f64; }
 uint64_t kiln_vk_submits(const kiln_vk *vk) { return vk->submits; }
 
 uint64_t kiln_vk_buf_address(kiln_vk *vk, const kiln_vk_buf *b) {

@@ -21,7 +21,10 @@
  * the same names (build/vk_spirv.S embeds build/shaders/NAME.spv as kiln_spv_NAME). */
 #define KILN_VK_SHADERS(X) \
     X(matmul_f32) X(matmul_f16) X(matmul_bf16) X(matmul_fp8) X(matmul_int4) X(matmul_q8_0) X(matmul_q4_0) X(matmul_q4_k) X(matmul_q5_k) X(matmul_q6_k) X(matmul_q2_k) X(matmul_q3_k) X(matmul_iq4_xs) X(matmul_q4_1) X(matmul_q5_0) X(matmul_q5_1) X(matmul_iq4_nl) \
-    X(rmsnorm) X(add) X(add_bias) X(swiglu) X(rope) X(kv_merge) X(membw) X(moe_combine) X(copy_rows) X(kv_attend_f32) X(kv_attend_bf16) X(kv_attend_fp8) \
+    X(rmsnorm) X(add) X(add_bias) X(swiglu) X(rope) X(kv_merge) X(membw) X(moe_combine) X(copy_rows) X(moe_route) \
+    X(matmul_id_f32) X(matmul_id_f16) X(matmul_id_bf16) X(matmul_id_fp8) X(matmul_id_int4) X(matmul_id_q8_0) X(matmul_id_q4_0) X(matmul_id_q4_k) \
+    X(matmul_id_q5_k) X(matmul_id_q6_k) X(matmul_id_q2_k) X(matmul_id_q3_k) X(matmul_id_iq4_xs) X(matmul_id_q4_1) X(matmul_id_q5_0) \
+    X(matmul_id_q5_1) X(matmul_id_iq4_nl) X(kv_attend_f32) X(kv_attend_bf16) X(kv_attend_fp8) \
     X(kv_store_f32) X(kv_store_bf16) X(kv_store_fp8)
 typedef enum {
 #define KILN_VK_ENUM(name) KILN_VK_SH_##name,
@@ -72,6 +75,8 @@ void kiln_vk_buf_destroy(kiln_vk *vk, kiln_vk_buf *b);
 /* 1 when buffers have device addresses (shaders may read them through 64-bit pointers:
  * GL_EXT_buffer_reference); kiln_vk_buf_address is then b's address, else 0. */
 int kiln_vk_has_bda(const kiln_vk *vk);
+/* 1 when shaders may use 64-bit floats (enabled with buffer device addresses where the device has them). */
+int kiln_vk_has_f64(const kiln_vk *vk);
 /* Command buffers submitted so far. */
 uint64_t kiln_vk_submits(const kiln_vk *vk);
 /* Device time per shader so far (ns[i], dispatches n[i], names[i] for shader i), measured with

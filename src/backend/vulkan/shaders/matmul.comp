@@ -27,9 +27,27 @@
 #define FMT_Q5_0 14
 #define FMT_Q5_1 15
 #define FMT_IQ4_NL 16
+//
+// BYID (matmul_id_*.spv, Vulkan 1.2: buffer device addresses): the MoE experts' matmul over the
+// device's own routing, as ggml's mul_mat_id — workgroup y is the (token, slot) pair t of n·K, its
+// expert e = ids[t] at binding 0 word t (moe_route.comp wrote it there), the expert's data / scales
+// addresses at words tab_off + 4e (lo, hi) and + 2 (lo, hi) of the same binding (each expert one
+// chunk); X row t / x_div (x_div = K: every slot of a token reads the token's row; 1: its own row).
 layout(local_size_x = 64) in;
+#ifdef BYID
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer WRef { uint v[]; };
+layout(std430, binding = 0) readonly buffer Ib { uint ids[]; };
+WRef wref, sref;
+#define W_AT(i) wref.v[i]
+#define S_AT(i) sref.v[i]
+#else
 layout(std430, binding = 0) readonly buffer Wb { uint w[]; };
 layout(std430, binding = 1) readonly buffer Sb { uint s[]; };
+#define W_AT(i) w[i]
+#define S_AT(i) s[i]
+#endif
 layout(std430, binding = 2) readonly buffer Xb { float x[]; };
 layout(std430, binding = 3) buffer Yb { float y[]; };
 layout(std430, binding = 4) readonly buffer Lb { float lut[]; };  // FP8: e4m3 byte → float
@@ -39,12 +57,13 @@ layout(push_constant) uniform P {
     // weight rows h·h_rows + row, X from x_off + h·x_hstride, writes Y from y_off + h·y_hstride
     // (all 0 for a plain matmul, dispatched with z = 1)
     uint x_hstride, y_hstride, h_rows;
+    uint x_div, tab_off; // BYID only
 } p;
 shared float part[64];
 
-uint byte_at(uint off) { return (w[off >> 2] >> ((off & 3u) * 8u)) & 0xffu; }
+uint byte_at(uint off) { return (W_AT(off >> 2) >> ((off & 3u) * 8u)) & 0xffu; }
 float f16_at(uint off) { return unpackHalf2x16(byte_at(off) | (byte_at(off + 1u) << 8)).x; }
-uint half_at(uint e) { return (w[e >> 1] >> ((e & 1u) * 16u)) & 0xffffu; }
+uint half_at(uint e) { return (W_AT(e >> 1) >> ((e & 1u) * 16u)) & 0xffffu; }
 uint u32_at(uint off) { return byte_at(off) | (byte_at(off + 1u) << 8) | (byte_at(off + 2u) << 16) | (byte_at(off + 3u) << 24); }
 // IQ4_NL / IQ4_XS: ggml-common.h's kvalues_iq4nl
 const float iq4_levels[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
@@ -55,13 +74,20 @@ void main() {
     const uint r = ro + hz * p.h_rows;        // weight row within the chunk
     const uint t = gl_WorkGroupID.y;
     const uint tid = gl_LocalInvocationID.x;
+#ifdef BYID
+    const uint ex = ids[t];
+    wref = WRef(uint64_t(ids[p.tab_off + 4u * ex]) | (uint64_t(ids[p.tab_off + 4u * ex + 1u]) << 32));
+    sref = WRef(uint64_t(ids[p.tab_off + 4u * ex + 2u]) | (uint64_t(ids[p.tab_off + 4u * ex + 3u]) << 32));
+    const uint xb = p.x_off + (t / p.x_div) * p.x_stride;
+#else
     const uint xb = p.x_off + hz * p.x_hstride + t * p.x_stride;
+#endif
     float acc = 0.0;
 #if FMT == FMT_F32 || FMT == FMT_F16 || FMT == FMT_BF16
     const uint e0 = r * p.cols;
     for (uint c = tid; c < p.cols; c += 64u) {
 #if FMT == FMT_F32
-        const float wv = uintBitsToFloat(w[e0 + c]);
+        const float wv = uintBitsToFloat(W_AT(e0 + c));
 #elif FMT == FMT_F16
         const float wv = unpackHalf2x16(half_at(e0 + c)).x;
 #else
@@ -73,14 +99,14 @@ void main() {
     // data: e4m3 bytes [rows, cols]; scales f32 [ceil(rows/B), ceil(cols/B)] (chunks start at a multiple of B rows)
     const uint e0 = r * p.cols, srow = (r / p.block) * p.scols;
     for (uint c = tid; c < p.cols; c += 64u)
-        acc += lut[byte_at(e0 + c)] * uintBitsToFloat(s[srow + c / p.block]) * x[xb + c];
+        acc += lut[byte_at(e0 + c)] * uintBitsToFloat(S_AT(srow + c / p.block)) * x[xb + c];
 #elif FMT == FMT_INT4
     // data: int32 [rows, cols/8], nibble j of word k = column 8k + j, offset by +8; scales bf16 [rows, cols/group]
     const uint words = p.cols / 8u, w0 = r * words;
     for (uint k = tid; k < words; k += 64u) {
-        const uint v = w[w0 + k];
+        const uint v = W_AT(w0 + k);
         const uint si = r * p.scols + (8u * k) / p.block;
-        const float sc = uintBitsToFloat(((s[si >> 1] >> ((si & 1u) * 16u)) & 0xffffu) << 16);
+        const float sc = uintBitsToFloat(((S_AT(si >> 1) >> ((si & 1u) * 16u)) & 0xffffu) << 16);
         float d = 0.0;
         for (uint j = 0u; j < 8u; j++) d += float(int((v >> (4u * j)) & 15u) - 8) * x[xb + 8u * k + j];
         acc += sc * d;
