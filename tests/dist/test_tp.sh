@@ -210,7 +210,12 @@ if "$KILN" inspect --devices 2>/dev/null | grep -q '^vulkan:0 '; then
         -np 1 "$KILN" run "$M" --tp 2 --temp 0 -n 60 --device vulkan > "$T/vk_lost.txt" 2> "$T/vk_lost.err"
     cmp "$T/vk_ref.txt" "$T/vk_lost.txt" || { echo "--tp 2 --device vulkan, one rank's device lost: text differs"; exit 1; }
     [ "$(grep -c "device lost); computing on the host from now on" "$T/vk_lost.err")" = 1 ] || { echo "the lost device was not reported once:"; cat "$T/vk_lost.err"; exit 1; }
-    echo "vulkan --tp 2: same text, also with one rank's device lost mid-step"
+    # MLA + MoE with the routing and the experts on each rank's device (moe_routed): one cpu process's text
+    D=$SHARED/models/tiny-dsv3
+    "$KILN" run "$D" --temp 0 -n 30 > "$T/vk_moe_ref.txt" 2>/dev/null
+    "${MPI[@]}" -np 2 "$KILN" run "$D" --tp 2 --temp 0 -n 30 --device vulkan > "$T/vk_moe_tp.txt" 2> "$T/vk_moe_tp.err"
+    cmp "$T/vk_moe_ref.txt" "$T/vk_moe_tp.txt" || { echo "tiny-dsv3 --tp 2 --device vulkan: text differs from one cpu process"; exit 1; }
+    echo "vulkan --tp 2: same text (also MLA + MoE), also with one rank's device lost mid-step"
 fi
 # a rank killed mid-generation: the job ends (mpirun non-zero) within seconds, nothing hangs
 "$KILN" mkmodel --arch llama --dim 512 --ffn 1024 --layers 8 --heads 8 --kv-heads 4 --vocab 512 --seq 4096 "$T/long" > /dev/null 2>&1

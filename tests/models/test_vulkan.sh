@@ -8,6 +8,8 @@
 #     hashes computed by the shader): every injected fault detected, the healed text equal to the
 #     fault-free one;
 #   - no op the backend runs natively fell back to the host (it says so on stderr when one does).
+#   - tiny-dsv3 (MLA + MoE): the cpu backend's text with routing and experts on the device, one submit
+#     per decode token (stories260K too: the KV store is on the device);
 # The architecture tests against PyTorch run on the device too (scripts/run_tests.sh: KILN_DEVICES).
 # Skipped (77) only when the build has no Vulkan; a build with it but no usable device fails.
 set -euo pipefail
@@ -84,6 +86,15 @@ done
 KILN_VK_STATS=1 "$KILN" run "$M" --temp 0 -n 200 --kv-dtype bf16 "${V[@]}" > /dev/null 2> "$T/stats.err"
 submits=$(sed -n 's/.* dispatches in \([0-9]*\) submits.*/\1/p' "$T/stats.err")
 [ -n "$submits" ] && [ "$submits" -le 201 ] || { echo "expected one submit per token (200 tokens), got:"; tail -1 "$T/stats.err"; exit 1; }
+# MLA + MoE (tiny-dsv3): the routing and the experts on the device too (moe_routed) — the cpu
+# backend's greedy text, one submit per decode token
+D=$SHARED/models/tiny-dsv3
+KILN_VK_STATS=1 "$KILN" run "$D" --temp 0 -n 40 "${V[@]}" > "$T/dsv3.vk" 2> "$T/dsv3.err"
+no_fallback "$T/dsv3.err"
+"$KILN" run "$D" --temp 0 -n 40 --device cpu > "$T/dsv3.cpu" 2>/dev/null
+cmp "$T/dsv3.vk" "$T/dsv3.cpu" || { echo "tiny-dsv3: vulkan and cpu greedy texts differ"; exit 1; }
+submits=$(sed -n 's/.* dispatches in \([0-9]*\) submits.*/\1/p' "$T/dsv3.err")
+[ -n "$submits" ] && [ "$submits" -le 41 ] || { echo "tiny-dsv3: expected one submit per token (40 tokens), got:"; tail -1 "$T/dsv3.err"; exit 1; }
 
 # Bad device index: a clear error naming it.
 if "$KILN" run "$M" -n 2 --device vulkan:9 > /dev/null 2> "$T/bad.err"; then echo "vulkan:9 accepted"; exit 1; fi
