@@ -113,6 +113,8 @@ typedef struct {
     int n_allocs, cap_allocs;
     vk_weight *weights;
     int n_weights, cap_weights;
+    int *widx;               /* open addressing over weights by (data, format, shape): index + 1, 0 = empty */
+    size_t widx_cap;         /* a power of two, at least twice n_weights */
     kiln_vk_buf lut;         /* FP8 e4m3 byte → f32 */
     kiln_vk_buf arena;       /* staging for pointers kiln_be_alloc did not hand out */
     size_t arena_used;
@@ -454,17 +456,45 @@ static kiln_status upload_chunk(vk_state *s, const kiln_weight *w, int64_t row0,
     return st;
 }
 
+/* The weight cache's index: a model of Kimi K2's size has ~70,000 weights (384 experts × 3 × 61
+ * layers), which a linear search per matmul would scan thousands of times per token. */
+static size_t weight_slot(const vk_state *s, const void *data, kiln_wformat fmt, int64_t rows, int64_t cols) {
+    uint64_t h = (uint64_t)(uintptr_t)data * 0x9e3779b97f4a7c15ull ^ (uint64_t)fmt << 56 ^ (uint64_t)rows * 0xff51afd7ed558ccdull ^ (uint64_t)cols;
+    h ^= h >> 31;
+    return (size_t)h & (s->widx_cap - 1);
+}
+static int weight_index_build(vk_state *s, size_t cap) {
+    int *idx = calloc(cap, sizeof *idx);
+    if (!idx) return -1;
+    free(s->widx);
+    s->widx = idx;
+    s->widx_cap = cap;
+    for (int i = 0; i < s->n_weights; i++) {
+        size_t h = weight_slot(s, s->weights[i].data, s->weights[i].fmt, s->weights[i].rows, s->weights[i].cols);
+        while (s->widx[h]) h = (h + 1) & (cap - 1);
+        s->widx[h] = i + 1;
+    }
+    return 0;
+}
+static int weight_find(const vk_state *s, const kiln_weight *w) {
+    if (!s->widx_cap) return -1;
+    for (size_t h = weight_slot(s, w->data, w->fmt, w->rows, w->cols); s->widx[h]; h = (h + 1) & (s->widx_cap - 1)) {
+        const vk_weight *vw = &s->weights[s->widx[h] - 1];
+        if (vw->data == w->data && vw->fmt == w->fmt && vw->rows == w->rows && vw->cols == w->cols) return s->widx[h] - 1;
+    }
+    return -1;
+}
+
 /* The device copy of w, uploaded at its first use; NULL when it cannot be (then: host). */
 static const vk_weight *device_weight(vk_state *s, const kiln_weight *w) {
     const uint64_t fp = fingerprint(w);
-    for (int i = 0; i < s->n_weights; i++) {
+    const int i = weight_find(s, w);
+    if (i >= 0) {
         vk_weight *vw = &s->weights[i];
-        if (vw->data == w->data && vw->fmt == w->fmt && vw->rows == w->rows && vw->cols == w->cols) {
-            if (vw->fingerprint == fp && vw->scales == w->scales) return vw;
-            weight_free(s, vw); /* the address now holds another weight */
-            s->weights[i] = s->weights[--s->n_weights];
-            break;
-        }
+        if (vw->fingerprint == fp && vw->scales == w->scales) return vw;
+        weight_free(s, vw); /* the address now holds another weight */
+        s->weights[i] = s->weights[--s->n_weights];
+        if (weight_index_build(s, s->widx_cap)) return NULL; /* rare: rebuilt whole */
     }
     if (w->rows <= 0 || w->cols <= 0 || w->row_bytes == 0) return NULL;
     int64_t per = (int64_t)(s->max_range / w->row_bytes);
@@ -486,6 +516,13 @@ static const vk_weight *device_weight(vk_state *s, const kiln_weight *w) {
         }
     }
     s->weights[s->n_weights++] = vw;
+    if ((size_t)s->n_weights * 2 > s->widx_cap) {
+        if (weight_index_build(s, s->widx_cap ? s->widx_cap * 2 : 256)) { weight_free(s, &s->weights[--s->n_weights]); return NULL; }
+    } else {
+        size_t h = weight_slot(s, vw.data, vw.fmt, vw.rows, vw.cols);
+        while (s->widx[h]) h = (h + 1) & (s->widx_cap - 1);
+        s->widx[h] = s->n_weights;
+    }
     return &s->weights[s->n_weights - 1];
 }
 
@@ -1393,7 +1430,9 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
     kiln_vk_buf_destroy(s->vk, &s->arena);
     kiln_vk_buf_destroy(s->vk, &s->att_part);
     kiln_vk_close(s->vk);
-    free(s->weights); free(s->allocs); free(s->extra); free(s->cb); free(s->checks);
+    for (int i = 0; i < s->n_moe_tabs; i++) free(s->moe_tabs[i].addr);
+    free(s->moe_tabs); free(s->seals);
+    free(s->weights); free(s->widx); free(s->allocs); free(s->extra); free(s->cb); free(s->checks);
     pthread_mutex_destroy(&s->allocs_mu);
     free(s);
     be->impl = NULL;
