@@ -527,6 +527,8 @@ static const vk_weight *device_weight(vk_state *s, const kiln_weight *w) {
 }
 
 /* ---- matmul -------------------------------------------------------------------------------------- */
+/* Tokens per matmul workgroup (matmul.comp TT): a weight row is read once per MM_TOKENS tokens. */
+#define MM_TOKENS 8
 typedef struct {
     uint32_t rows, cols, r0, n, x_off, x_stride, y_off, y_stride, block, scols, row_bytes;
     uint32_t x_hstride, y_hstride, h_rows; /* stacked heads (matmul.comp); 0 for a plain matmul */
@@ -568,7 +570,7 @@ static int record_matmul(vk_state *s, const kiln_weight *w, const float *X, int6
                                 yr.off + (uint32_t)ch->row0, (uint32_t)y_stride, (uint32_t)B,
                                 (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B), (uint32_t)w->row_bytes, 0, 0, 0, 0, 0};
             s->n_dispatch++;
-            if (kiln_vk_dispatch(s->vk, matmul_shader(w->fmt), b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)n, 1) != KILN_OK) {
+            if (kiln_vk_dispatch(s->vk, matmul_shader(w->fmt), b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)((n + MM_TOKENS - 1) / MM_TOKENS), 1) != KILN_OK) {
                 fail_once(s, "matmul dispatch");
                 return -1;
             }
@@ -622,7 +624,7 @@ static int record_heads_stacked(vk_state *s, const kiln_weight *w, int H, int n,
         const mm_push pc = {(uint32_t)rr, (uint32_t)w0->cols, (uint32_t)r, (uint32_t)n, xr.off, (uint32_t)x_tok, yr.off, (uint32_t)y_tok, 1,
                             (uint32_t)w0->cols, (uint32_t)w0->row_bytes, (uint32_t)x_head, (uint32_t)y_head, (uint32_t)w0->rows, 0, 0};
         s->n_dispatch++;
-        if (kiln_vk_dispatch(s->vk, matmul_shader(w0->fmt), b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)n, (uint32_t)H) != KILN_OK) {
+        if (kiln_vk_dispatch(s->vk, matmul_shader(w0->fmt), b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)((n + MM_TOKENS - 1) / MM_TOKENS), (uint32_t)H) != KILN_OK) {
             fail_once(s, "matmul dispatch");
             return -1;
         }

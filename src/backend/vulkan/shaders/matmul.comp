@@ -59,7 +59,6 @@ layout(push_constant) uniform P {
     uint x_hstride, y_hstride, h_rows;
     uint x_div, tab_off; // BYID only
 } p;
-shared float part[64];
 
 uint byte_at(uint off) { return (W_AT(off >> 2) >> ((off & 3u) * 8u)) & 0xffu; }
 float f16_at(uint off) { return unpackHalf2x16(byte_at(off) | (byte_at(off + 1u) << 8)).x; }
@@ -68,11 +67,35 @@ uint u32_at(uint off) { return byte_at(off) | (byte_at(off + 1u) << 8) | (byte_a
 // IQ4_NL / IQ4_XS: ggml-common.h's kvalues_iq4nl
 const float iq4_levels[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
 
+// Tokens per workgroup: each weight is dequantized once and multiplied into up to TT tokens' rows
+// (prefill reads a weight row once per TT tokens instead of once per token). One shader for every
+// n — a token's products and sums are the same instructions whatever the other tokens — and every
+// product enters its sum through an explicit fma, so results do not depend on how many tokens a
+// call has (a batched verification step gives the decode step's floats). BYID: one (token, slot) row
+// per workgroup (each has its own expert).
+#ifdef BYID
+#define TT 1u
+#else
+#define TT 8u
+#endif
+// acc[q] += w · x[i + q·x_stride] for the workgroup's tokens q < nt
+#define ACC(w, i) { const float w_ = (w); for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(w_, x[(i) + q * p.x_stride], acc[q]); }
+#define ACC2(w1, i1, w2, i2) { const float u_ = (w1), v_ = (w2); \
+    for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(v_, x[(i2) + q * p.x_stride], fma(u_, x[(i1) + q * p.x_stride], acc[q])); }
+// the same into a block's partial sums d[q]
+#define DACC(w, i) { const float w_ = (w); for (uint q = 0u; q < TT; q++) if (q < nt) d[q] = fma(w_, x[(i) + q * p.x_stride], d[q]); }
+#define DACC2(w1, i1, w2, i2) { const float u_ = (w1), v_ = (w2); \
+    for (uint q = 0u; q < TT; q++) if (q < nt) d[q] = fma(v_, x[(i2) + q * p.x_stride], fma(u_, x[(i1) + q * p.x_stride], d[q])); }
+#define DRESET() for (uint q = 0u; q < TT; q++) d[q] = 0.0
+#define DSCALE(sc) { const float s_ = (sc); for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(s_, d[q], acc[q]); }
+shared float part[TT][64];
+
 void main() {
     const uint hz = gl_WorkGroupID.z;
     const uint ro = p.r0 + gl_WorkGroupID.x;  // output row (within the chunk, within the head)
     const uint r = ro + hz * p.h_rows;        // weight row within the chunk
-    const uint t = gl_WorkGroupID.y;
+    const uint t = gl_WorkGroupID.y * TT;     // first token (BYID: the (token, slot) row)
+    const uint nt = min(TT, p.n - t);         // tokens of this workgroup
     const uint tid = gl_LocalInvocationID.x;
 #ifdef BYID
     const uint ex = ids[t];
@@ -82,7 +105,9 @@ void main() {
 #else
     const uint xb = p.x_off + hz * p.x_hstride + t * p.x_stride;
 #endif
-    float acc = 0.0;
+    float acc[TT];
+    float d[TT];
+    for (uint q = 0u; q < TT; q++) acc[q] = 0.0;
 #if FMT == FMT_F32 || FMT == FMT_F16 || FMT == FMT_BF16
     const uint e0 = r * p.cols;
     for (uint c = tid; c < p.cols; c += 64u) {
@@ -93,13 +118,12 @@ void main() {
 #else
         const float wv = uintBitsToFloat(half_at(e0 + c) << 16);
 #endif
-        acc += wv * x[xb + c];
+        ACC(wv, xb + c);
     }
 #elif FMT == FMT_FP8
     // data: e4m3 bytes [rows, cols]; scales f32 [ceil(rows/B), ceil(cols/B)] (chunks start at a multiple of B rows)
     const uint e0 = r * p.cols, srow = (r / p.block) * p.scols;
-    for (uint c = tid; c < p.cols; c += 64u)
-        acc += lut[byte_at(e0 + c)] * uintBitsToFloat(S_AT(srow + c / p.block)) * x[xb + c];
+    for (uint c = tid; c < p.cols; c += 64u) ACC(lut[byte_at(e0 + c)] * uintBitsToFloat(S_AT(srow + c / p.block)), xb + c);
 #elif FMT == FMT_INT4
     // data: int32 [rows, cols/8], nibble j of word k = column 8k + j, offset by +8; scales bf16 [rows, cols/group]
     const uint words = p.cols / 8u, w0 = r * words;
@@ -107,9 +131,9 @@ void main() {
         const uint v = W_AT(w0 + k);
         const uint si = r * p.scols + (8u * k) / p.block;
         const float sc = uintBitsToFloat(((S_AT(si >> 1) >> ((si & 1u) * 16u)) & 0xffffu) << 16);
-        float d = 0.0;
-        for (uint j = 0u; j < 8u; j++) d += float(int((v >> (4u * j)) & 15u) - 8) * x[xb + 8u * k + j];
-        acc += sc * d;
+        DRESET();
+        for (uint j = 0u; j < 8u; j++) DACC(float(int((v >> (4u * j)) & 15u) - 8), xb + 8u * k + j);
+        DSCALE(sc);
     }
 #elif FMT == FMT_Q8_0
     // blocks of 34 bytes: f16 scale, 32 int8
@@ -117,9 +141,9 @@ void main() {
     for (uint b = tid; b < nb; b += 64u) {
         const uint off = r * p.row_bytes + b * 34u;
         const uint c0 = xb + 32u * b;
-        float d = 0.0;
-        for (uint j = 0u; j < 32u; j++) d += float((int(byte_at(off + 2u + j)) << 24) >> 24) * x[c0 + j];
-        acc += f16_at(off) * d;
+        DRESET();
+        for (uint j = 0u; j < 32u; j++) DACC(float((int(byte_at(off + 2u + j)) << 24) >> 24), c0 + j);
+        DSCALE(f16_at(off));
     }
 #elif FMT == FMT_Q4_0
     // blocks of 18 bytes: f16 scale, 16 bytes: low nibbles columns 0..15, high nibbles 16..31, offset by +8
@@ -127,12 +151,12 @@ void main() {
     for (uint b = tid; b < nb; b += 64u) {
         const uint off = r * p.row_bytes + b * 18u;
         const uint c0 = xb + 32u * b;
-        float d = 0.0;
+        DRESET();
         for (uint j = 0u; j < 16u; j++) {
             const uint v = byte_at(off + 2u + j);
-            d += float(int(v & 15u) - 8) * x[c0 + j] + float(int(v >> 4) - 8) * x[c0 + 16u + j];
+            DACC2(float(int(v & 15u) - 8), c0 + j, float(int(v >> 4) - 8), c0 + 16u + j);
         }
-        acc += f16_at(off) * d;
+        DSCALE(f16_at(off));
     }
 #elif FMT == FMT_Q4_K || FMT == FMT_Q5_K
     // Q4_K (144 bytes): f16 d, f16 dmin, 12 bytes of 6-bit scales / mins for 8 sub-blocks of 32,
@@ -169,7 +193,7 @@ void main() {
                 lo += ((qh >> (2u * j)) & 1u) << 4;
                 hi += ((qh >> (2u * j + 1u)) & 1u) << 4;
 #endif
-                acc += (sc[0] * float(lo) - mn[0]) * x[c0 + 64u * j + l] + (sc[1] * float(hi) - mn[1]) * x[c0 + 64u * j + 32u + l];
+                ACC2(sc[0] * float(lo) - mn[0], c0 + 64u * j + l, sc[1] * float(hi) - mn[1], c0 + 64u * j + 32u + l);
             }
         }
     }
@@ -189,7 +213,8 @@ void main() {
                 const int q3 = int((a >> 4) | (((h >> 4) & 3u) << 4)) - 32, q4 = int((c >> 4) | (((h >> 6) & 3u) << 4)) - 32;
                 const float s1 = d * float((int(byte_at(scb + is)) << 24) >> 24), s2 = d * float((int(byte_at(scb + is + 2u)) << 24) >> 24);
                 const float s3 = d * float((int(byte_at(scb + is + 4u)) << 24) >> 24), s4 = d * float((int(byte_at(scb + is + 6u)) << 24) >> 24);
-                acc += s1 * float(q1) * x[y0 + l] + s2 * float(q2) * x[y0 + 32u + l] + s3 * float(q3) * x[y0 + 64u + l] + s4 * float(q4) * x[y0 + 96u + l];
+                ACC2(s1 * float(q1), y0 + l, s2 * float(q2), y0 + 32u + l);
+                ACC2(s3 * float(q3), y0 + 64u + l, s4 * float(q4), y0 + 96u + l);
             }
         }
     }
@@ -211,7 +236,7 @@ void main() {
     for (uint b = tid; b < nb; b += 64u) {
         const uint off = r * p.row_bytes + b * bsz;
         const uint c0 = xb + 32u * b;
-        const float d = f16_at(off);
+        const float dd = f16_at(off);
 #if FMT == FMT_Q4_1 || FMT == FMT_Q5_1
         const float m = f16_at(off + 2u);
 #endif
@@ -228,11 +253,11 @@ void main() {
             hi |= ((qh >> (j + 16u)) & 1u) << 4;
 #endif
 #if FMT == FMT_Q4_1 || FMT == FMT_Q5_1
-            acc += (float(lo) * d + m) * x[c0 + j] + (float(hi) * d + m) * x[c0 + 16u + j];
+            ACC2(float(lo) * dd + m, c0 + j, float(hi) * dd + m, c0 + 16u + j);
 #elif FMT == FMT_Q5_0
-            acc += (float(int(lo) - 16) * d) * x[c0 + j] + (float(int(hi) - 16) * d) * x[c0 + 16u + j];
+            ACC2(float(int(lo) - 16) * dd, c0 + j, float(int(hi) - 16) * dd, c0 + 16u + j);
 #else
-            acc += (d * iq4_levels[lo]) * x[c0 + j] + (d * iq4_levels[hi]) * x[c0 + 16u + j];
+            ACC2(dd * iq4_levels[lo], c0 + j, dd * iq4_levels[hi], c0 + 16u + j);
 #endif
         }
     }
@@ -248,8 +273,8 @@ void main() {
         for (uint g = 0u; g < 16u; g++) {
             const uint sc = byte_at(off + g);
             const float dl = d * float(sc & 15u), ml = dmin * float(sc >> 4);
-            const uint q = off + 16u + 32u * (g / 8u) + 16u * (g % 2u), shift = 2u * ((g % 8u) / 2u);
-            for (uint l = 0u; l < 16u; l++) acc += (dl * float((byte_at(q + l) >> shift) & 3u) - ml) * x[c0 + 16u * g + l];
+            const uint qb = off + 16u + 32u * (g / 8u) + 16u * (g % 2u), shift = 2u * ((g % 8u) / 2u);
+            for (uint l = 0u; l < 16u; l++) ACC(dl * float((byte_at(qb + l) >> shift) & 3u) - ml, c0 + 16u * g + l);
         }
     }
 #elif FMT == FMT_Q3_K
@@ -266,10 +291,10 @@ void main() {
             const uint hi = (byte_at(off + 104u + g % 4u) >> (2u * (g / 4u))) & 3u;
             const float dl = d * float(int(lo | (hi << 4)) - 32);
             const uint hf = g / 8u, j = (g % 8u) / 2u, o = 16u * (g % 2u);
-            const uint q = off + 32u + 32u * hf, bit = 1u << (4u * hf + j);
+            const uint qb = off + 32u + 32u * hf, bit = 1u << (4u * hf + j);
             for (uint l = o; l < o + 16u; l++) {
-                const int v = int((byte_at(q + l) >> (2u * j)) & 3u) - ((byte_at(off + l) & bit) != 0u ? 0 : 4);
-                acc += (dl * float(v)) * x[c0 + 16u * g + l - o];
+                const int v = int((byte_at(qb + l) >> (2u * j)) & 3u) - ((byte_at(off + l) & bit) != 0u ? 0 : 4);
+                ACC(dl * float(v), c0 + 16u * g + l - o);
             }
         }
     }
@@ -288,18 +313,19 @@ void main() {
             const float dl = d * float(int(ls) - 32);
             for (uint i = 0u; i < 16u; i++) {
                 const uint v = byte_at(off + 8u + 16u * j + i);
-                acc += (dl * iq4_levels[v & 15u]) * x[c0 + 32u * j + i] + (dl * iq4_levels[v >> 4]) * x[c0 + 32u * j + 16u + i];
+                ACC2(dl * iq4_levels[v & 15u], c0 + 32u * j + i, dl * iq4_levels[v >> 4], c0 + 32u * j + 16u + i);
             }
         }
     }
 #else
 #error unknown FMT
 #endif
-    part[tid] = acc;
+    for (uint q = 0u; q < TT; q++) part[q][tid] = acc[q];
     barrier();
     for (uint h = 32u; h > 0u; h >>= 1) {
-        if (tid < h) part[tid] += part[tid + h];
+        if (tid < h)
+            for (uint q = 0u; q < TT; q++) part[q][tid] += part[q][tid + h];
         barrier();
     }
-    if (tid == 0u) y[p.y_off + hz * p.y_hstride + t * p.y_stride + ro] = part[0];
+    if (tid < nt) y[p.y_off + hz * p.y_hstride + (t + tid) * p.y_stride + ro] = part[tid][0];
 }
