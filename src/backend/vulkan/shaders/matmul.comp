@@ -1,6 +1,6 @@
 #version 450
 // matmul.comp — Y[t, r] = Σ_c W[r, c] · X[t, c] for one weight format (compiled once per format with
-// -DFMT=...): one workgroup per (row, token), its 64 invocations striding over the row's 32-column
+// -DFMT=...): one workgroup per (row, up to TT = 8 tokens), its 64 invocations striding over the row's 32-column
 // blocks (256-column super-blocks for the K-quants and IQ4_XS; single columns for the float formats),
 // then a tree sum in shared memory. The GGUF block quants are dequantized in registers as ggml's
 // dequantize_row_* does (the same f32 products and differences as kernels/kquant.c), so results
