@@ -31,7 +31,8 @@ VK_ATTENDS   := f32:0 bf16:1 fp8:2
 VK_SPVS      := $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_$(word 1,$(subst :, ,$(m))).spv) $(VK_PLAIN:%=$(BUILD)/shaders/%.spv) \
                 $(foreach m,$(VK_ATTENDS),$(BUILD)/shaders/kv_attend_$(word 1,$(subst :, ,$(m))).spv) \
                 $(foreach m,$(VK_ATTENDS),$(BUILD)/shaders/kv_store_$(word 1,$(subst :, ,$(m))).spv) \
-                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_id_$(word 1,$(subst :, ,$(m))).spv)
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_id_$(word 1,$(subst :, ,$(m))).spv) \
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul8_$(word 1,$(subst :, ,$(m))).spv)
 ifeq ($(HAVE_VULKAN),1)
 SRCS     := $(filter-out $(VK_DIR)/vk_absent.c,$(SRCS))
 VK_OBJS  := $(BUILD)/vk_spirv.o
@@ -79,6 +80,10 @@ $(BUILD)/%.o: %.c
 $(BUILD)/shaders/matmul_id_%.spv: $(VK_DIR)/shaders/matmul.comp
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.2 -DBYID -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
+# ... and with 8 tokens per workgroup (-DTT8) for n >= 4
+$(BUILD)/shaders/matmul8_%.spv: $(VK_DIR)/shaders/matmul.comp
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.1 -DTT8 -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
 $(BUILD)/shaders/matmul_%.spv: $(VK_DIR)/shaders/matmul.comp
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.1 -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@

@@ -2,7 +2,7 @@
 # gpu_check.sh — issue 26's check on a machine with a real GPU, in one prepared run (about 8
 # minutes on an H200): builds kiln, picks the first Vulkan device that is not a CPU (lavapipe),
 # runs the op tests and the model tests on it, then the benchmarks, and writes everything under
-# $OUT (default gpu_check_out/): devices.txt, ops.log, models.log, bench_decode.json,
+# $OUT (default gpu_check_out/): devices.txt, ops.log, models.log, bench_decode.json, bench_moe.json,
 # bench_integrity.json, kv_bf16.json / kv_fp8.json, profile.log (device time per shader),
 # summary.json, and a log of each step.
 #   bash scripts/gpu_check.sh [SHARED_DIR]     (SHARED_DIR: ../shared by default, for stories260K)
@@ -50,6 +50,12 @@ SHAPE=${GPU_CHECK_SHAPE:---preset bench-500m --dim 3072 --ffn 8192 --layers 16 -
 step bench_decode 300 sh -c "./kiln bench '$M' --device $DEV --weights bf16,fp8,int4 --prompt 512 --gen 64 --repeat 3 --json > '$OUT/bench_decode.json'"
 # where a decode step's device time goes: timestamp queries per shader (KILN_VK_PROFILE), INT4 weights
 step profile 180 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 ./kiln bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 1
+# MoE + MLA on the device (routing and experts by id: moe_routed): the GLM-4.7-Flash-shaped preset,
+# BF16 / FP8 / INT4 experts, decode against the device bandwidth and the per-shader profile
+F=$OUT/flash
+[ -f "$F/config.json" ] || step mkmodel_moe 240 ./kiln mkmodel --arch glm4_moe_lite --preset glm47-flash --dtype bf16 "$F"
+step bench_moe 240 sh -c "./kiln bench '$F' --device $DEV --weights bf16,fp8,int4 --scope experts --prompt 128 --gen 64 --repeat 3 --json > '$OUT/bench_moe.json'"
+step profile_moe 120 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 ./kiln bench "$F" --device "$DEV" --weights int4 --scope experts --prompt 16 --gen 32 --repeat 1
 # KV capacity: bytes per token of BF16 and FP8 pools
 for dt in bf16 fp8; do ./kiln inspect "$M" --kv --kv-dtype $dt --json > "$OUT/kv_$dt.json" 2>/dev/null; done
 # integrity: heal vs off at 4,000 tokens of context (decode and time to first token)
@@ -79,6 +85,10 @@ if rows:
                        "device_gbps": r["measured_gbps"]} for w, r in rows.items()}
     if "int4" in rows and "fp8" in rows:
         s["int4_over_fp8_decode"] = rows["int4"]["decode_tps"] / rows["fp8"]["decode_tps"]
+moe = {r.get("weights"): r for r in load("bench_moe.json")}
+if moe:
+    s["moe_decode"] = {w: {"decode_tps": r["decode_tps"], "prompt_tps_128": r["prompt_tps"], "fraction_of_device_bandwidth": r["roofline_fraction"]}
+                       for w, r in moe.items()}
 kv = {dt: load("kv_%s.json" % dt) for dt in ("bf16", "fp8")}
 if kv["bf16"] and kv["fp8"]:
     s["kv_fp8_tokens_per_bf16_token"] = kv["bf16"][0]["bytes_per_token"] / kv["fp8"][0]["bytes_per_token"]

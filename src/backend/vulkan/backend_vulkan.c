@@ -527,8 +527,14 @@ static const vk_weight *device_weight(vk_state *s, const kiln_weight *w) {
 }
 
 /* ---- matmul -------------------------------------------------------------------------------------- */
-/* Tokens per matmul workgroup (matmul.comp TT): a weight row is read once per MM_TOKENS tokens. */
-#define MM_TOKENS 8
+/* The matmul variant for n tokens and its tokens per workgroup (matmul.comp TT): from 4 tokens on,
+ * 8 per workgroup (a weight row read once per 8 tokens); decode and small batches 1 (the 8-token
+ * variant's unused lanes cost a decode step about 2.5× on lavapipe). Both give the same floats. */
+static kiln_vk_shader matmul_variant(kiln_wformat f, int n, int *tokens) {
+    *tokens = n >= 4 ? 8 : 1;
+    const kiln_vk_shader base = n >= 4 ? KILN_VK_SH_matmul8_f32 : KILN_VK_SH_matmul_f32;
+    return (kiln_vk_shader)(base + (matmul_shader(f) - KILN_VK_SH_matmul_f32));
+}
 typedef struct {
     uint32_t rows, cols, r0, n, x_off, x_stride, y_off, y_stride, block, scols, row_bytes;
     uint32_t x_hstride, y_hstride, h_rows; /* stacked heads (matmul.comp); 0 for a plain matmul */
@@ -570,7 +576,9 @@ static int record_matmul(vk_state *s, const kiln_weight *w, const float *X, int6
                                 yr.off + (uint32_t)ch->row0, (uint32_t)y_stride, (uint32_t)B,
                                 (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B), (uint32_t)w->row_bytes, 0, 0, 0, 0, 0};
             s->n_dispatch++;
-            if (kiln_vk_dispatch(s->vk, matmul_shader(w->fmt), b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)((n + MM_TOKENS - 1) / MM_TOKENS), 1) != KILN_OK) {
+            int tt;
+            const kiln_vk_shader sh = matmul_variant(w->fmt, n, &tt);
+            if (kiln_vk_dispatch(s->vk, sh, b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)((n + tt - 1) / tt), 1) != KILN_OK) {
                 fail_once(s, "matmul dispatch");
                 return -1;
             }
@@ -624,7 +632,9 @@ static int record_heads_stacked(vk_state *s, const kiln_weight *w, int H, int n,
         const mm_push pc = {(uint32_t)rr, (uint32_t)w0->cols, (uint32_t)r, (uint32_t)n, xr.off, (uint32_t)x_tok, yr.off, (uint32_t)y_tok, 1,
                             (uint32_t)w0->cols, (uint32_t)w0->row_bytes, (uint32_t)x_head, (uint32_t)y_head, (uint32_t)w0->rows, 0, 0};
         s->n_dispatch++;
-        if (kiln_vk_dispatch(s->vk, matmul_shader(w0->fmt), b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)((n + MM_TOKENS - 1) / MM_TOKENS), (uint32_t)H) != KILN_OK) {
+        int tt;
+        const kiln_vk_shader sh = matmul_variant(w0->fmt, n, &tt);
+        if (kiln_vk_dispatch(s->vk, sh, b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)((n + tt - 1) / tt), (uint32_t)H) != KILN_OK) {
             fail_once(s, "matmul dispatch");
             return -1;
         }

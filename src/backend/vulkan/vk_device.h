@@ -24,7 +24,10 @@
     X(rmsnorm) X(add) X(add_bias) X(swiglu) X(rope) X(kv_merge) X(membw) X(moe_combine) X(copy_rows) X(moe_route) \
     X(matmul_id_f32) X(matmul_id_f16) X(matmul_id_bf16) X(matmul_id_fp8) X(matmul_id_int4) X(matmul_id_q8_0) X(matmul_id_q4_0) X(matmul_id_q4_k) \
     X(matmul_id_q5_k) X(matmul_id_q6_k) X(matmul_id_q2_k) X(matmul_id_q3_k) X(matmul_id_iq4_xs) X(matmul_id_q4_1) X(matmul_id_q5_0) \
-    X(matmul_id_q5_1) X(matmul_id_iq4_nl) X(kv_attend_f32) X(kv_attend_bf16) X(kv_attend_fp8) \
+    X(matmul_id_q5_1) X(matmul_id_iq4_nl) \
+    X(matmul8_f32) X(matmul8_f16) X(matmul8_bf16) X(matmul8_fp8) X(matmul8_int4) X(matmul8_q8_0) X(matmul8_q4_0) X(matmul8_q4_k) \
+    X(matmul8_q5_k) X(matmul8_q6_k) X(matmul8_q2_k) X(matmul8_q3_k) X(matmul8_iq4_xs) X(matmul8_q4_1) X(matmul8_q5_0) \
+    X(matmul8_q5_1) X(matmul8_iq4_nl) X(kv_attend_f32) X(kv_attend_bf16) X(kv_attend_fp8) \
     X(kv_store_f32) X(kv_store_bf16) X(kv_store_fp8)
 typedef enum {
 #define KILN_VK_ENUM(name) KILN_VK_SH_##name,

@@ -67,27 +67,28 @@ uint u32_at(uint off) { return byte_at(off) | (byte_at(off + 1u) << 8) | (byte_a
 // IQ4_NL / IQ4_XS: ggml-common.h's kvalues_iq4nl
 const float iq4_levels[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
 
-// Tokens per workgroup: each weight is dequantized once and multiplied into up to TT tokens' rows
-// (prefill reads a weight row once per TT tokens instead of once per token). One shader for every
-// n — a token's products and sums are the same instructions whatever the other tokens — and every
-// product enters its sum through an explicit fma, so results do not depend on how many tokens a
-// call has (a batched verification step gives the decode step's floats). BYID: one (token, slot) row
-// per workgroup (each has its own expert).
-#ifdef BYID
-#define TT 1u
-#else
+// Tokens per workgroup, TT: 1 (matmul_*.spv, decode and small batches) or 8 (-DTT8: matmul8_*.spv,
+// n ≥ 4: each weight is dequantized once and multiplied into up to 8 tokens' rows, so a prefill
+// reads a weight row once per 8 tokens). The two compute a token's result with the same operations
+// — the weight's value `precise` (never contracted), each product entering its sum through an
+// explicit fma, the same reduction tree — so results do not depend on the variant or on how many
+// tokens a call has (a batched verification step gives the decode step's floats). BYID: one
+// (token, slot) row per workgroup (each has its own expert).
+#ifdef TT8
 #define TT 8u
+#else
+#define TT 1u
 #endif
 // acc[q] += w · x[i + q·x_stride] for the workgroup's tokens q < nt
-#define ACC(w, i) { const float w_ = (w); for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(w_, x[(i) + q * p.x_stride], acc[q]); }
-#define ACC2(w1, i1, w2, i2) { const float u_ = (w1), v_ = (w2); \
+#define ACC(w, i) { precise float w_ = (w); for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(w_, x[(i) + q * p.x_stride], acc[q]); }
+#define ACC2(w1, i1, w2, i2) { precise float u_ = (w1), v_ = (w2); \
     for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(v_, x[(i2) + q * p.x_stride], fma(u_, x[(i1) + q * p.x_stride], acc[q])); }
 // the same into a block's partial sums d[q]
-#define DACC(w, i) { const float w_ = (w); for (uint q = 0u; q < TT; q++) if (q < nt) d[q] = fma(w_, x[(i) + q * p.x_stride], d[q]); }
-#define DACC2(w1, i1, w2, i2) { const float u_ = (w1), v_ = (w2); \
+#define DACC(w, i) { precise float w_ = (w); for (uint q = 0u; q < TT; q++) if (q < nt) d[q] = fma(w_, x[(i) + q * p.x_stride], d[q]); }
+#define DACC2(w1, i1, w2, i2) { precise float u_ = (w1), v_ = (w2); \
     for (uint q = 0u; q < TT; q++) if (q < nt) d[q] = fma(v_, x[(i2) + q * p.x_stride], fma(u_, x[(i1) + q * p.x_stride], d[q])); }
 #define DRESET() for (uint q = 0u; q < TT; q++) d[q] = 0.0
-#define DSCALE(sc) { const float s_ = (sc); for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(s_, d[q], acc[q]); }
+#define DSCALE(sc) { precise float s_ = (sc); for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(s_, d[q], acc[q]); }
 shared float part[TT][64];
 
 void main() {
