@@ -1047,6 +1047,13 @@ static int record_matmul_id(vk_state *s, const kiln_weight *w0, kiln_vk_bind tab
     return 0;
 }
 
+/* Up to this many tokens the experts run by id on the device's own routing (decode, small batches,
+ * speculative verification); a longer chunk (prefill) takes the host-routed path, whose grouped
+ * rows let the matmul read each expert's weights once per 8 of its tokens instead of once per
+ * (token, slot) — one submit per MoE layer per chunk. A token's floats are the same either way
+ * (the same routing, the same per-token matmul operations, the same combine order). */
+#define MOE_ROUTED_MAX_TOKENS 16
+
 /* backend.h moe_routed: routing, the experts by id and the combine, recorded on the device; -1
  * (nothing recorded) where the device cannot: no 64-bit floats or device addresses, more than 512
  * experts or 64 selected, an expert in several chunks. */
@@ -1054,7 +1061,8 @@ static int vk_moe_routed(const kiln_backend *be, const kiln_moe_cfg *c, const fl
                          const kiln_weight *up, const kiln_weight *down, const float *X, int n, float *hg, float *ug, float *yg, float *Y) {
     vk_state *s = ST(be);
     const int E = c->n_experts, K = c->n_used, D = c->dim, F = c->ffn, nk = n * K;
-    if (s->failed || !kiln_vk_has_bda(s->vk) || !kiln_vk_has_f64(s->vk) || n <= 0 || E < 1 || E > 512 || K < 1 || K > 64 || K > E ||
+    if (s->failed || !kiln_vk_has_bda(s->vk) || !kiln_vk_has_f64(s->vk) || n <= 0 || n > MOE_ROUTED_MAX_TOKENS || E < 1 || E > 512 || K < 1 ||
+        K > 64 || K > E ||
         c->n_group > 64 || (c->n_group > 1 && E % c->n_group) || c->ep_size > 1 || (uint32_t)nk > kiln_vk_max_groups_y(s->vk) ||
         (uint32_t)n > s->max_gx)
         return -1;
