@@ -842,6 +842,17 @@ static void test_moe_routed(void **state) {
  * dynamic per-page scales. */
 typedef struct { int H, KV, kd, pt; kiln_kv_dtype dt; int len0, n, vd, shared, dyn; } kvcase;
 
+/* Releases the two sequences of each backend's pool (ref's first) and the pools. */
+static void free_pools(kiln_kv_pool **pools, kiln_kv_seq *sa, kiln_kv_seq *sb) {
+    for (int p = 0; p <= n_bes; p++) {
+        kiln_kv_seq_release(pools[p], &sa[p]);
+        kiln_kv_seq_release(pools[p], &sb[p]);
+        free(sa[p].pages);
+        free(sb[p].pages);
+        kiln_kv_pool_free(pools[p]);
+    }
+}
+
 /* Two sequences: seq A holds len0 positions stored before, then the step stores and attends n
  * tokens of A (prefill tile) and one token of B (decode) in one batch. Each backend's pool takes
  * its layer arrays where that backend's attention reads them (kiln_be_kv_arrays: the vulkan
@@ -934,13 +945,7 @@ static void kv_case(const kvcase *c) {
         }
     }
     kiln_be_free(ref_be, want);
-    for (int p = 0; p <= n_bes; p++) {
-        kiln_kv_seq_release(pools[p], &sa[p]);
-        kiln_kv_seq_release(pools[p], &sb[p]);
-        free(sa[p].pages);
-        free(sb[p].pages);
-        kiln_kv_pool_free(pools[p]);
-    }
+    free_pools(pools, sa, sb);
     kiln_be_free(ref_be, hist); kiln_be_free(ref_be, k_step); kiln_be_free(ref_be, v_step); kiln_be_free(ref_be, q);
 }
 
@@ -1145,13 +1150,7 @@ static void kv_store_case(const kvscase *c) {
         kiln_kv_integ_stats(pools[p], &st);
         assert_int_equal(st.detected[KILN_KV_DETECT_CONTENT], 1);
     }
-    for (int p = 0; p <= n_bes; p++) {
-        kiln_kv_seq_release(pools[p], &sa[p]);
-        kiln_kv_seq_release(pools[p], &sb[p]);
-        free(sa[p].pages);
-        free(sb[p].pages);
-        kiln_kv_pool_free(pools[p]);
-    }
+    free_pools(pools, sa, sb);
     kiln_be_free(ref_be, rows);
 }
 
