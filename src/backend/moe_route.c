@@ -21,7 +21,7 @@ static void top_k(const float *v, int n, int k, int *out) {
 float kiln_moe_sigmoid(float x) {
     const double z = -(double)x;
     if (z != z) return x;                 /* NaN stays NaN */
-    if (z > 745.0) return 0.0f;           /* e^z beyond double: 1 / (1 + e^z) far below FLT_MIN */
+    if (z > 88.0) return 0.0f;            /* 1 / (1 + e^z) < e^-88 < FLT_MIN (and ×2^k stays in range) */
     if (z < -745.0) return 1.0f;          /* e^z below double's subnormals: 1 / (1 + 0) */
     /* z = k·ln2 + r, |r| ≤ ln2 / 2 + ε: ln2 in two parts (the high one has 21 significant bits, so
      * k · LN2_HI is exact for |k| < 2^32) */

@@ -738,9 +738,11 @@ void kiln_kv_integ_store_end(kiln_kv_pool *p, const kiln_kv_seq *s, int l, int p
     kiln_kv_integ *g = p->integ;
     kiln_kv_seq_integ *si = s->integ;
     const int pt = g->pt, slot = pos / pt;
-    if (!si || slot >= s->n_pages) return;
-    const int32_t pg = s->pages[slot];
-    if (pg < 0 || pg >= p->n_pages) return;
+    const int32_t pg = si && slot < s->n_pages ? s->pages[slot] : -1;
+    if (pg < 0 || pg >= p->n_pages) {
+        if (pend->lost >= 0 && g->lw_held) { g->lw_page = -1; g->lw_held = 0; } /* nothing stored: the armed write waits for the next store */
+        return;
+    }
     uint64_t t0 = tsc();
     seal_slice(p, s, si, l, pos, 1, row_hash, NULL);
     if (pend->lost >= 0 && g->lw_held) {

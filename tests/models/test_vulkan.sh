@@ -87,13 +87,15 @@ KILN_VK_STATS=1 "$KILN" run "$M" --temp 0 -n 200 --kv-dtype bf16 "${V[@]}" > /de
 submits=$(sed -n 's/.* dispatches in \([0-9]*\) submits.*/\1/p' "$T/stats.err")
 [ -n "$submits" ] && [ "$submits" -le 201 ] || { echo "expected one submit per token (200 tokens), got:"; tail -1 "$T/stats.err"; exit 1; }
 # MLA + MoE (tiny-dsv3): the routing and the experts on the device too (moe_routed) — the cpu
-# backend's greedy text, one submit per decode token
+# backend's greedy text, one submit per decode token (+ one for the one-time check that the
+# device's routing equals the host's)
 D=$SHARED/models/tiny-dsv3
 KILN_VK_STATS=1 "$KILN" run "$D" --temp 0 -n 40 "${V[@]}" > "$T/dsv3.vk" 2> "$T/dsv3.err"
 no_fallback "$T/dsv3.err"
 "$KILN" run "$D" --temp 0 -n 40 --device cpu > "$T/dsv3.cpu" 2>/dev/null
 cmp "$T/dsv3.vk" "$T/dsv3.cpu" || { echo "tiny-dsv3: vulkan and cpu greedy texts differ"; exit 1; }
 submits=$(sed -n 's/.* dispatches in \([0-9]*\) submits.*/\1/p' "$T/dsv3.err")
+grep -q "MoE layers route on the host" "$T/dsv3.err" && { echo "tiny-dsv3: the device's routing check failed:"; cat "$T/dsv3.err"; exit 1; }
 [ -n "$submits" ] && [ "$submits" -le 41 ] || { echo "tiny-dsv3: expected one submit per token (40 tokens), got:"; tail -1 "$T/dsv3.err"; exit 1; }
 
 # Bad device index: a clear error naming it.

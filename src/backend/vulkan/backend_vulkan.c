@@ -130,6 +130,7 @@ typedef struct {
     struct moe_tab *moe_tabs; /* device addresses of MoE layers' experts (vk_moe_routed) */
     int n_moe_tabs, cap_moe_tabs;
     uint64_t weights_gen;    /* bumped whenever a device weight is freed (the address tables are rebuilt) */
+    int route_ok;            /* the device's routing checked against the host's: 0 not yet, 1 equal, -1 not (host routes) */
     int failed;
     /* Deferred steps (backend.h kiln_be_defer): while depth > 0 the device ops only record, and
      * what they recorded runs at the next flush — a host-side op (which reads their results), a
@@ -465,7 +466,12 @@ static size_t weight_slot(const vk_state *s, const void *data, kiln_wformat fmt,
 }
 static int weight_index_build(vk_state *s, size_t cap) {
     int *idx = calloc(cap, sizeof *idx);
-    if (!idx) return -1;
+    if (!idx) { /* no index at all rather than a stale one: lookups miss, and re-upload */
+        free(s->widx);
+        s->widx = NULL;
+        s->widx_cap = 0;
+        return -1;
+    }
     free(s->widx);
     s->widx = idx;
     s->widx_cap = cap;
@@ -538,7 +544,7 @@ static kiln_vk_shader matmul_variant(kiln_wformat f, int n, int *tokens) {
 typedef struct {
     uint32_t rows, cols, r0, n, x_off, x_stride, y_off, y_stride, block, scols, row_bytes;
     uint32_t x_hstride, y_hstride, h_rows; /* stacked heads (matmul.comp); 0 for a plain matmul */
-    uint32_t x_div, tab_off;               /* matmul_id (BYID) only */
+    uint32_t x_div, tab_off, ids_off;      /* matmul_id (BYID) only */
 } mm_push;
 
 /* Records Y[t, r] (t < n) = W · X[t] for w: X rows x_stride floats apart from x, Y rows y_stride
@@ -574,7 +580,7 @@ static int record_matmul(vk_state *s, const kiln_weight *w, const float *X, int6
             const int64_t B = w->block > 0 ? w->block : 1;
             const mm_push pc = {(uint32_t)rr, (uint32_t)w->cols, (uint32_t)r, (uint32_t)n, xr.off, (uint32_t)x_stride,
                                 yr.off + (uint32_t)ch->row0, (uint32_t)y_stride, (uint32_t)B,
-                                (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B), (uint32_t)w->row_bytes, 0, 0, 0, 0, 0};
+                                (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B), (uint32_t)w->row_bytes, 0, 0, 0, 0, 0, 0};
             s->n_dispatch++;
             int tt;
             const kiln_vk_shader sh = matmul_variant(w->fmt, n, &tt);
@@ -630,7 +636,7 @@ static int record_heads_stacked(vk_state *s, const kiln_weight *w, int H, int n,
     for (int64_t r = 0; r < w0->rows; r += s->max_gx) {
         const int64_t rr = w0->rows - r < (int64_t)s->max_gx ? w0->rows - r : (int64_t)s->max_gx;
         const mm_push pc = {(uint32_t)rr, (uint32_t)w0->cols, (uint32_t)r, (uint32_t)n, xr.off, (uint32_t)x_tok, yr.off, (uint32_t)y_tok, 1,
-                            (uint32_t)w0->cols, (uint32_t)w0->row_bytes, (uint32_t)x_head, (uint32_t)y_head, (uint32_t)w0->rows, 0, 0};
+                            (uint32_t)w0->cols, (uint32_t)w0->row_bytes, (uint32_t)x_head, (uint32_t)y_head, (uint32_t)w0->rows, 0, 0, 0};
         s->n_dispatch++;
         int tt;
         const kiln_vk_shader sh = matmul_variant(w0->fmt, n, &tt);
@@ -1027,8 +1033,8 @@ static const uint32_t *expert_addresses(vk_state *s, const kiln_weight *gate, co
 }
 
 /* One matmul by expert id: Y row t (t < nk) = W_{ids[t]} · X row t / x_div. */
-static int record_matmul_id(vk_state *s, const kiln_weight *w0, kiln_vk_bind tab, uint32_t tab_off, vref xr, uint32_t x_stride, uint32_t x_div,
-                            vref yr, uint32_t y_stride, int nk) {
+static int record_matmul_id(vk_state *s, const kiln_weight *w0, kiln_vk_bind tab, uint32_t tab_ids, uint32_t tab_off, vref xr, uint32_t x_stride,
+                            uint32_t x_div, vref yr, uint32_t y_stride, int nk) {
     const kiln_vk_bind lut = {s->lut.buf, 0, VK_WHOLE_SIZE};
     const kiln_vk_bind b[5] = {tab, lut, xr.b, yr.b, lut};
     const int64_t B = w0->block > 0 ? w0->block : 1;
@@ -1037,7 +1043,7 @@ static int record_matmul_id(vk_state *s, const kiln_weight *w0, kiln_vk_bind tab
         const int64_t rr = w0->rows - r < (int64_t)s->max_gx ? w0->rows - r : (int64_t)s->max_gx;
         const mm_push pc = {(uint32_t)rr, (uint32_t)w0->cols, (uint32_t)r, (uint32_t)nk, xr.off, x_stride, yr.off, y_stride, (uint32_t)B,
                             (uint32_t)(w0->fmt == KILN_WF_FP8_BLOCK ? (w0->cols + B - 1) / B : w0->cols / B), (uint32_t)w0->row_bytes, 0, 0, 0,
-                            x_div, tab_off};
+                            x_div, tab_off, tab_ids};
         s->n_dispatch++;
         if (kiln_vk_dispatch(s->vk, sh, b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)nk, 1) != KILN_OK) {
             fail_once(s, "expert matmul dispatch");
@@ -1054,6 +1060,56 @@ static int record_matmul_id(vk_state *s, const kiln_weight *w0, kiln_vk_bind tab
  * (the same routing, the same per-token matmul operations, the same combine order). */
 #define MOE_ROUTED_MAX_TOKENS 16
 
+/* Records moe_route.comp for n tokens: logits from lr, the table at tr (ids at its start, weights
+ * after n·K words, the bias at bias_off). */
+static int record_route(vk_state *s, const kiln_moe_cfg *c, int has_bias, vref lr, vref tr, uint32_t bias_off, int n) {
+    const uint32_t nk = (uint32_t)n * (uint32_t)c->n_used;
+    const struct { uint32_t E, K, n_group, topk_group, norm, has_bias, l_off, ids_off, wt_off, bias_off; float routed_scale; } rp = {
+        (uint32_t)c->n_experts, (uint32_t)c->n_used, (uint32_t)c->n_group, (uint32_t)c->topk_group, (uint32_t)c->norm_topk_prob, (uint32_t)has_bias,
+        lr.off, tr.off, tr.off + nk, bias_off, c->routed_scale};
+    const kiln_vk_bind rb[2] = {lr.b, tr.b};
+    s->n_dispatch++;
+    if (kiln_vk_dispatch(s->vk, KILN_VK_SH_moe_route, rb, 2, &rp, sizeof rp, (uint32_t)n, 1, 1) != KILN_OK) {
+        fail_once(s, "routing dispatch");
+        return -1;
+    }
+    return 0;
+}
+
+/* Once per backend: the router's selection computed by the device equals the host's on a sweep of
+ * logits (near-equal values included), experts and weights bit for bit. Vulkan requires double
+ * precision operations only as accurate as single precision; the shader's sigmoid and division
+ * match the host where they are correctly rounded (lavapipe, NVIDIA), and a device where they are
+ * not keeps routing on the host (said once). */
+static int route_check(vk_state *s) {
+    enum { T = 8, E = 512, K = 8 };
+    const kiln_moe_cfg c = {.n_experts = E, .n_used = K, .n_group = 8, .topk_group = 4, .norm_topk_prob = 1, .routed_scale = 2.5f};
+    float *logits = malloc((size_t)T * E * sizeof(float)), bias[E], tmp[E + 8], wt[K];
+    uint32_t *tab = calloc(2 * (size_t)T * K + E, sizeof *tab);
+    int ok = logits && tab, idx[K];
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; ok && i < T * E; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        const float u = (float)(r >> 40) / 16777216.0f; /* [0, 1) */
+        logits[i] = i % 7 == 0 ? 0.25f + (float)(i % 3) * 1e-7f : (u - 0.5f) * (float)(4 << (i % 5)); /* near ties and wide magnitudes */
+    }
+    for (int e = 0; e < E; e++) { r = r * 6364136223846793005ull + 1442695040888963407ull; bias[e] = (float)(r >> 40) / 16777216.0f * 0.1f; }
+    if (ok) memcpy(tab + 2 * (size_t)T * K, bias, sizeof bias);
+    vref lr, tr;
+    ok = ok && stage(s, logits, (size_t)T * E * sizeof(float), 0, &lr) == 0 && stage(s, tab, (2 * (size_t)T * K + E) * sizeof *tab, 1, &tr) == 0 &&
+         record_route(s, &c, 1, lr, tr, tr.off + 2u * T * K, T) == 0 && flush(s) == 0;
+    for (int t = 0; ok && t < T; t++) {
+        kiln_moe_route(&c, logits + (size_t)t * E, bias, idx, wt, tmp);
+        for (int j = 0; j < K; j++) ok &= tab[t * K + j] == (uint32_t)idx[j] && memcmp(&tab[T * K + t * K + j], &wt[j], 4) == 0;
+    }
+    free(logits);
+    free(tab);
+    if (!ok && !s->failed)
+        fprintf(stderr, "kiln: %s: the device's MoE routing gave other experts or weights than the host's on the check's logits (its "
+                        "double-precision arithmetic is not correctly rounded?); MoE layers route on the host\n", kiln_vk_device_name(s->vk));
+    return ok ? 1 : -1;
+}
+
 /* backend.h moe_routed: routing, the experts by id and the combine, recorded on the device; -1
  * (nothing recorded) where the device cannot: no 64-bit floats or device addresses, more than 512
  * experts or 64 selected, an expert in several chunks. */
@@ -1066,6 +1122,8 @@ static int vk_moe_routed(const kiln_backend *be, const kiln_moe_cfg *c, const fl
         c->n_group > 64 || (c->n_group > 1 && E % c->n_group) || c->ep_size > 1 || (uint32_t)nk > kiln_vk_max_groups_y(s->vk) ||
         (uint32_t)n > s->max_gx)
         return -1;
+    if (!s->route_ok) s->route_ok = route_check(s);
+    if (s->route_ok < 0) return -1;
     const uint32_t *addr = expert_addresses(s, gate, up, down, E);
     if (!addr) return -1;
     /* table: [ids nk | weights nk | slots nk | gate, up, down addresses 3 × 4E | bias E] */
@@ -1081,20 +1139,13 @@ static int vk_moe_routed(const kiln_backend *be, const kiln_moe_cfg *c, const fl
              resolve(s, hg, (size_t)nk * (size_t)F * sizeof(float), 1, &hr) == 0 && resolve(s, ug, (size_t)nk * (size_t)F * sizeof(float), 1, &ur) == 0 &&
              resolve(s, yg, (size_t)nk * (size_t)D * sizeof(float), 1, &gr) == 0 && resolve(s, Y, (size_t)n * (size_t)D * sizeof(float), 1, &yr) == 0;
     free(tab);
-    if (ok) { /* the selection (ids, weights) into the table */
-        const uint32_t base = tr.off;
-        const struct { uint32_t E, K, n_group, topk_group, norm, has_bias, l_off, ids_off, wt_off, bias_off; float routed_scale; } rp = {
-            (uint32_t)E, (uint32_t)K, (uint32_t)c->n_group, (uint32_t)c->topk_group, (uint32_t)c->norm_topk_prob, bias != NULL, lr.off, base,
-            base + (uint32_t)nk, base + 3u * (uint32_t)nk + 12u * (uint32_t)E, c->routed_scale};
-        const kiln_vk_bind rb[2] = {lr.b, tr.b};
-        s->n_dispatch++;
-        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_moe_route, rb, 2, &rp, sizeof rp, (uint32_t)n, 1, 1) != KILN_OK) { fail_once(s, "routing dispatch"); ok = 0; }
-    }
+    /* the selection (ids, weights) into the table */
+    ok = ok && record_route(s, c, bias != NULL, lr, tr, tr.off + 3u * (uint32_t)nk + 12u * (uint32_t)E, n) == 0;
     const uint32_t a0 = tr.off + 3u * (uint32_t)nk;
-    ok = ok && record_matmul_id(s, &gate[0], tr.b, a0, xr, (uint32_t)D, (uint32_t)K, hr, (uint32_t)F, nk) == 0 &&
-         record_matmul_id(s, &up[0], tr.b, a0 + 4u * (uint32_t)E, xr, (uint32_t)D, (uint32_t)K, ur, (uint32_t)F, nk) == 0 &&
+    ok = ok && record_matmul_id(s, &gate[0], tr.b, tr.off, a0, xr, (uint32_t)D, (uint32_t)K, hr, (uint32_t)F, nk) == 0 &&
+         record_matmul_id(s, &up[0], tr.b, tr.off, a0 + 4u * (uint32_t)E, xr, (uint32_t)D, (uint32_t)K, ur, (uint32_t)F, nk) == 0 &&
          record_swiglu(s, hg, ug, (int64_t)nk * F) == 0 &&
-         record_matmul_id(s, &down[0], tr.b, a0 + 8u * (uint32_t)E, hr, (uint32_t)F, 1u, gr, (uint32_t)D, nk) == 0;
+         record_matmul_id(s, &down[0], tr.b, tr.off, a0 + 8u * (uint32_t)E, hr, (uint32_t)F, 1u, gr, (uint32_t)D, nk) == 0;
     if (ok) {
         const kiln_vk_bind b[4] = {gr.b, yr.b, tr.b, tr.b};
         const struct { uint32_t K, dim, g_off, y_off, s_off, w_off; } pc = {(uint32_t)K, (uint32_t)D, gr.off, yr.off, tr.off + 2u * (uint32_t)nk,

@@ -369,15 +369,27 @@ kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln
     const VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = vk->bda ? &maf : NULL, .allocationSize = req.size,
                                       .memoryTypeIndex = (uint32_t)type};
     r = vkAllocateMemory(vk->dev, &mai, NULL, &b->mem);
-    if (r != VK_SUCCESS && host_visible == KILN_VK_MEM_MAPPED_NEAR &&
-        (vk->memprops.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) {
-        int host = find_memory(vk, req.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
-        if (host < 0) host = find_memory(vk, req.memoryTypeBits, hv);
-        if (host >= 0 && host != type) {
+    /* a preferred device-local + host-visible type lives in a small heap without resizable BAR
+     * (~256 MiB), which KV arrays may have filled: device buffers retry in plain device-local
+     * memory (uploads go through staging), KV arrays in host memory */
+    if (r != VK_SUCCESS && host_visible != 1 &&
+        (vk->memprops.memoryTypes[type].propertyFlags & (VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) ==
+            (VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) {
+        int other = -1;
+        if (host_visible == KILN_VK_MEM_MAPPED_NEAR) {
+            other = find_memory(vk, req.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+            if (other < 0) other = find_memory(vk, req.memoryTypeBits, hv);
+        } else {
+            for (uint32_t t = 0; t < vk->memprops.memoryTypeCount && other < 0; t++)
+                if ((req.memoryTypeBits & (1u << t)) && (vk->memprops.memoryTypes[t].propertyFlags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) &&
+                    !(vk->memprops.memoryTypes[t].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))
+                    other = (int)t;
+        }
+        if (other >= 0 && other != type) {
             const VkMemoryAllocateInfo mai2 = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = vk->bda ? &maf : NULL,
-                                               .allocationSize = req.size, .memoryTypeIndex = (uint32_t)host};
+                                               .allocationSize = req.size, .memoryTypeIndex = (uint32_t)other};
             r = vkAllocateMemory(vk->dev, &mai2, NULL, &b->mem);
-            if (r == VK_SUCCESS) type = host;
+            if (r == VK_SUCCESS) type = other;
         }
     }
     if (r != VK_SUCCESS) {

@@ -30,7 +30,7 @@
 //
 // BYID (matmul_id_*.spv, Vulkan 1.2: buffer device addresses): the MoE experts' matmul over the
 // device's own routing, as ggml's mul_mat_id — workgroup y is the (token, slot) pair t of n·K, its
-// expert e = ids[t] at binding 0 word t (moe_route.comp wrote it there), the expert's data / scales
+// expert e = ids[ids_off + t] at binding 0 (moe_route.comp wrote it there), the expert's data / scales
 // addresses at words tab_off + 4e (lo, hi) and + 2 (lo, hi) of the same binding (each expert one
 // chunk); X row t / x_div (x_div = K: every slot of a token reads the token's row; 1: its own row).
 layout(local_size_x = 64) in;
@@ -57,7 +57,7 @@ layout(push_constant) uniform P {
     // weight rows h·h_rows + row, X from x_off + h·x_hstride, writes Y from y_off + h·y_hstride
     // (all 0 for a plain matmul, dispatched with z = 1)
     uint x_hstride, y_hstride, h_rows;
-    uint x_div, tab_off; // BYID only
+    uint x_div, tab_off, ids_off; // BYID only
 } p;
 
 uint byte_at(uint off) { return (W_AT(off >> 2) >> ((off & 3u) * 8u)) & 0xffu; }
@@ -99,7 +99,7 @@ void main() {
     const uint nt = min(TT, p.n - t);         // tokens of this workgroup
     const uint tid = gl_LocalInvocationID.x;
 #ifdef BYID
-    const uint ex = ids[t];
+    const uint ex = ids[p.ids_off + t];
     wref = WRef(uint64_t(ids[p.tab_off + 4u * ex]) | (uint64_t(ids[p.tab_off + 4u * ex + 1u]) << 32));
     sref = WRef(uint64_t(ids[p.tab_off + 4u * ex + 2u]) | (uint64_t(ids[p.tab_off + 4u * ex + 3u]) << 32));
     const uint xb = p.x_off + (t / p.x_div) * p.x_stride;

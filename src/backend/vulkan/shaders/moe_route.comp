@@ -25,7 +25,7 @@ shared float sgm[512];
 float sigmoid_exact(float x) {
     precise double z = -double(x);
     if (isnan(x)) return x;
-    if (z > 745.0LF) return 0.0;
+    if (z > 88.0LF) return 0.0;
     if (z < -745.0LF) return 1.0;
     const double LOG2E = 1.4426950408889634LF, LN2_HI = 0.693145751953125LF, LN2_LO = 1.4286068203094173e-06LF;
     precise double k = floor(z * LOG2E + 0.5LF);
