@@ -98,6 +98,15 @@ submits=$(sed -n 's/.* dispatches in \([0-9]*\) submits.*/\1/p' "$T/dsv3.err")
 grep -q "MoE layers route on the host" "$T/dsv3.err" && { echo "tiny-dsv3: the device's routing check failed:"; cat "$T/dsv3.err"; exit 1; }
 [ -n "$submits" ] && [ "$submits" -le 41 ] || { echo "tiny-dsv3: expected one submit per token (40 tokens), got:"; tail -1 "$T/dsv3.err"; exit 1; }
 
+# A step of more dispatches than one descriptor pool holds (48 layers: ~770) is still one submit
+# (the pools are chained), with the cpu backend's tokens
+"$KILN" mkmodel --arch llama --preset tiny --layers 48 "$T/deep" > /dev/null 2>&1
+KILN_VK_STATS=1 "$KILN" run "$T/deep" --tokens 1,2,3 -n 10 --temp 0 "${V[@]}" > "$T/deep.vk" 2> "$T/deep.err"
+"$KILN" run "$T/deep" --tokens 1,2,3 -n 10 --temp 0 --device cpu > "$T/deep.cpu" 2>/dev/null
+cmp "$T/deep.vk" "$T/deep.cpu" || { echo "48-layer model: vulkan and cpu tokens differ"; exit 1; }
+submits=$(sed -n 's/.* dispatches in \([0-9]*\) submits.*/\1/p' "$T/deep.err")
+[ -n "$submits" ] && [ "$submits" -le 10 ] || { echo "48-layer model: expected one submit per step (10), got:"; tail -1 "$T/deep.err"; exit 1; }
+
 # Bad device index: a clear error naming it.
 if "$KILN" run "$M" -n 2 --device vulkan:9 > /dev/null 2> "$T/bad.err"; then echo "vulkan:9 accepted"; exit 1; fi
 grep -q "device index 9 is out of range" "$T/bad.err" || { echo "bad error:"; cat "$T/bad.err"; exit 1; }

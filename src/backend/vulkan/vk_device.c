@@ -80,8 +80,11 @@ struct kiln_vk {
     int recording, recorded;
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout pipe_layout;
-    VkDescriptorPool desc_pool;
-    int sets_used;
+    /* descriptor pools of SETS_PER_POOL sets, chained: a step of more dispatches than one pool
+     * holds takes the next pool (made when first needed) instead of submitting early; all are reset
+     * at the flush */
+    VkDescriptorPool *desc_pools;
+    int n_desc_pools, cur_pool, sets_used;
     VkPipeline pipes[KILN_VK_SH_COUNT];
     kiln_vk_buf dummy;
     int bda;        /* buffer device addresses and 64-bit shader integers enabled (Vulkan 1.2 devices that have both) */
@@ -225,6 +228,24 @@ static kiln_status setup_device(kiln_vk *vk, int index) {
     return KILN_OK;
 }
 
+/* One more descriptor pool in the chain; -1 when the device gives none. */
+static int add_desc_pool(kiln_vk *vk) {
+    VkDescriptorPool *grown = realloc(vk->desc_pools, (size_t)(vk->n_desc_pools + 1) * sizeof *grown);
+    if (!grown) return -1;
+    vk->desc_pools = grown;
+    const VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = SETS_PER_POOL * KILN_VK_BINDINGS};
+    const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = SETS_PER_POOL, .poolSizeCount = 1, .pPoolSizes = &ps};
+    if (vkCreateDescriptorPool(vk->dev, &dpci, NULL, &vk->desc_pools[vk->n_desc_pools]) != VK_SUCCESS) return -1;
+    vk->n_desc_pools++;
+    return 0;
+}
+/* Every pool used since the last flush back to empty. */
+static void reset_desc_pools(kiln_vk *vk) {
+    for (int i = 0; i <= vk->cur_pool && i < vk->n_desc_pools; i++) vkResetDescriptorPool(vk->dev, vk->desc_pools[i], 0);
+    vk->cur_pool = 0;
+    vk->sets_used = 0;
+}
+
 static kiln_status setup_commands(kiln_vk *vk) {
     const VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                          .queueFamilyIndex = vk->queue_family};
@@ -247,10 +268,7 @@ static kiln_status setup_commands(kiln_vk *vk) {
                                              .pushConstantRangeCount = 1, .pPushConstantRanges = &pcr};
     if (vkCreatePipelineLayout(vk->dev, &plci, NULL, &vk->pipe_layout) != VK_SUCCESS)
         return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot create a pipeline layout", vk->name);
-    const VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = SETS_PER_POOL * KILN_VK_BINDINGS};
-    const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = SETS_PER_POOL, .poolSizeCount = 1, .pPoolSizes = &ps};
-    if (vkCreateDescriptorPool(vk->dev, &dpci, NULL, &vk->desc_pool) != VK_SUCCESS)
-        return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot create a descriptor pool", vk->name);
+    if (add_desc_pool(vk) != 0) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot create a descriptor pool", vk->name);
     return kiln_vk_buf_create(vk, 256, 1, &vk->dummy);
 }
 
@@ -300,7 +318,8 @@ void kiln_vk_close(kiln_vk *vk) {
         for (int i = 0; i < KILN_VK_SH_COUNT; i++)
             if (vk->pipes[i]) vkDestroyPipeline(vk->dev, vk->pipes[i], NULL);
         kiln_vk_buf_destroy(vk, &vk->dummy);
-        if (vk->desc_pool) vkDestroyDescriptorPool(vk->dev, vk->desc_pool, NULL);
+        for (int i = 0; i < vk->n_desc_pools; i++) vkDestroyDescriptorPool(vk->dev, vk->desc_pools[i], NULL);
+        free(vk->desc_pools);
         if (vk->pipe_layout) vkDestroyPipelineLayout(vk->dev, vk->pipe_layout, NULL);
         if (vk->set_layout) vkDestroyDescriptorSetLayout(vk->dev, vk->set_layout, NULL);
         if (vk->fence) vkDestroyFence(vk->dev, vk->fence, NULL);
@@ -533,10 +552,15 @@ kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_b
     VkPipeline pipe = VK_NULL_HANDLE;
     kiln_status st = pipeline(vk, shader, &pipe);
     if (st) return st;
-    if (vk->sets_used == SETS_PER_POOL && (st = kiln_vk_flush(vk)) != KILN_OK) return st;
+    if (vk->sets_used == SETS_PER_POOL) { /* the next pool of the chain (a new one if need be; if none can be had, submit what is recorded) */
+        if (vk->cur_pool + 1 < vk->n_desc_pools || add_desc_pool(vk) == 0) {
+            vk->cur_pool++;
+            vk->sets_used = 0;
+        } else if ((st = kiln_vk_flush(vk)) != KILN_OK) return st;
+    }
     if ((st = begin(vk)) != KILN_OK) return st;
     VkDescriptorSet set;
-    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = vk->desc_pool,
+    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = vk->desc_pools[vk->cur_pool],
                                              .descriptorSetCount = 1, .pSetLayouts = &vk->set_layout};
     if (vkAllocateDescriptorSets(vk->dev, &dai, &set) != VK_SUCCESS) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot allocate a descriptor set", vk->name);
     vk->sets_used++;
@@ -587,8 +611,7 @@ kiln_status kiln_vk_flush(kiln_vk *vk) {
         vkResetFences(vk->dev, 1, &vk->fence);
     }
     vkResetCommandBuffer(vk->cmd, 0);
-    vkResetDescriptorPool(vk->dev, vk->desc_pool, 0);
-    vk->sets_used = 0;
+    reset_desc_pools(vk);
     vk->recorded = 0;
     return st;
 }
@@ -598,7 +621,6 @@ void kiln_vk_discard(kiln_vk *vk) {
     vk->recording = 0;
     vkEndCommandBuffer(vk->cmd);
     vkResetCommandBuffer(vk->cmd, 0);
-    vkResetDescriptorPool(vk->dev, vk->desc_pool, 0);
-    vk->sets_used = 0;
+    reset_desc_pools(vk);
     vk->recorded = 0;
 }
