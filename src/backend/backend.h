@@ -162,6 +162,9 @@ typedef struct kiln_backend_ops {
      * deferred step every op's results exist when it returns. */
     void (*defer)(const kiln_backend *be);
     int (*sync)(const kiln_backend *be, int end);
+    /* Optional: the model's weight bytes, so that a backend that copies weights to its device as
+     * they are first used can report the progress of the copy (vulkan: a line per tenth on stderr). */
+    void (*expect_weights)(const kiln_backend *be, uint64_t bytes);
 } kiln_backend_ops;
 
 struct kiln_backend {
@@ -196,6 +199,7 @@ void kiln_be_kv_arrays(const kiln_backend *be, kiln_kv_config *c);
 
 /* ---- call-site helpers (one line each over be->ops) ---- */
 static inline void kiln_be_defer(const kiln_backend *be) { if (be->ops->defer) be->ops->defer(be); }
+static inline void kiln_be_expect_weights(const kiln_backend *be, uint64_t bytes) { if (be->ops->expect_weights) be->ops->expect_weights(be, bytes); }
 /* Inside a deferred step: before model code touches a buffer on the host (backend.h ops->sync). */
 static inline void kiln_be_wait(const kiln_backend *be) { if (be->ops->sync) (void)be->ops->sync(be, 0); }
 /* Ends a deferred step; 1 when its results were lost and it must be computed again. */

@@ -217,6 +217,11 @@ static kiln_status engine_init(kiln_model *m, const kiln_options *o_in, const ki
     }
     /* the backend first: the pool's layer arrays live where its attention reads them (kiln_be_kv_arrays) */
     if (st == KILN_OK) st = kiln_backend_from_options(&o, &e->be);
+    if (st == KILN_OK) {
+        kiln_model_info mi;
+        kiln_model_get_info(m, &mi);
+        kiln_be_expect_weights(e->be, mi.weight_bytes); /* a device backend reports its upload's progress */
+    }
     if (st == KILN_OK) kiln_be_kv_arrays(e->be, &kc);
     if (st == KILN_OK) st = kiln_kv_plan_pages(&kc) >= 1 ? kiln_kv_pool_create(&kc, &e->pool)
                                                   : kiln_fail(KILN_ERR_KV_EXHAUSTED, "--kv-mem %lld bytes is smaller than one KV page (%zu bytes)",

@@ -131,6 +131,9 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_se
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_status bst = kiln_backend_from_options(&o, &s->be);
     if (bst != KILN_OK) { free(s); return bst; }
+    kiln_model_info mi;
+    kiln_model_get_info(m, &mi);
+    kiln_be_expect_weights(s->be, mi.weight_bytes); /* a device backend reports its upload's progress */
     s->m = m;
     s->opts = o;
     s->opts.kv_scales_path = NULL; /* not owned: only used during creation */

@@ -131,6 +131,8 @@ typedef struct {
     int n_moe_tabs, cap_moe_tabs;
     uint64_t weights_gen;    /* bumped whenever a device weight is freed (the address tables are rebuilt) */
     int route_ok;            /* the device's routing checked against the host's: 0 not yet, 1 equal, -1 not (host routes) */
+    uint64_t w_total, w_uploaded; /* the model's weight bytes (expect_weights) and those on the device so far */
+    int w_tenths;            /* tenths of w_total reported */
     int failed;
     /* Deferred steps (backend.h kiln_be_defer): while depth > 0 the device ops only record, and
      * what they recorded runs at the next flush — a host-side op (which reads their results), a
@@ -522,6 +524,17 @@ static const vk_weight *device_weight(vk_state *s, const kiln_weight *w) {
         }
     }
     s->weights[s->n_weights++] = vw;
+    /* weights go to the device at their first use: the first steps report the copy's progress */
+    s->w_uploaded += (uint64_t)w->rows * (uint64_t)w->row_bytes;
+    if (s->w_total) {
+        int tenths = (int)(s->w_uploaded * 10 / s->w_total);
+        if (tenths > 10) tenths = 10;
+        if (tenths > s->w_tenths) {
+            s->w_tenths = tenths;
+            fprintf(stderr, "kiln: %s: weights on the device: %.0f of %.0f MiB (%d%%)\n", kiln_vk_device_name(s->vk), (double)s->w_uploaded / 1048576.0,
+                    (double)s->w_total / 1048576.0, 10 * tenths);
+        }
+    }
     if ((size_t)s->n_weights * 2 > s->widx_cap) {
         if (weight_index_build(s, s->widx_cap ? s->widx_cap * 2 : 256)) { weight_free(s, &s->weights[--s->n_weights]); return NULL; }
     } else {
@@ -1386,6 +1399,11 @@ static int64_t vk_argmax(const kiln_backend *be, const float *x, int64_t len) {
 }
 
 static void vk_defer(const kiln_backend *be) { ST(be)->defer_depth++; }
+static void vk_expect_weights(const kiln_backend *be, uint64_t bytes) {
+    vk_state *s = ST(be);
+    s->w_total = bytes >= ((uint64_t)256 << 20) ? bytes : 0; /* a small model's copy is over before a line could help */
+    s->w_tenths = (int)(bytes ? (s->w_uploaded * 10 / bytes > 10 ? 10 : s->w_uploaded * 10 / bytes) : 0);
+}
 static int vk_sync(const kiln_backend *be, int end) {
     vk_state *s = ST(be);
     (void)flush(s);
@@ -1441,6 +1459,7 @@ const kiln_backend_ops kiln_backend_vulkan_ops = {
     .kv_free = vk_be_free,
     .defer = vk_defer,
     .sync = vk_sync,
+    .expect_weights = vk_expect_weights,
 };
 
 /* ---- lifetime ------------------------------------------------------------------------------------ */
