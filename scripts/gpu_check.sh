@@ -25,7 +25,8 @@ step() { # name, time limit (s), command...
 step build 300 make -j"$(nproc)" kiln tests
 ./kiln inspect --devices > "$OUT/devices.txt" 2>&1
 # GPU_CHECK_DEVICE=vulkan:N forces a device (a dry run of this script on lavapipe, with
-# GPU_CHECK_SHAPE="--preset small" for a model lavapipe runs in seconds)
+# GPU_CHECK_SHAPE="--preset tiny --seq 8192" and GPU_CHECK_MOE="--preset tiny" for models lavapipe
+# runs in seconds)
 DEV=${GPU_CHECK_DEVICE:-$(awk '/^vulkan:[0-9]+ / && $0 !~ /\(CPU,/ {print $1; exit}' "$OUT/devices.txt")}
 if [ -z "$DEV" ]; then echo "no GPU among the Vulkan devices:"; cat "$OUT/devices.txt"; exit 1; fi
 echo "device: $(grep "^$DEV " "$OUT/devices.txt")"
@@ -52,8 +53,11 @@ step bench_decode 300 sh -c "./kiln bench '$M' --device $DEV --weights bf16,fp8,
 step profile 180 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 ./kiln bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 1
 # MoE + MLA on the device (routing and experts by id: moe_routed): the GLM-4.7-Flash-shaped preset,
 # BF16 / FP8 / INT4 experts, decode against the device bandwidth and the per-shader profile
+# (GPU_CHECK_MOE="--preset tiny" for a dry run on lavapipe)
 F=$OUT/flash
-[ -f "$F/config.json" ] || step mkmodel_moe 240 ./kiln mkmodel --arch glm4_moe_lite --preset glm47-flash --dtype bf16 "$F"
+MOE=${GPU_CHECK_MOE:---preset glm47-flash}
+# shellcheck disable=SC2086
+[ -f "$F/config.json" ] || step mkmodel_moe 240 ./kiln mkmodel --arch glm4_moe_lite $MOE --dtype bf16 "$F"
 step bench_moe 240 sh -c "./kiln bench '$F' --device $DEV --weights bf16,fp8,int4 --scope experts --prompt 128 --gen 64 --repeat 3 --json > '$OUT/bench_moe.json'"
 step profile_moe 120 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 ./kiln bench "$F" --device "$DEV" --weights int4 --scope experts --prompt 16 --gen 32 --repeat 1
 # KV capacity: bytes per token of BF16 and FP8 pools
