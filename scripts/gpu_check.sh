@@ -14,6 +14,10 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_check_out}
 SHARED=${1:-${SHARED:-$(cd .. && pwd)/shared}}
 mkdir -p "$OUT"
+# a Python with numpy for the model tests' comparisons (the first python3 on PATH may lack it)
+if [ -z "${PY:-}" ]; then
+    for c in python3 /usr/bin/python3; do "$c" -c "import numpy" 2>/dev/null && { PY=$c; break; }; done
+fi
 export KILN=$PWD/kiln SHARED PY=${PY:-python3}
 declare -A status
 step() { # name, time limit (s), command...
