@@ -95,6 +95,7 @@ typedef struct {
     kiln_kv_integ_pending *pend;
     uint64_t *hs;      /* [n][kinds][KV heads] row hashes (copied back at the flush) */
 } st_seal;
+static void st_seal_free(st_seal *c) { free(c->seq); free(c->pos); free(c->pend); free(c->hs); }
 
 /* The device addresses of one MoE layer's experts: [gate | up | down][E][data lo, hi, scales lo, hi]
  * (matmul.comp BYID reads them), built when the layer first runs on the device. */
@@ -323,12 +324,7 @@ static int flush(vk_state *s) {
         else
             for (int i = c->n - 1; i >= 0; i--) kiln_kv_integ_store_undo(c->p, c->seq[i], c->layer, &c->pend[i]);
     }
-    for (int k = 0; k < s->n_seals; k++) {
-        free(s->seals[k].seq);
-        free(s->seals[k].pos);
-        free(s->seals[k].pend);
-        free(s->seals[k].hs);
-    }
+    for (int k = 0; k < s->n_seals; k++) st_seal_free(&s->seals[k]);
     s->n_seals = 0;
     /* the seals of what the attentions read, now that their sums are back (a failed submit: the
      * caller computes those attentions again, on the host, which verifies them itself) */
@@ -840,12 +836,18 @@ static uint64_t device_address(vk_state *s, const void *ptr, size_t bytes) {
 /* Whether the shader computes this pool's attention: its layer arrays in device-addressable
  * buffers, rows of a plain layout (not DSA's compact rows, which only the sparse ops read; not
  * pre-RoPE K smoothing, whose per-score term the shader lacks), head sizes the shader holds. */
+/* Whether layer `layer`'s K and V arrays lie whole in device-addressable buffers of ours, with page
+ * strides the shaders' 32-bit push constants hold (the store and attention shaders' common need). */
+static int arrays_on_device(vk_state *s, const kiln_kv_pool *p, int layer) {
+    const size_t page_k = kiln_kv_page_k_at(p, layer), page_v = p->cfg.v_shares_k ? page_k : p->page_v;
+    if (page_k > UINT32_MAX || p->page_v > UINT32_MAX) return 0;
+    return device_address(s, p->k[layer], page_k * (size_t)p->n_pages) && device_address(s, p->v[layer], page_v * (size_t)p->n_pages);
+}
+
 static int attend_on_device(vk_state *s, const kiln_kv_pool *p, int layer, int n_heads) {
     const int H = p->cfg.n_kv_heads;
     if (s->failed || p->dsa_key_at || p->rope_cs || p->cfg.k_dim > 1024 || p->cfg.v_dim > 1024 || H <= 0 || n_heads % H) return 0;
-    const size_t kb = kiln_kv_page_k_at(p, layer) * (size_t)p->n_pages, vb = (p->cfg.v_shares_k ? kiln_kv_page_k_at(p, layer) : p->page_v) * (size_t)p->n_pages;
-    if (kiln_kv_page_k_at(p, layer) > UINT32_MAX || p->page_v > UINT32_MAX) return 0;
-    return device_address(s, p->k[layer], kb) && device_address(s, p->v[layer], vb);
+    return arrays_on_device(s, p, layer);
 }
 
 
@@ -1234,9 +1236,7 @@ static int store_on_device(vk_state *s, kiln_kv_pool *p, int layer, kiln_kv_seq 
     if (c->dtype != KILN_KV_F32 && c->dtype != KILN_KV_BF16 && c->dtype != KILN_KV_FP8) return 0;
     const size_t rk = kiln_kv_row_k_at(p, layer), rv = c->v_shares_k ? rk : p->row_v, eb = p->elem_bytes;
     if (rk != (size_t)c->k_dim * eb || (!c->v_shares_k && rv != (size_t)c->v_dim * eb) || (rk & 3) || (rv & 3)) return 0;
-    if (kiln_kv_page_k_at(p, layer) > UINT32_MAX || p->page_v > UINT32_MAX || c->n_kv_heads <= 0) return 0;
-    const size_t kb = kiln_kv_page_k_at(p, layer) * (size_t)p->n_pages, vb = (c->v_shares_k ? kiln_kv_page_k_at(p, layer) : p->page_v) * (size_t)p->n_pages;
-    if (!device_address(s, p->k[layer], kb) || !device_address(s, p->v[layer], vb)) return 0;
+    if (c->n_kv_heads <= 0 || !arrays_on_device(s, p, layer)) return 0;
     if (p->integ && !kiln_kv_integ_fusable(p)) return 0;
     return !p->integ || kiln_kv_integ_store_appends(p, seq, pos, n, layer);
 }
@@ -1324,7 +1324,7 @@ static void vk_kv_store(const kiln_backend *be, kiln_kv_pool *p, kiln_kv_seq *co
         c.pos = malloc((size_t)n * sizeof *c.pos);
         c.pend = malloc((size_t)n * sizeof *c.pend);
         if (!c.seq || !c.pos || !c.pend || grow((void **)&s->seals, &s->cap_seals, s->n_seals + 1, sizeof *s->seals)) {
-            free(c.seq); free(c.pos); free(c.pend);
+            st_seal_free(&c);
             host_first(s);
             kiln_backend_cpu_ops.kv_store(be, p, seq, pos, n, layer, k, k_tok, v, v_tok);
             return;
@@ -1346,7 +1346,7 @@ static void vk_kv_store(const kiln_backend *be, kiln_kv_pool *p, kiln_kv_seq *co
      * failed: undone there */
     for (int i = n - 1; !ok && p->integ && i >= 0; i--) kiln_kv_integ_store_undo(p, seq[i], layer, &c.pend[i]);
     abandon(s); /* runs what was recorded, copybacks into c.hs included, before it is freed */
-    if (!ok) { free(c.seq); free(c.pos); free(c.pend); free(c.hs); }
+    if (!ok) st_seal_free(&c);
     kiln_backend_cpu_ops.kv_store(be, p, seq, pos, n, layer, k, k_tok, v, v_tok);
 }
 /* Attention on the device where the pool's pages are device-addressable (attend_on_device). KV
