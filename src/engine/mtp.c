@@ -8,10 +8,17 @@
  * layer the same way). Drafts are the argmax of each step's logits: the draft distribution is
  * one-hot, so kiln_sample_verify's rule keeps the output distribution exactly the target's.
  *
- * The MTP layer attends over its own KV: a separate small pool (one layer per MTP layer, the
- * target's row layout, BF16 or F32, no integrity seals: a damaged draft only costs acceptance, since
- * every draft is verified by the target). Its sequence holds the positions whose pair used a real
- * target hidden state; the chained positions are rolled back after each draft. */
+ * The MTP layer attends over its own KV: one layer with the target's row layout, BF16 or F32, no
+ * integrity seals (a damaged draft only costs acceptance, since every draft is verified by the
+ * target). Its sequence holds the positions whose pair used a real target hidden state; the chained
+ * positions are rolled back after each draft. Two ways to hold it:
+ *   - own pool (kiln_mtp_create: `kiln run`, one sequence): a small pool of its own;
+ *   - the target's pages (kiln_mtp_create_paged: the server): a one-layer "draft pool" with exactly
+ *     the target pool's pages, addressed through the target sequence's own block table, so target
+ *     page p holds the MTP layer's rows of the same positions in draft page p. The MTP KV then
+ *     travels with the target's pages: a page offered to the prefix cache carries the drafter's rows
+ *     of its positions, and a later MTP request that shares the page shares them (as SGLang keeps the
+ *     draft layer's KV in the radix cache's pages; engine/scheduler.c decides which rows are whole). */
 #include "engine/mtp.h"
 #include "base/status.h"
 #include "engine/kv_setup.h"
@@ -21,7 +28,47 @@
 
 #define MTP_CHUNK 64
 
-kiln_status kiln_mtp_create(struct kiln_model *m, const kiln_backend *be, const kiln_kv_config *target_kv, int n_ctx, kiln_mtp **out) {
+/* The MTP layer's KV layout: the target's rows (GQA heads, or MLA's latent row with its indexer key),
+ * one layer, BF16 (F32 when the target's KV is F32). */
+static void draft_kv_config(const kiln_kv_config *target_kv, kiln_kv_config *c) {
+    memset(c, 0, sizeof *c);
+    c->n_layers = 1;
+    c->n_kv_heads = target_kv->n_kv_heads;
+    c->head_dim = target_kv->head_dim;
+    c->k_dim = target_kv->k_dim;
+    c->v_dim = target_kv->v_dim;
+    c->v_shares_k = target_kv->v_shares_k;
+    c->dsa_latent = target_kv->dsa_latent; /* DSA: the same compact rows */
+    c->dsa_rope = target_kv->dsa_rope;
+    c->dsa_key = target_kv->dsa_key; /* the MTP layer has its own indexer: every (one) layer keyed */
+    c->page_tokens = target_kv->page_tokens;
+    c->dtype = target_kv->dtype == KILN_KV_F32 ? KILN_KV_F32 : KILN_KV_BF16;
+    c->rope_theta = target_kv->rope_theta;
+    c->rope_norm = target_kv->rope_norm;
+}
+
+static kiln_status draft_pool_create(const kiln_backend *be, const kiln_kv_config *target_kv, int64_t pages, kiln_kv_pool **out) {
+    kiln_kv_config c;
+    draft_kv_config(target_kv, &c);
+    c.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&c) + pages * (int64_t)kiln_kv_page_cost(&c);
+    kiln_be_kv_arrays(be, &c);
+    return kiln_kv_pool_create(&c, out);
+}
+
+kiln_status kiln_mtp_pool_create(const kiln_backend *be, const kiln_kv_pool *target, kiln_kv_pool **out) {
+    *out = NULL;
+    KILN_TRY(draft_pool_create(be, &target->cfg, target->n_pages, out));
+    if ((*out)->n_pages < target->n_pages) {
+        const int got = (*out)->n_pages;
+        kiln_kv_pool_free(*out);
+        *out = NULL;
+        return kiln_fail(KILN_ERR_INTERNAL, "mtp: a draft pool of %d pages for a target pool of %d", got, target->n_pages);
+    }
+    return KILN_OK;
+}
+
+/* The drafter's buffers; its pool is set by the caller. */
+static kiln_status drafter_new(struct kiln_model *m, const kiln_backend *be, int n_ctx, kiln_mtp **out) {
     *out = NULL;
     KILN_TRY(kiln_model_mtp_prepare(m));
     kiln_mtp *d = calloc(1, sizeof *d);
@@ -29,27 +76,7 @@ kiln_status kiln_mtp_create(struct kiln_model *m, const kiln_backend *be, const 
     d->m = m;
     d->n_ctx = n_ctx;
     d->dim = m->hp.dim;
-    /* the target's row layout (GQA heads, or MLA's latent row with its indexer key), one layer */
-    kiln_kv_config c;
-    memset(&c, 0, sizeof c);
-    c.n_layers = 1;
-    c.n_kv_heads = target_kv->n_kv_heads;
-    c.head_dim = target_kv->head_dim;
-    c.k_dim = target_kv->k_dim;
-    c.v_dim = target_kv->v_dim;
-    c.v_shares_k = target_kv->v_shares_k;
-    c.dsa_latent = target_kv->dsa_latent; /* DSA: the same compact rows */
-    c.dsa_rope = target_kv->dsa_rope;
-    c.dsa_key = target_kv->dsa_key; /* the MTP layer has its own indexer: every (one) layer keyed */
-    c.page_tokens = target_kv->page_tokens;
-    c.dtype = target_kv->dtype == KILN_KV_F32 ? KILN_KV_F32 : KILN_KV_BF16;
-    c.rope_theta = target_kv->rope_theta;
-    c.rope_norm = target_kv->rope_norm;
-    const int64_t pages = (n_ctx + MTP_CHUNK + 2 * c.page_tokens) / c.page_tokens;
-    c.mem_bytes = (int64_t)kiln_kv_pool_fixed_bytes(&c) + pages * (int64_t)kiln_kv_page_cost(&c);
-    kiln_be_kv_arrays(be, &c);
-    kiln_status st = kiln_kv_pool_create(&c, &d->pool);
-    if (st == KILN_OK) st = kiln_forward_ws_init(&d->ws, m, be, MTP_CHUNK, n_ctx + MTP_CHUNK);
+    kiln_status st = kiln_forward_ws_init(&d->ws, m, be, MTP_CHUNK, n_ctx + MTP_CHUNK);
     d->hid_cap = MTP_CHUNK;
     d->hid = malloc((size_t)d->hid_cap * (size_t)d->dim * sizeof *d->hid);
     d->tok = malloc((size_t)(n_ctx + 1) * sizeof *d->tok);
@@ -65,11 +92,39 @@ kiln_status kiln_mtp_create(struct kiln_model *m, const kiln_backend *be, const 
     return KILN_OK;
 }
 
+kiln_status kiln_mtp_create(struct kiln_model *m, const kiln_backend *be, const kiln_kv_config *target_kv, int n_ctx, kiln_mtp **out) {
+    kiln_mtp *d;
+    KILN_TRY(drafter_new(m, be, n_ctx, &d));
+    kiln_kv_config c;
+    draft_kv_config(target_kv, &c);
+    const int64_t pages = (n_ctx + MTP_CHUNK + 2 * c.page_tokens) / c.page_tokens;
+    kiln_status st = draft_pool_create(be, target_kv, pages, &d->pool);
+    if (st != KILN_OK) {
+        kiln_mtp_free(d);
+        return st;
+    }
+    *out = d;
+    return KILN_OK;
+}
+
+kiln_status kiln_mtp_create_paged(struct kiln_model *m, const kiln_backend *be, kiln_kv_pool *draft_pool, kiln_kv_pool *target_pool,
+                                  kiln_kv_seq *target_seq, int n_ctx, kiln_mtp **out) {
+    kiln_mtp *d;
+    KILN_TRY(drafter_new(m, be, n_ctx, &d));
+    d->pool = draft_pool;
+    d->tpool = target_pool;
+    d->tseq = target_seq;
+    *out = d;
+    return KILN_OK;
+}
+
 void kiln_mtp_free(kiln_mtp *d) {
     if (!d) return;
-    if (d->pool) kiln_kv_seq_release(d->pool, &d->seq);
-    free(d->seq.pages);
-    kiln_kv_pool_free(d->pool);
+    if (!d->tseq) { /* its own pool; a paged drafter's pages are the target sequence's */
+        if (d->pool) kiln_kv_seq_release(d->pool, &d->seq);
+        free(d->seq.pages);
+        kiln_kv_pool_free(d->pool);
+    }
     if (d->ws.be) kiln_forward_ws_free(&d->ws);
     free(d->hid);
     free(d->tok);
@@ -110,6 +165,13 @@ void kiln_mtp_truncate(kiln_mtp *d, int n) {
     if (d->hid_pos + d->hid_n > n) d->hid_n = n > d->hid_pos ? n - d->hid_pos : 0;
 }
 
+void kiln_mtp_restart(kiln_mtp *d, int n) {
+    d->broken = 0;
+    d->seq.len = n;
+    d->hid_pos = n;
+    d->hid_n = 0;
+}
+
 /* One MTP step over n pairs at positions pos0.. (tokens toks, hidden rows h): the last row's logits
  * into d->logits and its output hidden state into d->h_chain. */
 static kiln_status step(kiln_mtp *d, const int32_t *toks, const float *h, int pos0, int n) {
@@ -121,7 +183,13 @@ static kiln_status step(kiln_mtp *d, const int32_t *toks, const float *h, int po
         pos[i] = pos0 + i;
         out_row[i] = i == n - 1 ? 0 : -1;
     }
-    KILN_TRY(kiln_kv_seq_reserve(d->pool, &d->seq, pos0 + n));
+    if (d->tseq) { /* the target's block table, reserved in the target's pool (a draft page per target page) */
+        KILN_TRY(kiln_kv_seq_reserve(d->tpool, d->tseq, pos0 + n));
+        d->seq.pages = d->tseq->pages;
+        d->seq.n_pages = d->tseq->n_pages;
+        d->seq.cap = d->tseq->cap;
+    } else
+        KILN_TRY(kiln_kv_seq_reserve(d->pool, &d->seq, pos0 + n));
     kiln_batch b = {n, toks, seqs, pos, out_row};
     KILN_TRY(kiln_forward_mtp(d->m, 0, d->pool, &d->ws, &b, h, hout, d->logits));
     memcpy(d->h_chain, hout + (size_t)(n - 1) * d->dim, (size_t)d->dim * sizeof *d->h_chain);
@@ -180,6 +248,9 @@ kiln_status kiln_mtp_draft(kiln_mtp *d, int target_len, int32_t next, int k, int
     int nd = 1;
     /* chained steps on the layer's own hidden state; their KV rows are rolled back afterwards */
     for (; nd < k; nd++) {
+        /* paged: the target's pool may have no page left for a chained position; the drafts so far
+         * stand (the scheduler reserves what verification needs, evicting or preempting as it must) */
+        if (d->tseq && (L + nd) > d->tseq->n_pages * d->pool->cfg.page_tokens && d->tpool->n_free < 1) break;
         KILN_TRY(step(d, &t, d->h_chain, L + nd - 1, 1));
         t = argmax(d->logits, V);
         drafts[nd] = t;

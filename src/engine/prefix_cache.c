@@ -10,6 +10,7 @@
 
 #define PC_SEED0 0x6b696c6e70726678ull /* "kilnprfx": seed of page 0's hash */
 
+static void drop(kiln_pcache *c, int32_t pg);
 static int32_t *nchild_of(const kiln_pcache *c) { return (int32_t *)(c->tokens + (size_t)c->n_pages * c->pt); }
 
 kiln_status kiln_pcache_init(kiln_pcache *c, kiln_kv_pool *pool) {
@@ -25,19 +26,21 @@ kiln_status kiln_pcache_init(kiln_pcache *c, kiln_kv_pool *pool) {
     c->hash = calloc(np, sizeof *c->hash);
     c->parent = calloc(np, sizeof *c->parent);
     c->stamp = calloc(np, sizeof *c->stamp);
+    c->draft_next = malloc(np * sizeof *c->draft_next);
     /* tokens [n_pages × pt] followed by the child counts [n_pages] */
     c->tokens = calloc(np * (size_t)c->pt + np, sizeof *c->tokens);
     c->slots = malloc((size_t)cap * sizeof *c->slots);
-    if (!c->cached || !c->hash || !c->parent || !c->stamp || !c->tokens || !c->slots) {
+    if (!c->cached || !c->hash || !c->parent || !c->stamp || !c->tokens || !c->slots || !c->draft_next) {
         kiln_pcache_free(c);
         return kiln_fail(KILN_ERR_NOMEM, "prefix cache: out of memory for %d pages", (int)np);
     }
     for (uint32_t i = 0; i < cap; i++) c->slots[i] = -1;
+    for (size_t i = 0; i < np; i++) c->draft_next[i] = -1;
     return KILN_OK;
 }
 
 void kiln_pcache_free(kiln_pcache *c) {
-    free(c->cached); free(c->hash); free(c->parent); free(c->stamp); free(c->tokens); free(c->slots);
+    free(c->cached); free(c->hash); free(c->parent); free(c->stamp); free(c->tokens); free(c->slots); free(c->draft_next);
     memset(c, 0, sizeof *c);
 }
 
@@ -104,6 +107,7 @@ int kiln_pcache_insert(kiln_pcache *c, uint64_t h, uint64_t parent, const int32_
     c->hash[pg] = h;
     c->parent[pg] = parent;
     c->stamp[pg] = ++c->clock;
+    c->draft_next[pg] = -1;
     memcpy(c->tokens + (size_t)pg * c->pt, toks, (size_t)c->pt * sizeof *toks);
     nchild_of(c)[pg] = 0;
     if (parent) {
@@ -113,6 +117,30 @@ int kiln_pcache_insert(kiln_pcache *c, uint64_t h, uint64_t parent, const int32_
     kiln_kv_page_ref(c->pool, pg);
     c->n_cached++;
     return 1;
+}
+
+int kiln_pcache_set_draft_rows(kiln_pcache *c, uint64_t h, uint64_t parent, const int32_t *toks, int32_t pg, int32_t next) {
+    if (pg < 0 || pg >= c->n_pages || next < 0) return 0;
+    if (!c->cached[pg]) {
+        /* another copy of the prefix is listed (a request without MTP computed it first): this copy,
+         * with its MTP rows, takes its place; the listed children find it by the same hash */
+        const int64_t s = find(c, h, parent, toks);
+        if (s < 0 || c->draft_next[c->slots[s]] >= 0) return 0;
+        const int32_t old = c->slots[s], children = nchild_of(c)[old];
+        drop(c, old);
+        if (!kiln_pcache_insert(c, h, parent, toks, pg)) return 0;
+        nchild_of(c)[pg] = children;
+    }
+    c->draft_next[pg] = next;
+    return 1;
+}
+
+void kiln_pcache_clear_draft_rows(kiln_pcache *c, int32_t pg) {
+    if (pg >= 0 && pg < c->n_pages) c->draft_next[pg] = -1;
+}
+
+int kiln_pcache_draft_rows(const kiln_pcache *c, int32_t pg, int32_t next) {
+    return pg >= 0 && pg < c->n_pages && c->cached[pg] && next >= 0 && c->draft_next[pg] == next;
 }
 
 int kiln_pcache_idle(const kiln_pcache *c) {
@@ -131,6 +159,7 @@ static void drop(kiln_pcache *c, int32_t pg) {
         if (ps >= 0 && nchild_of(c)[c->slots[ps]] > 0) nchild_of(c)[c->slots[ps]]--;
     }
     c->cached[pg] = 0;
+    c->draft_next[pg] = -1;
     c->n_cached--;
     kiln_kv_page_unref(c->pool, pg);
 }

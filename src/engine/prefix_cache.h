@@ -20,6 +20,8 @@ typedef struct kiln_pcache {
     uint8_t *cached;        /* [n_pages] 1 = listed in the cache */
     uint64_t *hash, *parent, *stamp; /* [n_pages] */
     int32_t *tokens;        /* [n_pages × pt] the page's token ids (exact-match check) */
+    int32_t *draft_next;    /* [n_pages] the MTP layer's rows of a listed page are whole: the token after
+                               the page its last row was computed with (that row's pair needs it); -1 not */
     /* open addressing, linear probing, backward-shift deletion; slot = page id or -1 */
     int32_t *slots;
     uint32_t mask;
@@ -42,6 +44,16 @@ int kiln_pcache_match(kiln_pcache *c, const int32_t *tokens, int max_pages, int3
 /* Lists `page` (a full page in use whose chain hash is h, parent hash `parent`) in the cache,
  * taking a reference. No-op (returns 0) if it is already listed or another page has that hash. */
 int kiln_pcache_insert(kiln_pcache *c, uint64_t h, uint64_t parent, const int32_t *page_tokens, int32_t page);
+
+/* The MTP layer's KV rows of `page` (in the server's draft pool, engine/mtp.h) are whole, its last
+ * row computed with `next`, the token after the page. A page not listed takes the place of a listed
+ * copy of the same prefix (chain hash h, parent hash, tokens) that has no whole MTP rows; otherwise
+ * nothing changes. Returns 1 if the page is listed with its rows. The record is cleared when the page
+ * leaves the cache, so it never outlives the rows it speaks for. */
+int kiln_pcache_set_draft_rows(kiln_pcache *c, uint64_t h, uint64_t parent, const int32_t *page_tokens, int32_t page, int32_t next);
+void kiln_pcache_clear_draft_rows(kiln_pcache *c, int32_t page);
+/* Whether listed `page` has whole MTP rows for a sequence whose token after the page is `next`. */
+int kiln_pcache_draft_rows(const kiln_pcache *c, int32_t page, int32_t next);
 
 /* Pages listed whose only reference is the cache's. */
 int kiln_pcache_idle(const kiln_pcache *c);

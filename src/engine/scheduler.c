@@ -96,6 +96,8 @@ struct kiln_engine {
     int eos_ids[KILN_MAX_EOS], n_eos; /* every id that ends a request (the model's eos set) */
     char kv_source[512];    /* where FP8 scales came from ("none" for f32 / bf16) */
     kiln_kv_pool *pool;
+    FILE *spec_trace;       /* KILN_SPEC_TRACE: the drafts of every step, or NULL */
+    kiln_kv_pool *mtp_pool; /* MTP drafters' KV, page for page with `pool` (engine/mtp.h); made at the first MTP request */
     kiln_pcache pc;
     kiln_backend *be;       /* computes the engine's steps (its own ISA, threads, FP8 form) */
     kiln_forward_ws ws;
@@ -182,6 +184,11 @@ static kiln_status engine_init(kiln_model *m, const kiln_options *o_in, const ki
     e->pt = o.kv_page_tokens;
     e->tp = m->tp > 1 ? m->tp : 1;
     e->rank = e->tp > 1 ? kiln_dist_rank() : 0;
+    /* KILN_SPEC_TRACE=FILE (tests, docs/SPECULATIVE.md): a line per drafting request and step,
+     * "arrival position drafts…", appended by rank 0 */
+    const char *trace = getenv("KILN_SPEC_TRACE");
+    if (trace && *trace && e->rank == 0 && !(e->spec_trace = fopen(trace, "a")))
+        fprintf(stderr, "kiln: KILN_SPEC_TRACE: cannot open %s for appending; no trace\n", trace);
     atomic_init(&e->failed, 0);
     pthread_mutex_init(&e->mu, NULL);
     if (e->tp > 1 && kiln_dist_size() != e->tp) {
@@ -310,6 +317,8 @@ void kiln_engine_free(kiln_engine *e) {
     kiln_engine_stop(e);
     if (e->pc.slots) { kiln_pcache_clear(&e->pc); kiln_pcache_free(&e->pc); }
     kiln_kv_pool_free(e->pool);
+    kiln_kv_pool_free(e->mtp_pool);
+    if (e->spec_trace) fclose(e->spec_trace);
     kiln_forward_ws_free(&e->ws);
     kiln_backend_free(e->be);
     free(e->logits); free(e->hid); free(e->plain_len); free(e->b_tok); free(e->b_seq); free(e->b_pos); free(e->b_out); free(e->b_req); free(e->b_cnt);
@@ -509,13 +518,20 @@ static int mtp_wanted(const kiln_engine *e, const kiln_req *r) {
  * tokens are there (keeping one page of headroom per running sequence), or if nothing runs. */
 static int try_admit(kiln_engine *e, kiln_req *r) {
     int k = 0;
-    /* An MTP drafter needs the target's hidden row of every position (its layer attends over all of
-     * them), which positions taken from the prefix cache never had computed here: such a request
-     * computes its whole prompt (it still offers its pages to the cache for others). */
     const int mtp = mtp_wanted(e, r);
-    if (e->cfg.prefix_cache && !mtp) {
+    if (e->cfg.prefix_cache) {
         int max_pages = (r->n_toks - 1) / e->pt; /* at least one token is computed: its logits are needed */
         k = kiln_pcache_match(&e->pc, r->toks, max_pages, e->m_pages, e->m_hashes);
+        /* An MTP drafter attends over the MTP layer's rows of every earlier position, and a row needs
+         * the target's hidden state there, which a cached position never had computed for r: r takes
+         * the leading pages whose MTP rows came whole with them (the draft pool's rows at the same
+         * pages, engine/mtp.h), each last row computed with r's own next token (that row's pair). */
+        if (mtp)
+            for (int i = 0; i < k; i++)
+                if (!kiln_pcache_draft_rows(&e->pc, e->m_pages[i], r->toks[(size_t)(i + 1) * e->pt])) {
+                    k = i;
+                    break;
+                }
         /* integrity: the sequence's tokens are its identity; each shared page must verify against it */
         if (k > 0 && e->pool->integ && kiln_kv_integ_note(e->pool, &r->seq, 0, r->toks, k * e->pt, 0) != KILN_OK) k = 0;
         const int matched = k;
@@ -543,9 +559,15 @@ static int try_admit(kiln_engine *e, kiln_req *r) {
     r->n_computed = k * e->pt;
     r->n_hashed = k;
     memcpy(r->hashes, e->m_hashes, (size_t)k * sizeof *r->hashes);
-    /* the drafter: its own KV of the MTP layer for the request's whole context; without the memory
-     * the request decodes without drafts */
-    if (mtp && !r->mtp && kiln_mtp_create(e->m, e->be, &e->pool->cfg, r->n_prompt + r->max_tokens, &r->mtp) != KILN_OK) r->spec_k = 0;
+    /* the drafter: the MTP layer's KV at r's pages in the engine's draft pool (made at the first
+     * MTP request); without the memory the request decodes without drafts */
+    if (mtp && !r->mtp) {
+        if (!e->mtp_pool && kiln_mtp_pool_create(e->be, e->pool, &e->mtp_pool) != KILN_OK) e->mtp_pool = NULL;
+        if (!e->mtp_pool || kiln_mtp_create_paged(e->m, e->be, e->mtp_pool, e->pool, &r->seq, r->n_prompt + r->max_tokens, &r->mtp) != KILN_OK)
+            r->spec_k = 0;
+    }
+    if (r->mtp) kiln_mtp_restart(r->mtp, k * e->pt); /* the MTP rows of the shared pages are whole */
+    r->mtp_marked = k;
     if (r->cached_tokens < 0) {
         pthread_mutex_lock(&r->mu);
         r->cached_tokens = k * e->pt;
@@ -563,7 +585,9 @@ static int sibling_ready(const kiln_engine *e, const kiln_req *r) {
     const kiln_req *f = r->share_from;
     /* (f's cancel flag is not looked at: a cancelled f ends at the next step's reap, and under
      * tensor parallelism every rank must decide alike, from what reap did) */
-    if (!f || !e->cfg.prefix_cache || f->finish != KILN_FINISH_NONE || mtp_wanted(e, r)) return 1; /* an MTP request takes no cached pages */
+    /* (an MTP request does not wait: the first choice's MTP rows of the prompt are whole only once
+     * its drafter has run over them, which may be much later; it shares what is whole by then) */
+    if (!f || !e->cfg.prefix_cache || f->finish != KILN_FINISH_NONE || mtp_wanted(e, r)) return 1;
     for (int i = 0; i < e->n_running; i++)
         if (e->running[i] == f) return f->n_computed >= f->n_prompt;
     return 1; /* not running (cannot happen while it is ahead in the queue): do not wait */
@@ -600,6 +624,22 @@ static int ensure_pages(kiln_engine *e, kiln_req *r, int new_len) {
     return need <= 0 || kiln_kv_seq_reserve(e->pool, &r->seq, new_len) == KILN_OK;
 }
 
+/* Brings the prefix cache's record of r's pages whose MTP rows are whole up to date with r's
+ * drafter: a page it has gone back into (a rollback, a heal) is not whole any more; a listed page
+ * it has finished is, with the token after the page that its last row was computed with. Called
+ * before the drafter writes and after it or the cache moved. */
+static void mtp_pages(kiln_engine *e, kiln_req *r) {
+    const kiln_mtp *d = r->mtp;
+    if (!d || !d->tseq || !e->cfg.prefix_cache) return;
+    const int done = d->seq.len / e->pt;
+    for (; r->mtp_marked > done; r->mtp_marked--)
+        if (r->mtp_marked - 1 < r->seq.n_pages) kiln_pcache_clear_draft_rows(&e->pc, r->seq.pages[r->mtp_marked - 1]);
+    for (; r->mtp_marked < done && r->mtp_marked < r->n_hashed && r->mtp_marked < r->seq.n_pages; r->mtp_marked++)
+        kiln_pcache_set_draft_rows(&e->pc, r->hashes[r->mtp_marked], r->mtp_marked ? r->hashes[r->mtp_marked - 1] : 0,
+                                   r->toks + (size_t)r->mtp_marked * e->pt, r->seq.pages[r->mtp_marked],
+                                   r->toks[(size_t)(r->mtp_marked + 1) * e->pt]);
+}
+
 /* Offers r's newly completed full pages to the prefix cache. */
 static void register_pages(kiln_engine *e, kiln_req *r) {
     int full = r->n_computed / e->pt;
@@ -611,6 +651,7 @@ static void register_pages(kiln_engine *e, kiln_req *r) {
         if (e->cfg.prefix_cache) kiln_pcache_insert(&e->pc, r->hashes[i], parent, t, r->seq.pages[i]);
         r->n_hashed++;
     }
+    mtp_pages(e, r);
 }
 
 static void hist_add(uint64_t *b, uint64_t *n, double *sum, double v) {
@@ -1077,12 +1118,22 @@ static void step_run(kiln_engine *e) {
             if (cap > 0 && spec_rows_fit(e, e->n_running + (S - n_dec - spec_budget) + cap)) {
                 if (!r->mtp)
                     d = kiln_ngram_draft(r->toks, r->n_toks, 1, r->spec_ngram > 0 ? r->spec_ngram : 3, cap, r->toks + r->n_toks);
-                else if (kiln_mtp_draft(r->mtp, r->n_computed, r->toks[r->n_computed], cap, r->toks + r->n_toks, &d, NULL) != KILN_OK) {
-                    d = r->spec_k = 0; /* the drafter failed (memory): this request goes on without drafts, and without it */
-                    kiln_mtp_free(r->mtp);
-                    r->mtp = NULL;
+                else {
+                    mtp_pages(e, r);
+                    if (kiln_mtp_draft(r->mtp, r->n_computed, r->toks[r->n_computed], cap, r->toks + r->n_toks, &d, NULL) != KILN_OK) {
+                        d = r->spec_k = 0; /* the drafter failed (memory): this request goes on without drafts, and without it */
+                        kiln_mtp_free(r->mtp);
+                        r->mtp = NULL;
+                    }
+                    mtp_pages(e, r);
                 }
             }
+        }
+        if (e->spec_trace && d > 0) {
+            fprintf(e->spec_trace, "%llu %d", (unsigned long long)r->arrival, r->n_computed);
+            for (int j = 0; j < d; j++) fprintf(e->spec_trace, " %d", r->toks[r->n_toks + j]);
+            fputc('\n', e->spec_trace);
+            fflush(e->spec_trace);
         }
         if (!ensure_pages(e, r, r->n_computed + 1 + d)) continue; /* r was the newest and got preempted */
         r->spec_d = d;
@@ -1269,11 +1320,13 @@ static void step_run(kiln_engine *e) {
      * run their layer over a chunk of pending pairs, so that their hidden rows stay bounded */
     for (int i = 0; i < e->n_running; i++) {
         kiln_req *r = e->running[i];
+        mtp_pages(e, r);
         if (r->mtp && kiln_mtp_catch_up(r->mtp, r->toks, r->n_computed - 1) != KILN_OK) {
             kiln_mtp_free(r->mtp);
             r->mtp = NULL;
             r->spec_k = 0;
         }
+        mtp_pages(e, r);
     }
     publish_stats(e, nb, n);
 }

@@ -96,8 +96,9 @@ struct kiln_req {
     int heals;            /* integrity heals since r's last clean step (gives up after 8) */
     int announced;        /* tensor parallel: the other ranks know of r (its arrival was in a step message) */
     int spec_d;           /* drafts in this step's batch (positions n_computed + 1 ...; toks holds them past n_toks) */
-    struct kiln_mtp *mtp; /* spec_mtp: the request's MTP drafter (its own KV of the MTP layer and the
-                             target's hidden rows), made at admission; NULL = none */
+    struct kiln_mtp *mtp; /* spec_mtp: the request's MTP drafter (the MTP layer's KV at its pages in the
+                             engine's draft pool, the target's hidden rows), made at admission; NULL = none */
+    int mtp_marked;       /* full pages whose MTP rows the prefix cache knows are whole (pages 0.. of seq) */
     kiln_req *prev, *next;/* waiting list */
     struct kiln_jg_state *gstate; /* the grammar's parser state after the generated tokens */
 };

@@ -114,6 +114,62 @@ EOF
     echo "ok   $arch: greedy text with MTP drafts (k = 1..3, streamed, 8 concurrent, paused in a batch of 3 and resumed) identical to no speculation; $((after - before)) tokens drafted, $((acc1 - acc0)) accepted"
 done
 
+# MTP requests and the prefix cache (docs/SPECULATIVE.md, "In the server"): the MTP layer's KV rows
+# live in the draft pool at the target's own pages, so a cached page carries them. Checked on the
+# presets' random MTP layers, whose drafts follow every row the layer attends over: an MTP request
+# that takes cached pages must draft exactly what the request that computed them drafted at each
+# position (KILN_SPEC_TRACE lists every step's drafts); it takes only pages whose MTP rows are whole
+# (computed by an MTP request, the last row with its own next token), and its text is the text
+# without speculation. (Negative control, run by hand: accepting pages without whole MTP rows makes
+# the drafts differ from the first position on.)
+ids() { python3 -c 'import random,sys; random.seed(int(sys.argv[1])); print(",".join(str(random.randrange(1000, 50000)) for _ in range(int(sys.argv[2]))))' "$@"; }
+P1=$(ids 1 100); P2=$(ids 2 100)
+P3="$(echo "$P1" | cut -d, -f1-64),$(ids 3 36)" # P1's first 4 pages (page 16), then other tokens
+for arch in deepseek_v3 glm_moe_dsa; do
+    d=$T/$arch-raw
+    "$KILN" mkmodel --arch "$arch" --preset tiny --vocab 129280 --seq 1024 --dtype f32 "$d" > /dev/null 2>&1 || fail "mkmodel $arch"
+    tr=$T/trace.$arch; rm -f "$tr"
+    export KILN_SPEC_TRACE=$tr
+    saved=("${launch[@]}"); [ "$TP" -gt 1 ] && launch+=(-x KILN_SPEC_TRACE)
+    start "$d" --kv-page 16
+    unset KILN_SPEC_TRACE
+    n=0
+    req() { # prompt ids, speculative json or "" → prints "cached_tokens text"; checks the text against the unspeculated one
+        local sp=; [ -n "$2" ] && sp=",\"speculative\":$2"
+        curl -sf -m 120 "$url/v1/completions" -d "{\"model\":\"m\",\"prompt\":[$1],\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true$sp}" > "$T/p$n.json" ||
+            fail "$arch: prefix request $n"
+        python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["usage"]["prompt_tokens_details"]["cached_tokens"], d["choices"][0]["text"])' "$T/p$n.json"
+        n=$((n + 1))
+    }
+    same_drafts() { # arrivals a b: the same drafts at the same positions, and some
+        python3 - "$tr" "$1" "$2" <<'EOF2'
+import collections, sys
+t = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    a, *rest = line.split()
+    t[a].append(rest)
+a, b = t[sys.argv[2]], t[sys.argv[3]]
+assert a and a == b, (len(a), len(b), a[:2], b[:2])
+EOF2
+    }
+    r0=$(req "$P1" '"mtp"'); r1=$(req "$P1" '"mtp"'); o1=$(req "$P1" '"off"')
+    [ "${r0%% *}" = 0 ] && [ "${r1%% *}" = 96 ] || fail "$arch: P1 with MTP twice: cached tokens ${r0%% *}, ${r1%% *} (want 0, 96)"
+    [ "${r0#* }" = "${o1#* }" ] && [ "${r1#* }" = "${o1#* }" ] || fail "$arch: P1: MTP text differs from the unspeculated text"
+    same_drafts 0 1 || fail "$arch: the MTP request on cached pages drafted differently from the one that computed them"
+    o2=$(req "$P2" '"off"'); r3=$(req "$P2" '"mtp"'); r4=$(req "$P2" '"mtp"')
+    [ "${o2%% *}" = 0 ] && [ "${r3%% *}" = 0 ] && [ "${r4%% *}" = 96 ] ||
+        fail "$arch: P2 without, then twice with MTP: cached tokens ${o2%% *}, ${r3%% *}, ${r4%% *} (want 0, 0: no MTP rows yet, 96)"
+    [ "${r3#* }" = "${o2#* }" ] && [ "${r4#* }" = "${o2#* }" ] || fail "$arch: P2: MTP text differs from the unspeculated text"
+    same_drafts 4 5 || fail "$arch: P2: the MTP request on cached pages drafted differently"
+    o6=$(req "$P3" '"off"'); r7=$(req "$P3" '"mtp"')
+    [ "${o6%% *}" = 64 ] && [ "${r7%% *}" = 48 ] ||
+        fail "$arch: P3 (P1's first 64 tokens): cached tokens ${o6%% *} without MTP, ${r7%% *} with (want 64, and 48: page 3's last MTP row paired P1's token 65)"
+    [ "${r7#* }" = "${o6#* }" ] || fail "$arch: P3: MTP text differs from the unspeculated text"
+    stop
+    launch=("${saved[@]}")
+    echo "ok   $arch: MTP requests share cached pages with their MTP rows (same drafts as the request that computed them), only pages whose rows are whole (0 / 48 tokens where 96 / 64 are cached), text unchanged"
+done
+
 # a model without an MTP layer
 d=$T/llama
 "$KILN" mkmodel --arch deepseek_v3 --preset tiny --vocab 129280 --seq 1024 --dtype f32 "$d" > /dev/null 2>&1 || fail "mkmodel"
