@@ -463,6 +463,8 @@ int kiln_arch_tensor_unused(const struct kiln_model *m, const kiln_tensor *t, ch
 int kiln_arch_mtp_is_moe(struct kiln_model *m, const char *mlp_prefix) {
     char n[192];
     snprintf(n, sizeof n, "%sgate.weight", mlp_prefix);
+    if (kiln_tt_find(&m->tt, n)) return 1;
+    snprintf(n, sizeof n, "%sgate.weight_packed", mlp_prefix); /* the router stored quantized (`kiln quantize --scope all`) */
     return kiln_tt_find(&m->tt, n) != NULL;
 }
 
@@ -475,8 +477,12 @@ kiln_status kiln_arch_check_mtp(struct kiln_model *m, const char *prefix, kiln_s
         return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     for (int l = m->hp.n_layers; l < m->hp.n_layers + am->hp.n_nextn; l++) {
         char n[192];
+        /* the MTP layer's linears may be stored quantized as the others (compressed-tensors'
+         * X.weight_packed: a Kimi / GLM INT4 checkpoint, `kiln quantize`) */
+        char np[200];
         snprintf(n, sizeof n, "%slayers.%d.eh_proj.weight", prefix, l);
-        if (!kiln_tt_find(&m->tt, n)) continue; /* shipped without its MTP layer: nothing to check */
+        snprintf(np, sizeof np, "%slayers.%d.eh_proj.weight_packed", prefix, l);
+        if (!kiln_tt_find(&m->tt, n) && !kiln_tt_find(&m->tt, np)) continue; /* shipped without its MTP layer: nothing to check */
         kiln_mtp_layer *M = &am->mtp[am->n_mtp];
         KILN_TRY(kiln_bind_linear(m, (snprintf(n, sizeof n, "%slayers.%d.eh_proj", prefix, l), n), D, 2 * D, &M->eh));
         const float **norms[] = {&M->enorm, &M->hnorm, &M->head_norm};
@@ -494,6 +500,8 @@ kiln_status kiln_arch_check_mtp(struct kiln_model *m, const char *prefix, kiln_s
         snprintf(n, sizeof n, "%slayers.%d.shared_head.head.weight", prefix, l);
         if ((t = kiln_tt_find(&m->tt, n)) && (t->ndim != 2 || t->shape[0] != m->hp.vocab || t->shape[1] != D))
             return kiln_fail(KILN_ERR_FORMAT, "%s: MTP tensor '%s' must be [%d, %lld] (vocab, hidden)", t->file ? t->file : m->path, n, m->hp.vocab, (long long)D);
+        snprintf(np, sizeof np, "%slayers.%d.shared_head.head.weight_packed", prefix, l);
+        if (!t) t = kiln_tt_find(&m->tt, np); /* quantized: kiln_bind_linear checks its shape */
         if (t) KILN_TRY(linear(m, (snprintf(n, sizeof n, "%slayers.%d.shared_head.head", prefix, l), n), m->hp.vocab, D, &M->head));
         else M->head = m->output;
         KILN_TRY(bind_layer(m, l, &M->L)); /* the decoder block: attention and MoE, every shape */

@@ -6,8 +6,9 @@
   own output): the logits of the first three draft steps after a 12-token prompt, for glm4_moe (GQA),
   deepseek_v3 (MLA, YaRN, q_proj) and glm4_moe_lite (MLA, q LoRA), within 1e-4 relative per row.
 - Exactness: greedy output and every logits row identical in tokens (and within 1e-5) to --spec off,
-  for k = 1 and 3, including glm_moe_dsa (sparse attention; its MTP layer runs its own indexer) and a
-  BF16 KV cache; sampling with a seed runs.
+  for k = 1..4, including glm_moe_dsa (sparse attention; its MTP layer runs its own indexer) and a
+  BF16 KV cache; sampling with a seed runs. Greedy output identical to --spec off also with INT4 and
+  FP8 weights (`kiln quantize`, MTP layer included) and BF16 / FP8 KV, k = 1..4.
 - A model without an MTP layer is refused naming the reason."""
 import os, sys, tempfile
 
@@ -47,7 +48,7 @@ def main():
             assert rel.max() < 1e-4, f"{arch}: MTP draft logits differ from the reference by {rel} (relative, per step)"
             print(f"{arch}: MTP logits of 3 draft steps within {rel.max():.2g} of the reference")
         # exactness against --spec off
-        for k in ("1", "3"):
+        for k in ("1", "2", "3", "4"):
             for kv in ("f32", "bf16"):
                 fo, fm = os.path.join(d, f"off.{k}.{kv}"), os.path.join(d, f"mtp.{k}.{kv}")
                 a = run("run", d, "--tokens", ids, "-n", "40", "--temp", "0", "--kv-dtype", kv, "--dump-logits", fo)
@@ -64,7 +65,17 @@ def main():
                 assert "speculation: mtp" in b.stderr and "drafted" in b.stderr, b.stderr
         p = run("run", d, "--tokens", ids, "-n", "30", "--temp", "0.8", "--seed", "7", "--spec", "mtp", "--spec-k", "2")
         assert len(generated(p)) > 0, "sampling with --spec mtp produced nothing"
-        print(f"{arch}: --spec mtp greedy output identical to --spec off (k = 1, 3; f32 and bf16 KV); sampling runs")
+        # quantized weights (the MTP layer's too) and FP8 KV: the issue's exactness is token identity
+        for wq in ("int4", "fp8"):
+            q = d + "." + wq
+            run("quantize", d, q, "--weights", wq)
+            for kv in ("bf16", "fp8"):
+                a = run("run", q, "--tokens", ids, "-n", "40", "--temp", "0", "--kv-dtype", kv)
+                for k in ("1", "2", "3", "4"):
+                    b = run("run", q, "--tokens", ids, "-n", "40", "--temp", "0", "--kv-dtype", kv, "--spec", "mtp", "--spec-k", k)
+                    assert generated(a) == generated(b), f"{arch} {wq} weights k={k} kv={kv}: --spec mtp changed the greedy output"
+                    assert "speculation: mtp" in b.stderr and "drafted" in b.stderr, b.stderr
+        print(f"{arch}: --spec mtp greedy output identical to --spec off (k = 1..4; f32 and bf16 KV, logits too; int4 and fp8 weights with bf16 and fp8 KV); sampling runs")
     d = os.path.join(tmp, "kimi")
     run("mkmodel", "--arch", "kimi_k2", "--preset", "tiny", "--dtype", "f32", d)
     p = run("run", d, "--tokens", ids, "-n", "4", "--spec", "mtp", ok=False)

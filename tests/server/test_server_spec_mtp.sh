@@ -167,7 +167,18 @@ EOF2
     [ "${r7#* }" = "${o6#* }" ] || fail "$arch: P3: MTP text differs from the unspeculated text"
     stop
     launch=("${saved[@]}")
-    echo "ok   $arch: MTP requests share cached pages with their MTP rows (same drafts as the request that computed them), only pages whose rows are whole (0 / 48 tokens where 96 / 64 are cached), text unchanged"
+    # KV faults injected while MTP requests run on cached pages: every heal replays (the drafter's
+    # rows of the replayed positions too) and the text stays the unspeculated one
+    start "$d" --kv-page 16 --inject-kv-faults bitflip=4,multibit=2,wrongpage=2,stale=2,every=5
+    n=20
+    for p in "$P1" "$P2" "$P1" "$P3"; do
+        got=$(req "$p" '"mtp"'); want=$o1; [ "$p" = "$P2" ] && want=$o2; [ "$p" = "$P3" ] && want=$o6
+        [ "${got#* }" = "${want#* }" ] || fail "$arch: with injected KV faults, an MTP request's text differs from the unspeculated text"
+    done
+    heals=$(curl -sf "$url/metrics" | awk '$1 == "kiln_kv_integrity_heals_total" {print $2}')
+    [ -n "$heals" ] && [ "$heals" -gt 0 ] || fail "$arch: no heal happened under injected faults (heals: '$heals')"
+    stop
+    echo "ok   $arch: MTP requests share cached pages with their MTP rows (same drafts as the request that computed them), only pages whose rows are whole (0 / 48 tokens where 96 / 64 are cached), text unchanged, also through $heals heals of injected KV faults"
 done
 
 # a model without an MTP layer
