@@ -36,7 +36,8 @@ static kiln_status requant_one(struct kiln_model *m, kiln_weight *w, kiln_wforma
     if (scales && !kiln_model_own(m, scales)) return kiln_fail(KILN_ERR_NOMEM, "requantize %s: out of memory", name);
     /* kiln owns these bytes, so the GEMV's 4-row tile layout costs one permutation here (gemv.h);
      * a failed scratch allocation just leaves the weight in checkpoint order. */
-    if (kiln_weight_prefers_tiled(&nw, m->layout_isa)) (void)kiln_weight_tile(&nw, data, scales);
+    const int layout = kiln_weight_prefers_tiled(&nw, m->layout_isa);
+    if (layout) (void)kiln_weight_tile(&nw, data, scales, layout);
     *w = nw;
     /* the bytes the kernels now read instead of the checksummed tensors: checked with them */
     char sn[140];
@@ -87,7 +88,7 @@ static void repack_one(struct kiln_model *m, kiln_weight *w, const char *name, u
     nw.data = d;
     if (sb) nw.scales = s;
     if (!tile) memcpy(d, w->data, db);
-    else if (kiln_weight_tile_copy(&nw, w->data, d, s) != 0) { free(d); free(s); return; }
+    else if (kiln_weight_tile_copy(&nw, w->data, d, s, tile) != 0) { free(d); free(s); return; }
     if (!kiln_model_own(m, d)) { free(s); return; }
     if (s && !kiln_model_own(m, s)) return; /* d is owned (freed with the model); w unchanged */
     *w = nw;

@@ -395,7 +395,7 @@ static void rows_gathered(const kiln_ktable *t, const kiln_weight *w, const floa
 static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X, const uint8_t *xp,
                       size_t xpb, float *Y, int n, int64_t r0, int64_t r1) {
     const int64_t cols = w->cols, rows = w->rows;
-    if (t && w->tiled && !(t->tiled_mask & (1u << w->fmt))) {
+    if (t && w->tiled && !kiln_ktable_reads_tiled(t, w)) {
         rows_gathered(t, w, X, xp, xpb, Y, n, r0, r1);
         return;
     }
@@ -632,7 +632,8 @@ void kiln_cx_matmul_many(const kiln_kctx *cx, const kiln_weight *const *ws, floa
         for (int k = 0; k < nw; k++) {
             int same = -1;
             for (int e = 0; e < k && same < 0; e++)
-                if (j.xpb[e] && j.t[e] == j.t[k] && ws[e]->fmt == ws[k]->fmt && ws[e]->cols == ws[k]->cols && ws[e]->block == ws[k]->block)
+                if (j.xpb[e] && j.xpb[e] == j.xpb[k] && j.t[e] == j.t[k] && ws[e]->fmt == ws[k]->fmt && ws[e]->cols == ws[k]->cols &&
+                    ws[e]->block == ws[k]->block && (ws[e]->tiled == KILN_TILE_Q16) == (ws[k]->tiled == KILN_TILE_Q16)) /* (INT4's layout picks its preparation) */
                     same = e;
             if (same >= 0) { j.xp[k] = j.xp[same]; continue; }
             for (int i = 0; j.xpb[k] && i < n; i++)

@@ -43,8 +43,11 @@ typedef struct kiln_weight {
     size_t row_bytes;
     const void *scales;   /* FP8_BLOCK / INT4_GROUP only (see above) */
     int block;            /* FP8 block size or INT4 group size */
-    int tiled;            /* 0: rows as checkpoints store them; 1: the 4-row tile layout below */
+    int tiled;            /* 0: rows as checkpoints store them; else a tile layout below: KILN_TILE_GROUPS
+                             (the format's own), KILN_TILE_Q16 (INT4 group 32 in Q4_0's 16-row interleave) */
 } kiln_weight;
+#define KILN_TILE_GROUPS 1
+#define KILN_TILE_Q16 16
 
 /* The 4-row tile layout (tiled = 1), a pure permutation of the data bytes, scales unchanged.
  *
@@ -81,25 +84,37 @@ typedef struct kiln_weight {
  * the 16 rows — units of 2 bytes for the f16s, 1 for
  * scale bytes (byte planes: byte k of the 16 rows), 4 for quant bytes (64-byte vectors, row j's bytes
  * at 4j) — at 16 × the field's offset in the block (tile.c: k16_fields). The last rows % 16 rows stay.
+ * INT4 with group 32 has, where the AVX-512 kernels read it (tiled = KILN_TILE_Q16), Q4_0's 16-row
+ * interleave: rows 16q..16q+15 keep their byte range; block b (32 columns) of the 16 rows is 256 bytes
+ * at 256·b, the 4 vectors of Q4_0's layout without the scales (vector k, bytes 4j..4j+3 = row j's
+ * columns 4k.. in the low nibbles and 16 + 4k.. in the high ones); the bf16 scales of group q stay in
+ * `scales` at the group's 16·ng entries, block b's 16 rows side by side at 16·b (row j at 16·b + j).
+ * Why: the 4-row tile's register lanes are 8-column slices of a row, so every 8 columns cost a
+ * conversion, a scale product and an FMA per row and token (prefill at 0.71× Q4_0's speed, docs/
+ * BENCHMARKS.md); with rows in the lanes these come once per 32 columns for 16 rows: Q4_0's
+ * arithmetic (per (row, token) and block: exact int32 dot, conversion, × scale·dx, FMA). INT4 group
+ * 32 is Q4_0 with a bf16 scale: the nibbles are the weight + 8 in both. The last rows % 16 rows stay.
  * Only weights kiln owns in memory (requantized ones) are tiled, and only where the kernels of `isa`
  * (the model's layout ISA, chosen when it is loaded) read the layout directly (kiln_weight_prefers_tiled); every other path, the scalar
  * reference included, reads a tiled weight correctly through kiln_weight_row_gather. */
+/* Returns the layout to tile w in (0: none; KILN_TILE_GROUPS or KILN_TILE_Q16), for kiln_weight_tile. */
 int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa);
 /* Whether w, in checkpoint layout, is read faster from an owned copy (huge pages) than from the file
  * mapping under `isa`'s kernels, with no change of layout (the K-quants; tile.c says why). */
 int kiln_weight_prefers_owned(const kiln_weight *w, kiln_isa isa);
-/* Rows of one tile group of w's format (16 for Q8_0 / Q4_0 and the super-block types, else 4): kiln_weight_tile leaves a weight
- * with fewer rows untiled. */
+/* Rows of one tile group of w's layout (16 for Q8_0 / Q4_0, the super-block types and INT4 in
+ * KILN_TILE_Q16, else 4): kiln_weight_tile leaves a weight with fewer rows untiled. */
 int kiln_weight_tile_rows(const kiln_weight *w);
-/* Permutes w's data and (INT4) scales into the tile layout and sets w->tiled; `data` and `scales`
- * are writable aliases of w->data and w->scales. Returns 0, or -1 when the scratch cannot be
- * allocated (w left untouched). */
-int kiln_weight_tile(kiln_weight *w, uint8_t *data, void *scales);
+/* Permutes w's data and (INT4) scales into tile layout `layout` (KILN_TILE_GROUPS: the format's
+ * own; KILN_TILE_Q16: INT4 group 32's 16-row interleave, other weights left as they are) and sets
+ * w->tiled; `data` and `scales` are writable aliases of w->data and w->scales. Returns 0, or -1 when
+ * the scratch cannot be allocated (w left untouched). */
+int kiln_weight_tile(kiln_weight *w, uint8_t *data, void *scales, int layout);
 /* kiln_weight_tile of a copy: src (w's data in checkpoint layout, rows × row_bytes) into data (as
  * large, not overlapping), then the tile layout; INT4 scales in `scales` as kiln_weight_tile. The
  * K-quant interleave is written straight from src (no second pass). Returns 0, or -1 without scratch
  * memory (data then holds the untiled copy and w stays untiled). */
-int kiln_weight_tile_copy(kiln_weight *w, const uint8_t *src, uint8_t *data, void *scales);
+int kiln_weight_tile_copy(kiln_weight *w, const uint8_t *src, uint8_t *data, void *scales, int layout);
 /* Copies row r's row_bytes bytes, in checkpoint order, to out (either layout). */
 void kiln_weight_row_gather(const kiln_weight *w, int64_t r, uint8_t *out);
 /* INT4: the index into w->scales (bf16 entries) of group gi of row r, in either layout. */

@@ -780,7 +780,16 @@ static void gemm_f32(const float *W, int64_t ldw, int nr, const float *X, int64_
  *   st[16] int32  −8 · Σ x_q[128c + 8l .. +8)   (lane l's start value: removes the +8 offset)
  *   xs[16] f32    the x block scale of lane l's columns */
 #define I4_CHUNK 256
-static size_t xprep_bytes_int4(const kiln_weight *w) { return (size_t)((w->cols + 127) / 128) * I4_CHUNK; }
+/* INT4 group 32 on AVX-512 computes in Q4_0's arithmetic, per 32 columns, in every layout it is read
+ * in (KILN_TILE_Q16 or checkpoint rows; the 4-row tiles of group 32 reach this table only as gathered
+ * rows): Q4_0's prepared activation, q16_tile and i4q_rows. Other groups: the 4-row tile kernels,
+ * per 8 columns. */
+AI int i4q_form(const kiln_weight *w) { return w->block == 32 && w->cols % 32 == 0; }
+static size_t xprep_bytes_q(const kiln_weight *w);
+static size_t xprep_bytes_int4(const kiln_weight *w) {
+    if (i4q_form(w)) return xprep_bytes_q(w); /* Q4_0's prepared activation (q16_tile) */
+    return (size_t)((w->cols + 127) / 128) * I4_CHUNK;
+}
 
 /* kiln_quant_x32 for one block of 32, vectorised; same arithmetic, so the same bytes. */
 AI __m512i quant32(const float *x, float *d) {
@@ -796,7 +805,12 @@ AI __m512i quant32(const float *x, float *d) {
     return _mm512_castsi256_si512(_mm256_set_m128i(_mm512_cvtepi32_epi8(qb), _mm512_cvtepi32_epi8(qa)));
 }
 
+static void xprep_q4(const kiln_weight *w, const float *x, void *xp);
 static void xprep_int4(const kiln_weight *w, const float *x, void *xp) {
+    if (i4q_form(w)) {
+        xprep_q4(w, x, xp);
+        return;
+    }
     const int64_t cols = w->cols, nch = (cols + 127) / 128;
     const __m512i ones = _mm512_set1_epi8(1);
     const __m512i bidx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
@@ -1054,8 +1068,19 @@ AI void int4_setup(const kiln_weight *w, int4_consts *k) {
     k->tg = k->ng % k->u;
 }
 
+static void q16_rows(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0,
+                     int64_t r1);
+static void i4q_rows(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1);
 static void gemv_int4(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
     (void)x;
+    if (w->tiled == KILN_TILE_Q16) {
+        q16_rows(KILN_WF_INT4_GROUP, w, xp, 0, 1, y, 0, r0, r0, r1);
+        return;
+    }
+    if (i4q_form(w)) {
+        i4q_rows(w, xp, 0, 1, y - r0, 0, r0, r1);
+        return;
+    }
     const int64_t G = w->block;
     uint16_t iw[32];
     for (int l = 0; l < 16; l++) iw[2 * l] = 31;
@@ -1247,9 +1272,11 @@ AI int gemm_token_block(size_t xpb, int nt) {
  * scales × the token's scale, one FMA per block and token. GEMV (NT = 1) and GEMM (NT tokens sharing
  * each weight vector) compute exactly this per (row, token) in this order, so a token's result does
  * not depend on the batch. */
-AI void q16_tile(int f, int NT, const uint8_t *g, int64_t nb, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy) {
-    const int q8 = f == KILN_WF_Q8_0;
-    const size_t gbb = 16 * (size_t)(q8 ? 34 : 18);
+/* INT4 group 32 (KILN_TILE_Q16): the same kernel over the 256-byte blocks without inline scales; the
+ * 16 rows' bf16 scales of block b at sg + 16·b (sg NULL for Q8_0 / Q4_0). */
+AI void q16_tile(int f, int NT, const uint8_t *g, const uint16_t *sg, int64_t nb, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy) {
+    const int q8 = f == KILN_WF_Q8_0, i4 = f == KILN_WF_INT4_GROUP;
+    const size_t gbb = i4 ? 256 : 16 * (size_t)(q8 ? 34 : 18), woff = i4 ? 0 : 32;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[8];
 #pragma GCC unroll 8
@@ -1261,16 +1288,19 @@ AI void q16_tile(int f, int NT, const uint8_t *g, int64_t nb, const uint8_t *xp,
     __m512i wcur[4];
     if (NT == 1 && !q8)
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) wcur[k] = _mm512_loadu_si512(g + 32 + 64 * k);
+        for (int k = 0; k < 4; k++) wcur[k] = _mm512_loadu_si512(g + woff + 64 * k);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *gb = g + (size_t)b * gbb;
         /* GEMV: the weight stream PF_BYTES ahead (the next groups; a prefetch past the end is harmless).
          * Measured with `kiln bench --gemv --shape 8192x3072,3072x8192` (dev VM, 2 threads): Q4_0
          * 41.5 / 37.0 → 59.7 / 51.3 GB/s, Q8_0 43.7 / 52.4 → 63.9 / 57.6 (the hardware prefetcher
          * alone leaves a core well below the read bandwidth here, as the INT4 / FP8 kernels found). */
-        if (NT == 1)
+        if (NT == 1) {
             for (size_t l = 0; l < gbb; l += 64) PFH4(gb + PF_BYTES + l);
-        const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
+            if (i4 && (b & 1) == 0) PFH4(sg + 16 * b + PF_BYTES / 8); /* the scale stream: 1/8 of the weights' */
+        }
+        const __m512 ws = i4 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sg + 16 * b))), 16))
+                             : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
         /* Integer sums are exact in any order: with few tokens the block's dots run in two chains
          * (ia, ib; added at the end) so that vpdpbusd's latency does not serialize the GEMV. */
         __m512i ia[8], ib[8];
@@ -1295,11 +1325,11 @@ AI void q16_tile(int f, int NT, const uint8_t *g, int64_t nb, const uint8_t *xp,
             if (NT == 1) {
                 const uint8_t *gn = b + 1 < nb ? gb + gbb : gb;
 #pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) wnext[k] = _mm512_loadu_si512(gn + 32 + 64 * k);
+                for (int k = 0; k < 4; k++) wnext[k] = _mm512_loadu_si512(gn + woff + 64 * k);
             }
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                const __m512i v = NT == 1 ? wcur[k] : _mm512_loadu_si512(gb + 32 + 64 * k);
+                const __m512i v = NT == 1 ? wcur[k] : _mm512_loadu_si512(gb + woff + 64 * k);
                 if (NT == 1) wcur[k] = wnext[k];
                 const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
 #pragma GCC unroll 8
@@ -1328,16 +1358,17 @@ AI void q16_tile(int f, int NT, const uint8_t *g, int64_t nb, const uint8_t *xp,
 AI void q16_group(int f, const kiln_weight *w, int64_t q, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy) {
     const uint8_t *g = w->data + (size_t)q * 16 * w->row_bytes;
     const int64_t nb = w->cols / 32;
+    const uint16_t *sg = f == KILN_WF_INT4_GROUP ? (const uint16_t *)w->scales + (size_t)q * 16 * (size_t)nb : NULL;
     int t = 0;
-    for (; t + 8 <= n; t += 8) q16_tile(f, 8, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy);
+    for (; t + 8 <= n; t += 8) q16_tile(f, 8, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy);
     switch (n - t) {
-    case 7: q16_tile(f, 7, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-    case 6: q16_tile(f, 6, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-    case 5: q16_tile(f, 5, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-    case 4: q16_tile(f, 4, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-    case 3: q16_tile(f, 3, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-    case 2: q16_tile(f, 2, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-    case 1: q16_tile(f, 1, g, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 7: q16_tile(f, 7, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 6: q16_tile(f, 6, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 5: q16_tile(f, 5, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 4: q16_tile(f, 4, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 3: q16_tile(f, 3, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 2: q16_tile(f, 2, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 1: q16_tile(f, 1, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
     default: break;
     }
 }
@@ -1454,6 +1485,14 @@ AI void int4_gemm_rows(int NR, const kiln_weight *w, const uint8_t *xp, size_t x
 }
 
 static void gemm_int4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (w->tiled == KILN_TILE_Q16) {
+        q16_rows(KILN_WF_INT4_GROUP, w, xp, xpb, n, Y, ldy, 0, r0, r1);
+        return;
+    }
+    if (i4q_form(w)) {
+        i4q_rows(w, xp, xpb, n, Y, ldy, r0, r1);
+        return;
+    }
     int4_consts k;
     int4_setup(w, &k);
     const int tb = gemm_token_block(xpb, 3);
@@ -1471,7 +1510,7 @@ static void gemv_few_int4(const kiln_weight *w, const float *X, const uint8_t *x
                           int64_t r1) {
     (void)X;
     const int64_t G = w->block;
-    if (!w->tiled || G > 128) {
+    if (!w->tiled || G > 128 || i4q_form(w)) { /* (group 32: the 16-row kernel, 1–8 tokens per pass, or the row kernel) */
         gemm_int4(w, xp, xpb, n, Y, ldy, r0, r1);
         return;
     }
@@ -1560,7 +1599,85 @@ AI void gemm_q(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n
             for (int t = t0; t < t1; t++) q_row1(f, w, xp + (size_t)t * xpb, Y + (size_t)t * (size_t)ldy + (size_t)r, r);
     }
 }
+/* INT4 group 32 rows in checkpoint layout on Q4_0's prepared activation (untiled weights, and the
+ * rows past a KILN_TILE_Q16 weight's last whole group), in q16_tile's arithmetic per (row, token):
+ * per block the exact int32 dot from the start value tot, one conversion, × (scale · dx), one FMA —
+ * so an untiled weight (--no-repack, too few rows) gives the bits the 16-row layout gives. Four rows
+ * at a time: each row's 16 bytes of the block in one 128-bit lane, low nibbles (even columns) and
+ * high nibbles (odd columns) against the block's even and odd activations broadcast, the four lanes
+ * of a row summed, the four rows' scale and FMA in one xmm. */
+AI __m128i i4q_dot4(const uint8_t *p0, size_t rb, int64_t b, __m512i xe, __m512i xo) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const uint8_t *p = p0 + 16 * b;
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(p + rb)), _mm_loadu_si128((const __m128i *)p))),
+                                         _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(p + 3 * rb)), _mm_loadu_si128((const __m128i *)(p + 2 * rb))), 1);
+    const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo);
+    d = _mm512_add_epi32(d, _mm512_shuffle_epi32(d, _MM_PERM_BADC));
+    d = _mm512_add_epi32(d, _mm512_shuffle_epi32(d, _MM_PERM_CDAB));
+    return _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), d));
+}
+/* The block's 32 prepared activations split into even and odd columns, each broadcast to 4 lanes. */
+AI void i4q_x(const uint8_t *x, int64_t b, __m512i *xe, __m512i *xo) {
+    const __m256i idx = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    const __m256i sh = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_load_si256((const __m256i *)(x + 64 * b)), idx), 0xD8);
+    *xe = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sh));
+    *xo = _mm512_broadcast_i32x4(_mm256_extracti128_si256(sh, 1));
+}
+AI float bf16f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static void i4q_rows(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t nb = w->cols / 32;
+    const size_t rb = w->row_bytes;
+    const uint16_t *S = (const uint16_t *)w->scales;
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        const uint8_t *p0 = w->data + (size_t)r * rb;
+        const uint16_t *s0 = S + (size_t)r * (size_t)nb;
+        for (int t = 0; t < n; t++) {
+            const uint8_t *x = xp + (size_t)t * xpb;
+            const float *dx = (const float *)(x + nb * 64);
+            const int32_t *tot = (const int32_t *)(dx + nb);
+            __m128 acc = _mm_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                __m512i xe, xo;
+                i4q_x(x, b, &xe, &xo);
+                const __m128i is = _mm_add_epi32(i4q_dot4(p0, rb, b, xe, xo), _mm_set1_epi32(tot[b]));
+                const __m128 ws = _mm_castsi128_ps(_mm_slli_epi32(
+                    _mm_setr_epi32(s0[b], s0[(size_t)nb + (size_t)b], s0[2 * (size_t)nb + (size_t)b], s0[3 * (size_t)nb + (size_t)b]), 16));
+                acc = _mm_fmadd_ps(_mm_cvtepi32_ps(is), _mm_mul_ps(ws, _mm_set1_ps(dx[b])), acc);
+            }
+            _mm_storeu_ps(Y + (size_t)t * (size_t)ldy + (size_t)r, acc);
+        }
+    }
+    for (; r < r1; r++) { /* one row: the 4-row kernel's lane 0 over this row (the other lanes read it again) */
+        const uint8_t *p0 = w->data + (size_t)r * rb;
+        const uint16_t *s0 = S + (size_t)r * (size_t)nb;
+        for (int t = 0; t < n; t++) {
+            const uint8_t *x = xp + (size_t)t * xpb;
+            const float *dx = (const float *)(x + nb * 64);
+            const int32_t *tot = (const int32_t *)(dx + nb);
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                __m512i xe, xo;
+                i4q_x(x, b, &xe, &xo);
+                const int32_t is = _mm_cvtsi128_si32(i4q_dot4(p0, 0, b, xe, xo)) + tot[b];
+                const float prod = bf16f(s0[b]) * dx[b];
+                acc = fmaf((float)is, prod, acc);
+            }
+            Y[(size_t)t * (size_t)ldy + (size_t)r] = acc;
+        }
+    }
+}
 AI void q_rest(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0, int64_t r1) {
+    if (f == KILN_WF_INT4_GROUP) {
+        i4q_rows(w, xp, xpb, xpb ? n : 1, Y - yoff, ldy, r0, r1);
+        return;
+    }
     if (xpb == 0) gemv_q(f, w, xp, Y + (r0 - yoff), r0, r1); /* GEMV: one token, y[r - yoff] */
     else gemm_q(f, w, xp, xpb, n, Y - yoff, ldy, r0, r1);
 }
@@ -2450,6 +2567,7 @@ KQ_ENTRIES(iq4xs, KILN_WF_IQ4_XS)
         .tiled_mask = (1u << KILN_WF_FP8_BLOCK) | (1u << KILN_WF_INT4_GROUP) | (1u << KILN_WF_Q8_0) | (1u << KILN_WF_Q4_0) | \
                       (1u << KILN_WF_Q4_K) | (1u << KILN_WF_Q5_K) | (1u << KILN_WF_Q6_K) | (1u << KILN_WF_Q2_K) |              \
                       (1u << KILN_WF_Q3_K) | (1u << KILN_WF_IQ4_XS),                                                            \
+        .int4_q16 = 1,                                                                                                  \
     }
 #define BF16_GEMM(fn) 0
 const kiln_ktable kiln_ktable_avx512 = AVX512_TABLE(xprep_bytes_fp8, xprep_fp8, gemv_fp8, gemv_few_fp8);

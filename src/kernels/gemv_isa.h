@@ -64,7 +64,17 @@ typedef struct kiln_ktable {
     /* Bit (1 << fmt): this table's gemv and dequant for fmt read the 4-row tile layout (gemv.h)
      * directly; for other formats the driver hands them untiled copies of row groups. */
     unsigned tiled_mask;
+    /* INT4 group 32 is read in KILN_TILE_Q16 (gemv.h) instead of the 4-row tiles: a weight in the
+     * other layout goes the untiled-copy way (kiln_ktable_reads_tiled) */
+    int int4_q16;
 } kiln_ktable;
+/* Whether t's kernels read w's tile layout directly. */
+static inline int kiln_ktable_reads_tiled(const kiln_ktable *t, const kiln_weight *w) {
+    if (!(t->tiled_mask >> w->fmt & 1u)) return 0;
+    if (w->fmt != KILN_WF_INT4_GROUP) return 1;
+    if (w->tiled == KILN_TILE_Q16) return t->int4_q16;
+    return !(t->int4_q16 && w->block == 32); /* the 4-row tiles: group 32 is not read so there */
+}
 /* The table of the current ISA (NULL = scalar), for membw.c. */
 const kiln_ktable *kiln_ktable_current(void);
 

@@ -1,5 +1,5 @@
-/* tile.c — the 4-row tile layout of kiln_weight (see gemv.h): the permutation, its inverse for one
- * row, and the policy of which weights get it. */
+/* tile.c — the tile layouts of kiln_weight (see gemv.h): the permutations, their inverse for one
+ * row, and the policy of which weights get which. */
 #include "kernels/gemv.h"
 #include "kernels/gemv_isa.h"
 #include <stdlib.h>
@@ -33,6 +33,29 @@ static void q16_block_put(uint8_t *g, int q8, int64_t b, int j, const uint8_t *b
     for (int k = 0; k < nv; k++)
         for (int i = 0; i < 4; i++) gb[32 + 64 * k + 4 * j + i] = (uint8_t)(blk[2 + 4 * k + i] ^ (q8 ? 0x80 : 0));
 }
+
+/* ---- INT4 group 32 in the Q4_0 16-row interleave (tiled = KILN_TILE_Q16, gemv.h) ----
+ * Row j's 32-column block b, its 16 packed bytes in checkpoint order (byte m: column 2m in the low
+ * nibble, 2m + 1 in the high one), to and from the group's 256 bytes of the block: vector k's bytes
+ * 4j..4j+3 hold columns 4k..4k+3 (low nibbles) and 16 + 4k.. (high nibbles), as Q4_0's. */
+static int nib(const uint8_t *p, int c) { return (p[c / 2] >> (4 * (c & 1))) & 15; }
+static void i4q16_block_get(const uint8_t *g, int64_t b, int j, uint8_t *out) {
+    const uint8_t *gb = g + (size_t)b * 256;
+    memset(out, 0, 16);
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 4; i++) {
+            const uint8_t v = gb[64 * k + 4 * j + i];
+            const int c0 = 4 * k + i, c1 = 16 + 4 * k + i;
+            out[c0 / 2] |= (uint8_t)((v & 15) << (4 * (c0 & 1)));
+            out[c1 / 2] |= (uint8_t)((v >> 4) << (4 * (c1 & 1)));
+        }
+}
+static void i4q16_block_put(uint8_t *g, int64_t b, int j, const uint8_t *in) {
+    uint8_t *gb = g + (size_t)b * 256;
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 4; i++) gb[64 * k + 4 * j + i] = (uint8_t)(nib(in, 4 * k + i) | nib(in, 16 + 4 * k + i) << 4);
+}
+static int i4q16(const kiln_weight *w) { return w->fmt == KILN_WF_INT4_GROUP && w->tiled == KILN_TILE_Q16; }
 
 /* ---- the 16-row super-block interleave of Q4_K / Q5_K / Q6_K (gemv.h) ----
  * Each field of a super-block (a range of its bytes) is cut into units of u bytes; the field of all
@@ -108,6 +131,15 @@ void kiln_weight_row_gather(const kiln_weight *w, int64_t r, uint8_t *out) {
             for (int b = 0; b < bb; b++) out[(size_t)s * (size_t)bb + (size_t)b] = g[(size_t)s * 16 * (size_t)bb + k16_offset(fs, nf, j, b)];
         return;
     }
+    if (i4q16(w)) {
+        if (r >= (w->rows & ~(int64_t)15)) {
+            memcpy(out, w->data + (size_t)r * rb, rb);
+            return;
+        }
+        const uint8_t *g = w->data + (size_t)(r & ~(int64_t)15) * rb;
+        for (int64_t b = 0; b < w->cols / 32; b++) i4q16_block_get(g, b, (int)(r & 15), out + 16 * (size_t)b);
+        return;
+    }
     if (w->tiled && q16_format(w)) {
         if (r >= (w->rows & ~(int64_t)15)) { /* past the last 16-row group: checkpoint layout */
             memcpy(out, w->data + (size_t)r * rb, rb);
@@ -132,6 +164,8 @@ void kiln_weight_row_gather(const kiln_weight *w, int64_t r, uint8_t *out) {
 
 int64_t kiln_weight_int4_scale_index(const kiln_weight *w, int64_t r, int64_t gi) {
     const int64_t ng = w->cols / w->block;
+    if (i4q16(w)) /* group q's block gi: its 16 rows' scales side by side */
+        return r >= (w->rows & ~(int64_t)15) ? r * ng + gi : (r & ~(int64_t)15) * ng + 16 * gi + (r & 15);
     if (!w->tiled || r >= (w->rows & ~(int64_t)3)) return r * ng + gi;
     const int64_t u = w->block <= 128 ? 128 / w->block : 1, nb = ng / u, tg = ng % u, j = r & 3;
     const int64_t base = (r & ~(int64_t)3) * ng;
@@ -139,7 +173,35 @@ int64_t kiln_weight_int4_scale_index(const kiln_weight *w, int64_t r, int64_t gi
     return base + 4 * nb * u + j * tg + (gi - nb * u);
 }
 
-int kiln_weight_tile(kiln_weight *w, uint8_t *data, void *scales) {
+/* INT4 group 32 into the 16-row interleave: each group's bytes and scales through scratch. */
+static int tile_int4_q16(kiln_weight *w, uint8_t *data, uint16_t *S) {
+    const size_t rb = w->row_bytes;
+    const int64_t ng = w->cols / 32;
+    uint8_t *tmp = malloc(16 * rb);
+    uint16_t *stmp = malloc(sizeof *stmp * 16 * (size_t)ng);
+    if (!tmp || !stmp) { free(tmp); free(stmp); return -1; }
+    for (int64_t q = 0; q < w->rows / 16; q++) {
+        uint8_t *g = data + (size_t)q * 16 * rb;
+        uint16_t *sg = S + (size_t)q * 16 * (size_t)ng;
+        memcpy(tmp, g, 16 * rb);
+        memcpy(stmp, sg, sizeof *stmp * 16 * (size_t)ng);
+        for (int j = 0; j < 16; j++)
+            for (int64_t b = 0; b < ng; b++) {
+                i4q16_block_put(g, b, j, tmp + (size_t)j * rb + 16 * (size_t)b);
+                sg[16 * b + j] = stmp[(size_t)j * (size_t)ng + (size_t)b];
+            }
+    }
+    free(tmp);
+    free(stmp);
+    w->tiled = KILN_TILE_Q16;
+    return 0;
+}
+
+int kiln_weight_tile(kiln_weight *w, uint8_t *data, void *scales, int layout) {
+    if (layout == KILN_TILE_Q16) {
+        if (w->tiled || w->fmt != KILN_WF_INT4_GROUP || w->block != 32 || w->cols % 32 || w->rows < 16) return 0;
+        return tile_int4_q16(w, data, scales);
+    }
     if (w->tiled || w->rows < kiln_weight_tile_rows(w)) return 0;
     if (k16_format(w)) {
         uint8_t *tmp = malloc(16 * w->row_bytes);
@@ -240,7 +302,7 @@ void kiln_prefault(void *p, size_t n) {
     ((volatile uint8_t *)p)[n - 1] = ((volatile uint8_t *)p)[n - 1];
 }
 
-int kiln_weight_tile_copy(kiln_weight *w, const uint8_t *src, uint8_t *data, void *scales) {
+int kiln_weight_tile_copy(kiln_weight *w, const uint8_t *src, uint8_t *data, void *scales, int layout) {
     if (!w->tiled && k16_format(w) && w->rows >= 16) {
         /* straight from src into data, groups spread over the OpenMP threads (a load-time pass over
          * the whole weight: one read and one write instead of a copy and a permutation in place) */
@@ -253,10 +315,10 @@ int kiln_weight_tile_copy(kiln_weight *w, const uint8_t *src, uint8_t *data, voi
         return 0;
     }
     memcpy(data, src, (size_t)w->rows * w->row_bytes);
-    return kiln_weight_tile(w, data, scales);
+    return kiln_weight_tile(w, data, scales, layout);
 }
 
-int kiln_weight_tile_rows(const kiln_weight *w) { return q16_format(w) || k16_format(w) ? 16 : 4; }
+int kiln_weight_tile_rows(const kiln_weight *w) { return q16_format(w) || k16_format(w) || w->tiled == KILN_TILE_Q16 ? 16 : 4; }
 
 int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa) {
     kiln_kctx cx;
@@ -264,7 +326,8 @@ int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa) {
     const kiln_ktable *t = cx.kt;
     if (!t || !(t->tiled_mask & (1u << w->fmt)) || w->rows < kiln_weight_tile_rows(w) || !kiln_cx_matmul_is_fast(&cx, w)) return 0;
     if (w->fmt == KILN_WF_FP8_BLOCK) return w->block % 64 == 0; /* the fast FP8 kernel's blocks */
-    return 1;
+    if (w->fmt == KILN_WF_INT4_GROUP && t->int4_q16 && w->block == 32) return w->rows >= 16 ? KILN_TILE_Q16 : 0;
+    return KILN_TILE_GROUPS;
 }
 
 /* The GGUF block kernels other than Q8_0 / Q4_0 read the checkpoint layout, one row after the other (a single sequential

@@ -32,7 +32,8 @@ kiln_status kiln_model_requantize_head(kiln_model *m, const char *weights) {
     KILN_TRY(kiln_quantize_weight(&m->output, fmt, group, &q, &d, &s));
     if (!kiln_model_own(m, d)) { free(s); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
     if (s && !kiln_model_own(m, s)) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-    if (kiln_weight_prefers_tiled(&q, m->layout_isa)) (void)kiln_weight_tile(&q, d, s); /* as requant.c does */
+    const int layout = kiln_weight_prefers_tiled(&q, m->layout_isa);
+    if (layout) (void)kiln_weight_tile(&q, d, s, layout); /* as requant.c does */
     m->output = q; /* the embedding lookup keeps reading tok_embd */
     (void)kiln_model_note_copy(m, "lm_head", d, (size_t)q.rows * q.row_bytes);
     if (s) (void)kiln_model_note_copy(m, "lm_head (scales)", s, kiln_weight_bytes(&q) - (size_t)q.rows * q.row_bytes);
@@ -261,7 +262,8 @@ kiln_status kiln_gemv_bench_open(const char *weights, int64_t rows, int64_t cols
         }
         if (i == 0) { /* the quantizer's output, tiled in place as requant.c does */
             b->w[0] = q;
-            if (kiln_weight_prefers_tiled(&b->w[0], b->cx.isa)) (void)kiln_weight_tile(&b->w[0], di, si);
+            const int layout = kiln_weight_prefers_tiled(&b->w[0], b->cx.isa);
+            if (layout) (void)kiln_weight_tile(&b->w[0], di, si, layout);
         } else { /* byte copies of copy 0, already in its final layout */
             memcpy(di, d, db);
             if (sb) memcpy(si, sc, sb);

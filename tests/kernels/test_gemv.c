@@ -182,6 +182,8 @@ static void check_out(const char *what, kiln_isa isa, const tweight *t, int n, c
 /* When set, check_case multiplies by the weight in the 4-row tile layout (gemv.h), against the
  * reference and bounds computed on the checkpoint layout before tiling. */
 static int tile_mode;
+/* The layout tile_and_check tiles in (gemv.h): the format's own, or KILN_TILE_Q16 (INT4 group 32). */
+static int tile_layout = KILN_TILE_GROUPS;
 
 /* Tiles t in place and checks that the permutation is undone exactly by the row/scale readers. */
 static void tile_and_check(tweight *t) {
@@ -194,8 +196,11 @@ static void tile_and_check(tweight *t) {
     uint16_t *scopy = malloc(2 * (size_t)(orig.rows * ng) + 2);
     assert_non_null(scopy);
     if (ng) memcpy(scopy, t->scales, 2 * (size_t)(orig.rows * ng));
-    assert_int_equal(kiln_weight_tile(&t->w, t->data, t->scales), 0);
-    assert_int_equal(t->w.tiled, orig.rows >= kiln_weight_tile_rows(&orig));
+    assert_int_equal(kiln_weight_tile(&t->w, t->data, t->scales, tile_layout), 0);
+    if (tile_layout == KILN_TILE_Q16) /* INT4 group 32 of 16 rows or more; anything else stays as it is */
+        assert_int_equal(t->w.tiled, orig.fmt == KILN_WF_INT4_GROUP && orig.block == 32 && orig.rows >= 16 ? KILN_TILE_Q16 : 0);
+    else
+        assert_int_equal(t->w.tiled, orig.rows >= kiln_weight_tile_rows(&orig));
     for (int64_t r = 0; r < orig.rows; r++) {
         kiln_weight_row_gather(&t->w, r, row);
         assert_memory_equal(row, copy + (size_t)r * rb, rb);
@@ -365,6 +370,11 @@ static void test_tiled(void **s) {
     int64_t c4[] = {32, 96, 128, 160, 288, 640};
     int b4[] = {32, 64, 128};
     run_format(KILN_WF_INT4_GROUP, c4, 6, b4, 3);
+    /* INT4 group 32 in Q4_0's 16-row interleave (the AVX-512 kernels read it; AVX2 and the
+     * reference through gathered rows) */
+    tile_layout = KILN_TILE_Q16;
+    run_format(KILN_WF_INT4_GROUP, c4, 6, b4, 1);
+    tile_layout = KILN_TILE_GROUPS;
     /* Q8_0 / Q4_0: the 16-row block interleave (rows 33 and 130 leave 1 and 2 rows untiled; the
      * sub-ranges of check_case cut groups) */
     int64_t cq[] = {32, 96, 288};
@@ -378,6 +388,10 @@ static void test_tiled(void **s) {
         check_case(isas[k], KILN_WF_FP8_BLOCK, 2102, 1000, 128, 1);
         check_case(isas[k], KILN_WF_INT4_GROUP, 4202, 1056, 32, 1);
         check_case(isas[k], KILN_WF_INT4_GROUP, 4202, 1024, 128, 3);
+        tile_layout = KILN_TILE_Q16;
+        check_case(isas[k], KILN_WF_INT4_GROUP, 4202, 1056, 32, 1);
+        check_case(isas[k], KILN_WF_INT4_GROUP, 4210, 1024, 32, 9);
+        tile_layout = KILN_TILE_GROUPS;
         check_case(isas[k], KILN_WF_Q8_0, 4210, 1024, 32, 1);
         check_case(isas[k], KILN_WF_Q4_0, 4210, 1024, 32, 9);
     }
@@ -461,9 +475,9 @@ static void kq_case(const gguf_block *gb, int64_t rows, int64_t cols, int n, int
         wt.data = dt;
         if (n == 1) { /* in place, and (other cases) straight from the checkpoint bytes */
             memcpy(dt, d, w.row_bytes * (size_t)rows);
-            assert_int_equal(kiln_weight_tile(&wt, dt, NULL), 0);
+            assert_int_equal(kiln_weight_tile(&wt, dt, NULL, kiln_weight_prefers_tiled(&w, kiln_kernels_current())), 0);
         } else {
-            assert_int_equal(kiln_weight_tile_copy(&wt, d, dt, NULL), 0);
+            assert_int_equal(kiln_weight_tile_copy(&wt, d, dt, NULL, kiln_weight_prefers_tiled(&w, kiln_kernels_current())), 0);
         }
         assert_true(wt.tiled || rows < 16);
         uint8_t *row_t = malloc(w.row_bytes);
@@ -589,7 +603,7 @@ static void test_kquants_avx_vnni_exact(void **s) {
             kiln_weight wt = w;
             uint8_t *dt = malloc(w.row_bytes * (size_t)rows);
             assert_non_null(dt);
-            assert_int_equal(kiln_weight_tile_copy(&wt, d, dt, NULL), 0);
+            assert_int_equal(kiln_weight_tile_copy(&wt, d, dt, NULL, KILN_TILE_GROUPS), 0);
             for (int tiled = 0; tiled < 2; tiled++) {
                 const kiln_weight *wk = tiled ? &wt : &w;
                 if (tiled && !wt.tiled) continue;
@@ -731,12 +745,15 @@ static void few_token_exact(kiln_isa isa) {
         {KILN_WF_BF16, 48, 0, 0},          {KILN_WF_FP8_BLOCK, 320, 128, 0},  {KILN_WF_FP8_BLOCK, 1000, 128, 1},
         {KILN_WF_FP8_BLOCK, 256, 64, 1},   {KILN_WF_INT4_GROUP, 160, 32, 0},  {KILN_WF_INT4_GROUP, 672, 32, 1},
         {KILN_WF_INT4_GROUP, 640, 128, 1}, {KILN_WF_INT4_GROUP, 2048, 64, 1}, {KILN_WF_INT4_GROUP, 512, 256, 1},
+        {KILN_WF_INT4_GROUP, 672, 32, KILN_TILE_Q16}, {KILN_WF_INT4_GROUP, 96, 32, KILN_TILE_Q16},
     };
     static const int ns[] = {2, 3, 4, 5, 7, 8, 9, 16};
     const int64_t rows = 37;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tweight t = make_weight(cases[c].f, rows, cases[c].cols, cases[c].block);
+        tile_layout = cases[c].tiled == KILN_TILE_Q16 ? KILN_TILE_Q16 : KILN_TILE_GROUPS;
         if (cases[c].tiled) tile_and_check(&t);
+        tile_layout = KILN_TILE_GROUPS;
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
             const int n = ns[k];
             const int fl = cases[c].f == KILN_WF_F32 || cases[c].f == KILN_WF_F16 || cases[c].f == KILN_WF_BF16;
@@ -826,8 +843,11 @@ static void test_matmul_many(void **s) {
     for (int k = 0; k < 3; k++) {
         if (!kiln_cpu_supports(isas[k])) continue;
         kiln_kernels_select(isas[k]);
-        for (int n = 1; n <= 5; n += 4) {
-            /* t[4] and t[5] have the same preparation as t[0] and t[1] (decode shares it) */
+        for (int v = 0; v < 4; v++) {
+            const int n = v < 2 ? 1 : 5;
+            /* t[4] and t[5] have the same preparation as t[0] and t[1] (decode shares it), but where
+             * t[0] is in KILN_TILE_Q16 (INT4's 16-row layout prepares Q4_0's way, t[4] untiled not) */
+            tile_layout = v & 1 ? KILN_TILE_Q16 : KILN_TILE_GROUPS;
             tweight t[6] = {make_weight(KILN_WF_INT4_GROUP, 130, cols, 32), make_weight(KILN_WF_FP8_BLOCK, 33, cols, 128),
                             make_weight(KILN_WF_BF16, 7, cols, 0), make_weight(KILN_WF_INT4_GROUP, 5, cols, 96),
                             make_weight(KILN_WF_INT4_GROUP, 9, cols, 32), make_weight(KILN_WF_FP8_BLOCK, 6, cols, 128)};
@@ -845,6 +865,7 @@ static void test_matmul_many(void **s) {
                 ws[w] = &t[w].w;
             }
             tile_and_check(&t[0]);
+            tile_layout = KILN_TILE_GROUPS;
             kiln_matmul_many(ws, Y, 6, X, n);
             for (int w = 0; w < 6; w++) {
                 check_out("matmul_many", isas[k], &t[w], n, Y[w], R[w], B[w], 0, t[w].w.rows);

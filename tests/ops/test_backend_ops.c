@@ -243,7 +243,8 @@ static void check_equal(const char *what, const kiln_backend *be, const float *y
 /* ---- weights ------------------------------------------------------------------------------------ */
 typedef struct { kiln_weight w; void *data, *scales; } tweight;
 /* A rows × cols weight of format f (group: INT4 group or FP8 block) quantised from Gaussian values;
- * tiled = 1 lays it out in its format's tile layout (4-row tiles; Q8_0 / Q4_0 16-row interleaves)
+ * tiled = 1 lays it out in its format's tile layout (4-row tiles; Q8_0 / Q4_0 16-row interleaves),
+ * tiled = KILN_TILE_Q16 INT4 group 32 in the 16-row interleave
  * where the AVX-512 kernels read it. */
 /* The GGUF block quants kiln reads but does not quantize to (no quantiser): weights per block, bytes per
  * block, the byte offsets of the block's f16 scales (ggml-common.h's layouts). */
@@ -285,7 +286,7 @@ static tweight make_weight(kiln_wformat f, int64_t rows, int64_t cols, int group
     tweight t = {0};
     assert_int_equal(kiln_quantize_weight(&sw, f, group, &t.w, &t.data, &t.scales), KILN_OK);
     free(src);
-    if (tiled) assert_int_equal(kiln_weight_tile(&t.w, t.data, t.scales), 0);
+    if (tiled) assert_int_equal(kiln_weight_tile(&t.w, t.data, t.scales, tiled), 0);
     return t;
 }
 static void free_weight(tweight *t) { free(t->data); free(t->scales); }
@@ -333,6 +334,8 @@ static const wcase wcases[] = {
     /* the super-block types in the 16-row interleave (AVX-512; 16 rows and more) */
     {KILN_WF_Q4_K, 0, 256, 1},       {KILN_WF_Q5_K, 0, 512, 1},        {KILN_WF_Q6_K, 0, 256, 1},
     {KILN_WF_Q2_K, 0, 256, 1},       {KILN_WF_Q3_K, 0, 256, 1},        {KILN_WF_IQ4_XS, 0, 512, 1},
+    /* INT4 group 32 in Q4_0's 16-row interleave (KILN_TILE_Q16: the AVX-512 kernels' layout) */
+    {KILN_WF_INT4_GROUP, 32, 160, KILN_TILE_Q16}, {KILN_WF_INT4_GROUP, 32, 1056, KILN_TILE_Q16},
 };
 #define N_WCASES ((int)(sizeof wcases / sizeof *wcases))
 
@@ -416,7 +419,7 @@ static void test_matmul_batch_invariant(void **state) {
 static void test_matmul_prefill(void **state) {
     (void)state;
     const int n = 512;
-    const int pick[] = {1, 5, 8, 10, 12, 14, 16}; /* f32, bf16, fp8 tiled, int4 g32 tiled, int4 g128 tiled, q8_0, q4_0 */
+    const int pick[] = {1, 5, 8, 10, 12, 14, 16, 35}; /* f32, bf16, fp8 tiled, int4 g32 tiled, int4 g128 tiled, q8_0, q4_0, int4 g32 16-row */
     for (size_t c = 0; c < sizeof pick / sizeof *pick; c++) {
         const wcase *wc = &wcases[pick[c]];
         tweight t = make_weight(wc->f, 67, wc->cols, wc->group, wc->tiled);
