@@ -1630,19 +1630,15 @@ AI void i4q_x(const uint8_t *x, int64_t b, __m512i *xe, __m512i *xo) {
     *xe = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sh));
     *xo = _mm512_broadcast_i32x4(_mm256_extracti128_si256(sh, 1));
 }
-AI float bf16f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 static void i4q_rows(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nb = w->cols / 32;
-    const size_t rb = w->row_bytes;
     const uint16_t *S = (const uint16_t *)w->scales;
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        const uint8_t *p0 = w->data + (size_t)r * rb;
+    for (int64_t r = r0; r < r1;) {
+        /* four rows, or the last ones one at a time: then all four lanes read the same row (row and
+         * scale strides 0) and lane 0 is kept — the same per-lane operations either way */
+        const int four = r + 4 <= r1;
+        const size_t rb = four ? w->row_bytes : 0, ss = four ? (size_t)nb : 0;
+        const uint8_t *p0 = w->data + (size_t)r * w->row_bytes;
         const uint16_t *s0 = S + (size_t)r * (size_t)nb;
         for (int t = 0; t < n; t++) {
             const uint8_t *x = xp + (size_t)t * xpb;
@@ -1653,30 +1649,14 @@ static void i4q_rows(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n,
                 __m512i xe, xo;
                 i4q_x(x, b, &xe, &xo);
                 const __m128i is = _mm_add_epi32(i4q_dot4(p0, rb, b, xe, xo), _mm_set1_epi32(tot[b]));
-                const __m128 ws = _mm_castsi128_ps(_mm_slli_epi32(
-                    _mm_setr_epi32(s0[b], s0[(size_t)nb + (size_t)b], s0[2 * (size_t)nb + (size_t)b], s0[3 * (size_t)nb + (size_t)b]), 16));
+                const __m128 ws = _mm_castsi128_ps(_mm_slli_epi32(_mm_setr_epi32(s0[b], s0[ss + (size_t)b], s0[2 * ss + (size_t)b], s0[3 * ss + (size_t)b]), 16));
                 acc = _mm_fmadd_ps(_mm_cvtepi32_ps(is), _mm_mul_ps(ws, _mm_set1_ps(dx[b])), acc);
             }
-            _mm_storeu_ps(Y + (size_t)t * (size_t)ldy + (size_t)r, acc);
+            float *y = Y + (size_t)t * (size_t)ldy + (size_t)r;
+            if (four) _mm_storeu_ps(y, acc);
+            else _mm_store_ss(y, acc);
         }
-    }
-    for (; r < r1; r++) { /* one row: the 4-row kernel's lane 0 over this row (the other lanes read it again) */
-        const uint8_t *p0 = w->data + (size_t)r * rb;
-        const uint16_t *s0 = S + (size_t)r * (size_t)nb;
-        for (int t = 0; t < n; t++) {
-            const uint8_t *x = xp + (size_t)t * xpb;
-            const float *dx = (const float *)(x + nb * 64);
-            const int32_t *tot = (const int32_t *)(dx + nb);
-            float acc = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
-                __m512i xe, xo;
-                i4q_x(x, b, &xe, &xo);
-                const int32_t is = _mm_cvtsi128_si32(i4q_dot4(p0, 0, b, xe, xo)) + tot[b];
-                const float prod = bf16f(s0[b]) * dx[b];
-                acc = fmaf((float)is, prod, acc);
-            }
-            Y[(size_t)t * (size_t)ldy + (size_t)r] = acc;
-        }
+        r += four ? 4 : 1;
     }
 }
 AI void q_rest(int f, const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t yoff, int64_t r0, int64_t r1) {
