@@ -121,6 +121,7 @@ int kiln_pcache_insert(kiln_pcache *c, uint64_t h, uint64_t parent, const int32_
 
 int kiln_pcache_set_draft_rows(kiln_pcache *c, uint64_t h, uint64_t parent, const int32_t *toks, int32_t pg, int32_t next) {
     if (pg < 0 || pg >= c->n_pages || next < 0) return 0;
+    if (c->cached[pg] && c->hash[pg] != h) return 0; /* listed for another prefix (cannot happen while it is in use) */
     if (!c->cached[pg]) {
         /* another copy of the prefix is listed (a request without MTP computed it first): this copy,
          * with its MTP rows, takes its place; the listed children find it by the same hash */

@@ -98,6 +98,7 @@ struct kiln_engine {
     kiln_kv_pool *pool;
     FILE *spec_trace;       /* KILN_SPEC_TRACE: the drafts of every step, or NULL */
     kiln_kv_pool *mtp_pool; /* MTP drafters' KV, page for page with `pool` (engine/mtp.h); made at the first MTP request */
+    int mtp_pool_failed;    /* ... or could not be made (not tried again) */
     kiln_pcache pc;
     kiln_backend *be;       /* computes the engine's steps (its own ISA, threads, FP8 form) */
     kiln_forward_ws ws;
@@ -526,12 +527,20 @@ static int try_admit(kiln_engine *e, kiln_req *r) {
          * the target's hidden state there, which a cached position never had computed for r: r takes
          * the leading pages whose MTP rows came whole with them (the draft pool's rows at the same
          * pages, engine/mtp.h), each last row computed with r's own next token (that row's pair). */
-        if (mtp)
+        if (mtp && k > 0) {
             for (int i = 0; i < k; i++)
                 if (!kiln_pcache_draft_rows(&e->pc, e->m_pages[i], r->toks[(size_t)(i + 1) * e->pt])) {
                     k = i;
                     break;
                 }
+            /* tensor parallel: the records follow each rank's own drafters, which a memory failure
+             * on one rank can stop early; all ranks take the pages every rank has whole */
+            if (e->tp > 1) {
+                int32_t agreed = k;
+                if (kiln_dist_allreduce_min_i32(&agreed, 1) != KILN_OK) atomic_store(&e->failed, 1);
+                k = agreed;
+            }
+        }
         /* integrity: the sequence's tokens are its identity; each shared page must verify against it */
         if (k > 0 && e->pool->integ && kiln_kv_integ_note(e->pool, &r->seq, 0, r->toks, k * e->pt, 0) != KILN_OK) k = 0;
         const int matched = k;
@@ -562,7 +571,10 @@ static int try_admit(kiln_engine *e, kiln_req *r) {
     /* the drafter: the MTP layer's KV at r's pages in the engine's draft pool (made at the first
      * MTP request); without the memory the request decodes without drafts */
     if (mtp && !r->mtp) {
-        if (!e->mtp_pool && kiln_mtp_pool_create(e->be, e->pool, &e->mtp_pool) != KILN_OK) e->mtp_pool = NULL;
+        if (!e->mtp_pool && !e->mtp_pool_failed && kiln_mtp_pool_create(e->be, e->pool, &e->mtp_pool) != KILN_OK) {
+            e->mtp_pool = NULL;
+            e->mtp_pool_failed = 1; /* no memory for it: MTP requests decode without drafts from now on */
+        }
         if (!e->mtp_pool || kiln_mtp_create_paged(e->m, e->be, e->mtp_pool, e->pool, &r->seq, r->n_prompt + r->max_tokens, &r->mtp) != KILN_OK)
             r->spec_k = 0;
     }
@@ -870,6 +882,8 @@ static int integ_after_step(kiln_engine *e, kiln_req *r) {
     kiln_kv_integ_count_heal(p, r->n_computed - from);
     r->n_computed = from;
     if (r->n_hashed > from / e->pt) r->n_hashed = from / e->pt;
+    if (r->mtp) kiln_mtp_truncate(r->mtp, from); /* its rows from `from` on are recomputed with the target's */
+    mtp_pages(e, r);
     r->heals++;
     return 1;
 }
@@ -1129,13 +1143,13 @@ static void step_run(kiln_engine *e) {
                 }
             }
         }
+        if (!ensure_pages(e, r, r->n_computed + 1 + d)) continue; /* r was the newest and got preempted */
         if (e->spec_trace && d > 0) {
             fprintf(e->spec_trace, "%llu %d", (unsigned long long)r->arrival, r->n_computed);
             for (int j = 0; j < d; j++) fprintf(e->spec_trace, " %d", r->toks[r->n_toks + j]);
             fputc('\n', e->spec_trace);
             fflush(e->spec_trace);
         }
-        if (!ensure_pages(e, r, r->n_computed + 1 + d)) continue; /* r was the newest and got preempted */
         r->spec_d = d;
         spec_budget -= d;
         e->b_req[nb] = r;

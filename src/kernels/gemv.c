@@ -633,7 +633,7 @@ void kiln_cx_matmul_many(const kiln_kctx *cx, const kiln_weight *const *ws, floa
             int same = -1;
             for (int e = 0; e < k && same < 0; e++)
                 if (j.xpb[e] && j.xpb[e] == j.xpb[k] && j.t[e] == j.t[k] && ws[e]->fmt == ws[k]->fmt && ws[e]->cols == ws[k]->cols &&
-                    ws[e]->block == ws[k]->block && (ws[e]->tiled == KILN_TILE_Q16) == (ws[k]->tiled == KILN_TILE_Q16)) /* (INT4's layout picks its preparation) */
+                    ws[e]->block == ws[k]->block) /* (INT4 group 32 prepares alike in every layout on a table: gemv_avx512.c i4q_form) */
                     same = e;
             if (same >= 0) { j.xp[k] = j.xp[same]; continue; }
             for (int i = 0; j.xpb[k] && i < n; i++)

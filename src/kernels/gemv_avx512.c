@@ -785,6 +785,7 @@ static void gemm_f32(const float *W, int64_t ldw, int nr, const float *X, int64_
  * rows): Q4_0's prepared activation, q16_tile and i4q_rows. Other groups: the 4-row tile kernels,
  * per 8 columns. */
 AI int i4q_form(const kiln_weight *w) { return w->block == 32 && w->cols % 32 == 0; }
+/* (a 4-row-tiled group-32 weight never reaches these kernels: kiln_ktable_reads_tiled gathers it) */
 static size_t xprep_bytes_q(const kiln_weight *w);
 static size_t xprep_bytes_int4(const kiln_weight *w) {
     if (i4q_form(w)) return xprep_bytes_q(w); /* Q4_0's prepared activation (q16_tile) */
@@ -1297,7 +1298,7 @@ AI void q16_tile(int f, int NT, int pf, const uint8_t *g, const uint16_t *sg, in
          * alone leaves a core well below the read bandwidth here, as the INT4 / FP8 kernels found). */
         if (pf) { /* (pf: the tile streams the group from memory — the GEMV, a few-token step's first tile) */
             for (size_t l = 0; l < gbb; l += 64) PFH4(gb + PF_BYTES + l);
-            if (i4 && (b & 1) == 0) PFH4(sg + 16 * b + PF_BYTES / 8); /* the scale stream: 1/8 of the weights' */
+            if (i4 && (b & 1) == 0) PFH4((const uint8_t *)(sg + 16 * b) + PF_BYTES / 8); /* the scale stream: 1/8 of the weights' */
         }
         const __m512 ws = i4 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sg + 16 * b))), 16))
                              : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
