@@ -112,6 +112,18 @@ uint64_t kiln_model_repack(kiln_model *m) {
             repack_one(m, lin[i].w, name, &bytes);
         }
     }
+    /* the MTP layers too (their drafts run every speculating step); their head and embedding are
+     * the model's unless they ship their own, which stay as they are */
+    for (int j = 0; lin && am && j < am->n_mtp; j++) {
+        const int l = m->hp.n_layers + j, nw = kiln_arch_layer_linears(&am->mtp[j].L, E, lin);
+        char name[160];
+        for (int i = 0; i < nw; i++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, lin[i].name);
+            repack_one(m, lin[i].w, name, &bytes);
+        }
+        snprintf(name, sizeof name, "model.layers.%d.eh_proj", l);
+        repack_one(m, &am->mtp[j].eh, name, &bytes);
+    }
     free(lin); /* without memory for the list nothing is repacked: correct, only slower */
     repack_one(m, &m->output, "lm_head", &bytes);
     return bytes;
