@@ -343,9 +343,20 @@ static void gemm_f32(const float *W, int64_t ldw, int nr, const float *X, int64_
 #define I4_FEW gemv_few_int4
 #define I4_LINKAGE static
 #include "kernels/int4_avx2.h"
-static size_t xprep_bytes_int4(const kiln_weight *w) { return (size_t)((w->cols + 63) / 64) * I4_CHUNK; }
+/* INT4 group 32 prepares as Q4_0 (q16_avx2.h: Q4_0's arithmetic, in the interleave and in rows);
+ * other groups their own way. */
+static size_t xprep_bytes_q(const kiln_weight *w);
+static void xprep_q4(const kiln_weight *w, const float *x, void *xp);
+static size_t xprep_bytes_int4(const kiln_weight *w) {
+    if (w->block == 32 && w->cols % 32 == 0) return xprep_bytes_q(w);
+    return (size_t)((w->cols + 63) / 64) * I4_CHUNK;
+}
 
 static void xprep_int4(const kiln_weight *w, const float *x, void *xp) {
+    if (w->block == 32 && w->cols % 32 == 0) {
+        xprep_q4(w, x, xp);
+        return;
+    }
     const int64_t cols = w->cols, nch = (cols + 63) / 64;
     int8_t q[cols];
     float d[cols / 32];
@@ -537,6 +548,13 @@ AI void gemv_q(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0
 #define Q16H_GEMV_Q4 gemv_q4
 #define Q16H_GEMM_Q8 gemm_q8
 #define Q16H_GEMM_Q4 gemm_q4
+#define Q16H_I4ROWS q16h_i4rows
+#define Q16H_I4_GEMV gemv_int4
+#define Q16H_I4_GEMM gemm_int4
+#define Q16H_I4_FEW gemv_few_int4
+#define Q16H_GEMV_I4 gemv_int4_any
+#define Q16H_GEMM_I4 gemm_int4_any
+#define Q16H_FEW_I4 gemv_few_int4_any
 #define Q16H_LINKAGE static
 #include "kernels/q16_avx2.h"
 
@@ -663,18 +681,19 @@ const kiln_ktable kiln_ktable_avx2 = {
               [KILN_WF_Q3_K] = xprep_kq, [KILN_WF_IQ4_XS] = xprep_kq, [KILN_WF_Q5_0] = xprep_q5, [KILN_WF_IQ4_NL] = xprep_q8,
               [KILN_WF_Q4_1] = xprep_q1, [KILN_WF_Q5_1] = xprep_q1},
     .gemv = {[KILN_WF_F32] = gemv_f32, [KILN_WF_F16] = gemv_f16, [KILN_WF_BF16] = gemv_bf16,
-             [KILN_WF_FP8_BLOCK] = gemv_fp8, [KILN_WF_INT4_GROUP] = gemv_int4, [KILN_WF_Q8_0] = gemv_q8,
+             [KILN_WF_FP8_BLOCK] = gemv_fp8, [KILN_WF_INT4_GROUP] = gemv_int4_any, [KILN_WF_Q8_0] = gemv_q8,
              [KILN_WF_Q4_0] = gemv_q4, [KILN_WF_Q4_K] = gemv_q4k, [KILN_WF_Q5_K] = gemv_q5k, [KILN_WF_Q6_K] = gemv_q6k,
              [KILN_WF_Q2_K] = gemv_q2k, [KILN_WF_Q3_K] = gemv_q3k, [KILN_WF_IQ4_XS] = gemv_iq4xs, [KILN_WF_Q5_0] = gemv_q5_0,
              [KILN_WF_IQ4_NL] = gemv_iq4nl, [KILN_WF_Q4_1] = gemv_q4_1, [KILN_WF_Q5_1] = gemv_q5_1},
     .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8},
     .gemm_f32 = gemm_f32,
-    .gemv_few = {[KILN_WF_INT4_GROUP] = gemv_few_int4, [KILN_WF_F32] = gemv_few_f32, [KILN_WF_F16] = gemv_few_f16, [KILN_WF_BF16] = gemv_few_bf16},
-    .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4, [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k,
+    .gemv_few = {[KILN_WF_INT4_GROUP] = gemv_few_int4_any, [KILN_WF_F32] = gemv_few_f32, [KILN_WF_F16] = gemv_few_f16, [KILN_WF_BF16] = gemv_few_bf16},
+    .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4_any, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4, [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k,
                   [KILN_WF_Q6_K] = gemm_q6k, [KILN_WF_Q2_K] = gemm_q2k, [KILN_WF_Q3_K] = gemm_q3k, [KILN_WF_IQ4_XS] = gemm_iq4xs,
                   [KILN_WF_Q5_0] = gemm_q5_0, [KILN_WF_IQ4_NL] = gemm_iq4nl, [KILN_WF_Q4_1] = gemm_q4_1, [KILN_WF_Q5_1] = gemm_q5_1},
     .tiled_mask = (1u << KILN_WF_Q8_0) | (1u << KILN_WF_Q4_0) | (1u << KILN_WF_Q4_K) | (1u << KILN_WF_Q5_K) | (1u << KILN_WF_Q2_K) |
                   (1u << KILN_WF_IQ4_XS), /* not Q6_K / Q3_K: kquant_avx2.h says why */
+    .int4_q16 = 1, /* INT4 group 32 in the interleave (other INT4 groups read untiled rows) */
     .read_sum = read_sum,
     .peak = peak,
     .silu_mul = silu_mul,

@@ -46,6 +46,13 @@ void kiln_kq_avxvnni_fill(kiln_ktable *t) {
 #define Q16H_GEMV_Q4 gemv_q4_vnni
 #define Q16H_GEMM_Q8 gemm_q8_vnni
 #define Q16H_GEMM_Q4 gemm_q4_vnni
+#define Q16H_I4ROWS q16v_i4rows
+#define Q16H_I4_GEMV kiln_gemv_int4_avxvnni
+#define Q16H_I4_GEMM kiln_gemm_int4_avxvnni
+#define Q16H_I4_FEW kiln_gemv_few_int4_avxvnni
+#define Q16H_GEMV_I4 gemv_int4_any_vnni
+#define Q16H_GEMM_I4 gemm_int4_any_vnni
+#define Q16H_FEW_I4 gemv_few_int4_any_vnni
 #define Q16H_LINKAGE static
 #include "kernels/q16_avx2.h"
 void kiln_q16_avxvnni_fill(kiln_ktable *t) {
@@ -53,4 +60,7 @@ void kiln_q16_avxvnni_fill(kiln_ktable *t) {
     t->gemv[KILN_WF_Q4_0] = gemv_q4_vnni;
     t->gemm_prep[KILN_WF_Q8_0] = gemm_q8_vnni;
     t->gemm_prep[KILN_WF_Q4_0] = gemm_q4_vnni;
+    t->gemv[KILN_WF_INT4_GROUP] = gemv_int4_any_vnni;
+    t->gemm_prep[KILN_WF_INT4_GROUP] = gemm_int4_any_vnni;
+    t->gemv_few[KILN_WF_INT4_GROUP] = gemv_few_int4_any_vnni;
 }

@@ -70,9 +70,9 @@ typedef struct kiln_ktable {
 } kiln_ktable;
 /* Whether t's kernels read w's tile layout directly. */
 static inline int kiln_ktable_reads_tiled(const kiln_ktable *t, const kiln_weight *w) {
+    if (w->fmt == KILN_WF_INT4_GROUP && w->tiled == KILN_TILE_Q16) return t->int4_q16;
     if (!(t->tiled_mask >> w->fmt & 1u)) return 0;
     if (w->fmt != KILN_WF_INT4_GROUP) return 1;
-    if (w->tiled == KILN_TILE_Q16) return t->int4_q16;
     return !(t->int4_q16 && w->block == 32); /* the 4-row tiles: group 32 is not read so there */
 }
 /* The table of the current ISA (NULL = scalar), for membw.c. */

@@ -324,9 +324,10 @@ int kiln_weight_prefers_tiled(const kiln_weight *w, kiln_isa isa) {
     kiln_kctx cx;
     kiln_kctx_init(&cx, isa, 1, KILN_FP8_AUTO);
     const kiln_ktable *t = cx.kt;
+    if (t && w->fmt == KILN_WF_INT4_GROUP && t->int4_q16 && w->block == 32 && kiln_cx_matmul_is_fast(&cx, w))
+        return w->rows >= 16 ? KILN_TILE_Q16 : 0;
     if (!t || !(t->tiled_mask & (1u << w->fmt)) || w->rows < kiln_weight_tile_rows(w) || !kiln_cx_matmul_is_fast(&cx, w)) return 0;
     if (w->fmt == KILN_WF_FP8_BLOCK) return w->block % 64 == 0; /* the fast FP8 kernel's blocks */
-    if (w->fmt == KILN_WF_INT4_GROUP && t->int4_q16 && w->block == 32) return w->rows >= 16 ? KILN_TILE_Q16 : 0;
     return KILN_TILE_GROUPS;
 }
 
