@@ -95,9 +95,7 @@ static kiln_status drafter_new(struct kiln_model *m, const kiln_backend *be, int
 kiln_status kiln_mtp_create(struct kiln_model *m, const kiln_backend *be, const kiln_kv_config *target_kv, int n_ctx, kiln_mtp **out) {
     kiln_mtp *d;
     KILN_TRY(drafter_new(m, be, n_ctx, &d));
-    kiln_kv_config c;
-    draft_kv_config(target_kv, &c);
-    const int64_t pages = (n_ctx + MTP_CHUNK + 2 * c.page_tokens) / c.page_tokens;
+    const int64_t pages = (n_ctx + MTP_CHUNK + 2 * target_kv->page_tokens) / target_kv->page_tokens;
     kiln_status st = draft_pool_create(be, target_kv, pages, &d->pool);
     if (st != KILN_OK) {
         kiln_mtp_free(d);

@@ -1366,16 +1366,15 @@ AI void q16_group(int f, const kiln_weight *w, int64_t q, const uint8_t *xp, siz
      * --decode 16`, two alternated rounds: aggregate 362–387 / 479–508 / 583–692 tok/s with the GEMV
      * alone prefetching, 610–746 / 750–860 / 794–898 with every group's first tile; prefill 512 on the
      * 1.7B shape unchanged within noise */
-    const int pf = 1;
-    for (; t + 8 <= n; t += 8) q16_tile(f, 8, pf && t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy);
+    for (; t + 8 <= n; t += 8) q16_tile(f, 8, t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy);
     switch (n - t) {
-    case 7: q16_tile(f, 7, pf && t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-    case 6: q16_tile(f, 6, pf && t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-    case 5: q16_tile(f, 5, pf && t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-    case 4: q16_tile(f, 4, pf && t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-    case 3: q16_tile(f, 3, pf && t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-    case 2: q16_tile(f, 2, pf && t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
-    case 1: q16_tile(f, 1, pf && t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 7: q16_tile(f, 7, t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 6: q16_tile(f, 6, t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 5: q16_tile(f, 5, t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 4: q16_tile(f, 4, t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 3: q16_tile(f, 3, t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 2: q16_tile(f, 2, t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
+    case 1: q16_tile(f, 1, t == 0, g, sg, nb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;
     default: break;
     }
 }
