@@ -86,6 +86,15 @@ done
 KILN_VK_STATS=1 "$KILN" run "$M" --temp 0 -n 200 --kv-dtype bf16 "${V[@]}" > /dev/null 2> "$T/stats.err"
 submits=$(sed -n 's/.* dispatches in \([0-9]*\) submits.*/\1/p' "$T/stats.err")
 [ -n "$submits" ] && [ "$submits" -le 201 ] || { echo "expected one submit per token (200 tokens), got:"; tail -1 "$T/stats.err"; exit 1; }
+# Command buffers recorded once per step shape (vk_device.c): the decode steps replay a recorded
+# one (a few are recorded: the prompt, the first decode steps, a staged table outgrowing its arena
+# region); KILN_VK_REUSE=0, the control, records every one. The text above (cpu's) came from replays.
+recorded=$(sed -n 's/.*submits (\([0-9]*\) command buffers recorded.*/\1/p' "$T/stats.err")
+replayed=$(sed -n 's/.* recorded, \([0-9]*\) replayed.*/\1/p' "$T/stats.err")
+[ -n "$recorded" ] && [ "$recorded" -le 8 ] && [ "$replayed" -ge 190 ] ||
+    { echo "expected the decode steps to replay recorded command buffers, got:"; tail -1 "$T/stats.err"; exit 1; }
+KILN_VK_STATS=1 KILN_VK_REUSE=0 "$KILN" run "$M" --temp 0 -n 20 --kv-dtype bf16 "${V[@]}" > /dev/null 2> "$T/stats0.err"
+grep -q "in 20 submits (20 command buffers recorded, 0 replayed)" "$T/stats0.err" || { echo "KILN_VK_REUSE=0:"; tail -1 "$T/stats0.err"; exit 1; }
 # MLA + MoE (tiny-dsv3): the routing and the experts on the device too (moe_routed) — the cpu
 # backend's greedy text, one submit per decode token (+ one for the one-time check that the
 # device's routing equals the host's)
@@ -98,14 +107,15 @@ submits=$(sed -n 's/.* dispatches in \([0-9]*\) submits.*/\1/p' "$T/dsv3.err")
 grep -q "MoE layers route on the host" "$T/dsv3.err" && { echo "tiny-dsv3: the device's routing check failed:"; cat "$T/dsv3.err"; exit 1; }
 [ -n "$submits" ] && [ "$submits" -le 41 ] || { echo "tiny-dsv3: expected one submit per token (40 tokens), got:"; tail -1 "$T/dsv3.err"; exit 1; }
 
-# A step of more dispatches than one descriptor pool holds (48 layers: ~770) is still one submit
-# (the pools are chained), with the cpu backend's tokens
+# A step of more dispatches than one chunk of parameter slots holds (48 layers: ~770; chunks of
+# 512) is still one submit, with the cpu backend's tokens, and replayed
 "$KILN" mkmodel --arch llama --preset tiny --layers 48 "$T/deep" > /dev/null 2>&1
 KILN_VK_STATS=1 "$KILN" run "$T/deep" --tokens 1,2,3 -n 10 --temp 0 "${V[@]}" > "$T/deep.vk" 2> "$T/deep.err"
 "$KILN" run "$T/deep" --tokens 1,2,3 -n 10 --temp 0 --device cpu > "$T/deep.cpu" 2>/dev/null
 cmp "$T/deep.vk" "$T/deep.cpu" || { echo "48-layer model: vulkan and cpu tokens differ"; exit 1; }
 submits=$(sed -n 's/.* dispatches in \([0-9]*\) submits.*/\1/p' "$T/deep.err")
 [ -n "$submits" ] && [ "$submits" -le 10 ] || { echo "48-layer model: expected one submit per step (10), got:"; tail -1 "$T/deep.err"; exit 1; }
+grep -q "recorded, [5-9] replayed" "$T/deep.err" || { echo "48-layer model: expected replayed steps, got:"; tail -1 "$T/deep.err"; exit 1; }
 
 # Bad device index: a clear error naming it.
 if "$KILN" run "$M" -n 2 --device vulkan:9 > /dev/null 2> "$T/bad.err"; then echo "vulkan:9 accepted"; exit 1; fi

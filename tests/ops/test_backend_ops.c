@@ -1222,6 +1222,68 @@ static void test_deferred_steps(void **state) {
     free_weight(&w);
 }
 
+/* ---- replayed command buffers (vulkan: vk_device.c) -------------------------------------------------
+ * A deferred step of the same pipelines and bindings replays the command buffer recorded for it,
+ * with its own parameters and workgroup counts: n = 2, then n = 3 over the same buffers, then n = 2
+ * again with new inputs — each equal to the ref backend's chain, the last two replayed. A buffer
+ * freed and a new one bound in its place records afresh (a destroyed buffer's handle may come back
+ * for the new one: the old program must not be taken for it). */
+static void replay_chain(const kiln_backend *be, const kiln_weight *w, const float *X, float *y, float *g, const float *nw, int n) {
+    const int rows = (int)w->rows;
+    kiln_be_defer(be);
+    kiln_be_matmul(be, w, X, y, n);
+    kiln_be_rmsnorm(be, g, y, nw, n, rows, 1e-5f);
+    kiln_be_add(be, g, y, (int64_t)n * rows);
+    assert_int_equal(kiln_be_end(be), 0);
+}
+
+static void replay_case(const kiln_backend *vk, const tweight *w, float *X, float *y, float *g, const float *nw, int n, const char *what) {
+    const int64_t rows = w->w.rows, cols = w->w.cols;
+    float *Xr = input(ref_be, (size_t)n * (size_t)cols), *yr = output(ref_be, (size_t)n * (size_t)rows), *gr = output(ref_be, (size_t)n * (size_t)rows);
+    float *nwr = input(ref_be, (size_t)rows);
+    memcpy(X, Xr, (size_t)n * (size_t)cols * sizeof(float)); /* fresh inputs every case */
+    memcpy(nwr, nw, (size_t)rows * sizeof(float));
+    replay_chain(ref_be, &w->w, Xr, yr, gr, nwr, n);
+    replay_chain(vk, &w->w, X, y, g, nw, n);
+    const double e = nmse(g, gr, (size_t)n * (size_t)rows);
+    if (!(e < 1e-10)) {
+        fprintf(stderr, "replayed step (%s, n = %d): NMSE %.3g against ref\n", what, n, e);
+        fail();
+    }
+    kiln_be_free(ref_be, Xr); kiln_be_free(ref_be, yr); kiln_be_free(ref_be, gr); kiln_be_free(ref_be, nwr);
+}
+
+static void test_step_replay(void **state) {
+    (void)state;
+    const kiln_backend *vk = NULL;
+    for (int b = 0; b < n_bes; b++)
+        if (bes[b]->kind == KILN_BACKEND_VULKAN) vk = bes[b];
+    if (!vk) { fprintf(stderr, "no vulkan backend: replay not tested\n"); return; }
+    tweight w = make_weight(KILN_WF_F32, 96, 128, 0, 0);
+    float *X = input(vk, 3 * 128), *y = output(vk, 3 * 96), *g = output(vk, 3 * 96), *nw = input(vk, 96);
+    for (int i = 0; i < 96; i++) nw[i] = 0.5f + 0.01f * (float)i;
+    uint64_t r0, p0, r1, p1;
+    kiln_backend_vulkan_programs(vk, &r0, &p0);
+    replay_case(vk, &w, X, y, g, nw, 2, "first");
+    replay_case(vk, &w, X, y, g, nw, 3, "three tokens");
+    replay_case(vk, &w, X, y, g, nw, 2, "new inputs");
+    kiln_backend_vulkan_programs(vk, &r1, &p1);
+    if (r1 != r0 + 1 || p1 != p0 + 2) {
+        fprintf(stderr, "three steps of one shape: %llu recorded, %llu replayed (want 1, 2)\n", (unsigned long long)(r1 - r0), (unsigned long long)(p1 - p0));
+        fail();
+    }
+    kiln_be_free(vk, y);
+    y = output(vk, 3 * 96);
+    replay_case(vk, &w, X, y, g, nw, 2, "a new buffer");
+    kiln_backend_vulkan_programs(vk, &r0, &p0);
+    if (r0 != r1 + 1 || p0 != p1) {
+        fprintf(stderr, "after a buffer was replaced: %llu recorded, %llu replayed (want 1, 0)\n", (unsigned long long)(r0 - r1), (unsigned long long)(p0 - p1));
+        fail();
+    }
+    kiln_be_free(vk, X); kiln_be_free(vk, y); kiln_be_free(vk, g); kiln_be_free(vk, nw);
+    free_weight(&w);
+}
+
 /* ---- DeepSeek sparse attention ops --------------------------------------------------------------- */
 /* E4M3 written out here from the format (bias 7, 3 mantissa bits, subnormals below 2^-6, max 448):
  * round to nearest, ties to the even code, saturating; the comparison for fp8_round. */
@@ -1545,7 +1607,7 @@ int main(void) {
         cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_prefill), cmocka_unit_test(test_matmul_batch_invariant), cmocka_unit_test(test_matmul_many),     cmocka_unit_test(test_matmul_heads),
         cmocka_unit_test(test_norm_swiglu_add), cmocka_unit_test(test_rope),     cmocka_unit_test(test_embed_argmax),
         cmocka_unit_test(test_moe), cmocka_unit_test(test_moe_routed),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_kv_integrity),
-        cmocka_unit_test(test_kv_store), cmocka_unit_test(test_copy_rows), cmocka_unit_test(test_deferred_steps),              cmocka_unit_test(test_dsa_norm_fp8),
+        cmocka_unit_test(test_kv_store), cmocka_unit_test(test_copy_rows), cmocka_unit_test(test_deferred_steps), cmocka_unit_test(test_step_replay),              cmocka_unit_test(test_dsa_norm_fp8),
         cmocka_unit_test(test_dsa_index_kernels), cmocka_unit_test(test_dsa_select_attend), cmocka_unit_test(test_supports),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -119,6 +119,14 @@ typedef struct {
     kiln_vk_buf lut;         /* FP8 e4m3 byte → f32 */
     kiln_vk_buf arena;       /* staging for pointers kiln_be_alloc did not hand out */
     size_t arena_used;
+    /* The k-th operand staged since the last flush goes to region k of the arena, whose size
+     * (slot_cap[k], a power of two) only grows: a step of the same shape stages at the same offsets
+     * and ranges whatever its tables' lengths (a decode step's page table grows by a word now and
+     * then), so its dispatches bind the same ranges and the recorded command buffer is replayed
+     * (vk_device.c). arena_need: the regions a flush used, the arena's size from the next flush. */
+    size_t *slot_cap;
+    int n_slot_cap, stage_k;
+    size_t arena_need;
     kiln_vk_buf *extra;      /* staging buffers beyond the arena, freed at the flush */
     int n_extra, cap_extra;
     vk_copyback *cb;
@@ -257,25 +265,40 @@ static int stage(vk_state *s, const void *ptr, size_t bytes, int written, vref *
     }
     s->staged_any = 1;
     s->staged_at = s->n_dispatch;
+    const int k = s->stage_k++;
+    if (k >= s->n_slot_cap) {
+        int cap = s->n_slot_cap;
+        if (grow((void **)&s->slot_cap, &cap, k + 1, sizeof *s->slot_cap)) return -1;
+        memset(s->slot_cap + s->n_slot_cap, 0, (size_t)(cap - s->n_slot_cap) * sizeof *s->slot_cap);
+        s->n_slot_cap = cap;
+    }
+    if (s->slot_cap[k] < need) {
+        size_t c = s->align;
+        while (c < need) c *= 2;
+        s->slot_cap[k] = c;
+    }
+    const size_t region = s->slot_cap[k];
+    s->arena_need += region;
     kiln_vk_buf *buf;
-    size_t at;
-    if (s->arena.buf && s->arena_used + need <= s->arena.size) {
+    size_t at, range = region;
+    if (s->arena.buf && s->arena_used + region <= s->arena.size && region <= s->max_range) {
         buf = &s->arena;
         at = s->arena_used;
-        s->arena_used += (need + s->align - 1) / s->align * s->align;
+        s->arena_used += region;
     } else {
         if (grow((void **)&s->extra, &s->cap_extra, s->n_extra + 1, sizeof *s->extra)) return -1;
         buf = &s->extra[s->n_extra];
         if (kiln_vk_buf_create(s->vk, need, 1, buf) != KILN_OK || !buf->map) { kiln_vk_buf_destroy(s->vk, buf); return -1; }
         s->n_extra++;
         at = 0;
+        range = need;
     }
     memcpy(buf->map + at, ptr, bytes);
     if (written) {
         if (grow((void **)&s->cb, &s->cap_cb, s->n_cb + 1, sizeof *s->cb)) return -1;
         s->cb[s->n_cb++] = (vk_copyback){(void *)(uintptr_t)ptr, buf->map + at, bytes};
     }
-    r->b = (kiln_vk_bind){buf->buf, at, (VkDeviceSize)need};
+    r->b = (kiln_vk_bind){buf->buf, at, (VkDeviceSize)range};
     r->off = 0;
     return 0;
 }
@@ -340,7 +363,13 @@ static int flush(vk_state *s) {
     s->n_cb = 0;
     for (int i = 0; i < s->n_extra; i++) kiln_vk_buf_destroy(s->vk, &s->extra[i]);
     s->n_extra = 0;
+    if (s->arena_need > s->arena.size) { /* the next flush's regions all in the arena (nothing recorded binds it now) */
+        kiln_vk_buf_destroy(s->vk, &s->arena);
+        if (kiln_vk_buf_create(s->vk, s->arena_need + s->arena_need / 4, 1, &s->arena) != KILN_OK) memset(&s->arena, 0, sizeof s->arena);
+    }
     s->arena_used = 0;
+    s->arena_need = 0;
+    s->stage_k = 0;
     s->staged_any = 0;
     return st == KILN_OK ? 0 : -1;
 }
@@ -1495,9 +1524,13 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
     vk_state *s = ST(be);
     if (!s) return;
     (void)flush(s); /* a step left open: its copybacks and checks run (or are dropped) and are freed */
-    if (getenv("KILN_VK_STATS")) /* how well the deferred steps batch (docs/VULKAN.md) */
-        fprintf(stderr, "kiln: %s: %llu dispatches in %llu submits, %llu native ops computed on the host\n", kiln_vk_device_name(s->vk),
-                (unsigned long long)s->n_dispatch, (unsigned long long)kiln_vk_submits(s->vk), (unsigned long long)s->n_host);
+    if (getenv("KILN_VK_STATS")) { /* how well the deferred steps batch (docs/VULKAN.md) */
+        uint64_t rec = 0, rep = 0;
+        kiln_vk_program_stats(s->vk, &rec, &rep);
+        fprintf(stderr, "kiln: %s: %llu dispatches in %llu submits (%llu command buffers recorded, %llu replayed), %llu native ops computed on the host\n",
+                kiln_vk_device_name(s->vk), (unsigned long long)s->n_dispatch, (unsigned long long)kiln_vk_submits(s->vk), (unsigned long long)rec,
+                (unsigned long long)rep, (unsigned long long)s->n_host);
+    }
     uint64_t ns[KILN_VK_SH_COUNT], cnt[KILN_VK_SH_COUNT], total = 0;
     const char *names[KILN_VK_SH_COUNT];
     if (getenv("KILN_VK_PROFILE") && kiln_vk_profile(s->vk, ns, cnt, names)) { /* device time per shader, largest first */
@@ -1518,6 +1551,7 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
     for (int i = 0; i < s->n_extra; i++) kiln_vk_buf_destroy(s->vk, &s->extra[i]);
     kiln_vk_buf_destroy(s->vk, &s->lut);
     kiln_vk_buf_destroy(s->vk, &s->arena);
+    free(s->slot_cap);
     kiln_vk_buf_destroy(s->vk, &s->att_part);
     kiln_vk_close(s->vk);
     for (int i = 0; i < s->n_moe_tabs; i++) free(s->moe_tabs[i].addr);
@@ -1567,6 +1601,12 @@ void kiln_backend_vulkan_counts(const kiln_backend *be, uint64_t *dispatches, ui
     const vk_state *s = ST(be);
     *dispatches = s ? s->n_dispatch : 0;
     *host_fallbacks = s ? s->n_host : 0;
+}
+
+void kiln_backend_vulkan_programs(const kiln_backend *be, uint64_t *recorded, uint64_t *replayed) {
+    const vk_state *s = ST(be);
+    *recorded = *replayed = 0;
+    if (s) kiln_vk_program_stats(s->vk, recorded, replayed);
 }
 
 int kiln_backend_vulkan_built(void) { return 1; }

@@ -24,6 +24,10 @@ void kiln_backend_vulkan_counts(const kiln_backend *be, uint64_t *dispatches, ui
     (void)be;
     *dispatches = *host_fallbacks = 0;
 }
+void kiln_backend_vulkan_programs(const kiln_backend *be, uint64_t *recorded, uint64_t *replayed) {
+    (void)be;
+    *recorded = *replayed = 0;
+}
 kiln_status kiln_backend_vulkan_read_gbps(const kiln_backend *be, size_t bytes, int passes, double *gbps) {
     (void)be;
     (void)bytes;

@@ -1,7 +1,21 @@
 /* vk_device.c — one Vulkan device for the vulkan backend: instance and device selection, buffers,
  * the compute pipelines of the embedded SPIR-V (created on first use: a driver compiles SPIR-V when
  * the pipeline is made, lavapipe through LLVM, so unused shaders cost nothing), descriptor sets from
- * a pool that is reset at every flush, and one command buffer submitted per flush. */
+ * pools owned by recorded programs, and one command buffer submitted per flush.
+ *
+ * Recorded once, replayed (issue 26: "command buffers recorded once per step shape and reused").
+ * A dispatch does not go into a command buffer when it is asked for: it is appended to the step's
+ * log (pipeline and the buffers it binds), and its parameters and workgroup counts are written into
+ * its slot of the parameter buffer (slot k of a flush: a uniform block the shader reads as `p`, and
+ * the VkDispatchIndirectCommand behind it). The flush looks the log up among the programs recorded
+ * before: a program is a command buffer with one descriptor set per dispatch that binds slot k's
+ * parameters and dispatches indirectly from slot k's counts. The same sequence of pipelines and
+ * bindings — a decode step of the same batch shape: positions, context lengths, page tables and KV
+ * addresses travel in the parameters or in staged tables — submits the recorded command buffer
+ * again: no descriptor set is allocated or written and nothing is recorded. Another sequence is
+ * recorded once and kept (the least recently used of PROGRAMS is dropped). A program is dropped
+ * when a buffer it binds is destroyed. KILN_VK_REUSE=0 records every flush afresh (the A/B control
+ * of docs/VULKAN.md); so does profiling, whose timestamps follow the log. */
 #include "backend/vulkan/vk_device.h"
 #include "base/status.h"
 #include <dlfcn.h>
@@ -17,8 +31,8 @@
 #define KILN_VK_FNS(X) \
     X(vkCmdWriteTimestamp) X(vkCmdResetQueryPool) X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkGetQueryPoolResults) \
     X(vkAllocateCommandBuffers) X(vkAllocateDescriptorSets) X(vkAllocateMemory) X(vkBeginCommandBuffer) X(vkBindBufferMemory) \
-    X(vkCmdBindDescriptorSets) X(vkCmdBindPipeline) X(vkCmdCopyBuffer) X(vkCmdDispatch) X(vkCmdPipelineBarrier) \
-    X(vkCmdPushConstants) X(vkCreateBuffer) X(vkCreateCommandPool) X(vkCreateComputePipelines) X(vkCreateDescriptorPool) \
+    X(vkCmdBindDescriptorSets) X(vkCmdBindPipeline) X(vkCmdCopyBuffer) X(vkCmdDispatchIndirect) X(vkCmdPipelineBarrier) \
+    X(vkFreeCommandBuffers) X(vkCreateBuffer) X(vkCreateCommandPool) X(vkCreateComputePipelines) X(vkCreateDescriptorPool) \
     X(vkCreateDescriptorSetLayout) X(vkCreateDevice) X(vkCreateFence) X(vkCreateInstance) X(vkCreatePipelineLayout) \
     X(vkCreateShaderModule) X(vkDestroyBuffer) X(vkDestroyCommandPool) X(vkDestroyDescriptorPool) X(vkDestroyDescriptorSetLayout) \
     X(vkDestroyDevice) X(vkDestroyFence) X(vkDestroyInstance) X(vkDestroyPipeline) X(vkDestroyPipelineLayout) \
@@ -63,8 +77,33 @@ static kiln_status loader(void) {
 KILN_VK_SHADERS(KILN_VK_EXTERN)
 #undef KILN_VK_EXTERN
 
-#define SETS_PER_POOL 512
 #define PROF_QUERIES 4096
+/* parameter slots per chunk of the parameter buffer (chunks are added as a flush needs them) */
+#define SLOTS_PER_CHUNK 512
+/* programs kept: decode steps of every batch size a server sees, prefill chunk shapes, MTP steps */
+#define PROGRAMS 64
+/* the binding of a dispatch's parameters (the uniform block `p` of every shader) */
+#define PARAM_BINDING KILN_VK_BINDINGS
+
+/* One dispatch of a log or program: the pipeline and what it binds (the key of a program; the
+ * parameters and counts are not part of it). memcmp-compared: built from a zeroed value. */
+typedef struct {
+    uint32_t shader, pad;
+    kiln_vk_bind b[KILN_VK_BINDINGS];
+} vk_entry;
+
+/* A recorded command buffer: n dispatches, their descriptor sets in `pool`. */
+typedef struct {
+    vk_entry *e;
+    int n;
+    uint64_t key;           /* hash of e[0..n) */
+    VkBuffer *bufs;         /* the distinct buffers it binds (dropped when one is destroyed) */
+    int n_bufs;
+    VkCommandBuffer cmd;
+    VkDescriptorPool pool;
+    uint64_t used;          /* the flush that last submitted it (least recently used goes first) */
+    int dead;               /* a buffer it binds was destroyed: freed at the next flush */
+} vk_program;
 
 struct kiln_vk {
     VkInstance instance;
@@ -75,16 +114,27 @@ struct kiln_vk {
     uint32_t queue_family;
     VkQueue queue;
     VkCommandPool cmd_pool;
-    VkCommandBuffer cmd;
+    VkCommandBuffer cmd;    /* one-time copies (staged uploads) */
     VkFence fence;
     int recording, recorded;
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout pipe_layout;
-    /* descriptor pools of SETS_PER_POOL sets, chained: a step of more dispatches than one pool
-     * holds takes the next pool (made when first needed) instead of submitting early; all are reset
-     * at the flush */
-    VkDescriptorPool *desc_pools;
-    int n_desc_pools, cur_pool, sets_used;
+    /* the dispatches since the last flush, and their key so far */
+    vk_entry *log;
+    int n_log, cap_log;
+    uint64_t log_key;
+    /* parameter slots: chunk c holds slots [c·SLOTS_PER_CHUNK, (c+1)·SLOTS_PER_CHUNK) of a flush,
+     * `pstride` bytes each: KILN_VK_PUSH_BYTES of parameters, then the indirect counts */
+    kiln_vk_buf *pchunks;
+    int n_pchunks;
+    size_t pstride;
+    /* recorded programs; prog_mu guards their dead flags and buffer lists (a buffer may be
+     * destroyed on another thread than the one computing) */
+    vk_program progs[PROGRAMS];
+    int n_progs;
+    pthread_mutex_t prog_mu;
+    int reuse;
+    uint64_t flushes, recorded_programs, reused_programs;
     VkPipeline pipes[KILN_VK_SH_COUNT];
     kiln_vk_buf dummy;
     int bda;        /* buffer device addresses and 64-bit shader integers enabled (Vulkan 1.2 devices that have both) */
@@ -228,23 +278,7 @@ static kiln_status setup_device(kiln_vk *vk, int index) {
     return KILN_OK;
 }
 
-/* One more descriptor pool in the chain; -1 when the device gives none. */
-static int add_desc_pool(kiln_vk *vk) {
-    VkDescriptorPool *grown = realloc(vk->desc_pools, (size_t)(vk->n_desc_pools + 1) * sizeof *grown);
-    if (!grown) return -1;
-    vk->desc_pools = grown;
-    const VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = SETS_PER_POOL * KILN_VK_BINDINGS};
-    const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = SETS_PER_POOL, .poolSizeCount = 1, .pPoolSizes = &ps};
-    if (vkCreateDescriptorPool(vk->dev, &dpci, NULL, &vk->desc_pools[vk->n_desc_pools]) != VK_SUCCESS) return -1;
-    vk->n_desc_pools++;
-    return 0;
-}
-/* Every pool used since the last flush back to empty. */
-static void reset_desc_pools(kiln_vk *vk) {
-    for (int i = 0; i <= vk->cur_pool && i < vk->n_desc_pools; i++) vkResetDescriptorPool(vk->dev, vk->desc_pools[i], 0);
-    vk->cur_pool = 0;
-    vk->sets_used = 0;
-}
+static void program_free(kiln_vk *vk, vk_program *pg);
 
 static kiln_status setup_commands(kiln_vk *vk) {
     const VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
@@ -256,19 +290,28 @@ static kiln_status setup_commands(kiln_vk *vk) {
     const VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if (vkCreateFence(vk->dev, &fci, NULL, &vk->fence) != VK_SUCCESS) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot create a fence", vk->name);
 
-    VkDescriptorSetLayoutBinding b[KILN_VK_BINDINGS];
-    for (int i = 0; i < KILN_VK_BINDINGS; i++)
-        b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = 1,
-                                              .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
-    const VkDescriptorSetLayoutCreateInfo lci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = KILN_VK_BINDINGS, .pBindings = b};
+    /* bindings 0 .. KILN_VK_BINDINGS-1: storage buffers; PARAM_BINDING: the dispatch's parameters */
+    VkDescriptorSetLayoutBinding b[KILN_VK_BINDINGS + 1];
+    for (int i = 0; i <= KILN_VK_BINDINGS; i++)
+        b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i,
+                                              .descriptorType = i == PARAM_BINDING ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                              .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
+    const VkDescriptorSetLayoutCreateInfo lci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = KILN_VK_BINDINGS + 1,
+                                                 .pBindings = b};
     if (vkCreateDescriptorSetLayout(vk->dev, &lci, NULL, &vk->set_layout) != VK_SUCCESS)
         return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot create a descriptor set layout", vk->name);
-    const VkPushConstantRange pcr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = KILN_VK_PUSH_BYTES};
-    const VkPipelineLayoutCreateInfo plci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1, .pSetLayouts = &vk->set_layout,
-                                             .pushConstantRangeCount = 1, .pPushConstantRanges = &pcr};
+    const VkPipelineLayoutCreateInfo plci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1, .pSetLayouts = &vk->set_layout};
     if (vkCreatePipelineLayout(vk->dev, &plci, NULL, &vk->pipe_layout) != VK_SUCCESS)
         return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot create a pipeline layout", vk->name);
-    if (add_desc_pool(vk) != 0) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot create a descriptor pool", vk->name);
+    /* a slot: the parameters, then the indirect counts; a multiple of the uniform offset alignment */
+    size_t ua = (size_t)vk->props.limits.minUniformBufferOffsetAlignment;
+    if (ua < 16) ua = 16;
+    vk->pstride = (KILN_VK_PUSH_BYTES + sizeof(VkDispatchIndirectCommand) + ua - 1) / ua * ua;
+    if (vk->props.limits.maxUniformBufferRange < KILN_VK_PUSH_BYTES)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: uniform buffers of %u bytes are too small for a dispatch's %d bytes of parameters", vk->name,
+                         vk->props.limits.maxUniformBufferRange, KILN_VK_PUSH_BYTES);
+    const char *r = getenv("KILN_VK_REUSE");
+    vk->reuse = !(r && strcmp(r, "0") == 0);
     return kiln_vk_buf_create(vk, 256, 1, &vk->dummy);
 }
 
@@ -296,6 +339,7 @@ kiln_status kiln_vk_open(int index, kiln_vk **out) {
     *out = NULL;
     kiln_vk *vk = calloc(1, sizeof *vk);
     if (!vk) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&vk->prog_mu, NULL);
     kiln_status fst = parse_faults(vk);
     if (fst) { free(vk); return fst; }
     kiln_status st = create_instance(&vk->instance);
@@ -317,9 +361,11 @@ void kiln_vk_close(kiln_vk *vk) {
         vkDeviceWaitIdle(vk->dev);
         for (int i = 0; i < KILN_VK_SH_COUNT; i++)
             if (vk->pipes[i]) vkDestroyPipeline(vk->dev, vk->pipes[i], NULL);
+        for (int i = 0; i < vk->n_progs; i++) program_free(vk, &vk->progs[i]);
+        vk->n_progs = 0;
         kiln_vk_buf_destroy(vk, &vk->dummy);
-        for (int i = 0; i < vk->n_desc_pools; i++) vkDestroyDescriptorPool(vk->dev, vk->desc_pools[i], NULL);
-        free(vk->desc_pools);
+        for (int i = 0; i < vk->n_pchunks; i++) kiln_vk_buf_destroy(vk, &vk->pchunks[i]);
+        free(vk->pchunks);
         if (vk->pipe_layout) vkDestroyPipelineLayout(vk->dev, vk->pipe_layout, NULL);
         if (vk->set_layout) vkDestroyDescriptorSetLayout(vk->dev, vk->set_layout, NULL);
         if (vk->fence) vkDestroyFence(vk->dev, vk->fence, NULL);
@@ -328,6 +374,8 @@ void kiln_vk_close(kiln_vk *vk) {
         vkDestroyDevice(vk->dev, NULL);
     }
     if (vk->instance) vkDestroyInstance(vk->instance, NULL);
+    free(vk->log);
+    pthread_mutex_destroy(&vk->prog_mu);
     free(vk);
 }
 
@@ -348,12 +396,12 @@ static int find_memory(const kiln_vk *vk, uint32_t type_bits, VkMemoryPropertyFl
     return -1;
 }
 
-kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln_vk_buf *b) {
+static kiln_status buf_create(kiln_vk *vk, size_t bytes, int host_visible, VkBufferUsageFlags usage, kiln_vk_buf *b) {
     memset(b, 0, sizeof *b);
     if (bytes == 0) bytes = 4;
     const VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = bytes,
-                                    .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |
-                                             (vk->bda ? VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT : 0),
+                                    .usage = usage | VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                             VK_BUFFER_USAGE_TRANSFER_DST_BIT | (vk->bda ? VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT : 0),
                                     .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     if (vk->oom_bytes && bytes >= vk->oom_bytes)
         return kiln_fail(KILN_ERR_NOMEM, "%s: cannot allocate %zu bytes of %s memory: %s (injected: KILN_VK_FAULT)", vk->name, bytes,
@@ -430,6 +478,8 @@ kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln
     return KILN_OK;
 }
 
+kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln_vk_buf *b) { return buf_create(vk, bytes, host_visible, 0, b); }
+
 int kiln_vk_has_bda(const kiln_vk *vk) { return vk->bda; }
 int kiln_vk_has_f64(const kiln_vk *vk) { return vk->f64; }
 uint64_t kiln_vk_submits(const kiln_vk *vk) { return vk->submits; }
@@ -441,33 +491,38 @@ uint64_t kiln_vk_buf_address(kiln_vk *vk, const kiln_vk_buf *b) {
 }
 
 void kiln_vk_buf_destroy(kiln_vk *vk, kiln_vk_buf *b) {
+    if (b->buf) { /* the programs that bind it can never run again (a new buffer may get its handle) */
+        pthread_mutex_lock(&vk->prog_mu);
+        for (int i = 0; i < vk->n_progs; i++)
+            for (int j = 0; j < vk->progs[i].n_bufs && !vk->progs[i].dead; j++)
+                if (vk->progs[i].bufs[j] == b->buf) vk->progs[i].dead = 1;
+        pthread_mutex_unlock(&vk->prog_mu);
+    }
     if (b->map) vkUnmapMemory(vk->dev, b->mem);
     if (b->buf) vkDestroyBuffer(vk->dev, b->buf, NULL);
     if (b->mem) vkFreeMemory(vk->dev, b->mem, NULL);
     memset(b, 0, sizeof *b);
 }
 
+/* The one-time command buffer of a staged upload's copy. */
 static kiln_status begin(kiln_vk *vk) {
     if (vk->recording) return KILN_OK;
     const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO, .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
     if (vkBeginCommandBuffer(vk->cmd, &bi) != VK_SUCCESS) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot begin a command buffer", vk->name);
     vk->recording = 1;
     vk->recorded = 0;
-    if (vk->qpool) {
-        vkCmdResetQueryPool(vk->cmd, vk->qpool, 0, PROF_QUERIES);
-        vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, vk->qpool, 0);
-        vk->n_q = 1;
-    }
     return KILN_OK;
 }
 
 /* Reads the stamps of the command buffer that just completed into the per-shader totals. */
 static void read_stamps(kiln_vk *vk) {
-    if (!vk->qpool || vk->n_q < 2) return;
+    const uint32_t nq = vk->n_q;
+    vk->n_q = 0;
+    if (!vk->qpool || nq < 2) return;
     uint64_t t[PROF_QUERIES];
-    if (vkGetQueryPoolResults(vk->dev, vk->qpool, 0, vk->n_q, sizeof t, t, sizeof t[0], VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS)
+    if (vkGetQueryPoolResults(vk->dev, vk->qpool, 0, nq, sizeof t, t, sizeof t[0], VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS)
         return;
-    for (uint32_t i = 1; i < vk->n_q; i++) {
+    for (uint32_t i = 1; i < nq; i++) {
         vk->prof_ns[vk->q_shader[i]] += (uint64_t)((double)(t[i] - t[i - 1]) * vk->ts_ns);
         vk->prof_n[vk->q_shader[i]]++;
     }
@@ -546,49 +601,207 @@ static kiln_status pipeline(kiln_vk *vk, kiln_vk_shader s, VkPipeline *out) {
     return KILN_OK;
 }
 
+/* The chunk of the parameter buffer holding slot k, added when first needed; NULL when the device
+ * gives no memory for it. */
+static kiln_vk_buf *param_chunk(kiln_vk *vk, int k) {
+    const int c = k / SLOTS_PER_CHUNK;
+    if (c < vk->n_pchunks) return &vk->pchunks[c];
+    kiln_vk_buf *grown = realloc(vk->pchunks, (size_t)(c + 1) * sizeof *grown);
+    if (!grown) return NULL;
+    vk->pchunks = grown;
+    if (buf_create(vk, SLOTS_PER_CHUNK * vk->pstride, 1, VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT | VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT,
+                   &vk->pchunks[c]) != KILN_OK || !vk->pchunks[c].map) {
+        kiln_vk_buf_destroy(vk, &vk->pchunks[c]);
+        return NULL;
+    }
+    vk->n_pchunks = c + 1;
+    return &vk->pchunks[c];
+}
+
+static uint64_t entry_hash(uint64_t h, const vk_entry *e) { /* FNV-1a over the entry's 64-bit words */
+    uint64_t w[sizeof *e / 8];
+    memcpy(w, e, sizeof w);
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) h = (h ^ w[i]) * 0x100000001b3ull;
+    return h;
+}
+
 kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_bind *binds, int n_bind, const void *push, size_t push_bytes,
                              uint32_t gx, uint32_t gy, uint32_t gz) {
     if (gx == 0 || gy == 0 || gz == 0) return KILN_OK;
     VkPipeline pipe = VK_NULL_HANDLE;
-    kiln_status st = pipeline(vk, shader, &pipe);
+    kiln_status st = pipeline(vk, shader, &pipe); /* made now, so that a shader the driver refuses fails its op */
     if (st) return st;
-    if (vk->sets_used == SETS_PER_POOL) { /* the next pool of the chain (a new one if need be; if none can be had, submit what is recorded) */
-        if (vk->cur_pool + 1 < vk->n_desc_pools || add_desc_pool(vk) == 0) {
-            vk->cur_pool++;
-            vk->sets_used = 0;
-        } else if ((st = kiln_vk_flush(vk)) != KILN_OK) return st;
+    if (vk->n_log == vk->cap_log) {
+        const int cap = vk->cap_log ? 2 * vk->cap_log : 256;
+        vk_entry *grown = realloc(vk->log, (size_t)cap * sizeof *grown);
+        if (!grown) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory for the step's dispatch log", vk->name);
+        vk->log = grown;
+        vk->cap_log = cap;
     }
-    if ((st = begin(vk)) != KILN_OK) return st;
-    VkDescriptorSet set;
-    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = vk->desc_pools[vk->cur_pool],
-                                             .descriptorSetCount = 1, .pSetLayouts = &vk->set_layout};
-    if (vkAllocateDescriptorSets(vk->dev, &dai, &set) != VK_SUCCESS) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot allocate a descriptor set", vk->name);
-    vk->sets_used++;
-    VkDescriptorBufferInfo bi[KILN_VK_BINDINGS];
-    VkWriteDescriptorSet wr[KILN_VK_BINDINGS];
-    for (int i = 0; i < KILN_VK_BINDINGS; i++) {
-        if (i < n_bind) bi[i] = (VkDescriptorBufferInfo){.buffer = binds[i].buf, .offset = binds[i].offset, .range = binds[i].range};
-        else bi[i] = (VkDescriptorBufferInfo){.buffer = vk->dummy.buf, .offset = 0, .range = VK_WHOLE_SIZE};
-        wr[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set, .dstBinding = (uint32_t)i, .descriptorCount = 1,
-                                       .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &bi[i]};
+    const int k = vk->n_log;
+    kiln_vk_buf *chunk = param_chunk(vk, k);
+    if (!chunk) return kiln_fail(KILN_ERR_NOMEM, "%s: cannot allocate the parameter buffer of dispatch %d", vk->name, k);
+    uint8_t *slot = chunk->map + (size_t)(k % SLOTS_PER_CHUNK) * vk->pstride;
+    memset(slot, 0, KILN_VK_PUSH_BYTES);
+    memcpy(slot, push, push_bytes < KILN_VK_PUSH_BYTES ? push_bytes : KILN_VK_PUSH_BYTES);
+    const VkDispatchIndirectCommand groups = {gx, gy, gz};
+    memcpy(slot + KILN_VK_PUSH_BYTES, &groups, sizeof groups);
+    vk_entry *e = &vk->log[k];
+    memset(e, 0, sizeof *e);
+    e->shader = (uint32_t)shader;
+    for (int i = 0; i < KILN_VK_BINDINGS; i++) e->b[i] = i < n_bind ? binds[i] : (kiln_vk_bind){vk->dummy.buf, 0, VK_WHOLE_SIZE};
+    vk->log_key = entry_hash(k ? vk->log_key : 0xcbf29ce484222325ull, e);
+    vk->n_log++;
+    return KILN_OK;
+}
+
+static void program_free(kiln_vk *vk, vk_program *pg) {
+    if (pg->cmd) vkFreeCommandBuffers(vk->dev, vk->cmd_pool, 1, &pg->cmd);
+    if (pg->pool) vkDestroyDescriptorPool(vk->dev, pg->pool, NULL);
+    free(pg->e);
+    free(pg->bufs);
+    memset(pg, 0, sizeof *pg);
+}
+
+/* Records the log as a program: a descriptor set per dispatch (its bindings and its parameter
+ * slot), each dispatch indirect from its slot's counts, a barrier after each. */
+static kiln_status program_record(kiln_vk *vk, vk_program *pg) {
+    const int n = vk->n_log;
+    memset(pg, 0, sizeof *pg);
+    pg->e = malloc((size_t)n * sizeof *pg->e);
+    pg->bufs = malloc((size_t)n * (KILN_VK_BINDINGS + 1) * sizeof *pg->bufs);
+    VkDescriptorSet *sets = malloc((size_t)n * sizeof *sets);
+    if (!pg->e || !pg->bufs || !sets) { free(sets); program_free(vk, pg); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    memcpy(pg->e, vk->log, (size_t)n * sizeof *pg->e);
+    pg->n = n;
+    pg->key = vk->log_key;
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < KILN_VK_BINDINGS; i++) {
+            int seen = 0;
+            for (int j = 0; j < pg->n_bufs && !seen; j++) seen = pg->bufs[j] == pg->e[k].b[i].buf;
+            if (!seen) pg->bufs[pg->n_bufs++] = pg->e[k].b[i].buf;
+        }
+    const VkDescriptorPoolSize ps[2] = {{.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = (uint32_t)n * KILN_VK_BINDINGS},
+                                        {.type = VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, .descriptorCount = (uint32_t)n}};
+    const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = (uint32_t)n, .poolSizeCount = 2,
+                                             .pPoolSizes = ps};
+    const VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = vk->cmd_pool,
+                                            .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
+    if (vkCreateDescriptorPool(vk->dev, &dpci, NULL, &pg->pool) != VK_SUCCESS || vkAllocateCommandBuffers(vk->dev, &ai, &pg->cmd) != VK_SUCCESS) {
+        free(sets);
+        program_free(vk, pg);
+        return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot allocate a step of %d dispatches (descriptor pool or command buffer)", vk->name, n);
     }
-    vkUpdateDescriptorSets(vk->dev, KILN_VK_BINDINGS, wr, 0, NULL);
-    vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
-    vkCmdBindDescriptorSets(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vk->pipe_layout, 0, 1, &set, 0, NULL);
-    uint8_t pc[KILN_VK_PUSH_BYTES] = {0};
-    memcpy(pc, push, push_bytes < sizeof pc ? push_bytes : sizeof pc);
-    vkCmdPushConstants(vk->cmd, vk->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, KILN_VK_PUSH_BYTES, pc);
-    vkCmdDispatch(vk->cmd, gx, gy, gz);
+    for (int k = 0; k < n; k++) {
+        const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = pg->pool,
+                                                 .descriptorSetCount = 1, .pSetLayouts = &vk->set_layout};
+        if (vkAllocateDescriptorSets(vk->dev, &dai, &sets[k]) != VK_SUCCESS) {
+            free(sets);
+            program_free(vk, pg);
+            return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot allocate a descriptor set", vk->name);
+        }
+        VkDescriptorBufferInfo bi[KILN_VK_BINDINGS + 1];
+        VkWriteDescriptorSet wr[KILN_VK_BINDINGS + 1];
+        for (int i = 0; i < KILN_VK_BINDINGS; i++) bi[i] = (VkDescriptorBufferInfo){pg->e[k].b[i].buf, pg->e[k].b[i].offset, pg->e[k].b[i].range};
+        bi[PARAM_BINDING] = (VkDescriptorBufferInfo){vk->pchunks[k / SLOTS_PER_CHUNK].buf, (VkDeviceSize)(k % SLOTS_PER_CHUNK) * vk->pstride,
+                                                     KILN_VK_PUSH_BYTES};
+        for (int i = 0; i <= KILN_VK_BINDINGS; i++)
+            wr[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[k], .dstBinding = (uint32_t)i,
+                                           .descriptorCount = 1,
+                                           .descriptorType = i == PARAM_BINDING ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                           .pBufferInfo = &bi[i]};
+        vkUpdateDescriptorSets(vk->dev, KILN_VK_BINDINGS + 1, wr, 0, NULL);
+    }
+    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    if (vkBeginCommandBuffer(pg->cmd, &bi) != VK_SUCCESS) {
+        free(sets);
+        program_free(vk, pg);
+        return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot begin a command buffer", vk->name);
+    }
+    vk->n_q = 0;
+    if (vk->qpool) {
+        vkCmdResetQueryPool(pg->cmd, vk->qpool, 0, PROF_QUERIES);
+        vkCmdWriteTimestamp(pg->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, vk->qpool, 0);
+        vk->n_q = 1;
+    }
     const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                                 .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_HOST_READ_BIT};
-    vkCmdPipelineBarrier(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0,
-                         NULL, 0, NULL);
-    if (vk->qpool && vk->n_q < PROF_QUERIES) {
-        vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vk->qpool, vk->n_q);
-        vk->q_shader[vk->n_q++] = (uint8_t)shader;
+    for (int k = 0; k < n; k++) {
+        if (k == 0 || pg->e[k].shader != pg->e[k - 1].shader)
+            vkCmdBindPipeline(pg->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vk->pipes[pg->e[k].shader]);
+        vkCmdBindDescriptorSets(pg->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vk->pipe_layout, 0, 1, &sets[k], 0, NULL);
+        vkCmdDispatchIndirect(pg->cmd, vk->pchunks[k / SLOTS_PER_CHUNK].buf, (VkDeviceSize)(k % SLOTS_PER_CHUNK) * vk->pstride + KILN_VK_PUSH_BYTES);
+        vkCmdPipelineBarrier(pg->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
+                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+        if (vk->qpool && vk->n_q < PROF_QUERIES) {
+            vkCmdWriteTimestamp(pg->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vk->qpool, vk->n_q);
+            vk->q_shader[vk->n_q++] = (uint8_t)pg->e[k].shader;
+        }
     }
-    vk->recorded = 1;
+    free(sets);
+    if (vkEndCommandBuffer(pg->cmd) != VK_SUCCESS) {
+        program_free(vk, pg);
+        return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot end the command buffer", vk->name);
+    }
     return KILN_OK;
+}
+
+/* Submits cmd and waits; a failure marks the device dead. */
+static kiln_status submit_wait(kiln_vk *vk, VkCommandBuffer cmd) {
+    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+    VkResult r = ++vk->submits >= vk->lost_at && vk->lost_at ? VK_ERROR_DEVICE_LOST : vkQueueSubmit(vk->queue, 1, &si, vk->fence);
+    if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
+    vkResetFences(vk->dev, 1, &vk->fence);
+    if (r != VK_SUCCESS) {
+        vk->dead = 1;
+        return kiln_fail(KILN_ERR_INTERNAL, "%s: submit failed: %s", vk->name, vk_result_name(r));
+    }
+    read_stamps(vk);
+    return KILN_OK;
+}
+
+/* Runs the log: the program recorded for the same dispatches and bindings, else a new one. */
+static kiln_status run_log(kiln_vk *vk) {
+    vk->flushes++;
+    pthread_mutex_lock(&vk->prog_mu);
+    for (int i = 0; i < vk->n_progs;) /* programs a destroyed buffer made unusable */
+        if (vk->progs[i].dead) {
+            program_free(vk, &vk->progs[i]);
+            vk->progs[i] = vk->progs[--vk->n_progs];
+        } else i++;
+    vk_program *pg = NULL;
+    for (int i = 0; i < vk->n_progs && !pg; i++)
+        if (vk->progs[i].n == vk->n_log && vk->progs[i].key == vk->log_key && memcmp(vk->progs[i].e, vk->log, (size_t)vk->n_log * sizeof *vk->log) == 0)
+            pg = &vk->progs[i];
+    kiln_status st = KILN_OK;
+    vk_program fresh;
+    if (pg) vk->reused_programs++;
+    else {
+        st = program_record(vk, &fresh);
+        if (st == KILN_OK) {
+            vk->recorded_programs++;
+            if (!vk->reuse || vk->qpool) pg = &fresh; /* submitted once, then freed */
+            else {
+                if (vk->n_progs == PROGRAMS) { /* the least recently used makes room */
+                    int lru = 0;
+                    for (int i = 1; i < vk->n_progs; i++)
+                        if (vk->progs[i].used < vk->progs[lru].used) lru = i;
+                    program_free(vk, &vk->progs[lru]);
+                    vk->progs[lru] = vk->progs[--vk->n_progs];
+                }
+                vk->progs[vk->n_progs] = fresh;
+                pg = &vk->progs[vk->n_progs++];
+            }
+        }
+    }
+    if (st == KILN_OK) {
+        pg->used = vk->flushes;
+        st = submit_wait(vk, pg->cmd);
+        if (pg == &fresh) program_free(vk, &fresh);
+    }
+    pthread_mutex_unlock(&vk->prog_mu);
+    vk->n_log = 0;
+    return st;
 }
 
 kiln_status kiln_vk_flush(kiln_vk *vk) {
@@ -596,31 +809,26 @@ kiln_status kiln_vk_flush(kiln_vk *vk) {
         kiln_vk_discard(vk);
         return kiln_fail(KILN_ERR_INTERNAL, "%s: the device failed earlier (device lost)", vk->name);
     }
-    if (!vk->recording) return KILN_OK;
-    vk->recording = 0;
+    kiln_status st = vk->n_log ? run_log(vk) : KILN_OK;
+    if (!vk->recording) return st;
+    vk->recording = 0; /* a one-time copy (kiln_vk_upload) */
     if (vkEndCommandBuffer(vk->cmd) != VK_SUCCESS) return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot end the command buffer", vk->name);
-    kiln_status st = KILN_OK;
-    if (vk->recorded) {
-        const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->cmd};
-        VkResult r = ++vk->submits >= vk->lost_at && vk->lost_at ? VK_ERROR_DEVICE_LOST : vkQueueSubmit(vk->queue, 1, &si, vk->fence);
-        if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
-        if (r != VK_SUCCESS) {
-            st = kiln_fail(KILN_ERR_INTERNAL, "%s: submit failed: %s", vk->name, vk_result_name(r));
-            vk->dead = 1;
-        } else read_stamps(vk);
-        vkResetFences(vk->dev, 1, &vk->fence);
-    }
+    if (st == KILN_OK && vk->recorded) st = submit_wait(vk, vk->cmd);
     vkResetCommandBuffer(vk->cmd, 0);
-    reset_desc_pools(vk);
     vk->recorded = 0;
     return st;
 }
 
 void kiln_vk_discard(kiln_vk *vk) {
+    vk->n_log = 0;
     if (!vk->recording) return;
     vk->recording = 0;
     vkEndCommandBuffer(vk->cmd);
     vkResetCommandBuffer(vk->cmd, 0);
-    reset_desc_pools(vk);
     vk->recorded = 0;
+}
+
+void kiln_vk_program_stats(const kiln_vk *vk, uint64_t *recorded, uint64_t *reused) {
+    *recorded = vk->recorded_programs;
+    *reused = vk->reused_programs;
 }

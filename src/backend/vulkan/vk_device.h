@@ -3,8 +3,9 @@
  * collects dispatches until a flush submits them and waits).
  *
  * Every pipeline has the same layout: KILN_VK_BINDINGS storage buffers (binding i ↔ bufs[i]; an op
- * that reads fewer binds a small dummy buffer to the rest) and up to KILN_VK_PUSH_BYTES of push
- * constants, so one descriptor-set layout and one pipeline layout serve every shader. */
+ * that reads fewer binds a small dummy buffer to the rest) and a uniform block of up to
+ * KILN_VK_PUSH_BYTES of parameters at binding KILN_VK_BINDINGS, so one descriptor-set layout and one
+ * pipeline layout serve every shader. */
 #ifndef KILN_BACKEND_VK_DEVICE_H
 #define KILN_BACKEND_VK_DEVICE_H
 #include "kiln.h"
@@ -91,12 +92,18 @@ uint64_t kiln_vk_buf_address(kiln_vk *vk, const kiln_vk_buf *b);
  * submit, waited for). */
 kiln_status kiln_vk_upload(kiln_vk *vk, kiln_vk_buf *b, size_t offset, const void *src, size_t bytes);
 
-/* Records one dispatch of `shader` (bindings beyond n_bind get the dummy buffer) and a memory
- * barrier after it, so that the next dispatch sees its writes. */
+/* Adds one dispatch of `shader` to the step (bindings beyond n_bind get the dummy buffer; `push`,
+ * at most KILN_VK_PUSH_BYTES, is what the shader reads as its uniform block `p` at binding
+ * KILN_VK_BINDINGS), with a memory barrier after it, so that the next dispatch sees its writes.
+ * The flush runs the step as a command buffer recorded once per sequence of pipelines and bindings
+ * (vk_device.c: parameters and workgroup counts are read from a buffer, so a step of the same shape
+ * replays the recorded one). */
 kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_bind *binds, int n_bind, const void *push,
                              size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
 /* Submits what was recorded since the last flush and waits for it (no-op when nothing was). */
 kiln_status kiln_vk_flush(kiln_vk *vk);
 /* Drops what was recorded since the last flush without running it. */
 void kiln_vk_discard(kiln_vk *vk);
+/* Command buffers recorded so far, and flushes that replayed one recorded before. */
+void kiln_vk_program_stats(const kiln_vk *vk, uint64_t *recorded, uint64_t *reused);
 #endif

@@ -5,7 +5,7 @@
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) writeonly buffer Db { uint d[]; };
 layout(std430, binding = 1) readonly buffer Sb { uint s[]; };
-layout(push_constant) uniform P { uint width, d_stride, s_stride, d_off, s_off, row0; } p;
+layout(std140, binding = 5) uniform P { uint width, d_stride, s_stride, d_off, s_off, row0; } p;
 void main() {
     const uint i = p.row0 + gl_WorkGroupID.y;
     for (uint j = gl_GlobalInvocationID.x; j < p.width; j += gl_NumWorkGroups.x * 64u)

@@ -33,7 +33,7 @@ layout(std430, binding = 1) writeonly buffer Ob { float o[]; };
 layout(std430, binding = 2) readonly buffer Tb { uint tab[]; };
 layout(std430, binding = 3) readonly buffer Lb { float lut[]; };
 layout(std430, binding = 4) buffer Hb { uint64_t hs[]; };
-layout(push_constant) uniform P {
+layout(std140, binding = 5) uniform P {
     uint64_t kaddr, vaddr;
     uint page_k, page_v, head_k, head_v, row_k, row_v;
     uint pt, k_dim, v_dim, n_heads, group, splits, chunk;

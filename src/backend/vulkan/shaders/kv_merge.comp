@@ -6,7 +6,7 @@
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Pb { float part[]; };
 layout(std430, binding = 1) writeonly buffer Ob { float o[]; };
-layout(push_constant) uniform P { uint n_heads, v_dim, splits, o_off; } p;
+layout(std140, binding = 5) uniform P { uint n_heads, v_dim, splits, o_off; } p;
 
 void main() {
     const uint hq = gl_WorkGroupID.x, i = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;

@@ -29,7 +29,7 @@ layout(std430, binding = 0) readonly buffer Kb { uint kx[]; };
 layout(std430, binding = 1) readonly buffer Vb { uint vx[]; };
 layout(std430, binding = 2) readonly buffer Tb { uint tab[]; };
 layout(std430, binding = 3) writeonly buffer Hb { uint64_t hs[]; };
-layout(push_constant) uniform P {
+layout(std140, binding = 5) uniform P {
     uint64_t kaddr, vaddr;
     uint page_k, head_k, row_k, page_v, head_v, row_v; // bytes
     uint k_dim, v_dim, kv_heads, kinds;

@@ -51,7 +51,7 @@ layout(std430, binding = 1) readonly buffer Sb { uint s[]; };
 layout(std430, binding = 2) readonly buffer Xb { float x[]; };
 layout(std430, binding = 3) buffer Yb { float y[]; };
 layout(std430, binding = 4) readonly buffer Lb { float lut[]; };  // FP8: e4m3 byte → float
-layout(push_constant) uniform P {
+layout(std140, binding = 5) uniform P {
     uint rows, cols, r0, n, x_off, x_stride, y_off, y_stride, block, scols, row_bytes;
     // stacked heads (MLA's absorbed per-head products in one dispatch): workgroup z = head h reads
     // weight rows h·h_rows + row, X from x_off + h·x_hstride, writes Y from y_off + h·y_hstride

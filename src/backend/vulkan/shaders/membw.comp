@@ -6,7 +6,7 @@
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer Sb { uvec4 v[]; };
 layout(std430, binding = 1) writeonly buffer Ob { uint o[]; };
-layout(push_constant) uniform P { uint n, per_wg; } p;
+layout(std140, binding = 5) uniform P { uint n, per_wg; } p;
 
 void main() {
     const uint base = gl_WorkGroupID.x * p.per_wg;

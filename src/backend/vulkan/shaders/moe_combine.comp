@@ -8,7 +8,7 @@ layout(std430, binding = 0) readonly buffer Gb { float yg[]; };
 layout(std430, binding = 1) writeonly buffer Yb { float y[]; };
 layout(std430, binding = 2) readonly buffer Sb { int slot[]; };
 layout(std430, binding = 3) readonly buffer Wb { float wt[]; };
-layout(push_constant) uniform P { uint K, dim, g_off, y_off, s_off, w_off; } p;
+layout(std140, binding = 5) uniform P { uint K, dim, g_off, y_off, s_off, w_off; } p;
 
 void main() {
     const uint i = gl_WorkGroupID.x;

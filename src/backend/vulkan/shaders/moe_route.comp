@@ -14,7 +14,7 @@
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Lb { float logit[]; };
 layout(std430, binding = 1) buffer Tb { uint tab[]; };
-layout(push_constant) uniform P {
+layout(std140, binding = 5) uniform P {
     uint E, K, n_group, topk_group, norm, has_bias, l_off, ids_off, wt_off, bias_off;
     float routed_scale;
 } p;

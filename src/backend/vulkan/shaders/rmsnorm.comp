@@ -6,7 +6,7 @@ layout(local_size_x = 64) in;
 layout(std430, binding = 0) buffer Ob { float o[]; };
 layout(std430, binding = 1) readonly buffer Xb { float x[]; };
 layout(std430, binding = 2) readonly buffer Wb { float w[]; };
-layout(push_constant) uniform P { uint width, o_off, x_off, w_off; float eps; } p;
+layout(std140, binding = 5) uniform P { uint width, o_off, x_off, w_off; float eps; } p;
 shared float part[64];
 void main() {
     const uint row = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;

@@ -6,7 +6,7 @@
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) buffer Xb { float x[]; };
 layout(std430, binding = 1) readonly buffer Cb { float cs[]; };
-layout(push_constant) uniform P { uint x_off, row_stride, n_heads, head_stride, rot, neox, cs_off, pairs_total; } p;
+layout(std140, binding = 5) uniform P { uint x_off, row_stride, n_heads, head_stride, rot, neox, cs_off, pairs_total; } p;
 void main() {
     const uint g = gl_GlobalInvocationID.x;   // pair index over (token, head, pair)
     if (g >= p.pairs_total) return;

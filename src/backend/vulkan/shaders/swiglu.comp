@@ -3,7 +3,7 @@
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) buffer Gb { float g[]; };
 layout(std430, binding = 1) readonly buffer Ub { float u[]; };
-layout(push_constant) uniform P { uint len, g_off, u_off, base; } p;
+layout(std140, binding = 5) uniform P { uint len, g_off, u_off, base; } p;
 void main() {
     const uint i = p.base + gl_GlobalInvocationID.x;
     if (i < p.len) {
