@@ -94,7 +94,7 @@ replayed=$(sed -n 's/.* recorded, \([0-9]*\) replayed.*/\1/p' "$T/stats.err")
 [ -n "$recorded" ] && [ "$recorded" -le 8 ] && [ "$replayed" -ge 190 ] ||
     { echo "expected the decode steps to replay recorded command buffers, got:"; tail -1 "$T/stats.err"; exit 1; }
 KILN_VK_STATS=1 KILN_VK_REUSE=0 "$KILN" run "$M" --temp 0 -n 20 --kv-dtype bf16 "${V[@]}" > /dev/null 2> "$T/stats0.err"
-grep -q "in 20 submits (20 command buffers recorded, 0 replayed)" "$T/stats0.err" || { echo "KILN_VK_REUSE=0:"; tail -1 "$T/stats0.err"; exit 1; }
+grep -q "in 20 submits (20 command buffers recorded, 0 replayed;" "$T/stats0.err" || { echo "KILN_VK_REUSE=0:"; tail -1 "$T/stats0.err"; exit 1; }
 # MLA + MoE (tiny-dsv3): the routing and the experts on the device too (moe_routed) — the cpu
 # backend's greedy text, one submit per decode token (+ one for the one-time check that the
 # device's routing equals the host's)

@@ -1525,11 +1525,12 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
     if (!s) return;
     (void)flush(s); /* a step left open: its copybacks and checks run (or are dropped) and are freed */
     if (getenv("KILN_VK_STATS")) { /* how well the deferred steps batch (docs/VULKAN.md) */
-        uint64_t rec = 0, rep = 0;
-        kiln_vk_program_stats(s->vk, &rec, &rep);
-        fprintf(stderr, "kiln: %s: %llu dispatches in %llu submits (%llu command buffers recorded, %llu replayed), %llu native ops computed on the host\n",
+        uint64_t rec = 0, rep = 0, prep = 0;
+        kiln_vk_program_stats(s->vk, &rec, &rep, &prep);
+        fprintf(stderr, "kiln: %s: %llu dispatches in %llu submits (%llu command buffers recorded, %llu replayed; host %.2f ms preparing them), "
+                        "%llu native ops computed on the host\n",
                 kiln_vk_device_name(s->vk), (unsigned long long)s->n_dispatch, (unsigned long long)kiln_vk_submits(s->vk), (unsigned long long)rec,
-                (unsigned long long)rep, (unsigned long long)s->n_host);
+                (unsigned long long)rep, (double)prep / 1e6, (unsigned long long)s->n_host);
     }
     uint64_t ns[KILN_VK_SH_COUNT], cnt[KILN_VK_SH_COUNT], total = 0;
     const char *names[KILN_VK_SH_COUNT];
@@ -1606,7 +1607,7 @@ void kiln_backend_vulkan_counts(const kiln_backend *be, uint64_t *dispatches, ui
 void kiln_backend_vulkan_programs(const kiln_backend *be, uint64_t *recorded, uint64_t *replayed) {
     const vk_state *s = ST(be);
     *recorded = *replayed = 0;
-    if (s) kiln_vk_program_stats(s->vk, recorded, replayed);
+    if (s) kiln_vk_program_stats(s->vk, recorded, replayed, NULL);
 }
 
 int kiln_backend_vulkan_built(void) { return 1; }

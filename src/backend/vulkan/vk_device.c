@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The Vulkan loader is opened at run time (dlopen), not linked: the same binary starts on a machine
  * without libvulkan (where --device cpu is all there is) and says what is missing only when a
@@ -135,6 +136,7 @@ struct kiln_vk {
     pthread_mutex_t prog_mu;
     int reuse;
     uint64_t flushes, recorded_programs, reused_programs;
+    uint64_t prep_ns;       /* host time preparing steps: logging dispatches, finding or recording programs (not the device's run) */
     VkPipeline pipes[KILN_VK_SH_COUNT];
     kiln_vk_buf dummy;
     int bda;        /* buffer device addresses and 64-bit shader integers enabled (Vulkan 1.2 devices that have both) */
@@ -618,6 +620,12 @@ static kiln_vk_buf *param_chunk(kiln_vk *vk, int k) {
     return &vk->pchunks[c];
 }
 
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static uint64_t entry_hash(uint64_t h, const vk_entry *e) { /* FNV-1a over the entry's 64-bit words */
     uint64_t w[sizeof *e / 8];
     memcpy(w, e, sizeof w);
@@ -631,6 +639,7 @@ kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_b
     VkPipeline pipe = VK_NULL_HANDLE;
     kiln_status st = pipeline(vk, shader, &pipe); /* made now, so that a shader the driver refuses fails its op */
     if (st) return st;
+    const uint64_t t0 = now_ns();
     if (vk->n_log == vk->cap_log) {
         const int cap = vk->cap_log ? 2 * vk->cap_log : 256;
         vk_entry *grown = realloc(vk->log, (size_t)cap * sizeof *grown);
@@ -652,6 +661,7 @@ kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_b
     for (int i = 0; i < KILN_VK_BINDINGS; i++) e->b[i] = i < n_bind ? binds[i] : (kiln_vk_bind){vk->dummy.buf, 0, VK_WHOLE_SIZE};
     vk->log_key = entry_hash(k ? vk->log_key : 0xcbf29ce484222325ull, e);
     vk->n_log++;
+    vk->prep_ns += now_ns() - t0;
     return KILN_OK;
 }
 
@@ -762,6 +772,7 @@ static kiln_status submit_wait(kiln_vk *vk, VkCommandBuffer cmd) {
 
 /* Runs the log: the program recorded for the same dispatches and bindings, else a new one. */
 static kiln_status run_log(kiln_vk *vk) {
+    const uint64_t t0 = now_ns();
     vk->flushes++;
     pthread_mutex_lock(&vk->prog_mu);
     for (int i = 0; i < vk->n_progs;) /* programs a destroyed buffer made unusable */
@@ -794,6 +805,7 @@ static kiln_status run_log(kiln_vk *vk) {
             }
         }
     }
+    vk->prep_ns += now_ns() - t0;
     if (st == KILN_OK) {
         pg->used = vk->flushes;
         st = submit_wait(vk, pg->cmd);
@@ -828,7 +840,8 @@ void kiln_vk_discard(kiln_vk *vk) {
     vk->recorded = 0;
 }
 
-void kiln_vk_program_stats(const kiln_vk *vk, uint64_t *recorded, uint64_t *reused) {
+void kiln_vk_program_stats(const kiln_vk *vk, uint64_t *recorded, uint64_t *reused, uint64_t *prep_ns) {
     *recorded = vk->recorded_programs;
     *reused = vk->reused_programs;
+    if (prep_ns) *prep_ns = vk->prep_ns;
 }

@@ -104,6 +104,7 @@ kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_b
 kiln_status kiln_vk_flush(kiln_vk *vk);
 /* Drops what was recorded since the last flush without running it. */
 void kiln_vk_discard(kiln_vk *vk);
-/* Command buffers recorded so far, and flushes that replayed one recorded before. */
-void kiln_vk_program_stats(const kiln_vk *vk, uint64_t *recorded, uint64_t *reused);
+/* Command buffers recorded so far, flushes that replayed one recorded before, and the host's time
+ * preparing steps (logging dispatches, finding or recording their command buffer; prep_ns may be NULL). */
+void kiln_vk_program_stats(const kiln_vk *vk, uint64_t *recorded, uint64_t *reused, uint64_t *prep_ns);
 #endif
