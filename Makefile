@@ -32,7 +32,10 @@ VK_SPVS      := $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_$(word 1,$(sub
                 $(foreach m,$(VK_ATTENDS),$(BUILD)/shaders/kv_attend_$(word 1,$(subst :, ,$(m))).spv) \
                 $(foreach m,$(VK_ATTENDS),$(BUILD)/shaders/kv_store_$(word 1,$(subst :, ,$(m))).spv) \
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_id_$(word 1,$(subst :, ,$(m))).spv) \
-                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul8_$(word 1,$(subst :, ,$(m))).spv)
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul8_$(word 1,$(subst :, ,$(m))).spv) \
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul_$(word 1,$(subst :, ,$(m))).spv) \
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul_id_$(word 1,$(subst :, ,$(m))).spv) \
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul8_$(word 1,$(subst :, ,$(m))).spv) $(BUILD)/shaders/sgrmsnorm.spv
 ifeq ($(HAVE_VULKAN),1)
 SRCS     := $(filter-out $(VK_DIR)/vk_absent.c,$(SRCS))
 VK_OBJS  := $(BUILD)/vk_spirv.o
@@ -76,6 +79,20 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(EXTRA_CFLAGS) -MMD -MP -c $< -o $@
 
+# subgroup variants (-DSG: reductions by subgroup arithmetic), chosen at run time where the device
+# has it (vk_device.c); the portable tree-sum shaders stay for the rest
+$(BUILD)/shaders/sgmatmul_id_%.spv: $(VK_DIR)/shaders/matmul.comp
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.2 -DSG -DBYID -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
+$(BUILD)/shaders/sgmatmul8_%.spv: $(VK_DIR)/shaders/matmul.comp
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.1 -DSG -DTT8 -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
+$(BUILD)/shaders/sgmatmul_%.spv: $(VK_DIR)/shaders/matmul.comp
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.1 -DSG -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
+$(BUILD)/shaders/sgrmsnorm.spv: $(VK_DIR)/shaders/rmsnorm.comp
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.1 -DSG $< -o $@
 # the MoE experts' matmul over the device's routing (-DBYID: weights through device addresses)
 $(BUILD)/shaders/matmul_id_%.spv: $(VK_DIR)/shaders/matmul.comp
 	@mkdir -p $(dir $@)

@@ -64,6 +64,10 @@ for q in q8_0 q4_0; do
     no_fallback "$T/$q.err"
     "$KILN" run "$T/$q.gguf" --temp 0 -n 120 --device ref > "$T/$q.ref" 2>/dev/null
     cmp "$T/$q.vk" "$T/$q.ref" || { echo "$q: vulkan and ref greedy texts differ"; exit 1; }
+    # the portable shared-memory reductions (a device without subgroup arithmetic) give it too
+    KILN_VK_SUBGROUPS=0 "$KILN" run "$T/$q.gguf" --temp 0 -n 120 "${V[@]}" > "$T/$q.tree" 2> "$T/$q.tree.err"
+    no_fallback "$T/$q.tree.err"
+    cmp "$T/$q.tree" "$T/$q.ref" || { echo "$q: vulkan (KILN_VK_SUBGROUPS=0) and ref greedy texts differ"; exit 1; }
 done
 
 # FP8 / BF16 / F32 KV + fault injection (every kind): all caught, healed output identical, the same

@@ -84,9 +84,20 @@ static int setup(void **state) {
     const char *vdi = getenv("KILN_VK_DEVICE_INDEX");
     const kiln_status vst = kiln_backend_create_device(KILN_BACKEND_VULKAN, KILN_ISA_AUTO, 2, KILN_FP8_EXACT, vdi ? atoi(vdi) : 0, &vk);
     if (vst == KILN_OK) {
-        fprintf(stderr, "vulkan: %s\n", vk->device_name);
+        fprintf(stderr, "vulkan: %s (%s reductions)\n", vk->device_name, kiln_backend_vulkan_subgroups(vk) ? "subgroup" : "shared-memory tree");
         assert_true(n_bes < MAX_BE);
         bes[n_bes++] = vk;
+        /* a device with subgroup arithmetic runs the sg* shaders; the portable tree sums (what a
+         * device without it runs) are tested too, on a second backend object with them forced */
+        if (kiln_backend_vulkan_subgroups(vk)) {
+            kiln_backend *tree = NULL;
+            setenv("KILN_VK_SUBGROUPS", "0", 1);
+            assert_int_equal(kiln_backend_create_device(KILN_BACKEND_VULKAN, KILN_ISA_AUTO, 2, KILN_FP8_EXACT, vdi ? atoi(vdi) : 0, &tree), KILN_OK);
+            unsetenv("KILN_VK_SUBGROUPS");
+            assert_false(kiln_backend_vulkan_subgroups(tree));
+            assert_true(n_bes < MAX_BE);
+            bes[n_bes++] = tree;
+        }
     } else if (kiln_backend_vulkan_built()) {
         fprintf(stderr, "vulkan backend built but not usable: %s\n", kiln_last_error());
         fail();
@@ -103,7 +114,8 @@ static int teardown(void **state) {
 }
 static const char *be_desc(const kiln_backend *be) {
     static char s[64];
-    snprintf(s, sizeof s, "%s/%s/%s/%dt", be->name, kiln_isa_name(be->cx.isa), be->cx.fp8_exact ? "fp8-exact" : "fp8-bf16", be->cx.threads);
+    snprintf(s, sizeof s, "%s/%s/%s/%dt%s", be->name, kiln_isa_name(be->cx.isa), be->cx.fp8_exact ? "fp8-exact" : "fp8-bf16", be->cx.threads,
+             be->kind != KILN_BACKEND_VULKAN ? "" : kiln_backend_vulkan_subgroups(be) ? "/subgroups" : "/tree");
     return s;
 }
 

@@ -1610,4 +1610,9 @@ void kiln_backend_vulkan_programs(const kiln_backend *be, uint64_t *recorded, ui
     if (s) kiln_vk_program_stats(s->vk, recorded, replayed, NULL);
 }
 
+int kiln_backend_vulkan_subgroups(const kiln_backend *be) {
+    const vk_state *s = ST(be);
+    return s ? kiln_vk_subgroups(s->vk) : 0;
+}
+
 int kiln_backend_vulkan_built(void) { return 1; }

@@ -24,6 +24,10 @@ void kiln_backend_vulkan_counts(const kiln_backend *be, uint64_t *dispatches, ui
     (void)be;
     *dispatches = *host_fallbacks = 0;
 }
+int kiln_backend_vulkan_subgroups(const kiln_backend *be) {
+    (void)be;
+    return 0;
+}
 void kiln_backend_vulkan_programs(const kiln_backend *be, uint64_t *recorded, uint64_t *replayed) {
     (void)be;
     *recorded = *replayed = 0;

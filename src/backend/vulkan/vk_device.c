@@ -39,7 +39,7 @@
     X(vkDestroyDevice) X(vkDestroyFence) X(vkDestroyInstance) X(vkDestroyPipeline) X(vkDestroyPipelineLayout) \
     X(vkDestroyShaderModule) X(vkDeviceWaitIdle) X(vkEndCommandBuffer) X(vkEnumeratePhysicalDevices) X(vkFreeMemory) \
     X(vkGetBufferMemoryRequirements) X(vkGetDeviceQueue) X(vkGetPhysicalDeviceFeatures2) \
-    X(vkGetPhysicalDeviceMemoryProperties) X(vkGetPhysicalDeviceProperties) X(vkGetPhysicalDeviceQueueFamilyProperties) \
+    X(vkGetPhysicalDeviceMemoryProperties) X(vkGetPhysicalDeviceProperties) X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceQueueFamilyProperties) \
     X(vkMapMemory) X(vkQueueSubmit) X(vkResetCommandBuffer) X(vkResetDescriptorPool) X(vkResetFences) X(vkUnmapMemory) \
     X(vkUpdateDescriptorSets) X(vkWaitForFences)
 #define KILN_VK_DECL(name) static PFN_##name name;
@@ -79,6 +79,7 @@ KILN_VK_SHADERS(KILN_VK_EXTERN)
 #undef KILN_VK_EXTERN
 
 #define PROF_QUERIES 4096
+_Static_assert(KILN_VK_SH_COUNT <= 256, "shader ids are stored in bytes (q_shader, variant)");
 /* parameter slots per chunk of the parameter buffer (chunks are added as a flush needs them) */
 #define SLOTS_PER_CHUNK 512
 /* programs kept: decode steps of every batch size a server sees, prefill chunk shapes, MTP steps */
@@ -135,6 +136,10 @@ struct kiln_vk {
     int n_progs;
     pthread_mutex_t prog_mu;
     int reuse;
+    /* the subgroup variant of each shader (its own id where it has none); identity when the device
+     * has no subgroup arithmetic or KILN_VK_SUBGROUPS=0 */
+    uint8_t variant[KILN_VK_SH_COUNT];
+    int subgroups;
     uint64_t flushes, recorded_programs, reused_programs;
     uint64_t prep_ns;       /* host time preparing steps: logging dispatches, finding or recording programs (not the device's run) */
     VkPipeline pipes[KILN_VK_SH_COUNT];
@@ -154,7 +159,7 @@ struct kiln_vk {
      * serialised by their barriers, so consecutive stamps bound one dispatch), read at the flush. */
     VkQueryPool qpool;
     uint32_t n_q;
-    uint8_t q_shader[PROF_QUERIES];
+    uint8_t q_shader[PROF_QUERIES]; /* shader ids fit a byte: _Static_assert below */
     double ts_ns;                   /* nanoseconds per timestamp tick */
     uint64_t prof_ns[KILN_VK_SH_COUNT], prof_n[KILN_VK_SH_COUNT];
     char name[440];
@@ -314,6 +319,24 @@ static kiln_status setup_commands(kiln_vk *vk) {
                          vk->props.limits.maxUniformBufferRange, KILN_VK_PUSH_BYTES);
     const char *r = getenv("KILN_VK_REUSE");
     vk->reuse = !(r && strcmp(r, "0") == 0);
+    /* subgroup arithmetic in compute shaders (Vulkan 1.1 properties): the sg* reductions */
+    for (int i = 0; i < KILN_VK_SH_COUNT; i++) vk->variant[i] = (uint8_t)i;
+    VkPhysicalDeviceSubgroupProperties sgp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sgp};
+    const char *sge = getenv("KILN_VK_SUBGROUPS");
+    if (vk->props.apiVersion >= VK_API_VERSION_1_1 && !(sge && strcmp(sge, "0") == 0)) {
+        vkGetPhysicalDeviceProperties2(vk->phys, &p2);
+        vk->subgroups = (sgp.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (sgp.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
+                        sgp.subgroupSize >= 1 && sgp.subgroupSize <= 64;
+    }
+    static const char *const names[KILN_VK_SH_COUNT] = {
+#define KILN_VK_NAME(name) #name,
+        KILN_VK_SHADERS(KILN_VK_NAME)
+#undef KILN_VK_NAME
+    };
+    for (int i = 0; vk->subgroups && i < KILN_VK_SH_COUNT; i++)
+        for (int j = 0; j < KILN_VK_SH_COUNT; j++)
+            if (strncmp(names[j], "sg", 2) == 0 && strcmp(names[j] + 2, names[i]) == 0) vk->variant[i] = (uint8_t)j;
     return kiln_vk_buf_create(vk, 256, 1, &vk->dummy);
 }
 
@@ -483,6 +506,7 @@ static kiln_status buf_create(kiln_vk *vk, size_t bytes, int host_visible, VkBuf
 kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln_vk_buf *b) { return buf_create(vk, bytes, host_visible, 0, b); }
 
 int kiln_vk_has_bda(const kiln_vk *vk) { return vk->bda; }
+int kiln_vk_subgroups(const kiln_vk *vk) { return vk->subgroups; }
 int kiln_vk_has_f64(const kiln_vk *vk) { return vk->f64; }
 uint64_t kiln_vk_submits(const kiln_vk *vk) { return vk->submits; }
 
@@ -636,6 +660,7 @@ static uint64_t entry_hash(uint64_t h, const vk_entry *e) { /* FNV-1a over the e
 kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_bind *binds, int n_bind, const void *push, size_t push_bytes,
                              uint32_t gx, uint32_t gy, uint32_t gz) {
     if (gx == 0 || gy == 0 || gz == 0) return KILN_OK;
+    shader = (kiln_vk_shader)vk->variant[shader];
     VkPipeline pipe = VK_NULL_HANDLE;
     kiln_status st = pipeline(vk, shader, &pipe); /* made now, so that a shader the driver refuses fails its op */
     if (st) return st;

@@ -29,7 +29,16 @@
     X(matmul8_f32) X(matmul8_f16) X(matmul8_bf16) X(matmul8_fp8) X(matmul8_int4) X(matmul8_q8_0) X(matmul8_q4_0) X(matmul8_q4_k) \
     X(matmul8_q5_k) X(matmul8_q6_k) X(matmul8_q2_k) X(matmul8_q3_k) X(matmul8_iq4_xs) X(matmul8_q4_1) X(matmul8_q5_0) \
     X(matmul8_q5_1) X(matmul8_iq4_nl) X(kv_attend_f32) X(kv_attend_bf16) X(kv_attend_fp8) \
-    X(kv_store_f32) X(kv_store_bf16) X(kv_store_fp8)
+    X(kv_store_f32) X(kv_store_bf16) X(kv_store_fp8) \
+    X(sgmatmul_f32) X(sgmatmul_f16) X(sgmatmul_bf16) X(sgmatmul_fp8) X(sgmatmul_int4) X(sgmatmul_q8_0) X(sgmatmul_q4_0) X(sgmatmul_q4_k) \
+    X(sgmatmul_q5_k) X(sgmatmul_q6_k) X(sgmatmul_q2_k) X(sgmatmul_q3_k) X(sgmatmul_iq4_xs) X(sgmatmul_q4_1) X(sgmatmul_q5_0) X(sgmatmul_q5_1) \
+    X(sgmatmul_iq4_nl) \
+    X(sgmatmul_id_f32) X(sgmatmul_id_f16) X(sgmatmul_id_bf16) X(sgmatmul_id_fp8) X(sgmatmul_id_int4) X(sgmatmul_id_q8_0) X(sgmatmul_id_q4_0) \
+    X(sgmatmul_id_q4_k) X(sgmatmul_id_q5_k) X(sgmatmul_id_q6_k) X(sgmatmul_id_q2_k) X(sgmatmul_id_q3_k) X(sgmatmul_id_iq4_xs) X(sgmatmul_id_q4_1) \
+    X(sgmatmul_id_q5_0) X(sgmatmul_id_q5_1) X(sgmatmul_id_iq4_nl) \
+    X(sgmatmul8_f32) X(sgmatmul8_f16) X(sgmatmul8_bf16) X(sgmatmul8_fp8) X(sgmatmul8_int4) X(sgmatmul8_q8_0) X(sgmatmul8_q4_0) X(sgmatmul8_q4_k) \
+    X(sgmatmul8_q5_k) X(sgmatmul8_q6_k) X(sgmatmul8_q2_k) X(sgmatmul8_q3_k) X(sgmatmul8_iq4_xs) X(sgmatmul8_q4_1) X(sgmatmul8_q5_0) \
+    X(sgmatmul8_q5_1) X(sgmatmul8_iq4_nl) X(sgrmsnorm)
 typedef enum {
 #define KILN_VK_ENUM(name) KILN_VK_SH_##name,
     KILN_VK_SHADERS(KILN_VK_ENUM)
@@ -81,6 +90,10 @@ void kiln_vk_buf_destroy(kiln_vk *vk, kiln_vk_buf *b);
 int kiln_vk_has_bda(const kiln_vk *vk);
 /* 1 when shaders may use 64-bit floats (enabled with buffer device addresses where the device has them). */
 int kiln_vk_has_f64(const kiln_vk *vk);
+/* 1 when the reductions run on subgroup arithmetic: kiln_vk_dispatch replaces a shader that has an
+ * "sg" variant (matmul*, rmsnorm) by it, on devices with subgroup arithmetic in compute shaders
+ * unless KILN_VK_SUBGROUPS=0 was set at open; 0: the portable shared-memory tree sums. */
+int kiln_vk_subgroups(const kiln_vk *vk);
 /* Command buffers submitted so far. */
 uint64_t kiln_vk_submits(const kiln_vk *vk);
 /* Device time per shader so far (ns[i], dispatches n[i], names[i] for shader i), measured with

@@ -1,8 +1,11 @@
 #version 450
+#ifdef SG
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 // matmul.comp — Y[t, r] = Σ_c W[r, c] · X[t, c] for one weight format (compiled once per format with
 // -DFMT=...): one workgroup per (row, up to TT = 8 tokens), its 64 invocations striding over the row's 32-column
 // blocks (256-column super-blocks for the K-quants and IQ4_XS; single columns for the float formats),
-// then a tree sum in shared memory. The GGUF block quants are dequantized in registers as ggml's
+// then a tree sum in shared memory (-DSG: subgroup sums, then the subgroups' sums). The GGUF block quants are dequantized in registers as ggml's
 // dequantize_row_* does (the same f32 products and differences as kernels/kquant.c), so results
 // differ from the ref backend by the summation order only.
 //
@@ -321,6 +324,21 @@ void main() {
 #else
 #error unknown FMT
 #endif
+#ifdef SG
+    // subgroup variant (sgmatmul*.spv, where the device has subgroup arithmetic): each subgroup's
+    // sum in one operation, then the subgroups' sums in subgroup order — the same operations for a
+    // token whatever tokens share its workgroup, so batch invariance holds here too
+    for (uint q = 0u; q < TT; q++) {
+        const float s = subgroupAdd(acc[q]);
+        if (subgroupElect()) part[q][gl_SubgroupID] = s;
+    }
+    barrier();
+    if (tid < nt) {
+        float sum = part[tid][0];
+        for (uint i = 1u; i < gl_NumSubgroups; i++) sum += part[tid][i];
+        y[p.y_off + hz * p.y_hstride + (t + tid) * p.y_stride + ro] = sum;
+    }
+#else
     for (uint q = 0u; q < TT; q++) part[q][tid] = acc[q];
     barrier();
     for (uint h = 32u; h > 0u; h >>= 1) {
@@ -329,4 +347,5 @@ void main() {
         barrier();
     }
     if (tid < nt) y[p.y_off + hz * p.y_hstride + (t + tid) * p.y_stride + ro] = part[tid][0];
+#endif
 }

@@ -1,6 +1,9 @@
 #version 450
+#ifdef SG
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 // rmsnorm.comp — out[row, i] = w[i] · (ss · x[row, i]), ss = 1 / sqrt(mean(x²) + eps): one
-// workgroup per row, Σx² as a tree sum in shared memory. out may be x (each invocation reads its
+// workgroup per row, Σx² as a tree sum in shared memory (-DSG: subgroup sums). out may be x (each invocation reads its
 // elements before the barrier that precedes any write).
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) buffer Ob { float o[]; };
@@ -13,6 +16,15 @@ void main() {
     const uint xb = p.x_off + row * p.width, ob = p.o_off + row * p.width;
     float acc = 0.0;
     for (uint i = tid; i < p.width; i += 64u) acc += x[xb + i] * x[xb + i];
+#ifdef SG
+    // subgroup variant (sgrmsnorm.spv): each subgroup's sum, then the subgroups' in order
+    const float s = subgroupAdd(acc);
+    if (subgroupElect()) part[gl_SubgroupID] = s;
+    barrier();
+    float total = part[0];
+    for (uint i = 1u; i < gl_NumSubgroups; i++) total += part[i];
+    const float ss = 1.0 / sqrt(total / float(p.width) + p.eps);
+#else
     part[tid] = acc;
     barrier();
     for (uint h = 32u; h > 0u; h >>= 1) {
@@ -20,5 +32,6 @@ void main() {
         barrier();
     }
     const float ss = 1.0 / sqrt(part[0] / float(p.width) + p.eps);
+#endif
     for (uint i = tid; i < p.width; i += 64u) o[ob + i] = w[p.w_off + i] * (ss * x[xb + i]);
 }
