@@ -127,6 +127,7 @@ typedef struct {
     size_t *slot_cap;
     int n_slot_cap, stage_k;
     size_t arena_need;
+    size_t arena_failed;     /* an arena of this size could not be had: not asked for again up to it */
     kiln_vk_buf *extra;      /* staging buffers beyond the arena, freed at the flush */
     int n_extra, cap_extra;
     vk_copyback *cb;
@@ -278,7 +279,7 @@ static int stage(vk_state *s, const void *ptr, size_t bytes, int written, vref *
         s->slot_cap[k] = c;
     }
     const size_t region = s->slot_cap[k];
-    s->arena_need += region;
+    if (region <= s->max_range) s->arena_need += region; /* larger ones never fit one binding of the arena */
     kiln_vk_buf *buf;
     size_t at, range = region;
     if (s->arena.buf && s->arena_used + region <= s->arena.size && region <= s->max_range) {
@@ -363,9 +364,15 @@ static int flush(vk_state *s) {
     s->n_cb = 0;
     for (int i = 0; i < s->n_extra; i++) kiln_vk_buf_destroy(s->vk, &s->extra[i]);
     s->n_extra = 0;
-    if (s->arena_need > s->arena.size) { /* the next flush's regions all in the arena (nothing recorded binds it now) */
-        kiln_vk_buf_destroy(s->vk, &s->arena);
-        if (kiln_vk_buf_create(s->vk, s->arena_need + s->arena_need / 4, 1, &s->arena) != KILN_OK) memset(&s->arena, 0, sizeof s->arena);
+    if (s->arena_need > s->arena.size && s->arena_need > s->arena_failed) { /* the next flush's regions all in the arena (nothing recorded binds it now) */
+        kiln_vk_buf bigger;
+        if (kiln_vk_buf_create(s->vk, s->arena_need + s->arena_need / 4, 1, &bigger) == KILN_OK && bigger.map) {
+            kiln_vk_buf_destroy(s->vk, &s->arena);
+            s->arena = bigger;
+        } else { /* keep the arena there is; not retried for this size or less */
+            kiln_vk_buf_destroy(s->vk, &bigger);
+            s->arena_failed = s->arena_need;
+        }
     }
     s->arena_used = 0;
     s->arena_need = 0;

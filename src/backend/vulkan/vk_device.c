@@ -635,7 +635,9 @@ static kiln_vk_buf *param_chunk(kiln_vk *vk, int k) {
     kiln_vk_buf *grown = realloc(vk->pchunks, (size_t)(c + 1) * sizeof *grown);
     if (!grown) return NULL;
     vk->pchunks = grown;
-    if (buf_create(vk, SLOTS_PER_CHUNK * vk->pstride, 1, VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT | VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT,
+    /* mapped device-local memory where the device has it (the shaders read every slot each step;
+     * the host only writes them), else host memory */
+    if (buf_create(vk, SLOTS_PER_CHUNK * vk->pstride, KILN_VK_MEM_MAPPED_NEAR, VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT | VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT,
                    &vk->pchunks[c]) != KILN_OK || !vk->pchunks[c].map) {
         kiln_vk_buf_destroy(vk, &vk->pchunks[c]);
         return NULL;
@@ -660,9 +662,14 @@ static uint64_t entry_hash(uint64_t h, const vk_entry *e) { /* FNV-1a over the e
 kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_bind *binds, int n_bind, const void *push, size_t push_bytes,
                              uint32_t gx, uint32_t gy, uint32_t gz) {
     if (gx == 0 || gy == 0 || gz == 0) return KILN_OK;
-    shader = (kiln_vk_shader)vk->variant[shader];
     VkPipeline pipe = VK_NULL_HANDLE;
-    kiln_status st = pipeline(vk, shader, &pipe); /* made now, so that a shader the driver refuses fails its op */
+    kiln_status st = KILN_ERR_INTERNAL;
+    if (vk->variant[shader] != shader) { /* the subgroup variant; a driver that refuses it keeps the portable shader */
+        st = pipeline(vk, (kiln_vk_shader)vk->variant[shader], &pipe);
+        if (st == KILN_OK) shader = (kiln_vk_shader)vk->variant[shader];
+        else vk->variant[shader] = (uint8_t)shader;
+    }
+    if (st != KILN_OK) st = pipeline(vk, shader, &pipe); /* made now, so that a shader the driver refuses fails its op */
     if (st) return st;
     const uint64_t t0 = now_ns();
     if (vk->n_log == vk->cap_log) {
@@ -698,6 +705,11 @@ static void program_free(kiln_vk *vk, vk_program *pg) {
     memset(pg, 0, sizeof *pg);
 }
 
+static int cmp_handle(const void *a, const void *b) {
+    const uintptr_t x = (uintptr_t) * (const VkBuffer *)a, y = (uintptr_t) * (const VkBuffer *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* Records the log as a program: a descriptor set per dispatch (its bindings and its parameter
  * slot), each dispatch indirect from its slot's counts, a barrier after each. */
 static kiln_status program_record(kiln_vk *vk, vk_program *pg) {
@@ -710,12 +722,12 @@ static kiln_status program_record(kiln_vk *vk, vk_program *pg) {
     memcpy(pg->e, vk->log, (size_t)n * sizeof *pg->e);
     pg->n = n;
     pg->key = vk->log_key;
+    int nb = 0; /* the distinct buffers: sorted, then unique */
     for (int k = 0; k < n; k++)
-        for (int i = 0; i < KILN_VK_BINDINGS; i++) {
-            int seen = 0;
-            for (int j = 0; j < pg->n_bufs && !seen; j++) seen = pg->bufs[j] == pg->e[k].b[i].buf;
-            if (!seen) pg->bufs[pg->n_bufs++] = pg->e[k].b[i].buf;
-        }
+        for (int i = 0; i < KILN_VK_BINDINGS; i++) pg->bufs[nb++] = pg->e[k].b[i].buf;
+    qsort(pg->bufs, (size_t)nb, sizeof *pg->bufs, cmp_handle);
+    for (int j = 0; j < nb; j++)
+        if (pg->n_bufs == 0 || pg->bufs[pg->n_bufs - 1] != pg->bufs[j]) pg->bufs[pg->n_bufs++] = pg->bufs[j];
     const VkDescriptorPoolSize ps[2] = {{.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = (uint32_t)n * KILN_VK_BINDINGS},
                                         {.type = VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, .descriptorCount = (uint32_t)n}};
     const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = (uint32_t)n, .poolSizeCount = 2,
@@ -753,11 +765,11 @@ static kiln_status program_record(kiln_vk *vk, vk_program *pg) {
         program_free(vk, pg);
         return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot begin a command buffer", vk->name);
     }
-    vk->n_q = 0;
+    uint32_t nq = 0; /* timestamps recorded (vk->n_q once the command buffer is complete) */
     if (vk->qpool) {
         vkCmdResetQueryPool(pg->cmd, vk->qpool, 0, PROF_QUERIES);
         vkCmdWriteTimestamp(pg->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, vk->qpool, 0);
-        vk->n_q = 1;
+        nq = 1;
     }
     const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                                 .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_HOST_READ_BIT};
@@ -766,11 +778,10 @@ static kiln_status program_record(kiln_vk *vk, vk_program *pg) {
             vkCmdBindPipeline(pg->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vk->pipes[pg->e[k].shader]);
         vkCmdBindDescriptorSets(pg->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vk->pipe_layout, 0, 1, &sets[k], 0, NULL);
         vkCmdDispatchIndirect(pg->cmd, vk->pchunks[k / SLOTS_PER_CHUNK].buf, (VkDeviceSize)(k % SLOTS_PER_CHUNK) * vk->pstride + KILN_VK_PUSH_BYTES);
-        vkCmdPipelineBarrier(pg->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
-                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
-        if (vk->qpool && vk->n_q < PROF_QUERIES) {
-            vkCmdWriteTimestamp(pg->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vk->qpool, vk->n_q);
-            vk->q_shader[vk->n_q++] = (uint8_t)pg->e[k].shader;
+        vkCmdPipelineBarrier(pg->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+        if (vk->qpool && nq < PROF_QUERIES) {
+            vkCmdWriteTimestamp(pg->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vk->qpool, nq);
+            vk->q_shader[nq++] = (uint8_t)pg->e[k].shader;
         }
     }
     free(sets);
@@ -778,6 +789,7 @@ static kiln_status program_record(kiln_vk *vk, vk_program *pg) {
         program_free(vk, pg);
         return kiln_fail(KILN_ERR_INTERNAL, "%s: cannot end the command buffer", vk->name);
     }
+    vk->n_q = nq;
     return KILN_OK;
 }
 
@@ -795,7 +807,9 @@ static kiln_status submit_wait(kiln_vk *vk, VkCommandBuffer cmd) {
     return KILN_OK;
 }
 
-/* Runs the log: the program recorded for the same dispatches and bindings, else a new one. */
+/* Runs the log: the program recorded for the same dispatches and bindings, else a new one. Only
+ * this (the computing) thread records, frees or submits programs; another thread may only mark one
+ * dead (kiln_vk_buf_destroy), under prog_mu. */
 static kiln_status run_log(kiln_vk *vk) {
     const uint64_t t0 = now_ns();
     vk->flushes++;
@@ -814,6 +828,11 @@ static kiln_status run_log(kiln_vk *vk) {
     if (pg) vk->reused_programs++;
     else {
         st = program_record(vk, &fresh);
+        if (st != KILN_OK && vk->n_progs > 0) { /* descriptor or command memory held by kept programs: drop them all, once */
+            for (int i = 0; i < vk->n_progs; i++) program_free(vk, &vk->progs[i]);
+            vk->n_progs = 0;
+            st = program_record(vk, &fresh);
+        }
         if (st == KILN_OK) {
             vk->recorded_programs++;
             if (!vk->reuse || vk->qpool) pg = &fresh; /* submitted once, then freed */
@@ -830,13 +849,17 @@ static kiln_status run_log(kiln_vk *vk) {
             }
         }
     }
-    vk->prep_ns += now_ns() - t0;
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
     if (st == KILN_OK) {
         pg->used = vk->flushes;
-        st = submit_wait(vk, pg->cmd);
-        if (pg == &fresh) program_free(vk, &fresh);
+        cmd = pg->cmd;
     }
+    /* the submit and its wait outside the lock: a buffer freed on another thread meanwhile only
+     * marks programs dead (freed at the next flush, here) */
     pthread_mutex_unlock(&vk->prog_mu);
+    vk->prep_ns += now_ns() - t0;
+    if (st == KILN_OK) st = submit_wait(vk, cmd);
+    if (pg == &fresh) program_free(vk, &fresh);
     vk->n_log = 0;
     return st;
 }
