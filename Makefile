@@ -24,7 +24,7 @@ SRCS     := $(shell find src -name '*.c' | sort)
 HAVE_VULKAN := $(shell pkg-config --exists vulkan 2>/dev/null && command -v glslc >/dev/null 2>&1 && echo 1)
 VK_DIR       := src/backend/vulkan
 VK_MATMULS   := f32:0 f16:1 bf16:2 fp8:3 int4:4 q8_0:5 q4_0:6 q4_k:7 q5_k:8 q6_k:9 q2_k:10 q3_k:11 iq4_xs:12 q4_1:13 q5_0:14 q5_1:15 iq4_nl:16
-VK_PLAIN     := rmsnorm add add_bias swiglu rope kv_merge membw moe_combine copy_rows moe_route
+VK_PLAIN     := rmsnorm add add_bias swiglu rope kv_merge membw moe_combine copy_rows moe_route moe_sort
 # attention over KV pages and the KV store, once per stored dtype (-DDT=N); Vulkan 1.2 SPIR-V
 # (buffer device addresses)
 VK_ATTENDS   := f32:0 bf16:1 fp8:2
@@ -35,7 +35,9 @@ VK_SPVS      := $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_$(word 1,$(sub
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul8_$(word 1,$(subst :, ,$(m))).spv) \
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul_$(word 1,$(subst :, ,$(m))).spv) \
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul_id_$(word 1,$(subst :, ,$(m))).spv) \
-                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul8_$(word 1,$(subst :, ,$(m))).spv) $(BUILD)/shaders/sgrmsnorm.spv
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul8_$(word 1,$(subst :, ,$(m))).spv) $(BUILD)/shaders/sgrmsnorm.spv \
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul8_id_$(word 1,$(subst :, ,$(m))).spv) \
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul8_id_$(word 1,$(subst :, ,$(m))).spv)
 ifeq ($(HAVE_VULKAN),1)
 SRCS     := $(filter-out $(VK_DIR)/vk_absent.c,$(SRCS))
 VK_OBJS  := $(BUILD)/vk_spirv.o
@@ -81,6 +83,9 @@ $(BUILD)/%.o: %.c
 
 # subgroup variants (-DSG: reductions by subgroup arithmetic), chosen at run time where the device
 # has it (vk_device.c); the portable tree-sum shaders stay for the rest
+$(BUILD)/shaders/sgmatmul8_id_%.spv: $(VK_DIR)/shaders/matmul.comp
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.2 -DSG -DBYID -DTT8 -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
 $(BUILD)/shaders/sgmatmul_id_%.spv: $(VK_DIR)/shaders/matmul.comp
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.2 -DSG -DBYID -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
@@ -93,7 +98,11 @@ $(BUILD)/shaders/sgmatmul_%.spv: $(VK_DIR)/shaders/matmul.comp
 $(BUILD)/shaders/sgrmsnorm.spv: $(VK_DIR)/shaders/rmsnorm.comp
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.1 -DSG $< -o $@
-# the MoE experts' matmul over the device's routing (-DBYID: weights through device addresses)
+# the MoE experts' matmul over the device's routing (-DBYID: weights through device addresses),
+# and over expert-sorted tiles of 8 entries (-DBYID -DTT8: prefill chunks)
+$(BUILD)/shaders/matmul8_id_%.spv: $(VK_DIR)/shaders/matmul.comp
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.2 -DBYID -DTT8 -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
 $(BUILD)/shaders/matmul_id_%.spv: $(VK_DIR)/shaders/matmul.comp
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.2 -DBYID -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@

@@ -2,7 +2,7 @@
 # gpu_check.sh — issue 26's check on a machine with a real GPU, in one prepared run (about 8
 # minutes on an H200): builds kiln, picks the first Vulkan device that is not a CPU (lavapipe),
 # runs the op tests and the model tests on it, then the benchmarks, and writes everything under
-# $OUT (default gpu_check_out/): devices.txt, ops.log, models.log, bench_decode.json, bench_moe.json,
+# $OUT (default gpu_check_out/): devices.txt, ops.log, models.log, bench_decode.json, bench_ab_*.json, bench_moe.json,
 # bench_integrity.json, kv_bf16.json / kv_fp8.json, profile.log (device time per shader),
 # summary.json, and a log of each step.
 #   bash scripts/gpu_check.sh [SHARED_DIR]     (SHARED_DIR: ../shared by default, for stories260K)
@@ -55,6 +55,21 @@ SHAPE=${GPU_CHECK_SHAPE:---preset bench-500m --dim 3072 --ffn 8192 --layers 16 -
 step bench_decode 300 sh -c "./kiln bench '$M' --device $DEV --weights bf16,fp8,int4 --prompt 512 --gen 64 --repeat 3 --json > '$OUT/bench_decode.json'"
 # where a decode step's device time goes: timestamp queries per shader (KILN_VK_PROFILE), INT4 weights
 step profile 180 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 ./kiln bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 1
+# the two host/device choices a GPU decides, A/B in alternation (INT4 decode): command buffers
+# recorded once per step shape and replayed (KILN_VK_REUSE=0: recorded every step) and subgroup
+# reductions (KILN_VK_SUBGROUPS=0: the portable shared-memory tree sums); KILN_VK_STATS in the .err
+ab_bench() {
+    local i=0 c
+    for c in base reuse0 sg0 base reuse0 sg0; do
+        i=$((i + 1))
+        case $c in reuse0) set -- KILN_VK_REUSE=0 ;; sg0) set -- KILN_VK_SUBGROUPS=0 ;; *) set -- KILN_VK_REUSE=1 ;; esac
+        env "$@" KILN_VK_STATS=1 ./kiln bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 2 --json \
+            > "$OUT/bench_ab_${i}_$c.json" 2> "$OUT/bench_ab_${i}_$c.err" || return 1
+    done
+}
+export -f ab_bench
+export M DEV OUT
+step bench_ab 240 bash -c ab_bench
 # MoE + MLA on the device (routing and experts by id: moe_routed): the GLM-4.7-Flash-shaped preset,
 # BF16 / FP8 / INT4 experts, decode against the device bandwidth and the per-shader profile
 # (GPU_CHECK_MOE="--preset tiny" for a dry run on lavapipe)
@@ -101,6 +116,13 @@ kv = {dt: load("kv_%s.json" % dt) for dt in ("bf16", "fp8")}
 if kv["bf16"] and kv["fp8"]:
     s["kv_fp8_tokens_per_bf16_token"] = kv["bf16"][0]["bytes_per_token"] / kv["fp8"][0]["bytes_per_token"]
 s["integrity"] = load("bench_integrity.json")
+ab = {}
+for f in sorted(os.listdir(out)):
+    if f.startswith("bench_ab_") and f.endswith(".json"):
+        for r in load(f):
+            ab.setdefault(f[len("bench_ab_"):-5].split("_", 1)[1], []).append(r.get("decode_tps"))
+if ab:
+    s["vk_ab_int4_decode_tps"] = ab  # base / reuse0 (no replay) / sg0 (no subgroups), alternated
 json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(json.dumps(s, indent=1)[:4000])
 PYEOF

@@ -769,6 +769,9 @@ static void test_moe_routed(void **state) {
         {{.n_experts = 64, .n_used = 6, .n_group = 8, .topk_group = 3, .norm_topk_prob = 1, .routed_scale = 1.5f, .dim = 128, .ffn = 64}, KILN_WF_FP8_BLOCK, 16, 1},
         {{.n_experts = 16, .n_used = 4, .n_group = 1, .topk_group = 1, .norm_topk_prob = 0, .routed_scale = 1.0f, .dim = 64, .ffn = 32}, KILN_WF_Q8_0, 1, 1},
         {{.n_experts = 12, .n_used = 2, .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scale = 1.0f, .dim = 256, .ffn = 256}, KILN_WF_Q4_K, 7, 0},
+        /* prefill chunks (more than 16 tokens): the entries sorted by expert on the device, tiles of 8 */
+        {{.n_experts = 16, .n_used = 4, .n_group = 4, .topk_group = 2, .norm_topk_prob = 1, .routed_scale = 2.0f, .dim = 64, .ffn = 96}, KILN_WF_INT4_GROUP, 40, 1},
+        {{.n_experts = 8, .n_used = 2, .n_group = 1, .topk_group = 1, .norm_topk_prob = 0, .routed_scale = 1.0f, .dim = 128, .ffn = 64}, KILN_WF_Q8_0, 33, 0},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const kiln_moe_cfg *c = &cases[ci].c;
@@ -812,13 +815,13 @@ static void test_moe_routed(void **state) {
             const size_t nk = (size_t)n * (size_t)c->n_used;
             float *hg = output(be, nk * c->ffn), *ug = output(be, nk * c->ffn), *yg = output(be, nk * c->dim), *got = output(be, (size_t)n * c->dim);
             const int rc = be->ops->moe_routed(be, c, logits, L.bias, L.gate, L.up, L.down, X, n, hg, ug, yg, got);
-            if (be->ops->supports(be, KILN_OP_MOE_ROUTE, cases[ci].f)) assert_int_equal(rc, 0); /* up to 16 tokens: on the device */
+            if (be->ops->supports(be, KILN_OP_MOE_ROUTE, cases[ci].f)) assert_int_equal(rc, 0); /* on the device (by entry, or sorted tiles past 16 tokens) */
             if (rc == 0) check_nmse("moe_routed", be, got, want, (size_t)n * c->dim, 2 * format_bound(cases[ci].f, be));
             kiln_be_free(be, hg); kiln_be_free(be, ug); kiln_be_free(be, yg); kiln_be_free(be, got);
         }
-        /* model/moe.c on each backend: a chunk of 20 tokens at once (the vulkan backend routes it on
-         * the host and runs the experts over grouped rows) gives every token the floats it gets
-         * alone (routed on the device), bit for bit */
+        /* model/moe.c on each backend: a chunk of 20 tokens at once (the vulkan backend sorts its
+         * entries by expert on the device and runs tiles of 8 of them) gives every token the floats
+         * it gets alone (one workgroup per entry), bit for bit */
         tweight router = make_weight(KILN_WF_F32, E, c->dim, 0, 0);
         L.router = router.w;
         const int nc = 20;

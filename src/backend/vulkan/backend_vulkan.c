@@ -590,6 +590,7 @@ typedef struct {
     uint32_t rows, cols, r0, n, x_off, x_stride, y_off, y_stride, block, scols, row_bytes;
     uint32_t x_hstride, y_hstride, h_rows; /* stacked heads (matmul.comp); 0 for a plain matmul */
     uint32_t x_div, tab_off, ids_off;      /* matmul_id (BYID) only */
+    uint32_t ord_off;                      /* matmul8_id only: the expert-sorted tiles (moe_sort.comp) */
 } mm_push;
 
 /* Records Y[t, r] (t < n) = W · X[t] for w: X rows x_stride floats apart from x, Y rows y_stride
@@ -625,7 +626,7 @@ static int record_matmul(vk_state *s, const kiln_weight *w, const float *X, int6
             const int64_t B = w->block > 0 ? w->block : 1;
             const mm_push pc = {(uint32_t)rr, (uint32_t)w->cols, (uint32_t)r, (uint32_t)n, xr.off, (uint32_t)x_stride,
                                 yr.off + (uint32_t)ch->row0, (uint32_t)y_stride, (uint32_t)B,
-                                (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B), (uint32_t)w->row_bytes, 0, 0, 0, 0, 0, 0};
+                                (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B), (uint32_t)w->row_bytes, 0, 0, 0, 0, 0, 0, 0};
             s->n_dispatch++;
             int tt;
             const kiln_vk_shader sh = matmul_variant(w->fmt, n, &tt);
@@ -681,7 +682,7 @@ static int record_heads_stacked(vk_state *s, const kiln_weight *w, int H, int n,
     for (int64_t r = 0; r < w0->rows; r += s->max_gx) {
         const int64_t rr = w0->rows - r < (int64_t)s->max_gx ? w0->rows - r : (int64_t)s->max_gx;
         const mm_push pc = {(uint32_t)rr, (uint32_t)w0->cols, (uint32_t)r, (uint32_t)n, xr.off, (uint32_t)x_tok, yr.off, (uint32_t)y_tok, 1,
-                            (uint32_t)w0->cols, (uint32_t)w0->row_bytes, (uint32_t)x_head, (uint32_t)y_head, (uint32_t)w0->rows, 0, 0, 0};
+                            (uint32_t)w0->cols, (uint32_t)w0->row_bytes, (uint32_t)x_head, (uint32_t)y_head, (uint32_t)w0->rows, 0, 0, 0, 0};
         s->n_dispatch++;
         int tt;
         const kiln_vk_shader sh = matmul_variant(w0->fmt, n, &tt);
@@ -1084,19 +1085,21 @@ static const uint32_t *expert_addresses(vk_state *s, const kiln_weight *gate, co
 }
 
 /* One matmul by expert id: Y row t (t < nk) = W_{ids[t]} · X row t / x_div. */
+/* The experts' matmul over the device's routing: one workgroup per (row, entry) of the nk (token,
+ * slot) entries, or — tiles > 0 — per (row, tile of 8 expert-sorted entries at ord_off). */
 static int record_matmul_id(vk_state *s, const kiln_weight *w0, kiln_vk_bind tab, uint32_t tab_ids, uint32_t tab_off, vref xr, uint32_t x_stride,
-                            uint32_t x_div, vref yr, uint32_t y_stride, int nk) {
+                            uint32_t x_div, vref yr, uint32_t y_stride, int nk, uint32_t ord_off, uint32_t tiles) {
     const kiln_vk_bind lut = {s->lut.buf, 0, VK_WHOLE_SIZE};
     const kiln_vk_bind b[5] = {tab, lut, xr.b, yr.b, lut};
     const int64_t B = w0->block > 0 ? w0->block : 1;
-    const kiln_vk_shader sh = (kiln_vk_shader)(KILN_VK_SH_matmul_id_f32 + (matmul_shader(w0->fmt) - KILN_VK_SH_matmul_f32));
+    const kiln_vk_shader sh = (kiln_vk_shader)((tiles ? KILN_VK_SH_matmul8_id_f32 : KILN_VK_SH_matmul_id_f32) + (matmul_shader(w0->fmt) - KILN_VK_SH_matmul_f32));
     for (int64_t r = 0; r < w0->rows; r += s->max_gx) {
         const int64_t rr = w0->rows - r < (int64_t)s->max_gx ? w0->rows - r : (int64_t)s->max_gx;
         const mm_push pc = {(uint32_t)rr, (uint32_t)w0->cols, (uint32_t)r, (uint32_t)nk, xr.off, x_stride, yr.off, y_stride, (uint32_t)B,
                             (uint32_t)(w0->fmt == KILN_WF_FP8_BLOCK ? (w0->cols + B - 1) / B : w0->cols / B), (uint32_t)w0->row_bytes, 0, 0, 0,
-                            x_div, tab_off, tab_ids};
+                            x_div, tab_off, tab_ids, ord_off};
         s->n_dispatch++;
-        if (kiln_vk_dispatch(s->vk, sh, b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)nk, 1) != KILN_OK) {
+        if (kiln_vk_dispatch(s->vk, sh, b, 5, &pc, sizeof pc, (uint32_t)rr, tiles ? tiles : (uint32_t)nk, 1) != KILN_OK) {
             fail_once(s, "expert matmul dispatch");
             return -1;
         }
@@ -1104,12 +1107,16 @@ static int record_matmul_id(vk_state *s, const kiln_weight *w0, kiln_vk_bind tab
     return 0;
 }
 
-/* Up to this many tokens the experts run by id on the device's own routing (decode, small batches,
- * speculative verification); a longer chunk (prefill) takes the host-routed path, whose grouped
- * rows let the matmul read each expert's weights once per 8 of its tokens instead of once per
- * (token, slot) — one submit per MoE layer per chunk. A token's floats are the same either way
- * (the same routing, the same per-token matmul operations, the same combine order). */
-#define MOE_ROUTED_MAX_TOKENS 16
+/* Up to MOE_BYID_MAX_TOKENS tokens the experts run by id on the device's own routing, one
+ * workgroup per (row, (token, slot) entry) (decode, small batches, speculative verification). A
+ * longer chunk (prefill), up to MOE_ROUTED_MAX_TOKENS, has its entries sorted by expert on the
+ * device too (moe_sort.comp) and runs them in tiles of 8 entries of one expert (matmul8_id), so an
+ * expert's weights are read once per 8 of its entries, as the host-grouped path did — without the
+ * submit per MoE layer the host's routing needed. A token's floats are the same either way (the same
+ * routing, the same per-token matmul operations, the same combine order). Longer chunks, or more
+ * tiles than the device's workgroup grid holds: the host-routed path. */
+#define MOE_BYID_MAX_TOKENS 16
+#define MOE_ROUTED_MAX_TOKENS 8192
 
 /* Records moe_route.comp for n tokens: logits from lr, the table at tr (ids at its start, weights
  * after n·K words, the bias at bias_off). */
@@ -1173,12 +1180,15 @@ static int vk_moe_routed(const kiln_backend *be, const kiln_moe_cfg *c, const fl
         c->n_group > 64 || (c->n_group > 1 && E % c->n_group) || c->ep_size > 1 || (uint32_t)nk > kiln_vk_max_groups_y(s->vk) ||
         (uint32_t)n > s->max_gx)
         return -1;
+    /* a prefill chunk: its entries sorted by expert into tiles of 8 (at most nk / 8 + E tiles) */
+    const uint32_t tiles = n > MOE_BYID_MAX_TOKENS ? (uint32_t)((nk + 7) / 8 + E) : 0;
+    if (tiles && tiles > kiln_vk_max_groups_y(s->vk)) return -1;
     if (!s->route_ok) s->route_ok = route_check(s);
     if (s->route_ok < 0) return -1;
     const uint32_t *addr = expert_addresses(s, gate, up, down, E);
     if (!addr) return -1;
-    /* table: [ids nk | weights nk | slots nk | gate, up, down addresses 3 × 4E | bias E] */
-    const size_t words = 3 * (size_t)nk + 12 * (size_t)E + (size_t)E;
+    /* table: [ids nk | weights nk | slots nk | gate, up, down addresses 3 × 4E | bias E | sorted tiles 8·tiles] */
+    const size_t words = 3 * (size_t)nk + 12 * (size_t)E + (size_t)E + 8 * (size_t)tiles;
     uint32_t *tab = calloc(words, sizeof *tab);
     if (!tab) return -1;
     for (int i = 0; i < nk; i++) tab[2 * (size_t)nk + (size_t)i] = (uint32_t)i; /* combine slot of (token, j): its own row of yg */
@@ -1192,11 +1202,16 @@ static int vk_moe_routed(const kiln_backend *be, const kiln_moe_cfg *c, const fl
     free(tab);
     /* the selection (ids, weights) into the table */
     ok = ok && record_route(s, c, bias != NULL, lr, tr, tr.off + 3u * (uint32_t)nk + 12u * (uint32_t)E, n) == 0;
-    const uint32_t a0 = tr.off + 3u * (uint32_t)nk;
-    ok = ok && record_matmul_id(s, &gate[0], tr.b, tr.off, a0, xr, (uint32_t)D, (uint32_t)K, hr, (uint32_t)F, nk) == 0 &&
-         record_matmul_id(s, &up[0], tr.b, tr.off, a0 + 4u * (uint32_t)E, xr, (uint32_t)D, (uint32_t)K, ur, (uint32_t)F, nk) == 0 &&
+    const uint32_t a0 = tr.off + 3u * (uint32_t)nk, ord = a0 + 13u * (uint32_t)E;
+    if (ok && tiles) { /* the entries by expert (moe_sort.comp) */
+        const struct { uint32_t nk, E, ids_off, ord_off, cap; } sp = {(uint32_t)nk, (uint32_t)E, tr.off, ord, 8u * tiles};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_moe_sort, &tr.b, 1, &sp, sizeof sp, 1, 1, 1) != KILN_OK) { fail_once(s, "dispatch"); ok = 0; }
+    }
+    ok = ok && record_matmul_id(s, &gate[0], tr.b, tr.off, a0, xr, (uint32_t)D, (uint32_t)K, hr, (uint32_t)F, nk, ord, tiles) == 0 &&
+         record_matmul_id(s, &up[0], tr.b, tr.off, a0 + 4u * (uint32_t)E, xr, (uint32_t)D, (uint32_t)K, ur, (uint32_t)F, nk, ord, tiles) == 0 &&
          record_swiglu(s, hg, ug, (int64_t)nk * F) == 0 &&
-         record_matmul_id(s, &down[0], tr.b, tr.off, a0 + 8u * (uint32_t)E, hr, (uint32_t)F, 1u, gr, (uint32_t)D, nk) == 0;
+         record_matmul_id(s, &down[0], tr.b, tr.off, a0 + 8u * (uint32_t)E, hr, (uint32_t)F, 1u, gr, (uint32_t)D, nk, ord, tiles) == 0;
     if (ok) {
         const kiln_vk_bind b[4] = {gr.b, yr.b, tr.b, tr.b};
         const struct { uint32_t K, dim, g_off, y_off, s_off, w_off; } pc = {(uint32_t)K, (uint32_t)D, gr.off, yr.off, tr.off + 2u * (uint32_t)nk,

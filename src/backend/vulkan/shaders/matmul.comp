@@ -36,6 +36,11 @@
 // expert e = ids[ids_off + t] at binding 0 (moe_route.comp wrote it there), the expert's data / scales
 // addresses at words tab_off + 4e (lo, hi) and + 2 (lo, hi) of the same binding (each expert one
 // chunk); X row t / x_div (x_div = K: every slot of a token reads the token's row; 1: its own row).
+// BYID with TT8 (matmul8_id_*.spv, prefill chunks): workgroup y is tile y of the expert-sorted
+// entries moe_sort.comp wrote at ord_off — up to 8 (token, slot) pairs t of one expert (0xffffffff
+// past the expert's last; a tile starting with it is past the last tile and does nothing): the
+// expert's weights are dequantized once for its up to 8 rows, each with its own X row t / x_div and
+// Y row t — the floats of each row those of the one-row variant (see TT below).
 layout(local_size_x = 64) in;
 #ifdef BYID
 #extension GL_EXT_buffer_reference : require
@@ -61,6 +66,7 @@ layout(std140, binding = 5) uniform P {
     // (all 0 for a plain matmul, dispatched with z = 1)
     uint x_hstride, y_hstride, h_rows;
     uint x_div, tab_off, ids_off; // BYID only
+    uint ord_off;                 // BYID with TT8 only: the expert-sorted tiles (moe_sort.comp)
 } p;
 
 uint byte_at(uint off) { return (W_AT(off >> 2) >> ((off & 3u) * 8u)) & 0xffu; }
@@ -82,31 +88,58 @@ const float iq4_levels[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.
 #else
 #define TT 1u
 #endif
-// acc[q] += w · x[i + q·x_stride] for the workgroup's tokens q < nt
-#define ACC(w, i) { precise float w_ = (w); for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(w_, x[(i) + q * p.x_stride], acc[q]); }
+// acc[q] += w · x[i + XO(q)] for the workgroup's tokens q < nt (XO(q): token q's X row, q·x_stride
+// from the first; BYID8: each entry's own row)
+#if defined(BYID) && defined(TT8)
+#define BYID8 1
+#define XO(q) xo[q]
+#else
+#define XO(q) ((q) * p.x_stride)
+#endif
+#define ACC(w, i) { precise float w_ = (w); for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(w_, x[(i) + XO(q)], acc[q]); }
 #define ACC2(w1, i1, w2, i2) { precise float u_ = (w1), v_ = (w2); \
-    for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(v_, x[(i2) + q * p.x_stride], fma(u_, x[(i1) + q * p.x_stride], acc[q])); }
+    for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(v_, x[(i2) + XO(q)], fma(u_, x[(i1) + XO(q)], acc[q])); }
 // the same into a block's partial sums d[q]
-#define DACC(w, i) { precise float w_ = (w); for (uint q = 0u; q < TT; q++) if (q < nt) d[q] = fma(w_, x[(i) + q * p.x_stride], d[q]); }
+#define DACC(w, i) { precise float w_ = (w); for (uint q = 0u; q < TT; q++) if (q < nt) d[q] = fma(w_, x[(i) + XO(q)], d[q]); }
 #define DACC2(w1, i1, w2, i2) { precise float u_ = (w1), v_ = (w2); \
-    for (uint q = 0u; q < TT; q++) if (q < nt) d[q] = fma(v_, x[(i2) + q * p.x_stride], fma(u_, x[(i1) + q * p.x_stride], d[q])); }
+    for (uint q = 0u; q < TT; q++) if (q < nt) d[q] = fma(v_, x[(i2) + XO(q)], fma(u_, x[(i1) + XO(q)], d[q])); }
 #define DRESET() for (uint q = 0u; q < TT; q++) d[q] = 0.0
 #define DSCALE(sc) { precise float s_ = (sc); for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(s_, d[q], acc[q]); }
 shared float part[TT][64];
+// the start of token q's Y row (BYID8: its entry's row)
+#ifdef BYID8
+#define YROW(q) (p.y_off + ent[q] * p.y_stride)
+#else
+#define YROW(q) (p.y_off + hz * p.y_hstride + (t + (q)) * p.y_stride)
+#endif
 
 void main() {
     const uint hz = gl_WorkGroupID.z;
     const uint ro = p.r0 + gl_WorkGroupID.x;  // output row (within the chunk, within the head)
     const uint r = ro + hz * p.h_rows;        // weight row within the chunk
-    const uint t = gl_WorkGroupID.y * TT;     // first token (BYID: the (token, slot) row)
-    const uint nt = min(TT, p.n - t);         // tokens of this workgroup
+    const uint t = gl_WorkGroupID.y * TT;     // first token (BYID: the (token, slot) row; BYID8: the tile's first entry)
     const uint tid = gl_LocalInvocationID.x;
-#ifdef BYID
+#ifdef BYID8
+    uint ent[TT], xo[TT];                     // the tile's entries and their X rows
+    if (ids[p.ord_off + t] == 0xffffffffu) return; // past the last tile (the whole workgroup: no barrier reached)
+    uint nt = 0u;
+    for (uint q = 0u; q < TT; q++) {
+        ent[q] = ids[p.ord_off + t + q];
+        if (ent[q] != 0xffffffffu) nt = q + 1u;
+        xo[q] = ent[q] != 0xffffffffu ? p.x_off + (ent[q] / p.x_div) * p.x_stride : 0u;
+    }
+    const uint ex = ids[p.ids_off + ent[0]];
+    wref = WRef(uint64_t(ids[p.tab_off + 4u * ex]) | (uint64_t(ids[p.tab_off + 4u * ex + 1u]) << 32));
+    sref = WRef(uint64_t(ids[p.tab_off + 4u * ex + 2u]) | (uint64_t(ids[p.tab_off + 4u * ex + 3u]) << 32));
+    const uint xb = 0u;
+#elif defined(BYID)
+    const uint nt = min(TT, p.n - t);         // tokens of this workgroup
     const uint ex = ids[p.ids_off + t];
     wref = WRef(uint64_t(ids[p.tab_off + 4u * ex]) | (uint64_t(ids[p.tab_off + 4u * ex + 1u]) << 32));
     sref = WRef(uint64_t(ids[p.tab_off + 4u * ex + 2u]) | (uint64_t(ids[p.tab_off + 4u * ex + 3u]) << 32));
     const uint xb = p.x_off + (t / p.x_div) * p.x_stride;
 #else
+    const uint nt = min(TT, p.n - t);         // tokens of this workgroup
     const uint xb = p.x_off + hz * p.x_hstride + t * p.x_stride;
 #endif
     float acc[TT];
@@ -336,7 +369,7 @@ void main() {
     if (tid < nt) {
         float sum = part[tid][0];
         for (uint i = 1u; i < gl_NumSubgroups; i++) sum += part[tid][i];
-        y[p.y_off + hz * p.y_hstride + (t + tid) * p.y_stride + ro] = sum;
+        y[YROW(tid) + ro] = sum;
     }
 #else
     for (uint q = 0u; q < TT; q++) part[q][tid] = acc[q];
@@ -346,6 +379,6 @@ void main() {
             for (uint q = 0u; q < TT; q++) part[q][tid] += part[q][tid + h];
         barrier();
     }
-    if (tid < nt) y[p.y_off + hz * p.y_hstride + (t + tid) * p.y_stride + ro] = part[tid][0];
+    if (tid < nt) y[YROW(tid) + ro] = part[tid][0];
 #endif
 }
