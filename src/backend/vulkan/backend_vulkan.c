@@ -1084,8 +1084,7 @@ static const uint32_t *expert_addresses(vk_state *s, const kiln_weight *gate, co
     return t->addr;
 }
 
-/* One matmul by expert id: Y row t (t < nk) = W_{ids[t]} · X row t / x_div. */
-/* The experts' matmul over the device's routing: one workgroup per (row, entry) of the nk (token,
+/* The experts' matmul over the device's routing (Y row t = W_{ids[t]} · X row t / x_div): one workgroup per (row, entry) of the nk (token,
  * slot) entries, or — tiles > 0 — per (row, tile of 8 expert-sorted entries at ord_off). */
 static int record_matmul_id(vk_state *s, const kiln_weight *w0, kiln_vk_bind tab, uint32_t tab_ids, uint32_t tab_off, vref xr, uint32_t x_stride,
                             uint32_t x_div, vref yr, uint32_t y_stride, int nk, uint32_t ord_off, uint32_t tiles) {
@@ -1177,7 +1176,8 @@ static int vk_moe_routed(const kiln_backend *be, const kiln_moe_cfg *c, const fl
     const int E = c->n_experts, K = c->n_used, D = c->dim, F = c->ffn, nk = n * K;
     if (s->failed || !kiln_vk_has_bda(s->vk) || !kiln_vk_has_f64(s->vk) || n <= 0 || n > MOE_ROUTED_MAX_TOKENS || E < 1 || E > 512 || K < 1 ||
         K > 64 || K > E ||
-        c->n_group > 64 || (c->n_group > 1 && E % c->n_group) || c->ep_size > 1 || (uint32_t)nk > kiln_vk_max_groups_y(s->vk) ||
+        c->n_group > 64 || (c->n_group > 1 && E % c->n_group) || c->ep_size > 1 ||
+        (n <= MOE_BYID_MAX_TOKENS && (uint32_t)nk > kiln_vk_max_groups_y(s->vk)) ||
         (uint32_t)n > s->max_gx)
         return -1;
     /* a prefill chunk: its entries sorted by expert into tiles of 8 (at most nk / 8 + E tiles) */

@@ -664,10 +664,13 @@ kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_b
     if (gx == 0 || gy == 0 || gz == 0) return KILN_OK;
     VkPipeline pipe = VK_NULL_HANDLE;
     kiln_status st = KILN_ERR_INTERNAL;
-    if (vk->variant[shader] != shader) { /* the subgroup variant; a driver that refuses it keeps the portable shader */
+    if (vk->variant[shader] != shader) { /* the subgroup variant; a driver that refuses one gets the portable shaders from then on */
         st = pipeline(vk, (kiln_vk_shader)vk->variant[shader], &pipe);
         if (st == KILN_OK) shader = (kiln_vk_shader)vk->variant[shader];
-        else vk->variant[shader] = (uint8_t)shader;
+        else { /* all of them: the one-entry and tile matmuls of a token must stay alike (same floats) */
+            for (int i = 0; i < KILN_VK_SH_COUNT; i++) vk->variant[i] = (uint8_t)i;
+            vk->subgroups = 0;
+        }
     }
     if (st != KILN_OK) st = pipeline(vk, shader, &pipe); /* made now, so that a shader the driver refuses fails its op */
     if (st) return st;
