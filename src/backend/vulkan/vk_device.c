@@ -40,7 +40,7 @@
     X(vkDestroyShaderModule) X(vkDeviceWaitIdle) X(vkEndCommandBuffer) X(vkEnumeratePhysicalDevices) X(vkFreeMemory) \
     X(vkGetBufferMemoryRequirements) X(vkGetDeviceQueue) X(vkGetPhysicalDeviceFeatures2) \
     X(vkGetPhysicalDeviceMemoryProperties) X(vkGetPhysicalDeviceProperties) X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceQueueFamilyProperties) \
-    X(vkMapMemory) X(vkQueueSubmit) X(vkResetCommandBuffer) X(vkResetDescriptorPool) X(vkResetFences) X(vkUnmapMemory) \
+    X(vkMapMemory) X(vkQueueSubmit) X(vkResetCommandBuffer) X(vkResetFences) X(vkUnmapMemory) \
     X(vkUpdateDescriptorSets) X(vkWaitForFences)
 #define KILN_VK_DECL(name) static PFN_##name name;
 KILN_VK_FNS(KILN_VK_DECL)
@@ -80,6 +80,12 @@ KILN_VK_SHADERS(KILN_VK_EXTERN)
 
 #define PROF_QUERIES 4096
 _Static_assert(KILN_VK_SH_COUNT <= 256, "shader ids are stored in bytes (q_shader, variant)");
+/* the shaders' names (errors, profiles, and the sg* variants found by name) */
+static const char *const shader_names[KILN_VK_SH_COUNT] = {
+#define KILN_VK_NAME(name) #name,
+    KILN_VK_SHADERS(KILN_VK_NAME)
+#undef KILN_VK_NAME
+};
 /* parameter slots per chunk of the parameter buffer (chunks are added as a flush needs them) */
 #define SLOTS_PER_CHUNK 512
 /* programs kept: decode steps of every batch size a server sees, prefill chunk shapes, MTP steps */
@@ -329,14 +335,9 @@ static kiln_status setup_commands(kiln_vk *vk) {
         vk->subgroups = (sgp.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (sgp.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
                         sgp.subgroupSize >= 1 && sgp.subgroupSize <= 64;
     }
-    static const char *const names[KILN_VK_SH_COUNT] = {
-#define KILN_VK_NAME(name) #name,
-        KILN_VK_SHADERS(KILN_VK_NAME)
-#undef KILN_VK_NAME
-    };
     for (int i = 0; vk->subgroups && i < KILN_VK_SH_COUNT; i++)
         for (int j = 0; j < KILN_VK_SH_COUNT; j++)
-            if (strncmp(names[j], "sg", 2) == 0 && strcmp(names[j] + 2, names[i]) == 0) vk->variant[i] = (uint8_t)j;
+            if (strncmp(shader_names[j], "sg", 2) == 0 && strcmp(shader_names[j] + 2, shader_names[i]) == 0) vk->variant[i] = (uint8_t)j;
     return kiln_vk_buf_create(vk, 256, 1, &vk->dummy);
 }
 
@@ -555,15 +556,10 @@ static void read_stamps(kiln_vk *vk) {
 }
 
 int kiln_vk_profile(const kiln_vk *vk, uint64_t ns[KILN_VK_SH_COUNT], uint64_t n[KILN_VK_SH_COUNT], const char **names) {
-    static const char *const nm[KILN_VK_SH_COUNT] = {
-#define KILN_VK_NM(name) #name,
-        KILN_VK_SHADERS(KILN_VK_NM)
-#undef KILN_VK_NM
-    };
     for (int i = 0; i < KILN_VK_SH_COUNT; i++) {
         ns[i] = vk->prof_ns[i];
         n[i] = vk->prof_n[i];
-        names[i] = nm[i];
+        names[i] = shader_names[i];
     }
     return vk->qpool != VK_NULL_HANDLE;
 }
@@ -603,16 +599,11 @@ static kiln_status pipeline(kiln_vk *vk, kiln_vk_shader s, VkPipeline *out) {
         KILN_VK_SHADERS(KILN_VK_END)
 #undef KILN_VK_END
     };
-    static const char *const names[KILN_VK_SH_COUNT] = {
-#define KILN_VK_NAME(name) #name,
-        KILN_VK_SHADERS(KILN_VK_NAME)
-#undef KILN_VK_NAME
-    };
     const VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                           .codeSize = (size_t)(end[s] - (const uint8_t *)code[s]), .pCode = code[s]};
     VkShaderModule mod;
     if (vkCreateShaderModule(vk->dev, &mci, NULL, &mod) != VK_SUCCESS)
-        return kiln_fail(KILN_ERR_INTERNAL, "%s: shader %s: cannot create the module", vk->name, names[s]);
+        return kiln_fail(KILN_ERR_INTERNAL, "%s: shader %s: cannot create the module", vk->name, shader_names[s]);
     const VkComputePipelineCreateInfo cpci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main"},
@@ -621,7 +612,7 @@ static kiln_status pipeline(kiln_vk *vk, kiln_vk_shader s, VkPipeline *out) {
     vkDestroyShaderModule(vk->dev, mod, NULL);
     if (r != VK_SUCCESS) {
         vk->pipes[s] = VK_NULL_HANDLE;
-        return kiln_fail(KILN_ERR_INTERNAL, "%s: shader %s: cannot create the pipeline: %s", vk->name, names[s], vk_result_name(r));
+        return kiln_fail(KILN_ERR_INTERNAL, "%s: shader %s: cannot create the pipeline: %s", vk->name, shader_names[s], vk_result_name(r));
     }
     *out = vk->pipes[s];
     return KILN_OK;
