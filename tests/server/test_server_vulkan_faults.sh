@@ -9,7 +9,7 @@
 #   - out of device memory when the KV pool is sized: the server starts, says which array did not
 #     fit (device and bytes) and serves the same text;
 #   - no Vulkan loader: --device vulkan fails naming the loader file, --device cpu still works;
-#   - a malformed KILN_VK_FAULT is refused naming the variable.
+#   - a malformed KILN_VK_FAULT, KILN_VK_REUSE or KILN_VK_SUBGROUPS is refused naming the variable.
 # Skipped (77) when the build has no Vulkan.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -66,4 +66,9 @@ grep -q "cannot load the Vulkan loader /nonexistent/libvulkan.so.1" "$T/noloader
 KILN_VULKAN_LOADER=/nonexistent/libvulkan.so.1 "$KILN" run "$M" -n 2 --device cpu > /dev/null 2>&1 || fail "--device cpu without a loader"
 if KILN_VK_FAULT=lost "$KILN" run "$M" -n 2 --device vulkan > /dev/null 2> "$T/spec.err"; then fail "KILN_VK_FAULT=lost accepted"; fi
 grep -q "KILN_VK_FAULT: 'lost'" "$T/spec.err" || fail "bad KILN_VK_FAULT error: $(cat "$T/spec.err")"
+for v in KILN_VK_REUSE KILN_VK_SUBGROUPS; do # on/off switches: 0 or 1 only
+    if env $v=yes "$KILN" run "$M" -n 2 --device vulkan > /dev/null 2> "$T/sw.err"; then fail "$v=yes accepted"; fi
+    grep -q "$v: 'yes' is not 0 or 1" "$T/sw.err" || fail "bad $v error: $(cat "$T/sw.err")"
+    env $v=0 "$KILN" run "$M" -n 2 --device vulkan > /dev/null 2>&1 || fail "$v=0 refused"
+done
 echo "ok"

@@ -293,6 +293,15 @@ static kiln_status setup_device(kiln_vk *vk, int index) {
 
 static void program_free(kiln_vk *vk, vk_program *pg);
 
+/* An on/off environment switch: unset, "1" → 1; "0" → 0; anything else is refused, naming it. */
+static kiln_status env_switch(const char *name, int *on) {
+    const char *v = getenv(name);
+    *on = 1;
+    if (!v || strcmp(v, "1") == 0) return KILN_OK;
+    if (strcmp(v, "0") == 0) { *on = 0; return KILN_OK; }
+    return kiln_fail(KILN_ERR_INVALID_ARG, "%s: '%s' is not 0 or 1", name, v);
+}
+
 static kiln_status setup_commands(kiln_vk *vk) {
     const VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                          .queueFamilyIndex = vk->queue_family};
@@ -323,14 +332,16 @@ static kiln_status setup_commands(kiln_vk *vk) {
     if (vk->props.limits.maxUniformBufferRange < KILN_VK_PUSH_BYTES)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: uniform buffers of %u bytes are too small for a dispatch's %d bytes of parameters", vk->name,
                          vk->props.limits.maxUniformBufferRange, KILN_VK_PUSH_BYTES);
-    const char *r = getenv("KILN_VK_REUSE");
-    vk->reuse = !(r && strcmp(r, "0") == 0);
+    int on;
+    kiln_status est = env_switch("KILN_VK_REUSE", &on);
+    if (est) return est;
+    vk->reuse = on;
     /* subgroup arithmetic in compute shaders (Vulkan 1.1 properties): the sg* reductions */
     for (int i = 0; i < KILN_VK_SH_COUNT; i++) vk->variant[i] = (uint8_t)i;
     VkPhysicalDeviceSubgroupProperties sgp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sgp};
-    const char *sge = getenv("KILN_VK_SUBGROUPS");
-    if (vk->props.apiVersion >= VK_API_VERSION_1_1 && !(sge && strcmp(sge, "0") == 0)) {
+    if ((est = env_switch("KILN_VK_SUBGROUPS", &on)) != KILN_OK) return est;
+    if (vk->props.apiVersion >= VK_API_VERSION_1_1 && on) {
         vkGetPhysicalDeviceProperties2(vk->phys, &p2);
         vk->subgroups = (sgp.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (sgp.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
                         sgp.subgroupSize >= 1 && sgp.subgroupSize <= 64;
