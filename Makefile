@@ -24,11 +24,16 @@ SRCS     := $(shell find src -name '*.c' | sort)
 HAVE_VULKAN := $(shell pkg-config --exists vulkan 2>/dev/null && command -v glslc >/dev/null 2>&1 && echo 1)
 VK_DIR       := src/backend/vulkan
 VK_MATMULS   := f32:0 f16:1 bf16:2 fp8:3 int4:4 q8_0:5 q4_0:6 q4_k:7 q5_k:8 q6_k:9 q2_k:10 q3_k:11 iq4_xs:12 q4_1:13 q5_0:14 q5_1:15 iq4_nl:16
-VK_PLAIN     := rmsnorm add add_bias swiglu rope kv_merge membw moe_combine copy_rows moe_route moe_sort
+VK_PLAIN     := rmsnorm add add_bias swiglu rope kv_merge membw moe_combine copy_rows moe_route moe_sort layernorm fp8_round kv_topk
+# DeepSeek sparse attention's KV-page shaders: Vulkan 1.2 SPIR-V (buffer device addresses)
+VK_PLAIN12   := kv_store_dsa kv_index kv_attend_sparse
+# what the shaders #include
+VK_INC       := $(wildcard $(VK_DIR)/shaders/*.glsl)
 # attention over KV pages and the KV store, once per stored dtype (-DDT=N); Vulkan 1.2 SPIR-V
 # (buffer device addresses)
 VK_ATTENDS   := f32:0 bf16:1 fp8:2
 VK_SPVS      := $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_$(word 1,$(subst :, ,$(m))).spv) $(VK_PLAIN:%=$(BUILD)/shaders/%.spv) \
+                $(VK_PLAIN12:%=$(BUILD)/shaders/%.spv) \
                 $(foreach m,$(VK_ATTENDS),$(BUILD)/shaders/kv_attend_$(word 1,$(subst :, ,$(m))).spv) \
                 $(foreach m,$(VK_ATTENDS),$(BUILD)/shaders/kv_store_$(word 1,$(subst :, ,$(m))).spv) \
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_id_$(word 1,$(subst :, ,$(m))).spv) \
@@ -83,43 +88,46 @@ $(BUILD)/%.o: %.c
 
 # subgroup variants (-DSG: reductions by subgroup arithmetic), chosen at run time where the device
 # has it (vk_device.c); the portable tree-sum shaders stay for the rest
-$(BUILD)/shaders/sgmatmul8_id_%.spv: $(VK_DIR)/shaders/matmul.comp
+$(BUILD)/shaders/sgmatmul8_id_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.2 -DSG -DBYID -DTT8 -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
-$(BUILD)/shaders/sgmatmul_id_%.spv: $(VK_DIR)/shaders/matmul.comp
+$(BUILD)/shaders/sgmatmul_id_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.2 -DSG -DBYID -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
-$(BUILD)/shaders/sgmatmul8_%.spv: $(VK_DIR)/shaders/matmul.comp
+$(BUILD)/shaders/sgmatmul8_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.1 -DSG -DTT8 -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
-$(BUILD)/shaders/sgmatmul_%.spv: $(VK_DIR)/shaders/matmul.comp
+$(BUILD)/shaders/sgmatmul_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.1 -DSG -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
-$(BUILD)/shaders/sgrmsnorm.spv: $(VK_DIR)/shaders/rmsnorm.comp
+$(BUILD)/shaders/sgrmsnorm.spv: $(VK_DIR)/shaders/rmsnorm.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.1 -DSG $< -o $@
 # the MoE experts' matmul over the device's routing (-DBYID: weights through device addresses),
 # and over expert-sorted tiles of 8 entries (-DBYID -DTT8: prefill chunks)
-$(BUILD)/shaders/matmul8_id_%.spv: $(VK_DIR)/shaders/matmul.comp
+$(BUILD)/shaders/matmul8_id_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.2 -DBYID -DTT8 -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
-$(BUILD)/shaders/matmul_id_%.spv: $(VK_DIR)/shaders/matmul.comp
+$(BUILD)/shaders/matmul_id_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.2 -DBYID -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
 # ... and with 8 tokens per workgroup (-DTT8) for n >= 4
-$(BUILD)/shaders/matmul8_%.spv: $(VK_DIR)/shaders/matmul.comp
+$(BUILD)/shaders/matmul8_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.1 -DTT8 -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
-$(BUILD)/shaders/matmul_%.spv: $(VK_DIR)/shaders/matmul.comp
+$(BUILD)/shaders/matmul_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.1 -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
-$(BUILD)/shaders/kv_attend_%.spv: $(VK_DIR)/shaders/kv_attend.comp
+$(BUILD)/shaders/kv_attend_%.spv: $(VK_DIR)/shaders/kv_attend.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.2 -DDT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_ATTENDS)))) $< -o $@
-$(BUILD)/shaders/kv_store_%.spv: $(VK_DIR)/shaders/kv_store.comp
+$(BUILD)/shaders/kv_store_%.spv: $(VK_DIR)/shaders/kv_store.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.2 -DDT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_ATTENDS)))) $< -o $@
-$(BUILD)/shaders/%.spv: $(VK_DIR)/shaders/%.comp
+$(VK_PLAIN12:%=$(BUILD)/shaders/%.spv): $(BUILD)/shaders/%.spv: $(VK_DIR)/shaders/%.comp $(VK_INC)
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.2 $< -o $@
+$(BUILD)/shaders/%.spv: $(VK_DIR)/shaders/%.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.1 $< -o $@
 # kiln_spv_NAME .. kiln_spv_NAME_end for each shader (vk_device.h: KILN_VK_SHADERS)

@@ -197,10 +197,10 @@ static void kv_arrays_free(void *ctx, void *p) {
 
 void kiln_be_kv_arrays(const kiln_backend *be, kiln_kv_config *c) {
     if (!be || !be->ops->kv_alloc || !be->ops->kv_free) return;
-    /* pools the host attends over whatever the backend — DSA's compact rows (the sparse ops) and
-     * pre-RoPE K smoothing (kv.h) — keep host memory: on a GPU their arrays would be device memory
-     * that the host reads across the bus */
-    if (c->dsa_latent > 0 || c->k_prerope) return;
+    /* pools the host attends over whatever the backend — pre-RoPE K smoothing (kv.h) — keep host
+     * memory: on a GPU their arrays would be device memory that the host reads across the bus.
+     * DSA's compact rows are the backend's (the vulkan sparse ops read them where they lie). */
+    if (c->k_prerope) return;
     c->arrays_alloc = kv_arrays_alloc;
     c->arrays_free = kv_arrays_free;
     c->arrays_ctx = (void *)(uintptr_t)be;

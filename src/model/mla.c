@@ -27,8 +27,9 @@ kiln_status kiln_mla_ws_init(kiln_mla_ws *ws, const kiln_backend *be, const kiln
         ws->qi = kiln_be_alloc(be, T * (size_t)c->idx_heads * (size_t)c->idx_dim * sizeof(float));
         ws->iw = kiln_be_alloc(be, T * (size_t)c->idx_heads * sizeof(float));
         ws->ki = kiln_be_alloc(be, T * (size_t)c->idx_dim * sizeof(float));
-        ws->sel = calloc(T * (size_t)c->idx_topk, sizeof *ws->sel);
-        ws->nsel = calloc(T, sizeof *ws->nsel);
+        /* the selection in the backend's memory: a device writes it and reads it in one step */
+        ws->sel = kiln_be_alloc(be, T * (size_t)c->idx_topk * sizeof *ws->sel);
+        ws->nsel = kiln_be_alloc(be, T * sizeof *ws->nsel);
         dsa_ok = ws->qi && ws->iw && ws->ki && ws->sel && ws->nsel;
     }
     if (!dsa_ok || !ws->qa || !ws->q || !ws->kva || !ws->lat || !ws->qabs || !ws->olat || !ws->ov || !ws->gin || !ws->gout) {
@@ -42,8 +43,8 @@ void kiln_mla_ws_free(kiln_mla_ws *ws, const kiln_backend *be) {
     float *bufs[] = {ws->qa, ws->q, ws->kva, ws->lat, ws->qabs, ws->olat, ws->ov, ws->gin, ws->gout, ws->qi, ws->iw, ws->ki};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) kiln_be_free(be, bufs[i]);
-    free(ws->sel);
-    free(ws->nsel);
+    kiln_be_free(be, ws->sel);
+    kiln_be_free(be, ws->nsel);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -132,7 +133,9 @@ kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, cons
         be->ops->fp8_round(be, ws->qi, n * Hi, d, 1);
         be->ops->fp8_round(be, ws->ki, n, d, 1);
         be->ops->copy_rows(be, ws->lat + krow, row, ws->ki, d, n, d);
-    } else if (c->dsa) { /* a "shared" layer caches no indexer key: zeros, not the scratch's last contents */
+    } else if (c->dsa && kiln_kv_dsa_has_key(&pool->cfg, layer)) {
+        /* a "shared" layer caches no indexer key: zeros, not the scratch's last contents (a pool
+         * that gives such layers no key field drops them anyway: no wait for the device here) */
         kiln_be_wait(be);
         for (int i = 0; i < n; i++) memset(ws->lat + (size_t)i * row + krow, 0, (size_t)c->idx_dim * sizeof(float));
     }

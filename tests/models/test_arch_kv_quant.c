@@ -58,7 +58,7 @@ static int write_file(const char *dir, const char *name, const void *p, size_t n
 /* Writes DIR = root/NAME with the checkpoint (arch, preset; routed experts stored as `experts`:
  * NULL = as mkmodel wrote them, "int4" = INT4 group 32, "fp8" = FP8 128-blocks) and the run's dump
  * files; 0 on success. */
-static int run_case(const char *root, const char *name, const char *arch, const char *preset, const char *kv, const char *experts) {
+static int run_case(const char *root, const char *name, const char *arch, const char *preset, const char *kv, const char *experts, int vulkan) {
     char dir[4400], scales[4500], spec[64];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
     snprintf(scales, sizeof scales, "%s/test_kv_scales.json", dir);
@@ -66,6 +66,7 @@ static int run_case(const char *root, const char *name, const char *arch, const 
     kiln_options o;
     kiln_options_default(&o);
     o.quiet = 1;
+    if (vulkan) o.backend = KILN_BACKEND_VULKAN;
     if (experts) { /* write the F32 checkpoint aside, then its quantized-experts copy as the case's checkpoint */
         char src[4500];
         snprintf(src, sizeof src, "%s-src", dir);
@@ -141,9 +142,9 @@ static int run_case(const char *root, const char *name, const char *arch, const 
     char meta[1024];
     int ml = snprintf(meta, sizeof meta,
                       "{\"arch\": \"%s\", \"kv\": \"%s\", \"tokens\": %d, \"generated\": %d, \"vocab\": %d, \"n_layers\": %d, "
-                      "\"n_kv_heads\": %d, \"k_dim\": %d, \"v_dim\": %d, \"v_shares_k\": %d, \"scales\": \"%s\"}\n",
+                      "\"n_kv_heads\": %d, \"k_dim\": %d, \"v_dim\": %d, \"v_shares_k\": %d, \"scales\": \"%s\", \"device\": \"%s\"}\n",
                       arch, meta_kv, T, N_GEN, V, c->n_layers, c->n_kv_heads, c->k_dim, c->v_dim, c->v_shares_k,
-                      !strcmp(meta_kv, "fp8") ? "test_kv_scales.json" : "");
+                      !strcmp(meta_kv, "fp8") ? "test_kv_scales.json" : "", vulkan ? "vulkan" : "cpu");
     if (write_file(dir, "kv_meta.json", meta, (size_t)ml) || write_file(dir, "kv_tokens.i32", tok, sizeof tok) ||
         write_file(dir, "kv_logits.f32", logits, (size_t)T * V * sizeof(float)) || write_file(dir, "kv_dump.f32", dump, n * sizeof(float))) {
         fprintf(stderr, "FAIL: cannot write the dump files in %s\n", dir);
@@ -176,6 +177,10 @@ int main(void) {
     char root[4200];
     snprintf(root, sizeof root, "%.3000s/kiln_kvq_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(root)) return 1;
+    /* KILN_DEVICES naming vulkan (scripts/run_tests.sh, where the build has a device): the sparse-
+     * attention cases also run on the vulkan backend, whose shaders store the compact rows, scan,
+     * select and attend (the same checker, the same tolerances) */
+    const int vk = getenv("KILN_DEVICES") && strstr(getenv("KILN_DEVICES"), "vulkan");
     static const struct { const char *arch, *preset, *kv, *experts; } cases[] = {
         {"chatglm", "tiny", "fp8", NULL},         {"chatglm", "tiny", "bf16", NULL},        {"glm4", "tiny", "fp8", NULL},
         {"glm4", "tiny", "bf16", NULL},           {"glm4_moe", "tiny", "fp8", NULL},        {"glm4_moe", "tiny", "bf16", NULL},
@@ -189,11 +194,15 @@ int main(void) {
     int failures = 0;
     char cmd[16384];
     int len = snprintf(cmd, sizeof cmd, "'%s' '%s'", py, checker);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char name[128];
-        snprintf(name, sizeof name, "%s-%s-%s%s%s", cases[i].arch, cases[i].preset, cases[i].kv, cases[i].experts ? "-experts-" : "",
-                 cases[i].experts ? cases[i].experts : "");
-        if (run_case(root, name, cases[i].arch, cases[i].preset, cases[i].kv, cases[i].experts) != 0) { failures++; continue; }
+    const size_t n_cases = sizeof cases / sizeof cases[0];
+    for (size_t k = 0; k < n_cases * (vk ? 2 : 1); k++) {
+        const size_t i = k % n_cases;
+        const int on_vk = k >= n_cases;
+        if (on_vk && strcmp(cases[i].arch, "deepseek_v32") != 0 && strcmp(cases[i].arch, "glm_moe_dsa") != 0) continue;
+        char name[160];
+        snprintf(name, sizeof name, "%s-%s-%s%s%s%s", cases[i].arch, cases[i].preset, cases[i].kv, cases[i].experts ? "-experts-" : "",
+                 cases[i].experts ? cases[i].experts : "", on_vk ? "-vulkan" : "");
+        if (run_case(root, name, cases[i].arch, cases[i].preset, cases[i].kv, cases[i].experts, on_vk) != 0) { failures++; continue; }
         len += snprintf(cmd + len, sizeof cmd - (size_t)len, " '%s/%s'", root, name);
     }
     /* one interpreter checks every dump (torch starts once) */

@@ -111,6 +111,37 @@ submits=$(sed -n 's/.* dispatches in \([0-9]*\) submits.*/\1/p' "$T/dsv3.err")
 grep -q "MoE layers route on the host" "$T/dsv3.err" && { echo "tiny-dsv3: the device's routing check failed:"; cat "$T/dsv3.err"; exit 1; }
 [ -n "$submits" ] && [ "$submits" -le 41 ] || { echo "tiny-dsv3: expected one submit per token (40 tokens), got:"; tail -1 "$T/dsv3.err"; exit 1; }
 
+# DeepSeek sparse attention (deepseek_v32; glm_moe_dsa with GLM-5.2's shared-indexer layers): the
+# indexer's LayerNorm and FP8 rounding, the compact rows' store, the indexer's scan and top-k and the
+# sparse attention all on the device — the cpu backend's greedy text, one submit per decode token,
+# nothing on the host; with F32 and FP8 (rope in bf16) rows and KV integrity (pages hashed where the
+# scan reads them); the fault campaign on the device: every fault caught, the healed text the
+# fault-free one. (Logits are not compared here: the model rounds through FP8 and BF16, so 1e-7
+# differences in the matmuls move a value across a rounding midpoint now and then — see
+# tests/models/test_arch_kv_quant.c.)
+for am in "deepseek_v32 tiny" "glm_moe_dsa tiny-shared"; do
+    set -- $am
+    "$KILN" mkmodel --arch "$1" --preset "$2" --dtype f32 --seed 1 "$T/dsa" > /dev/null 2>&1
+    for kv in f32 fp8; do
+        KILN_VK_STATS=1 "$KILN" run "$T/dsa" --kv-dtype $kv --kv-integrity heal --tokens 1,5,9,13,17,21,25,29 -n 40 --temp 0 "${V[@]}" \
+            > "$T/dsa.vk" 2> "$T/dsa.err"
+        no_fallback "$T/dsa.err"
+        "$KILN" run "$T/dsa" --kv-dtype $kv --kv-integrity heal --tokens 1,5,9,13,17,21,25,29 -n 40 --temp 0 --device cpu > "$T/dsa.cpu" 2>/dev/null
+        cmp "$T/dsa.vk" "$T/dsa.cpu" || { echo "$1/$2 $kv KV: vulkan and cpu greedy texts differ"; exit 1; }
+        submits=$(sed -n 's/.* dispatches in \([0-9]*\) submits.*/\1/p' "$T/dsa.err")
+        # 40 tokens: the prompt, 39 decode steps, the routing check, the indexer's scratch grown once
+        [ -n "$submits" ] && [ "$submits" -le 42 ] || { echo "$1/$2: expected one submit per token (40 tokens), got:"; tail -1 "$T/dsa.err"; exit 1; }
+        grep -q "heal, [1-9][0-9]* page checks .* 0 detections" "$T/dsa.err" || { echo "$1/$2: no clean checks:"; tail -3 "$T/dsa.err"; exit 1; }
+    done
+    "$KILN" run "$T/dsa" --kv-dtype fp8 --tokens 1,5,9,13 -n 40 --temp 0 "${V[@]}" > "$T/dsa.clean" 2>/dev/null
+    "$KILN" run "$T/dsa" --kv-dtype fp8 --tokens 1,5,9,13 -n 40 --temp 0 --inject-kv-faults "all=3,every=3" "${V[@]}" > "$T/dsa.f" 2> "$T/dsa.ferr"
+    no_fallback "$T/dsa.ferr"
+    cmp "$T/dsa.clean" "$T/dsa.f" || { echo "$1/$2: healed output differs from the fault-free one"; exit 1; }
+    grep -Eq "injected ([1-9][0-9]*), detected \1, before use \1, false alarms 0" "$T/dsa.ferr" ||
+        { echo "$1/$2: not every injected fault detected before use:"; tail -2 "$T/dsa.ferr"; exit 1; }
+    rm -rf "$T/dsa"
+done
+
 # A step of more dispatches than one chunk of parameter slots holds (48 layers: ~770; chunks of
 # 512) is still one submit, with the cpu backend's tokens, and replayed
 "$KILN" mkmodel --arch llama --preset tiny --layers 48 "$T/deep" > /dev/null 2>&1

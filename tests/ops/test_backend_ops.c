@@ -1334,7 +1334,13 @@ static void test_dsa_norm_fp8(void **state) {
     for (int p = 0; p <= n_bes; p++) {
         const kiln_backend *be = p == 0 ? ref_be : bes[p - 1];
         float *out = output(be, (size_t)rows * w);
+        uint64_t d0 = 0, d1 = 0, host = 0;
+        if (be->kind == KILN_BACKEND_VULKAN) kiln_backend_vulkan_counts(be, &d0, &host);
         be->ops->layernorm(be, out, x, g, b, rows, w, 1e-6f);
+        if (be->kind == KILN_BACKEND_VULKAN) { /* on the device */
+            kiln_backend_vulkan_counts(be, &d1, &host);
+            assert_int_equal(d1 - d0, 1);
+        }
         for (int i = 0; i < rows * w; i++) assert_true(fabs(out[i] - want[i]) <= 1e-5 * (1.0 + fabs(want[i])));
         kiln_be_free(be, out);
     }
@@ -1366,7 +1372,13 @@ static void test_dsa_norm_fp8(void **state) {
             const kiln_backend *be = p == 0 ? ref_be : bes[p - 1];
             float *y = output(be, (size_t)fr * fw);
             memcpy(y, src, (size_t)fr * fw * sizeof *y);
+            uint64_t d0 = 0, d1 = 0, host = 0;
+            if (be->kind == KILN_BACKEND_VULKAN) kiln_backend_vulkan_counts(be, &d0, &host);
             be->ops->fp8_round(be, y, fr, fw, had);
+            if (be->kind == KILN_BACKEND_VULKAN) { /* on the device */
+                kiln_backend_vulkan_counts(be, &d1, &host);
+                assert_int_equal(d1 - d0, 1);
+            }
             int off_by_step = 0;
             for (int i = 0; i < fr * fw; i++) {
                 if ((double)y[i] == v[i]) continue;
@@ -1399,7 +1411,7 @@ static void act_quant_here(float *x, int n) {
  * 5-token prefill chunk), against a brute-force selection and a softmax computed here in double.
  * The rows are act_quant'ed here first (as the model does before storing), so the pool must hand
  * them back bit for bit. */
-static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk) {
+static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk, int integ) {
     const int lat = 128, rope = 16, kq = lat + rope, vd = lat, d = 128, Hi = 4, H = 3, n = 6;
     kiln_kv_config cfg = {.n_layers = 1, .n_kv_heads = 1, .head_dim = kq + d, .k_dim = kq + d, .v_dim = vd, .v_shares_k = 1,
                           .page_tokens = pt, .dtype = dt, .dsa_latent = lat, .dsa_rope = rope, .dsa_key = d};
@@ -1412,6 +1424,7 @@ static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk) {
         if (t % 7 == 3) for (int i = 0; i < lat; i++) r[i] *= 1e-6f; /* a latent under the 1e-4 clamp */
         act_quant_here(r, lat);
         act_quant_here(r + kq, d);
+        if (t % 3 == 1) memcpy(r + kq, r - row + kq, (size_t)d * sizeof *r); /* the previous position's key: equal scores, the lower position wins */
         if (dt == KILN_KV_BF16) /* a rope part bf16 holds exactly */
             for (int i = lat; i < kq; i++) { /* the low 16 bits cleared */
                 uint32_t u;
@@ -1471,14 +1484,35 @@ static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk) {
     for (int p = 0; p <= n_bes; p++) {
         const kiln_backend *be = p == 0 ? ref_be : bes[p - 1];
         kiln_kv_pool *pool;
-        assert_int_equal(kiln_kv_pool_create(&cfg, &pool), KILN_OK);
+        kiln_kv_config bc = cfg;
+        kiln_be_kv_arrays(be, &bc); /* where that backend's sparse ops read the rows */
+        assert_int_equal(kiln_kv_pool_create(&bc, &pool), KILN_OK);
         kiln_kv_seq sa = {0}, sb = {0};
+        if (integ) {
+            int32_t *tok = malloc((size_t)ctx * sizeof *tok);
+            for (int t = 0; t < ctx; t++) tok[t] = 11 + 3 * t;
+            assert_int_equal(kiln_kv_integ_attach(pool, KILN_KV_INTEGRITY_HEAL, 7, NULL, 1), KILN_OK);
+            assert_int_equal(kiln_kv_integ_note(pool, &sa, 0, tok, ctx, 1), KILN_OK);
+            tok[0] = 5; /* another prefix */
+            assert_int_equal(kiln_kv_integ_note(pool, &sb, 0, tok, ctx, 1), KILN_OK);
+            free(tok);
+        }
         assert_int_equal(kiln_kv_seq_reserve(pool, &sa, ctx), KILN_OK);
         assert_int_equal(kiln_kv_seq_reserve(pool, &sb, ctx), KILN_OK);
+        /* a backend that runs an op natively must have dispatched it (vulkan: store 1, indexer scan
+         * and top-k 2, sparse attention 1, and with verification and KV integrity a hashing scan) */
+        const int vk = be->kind == KILN_BACKEND_VULKAN;
+        uint64_t d0 = 0, d1 = 0, host = 0;
+        if (vk) kiln_backend_vulkan_counts(be, &d0, &host);
         for (int t = 0; t < ctx; t++) {
             kiln_kv_seq *s1 = &sa, *s2 = &sb;
             be->ops->kv_store(be, pool, &s1, &t, 1, 0, rows + (size_t)t * row, 0, NULL, 0);
             be->ops->kv_store(be, pool, &s2, &t, 1, 0, rows + (size_t)(ctx + t) * row, 0, NULL, 0);
+        }
+        sa.len = sb.len = ctx;
+        if (vk) {
+            kiln_backend_vulkan_counts(be, &d1, &host);
+            assert_int_equal(d1 - d0, 2 * (uint64_t)ctx);
         }
         float *back = malloc((size_t)row * sizeof *back); /* the compact rows give back the values stored */
         for (int t = 0; t < ctx; t++) {
@@ -1489,19 +1523,52 @@ static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk) {
         }
         free(back);
         kiln_kv_seq *seqs[6] = {&sa, &sb, &sb, &sb, &sb, &sb};
-        int32_t *sel = malloc((size_t)n * topk * sizeof *sel);
-        int nsel[6];
+        /* the selection in the backend's memory, as model/mla.c keeps it */
+        int32_t *sel = kiln_be_alloc(be, (size_t)n * topk * sizeof *sel);
+        int *nsel = kiln_be_alloc(be, (size_t)n * sizeof *nsel);
         float *out = output(be, (size_t)n * H * vd);
+        if (vk) kiln_backend_vulkan_counts(be, &d0, &host);
         be->ops->kv_index_topk(be, pool, 0, n, seqs, pos, qi, Hi, d, kq, w, 0.5f, topk, sel, nsel);
+        if (vk) {
+            kiln_backend_vulkan_counts(be, &d1, &host);
+            assert_int_equal(d1 - d0, 2);
+        }
         for (int i = 0; i < n; i++) {
             assert_int_equal(nsel[i], want_n[i]);
             assert_memory_equal(sel + (size_t)i * topk, want_sel + (size_t)i * topk, (size_t)want_n[i] * sizeof *sel);
         }
         for (int verify = 0; verify <= 1; verify++) {
+            if (vk) kiln_backend_vulkan_counts(be, &d0, &host);
             be->ops->kv_attend_sparse(be, pool, 0, n, seqs, pos, sel, nsel, topk, q, H, kq, 0.125f, verify, out);
+            if (vk) {
+                kiln_backend_vulkan_counts(be, &d1, &host);
+                assert_int_equal(d1 - d0, verify && integ ? 2 : 1);
+            }
             for (int i = 0; i < n * H * vd; i++) assert_true(fabs(out[i] - want_out[i]) <= 1e-5 * (1.0 + fabs(want_out[i])));
         }
-        free(sel);
+        if (integ) { /* nothing detected so far; one flipped bit of B's slot 1 is caught by the indexer's pass and by a verifying attention */
+            kiln_kv_integrity_stats st;
+            kiln_kv_integ_stats(pool, &st);
+            assert_int_equal(st.detections, 0);
+            assert_true(st.checks > 0);
+            const size_t rb = kiln_kv_row_k_at(pool, 0);
+            for (int pass = 0; pass < 2; pass++) {
+                pool->k[0][(size_t)sb.pages[1] * kiln_kv_page_k_at(pool, 0) + (pt > 2 ? 2 : 0) * rb + rb - 3] ^= 0x20;
+                if (pass == 0) be->ops->kv_index_topk(be, pool, 0, n, seqs, pos, qi, Hi, d, kq, w, 0.5f, topk, sel, nsel);
+                else be->ops->kv_attend_sparse(be, pool, 0, n, seqs, pos, sel, nsel, topk, q, H, kq, 0.125f, 1, out);
+                kiln_kv_integ_stats(pool, &st);
+                if (kiln_kv_integ_bad_slot(&sb) != 1 || st.detected[KILN_KV_DETECT_CONTENT] != (uint64_t)pass + 1 || kiln_kv_integ_bad_slot(&sa) != -1) {
+                    fprintf(stderr, "dsa integrity on %s (%s): pass %d: bad slots %d / %d, %llu content detections\n", be_desc(be),
+                            pass ? "sparse attention" : "indexer", pass, kiln_kv_integ_bad_slot(&sa), kiln_kv_integ_bad_slot(&sb),
+                            (unsigned long long)st.detected[KILN_KV_DETECT_CONTENT]);
+                    fail();
+                }
+                pool->k[0][(size_t)sb.pages[1] * kiln_kv_page_k_at(pool, 0) + (pt > 2 ? 2 : 0) * rb + rb - 3] ^= 0x20; /* restored */
+                kiln_kv_integ_clear_bad(&sb);
+            }
+        }
+        kiln_be_free(be, sel);
+        kiln_be_free(be, nsel);
         kiln_be_free(be, out);
         kiln_kv_seq_release(pool, &sa);
         kiln_kv_seq_release(pool, &sb);
@@ -1582,9 +1649,14 @@ static void test_dsa_index_kernels(void **state) {
 
 static void test_dsa_select_attend(void **state) {
     (void)state;
-    dsa_case(KILN_KV_F32, 16, 70, 16);  /* a strict subset, partial last page */
-    dsa_case(KILN_KV_BF16, 7, 40, 8);
-    dsa_case(KILN_KV_F32, 16, 12, 16);  /* context below topk: every position of the shorter prefixes */
+    dsa_case(KILN_KV_F32, 16, 70, 16, 0);  /* a strict subset, partial last page */
+    dsa_case(KILN_KV_BF16, 7, 40, 8, 0);
+    dsa_case(KILN_KV_F32, 16, 12, 16, 0);  /* context below topk: every position of the shorter prefixes */
+    /* KV integrity on: pages hashed where the device reads them; contexts past one top-k workgroup's
+     * 256 positions, pages that do not divide 64 (several pages per scan workgroup) */
+    dsa_case(KILN_KV_BF16, 16, 300, 64, 1);
+    dsa_case(KILN_KV_F32, 48, 200, 32, 1);
+    dsa_case(KILN_KV_BF16, 5, 41, 8, 1);
 }
 
 /* ---- supports ----------------------------------------------------------------------------------- */

@@ -83,6 +83,8 @@ def main(d):
     T, V, L, H = meta["tokens"], meta["vocab"], meta["n_layers"], meta["n_kv_heads"]
     kd, vd, shared = meta["k_dim"], meta["v_dim"], meta["v_shares_k"]
     kind, arch = meta["kv"], meta["arch"]
+    if meta.get("device", "cpu") != "cpu":
+        arch = "%s on %s" % (arch, meta["device"])
     toks = np.fromfile(os.path.join(d, "kv_tokens.i32"), dtype=np.int32).tolist()
     kl = np.fromfile(os.path.join(d, "kv_logits.f32"), dtype=np.float32).reshape(T, V)
     row = kd + (0 if shared else vd)

@@ -133,6 +133,7 @@ typedef struct {
     vk_copyback *cb;
     int n_cb, cap_cb;
     kiln_vk_buf att_part;    /* attention's per-split partial results (device-local, grown as needed) */
+    kiln_vk_buf idx_scores;  /* the indexer's scores [tokens][context] (device-local, grown as needed) */
     att_check *checks;       /* hashed attentions recorded since the last flush */
     int n_checks, cap_checks;
     st_seal *seals;          /* device stores with KV integrity recorded since the last flush */
@@ -1247,22 +1248,292 @@ static void vk_moe_combine(const kiln_backend *be, int n, int K, int dim, const 
     } else host_first(s);
     kiln_backend_cpu_ops.moe_combine(be, n, K, dim, slot, wt, yg, Y);
 }
+/* ---- DeepSeek sparse attention (DSA): the indexer's norm and FP8 rounding, its scan and top-k, the
+ * attention over the selected rows ----------------------------------------------------------------- */
 static void vk_layernorm(const kiln_backend *be, float *out, const float *x, const float *w, const float *b, int rows, int width, float eps) {
-    host_first(ST(be));
+    vk_state *s = ST(be);
+    if (rows <= 0 || width <= 0) return;
+    const size_t bytes = (size_t)rows * (size_t)width * sizeof(float);
+    vref orr, xr, wr, br;
+    int ok = !s->failed && resolve(s, out, bytes, 1, &orr) == 0;
+    if (ok) {
+        if (out == x) xr = orr;
+        else ok = resolve(s, x, bytes, 0, &xr) == 0;
+    }
+    ok = ok && resolve(s, w, (size_t)width * sizeof(float), 0, &wr) == 0;
+    if (ok) {
+        if (b) ok = resolve(s, b, (size_t)width * sizeof(float), 0, &br) == 0;
+        else br = wr; /* bound but not read */
+    }
+    for (int r = 0; ok && r < rows; r += (int)s->max_gx) {
+        const int rr = rows - r < (int)s->max_gx ? rows - r : (int)s->max_gx;
+        const struct { uint32_t width, o_off, x_off, w_off, b_off, has_b; float eps; } pc = {
+            (uint32_t)width, orr.off + (uint32_t)r * (uint32_t)width, xr.off + (uint32_t)r * (uint32_t)width, wr.off, br.off, b != NULL, eps};
+        const kiln_vk_bind bd[4] = {orr.b, xr.b, wr.b, br.b};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_layernorm, bd, 4, &pc, sizeof pc, (uint32_t)rr, 1, 1) != KILN_OK) { fail_once(s, "dispatch"); ok = 0; }
+    }
+    if (ok && done(s) == 0) return;
+    if (!s->failed) abandon(s);
+    else host_first(s);
     kiln_be_common_layernorm(be, out, x, w, b, rows, width, eps);
 }
+
+/* fp8_round.comp: widths of whole 128-value blocks; the rotation over at most 2,048 values (its
+ * row in shared memory). */
 static void vk_fp8_round(const kiln_backend *be, float *x, int rows, int width, int hadamard) {
-    host_first(ST(be));
+    vk_state *s = ST(be);
+    if (rows <= 0 || width <= 0) return;
+    vref xr;
+    int ok = !s->failed && width % 128 == 0 && (!hadamard || (width <= 2048 && (width & (width - 1)) == 0)) &&
+             resolve(s, x, (size_t)rows * (size_t)width * sizeof(float), 1, &xr) == 0;
+    for (int r = 0; ok && r < rows; r += (int)s->max_gx) {
+        const int rr = rows - r < (int)s->max_gx ? rows - r : (int)s->max_gx;
+        const struct { uint32_t width, x_off, hadamard; float norm; } pc = {(uint32_t)width, xr.off + (uint32_t)r * (uint32_t)width, hadamard != 0,
+                                                                             hadamard ? 1.0f / sqrtf((float)width) : 1.0f};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_fp8_round, &xr.b, 1, &pc, sizeof pc, (uint32_t)rr, 1, 1) != KILN_OK) { fail_once(s, "dispatch"); ok = 0; }
+    }
+    if (ok && done(s) == 0) return;
+    if (!s->failed && width % 128 == 0) abandon(s);
+    else host_first(s);
     kiln_be_common_fp8_round(be, x, rows, width, hadamard);
 }
+
+/* Whether pointer p's [p, p + bytes) lies in a buffer kiln_be_alloc handed out (bound in place:
+ * the indexer's selection is written by one dispatch and read by the next, within one step). */
+static int ours(vk_state *s, const void *ptr, size_t bytes) {
+    const uint8_t *p = ptr;
+    int found = 0;
+    pthread_mutex_lock(&s->allocs_mu);
+    for (int i = 0; i < s->n_allocs && !found; i++) found = p >= s->allocs[i].p && p + bytes <= s->allocs[i].p + s->allocs[i].size;
+    pthread_mutex_unlock(&s->allocs_mu);
+    return found;
+}
+
+/* Whether the sparse ops of this layer run on the device: a DSA pool whose arrays the shaders
+ * address, the indexer's selection arrays our buffers, and with KV integrity rows of whole words
+ * (hashed where they are read). */
+static int dsa_on_device(vk_state *s, const kiln_kv_pool *p, int layer, int n, const int32_t *sel, const int *nsel, int topk) {
+    if (s->failed || !kiln_vk_has_bda(s->vk) || !p->dsa_key_at || n <= 0 || topk <= 0) return 0;
+    if ((uint32_t)n > kiln_vk_max_groups_y(s->vk) || (uint32_t)n > s->max_gx) return 0;
+    if (!ours(s, sel, (size_t)n * (size_t)topk * sizeof *sel) || !ours(s, nsel, (size_t)n * sizeof *nsel)) return 0;
+    if (p->integ && !kiln_kv_integ_fusable(p)) return 0;
+    return kiln_vk_has_bda(s->vk) && arrays_on_device(s, p, layer);
+}
+
+/* The table of kv_index.comp / kv_topk.comp / kv_attend_sparse.comp: [3n token words (block-table
+ * start, pos + 1, hash base) | each distinct sequence's page ids | hash keys]; *hbase [n] and
+ * *n_sums as record_attend's (the token that reads its sequence furthest owns its sums). */
+static uint32_t *dsa_table(const kiln_kv_pool *p, int n, kiln_kv_seq *const *seq, const int *pos, int hashing, size_t *words, uint32_t *key_off,
+                           int64_t **hbase, size_t *n_sums, int *max_lim) {
+    const int pt = p->cfg.page_tokens;
+    size_t n_keys = 0;
+    const uint32_t *keys = hashing ? kiln_kv_integ_hash_keys(p, &n_keys) : NULL;
+    int *first = malloc((size_t)n * sizeof *first), *reach = malloc((size_t)n * sizeof *reach);
+    *hbase = malloc((size_t)n * sizeof **hbase);
+    if (!first || !reach || !*hbase) { free(first); free(reach); free(*hbase); *hbase = NULL; return NULL; }
+    size_t n_ent = 0;
+    *n_sums = 0;
+    *max_lim = 0;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (seq[k] != seq[i]) k++;
+        first[i] = k;
+        if (k == i) {
+            reach[i] = 0;
+            for (int j = i; j < n; j++)
+                if (seq[j] == seq[i] && pos[j] + 1 > reach[i]) reach[i] = pos[j] + 1;
+            n_ent += (size_t)((reach[i] + pt - 1) / pt);
+        } else reach[i] = reach[k];
+        if (pos[i] + 1 > *max_lim) *max_lim = pos[i] + 1;
+    }
+    for (int i = 0; i < n; i++) {
+        int owner = hashing && pos[i] + 1 == reach[i];
+        for (int j = first[i]; owner && j < i; j++) owner = !(seq[j] == seq[i] && pos[j] + 1 == reach[i]);
+        (*hbase)[i] = owner ? (int64_t)*n_sums : -1;
+        if (owner) *n_sums += (size_t)((reach[i] + pt - 1) / pt) * 2; /* [slot][K, V] of the one KV head */
+    }
+    *words = 3 * (size_t)n + n_ent + n_keys;
+    uint32_t *tab = malloc(*words * sizeof *tab);
+    if (!tab) { free(first); free(reach); free(*hbase); *hbase = NULL; return NULL; }
+    uint32_t ne = 0;
+    for (int i = 0; i < n; i++) {
+        if (first[i] < i) { tab[3 * i] = tab[3 * first[i]]; continue; }
+        tab[3 * i] = ne;
+        for (int sl = 0; sl < (reach[i] + pt - 1) / pt; sl++) {
+            const int32_t pg = sl < seq[i]->n_pages ? seq[i]->pages[sl] : -1;
+            tab[3 * (size_t)n + ne++] = pg >= 0 && pg < p->n_pages ? (uint32_t)pg : UINT32_MAX;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        tab[3 * i + 1] = (uint32_t)(pos[i] + 1);
+        tab[3 * i + 2] = (*hbase)[i] >= 0 ? (uint32_t)(*hbase)[i] : UINT32_MAX;
+    }
+    *key_off = 3u * (uint32_t)n + ne;
+    if (n_keys) memcpy(tab + *key_off, keys, n_keys * sizeof *tab);
+    free(first);
+    free(reach);
+    return tab;
+}
+
+/* Records kv_index.comp over the n tokens (scores into s->idx_scores when qi is not NULL, and with
+ * KV integrity the hashes of every page read); *ah receives the sums to check after the flush. */
+static int record_index(vk_state *s, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos, const float *qi, int n_ih,
+                        int d, const float *w, float w_scale, att_hash *ah, vref *tr_out, int *max_lim_out) {
+    const int pt = p->cfg.page_tokens, hashing = kiln_kv_integ_fusable(p);
+    size_t words = 0, n_sums = 0;
+    uint32_t key_off = 0;
+    int max_lim = 0;
+    ah->hs = NULL;
+    uint32_t *tab = dsa_table(p, n, seq, pos, hashing, &words, &key_off, &ah->hbase, &n_sums, &max_lim);
+    if (!tab) return -1;
+    if (n_sums && !(ah->hs = calloc(n_sums, sizeof *ah->hs))) { free(tab); return -1; }
+    int64_t unit = 64;
+    while (unit % pt) unit += 64; /* lcm(64, page_tokens): every page in one workgroup */
+    const uint64_t units = ((uint64_t)max_lim + (uint64_t)unit - 1) / (uint64_t)unit;
+    const size_t sbytes = (size_t)n * (size_t)max_lim * sizeof(float);
+    if (units > s->max_gx || unit > UINT32_MAX || (qi && sbytes > s->max_range)) { free(tab); return -1; }
+    if (qi && s->idx_scores.size < sbytes) { /* grown before anything is staged: growing runs what is recorded */
+        if (flush(s) != 0) { free(tab); return -1; }
+        kiln_vk_buf_destroy(s->vk, &s->idx_scores);
+        size_t cap = 4096;
+        while (cap < sbytes) cap *= 2;
+        if (kiln_vk_buf_create(s->vk, cap, 0, &s->idx_scores) != KILN_OK) { free(tab); fail_once(s, "indexer scratch"); return -1; }
+    }
+    vref qr = {{s->lut.buf, 0, VK_WHOLE_SIZE}, 0}, wr = qr, tr, hr = qr;
+    int ok = (!qi || (resolve(s, qi, (size_t)n * (size_t)n_ih * (size_t)d * sizeof(float), 0, &qr) == 0 &&
+                      resolve(s, w, (size_t)n * (size_t)n_ih * sizeof(float), 0, &wr) == 0)) &&
+             stage(s, tab, words * sizeof *tab, 0, &tr) == 0 && (!n_sums || stage(s, ah->hs, n_sums * sizeof *ah->hs, 1, &hr) == 0);
+    free(tab);
+    if (!ok) return -1;
+    const kiln_vk_bind sb = qi ? (kiln_vk_bind){s->idx_scores.buf, 0, VK_WHOLE_SIZE} : (kiln_vk_bind){s->lut.buf, 0, VK_WHOLE_SIZE};
+    const struct {
+        uint64_t kaddr;
+        uint32_t page_k, row_k, key_at, pt, unit, n_pages;
+        uint32_t d, hi, q_off, w_off, s_off, s_stride;
+        float w_scale;
+        uint32_t scores, hash, ent_off, key_off;
+    } pc = {device_address(s, p->k[layer], 1), (uint32_t)kiln_kv_page_k_at(p, layer), (uint32_t)kiln_kv_row_k_at(p, layer), (uint32_t)p->dsa_key_at,
+            (uint32_t)pt, (uint32_t)unit, (uint32_t)p->n_pages, (uint32_t)d, (uint32_t)n_ih, qr.off, wr.off, 0, (uint32_t)max_lim, w_scale,
+            qi != NULL, (uint32_t)hashing, 3u * (uint32_t)n, key_off};
+    const kiln_vk_bind b[5] = {qr.b, wr.b, tr.b, sb, hr.b};
+    s->n_dispatch++;
+    if (kiln_vk_dispatch(s->vk, KILN_VK_SH_kv_index, b, 5, &pc, sizeof pc, (uint32_t)units, (uint32_t)n, 1) != KILN_OK) {
+        fail_once(s, "indexer dispatch");
+        return -1;
+    }
+    if (tr_out) *tr_out = tr;
+    if (max_lim_out) *max_lim_out = max_lim;
+    return 0;
+}
+
+/* A hashed pass recorded: its sums compared with the seals at the flush that runs it. Takes *ah. */
+static int queue_check(vk_state *s, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos, att_hash *ah) {
+    att_check c = {p, layer, n, malloc((size_t)n * sizeof *c.seq), malloc((size_t)n * sizeof *c.pos), *ah, {0, 0}};
+    kiln_kv_integ_call_state(p, &c.call);
+    if (!c.seq || !c.pos || grow((void **)&s->checks, &s->cap_checks, s->n_checks + 1, sizeof *s->checks)) {
+        free(c.seq);
+        free(c.pos);
+        return -1;
+    }
+    memcpy(c.seq, seq, (size_t)n * sizeof *c.seq);
+    memcpy(c.pos, pos, (size_t)n * sizeof *c.pos);
+    s->checks[s->n_checks++] = c;
+    ah->hs = NULL;
+    ah->hbase = NULL;
+    return 0;
+}
+
+/* The indexer on the device: the scan (kv_index.comp, which with KV integrity also hashes every
+ * page it reads: checked at the flush that runs it, as the attention's) and the selection
+ * (kv_topk.comp) in the step's command buffer; the cpu backend's otherwise. */
 static void vk_kv_index_topk(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos, const float *qi,
                              int n_ih, int d, int off, const float *w, float w_scale, int topk, int32_t *sel, int *nsel) {
-    host_first(ST(be));
+    vk_state *s = ST(be);
+    const int keyed = p->dsa_key_at && d == p->cfg.dsa_key && off == p->cfg.dsa_latent + p->cfg.dsa_rope && kiln_kv_dsa_has_key(&p->cfg, layer);
+    if (n <= 0) return;
+    if (!keyed || d % 128 || !dsa_on_device(s, p, layer, n, sel, nsel, topk)) {
+        host_first(s);
+        kiln_be_common_kv_index_topk(be, p, layer, n, seq, pos, qi, n_ih, d, off, w, w_scale, topk, sel, nsel);
+        return;
+    }
+    const int hashing = kiln_kv_integ_fusable(p);
+    if (hashing) kiln_kv_integ_begin_attend(p, layer, n, seq, pos); /* a new verification round for this layer */
+    att_hash ah = {NULL, NULL};
+    vref tr, selr, nr;
+    int max_lim = 0;
+    int ok = record_index(s, p, layer, n, seq, pos, qi, n_ih, d, w, w_scale, &ah, &tr, &max_lim) == 0 &&
+             resolve(s, sel, (size_t)n * (size_t)topk * sizeof *sel, 1, &selr) == 0 && resolve(s, nsel, (size_t)n * sizeof *nsel, 1, &nr) == 0;
+    if (ok) {
+        const struct { uint32_t topk, s_off, s_stride, sel_off, nsel_off; } pc = {(uint32_t)topk, 0, (uint32_t)max_lim, selr.off, nr.off};
+        const kiln_vk_bind b[4] = {{s->idx_scores.buf, 0, VK_WHOLE_SIZE}, selr.b, tr.b, nr.b};
+        s->n_dispatch++;
+        ok = kiln_vk_dispatch(s->vk, KILN_VK_SH_kv_topk, b, 4, &pc, sizeof pc, (uint32_t)n, 1, 1) == KILN_OK;
+        if (!ok) fail_once(s, "top-k dispatch");
+    }
+    if (ok && hashing) ok = queue_check(s, p, layer, n, seq, pos, &ah) == 0;
+    if (ok && !hashing) free(ah.hbase);
+    if (ok && done(s) == 0) return;
+    abandon(s); /* runs what was recorded, copybacks into ah.hs included, before it is freed */
+    if (!ok) {
+        free(ah.hs);
+        free(ah.hbase);
+    }
     kiln_be_common_kv_index_topk(be, p, layer, n, seq, pos, qi, n_ih, d, off, w, w_scale, topk, sel, nsel);
 }
+
+/* The sparse attention on the device (kv_attend_sparse.comp); verify (a layer that reuses another
+ * layer's selection) with KV integrity: kv_index.comp first hashes every page of the contexts (no
+ * scores), checked at the flush as the indexer's. The cpu backend's otherwise. */
 static void vk_kv_attend_sparse(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
                                 const int32_t *sel, const int *nsel, int topk, const float *q, int n_heads, int kq, float scale, int verify, float *out) {
-    host_first(ST(be));
+    vk_state *s = ST(be);
+    const int lat = p->cfg.dsa_latent, vd = p->cfg.v_dim;
+    if (n <= 0) return;
+    if (kq != lat + p->cfg.dsa_rope || kq > 1024 || vd > 1024 || vd > lat || n_heads <= 0 || (uint32_t)n_heads > s->max_gx ||
+        !dsa_on_device(s, p, layer, n, sel, nsel, topk)) {
+        host_first(s);
+        kiln_be_common_kv_attend_sparse(be, p, layer, n, seq, pos, sel, nsel, topk, q, n_heads, kq, scale, verify, out);
+        return;
+    }
+    const int hashing = verify && kiln_kv_integ_fusable(p);
+    att_hash ah = {NULL, NULL};
+    int ok = 1;
+    if (hashing) {
+        kiln_kv_integ_begin_attend(p, layer, n, seq, pos);
+        ok = record_index(s, p, layer, n, seq, pos, NULL, 0, 0, NULL, 0.0f, &ah, NULL, NULL) == 0 && queue_check(s, p, layer, n, seq, pos, &ah) == 0;
+    }
+    size_t words = 0, n_sums = 0;
+    uint32_t key_off = 0;
+    int max_lim = 0;
+    int64_t *hb = NULL;
+    uint32_t *tab = ok ? dsa_table(p, n, seq, pos, 0, &words, &key_off, &hb, &n_sums, &max_lim) : NULL;
+    free(hb);
+    vref qr, orr, tr, selr, nr;
+    ok = ok && tab && resolve(s, q, (size_t)n * (size_t)n_heads * (size_t)kq * sizeof(float), 0, &qr) == 0 &&
+         resolve(s, out, (size_t)n * (size_t)n_heads * (size_t)vd * sizeof(float), 1, &orr) == 0 && stage(s, tab, words * sizeof *tab, 0, &tr) == 0 &&
+         resolve(s, sel, (size_t)n * (size_t)topk * sizeof *sel, 0, &selr) == 0 && resolve(s, nsel, (size_t)n * sizeof *nsel, 0, &nr) == 0;
+    free(tab);
+    if (ok) {
+        const struct {
+            uint64_t kaddr;
+            uint32_t page_k, row_k, pt, n_pages;
+            uint32_t lat, rope, rope_bf16, v_dim, n_heads;
+            uint32_t topk, q_off, o_off, sel_off, nsel_off, ent_off;
+            float scale;
+        } pc = {device_address(s, p->k[layer], 1), (uint32_t)kiln_kv_page_k_at(p, layer), (uint32_t)kiln_kv_row_k_at(p, layer),
+                (uint32_t)p->cfg.page_tokens, (uint32_t)p->n_pages, (uint32_t)lat, (uint32_t)p->cfg.dsa_rope, p->cfg.dtype == KILN_KV_BF16,
+                (uint32_t)vd, (uint32_t)n_heads, (uint32_t)topk, qr.off, orr.off, selr.off, nr.off, 3u * (uint32_t)n, scale};
+        const kiln_vk_bind b[5] = {qr.b, orr.b, tr.b, selr.b, nr.b};
+        s->n_dispatch++;
+        ok = kiln_vk_dispatch(s->vk, KILN_VK_SH_kv_attend_sparse, b, 5, &pc, sizeof pc, (uint32_t)n_heads, (uint32_t)n, 1) == KILN_OK;
+        if (!ok) fail_once(s, "sparse attention dispatch");
+    }
+    if (ok && done(s) == 0) return;
+    abandon(s);
+    free(ah.hs);
+    free(ah.hbase);
     kiln_be_common_kv_attend_sparse(be, p, layer, n, seq, pos, sel, nsel, topk, q, n_heads, kq, scale, verify, out);
 }
 /* ---- the KV store on the device (kv_store.comp) --------------------------------------------------- */
@@ -1282,7 +1553,11 @@ _Static_assert(sizeof(store_push) <= KILN_VK_PUSH_BYTES, "kv_store push constant
  * the rest — a rewrite after a rollback, a detection to handle — stores on the host. */
 static int store_on_device(vk_state *s, kiln_kv_pool *p, int layer, kiln_kv_seq *const *seq, const int *pos, int n) {
     const kiln_kv_config *c = &p->cfg;
-    if (s->failed || !kiln_vk_has_bda(s->vk) || p->dsa_key_at || p->dscale || p->rope_cs) return 0;
+    if (s->failed || !kiln_vk_has_bda(s->vk) || p->dscale || p->rope_cs) return 0;
+    if (p->dsa_key_at) { /* DSA's compact rows (kv_store_dsa.comp): whole words by construction (kv.c checks the sizes) */
+        if (kiln_kv_row_k_at(p, layer) % 4 || !arrays_on_device(s, p, layer) || (p->integ && !kiln_kv_integ_fusable(p))) return 0;
+        return !p->integ || kiln_kv_integ_store_appends(p, seq, pos, n, layer);
+    }
     if (p->k_mean && (c->dtype != KILN_KV_FP8 || c->v_shares_k)) return 0; /* key means: FP8 K arrays only (kv.c has_kmean) */
     if (c->dtype != KILN_KV_F32 && c->dtype != KILN_KV_BF16 && c->dtype != KILN_KV_FP8) return 0;
     const size_t rk = kiln_kv_row_k_at(p, layer), rv = c->v_shares_k ? rk : p->row_v, eb = p->elem_bytes;
@@ -1295,9 +1570,55 @@ static int store_on_device(vk_state *s, kiln_kv_pool *p, int layer, kiln_kv_seq 
 /* Records the store of the n tokens (one dispatch; with KV integrity the shader hashes each row it
  * writes into *hs, [n][kinds][KV heads], and leaves unwritten the row of an armed lost write,
  * pend[i].lost). -1 when something cannot be bound. */
+/* Records the store of n DSA compact rows (kv_store_dsa.comp; with KV integrity each row's hash into
+ * (*hs)[i]). -1 when something cannot be bound. */
+static int record_store_dsa(vk_state *s, kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer, const float *k, int64_t k_tok,
+                            const kiln_kv_integ_pending *pend, uint64_t **hs) {
+    const kiln_kv_config *c = &p->cfg;
+    const int pt = c->page_tokens, hashing = p->integ != NULL;
+    size_t n_keys = 0;
+    const uint32_t *keys = hashing ? kiln_kv_integ_hash_keys(p, &n_keys) : NULL;
+    const size_t words = 3 * (size_t)n + n_keys;
+    uint32_t *tab = malloc(words * sizeof *tab);
+    *hs = hashing ? calloc((size_t)n, sizeof **hs) : NULL;
+    if (!tab || (hashing && !*hs)) { free(tab); return -1; }
+    for (int i = 0; i < n; i++) {
+        const int slot = pos[i] / pt;
+        const int32_t pg = pos[i] >= 0 && slot < seq[i]->n_pages ? seq[i]->pages[slot] : -1;
+        tab[3 * i] = pg >= 0 && pg < p->n_pages ? (uint32_t)pg : UINT32_MAX;
+        tab[3 * i + 1] = (uint32_t)(pos[i] % pt);
+        tab[3 * i + 2] = pend && pend[i].lost >= 0 ? (uint32_t)pend[i].lost : UINT32_MAX;
+    }
+    if (n_keys) memcpy(tab + 3 * (size_t)n, keys, n_keys * sizeof *tab);
+    const int has_key = kiln_kv_dsa_has_key(c, layer);
+    const size_t xbytes = ((size_t)(n - 1) * (size_t)k_tok + (size_t)(c->dsa_latent + c->dsa_rope + (has_key ? c->dsa_key : 0))) * sizeof(float);
+    vref xr, tr, hr = {{s->lut.buf, 0, VK_WHOLE_SIZE}, 0};
+    int ok = resolve(s, k, xbytes, 0, &xr) == 0 && stage(s, tab, words * sizeof *tab, 0, &tr) == 0 &&
+             (!hashing || stage(s, *hs, (size_t)n * sizeof **hs, 1, &hr) == 0);
+    free(tab);
+    if (!ok || (uint32_t)n > s->max_gx) return -1;
+    const struct {
+        uint64_t kaddr;
+        uint32_t page_k, row_k;
+        uint32_t lat, rope, key, rope_bf16;
+        uint32_t x_tok, x_off;
+        uint32_t key_off, hash;
+    } pc = {device_address(s, p->k[layer], 1), (uint32_t)kiln_kv_page_k_at(p, layer), (uint32_t)kiln_kv_row_k_at(p, layer), (uint32_t)c->dsa_latent,
+            (uint32_t)c->dsa_rope, has_key ? (uint32_t)c->dsa_key : 0u, c->dtype == KILN_KV_BF16, (uint32_t)k_tok, xr.off, 3u * (uint32_t)n,
+            (uint32_t)hashing};
+    const kiln_vk_bind b[4] = {xr.b, xr.b, tr.b, hr.b};
+    s->n_dispatch++;
+    if (kiln_vk_dispatch(s->vk, KILN_VK_SH_kv_store_dsa, b, 4, &pc, sizeof pc, (uint32_t)n, 1, 1) != KILN_OK) {
+        fail_once(s, "KV store dispatch");
+        return -1;
+    }
+    return 0;
+}
+
 static int record_store(vk_state *s, kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer, const float *k, int64_t k_tok,
                         const float *v, int64_t v_tok, const kiln_kv_integ_pending *pend, uint64_t **hs) {
     const kiln_kv_config *c = &p->cfg;
+    if (p->dsa_key_at) return record_store_dsa(s, p, seq, pos, n, layer, k, k_tok, pend, hs);
     const int H = c->n_kv_heads, nk = c->v_shares_k ? 1 : 2, pt = c->page_tokens, hashing = p->integ != NULL;
     size_t n_keys = 0;
     const uint32_t *keys = hashing ? kiln_kv_integ_hash_keys(p, &n_keys) : NULL;
@@ -1475,7 +1796,11 @@ static int vk_supports(const kiln_backend *be, kiln_op op, kiln_wformat fmt) {
     case KILN_OP_COPY_ROWS: return 1;
     case KILN_OP_KV_ATTEND:
     case KILN_OP_KV_STORE: return kiln_vk_has_bda(ST(be)->vk); /* over pools whose arrays came from kv_alloc */
-    case KILN_OP_MOE_COMBINE: return 1;
+    case KILN_OP_MOE_COMBINE:
+    case KILN_OP_LAYERNORM:
+    case KILN_OP_FP8_ROUND: return 1;
+    case KILN_OP_KV_INDEX:
+    case KILN_OP_KV_ATTEND_SPARSE: return kiln_vk_has_bda(ST(be)->vk); /* over DSA pools whose arrays came from kv_alloc */
     case KILN_OP_MOE_ROUTE: return kiln_vk_has_bda(ST(be)->vk) && kiln_vk_has_f64(ST(be)->vk); /* moe_routed */
     default: return 0;
     }
@@ -1576,6 +1901,7 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
     kiln_vk_buf_destroy(s->vk, &s->arena);
     free(s->slot_cap);
     kiln_vk_buf_destroy(s->vk, &s->att_part);
+    kiln_vk_buf_destroy(s->vk, &s->idx_scores);
     kiln_vk_close(s->vk);
     for (int i = 0; i < s->n_moe_tabs; i++) free(s->moe_tabs[i].addr);
     free(s->moe_tabs); free(s->seals);

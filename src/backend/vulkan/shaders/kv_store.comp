@@ -22,6 +22,7 @@
 // mu_off, subtracted from the K values before the scale (x − μ, rounded, then × 1/scale: the host's
 // order).
 #extension GL_EXT_buffer_reference : require
+#extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 layout(local_size_x = 64) in;
 layout(buffer_reference, std430, buffer_reference_align = 4) writeonly buffer Words { uint w[]; };
@@ -45,26 +46,7 @@ uint bf16(uint u) {
     return u >> 16;
 }
 
-// kiln_kv_f32_to_fp8 (kv/kv.c) in integers. Below 2^-6 the host rounds through a float addition
-// (x + 16384: steps of 2^-9, round to nearest even); here the same rounding of m · 2^(e - 141).
-uint fp8(float x) {
-    const uint u = floatBitsToUint(x), a = u & 0x7fffffffu, sign = (u >> 24) & 0x80u;
-    if (a > 0x7f800000u) return 0u;
-    uint code;
-    if (a < 0x3c800000u) {
-        const uint e = a >> 23, sh = 141u - e;
-        if (e == 0u || sh >= 25u) code = 0u; // under 2^-10 (ties included: the even code is 0)
-        else {
-            const uint m = (a & 0x7fffffu) | 0x800000u, mid = 1u << (sh - 1u), rem = m & ((1u << sh) - 1u);
-            code = m >> sh;
-            if (rem > mid || (rem == mid && (code & 1u) != 0u)) code++;
-        }
-    } else {
-        code = (a - 0x3c000000u + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
-        if (code > 0x7eu) code = 0x7eu;
-    }
-    return sign | code;
-}
+#include "fp8.glsl"
 
 uint src(uint kind, uint idx) { return kind == 0u ? kx[idx] : vx[idx]; }
 
