@@ -2,7 +2,7 @@
 # gpu_check.sh — issue 26's check on a machine with a real GPU, in one prepared run (about 8
 # minutes on an H200): builds kiln, picks the first Vulkan device that is not a CPU (lavapipe),
 # runs the op tests and the model tests on it, then the benchmarks, and writes everything under
-# $OUT (default gpu_check_out/): devices.txt, ops.log, models.log, bench_decode.json, bench_ab_*.json, bench_moe.json,
+# $OUT (default gpu_check_out/): devices.txt, ops.log, models.log, bench_decode.json, bench_ab_*.json, bench_moe.json, bench_dsa.json,
 # bench_integrity.json, kv_bf16.json / kv_fp8.json, profile.log (device time per shader),
 # summary.json, and a log of each step.
 #   bash scripts/gpu_check.sh [SHARED_DIR]     (SHARED_DIR: ../shared by default, for stories260K)
@@ -79,6 +79,16 @@ MOE=${GPU_CHECK_MOE:---preset glm47-flash}
 [ -f "$F/config.json" ] || step mkmodel_moe 240 ./kiln mkmodel --arch glm4_moe_lite $MOE --dtype bf16 "$F"
 step bench_moe 240 sh -c "./kiln bench '$F' --device $DEV --weights bf16,fp8,int4 --scope experts --prompt 128 --gen 64 --repeat 3 --json > '$OUT/bench_moe.json'"
 step profile_moe 120 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 ./kiln bench "$F" --device "$DEV" --weights int4 --scope experts --prompt 16 --gen 32 --repeat 1
+# GLM-5.x sparse attention on the device (indexer scan + top-k + sparse attention, DSA compact rows):
+# the glm52 preset (GLM-5's per-layer shapes, 2 layers), a 2,048-token prompt so that the top-2048
+# selection is the whole context at first and a strict subset while decoding, BF16 / INT4 weights,
+# and the per-shader profile (GPU_CHECK_DSA="--preset tiny" for a dry run on lavapipe)
+G=$OUT/glm52
+DSA=${GPU_CHECK_DSA:---preset glm52}
+# shellcheck disable=SC2086
+[ -f "$G/config.json" ] || step mkmodel_dsa 240 ./kiln mkmodel --arch glm_moe_dsa $DSA --seq 8192 --dtype bf16 "$G"
+step bench_dsa 240 sh -c "./kiln bench '$G' --device $DEV --weights bf16,int4 --prompt 2048 --gen 64 --repeat 2 --json > '$OUT/bench_dsa.json'"
+step profile_dsa 120 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 ./kiln bench "$G" --device "$DEV" --weights int4 --prompt 2048 --gen 32 --repeat 1
 # KV capacity: bytes per token of BF16 and FP8 pools
 for dt in bf16 fp8; do ./kiln inspect "$M" --kv --kv-dtype $dt --json > "$OUT/kv_$dt.json" 2>/dev/null; done
 # integrity: heal vs off at 4,000 tokens of context (decode and time to first token)
@@ -112,6 +122,10 @@ moe = {r.get("weights"): r for r in load("bench_moe.json")}
 if moe:
     s["moe_decode"] = {w: {"decode_tps": r["decode_tps"], "prompt_tps_128": r["prompt_tps"], "fraction_of_device_bandwidth": r["roofline_fraction"]}
                        for w, r in moe.items()}
+dsa = {r.get("weights"): r for r in load("bench_dsa.json")}
+if dsa:
+    s["dsa_decode"] = {w: {"decode_tps": r["decode_tps"], "prompt_tps_2048": r["prompt_tps"], "fraction_of_device_bandwidth": r["roofline_fraction"]}
+                       for w, r in dsa.items()}
 kv = {dt: load("kv_%s.json" % dt) for dt in ("bf16", "fp8")}
 if kv["bf16"] and kv["fp8"]:
     s["kv_fp8_tokens_per_bf16_token"] = kv["bf16"][0]["bytes_per_token"] / kv["fp8"][0]["bytes_per_token"]

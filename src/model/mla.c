@@ -105,13 +105,22 @@ kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, cons
     }
     /* latents [n, r + dr]: RMSNorm over the c part, RoPE over the shared k_pe part (copied by the
      * backend: no host access, so no stop on a device) */
-    for (int i = 0; i < n; i++) {
-        const float *src = ws->kva + (size_t)i * krow;
-        float *lat = ws->lat + (size_t)i * row;
-        kiln_be_rmsnorm(be, lat, src, L->kv_a_norm, 1, r, c->lora_eps);
-        /* DSA: the official code rounds the normed latent through FP8 (per 128, power-of-two
-         * scales) before caching it: its FP8 KV cache, simulated in bf16 */
-        if (c->dsa) be->ops->fp8_round(be, lat, 1, r, 0);
+    /* DSA: the official code rounds the normed latent through FP8 (per 128, power-of-two scales)
+     * before caching it: its FP8 KV cache, simulated in bf16. Row by row for a token or two; a
+     * chunk's c parts are gathered into olat [n, r] (free until attention writes it) and normed and
+     * rounded as n rows there — the same per-row arithmetic, 4 ops instead of 2n (on a device, 2n
+     * dispatches per layer of a prefill chunk) */
+    if (n <= 2) {
+        for (int i = 0; i < n; i++) {
+            float *lat = ws->lat + (size_t)i * row;
+            kiln_be_rmsnorm(be, lat, ws->kva + (size_t)i * krow, L->kv_a_norm, 1, r, c->lora_eps);
+            if (c->dsa) be->ops->fp8_round(be, lat, 1, r, 0);
+        }
+    } else {
+        be->ops->copy_rows(be, ws->olat, r, ws->kva, krow, n, r);
+        kiln_be_rmsnorm(be, ws->olat, ws->olat, L->kv_a_norm, n, r, c->lora_eps);
+        if (c->dsa) be->ops->fp8_round(be, ws->olat, n, r, 0);
+        be->ops->copy_rows(be, ws->lat, row, ws->olat, r, n, r);
     }
     be->ops->copy_rows(be, ws->lat + r, row, ws->kva + r, krow, n, dr);
     be->ops->rope(be, rope, ws->lat + r, n, row, 1, dr, cs);
