@@ -1399,6 +1399,7 @@ static int record_index(vk_state *s, const kiln_kv_pool *p, int layer, int n, ki
         kiln_vk_buf_destroy(s->vk, &s->idx_scores);
         size_t cap = 4096;
         while (cap < sbytes) cap *= 2;
+        if (cap > s->max_range) cap = s->max_range & ~(size_t)3; /* bound whole: never past one binding's range */
         if (kiln_vk_buf_create(s->vk, cap, 0, &s->idx_scores) != KILN_OK) { free(tab); fail_once(s, "indexer scratch"); return -1; }
     }
     vref qr = {{s->lut.buf, 0, VK_WHOLE_SIZE}, 0}, wr = qr, tr, hr = qr;
