@@ -889,6 +889,35 @@ static int attend_on_device(vk_state *s, const kiln_kv_pool *p, int layer, int n
 }
 
 
+/* The tokens of a call over their sequences' pages: first[i] = the first token of token i's
+ * sequence (the block table is shared), reach[i] = the positions its sequence reads in this call,
+ * hbase[i] = where the sums of the sequence's owner (with hashing: the first token with that reach)
+ * start, -1 for the others; n_ent = block-table entries of the distinct sequences, n_sums = sums
+ * (sums_per_slot per page slot of each owner), max_lim = the largest pos + 1. */
+static void call_reach(int n, kiln_kv_seq *const *seq, const int *pos, int pt, int hashing, size_t sums_per_slot, int *first, int *reach,
+                       int64_t *hbase, size_t *n_ent, size_t *n_sums, int *max_lim) {
+    *n_ent = *n_sums = 0;
+    *max_lim = 0;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (seq[k] != seq[i]) k++;
+        first[i] = k;
+        if (k == i) {
+            reach[i] = 0;
+            for (int j = i; j < n; j++)
+                if (seq[j] == seq[i] && pos[j] + 1 > reach[i]) reach[i] = pos[j] + 1;
+            *n_ent += (size_t)((reach[i] + pt - 1) / pt);
+        } else reach[i] = reach[k];
+        if (pos[i] + 1 > *max_lim) *max_lim = pos[i] + 1;
+    }
+    for (int i = 0; i < n; i++) {
+        int owner = hashing && pos[i] + 1 == reach[i];
+        for (int j = first[i]; owner && j < i; j++) owner = !(seq[j] == seq[i] && pos[j] + 1 == reach[i]);
+        hbase[i] = owner ? (int64_t)*n_sums : -1;
+        if (owner) *n_sums += (size_t)((reach[i] + pt - 1) / pt) * sums_per_slot;
+    }
+}
+
 /* Records the attention of the n tokens: one dispatch of kv_attend (and one of kv_merge when the
  * context is split); with KV integrity on a pool of whole-word rows, the shader also hashes the
  * pages it reads (ah->hs; checked by vk_kv_attend after the flush). -1 when something cannot be
@@ -901,32 +930,13 @@ static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, k
     const int hashing = kiln_kv_integ_fusable(p);
     size_t n_keys = 0;
     const uint32_t *keys = hashing ? kiln_kv_integ_hash_keys(p, &n_keys) : NULL;
-    /* per token: its sequence's first token (the table is shared), the positions its sequence reads
-     * in this call, whether it is the owner (the first token with that reach: it hashes) */
     int *first = malloc((size_t)n * sizeof *first), *reach = malloc((size_t)n * sizeof *reach);
     ah->hbase = malloc((size_t)n * sizeof *ah->hbase);
     ah->hs = NULL;
     if (!first || !reach || !ah->hbase) { free(first); free(reach); return -1; }
     size_t n_ent = 0, n_sums = 0;
     int max_lim = 0;
-    for (int i = 0; i < n; i++) {
-        int k = 0;
-        while (seq[k] != seq[i]) k++;
-        first[i] = k;
-        if (k == i) {
-            reach[i] = 0;
-            for (int j = i; j < n; j++)
-                if (seq[j] == seq[i] && pos[j] + 1 > reach[i]) reach[i] = pos[j] + 1;
-            n_ent += (size_t)((reach[i] + pt - 1) / pt);
-        } else reach[i] = reach[k];
-        if (pos[i] + 1 > max_lim) max_lim = pos[i] + 1;
-    }
-    for (int i = 0; i < n; i++) {
-        int owner = hashing && pos[i] + 1 == reach[i];
-        for (int j = first[i]; owner && j < i; j++) owner = !(seq[j] == seq[i] && pos[j] + 1 == reach[i]);
-        ah->hbase[i] = owner ? (int64_t)n_sums : -1;
-        if (owner) n_sums += (size_t)((reach[i] + pt - 1) / pt) * (size_t)H * 2;
-    }
+    call_reach(n, seq, pos, pt, hashing, (size_t)H * 2, first, reach, ah->hbase, &n_ent, &n_sums, &max_lim);
     /* table: [3n token words | entries of each distinct sequence | 2H static factors | hash keys] */
     const size_t words = 3 * (size_t)n + n_ent * stride + 2 * (size_t)H + n_keys;
     uint32_t *tab = malloc(words * sizeof *tab);
@@ -1334,26 +1344,7 @@ static uint32_t *dsa_table(const kiln_kv_pool *p, int n, kiln_kv_seq *const *seq
     *hbase = malloc((size_t)n * sizeof **hbase);
     if (!first || !reach || !*hbase) { free(first); free(reach); free(*hbase); *hbase = NULL; return NULL; }
     size_t n_ent = 0;
-    *n_sums = 0;
-    *max_lim = 0;
-    for (int i = 0; i < n; i++) {
-        int k = 0;
-        while (seq[k] != seq[i]) k++;
-        first[i] = k;
-        if (k == i) {
-            reach[i] = 0;
-            for (int j = i; j < n; j++)
-                if (seq[j] == seq[i] && pos[j] + 1 > reach[i]) reach[i] = pos[j] + 1;
-            n_ent += (size_t)((reach[i] + pt - 1) / pt);
-        } else reach[i] = reach[k];
-        if (pos[i] + 1 > *max_lim) *max_lim = pos[i] + 1;
-    }
-    for (int i = 0; i < n; i++) {
-        int owner = hashing && pos[i] + 1 == reach[i];
-        for (int j = first[i]; owner && j < i; j++) owner = !(seq[j] == seq[i] && pos[j] + 1 == reach[i]);
-        (*hbase)[i] = owner ? (int64_t)*n_sums : -1;
-        if (owner) *n_sums += (size_t)((reach[i] + pt - 1) / pt) * 2; /* [slot][K, V] of the one KV head */
-    }
+    call_reach(n, seq, pos, pt, hashing, 2, first, reach, *hbase, &n_ent, n_sums, max_lim); /* [slot][K, V] of the one KV head */
     *words = 3 * (size_t)n + n_ent + n_keys;
     uint32_t *tab = malloc(*words * sizeof *tab);
     if (!tab) { free(first); free(reach); free(*hbase); *hbase = NULL; return NULL; }
@@ -1571,18 +1562,11 @@ static int store_on_device(vk_state *s, kiln_kv_pool *p, int layer, kiln_kv_seq 
 /* Records the store of the n tokens (one dispatch; with KV integrity the shader hashes each row it
  * writes into *hs, [n][kinds][KV heads], and leaves unwritten the row of an armed lost write,
  * pend[i].lost). -1 when something cannot be bound. */
-/* Records the store of n DSA compact rows (kv_store_dsa.comp; with KV integrity each row's hash into
- * (*hs)[i]). -1 when something cannot be bound. */
-static int record_store_dsa(vk_state *s, kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer, const float *k, int64_t k_tok,
-                            const kiln_kv_integ_pending *pend, uint64_t **hs) {
-    const kiln_kv_config *c = &p->cfg;
-    const int pt = c->page_tokens, hashing = p->integ != NULL;
-    size_t n_keys = 0;
-    const uint32_t *keys = hashing ? kiln_kv_integ_hash_keys(p, &n_keys) : NULL;
-    const size_t words = 3 * (size_t)n + n_keys;
-    uint32_t *tab = malloc(words * sizeof *tab);
-    *hs = hashing ? calloc((size_t)n, sizeof **hs) : NULL;
-    if (!tab || (hashing && !*hs)) { free(tab); return -1; }
+/* The store shaders' token words: token i's page at tab[3i] (UINT32_MAX: none of the pool), its
+ * row in the page at [3i + 1], the unit of its armed lost write at [3i + 2] (UINT32_MAX: none). */
+static void store_token_words(const kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, const kiln_kv_integ_pending *pend,
+                              uint32_t *tab) {
+    const int pt = p->cfg.page_tokens;
     for (int i = 0; i < n; i++) {
         const int slot = pos[i] / pt;
         const int32_t pg = pos[i] >= 0 && slot < seq[i]->n_pages ? seq[i]->pages[slot] : -1;
@@ -1590,6 +1574,21 @@ static int record_store_dsa(vk_state *s, kiln_kv_pool *p, kiln_kv_seq *const *se
         tab[3 * i + 1] = (uint32_t)(pos[i] % pt);
         tab[3 * i + 2] = pend && pend[i].lost >= 0 ? (uint32_t)pend[i].lost : UINT32_MAX;
     }
+}
+
+/* Records the store of n DSA compact rows (kv_store_dsa.comp; with KV integrity each row's hash into
+ * (*hs)[i]). -1 when something cannot be bound. */
+static int record_store_dsa(vk_state *s, kiln_kv_pool *p, kiln_kv_seq *const *seq, const int *pos, int n, int layer, const float *k, int64_t k_tok,
+                            const kiln_kv_integ_pending *pend, uint64_t **hs) {
+    const kiln_kv_config *c = &p->cfg;
+    const int hashing = p->integ != NULL;
+    size_t n_keys = 0;
+    const uint32_t *keys = hashing ? kiln_kv_integ_hash_keys(p, &n_keys) : NULL;
+    const size_t words = 3 * (size_t)n + n_keys;
+    uint32_t *tab = malloc(words * sizeof *tab);
+    *hs = hashing ? calloc((size_t)n, sizeof **hs) : NULL;
+    if (!tab || (hashing && !*hs)) { free(tab); return -1; }
+    store_token_words(p, seq, pos, n, pend, tab);
     if (n_keys) memcpy(tab + 3 * (size_t)n, keys, n_keys * sizeof *tab);
     const int has_key = kiln_kv_dsa_has_key(c, layer);
     const size_t xbytes = ((size_t)(n - 1) * (size_t)k_tok + (size_t)(c->dsa_latent + c->dsa_rope + (has_key ? c->dsa_key : 0))) * sizeof(float);
@@ -1620,7 +1619,7 @@ static int record_store(vk_state *s, kiln_kv_pool *p, kiln_kv_seq *const *seq, c
                         const float *v, int64_t v_tok, const kiln_kv_integ_pending *pend, uint64_t **hs) {
     const kiln_kv_config *c = &p->cfg;
     if (p->dsa_key_at) return record_store_dsa(s, p, seq, pos, n, layer, k, k_tok, pend, hs);
-    const int H = c->n_kv_heads, nk = c->v_shares_k ? 1 : 2, pt = c->page_tokens, hashing = p->integ != NULL;
+    const int H = c->n_kv_heads, nk = c->v_shares_k ? 1 : 2, hashing = p->integ != NULL;
     size_t n_keys = 0;
     const uint32_t *keys = hashing ? kiln_kv_integ_hash_keys(p, &n_keys) : NULL;
     if (!v || c->v_shares_k) { v = k; v_tok = k_tok; }
@@ -1632,13 +1631,7 @@ static int record_store(vk_state *s, kiln_kv_pool *p, kiln_kv_seq *const *seq, c
     uint32_t *tab = malloc(words * sizeof *tab);
     *hs = hashing ? calloc((size_t)n * (size_t)nk * (size_t)H, sizeof **hs) : NULL;
     if (!tab || (hashing && !*hs)) { free(tab); return -1; }
-    for (int i = 0; i < n; i++) {
-        const int slot = pos[i] / pt;
-        const int32_t pg = pos[i] >= 0 && slot < seq[i]->n_pages ? seq[i]->pages[slot] : -1;
-        tab[3 * i] = pg >= 0 && pg < p->n_pages ? (uint32_t)pg : UINT32_MAX;
-        tab[3 * i + 1] = (uint32_t)(pos[i] % pt);
-        tab[3 * i + 2] = pend && pend[i].lost >= 0 ? (uint32_t)pend[i].lost : UINT32_MAX;
-    }
+    store_token_words(p, seq, pos, n, pend, tab);
     const uint32_t sc_off = 3u * (uint32_t)n, key_off = sc_off + 2u * (uint32_t)H;
     for (int h = 0; h < H; h++) {
         float fk = 1.0f, fv = 1.0f;
