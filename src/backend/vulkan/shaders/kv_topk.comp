@@ -2,21 +2,22 @@
 // kv_topk.comp — the lightning indexer's selection (the host's select_topk, kv/kv_sparse.c): for
 // token i, of its scores [0, lim) the topk best that are not NaN / −inf (the better of two equal
 // scores: the lower position), written in increasing position order to sel[i · topk ..], their
-// count to nsel[i]. One workgroup of 256 per token, deterministic: scores become order-preserving
+// count to nsel[i]. One workgroup of 128 per token (the size every Vulkan device runs), deterministic: scores become order-preserving
 // keys (−0 as +0, so that equal scores stay equal; unusable scores key 0), a radix select of four
 // 8-bit passes (histograms by shared atomics) finds the key T of the topk-th best and how many of
 // the keys equal to T to take (need), then one pass in position order takes every key above T
 // and the first `need` keys equal to T, placed by workgroup prefix sums.
 //
 // Table (binding 2, uint words): lim_i at [3i + 1] (the kv_index.comp table).
-layout(local_size_x = 256) in;
+#define WG 128u
+layout(local_size_x = 128) in;
 layout(std430, binding = 0) readonly buffer Sb { float score[]; };
 layout(std430, binding = 1) writeonly buffer Ob { int sel[]; };
 layout(std430, binding = 2) readonly buffer Tb { uint tab[]; };
 layout(std430, binding = 3) writeonly buffer Nb { int nsel[]; };
 layout(std140, binding = 5) uniform P { uint topk, s_off, s_stride, sel_off, nsel_off; } p;
 shared uint hist[256];
-shared uint scan[256];
+shared uint scan[WG];
 shared uint sh_prefix, sh_need;
 
 uint key_of(float s) {
@@ -30,14 +31,14 @@ uint prefix(uint v, out uint total) {
     const uint tid = gl_LocalInvocationID.x;
     scan[tid] = v;
     barrier();
-    for (uint o = 1u; o < 256u; o <<= 1) {
+    for (uint o = 1u; o < WG; o <<= 1) {
         const uint a = tid >= o ? scan[tid - o] : 0u;
         barrier();
         scan[tid] += a;
         barrier();
     }
     const uint r = scan[tid];
-    total = scan[255];
+    total = scan[WG - 1u];
     barrier();
     return r;
 }
@@ -46,7 +47,7 @@ void main() {
     const uint i = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
     const uint lim = tab[3u * i + 1u], sb = p.s_off + i * p.s_stride;
     uint valid = 0u;
-    for (uint t = tid; t < lim; t += 256u) valid += key_of(score[sb + t]) != 0u ? 1u : 0u;
+    for (uint t = tid; t < lim; t += WG) valid += key_of(score[sb + t]) != 0u ? 1u : 0u;
     uint n_valid;
     prefix(valid, n_valid);
     uint T = 0u, need = 0u; // everything valid when there are at most topk
@@ -55,8 +56,9 @@ void main() {
         need = p.topk;
         for (int shift = 24; shift >= 0; shift -= 8) {
             hist[tid] = 0u;
+            hist[tid + WG] = 0u;
             barrier();
-            for (uint t = tid; t < lim; t += 256u) {
+            for (uint t = tid; t < lim; t += WG) {
                 const uint k = key_of(score[sb + t]);
                 if (k != 0u && (k & mask) == pre) atomicAdd(hist[(k >> uint(shift)) & 255u], 1u);
             }
@@ -76,7 +78,7 @@ void main() {
         T = pre;
     }
     uint taken = 0u, equal = 0u;
-    for (uint c = 0u; c < lim; c += 256u) {
+    for (uint c = 0u; c < lim; c += WG) {
         const uint t = c + tid;
         const uint k = t < lim ? key_of(score[sb + t]) : 0u;
         const bool eq = k != 0u && k == T;
