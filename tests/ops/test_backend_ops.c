@@ -1653,7 +1653,7 @@ static void test_dsa_select_attend(void **state) {
     dsa_case(KILN_KV_BF16, 7, 40, 8, 0);
     dsa_case(KILN_KV_F32, 16, 12, 16, 0);  /* context below topk: every position of the shorter prefixes */
     /* KV integrity on: pages hashed where the device reads them; contexts past one top-k workgroup's
-     * 256 positions, pages that do not divide 64 (several pages per scan workgroup) */
+     * 128 positions, pages that do not divide 64 (several pages per scan workgroup) */
     dsa_case(KILN_KV_BF16, 16, 300, 64, 1);
     dsa_case(KILN_KV_F32, 48, 200, 32, 1);
     dsa_case(KILN_KV_BF16, 5, 41, 8, 1);

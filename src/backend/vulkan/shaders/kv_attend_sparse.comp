@@ -9,7 +9,8 @@
 // positions, one position's score per invocation (q from shared memory), an online softmax (as
 // kv_attend.comp), each invocation accumulating its own output values d = tid, tid + 64, ...
 //
-// Table (binding 2, uint words): token i's block-table start at [3i] (ent_off + that); then the
+// Table (binding 2, uint words): token i's block-table start at [3i] (ent_off + that), the positions
+// it sees (pos + 1: a selected position outside them is never read) at [3i + 1]; then the
 // page ids (out of [0, n_pages): the position is skipped, as the host never dereferences it).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
@@ -56,7 +57,7 @@ float row_dot(Words r) {
 
 void main() {
     const uint hq = gl_WorkGroupID.x, i = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
-    const uint ent0 = p.ent_off + tab[3u * i], kq = p.lat + p.rope;
+    const uint ent0 = p.ent_off + tab[3u * i], lim = tab[3u * i + 1u], kq = p.lat + p.rope;
     const uint m_sel = uint(max(nsel[p.nsel_off + i], 0));
     const uint qb = p.q_off + (i * p.n_heads + hq) * kq;
     for (uint d = tid; d < kq; d += 64u) qs[d] = q[qb + d];
@@ -68,7 +69,8 @@ void main() {
         const uint nb = min(64u, m_sel - b);
         float s = -1.0 / 0.0;
         if (tid < nb) {
-            const uint t = uint(sel[p.sel_off + i * p.topk + b + tid]), pg = tab[ent0 + t / p.pt];
+            const uint t = uint(sel[p.sel_off + i * p.topk + b + tid]); // a position outside [0, lim): never read
+            const uint pg = t < lim ? tab[ent0 + t / p.pt] : 0xffffffffu;
             if (pg < p.n_pages) s = row_dot(Words(p.kaddr + uint64_t(pg) * p.page_k + uint64_t((t % p.pt) * p.row_k))) * p.scale;
         }
         ps[tid] = s;
@@ -88,7 +90,7 @@ void main() {
         for (uint j = 0u; j < nb; j++) {
             const float pj = ps[j];
             if (pj == 0.0) continue;
-            const uint t = uint(sel[p.sel_off + i * p.topk + b + j]), pg = tab[ent0 + t / p.pt];
+            const uint t = uint(sel[p.sel_off + i * p.topk + b + j]), pg = tab[ent0 + t / p.pt]; // pj > 0: t < lim, pg valid
             Words r = Words(p.kaddr + uint64_t(pg) * p.page_k + uint64_t((t % p.pt) * p.row_k));
             for (uint k = 0u; k < MAX_VPT; k++) {
                 const uint d = tid + 64u * k;

@@ -51,7 +51,7 @@ void main() {
         const bool ok = t < lim && pg < p.n_pages;
         const uint64_t base = p.kaddr + uint64_t(pg) * p.page_k + uint64_t((t % p.pt) * p.row_k);
         if (p.scores != 0u && t < lim) {
-            float sc = uintBitsToFloat(0xff800000u); // −inf
+            precise float sc = uintBitsToFloat(0xff800000u); // −inf
             if (ok) {
                 Words r = Words(base + p.key_at);
                 const uint qb = p.q_off + i * p.hi * p.d;
