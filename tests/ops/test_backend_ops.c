@@ -1411,6 +1411,12 @@ static void act_quant_here(float *x, int n) {
  * 5-token prefill chunk), against a brute-force selection and a softmax computed here in double.
  * The rows are act_quant'ed here first (as the model does before storing), so the pool must hand
  * them back bit for bit. */
+/* A second vulkan backend whose indexer scans in token groups (KILN_VK_INDEX_BYTES: the scores of
+ * a few tokens at a time), as a long chunk at a long context does: the same selection, every page
+ * still hashed once. */
+static kiln_backend *dsa_grouped;
+static size_t dsa_grouped_bytes;
+
 static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk, int integ) {
     const int lat = 128, rope = 16, kq = lat + rope, vd = lat, d = 128, Hi = 4, H = 3, n = 6;
     kiln_kv_config cfg = {.n_layers = 1, .n_kv_heads = 1, .head_dim = kq + d, .k_dim = kq + d, .v_dim = vd, .v_shares_k = 1,
@@ -1481,8 +1487,11 @@ static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk, int integ) {
         free(taken);
         free(sc);
     }
-    for (int p = 0; p <= n_bes; p++) {
-        const kiln_backend *be = p == 0 ? ref_be : bes[p - 1];
+    for (int p = 0; p <= n_bes + (dsa_grouped != NULL); p++) {
+        const kiln_backend *be = p == 0 ? ref_be : p <= n_bes ? bes[p - 1] : dsa_grouped;
+        /* scan + top-k per group of tokens (one group unless the scores are limited) */
+        const int per = be == dsa_grouped ? (int)(dsa_grouped_bytes / ((size_t)ctx * sizeof(float))) : n;
+        const int groups = (n + per - 1) / per;
         kiln_kv_pool *pool;
         kiln_kv_config bc = cfg;
         kiln_be_kv_arrays(be, &bc); /* where that backend's sparse ops read the rows */
@@ -1531,7 +1540,7 @@ static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk, int integ) {
         be->ops->kv_index_topk(be, pool, 0, n, seqs, pos, qi, Hi, d, kq, w, 0.5f, topk, sel, nsel);
         if (vk) {
             kiln_backend_vulkan_counts(be, &d1, &host);
-            assert_int_equal(d1 - d0, 2);
+            assert_int_equal(d1 - d0, 2 * (uint64_t)groups);
         }
         for (int i = 0; i < n; i++) {
             assert_int_equal(nsel[i], want_n[i]);
@@ -1657,6 +1666,33 @@ static void test_dsa_select_attend(void **state) {
     dsa_case(KILN_KV_BF16, 16, 300, 64, 1);
     dsa_case(KILN_KV_F32, 48, 200, 32, 1);
     dsa_case(KILN_KV_BF16, 5, 41, 8, 1);
+    for (int b = 0; b < n_bes && !dsa_grouped; b++) {
+        if (bes[b]->kind != KILN_BACKEND_VULKAN) continue;
+        /* 1,300 bytes: 1 token per group at 300 and 200 positions, 4 at 70, all 6 at 41; a count
+         * the backend refuses is an error naming it */
+        const char *vdi = getenv("KILN_VK_DEVICE_INDEX");
+        setenv("KILN_VK_INDEX_BYTES", "2x", 1);
+        kiln_backend *bad = NULL;
+        assert_int_not_equal(kiln_backend_create_device(KILN_BACKEND_VULKAN, KILN_ISA_AUTO, 2, KILN_FP8_EXACT, vdi ? atoi(vdi) : 0, &bad), KILN_OK);
+        assert_non_null(strstr(kiln_last_error(), "KILN_VK_INDEX_BYTES: '2x'"));
+        dsa_grouped_bytes = 1300;
+        setenv("KILN_VK_INDEX_BYTES", "1300", 1);
+        assert_int_equal(kiln_backend_create_device(KILN_BACKEND_VULKAN, KILN_ISA_AUTO, 2, KILN_FP8_EXACT, vdi ? atoi(vdi) : 0, &dsa_grouped), KILN_OK);
+        unsetenv("KILN_VK_INDEX_BYTES");
+    }
+    if (!dsa_grouped) return;
+    kiln_backend *keep[MAX_BE];
+    const int keep_n = n_bes;
+    memcpy(keep, bes, sizeof keep);
+    n_bes = 0; /* only the grouped backend (and the ref oracle) */
+    dsa_case(KILN_KV_BF16, 16, 300, 64, 1);
+    dsa_case(KILN_KV_F32, 48, 200, 32, 1);
+    dsa_case(KILN_KV_BF16, 5, 41, 8, 1);
+    dsa_case(KILN_KV_F32, 16, 70, 16, 0);
+    n_bes = keep_n;
+    memcpy(bes, keep, sizeof keep);
+    kiln_backend_free(dsa_grouped);
+    dsa_grouped = NULL;
 }
 
 /* ---- supports ----------------------------------------------------------------------------------- */

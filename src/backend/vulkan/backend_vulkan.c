@@ -34,6 +34,7 @@
 #include "base/fp.h"
 #include "base/status.h"
 #include "kv/integrity.h"
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,7 +134,8 @@ typedef struct {
     vk_copyback *cb;
     int n_cb, cap_cb;
     kiln_vk_buf att_part;    /* attention's per-split partial results (device-local, grown as needed) */
-    kiln_vk_buf idx_scores;  /* the indexer's scores [tokens][context] (device-local, grown as needed) */
+    kiln_vk_buf idx_scores;  /* the indexer's scores [group tokens][context] (device-local, grown as needed) */
+    size_t idx_budget;       /* bytes of scores one scan may write: min(one binding, 256 MiB; KILN_VK_INDEX_BYTES) */
     att_check *checks;       /* hashed attentions recorded since the last flush */
     int n_checks, cap_checks;
     st_seal *seals;          /* device stores with KV integrity recorded since the last flush */
@@ -1369,10 +1371,13 @@ static uint32_t *dsa_table(const kiln_kv_pool *p, int n, kiln_kv_seq *const *seq
     return tab;
 }
 
-/* Records kv_index.comp over the n tokens (scores into s->idx_scores when qi is not NULL, and with
- * KV integrity the hashes of every page read); *ah receives the sums to check after the flush. */
+/* Records kv_index.comp over the n tokens, with KV integrity hashing every page read (*ah receives
+ * the sums to check after the flush). qi not NULL: the scores go to s->idx_scores, and each group
+ * of tokens whose [group × context] scores fit s->idx_budget is followed by its kv_topk.comp into
+ * selr / nr (topk per token). The hashing owner of a sequence (call_reach) lies in one group, so
+ * every page is hashed once whatever the grouping. qi NULL: one scan that only hashes. */
 static int record_index(vk_state *s, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos, const float *qi, int n_ih,
-                        int d, const float *w, float w_scale, att_hash *ah, vref *tr_out, int *max_lim_out) {
+                        int d, const float *w, float w_scale, int topk, const vref *selr, const vref *nr, att_hash *ah) {
     const int pt = p->cfg.page_tokens, hashing = kiln_kv_integ_fusable(p);
     size_t words = 0, n_sums = 0;
     uint32_t key_off = 0;
@@ -1382,16 +1387,18 @@ static int record_index(vk_state *s, const kiln_kv_pool *p, int layer, int n, ki
     if (!tab) return -1;
     if (n_sums && !(ah->hs = calloc(n_sums, sizeof *ah->hs))) { free(tab); return -1; }
     int64_t unit = 64;
-    while (unit % pt) unit += 64; /* lcm(64, page_tokens): every page in one workgroup */
+    while (hashing && unit % pt) unit += 64; /* hashing, lcm(64, page_tokens): every page in one workgroup */
     const uint64_t units = ((uint64_t)max_lim + (uint64_t)unit - 1) / (uint64_t)unit;
-    const size_t sbytes = (size_t)n * (size_t)max_lim * sizeof(float);
-    if (units > s->max_gx || unit > UINT32_MAX || (qi && sbytes > s->max_range)) { free(tab); return -1; }
+    const size_t row_bytes = (size_t)max_lim * sizeof(float);
+    const int group = qi ? (int)(s->idx_budget / row_bytes < (size_t)n ? s->idx_budget / row_bytes : (size_t)n) : n; /* tokens per scan */
+    if (units > s->max_gx || unit > UINT32_MAX || group <= 0) { free(tab); return -1; }
+    const size_t sbytes = (size_t)group * row_bytes;
     if (qi && s->idx_scores.size < sbytes) { /* grown before anything is staged: growing runs what is recorded */
         if (flush(s) != 0) { free(tab); return -1; }
         kiln_vk_buf_destroy(s->vk, &s->idx_scores);
         size_t cap = 4096;
         while (cap < sbytes) cap *= 2;
-        if (cap > s->max_range) cap = s->max_range & ~(size_t)3; /* bound whole: never past one binding's range */
+        if (cap > s->idx_budget) cap = s->idx_budget & ~(size_t)3; /* never past one binding's range */
         if (kiln_vk_buf_create(s->vk, cap, 0, &s->idx_scores) != KILN_OK) { free(tab); fail_once(s, "indexer scratch"); return -1; }
     }
     vref qr = {{s->lut.buf, 0, VK_WHOLE_SIZE}, 0}, wr = qr, tr, hr = qr;
@@ -1401,23 +1408,32 @@ static int record_index(vk_state *s, const kiln_kv_pool *p, int layer, int n, ki
     free(tab);
     if (!ok) return -1;
     const kiln_vk_bind sb = qi ? (kiln_vk_bind){s->idx_scores.buf, 0, VK_WHOLE_SIZE} : (kiln_vk_bind){s->lut.buf, 0, VK_WHOLE_SIZE};
-    const struct {
-        uint64_t kaddr;
-        uint32_t page_k, row_k, key_at, pt, unit, n_pages;
-        uint32_t d, hi, q_off, w_off, s_off, s_stride;
-        float w_scale;
-        uint32_t scores, hash, ent_off, key_off;
-    } pc = {device_address(s, p->k[layer], 1), (uint32_t)kiln_kv_page_k_at(p, layer), (uint32_t)kiln_kv_row_k_at(p, layer), (uint32_t)p->dsa_key_at,
-            (uint32_t)pt, (uint32_t)unit, (uint32_t)p->n_pages, (uint32_t)d, (uint32_t)n_ih, qr.off, wr.off, 0, (uint32_t)max_lim, w_scale,
-            qi != NULL, (uint32_t)hashing, 3u * (uint32_t)n, key_off};
-    const kiln_vk_bind b[5] = {qr.b, wr.b, tr.b, sb, hr.b};
-    s->n_dispatch++;
-    if (kiln_vk_dispatch(s->vk, KILN_VK_SH_kv_index, b, 5, &pc, sizeof pc, (uint32_t)units, (uint32_t)n, 1) != KILN_OK) {
-        fail_once(s, "indexer dispatch");
-        return -1;
+    for (int t0 = 0; t0 < n; t0 += group) {
+        const int g = n - t0 < group ? n - t0 : group;
+        const struct {
+            uint64_t kaddr;
+            uint32_t page_k, row_k, key_at, pt, unit, n_pages;
+            uint32_t d, hi, q_off, w_off, s_off, s_stride;
+            float w_scale;
+            uint32_t scores, hash, ent_off, key_off, tok0;
+        } pc = {device_address(s, p->k[layer], 1), (uint32_t)kiln_kv_page_k_at(p, layer), (uint32_t)kiln_kv_row_k_at(p, layer), (uint32_t)p->dsa_key_at,
+                (uint32_t)pt, (uint32_t)unit, (uint32_t)p->n_pages, (uint32_t)d, (uint32_t)n_ih, qr.off, wr.off, 0, (uint32_t)max_lim, w_scale,
+                qi != NULL, (uint32_t)hashing, 3u * (uint32_t)n, key_off, (uint32_t)t0};
+        const kiln_vk_bind b[5] = {qr.b, wr.b, tr.b, sb, hr.b};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_kv_index, b, 5, &pc, sizeof pc, (uint32_t)units, (uint32_t)g, 1) != KILN_OK) {
+            fail_once(s, "indexer dispatch");
+            return -1;
+        }
+        if (!qi) continue;
+        const struct { uint32_t topk, s_off, s_stride, sel_off, nsel_off, tok0; } tc = {(uint32_t)topk, 0, (uint32_t)max_lim, selr->off, nr->off, (uint32_t)t0};
+        const kiln_vk_bind tb[4] = {sb, selr->b, tr.b, nr->b};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_kv_topk, tb, 4, &tc, sizeof tc, (uint32_t)g, 1, 1) != KILN_OK) {
+            fail_once(s, "top-k dispatch");
+            return -1;
+        }
     }
-    if (tr_out) *tr_out = tr;
-    if (max_lim_out) *max_lim_out = max_lim;
     return 0;
 }
 
@@ -1454,17 +1470,9 @@ static void vk_kv_index_topk(const kiln_backend *be, const kiln_kv_pool *p, int 
     const int hashing = kiln_kv_integ_fusable(p);
     if (hashing) kiln_kv_integ_begin_attend(p, layer, n, seq, pos); /* a new verification round for this layer */
     att_hash ah = {NULL, NULL};
-    vref tr, selr, nr;
-    int max_lim = 0;
-    int ok = record_index(s, p, layer, n, seq, pos, qi, n_ih, d, w, w_scale, &ah, &tr, &max_lim) == 0 &&
-             resolve(s, sel, (size_t)n * (size_t)topk * sizeof *sel, 1, &selr) == 0 && resolve(s, nsel, (size_t)n * sizeof *nsel, 1, &nr) == 0;
-    if (ok) {
-        const struct { uint32_t topk, s_off, s_stride, sel_off, nsel_off; } pc = {(uint32_t)topk, 0, (uint32_t)max_lim, selr.off, nr.off};
-        const kiln_vk_bind b[4] = {{s->idx_scores.buf, 0, VK_WHOLE_SIZE}, selr.b, tr.b, nr.b};
-        s->n_dispatch++;
-        ok = kiln_vk_dispatch(s->vk, KILN_VK_SH_kv_topk, b, 4, &pc, sizeof pc, (uint32_t)n, 1, 1) == KILN_OK;
-        if (!ok) fail_once(s, "top-k dispatch");
-    }
+    vref selr, nr;
+    int ok = resolve(s, sel, (size_t)n * (size_t)topk * sizeof *sel, 1, &selr) == 0 && resolve(s, nsel, (size_t)n * sizeof *nsel, 1, &nr) == 0 &&
+             record_index(s, p, layer, n, seq, pos, qi, n_ih, d, w, w_scale, topk, &selr, &nr, &ah) == 0;
     if (ok && hashing) ok = queue_check(s, p, layer, n, seq, pos, &ah) == 0;
     if (ok && !hashing) free(ah.hbase);
     if (ok && done(s) == 0) return;
@@ -1495,7 +1503,7 @@ static void vk_kv_attend_sparse(const kiln_backend *be, const kiln_kv_pool *p, i
     int ok = 1;
     if (hashing) {
         kiln_kv_integ_begin_attend(p, layer, n, seq, pos);
-        ok = record_index(s, p, layer, n, seq, pos, NULL, 0, 0, NULL, 0.0f, &ah, NULL, NULL) == 0 && queue_check(s, p, layer, n, seq, pos, &ah) == 0;
+        ok = record_index(s, p, layer, n, seq, pos, NULL, 0, 0, NULL, 0.0f, 0, NULL, NULL, &ah) == 0 && queue_check(s, p, layer, n, seq, pos, &ah) == 0;
     }
     size_t words = 0, n_sums = 0;
     uint32_t key_off = 0;
@@ -1845,6 +1853,24 @@ kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     s->max_range = kiln_vk_max_range(s->vk) & ~(size_t)255;
     s->max_gx = kiln_vk_max_groups_x(s->vk);
     if (s->max_gx > 65535) s->max_gx = 65535;
+    /* The indexer's scores scratch: a 512-token chunk at 128k context is 256 MiB; longer chunks or
+     * contexts scan in token groups (record_index). KILN_VK_INDEX_BYTES lowers it (tests force
+     * groups with it). */
+    s->idx_budget = s->max_range < ((size_t)256 << 20) ? s->max_range : (size_t)256 << 20;
+    const char *ib = getenv("KILN_VK_INDEX_BYTES");
+    if (ib) {
+        char *end;
+        errno = 0;
+        const unsigned long long v = strtoull(ib, &end, 10);
+        if (errno || end == ib || *end || v < 4 || v > s->idx_budget) {
+            kiln_status est = kiln_fail(KILN_ERR_INVALID_ARG, "KILN_VK_INDEX_BYTES: '%s' is not a byte count from 4 to %zu", ib, s->idx_budget);
+            kiln_vk_close(s->vk);
+            pthread_mutex_destroy(&s->allocs_mu);
+            free(s);
+            return est;
+        }
+        s->idx_budget = (size_t)v & ~(size_t)3;
+    }
     st = kiln_vk_buf_create(s->vk, 256 * sizeof(float), 0, &s->lut);
     if (st == KILN_OK) st = kiln_vk_upload(s->vk, &s->lut, 0, kiln_fp8_e4m3_table, 256 * sizeof(float));
     /* the staging arena is a convenience: without it (no memory for 4 MiB) every staged operand

@@ -8,8 +8,11 @@
 // names no page of the pool keep score −inf (never selected: the host never dereferences them).
 // scores = 0 skips the scores (a layer that reuses another layer's selection only verifies).
 //
-// One workgroup of 64 per (unit of positions, token); a unit is lcm(64, page_tokens) positions, so
-// every page lies in one workgroup. KV integrity (hash = 1): for the token that reads its sequence
+// One workgroup of 64 per (unit of positions, token); hashing, a unit is lcm(64, page_tokens)
+// positions, so that every page lies in one workgroup (64 otherwise). A dispatch scans the group
+// of tokens tok0 + workgroup.y, whose scores are rows 0.. of the buffer (a long chunk's [tokens ×
+// context] scores do not fit one binding: the host loops over groups, each followed by its
+// kv_topk.comp). KV integrity (hash = 1): for the token that reads its sequence
 // furthest (table word [3i + 2] = where its sums go; 0xffffffff for the others) each invocation
 // hashes the whole row of its position (Σ key[w] × word[w] mod 2^64, w the word's index in the
 // page's slice) and the workgroup adds the rows of each page into hs[hbase + slot × 2], which the
@@ -32,13 +35,13 @@ layout(std140, binding = 5) uniform P {
     uint page_k, row_k, key_at, pt, unit, n_pages; // bytes, bytes, bytes, positions, positions
     uint d, hi, q_off, w_off, s_off, s_stride;     // values, heads, floats
     float w_scale;
-    uint scores, hash, ent_off, key_off;
+    uint scores, hash, ent_off, key_off, tok0;
 } p;
 shared uint64_t rh[64];
 shared uint64_t ps[64];
 
 void main() {
-    const uint u = gl_WorkGroupID.x, i = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
+    const uint u = gl_WorkGroupID.x, i = p.tok0 + gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
     const uint lim = tab[3u * i + 1u], hbase = tab[3u * i + 2u], ent = p.ent_off + tab[3u * i];
     const uint t0 = u * p.unit;
     if (t0 >= lim) return; // uniform in the workgroup
@@ -77,7 +80,7 @@ void main() {
                     sc = fma(wh, dt > 0.0 ? dt : 0.0, sc);
                 }
             }
-            score[p.s_off + i * p.s_stride + t] = sc;
+            score[p.s_off + gl_WorkGroupID.y * p.s_stride + t] = sc;
         }
         if (hashing) {
             uint64_t h = 0ul;

@@ -8,14 +8,16 @@
 // the keys equal to T to take (need), then one pass in position order takes every key above T
 // and the first `need` keys equal to T, placed by workgroup prefix sums.
 //
-// Table (binding 2, uint words): lim_i at [3i + 1] (the kv_index.comp table).
+// Table (binding 2, uint words): lim_i at [3i + 1] (the kv_index.comp table). A dispatch selects for
+// the group of tokens tok0 + workgroup; their scores are rows 0.. of the buffer (kv_index.comp's
+// group: a long chunk's scores do not fit one binding at once).
 #define WG 128u
 layout(local_size_x = 128) in;
 layout(std430, binding = 0) readonly buffer Sb { float score[]; };
 layout(std430, binding = 1) writeonly buffer Ob { int sel[]; };
 layout(std430, binding = 2) readonly buffer Tb { uint tab[]; };
 layout(std430, binding = 3) writeonly buffer Nb { int nsel[]; };
-layout(std140, binding = 5) uniform P { uint topk, s_off, s_stride, sel_off, nsel_off; } p;
+layout(std140, binding = 5) uniform P { uint topk, s_off, s_stride, sel_off, nsel_off, tok0; } p;
 shared uint hist[256];
 shared uint scan[WG];
 shared uint sh_prefix, sh_need;
@@ -44,8 +46,8 @@ uint prefix(uint v, out uint total) {
 }
 
 void main() {
-    const uint i = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
-    const uint lim = tab[3u * i + 1u], sb = p.s_off + i * p.s_stride;
+    const uint i = p.tok0 + gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
+    const uint lim = tab[3u * i + 1u], sb = p.s_off + gl_WorkGroupID.x * p.s_stride;
     uint valid = 0u;
     for (uint t = tid; t < lim; t += WG) valid += key_of(score[sb + t]) != 0u ? 1u : 0u;
     uint n_valid;
