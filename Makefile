@@ -40,7 +40,7 @@ VK_SPVS      := $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_$(word 1,$(sub
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul8_$(word 1,$(subst :, ,$(m))).spv) \
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul_$(word 1,$(subst :, ,$(m))).spv) \
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul_id_$(word 1,$(subst :, ,$(m))).spv) \
-                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul8_$(word 1,$(subst :, ,$(m))).spv) $(BUILD)/shaders/sgrmsnorm.spv \
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul8_$(word 1,$(subst :, ,$(m))).spv) $(BUILD)/shaders/sgrmsnorm.spv $(BUILD)/shaders/layernorm64.spv \
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul8_id_$(word 1,$(subst :, ,$(m))).spv) \
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul8_id_$(word 1,$(subst :, ,$(m))).spv)
 ifeq ($(HAVE_VULKAN),1)
@@ -100,6 +100,9 @@ $(BUILD)/shaders/sgmatmul8_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
 $(BUILD)/shaders/sgmatmul_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.1 -DSG -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
+$(BUILD)/shaders/layernorm64.spv: $(VK_DIR)/shaders/layernorm.comp $(VK_INC)
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.1 -DF64 $< -o $@
 $(BUILD)/shaders/sgrmsnorm.spv: $(VK_DIR)/shaders/rmsnorm.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.1 -DSG $< -o $@

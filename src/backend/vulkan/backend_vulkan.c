@@ -1283,7 +1283,7 @@ static void vk_layernorm(const kiln_backend *be, float *out, const float *x, con
             (uint32_t)width, orr.off + (uint32_t)r * (uint32_t)width, xr.off + (uint32_t)r * (uint32_t)width, wr.off, br.off, b != NULL, eps};
         const kiln_vk_bind bd[4] = {orr.b, xr.b, wr.b, br.b};
         s->n_dispatch++;
-        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_layernorm, bd, 4, &pc, sizeof pc, (uint32_t)rr, 1, 1) != KILN_OK) { fail_once(s, "dispatch"); ok = 0; }
+        if (kiln_vk_dispatch(s->vk, kiln_vk_has_f64(s->vk) ? KILN_VK_SH_layernorm64 : KILN_VK_SH_layernorm, bd, 4, &pc, sizeof pc, (uint32_t)rr, 1, 1) != KILN_OK) { fail_once(s, "dispatch"); ok = 0; }
     }
     if (ok && done(s) == 0) return;
     if (!s->failed) abandon(s);

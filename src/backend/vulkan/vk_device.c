@@ -237,6 +237,15 @@ kiln_status kiln_vk_list(FILE *f) {
     return KILN_OK;
 }
 
+/* An on/off environment switch: unset, "1" → 1; "0" → 0; anything else is refused, naming it. */
+static kiln_status env_switch(const char *name, int *on) {
+    const char *v = getenv(name);
+    *on = 1;
+    if (!v || strcmp(v, "1") == 0) return KILN_OK;
+    if (strcmp(v, "0") == 0) { *on = 0; return KILN_OK; }
+    return kiln_fail(KILN_ERR_INVALID_ARG, "%s: '%s' is not 0 or 1", name, v);
+}
+
 static kiln_status setup_device(kiln_vk *vk, int index) {
     uint32_t n = 0;
     vkEnumeratePhysicalDevices(vk->instance, &n, NULL);
@@ -279,8 +288,12 @@ static kiln_status setup_device(kiln_vk *vk, int index) {
     vk->bda = vk->props.apiVersion >= VK_API_VERSION_1_2 && f12.bufferDeviceAddress && f2.features.shaderInt64 && vkGetBufferDeviceAddress;
     VkPhysicalDeviceVulkan12Features on12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .bufferDeviceAddress = VK_TRUE};
     /* 64-bit floats where the device has them: the MoE router's sigmoid in double precision, the
-     * host's floats bit for bit (moe_route.comp) */
-    vk->f64 = vk->bda && f2.features.shaderFloat64;
+     * host's floats bit for bit (moe_route.comp, layernorm64). KILN_VK_F64=0: as a device without
+     * them (the op test runs the float paths with it). */
+    int f64_on;
+    const kiln_status est = env_switch("KILN_VK_F64", &f64_on);
+    if (est) return est;
+    vk->f64 = vk->bda && f2.features.shaderFloat64 && f64_on;
     VkPhysicalDeviceFeatures2 on2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &on12,
                                      .features = {.shaderInt64 = VK_TRUE, .shaderFloat64 = vk->f64 ? VK_TRUE : VK_FALSE}};
     const VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = vk->bda ? &on2 : NULL, .queueCreateInfoCount = 1,
@@ -292,15 +305,6 @@ static kiln_status setup_device(kiln_vk *vk, int index) {
 }
 
 static void program_free(kiln_vk *vk, vk_program *pg);
-
-/* An on/off environment switch: unset, "1" → 1; "0" → 0; anything else is refused, naming it. */
-static kiln_status env_switch(const char *name, int *on) {
-    const char *v = getenv(name);
-    *on = 1;
-    if (!v || strcmp(v, "1") == 0) return KILN_OK;
-    if (strcmp(v, "0") == 0) { *on = 0; return KILN_OK; }
-    return kiln_fail(KILN_ERR_INVALID_ARG, "%s: '%s' is not 0 or 1", name, v);
-}
 
 static kiln_status setup_commands(kiln_vk *vk) {
     const VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
