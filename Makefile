@@ -50,7 +50,7 @@ CFLAGS_VK := $(shell pkg-config --cflags vulkan)
 LIBS_VK  := -ldl # the loader is opened at run time (vk_device.c), not linked
 else
 $(info kiln: building without the vulkan backend (libvulkan-dev or glslc missing): cpu and ref backends only)
-SRCS     := $(filter-out $(VK_DIR)/vk_device.c $(VK_DIR)/backend_vulkan.c,$(SRCS))
+SRCS     := $(filter-out $(VK_DIR)/vk_device.c $(VK_DIR)/backend_vulkan.c $(VK_DIR)/vk_attend.c $(VK_DIR)/vk_moe.c $(VK_DIR)/vk_dsa.c,$(SRCS))
 VK_OBJS  :=
 endif
 # Scale-out over MPI (src/dist/, docs/SCALE.md) when Open MPI's headers are there (libopenmpi-dev);
