@@ -1415,6 +1415,23 @@ static void test_dsa_norm_fp8(void **state) {
         }
         free(v);
     }
+    /* a block holding an infinity: its scale is +inf and 1/scale 0 (the host's 1.0f / inf), so every
+     * value of the block comes back NaN (0 × inf), on every backend; the next block is untouched */
+    for (int p = 0; p <= n_bes; p++) {
+        const kiln_backend *be = p == 0 ? ref_be : bes[p - 1];
+        float *y = output(be, 256);
+        memcpy(y, src, 256 * sizeof *y);
+        y[5] = INFINITY;
+        y[9] = -3.0f;
+        be->ops->fp8_round(be, y, 1, 256, 0);
+        for (int i = 0; i < 128; i++) assert_true(isnan(y[i]));
+        float *z = output(ref_be, 256);
+        memcpy(z, src, 256 * sizeof *z);
+        ref_be->ops->fp8_round(ref_be, z, 1, 256, 0);
+        assert_memory_equal(y + 128, z + 128, 128 * sizeof *y);
+        kiln_be_free(ref_be, z);
+        kiln_be_free(be, y);
+    }
     free(want);
     kiln_be_free(ref_be, x); kiln_be_free(ref_be, g); kiln_be_free(ref_be, b); kiln_be_free(ref_be, src);
 }

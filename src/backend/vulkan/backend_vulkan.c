@@ -172,26 +172,31 @@ int vkb_stage(vk_state *s, const void *ptr, size_t bytes, int written, vref *r) 
     return 0;
 }
 
-int vkb_resolve(vk_state *s, const void *ptr, size_t bytes, int written, vref *r) {
+/* The buffer kiln_be_alloc handed out that holds ptr (a copy in *a): 1, or 0 when none does.
+ * bytes = 0: ptr inside it (or at the start of an empty one); otherwise [ptr, ptr + bytes) whole. */
+int vkb_find_alloc(vk_state *s, const void *ptr, size_t bytes, vk_alloc *a) {
     const uint8_t *p = ptr;
-    int found = 0, rc = 0;
+    int found = 0;
     pthread_mutex_lock(&s->allocs_mu);
     for (int i = 0; i < s->n_allocs && !found; i++) {
-        const vk_alloc *a = &s->allocs[i];
-        if (p >= a->p && p < a->p + (a->size ? a->size : 1)) {
-            found = 1;
-            const size_t off = (size_t)(p - a->p), aligned = off / s->align * s->align, delta = off - aligned;
-            size_t range = a->b.size - aligned;
-            if (range > s->max_range) range = s->max_range & ~(size_t)3;
-            if (delta + bytes > range || (delta & 3)) rc = -1;
-            else {
-                r->b = (kiln_vk_bind){a->b.buf, aligned, range};
-                r->off = (uint32_t)(delta / 4);
-            }
-        }
+        const vk_alloc *c = &s->allocs[i];
+        found = p >= c->p && (bytes ? p + bytes <= c->p + c->size : p < c->p + (c->size ? c->size : 1));
+        if (found) *a = *c;
     }
     pthread_mutex_unlock(&s->allocs_mu);
-    return found ? rc : vkb_stage(s, ptr, bytes, written, r);
+    return found;
+}
+
+int vkb_resolve(vk_state *s, const void *ptr, size_t bytes, int written, vref *r) {
+    vk_alloc a;
+    if (!vkb_find_alloc(s, ptr, 0, &a)) return vkb_stage(s, ptr, bytes, written, r);
+    const size_t off = (size_t)((const uint8_t *)ptr - a.p), aligned = off / s->align * s->align, delta = off - aligned;
+    size_t range = a.b.size - aligned;
+    if (range > s->max_range) range = s->max_range & ~(size_t)3;
+    if (delta + bytes > range || (delta & 3)) return -1;
+    r->b = (kiln_vk_bind){a.b.buf, aligned, range};
+    r->off = (uint32_t)(delta / 4);
+    return 0;
 }
 
 /* Submits and waits, then copies staged outputs back and resets the staging. -1 on a device error. */

@@ -18,20 +18,10 @@ typedef struct { uint32_t n_heads, v_dim, splits, o_off; } merge_push;
 
 /* Device address of [ptr, ptr + bytes) when it lies inside one buffer of ours; 0 otherwise. */
 uint64_t vkb_device_address(vk_state *s, const void *ptr, size_t bytes) {
-    const uint8_t *p = ptr;
-    uint64_t addr = 0;
-    pthread_mutex_lock(&s->allocs_mu);
-    for (int i = 0; i < s->n_allocs && !addr; i++) {
-        const vk_alloc *a = &s->allocs[i];
-        if (a->addr && p >= a->p && p + bytes <= a->p + a->size) addr = a->addr + (uint64_t)(p - a->p);
-    }
-    pthread_mutex_unlock(&s->allocs_mu);
-    return addr;
+    vk_alloc a;
+    return vkb_find_alloc(s, ptr, bytes, &a) && a.addr ? a.addr + (uint64_t)((const uint8_t *)ptr - a.p) : 0;
 }
 
-/* Whether the shader computes this pool's attention: its layer arrays in device-addressable
- * buffers, rows of a plain layout (not DSA's compact rows, which only the sparse ops read; not
- * pre-RoPE K smoothing, whose per-score term the shader lacks), head sizes the shader holds. */
 /* Whether layer `layer`'s K and V arrays lie whole in device-addressable buffers of ours, with page
  * strides the shaders' 32-bit push constants hold (the store and attention shaders' common need). */
 int vkb_arrays_on_device(vk_state *s, const kiln_kv_pool *p, int layer) {
@@ -40,12 +30,14 @@ int vkb_arrays_on_device(vk_state *s, const kiln_kv_pool *p, int layer) {
     return vkb_device_address(s, p->k[layer], page_k * (size_t)p->n_pages) && vkb_device_address(s, p->v[layer], page_v * (size_t)p->n_pages);
 }
 
+/* Whether the shader computes this pool's attention: its layer arrays in device-addressable
+ * buffers, rows of a plain layout (not DSA's compact rows, which only the sparse ops read; not
+ * pre-RoPE K smoothing, whose per-score term the shader lacks), head sizes the shader holds. */
 static int attend_on_device(vk_state *s, const kiln_kv_pool *p, int layer, int n_heads) {
     const int H = p->cfg.n_kv_heads;
     if (s->failed || p->dsa_key_at || p->rope_cs || p->cfg.k_dim > 1024 || p->cfg.v_dim > 1024 || H <= 0 || n_heads % H) return 0;
     return vkb_arrays_on_device(s, p, layer);
 }
-
 
 /* The tokens of a call over their sequences' pages: first[i] = the first token of token i's
  * sequence (the block table is shared), reach[i] = the positions its sequence reads in this call,

@@ -56,24 +56,14 @@ void vk_fp8_round(const kiln_backend *be, float *x, int rows, int width, int had
     kiln_be_common_fp8_round(be, x, rows, width, hadamard);
 }
 
-/* Whether pointer p's [p, p + bytes) lies in a buffer kiln_be_alloc handed out (bound in place:
- * the indexer's selection is written by one dispatch and read by the next, within one step). */
-static int ours(vk_state *s, const void *ptr, size_t bytes) {
-    const uint8_t *p = ptr;
-    int found = 0;
-    pthread_mutex_lock(&s->allocs_mu);
-    for (int i = 0; i < s->n_allocs && !found; i++) found = p >= s->allocs[i].p && p + bytes <= s->allocs[i].p + s->allocs[i].size;
-    pthread_mutex_unlock(&s->allocs_mu);
-    return found;
-}
-
 /* Whether the sparse ops of this layer run on the device: a DSA pool whose arrays the shaders
  * address, the indexer's selection arrays our buffers, and with KV integrity rows of whole words
  * (hashed where they are read). */
 static int dsa_on_device(vk_state *s, const kiln_kv_pool *p, int layer, int n, const int32_t *sel, const int *nsel, int topk) {
     if (s->failed || !kiln_vk_has_bda(s->vk) || !p->dsa_key_at || n <= 0 || topk <= 0) return 0;
     if ((uint32_t)n > kiln_vk_max_groups_y(s->vk) || (uint32_t)n > s->max_gx) return 0;
-    if (!ours(s, sel, (size_t)n * (size_t)topk * sizeof *sel) || !ours(s, nsel, (size_t)n * sizeof *nsel)) return 0;
+    vk_alloc a; /* the selection in our buffers, bound in place: written by one dispatch and read by the next, within one step */
+    if (!vkb_find_alloc(s, sel, (size_t)n * (size_t)topk * sizeof *sel, &a) || !vkb_find_alloc(s, nsel, (size_t)n * sizeof *nsel, &a)) return 0;
     if (p->integ && !kiln_kv_integ_fusable(p)) return 0;
     return kiln_vk_has_bda(s->vk) && vkb_arrays_on_device(s, p, layer);
 }

@@ -171,6 +171,7 @@ kiln_vk_shader vkb_matmul_shader(kiln_wformat f);
 int vkb_matmul_shape_ok(const kiln_weight *w);
 int vkb_record_ew(vk_state *s, kiln_vk_shader sh, float *y, const float *x, size_t x_len, int64_t len, int width);
 int vkb_record_matmul(vk_state *s, const kiln_weight *w, const float *X, int64_t x_stride, float *Y, int64_t y_stride, int n);
+int vkb_find_alloc(vk_state *s, const void *ptr, size_t bytes, vk_alloc *a);
 int vkb_resolve(vk_state *s, const void *ptr, size_t bytes, int written, vref *r);
 int vkb_stage(vk_state *s, const void *ptr, size_t bytes, int written, vref *r);
 void vkb_abandon_op(vk_state *s, const char *op);

@@ -41,3 +41,10 @@ float block_scale(float amax) {
     const int e = int((bits >> 23) & 0xffu) - 127 + ((bits & 0x7fffffu) != 0u ? 1 : 0);
     return uintBitsToFloat(uint(e + 127) << 23);
 }
+
+// 1 / s for a block_scale() s, exact (s a normal power of two), built from the bits: 0 when s is
+// +inf (a block holding ±inf), as the host's 1.0f / s gives — the bit trick alone would wrap to −inf.
+float block_inv(float s) {
+    const uint u = floatBitsToUint(s);
+    return u >= 0x7f800000u ? 0.0 : uintBitsToFloat((254u << 23) - u);
+}

@@ -45,7 +45,7 @@ void main() {
             barrier();
         }
         const float s = block_scale(red[0]);
-        const float inv = uintBitsToFloat((254u << 23) - floatBitsToUint(s)); // 1 / s: s a normal power of two
+        const float inv = block_inv(s);
         barrier();
         precise float y = val * inv;
         precise float r = fp8_value(fp8(y)) * s;

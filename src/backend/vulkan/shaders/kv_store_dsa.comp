@@ -63,7 +63,7 @@ void blocks(Words r, uint x0, uint n, uint w0) {
             barrier();
         }
         const float s = block_scale(red[0]);
-        const float inv = uintBitsToFloat((254u << 23) - floatBitsToUint(s)); // 1 / s, exact
+        const float inv = block_inv(s);
         precise float y = val * inv;
         codes[tid] = fp8(y);
         barrier();
