@@ -272,7 +272,9 @@ static const gguf_block *gguf_block_of(kiln_wformat f) {
         if (gguf_blocks[i].f == f) return &gguf_blocks[i];
     return NULL;
 }
-/* A rows × cols weight of GGUF block format f: random quant and scale bytes, small finite f16 scales. */
+/* A rows × cols weight of GGUF block format f: random quant and scale bytes, small finite f16 scales;
+ * every fourth block's scales subnormal halves (2^-15 .. 2^-14, as real Q6_K files have): a
+ * decoder that flushed or misread them would be off by far more than the bounds (docs/VULKAN.md). */
 static tweight make_block_weight(const gguf_block *gb, int64_t rows, int64_t cols) {
     assert_int_equal(cols % gb->elems, 0);
     tweight t = {0};
@@ -282,7 +284,7 @@ static tweight make_block_weight(const gguf_block *gb, int64_t rows, int64_t col
     for (size_t i = 0; i < t.w.row_bytes * (size_t)rows; i++) d[i] = (uint8_t)rnd32();
     for (int64_t b = 0; b < rows * cols / gb->elems; b++)
         for (int j = 0; j < gb->n_f16; j++) {
-            const uint16_t h = (uint16_t)(0x1000 + (rnd32() & 0x3FF)); /* 2^-11 .. 2^-10 */
+            const uint16_t h = (uint16_t)(b % 4 == 3 ? 0x0200 + (rnd32() & 0x1FF) : 0x1000 + (rnd32() & 0x3FF)); /* 2^-11 .. 2^-10 */
             memcpy(d + (size_t)b * (size_t)gb->bytes + gb->f16_at[j], &h, 2);
         }
     t.w.data = d;

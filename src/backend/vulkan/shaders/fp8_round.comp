@@ -38,7 +38,7 @@ void main() {
     }
     for (uint b0 = 0u; b0 < p.width; b0 += 128u) {
         const float val = p.hadamard != 0u ? v[b0 + tid] : x[xb + b0 + tid];
-        red[tid] = isnan(val) ? 0.0 : abs(val); // the host's fmaxf skips NaN (fp8() stores it as 0)
+        red[tid] = (floatBitsToUint(val) & 0x7fffffffu) > 0x7f800000u ? 0.0 : abs(val); // NaN by its bits (a compiler may assume none): the host's fmaxf skips it (fp8() stores it as 0)
         barrier();
         for (uint h = 64u; h > 0u; h >>= 1) {
             if (tid < h) red[tid] = max(red[tid], red[tid + h]);

@@ -68,6 +68,12 @@ float elem(uint64_t base, uint64_t rb, uint e) {
 #endif
 }
 
+// NO_SCORE: "no score yet / no readable position", the running maximum's start. Finite (−FLT_MAX)
+// rather than −inf: Vulkan lets a compiler assume no infinities or NaNs unless a shader declares
+// SignedZeroInfNanPreserve, so no result may rest on −inf arithmetic; exp(NO_SCORE − m) is 0 for
+// any real m as exp(−inf) is.
+#define NO_SCORE uintBitsToFloat(0xff7fffffu)
+
 void main() {
     const uint hq = gl_WorkGroupID.x, i = gl_WorkGroupID.y, sp = gl_WorkGroupID.z, tid = gl_LocalInvocationID.x;
     const uint kvh = hq / p.group;
@@ -78,13 +84,13 @@ void main() {
     for (uint d = tid; d < p.k_dim; d += 64u) qs[d] = q[qb + d];
     barrier();
     const float ks = uintBitsToFloat(tab[p.sc_off + 2u * kvh]), vs = uintBitsToFloat(tab[p.sc_off + 2u * kvh + 1u]);
-    float m = -1.0 / 0.0, l = 0.0;
+    float m = NO_SCORE, l = 0.0;
     float acc[MAX_VPT];
     for (uint k = 0u; k < MAX_VPT; k++) acc[k] = 0.0;
     for (uint b = t0; b < t1; b += 64u) {
         const uint nb = min(64u, t1 - b);
         // this invocation's position: its score
-        float s = -1.0 / 0.0;
+        float s = NO_SCORE;
         const uint t = b + tid;
         uint64_t hk = 0ul, hv = 0ul;
         if (tid < nb) {
@@ -112,12 +118,12 @@ void main() {
                 hs[hi] += rh[0][j];
                 if (p.hash == 2u) hs[hi + 1u] += rh[1][j];
             }
-        float mb = -1.0 / 0.0;
+        float mb = NO_SCORE;
         for (uint j = 0u; j < nb; j++) mb = max(mb, ps[j]);
         const float mn = max(m, mb);
         barrier();
-        if (mn == -1.0 / 0.0) continue; // nothing readable yet (every score -inf): uniform across the group
-        const float f = exp(m - mn);    // m = -inf → 0
+        if (mn == NO_SCORE) continue; // nothing readable yet: uniform across the group
+        const float f = exp(m - mn);    // m = NO_SCORE → 0
         ps[tid] = tid < nb ? exp(s - mn) : 0.0;
         barrier();
         float bl = 0.0;
@@ -128,6 +134,7 @@ void main() {
             const float pj = ps[j];
             if (pj == 0.0) continue;
             const uint tj = b + j, e = ent0 + (tj / p.pt) * p.ent_stride, pg = tab[e];
+            if (pg >= p.n_pages) continue; // never follows a missing page, whatever exp gave its score
             const float vf = p.ent_stride > 1u ? uintBitsToFloat(tab[e + 2u + 2u * kvh]) : vs;
             const uint64_t rb = uint64_t(pg) * p.page_v + uint64_t(kvh * p.head_v + (tj % p.pt) * p.row_v);
             const float w = pj * vf;

@@ -55,6 +55,12 @@ float row_dot(Words r) {
     return dot;
 }
 
+// NO_SCORE: "no score yet / no readable position", the running maximum's start. Finite (−FLT_MAX)
+// rather than −inf: Vulkan lets a compiler assume no infinities or NaNs unless a shader declares
+// SignedZeroInfNanPreserve, so no result may rest on −inf arithmetic; exp(NO_SCORE − m) is 0 for
+// any real m as exp(−inf) is.
+#define NO_SCORE uintBitsToFloat(0xff7fffffu)
+
 void main() {
     const uint hq = gl_WorkGroupID.x, i = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
     const uint ent0 = p.ent_off + tab[3u * i], lim = tab[3u * i + 1u], kq = p.lat + p.rope;
@@ -62,12 +68,12 @@ void main() {
     const uint qb = p.q_off + (i * p.n_heads + hq) * kq;
     for (uint d = tid; d < kq; d += 64u) qs[d] = q[qb + d];
     barrier();
-    float m = -1.0 / 0.0, l = 0.0;
+    float m = NO_SCORE, l = 0.0;
     float acc[MAX_VPT];
     for (uint k = 0u; k < MAX_VPT; k++) acc[k] = 0.0;
     for (uint b = 0u; b < m_sel; b += 64u) {
         const uint nb = min(64u, m_sel - b);
-        float s = -1.0 / 0.0;
+        float s = NO_SCORE;
         if (tid < nb) {
             const uint t = uint(sel[p.sel_off + i * p.topk + b + tid]); // a position outside [0, lim): never read
             const uint pg = t < lim ? tab[ent0 + t / p.pt] : 0xffffffffu;
@@ -75,12 +81,12 @@ void main() {
         }
         ps[tid] = s;
         barrier();
-        float mb = -1.0 / 0.0;
+        float mb = NO_SCORE;
         for (uint j = 0u; j < nb; j++) mb = max(mb, ps[j]);
         const float mn = max(m, mb);
         barrier();
-        if (mn == -1.0 / 0.0) continue; // nothing readable yet: uniform across the group
-        const float f = exp(m - mn);    // m = -inf → 0
+        if (mn == NO_SCORE) continue; // nothing readable yet: uniform across the group
+        const float f = exp(m - mn);    // m = NO_SCORE → 0
         ps[tid] = tid < nb ? exp(s - mn) : 0.0;
         barrier();
         float bl = 0.0;
@@ -90,7 +96,10 @@ void main() {
         for (uint j = 0u; j < nb; j++) {
             const float pj = ps[j];
             if (pj == 0.0) continue;
-            const uint t = uint(sel[p.sel_off + i * p.topk + b + j]), pg = tab[ent0 + t / p.pt]; // pj > 0: t < lim, pg valid
+            const uint t = uint(sel[p.sel_off + i * p.topk + b + j]);
+            if (t >= lim) continue; // checked again, not inferred from pj: never a wild address
+            const uint pg = tab[ent0 + t / p.pt];
+            if (pg >= p.n_pages) continue;
             Words r = Words(p.kaddr + uint64_t(pg) * p.page_k + uint64_t((t % p.pt) * p.row_k));
             for (uint k = 0u; k < MAX_VPT; k++) {
                 const uint d = tid + 64u * k;

@@ -56,7 +56,7 @@ void blocks(Words r, uint x0, uint n, uint w0) {
     const uint tid = gl_LocalInvocationID.x;
     for (uint b0 = 0u; b0 < n; b0 += 128u) {
         const float val = x[x0 + b0 + tid];
-        red[tid] = isnan(val) ? 0.0 : abs(val); // the host's fmaxf skips NaN (fp8() stores it as 0)
+        red[tid] = (floatBitsToUint(val) & 0x7fffffffu) > 0x7f800000u ? 0.0 : abs(val); // NaN by its bits (a compiler may assume none): the host's fmaxf skips it (fp8() stores it as 0)
         barrier();
         for (uint h = 64u; h > 0u; h >>= 1) {
             if (tid < h) red[tid] = max(red[tid], red[tid + h]);

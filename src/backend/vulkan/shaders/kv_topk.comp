@@ -23,8 +23,10 @@ shared uint scan[WG];
 shared uint sh_prefix, sh_need;
 
 uint key_of(float s) {
-    if (!(s > uintBitsToFloat(0xff800000u))) return 0u; // −inf and NaN: never selected
-    uint u = s == 0.0 ? 0u : floatBitsToUint(s);
+    // by the bits (a compiler may assume no NaN / infinity): −inf and NaN never selected, −0 as +0
+    uint u = floatBitsToUint(s);
+    if ((u & 0x7fffffffu) > 0x7f800000u || u == 0xff800000u) return 0u;
+    if ((u & 0x7fffffffu) == 0u) u = 0u;
     return (u & 0x80000000u) != 0u ? ~u : u | 0x80000000u;
 }
 

@@ -70,7 +70,16 @@ layout(std140, binding = 5) uniform P {
 } p;
 
 uint byte_at(uint off) { return (W_AT(off >> 2) >> ((off & 3u) * 8u)) & 0xffu; }
-float f16_at(uint off) { return unpackHalf2x16(byte_at(off) | (byte_at(off + 1u) << 8)).x; }
+// An IEEE half's value from its bits, exact, subnormals included: unpackHalf2x16 may flush a
+// subnormal half to 0 where the device does not preserve 16-bit denormals, and GGUF block scales
+// (a Q6_K d of ~1e-5) are often subnormal halves — a whole block would read as zeros.
+float half_value(uint h) {
+    const uint e = (h >> 10) & 31u, m = h & 1023u;
+    const float v = e == 0u ? float(m) * uintBitsToFloat(0x33800000u) // m · 2^-24: a normal float
+                  : uintBitsToFloat(e == 31u ? 0x7f800000u | (m << 13) : ((e + 112u) << 23) | (m << 13));
+    return uintBitsToFloat(floatBitsToUint(v) | ((h & 0x8000u) << 16));
+}
+float f16_at(uint off) { return half_value(byte_at(off) | (byte_at(off + 1u) << 8)); }
 uint half_at(uint e) { return (W_AT(e >> 1) >> ((e & 1u) * 16u)) & 0xffffu; }
 uint u32_at(uint off) { return byte_at(off) | (byte_at(off + 1u) << 8) | (byte_at(off + 2u) << 16) | (byte_at(off + 3u) << 24); }
 // IQ4_NL / IQ4_XS: ggml-common.h's kvalues_iq4nl
@@ -151,7 +160,7 @@ void main() {
 #if FMT == FMT_F32
         const float wv = uintBitsToFloat(W_AT(e0 + c));
 #elif FMT == FMT_F16
-        const float wv = unpackHalf2x16(half_at(e0 + c)).x;
+        const float wv = half_value(half_at(e0 + c));
 #else
         const float wv = uintBitsToFloat(half_at(e0 + c) << 16);
 #endif

@@ -24,7 +24,7 @@ shared float sgm[512];
 // kiln_moe_sigmoid (backend/moe_route.c): the same constants and operations, in double precision.
 float sigmoid_exact(float x) {
     precise double z = -double(x);
-    if (isnan(x)) return x;
+    if ((floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u) return x; // NaN by its bits: a compiler may assume none
     if (z > 88.0LF) return 0.0;
     if (z < -745.0LF) return 1.0;
     const double LOG2E = 1.4426950408889634LF, LN2_HI = 0.693145751953125LF, LN2_LO = 1.4286068203094173e-06LF;
