@@ -146,6 +146,8 @@ struct kiln_vk {
      * has no subgroup arithmetic or KILN_VK_SUBGROUPS=0 */
     uint8_t variant[KILN_VK_SH_COUNT];
     int subgroups;
+    int size_control, full_subgroups; /* Vulkan 1.3 subgroupSizeControl / computeFullSubgroups enabled */
+    uint32_t sg_size;       /* the subgroup size the sg* pipelines require (0: not required: fixed by the device) */
     uint64_t flushes, recorded_programs, reused_programs;
     uint64_t prep_ns;       /* host time preparing steps: logging dispatches, finding or recording programs (not the device's run) */
     VkPipeline pipes[KILN_VK_SH_COUNT];
@@ -189,7 +191,9 @@ static const char *vk_result_name(VkResult r) {
 
 static kiln_status create_instance(VkInstance *out) {
     KILN_TRY(loader());
-    const VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "kiln", .apiVersion = VK_API_VERSION_1_2};
+    /* 1.3: the highest version kiln uses (subgroup size control where the device has it); a device
+     * of a lower version gets its own (the effective version is the lower of the two) */
+    const VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "kiln", .apiVersion = VK_API_VERSION_1_3};
     const VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
     VkResult r = vkCreateInstance(&ci, NULL, out);
     if (r != VK_SUCCESS)
@@ -282,11 +286,21 @@ static kiln_status setup_device(kiln_vk *vk, int index) {
      * of any size through a 64-bit pointer: a pool's array is usually larger than one storage-buffer
      * binding (maxStorageBufferRange: 128 MiB on lavapipe). Enabled where the device has it and
      * 64-bit integers (the pointer arithmetic); without them attention runs on the host. */
-    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceVulkan13Features f13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .pNext = vk->props.apiVersion >= VK_API_VERSION_1_3 ? &f13 : NULL};
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
     if (vk->props.apiVersion >= VK_API_VERSION_1_2) vkGetPhysicalDeviceFeatures2(vk->phys, &f2);
+    /* A subgroup size fixed per pipeline (Vulkan 1.3 subgroupSizeControl): the sg* shaders sum per
+     * subgroup, so their last bits depend on its size, and one token's floats must not depend on
+     * which matmul variant ran (Intel and some AMD drivers pick the size per pipeline). */
+    vk->size_control = f13.subgroupSizeControl == VK_TRUE;
+    vk->full_subgroups = vk->size_control && f13.computeFullSubgroups == VK_TRUE;
     vk->bda = vk->props.apiVersion >= VK_API_VERSION_1_2 && f12.bufferDeviceAddress && f2.features.shaderInt64 && vkGetBufferDeviceAddress;
-    VkPhysicalDeviceVulkan12Features on12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .bufferDeviceAddress = VK_TRUE};
+    VkPhysicalDeviceVulkan13Features on13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES, .subgroupSizeControl = VK_TRUE,
+                                             .computeFullSubgroups = vk->full_subgroups ? VK_TRUE : VK_FALSE};
+    VkPhysicalDeviceVulkan12Features on12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .bufferDeviceAddress = VK_TRUE,
+                                             .pNext = vk->size_control ? &on13 : NULL};
     /* 64-bit floats where the device has them: the MoE router's sigmoid in double precision, the
      * host's floats bit for bit (moe_route.comp, layernorm64). KILN_VK_F64=0: as a device without
      * them (the op test runs the float paths with it). */
@@ -296,6 +310,7 @@ static kiln_status setup_device(kiln_vk *vk, int index) {
     vk->f64 = vk->bda && f2.features.shaderFloat64 && f64_on;
     VkPhysicalDeviceFeatures2 on2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &on12,
                                      .features = {.shaderInt64 = VK_TRUE, .shaderFloat64 = vk->f64 ? VK_TRUE : VK_FALSE}};
+    if (!vk->bda) vk->size_control = vk->full_subgroups = 0; /* the feature chain below goes with buffer device addresses */
     const VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = vk->bda ? &on2 : NULL, .queueCreateInfoCount = 1,
                                     .pQueueCreateInfos = &qci};
     VkResult r = vkCreateDevice(vk->phys, &dci, NULL, &vk->dev);
@@ -349,6 +364,19 @@ static kiln_status setup_commands(kiln_vk *vk) {
         vkGetPhysicalDeviceProperties2(vk->phys, &p2);
         vk->subgroups = (sgp.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (sgp.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
                         sgp.subgroupSize >= 1 && sgp.subgroupSize <= 64;
+    }
+    if (vk->subgroups && vk->props.apiVersion >= VK_API_VERSION_1_3) {
+        /* the sg* pipelines at the device's default size where it can be required; a device that
+         * varies it without letting it be fixed keeps the portable tree sums */
+        VkPhysicalDeviceVulkan13Properties p13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_PROPERTIES};
+        VkPhysicalDeviceProperties2 q2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &p13};
+        vkGetPhysicalDeviceProperties2(vk->phys, &q2);
+        const int varies = p13.minSubgroupSize != p13.maxSubgroupSize;
+        if (vk->size_control && (p13.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) && sgp.subgroupSize >= p13.minSubgroupSize &&
+            sgp.subgroupSize <= p13.maxSubgroupSize)
+            vk->sg_size = sgp.subgroupSize;
+        else if (varies)
+            vk->subgroups = 0;
     }
     for (int i = 0; vk->subgroups && i < KILN_VK_SH_COUNT; i++)
         for (int j = 0; j < KILN_VK_SH_COUNT; j++)
@@ -619,9 +647,15 @@ static kiln_status pipeline(kiln_vk *vk, kiln_vk_shader s, VkPipeline *out) {
     VkShaderModule mod;
     if (vkCreateShaderModule(vk->dev, &mci, NULL, &mod) != VK_SUCCESS)
         return kiln_fail(KILN_ERR_INTERNAL, "%s: shader %s: cannot create the module", vk->name, shader_names[s]);
+    /* the sg* shaders (workgroups of 64) at one required subgroup size, in full subgroups */
+    const int sized = vk->sg_size && strncmp(shader_names[s], "sg", 2) == 0;
+    const VkPipelineShaderStageRequiredSubgroupSizeCreateInfo rss = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
+                                                                      .requiredSubgroupSize = vk->sg_size};
     const VkComputePipelineCreateInfo cpci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main"},
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .pNext = sized ? &rss : NULL,
+                  .flags = sized && vk->full_subgroups ? VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT : 0,
+                  .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main"},
         .layout = vk->pipe_layout};
     VkResult r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &cpci, NULL, &vk->pipes[s]);
     vkDestroyShaderModule(vk->dev, mod, NULL);
