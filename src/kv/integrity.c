@@ -1002,8 +1002,12 @@ static inline int check_unit(kiln_kv_integ *g, const kiln_kv_pool *p, const kiln
     (*checks)++;
     *bytes += nb;
     int good = (hash_bytes(g, unit_ptr(p, pg, l, kind, h), nb) ^ seed) == g->seal[u];
-    __atomic_store_n(&g->tag[u], good ? ok : ok ^ TAG_BAD, __ATOMIC_RELAXED);
-    if (!good) on_detect(g, p, s, slot, pg, (int64_t)u, l, kind, h, diagnose(p, s, s->integ, slot), "attention");
+    if (good) __atomic_store_n(&g->tag[u], ok, __ATOMIC_RELAXED);
+    /* a failure is reported once per call, as check_fused's: tasks of several tokens of one
+     * sequence (the indexer's scans) may check the same unit at once, and only the one whose
+     * exchange flips the tag reports it */
+    else if (__atomic_exchange_n(&g->tag[u], ok ^ TAG_BAD, __ATOMIC_RELAXED) != (ok ^ TAG_BAD))
+        on_detect(g, p, s, slot, pg, (int64_t)u, l, kind, h, diagnose(p, s, s->integ, slot), "attention");
     return good;
 }
 

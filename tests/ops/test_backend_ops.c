@@ -1776,5 +1776,7 @@ int main(void) {
         cmocka_unit_test(test_kv_store), cmocka_unit_test(test_copy_rows), cmocka_unit_test(test_deferred_steps), cmocka_unit_test(test_step_replay),              cmocka_unit_test(test_dsa_norm_fp8),
         cmocka_unit_test(test_dsa_index_kernels), cmocka_unit_test(test_dsa_select_attend), cmocka_unit_test(test_supports),
     };
+    /* KILN_TEST_FILTER=test_dsa_*: only the tests it matches (cmocka's pattern; for reruns) */
+    if (getenv("KILN_TEST_FILTER")) cmocka_set_test_filter(getenv("KILN_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -475,7 +475,7 @@ int vkb_matmul_shape_ok(const kiln_weight *w) {
 
 int vkb_record_matmul(vk_state *s, const kiln_weight *w, const float *X, int64_t x_stride, float *Y, int64_t y_stride, int n) {
     if (n <= 0) return 0;
-    if (!vkb_matmul_shape_ok(w)) return -1;
+    if (!vkb_matmul_shape_ok(w) || (uint32_t)n > kiln_vk_max_groups_y(s->vk)) return -1; /* token groups of 1 or 8 along y */
     const vk_weight *vw = vkb_device_weight(s, w);
     if (!vw) return -1;
     vref xr, yr;
@@ -532,7 +532,7 @@ static int record_heads_stacked(vk_state *s, const kiln_weight *w, int H, int n,
         if (w[h].fmt != w0->fmt || w[h].rows != w0->rows || w[h].cols != w0->cols || w[h].row_bytes != w0->row_bytes || w[h].tiled ||
             w[h].data != w0->data + (size_t)h * head_bytes)
             return 0;
-    if ((size_t)H * head_bytes > s->max_range) return 0;
+    if ((size_t)H * head_bytes > s->max_range || (uint32_t)n > kiln_vk_max_groups_y(s->vk)) return 0;
     kiln_weight stack = *w0;
     stack.rows = (int64_t)H * w0->rows;
     const vk_weight *vw = vkb_device_weight(s, &stack);
