@@ -18,10 +18,11 @@ AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -m
 SRCS     := $(shell find src -name '*.c' | sort)
 
 # The vulkan backend (src/backend/vulkan/, docs/VULKAN.md) when the Vulkan headers and loader
-# (libvulkan-dev) and glslc are installed; otherwise vk_absent.c, whose calls say how to get it.
+# (libvulkan-dev, headers 1.3 or later: Vulkan 1.3 structures) and glslc are installed; otherwise
+# vk_absent.c, whose calls say how to get it.
 # Shaders: GLSL compiled to SPIR-V at build time, embedded by $(BUILD)/vk_spirv.S (.incbin); the
 # matmul shader once per weight format (-DFMT=N, N as in matmul.comp).
-HAVE_VULKAN := $(shell pkg-config --exists vulkan 2>/dev/null && command -v glslc >/dev/null 2>&1 && echo 1)
+HAVE_VULKAN := $(shell pkg-config --atleast-version=1.3 vulkan 2>/dev/null && command -v glslc >/dev/null 2>&1 && echo 1)
 VK_DIR       := src/backend/vulkan
 VK_MATMULS   := f32:0 f16:1 bf16:2 fp8:3 int4:4 q8_0:5 q4_0:6 q4_k:7 q5_k:8 q6_k:9 q2_k:10 q3_k:11 iq4_xs:12 q4_1:13 q5_0:14 q5_1:15 iq4_nl:16
 VK_PLAIN     := rmsnorm add add_bias swiglu rope kv_merge membw moe_combine copy_rows moe_route moe_sort layernorm fp8_round kv_topk
@@ -49,7 +50,7 @@ VK_OBJS  := $(BUILD)/vk_spirv.o
 CFLAGS_VK := $(shell pkg-config --cflags vulkan)
 LIBS_VK  := -ldl # the loader is opened at run time (vk_device.c), not linked
 else
-$(info kiln: building without the vulkan backend (libvulkan-dev or glslc missing): cpu and ref backends only)
+$(info kiln: building without the vulkan backend (libvulkan-dev 1.3+ or glslc missing): cpu and ref backends only)
 SRCS     := $(filter-out $(VK_DIR)/vk_device.c $(VK_DIR)/backend_vulkan.c $(VK_DIR)/vk_attend.c $(VK_DIR)/vk_moe.c $(VK_DIR)/vk_dsa.c,$(SRCS))
 VK_OBJS  :=
 endif

@@ -134,11 +134,17 @@ for am in "deepseek_v32 tiny" "glm_moe_dsa tiny-shared"; do
         grep -q "heal, [1-9][0-9]* page checks .* 0 detections" "$T/dsa.err" || { echo "$1/$2: no clean checks:"; tail -3 "$T/dsa.err"; exit 1; }
     done
     # the indexer's scores limited to 192 bytes (48 positions of one token): the 8-token prompt
-    # scans and selects in two token groups, as a long chunk at a long context does — same text
-    KILN_VK_INDEX_BYTES=192 "$KILN" run "$T/dsa" --kv-dtype fp8 --kv-integrity heal --tokens 1,5,9,13,17,21,25,29 -n 40 --temp 0 "${V[@]}" \
-        > "$T/dsa.vk" 2> "$T/dsa.err"
+    # scans and selects in two token groups, as a long chunk at a long context does — same text,
+    # every page still verified clean, and one scan + top-k more per indexed layer than above
+    d_one=$(sed -n 's/.*: \([0-9]*\) dispatches in .*/\1/p' "$T/dsa.err")
+    KILN_VK_STATS=1 KILN_VK_INDEX_BYTES=192 "$KILN" run "$T/dsa" --kv-dtype fp8 --kv-integrity heal --tokens 1,5,9,13,17,21,25,29 -n 40 --temp 0 \
+        "${V[@]}" > "$T/dsa.vk" 2> "$T/dsa.err"
     no_fallback "$T/dsa.err"
     cmp "$T/dsa.vk" "$T/dsa.cpu" || { echo "$1/$2: vulkan with the indexer in token groups and cpu greedy texts differ"; exit 1; }
+    grep -q "heal, [1-9][0-9]* page checks .* 0 detections" "$T/dsa.err" || { echo "$1/$2 (token groups): no clean checks:"; tail -3 "$T/dsa.err"; exit 1; }
+    d_grp=$(sed -n 's/.*: \([0-9]*\) dispatches in .*/\1/p' "$T/dsa.err")
+    [ -n "$d_one" ] && [ -n "$d_grp" ] && [ "$d_grp" -gt "$d_one" ] ||
+        { echo "$1/$2: the prompt was not scanned in token groups ($d_grp dispatches, $d_one without the bound)"; exit 1; }
     "$KILN" run "$T/dsa" --kv-dtype fp8 --tokens 1,5,9,13 -n 40 --temp 0 "${V[@]}" > "$T/dsa.clean" 2>/dev/null
     "$KILN" run "$T/dsa" --kv-dtype fp8 --tokens 1,5,9,13 -n 40 --temp 0 --inject-kv-faults "all=3,every=3" "${V[@]}" > "$T/dsa.f" 2> "$T/dsa.ferr"
     no_fallback "$T/dsa.ferr"

@@ -284,7 +284,7 @@ static tweight make_block_weight(const gguf_block *gb, int64_t rows, int64_t col
     for (size_t i = 0; i < t.w.row_bytes * (size_t)rows; i++) d[i] = (uint8_t)rnd32();
     for (int64_t b = 0; b < rows * cols / gb->elems; b++)
         for (int j = 0; j < gb->n_f16; j++) {
-            const uint16_t h = (uint16_t)(b % 4 == 3 ? 0x0200 + (rnd32() & 0x1FF) : 0x1000 + (rnd32() & 0x3FF)); /* 2^-11 .. 2^-10 */
+            const uint16_t h = (uint16_t)(b % 4 == 3 ? 0x0200 + (rnd32() & 0x1FF) : 0x1000 + (rnd32() & 0x3FF)); /* 2^-11 .. 2^-10; every fourth block 2^-15 .. 2^-14 */
             memcpy(d + (size_t)b * (size_t)gb->bytes + gb->f16_at[j], &h, 2);
         }
     t.w.data = d;
@@ -1324,6 +1324,8 @@ static void test_dsa_norm_fp8(void **state) {
     const int rows = 7, w = 128;
     float *x = input(ref_be, (size_t)rows * w), *g = input(ref_be, w), *b = input(ref_be, w);
     for (int i = 0; i < rows * w; i++) x[i] = 3.0f + 2.0f * x[i];
+    for (int i = 0; i < w; i++) x[i] = 3.0f; /* a constant row: every x − mean is 0, and × a negative weight −0 */
+    for (int i = 0; i < w; i += 3) g[i] = -fabsf(g[i]) - 0.1f;
     double *want = malloc((size_t)rows * w * sizeof *want);
     for (int r = 0; r < rows; r++) {
         double mean = 0, var = 0;
@@ -1348,6 +1350,7 @@ static void test_dsa_norm_fp8(void **state) {
     float *host_out = malloc((size_t)rows * w * sizeof *host_out), *nob = malloc((size_t)rows * w * sizeof *nob);
     ref_be->ops->layernorm(ref_be, host_out, x, g, b, rows, w, 1e-6f);
     ref_be->ops->layernorm(ref_be, nob, x, g, NULL, rows, w, 1e-6f);
+    for (int i = 0; i < w; i++) assert_false(signbit(nob[i])); /* the constant row: +0 everywhere, −0 × … + 0.0 included */
     for (int p = 0; p <= n_bes + (nof64 != NULL); p++) {
         const kiln_backend *be = p == 0 ? ref_be : p <= n_bes ? bes[p - 1] : nof64;
         float *out = output(be, (size_t)rows * w);
@@ -1359,10 +1362,15 @@ static void test_dsa_norm_fp8(void **state) {
             assert_int_equal(d1 - d0, 1);
         }
         for (int i = 0; i < rows * w; i++) assert_true(fabs(out[i] - want[i]) <= 1e-5 * (1.0 + fabs(want[i])));
-        const int exact = be->kind == KILN_BACKEND_VULKAN && (be != nof64 || strstr(be->device_name, "llvmpipe"));
+        /* bit for bit: the doubles variant on any device; the float one where division and sqrt are IEEE */
+        const int exact = be->kind == KILN_BACKEND_VULKAN && (kiln_backend_vulkan_f64(be) || strstr(be->device_name, "llvmpipe"));
+        if (be == nof64) assert_false(kiln_backend_vulkan_f64(be));
         if (exact) {
             assert_memory_equal(out, host_out, (size_t)rows * w * sizeof *out);
+            kiln_backend_vulkan_counts(be, &d0, &host);
             be->ops->layernorm(be, out, x, g, NULL, rows, w, 1e-6f); /* no bias: + 0.0 as the host adds it (−0 becomes +0) */
+            kiln_backend_vulkan_counts(be, &d1, &host);
+            assert_int_equal(d1 - d0, 1);
             assert_memory_equal(out, nob, (size_t)rows * w * sizeof *out);
         }
         kiln_be_free(be, out);
@@ -1425,7 +1433,13 @@ static void test_dsa_norm_fp8(void **state) {
         memcpy(y, src, 256 * sizeof *y);
         y[5] = INFINITY;
         y[9] = -3.0f;
+        uint64_t d0 = 0, d1 = 0, host = 0;
+        if (be->kind == KILN_BACKEND_VULKAN) kiln_backend_vulkan_counts(be, &d0, &host);
         be->ops->fp8_round(be, y, 1, 256, 0);
+        if (be->kind == KILN_BACKEND_VULKAN) { /* on the device */
+            kiln_backend_vulkan_counts(be, &d1, &host);
+            assert_int_equal(d1 - d0, 1);
+        }
         for (int i = 0; i < 128; i++) assert_true(isnan(y[i]));
         float *z = output(ref_be, 256);
         memcpy(z, src, 256 * sizeof *z);
@@ -1534,6 +1548,7 @@ static void dsa_case(kiln_kv_dtype dt, int pt, int ctx, int topk, int integ) {
         const kiln_backend *be = p == 0 ? ref_be : p <= n_bes ? bes[p - 1] : dsa_grouped;
         /* scan + top-k per group of tokens (one group unless the scores are limited) */
         const int per = be == dsa_grouped ? (int)(dsa_grouped_bytes / ((size_t)ctx * sizeof(float))) : n;
+        assert_true(per > 0); /* a case whose one token's scores pass the bound would run on the host */
         const int groups = (n + per - 1) / per;
         kiln_kv_pool *pool;
         kiln_kv_config bc = cfg;
@@ -1711,8 +1726,8 @@ static void test_dsa_select_attend(void **state) {
     dsa_case(KILN_KV_BF16, 5, 41, 8, 1);
     for (int b = 0; b < n_bes && !dsa_grouped; b++) {
         if (bes[b]->kind != KILN_BACKEND_VULKAN) continue;
-        /* 1,300 bytes: 1 token per group at 300 and 200 positions, 4 at 70, all 6 at 41; a count
-         * the backend refuses is an error naming it */
+        /* 1,300 bytes: 1 token per group at 300 and 200 positions, 4 at 70 and at 81, all 6 at 41;
+         * a count the backend refuses is an error naming it */
         const char *vdi = getenv("KILN_VK_DEVICE_INDEX");
         setenv("KILN_VK_INDEX_BYTES", "2x", 1);
         kiln_backend *bad = NULL;
@@ -1732,6 +1747,9 @@ static void test_dsa_select_attend(void **state) {
     dsa_case(KILN_KV_F32, 48, 200, 32, 1);
     dsa_case(KILN_KV_BF16, 5, 41, 8, 1);
     dsa_case(KILN_KV_F32, 16, 70, 16, 0);
+    /* hashing with groups of several tokens: {A's owner, three of B's non-owners}, {B's last
+     * non-owner, B's owner} — every page of both sequences hashed once, the flipped bit caught */
+    dsa_case(KILN_KV_BF16, 5, 81, 8, 1);
     n_bes = keep_n;
     memcpy(bes, keep, sizeof keep);
     kiln_backend_free(dsa_grouped);

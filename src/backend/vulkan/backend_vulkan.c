@@ -8,11 +8,13 @@
  *   device   matmul / matmul_many / matmul_heads / grouped MoE experts for F32, F16, BF16, FP8 block,
  *            INT4 group, Q8_0, Q4_0 and every GGUF block quant kiln reads (Q4_K / Q5_K / Q6_K / Q2_K / Q3_K /
  *            IQ4_XS / Q4_1 / Q5_0 / Q5_1 / IQ4_NL, dequantized in registers), RMSNorm, LayerNorm, RoPE, add,
- *            bias, SwiGLU, MoE routing and combine, attention over the KV pool's pages and the KV store
- *            (the pages read and written where they lie, through buffer device addresses, with the KV
- *            integrity hashes of what is read / written), DSA's indexer and sparse attention;
+ *            bias, SwiGLU, the routed MoE layer (routing, by-id matmuls, combine), attention over the
+ *            KV pool's pages and the KV store (the pages read and written where they lie, through
+ *            buffer device addresses, with the KV integrity hashes of what is read / written), DSA's
+ *            indexer and sparse attention;
  *   host     through the cpu backend's kernels on the same buffers: embedding rows, the RoPE table,
- *            argmax, and any op whose shape or layout a shader does not take.
+ *            argmax, the stand-alone moe_route op, and any op whose shape or layout a
+ *            shader does not take.
  * That split works because every buffer kiln_be_alloc hands out is host-visible device memory,
  * mapped for the buffer's life: the host-side ops read and write the same bytes the shaders do.
  *
@@ -79,14 +81,14 @@ static void *alloc_mapped(vk_state *s, size_t bytes, int zero, int where) {
 }
 
 static void *vk_be_alloc(const kiln_backend *be, size_t bytes) { return alloc_mapped(ST(be), bytes, 1, 1); }
-                         
-                         /* A KV pool's layer array (backend.h kv_alloc): a host-visible buffer with a device address, which
-                         * the attention shader reads in place and the host-side KV ops (store with its seal, integrity
-                         * checks, prefix sharing) read and write through the mapping. Not zeroed: the pool writes every
-                         * position before anything reads it, and zeroing would commit the whole pool's memory at once.
-                         * NULL (the pool then takes host memory and attention over it runs on the host) without buffer
-                         * device addresses or when the device cannot give one allocation of that size. */
-                         static void *vk_kv_alloc(const kiln_backend *be, size_t bytes) {
+
+/* A KV pool's layer array (backend.h kv_alloc): a host-visible buffer with a device address, which
+ * the attention shader reads in place and the host-side KV ops (store with its seal, integrity
+ * checks, prefix sharing) read and write through the mapping. Not zeroed: the pool writes every
+ * position before anything reads it, and zeroing would commit the whole pool's memory at once.
+ * NULL (the pool then takes host memory and attention over it runs on the host) without buffer
+ * device addresses or when the device cannot give one allocation of that size. */
+static void *vk_kv_alloc(const kiln_backend *be, size_t bytes) {
     vk_state *s = ST(be);
     if (!kiln_vk_has_bda(s->vk) || s->failed) return NULL;
     /* whole words: the shader reads a row's last byte in its word; device-local where it can be
@@ -265,13 +267,13 @@ void vkb_abandon_op(vk_state *s, const char *op) {
 
 /* The end of a device op: submitted now, or inside a deferred step left recorded. */
 int vkb_done(vk_state *s) { return s->defer_depth > 0 ? 0 : vkb_flush(s); }
-             /* Before a host-side op: everything recorded must have run (the host reads its results and may
-             * write what a recorded dispatch still has to read). */
-             void vkb_host_first(vk_state *s) { (void)vkb_flush(s); }
-             
-             
-             /* ---- weights ------------------------------------------------------------------------------------- */
-             static int fmt_on_device(kiln_wformat f) {
+
+/* Before a host-side op: everything recorded must have run (the host reads its results and may
+ * write what a recorded dispatch still has to read). */
+void vkb_host_first(vk_state *s) { (void)vkb_flush(s); }
+
+/* ---- weights ------------------------------------------------------------------------------------- */
+static int fmt_on_device(kiln_wformat f) {
     switch (f) {
     case KILN_WF_F32: case KILN_WF_F16: case KILN_WF_BF16: case KILN_WF_FP8_BLOCK:
     case KILN_WF_INT4_GROUP: case KILN_WF_Q8_0: case KILN_WF_Q4_0:
@@ -709,7 +711,7 @@ static int64_t vk_argmax(const kiln_backend *be, const float *x, int64_t len) {
 }
 
 static void vk_defer(const kiln_backend *be) { ST(be)->defer_depth++; }
-                     static void vk_expect_weights(const kiln_backend *be, uint64_t bytes) {
+static void vk_expect_weights(const kiln_backend *be, uint64_t bytes) {
     vk_state *s = ST(be);
     s->w_total = bytes >= ((uint64_t)256 << 20) ? bytes : 0; /* a small model's copy is over before a line could help */
     s->w_tenths = (int)(bytes ? (s->w_uploaded * 10 / bytes > 10 ? 10 : s->w_uploaded * 10 / bytes) : 0);
@@ -917,6 +919,11 @@ void kiln_backend_vulkan_programs(const kiln_backend *be, uint64_t *recorded, ui
 int kiln_backend_vulkan_subgroups(const kiln_backend *be) {
     const vk_state *s = ST(be);
     return s ? kiln_vk_subgroups(s->vk) : 0;
+}
+
+int kiln_backend_vulkan_f64(const kiln_backend *be) {
+    const vk_state *s = ST(be);
+    return s ? kiln_vk_has_f64(s->vk) : 0;
 }
 
 int kiln_backend_vulkan_built(void) { return 1; }

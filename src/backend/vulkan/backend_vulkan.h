@@ -18,6 +18,8 @@ extern const kiln_backend_ops kiln_backend_vulkan_ops;
 void kiln_backend_vulkan_counts(const kiln_backend *be, uint64_t *dispatches, uint64_t *host_fallbacks);
 /* 1 when the device's reductions run on subgroup arithmetic (vk_device.h kiln_vk_subgroups). */
 int kiln_backend_vulkan_subgroups(const kiln_backend *be);
+/* 1 when the device's shaders use 64-bit floats (the router's sigmoid, layernorm64). */
+int kiln_backend_vulkan_f64(const kiln_backend *be);
 /* Command buffers recorded so far, and flushes that replayed one recorded before (vk_device.c). */
 void kiln_backend_vulkan_programs(const kiln_backend *be, uint64_t *recorded, uint64_t *replayed);
 /* The device's read bandwidth in GB/s (1e9 B/s): a device buffer of `bytes` read `passes` times

@@ -28,6 +28,10 @@ int kiln_backend_vulkan_subgroups(const kiln_backend *be) {
     (void)be;
     return 0;
 }
+int kiln_backend_vulkan_f64(const kiln_backend *be) {
+    (void)be;
+    return 0;
+}
 void kiln_backend_vulkan_programs(const kiln_backend *be, uint64_t *recorded, uint64_t *replayed) {
     (void)be;
     *recorded = *replayed = 0;
