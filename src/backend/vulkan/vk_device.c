@@ -708,6 +708,8 @@ kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_b
         st = pipeline(vk, (kiln_vk_shader)vk->variant[shader], &pipe);
         if (st == KILN_OK) shader = (kiln_vk_shader)vk->variant[shader];
         else { /* all of them: the one-entry and tile matmuls of a token must stay alike (same floats) */
+            fprintf(stderr, "kiln: %s: the subgroup variant %s was refused (%s); the portable shaders run from now on\n", vk->name,
+                    shader_names[vk->variant[shader]], kiln_last_error());
             for (int i = 0; i < KILN_VK_SH_COUNT; i++) vk->variant[i] = (uint8_t)i;
             vk->subgroups = 0;
         }
