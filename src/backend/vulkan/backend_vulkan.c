@@ -795,7 +795,7 @@ kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
      * groups with it). */
     s->idx_budget = s->max_range < ((size_t)256 << 20) ? s->max_range : (size_t)256 << 20;
     const char *ib = getenv("KILN_VK_INDEX_BYTES");
-    if (ib) {
+    if (ib && *ib) { /* set and not empty (empty: unset, as KILN_VK_FAULT) */
         char *end;
         errno = 0;
         const unsigned long long v = strtoull(ib, &end, 10);
