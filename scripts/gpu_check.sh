@@ -1,44 +1,90 @@
 #!/usr/bin/env bash
-# gpu_check.sh — issue 26's check on a machine with a real GPU, in one prepared run (about 8
-# minutes on an H200): builds kiln, picks the first Vulkan device that is not a CPU (lavapipe),
-# runs the op tests and the model tests on it, then the benchmarks, and writes everything under
-# $OUT (default gpu_check_out/): devices.txt, ops.log, models.log, bench_decode.json, bench_ab_*.json, bench_moe.json, bench_dsa.json,
-# bench_integrity.json, kv_bf16.json / kv_fp8.json, profile.log (device time per shader),
-# summary.json, and a log of each step.
+# gpu_check.sh — issue 26's check on a machine with a real GPU, in one prepared run (under 9
+# minutes, the device tool's 10-minute command limit): picks the first Vulkan device that is not a
+# CPU (lavapipe), runs the op tests and the model tests on it, then the benchmarks.
 #   bash scripts/gpu_check.sh [SHARED_DIR]     (SHARED_DIR: ../shared by default, for stories260K)
-# Each step has its own time limit and a failed step does not stop the later ones; summary.json
-# says which passed. Nothing here is a GPU claim by itself: docs/BENCHMARKS.md records what a run
-# on a lent GPU printed, with the machine named.
+# Binaries: the bundle scripts/gpu_bundle.sh made here (.gpu/kiln-gpu.tar.xz: kiln, the op test,
+# the shared libraries and the models the tests read; the lent machine has none of kiln's -dev
+# libraries, no glslc and no ../shared), else a build on the spot (make kiln tests).
+# Results: $OUT (the device tool's folder; default gpu_check_out/) receives summary.json and
+# gpu_check.tar.gz (every step's log and JSON: devices.txt, ops.log, models.log, bench_decode.json,
+# bench_ab_*.json, bench_moe.json, bench_dsa.json, bench_integrity.json, kv_bf16.json / kv_fp8.json,
+# profile*.log with the device time per shader), both refreshed after every step: the device tool
+# returns at most 8 files, and what a killed run left. Models go to $GPU_CHECK_WORK
+# (/tmp/kiln-gpu-check), never to $OUT.
+# Each step has its own time limit, cut to what is left of GPU_CHECK_BUDGET (default 540 s); a
+# failed step does not stop the later ones, a step past the budget is skipped; summary.json says
+# which passed. Nothing here is a GPU claim by itself: docs/BENCHMARKS.md records what a run on a
+# lent GPU printed, with the machine named.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_check_out}
+WORK=${GPU_CHECK_WORK:-/tmp/kiln-gpu-check}
+RES=$WORK/results
+BUDGET=${GPU_CHECK_BUDGET:-540}
+mkdir -p "$OUT" "$RES"
+OUT=$(cd "$OUT" && pwd)
 SHARED=${1:-${SHARED:-$(cd .. && pwd)/shared}}
-mkdir -p "$OUT"
 # a Python with numpy for the model tests' comparisons (the first python3 on PATH may lack it)
 if [ -z "${PY:-}" ]; then
     for c in python3 /usr/bin/python3; do "$c" -c "import numpy" 2>/dev/null && { PY=$c; break; }; done
 fi
-export KILN=$PWD/kiln SHARED PY=${PY:-python3}
 declare -A status
+pack() { # what is done so far, into $OUT
+    tar -czf "$OUT/gpu_check.tar.gz" -C "$RES" . 2> /dev/null
+    {
+        printf '{"device": "%s",\n "steps": {' "$(grep "^${DEV:-none} " "$RES/devices.txt" 2> /dev/null | sed 's/"/\\"/g')"
+        local sep="" k
+        for k in "${!status[@]}"; do printf '%s"%s": "%s"' "$sep" "$k" "${status[$k]}"; sep=", "; done
+        printf '}}\n'
+    } > "$RES/summary.json"
+    cp "$RES/summary.json" "$OUT/summary.json"
+}
 step() { # name, time limit (s), command...
     local name=$1 limit=$2; shift 2
-    local t0=$SECONDS
-    if timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; then status[$name]=pass; else status[$name]="fail (rc $?)"; fi
+    local t0=$SECONDS left=$((BUDGET - SECONDS))
+    if [ "$left" -lt 10 ]; then
+        status[$name]="skipped (budget)"
+    else
+        [ "$limit" -gt "$left" ] && limit=$left
+        if timeout "$limit" "$@" > "$RES/$name.log" 2>&1; then status[$name]=pass; else status[$name]="fail (rc $?)"; fi
+    fi
     echo "$name: ${status[$name]} in $((SECONDS - t0)) s"
+    pack
 }
-step build 300 make -j"$(nproc)" kiln tests
-./kiln inspect --devices > "$OUT/devices.txt" 2>&1
+if [ -f .gpu/kiln-gpu.tar.xz ]; then
+    BUNDLE=${GPU_BUNDLE_DIR:-/tmp/kiln-gpu}
+    rm -rf "$BUNDLE" && mkdir -p "$BUNDLE" && tar -xJf .gpu/kiln-gpu.tar.xz -C "$BUNDLE" || { echo "cannot unpack .gpu/kiln-gpu.tar.xz"; exit 1; }
+    export LD_LIBRARY_PATH=$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    KILN=$BUNDLE/kiln
+    OPS=$BUNDLE/tests/ops/test_backend_ops
+    [ -f "$SHARED/models/stories260K/stories260K.bin" ] || SHARED=$BUNDLE/shared
+    echo "binaries: the bundle (.gpu/kiln-gpu.tar.xz)"
+else
+    KILN=$PWD/kiln
+    OPS=build/tests/ops/test_backend_ops
+    step build 300 make -j"$(nproc)" kiln tests
+fi
+export KILN SHARED PY=${PY:-python3}
+"$KILN" inspect --devices > "$RES/devices.txt" 2>&1
+# NVIDIA's driver may sit outside the loader's search path (the lent machines mount it under
+# /usr/local/nvidia): named for the loader when no GPU was found without it
+NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if ! awk '/^vulkan:[0-9]+ / && $0 !~ /\(CPU,/ {f = 1} END {exit !f}' "$RES/devices.txt" && [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$NV_ICD" ]; then
+    export VK_DRIVER_FILES=$NV_ICD
+    "$KILN" inspect --devices > "$RES/devices.txt" 2>&1
+fi
 # GPU_CHECK_DEVICE=vulkan:N forces a device (a dry run of this script on lavapipe, with
 # GPU_CHECK_SHAPE="--preset tiny --seq 8192" and GPU_CHECK_MOE="--preset tiny" for models lavapipe
 # runs in seconds)
-DEV=${GPU_CHECK_DEVICE:-$(awk '/^vulkan:[0-9]+ / && $0 !~ /\(CPU,/ {print $1; exit}' "$OUT/devices.txt")}
-if [ -z "$DEV" ]; then echo "no GPU among the Vulkan devices:"; cat "$OUT/devices.txt"; exit 1; fi
-echo "device: $(grep "^$DEV " "$OUT/devices.txt")"
+DEV=${GPU_CHECK_DEVICE:-$(awk '/^vulkan:[0-9]+ / && $0 !~ /\(CPU,/ {print $1; exit}' "$RES/devices.txt")}
+if [ -z "$DEV" ]; then echo "no GPU among the Vulkan devices:"; cat "$RES/devices.txt"; pack; exit 1; fi
+echo "device: $(grep "^$DEV " "$RES/devices.txt")"
 export KILN_VK_DEVICE=$DEV KILN_VK_DEVICE_INDEX=${DEV#vulkan:}
 
 # correctness on the device: every op x format against the ref backend, stories260K against
 # llama2.c, the integrity campaign, the architectures' PyTorch references (where torch is there)
-step ops 240 build/tests/ops/test_backend_ops
+step ops 240 "$OPS"
 step models 240 bash tests/models/test_vulkan.sh
 if $PY -c "import torch, numpy" 2>/dev/null; then
     step arch_deepseek_v3 120 env KILN_DEVICES="$DEV" $PY tests/models/test_arch_deepseek_v3.py
@@ -46,15 +92,15 @@ if $PY -c "import torch, numpy" 2>/dev/null; then
 fi
 
 # the 1.7B shape of the CPU benchmarks (dim 3072, ffn 8192, 16 layers, 24 heads, 8 KV heads)
-M=$OUT/b17
+M=$WORK/b17
 SHAPE=${GPU_CHECK_SHAPE:---preset bench-500m --dim 3072 --ffn 8192 --layers 16 --heads 24 --kv-heads 8 --seq 8192}
 # shellcheck disable=SC2086
-[ -f "$M/config.json" ] || step mkmodel 240 ./kiln mkmodel --arch llama $SHAPE --dtype bf16 "$M"
+[ -f "$M/config.json" ] || step mkmodel 240 "$KILN" mkmodel --arch llama $SHAPE --dtype bf16 "$M"
 # batch-1 decode against the device's read bandwidth, INT4 / FP8 / BF16 side by side, and prefill
 # at 512 tokens (prompt_tps)
-step bench_decode 300 sh -c "./kiln bench '$M' --device $DEV --weights bf16,fp8,int4 --prompt 512 --gen 64 --repeat 3 --json > '$OUT/bench_decode.json'"
+step bench_decode 300 sh -c "'$KILN' bench '$M' --device $DEV --weights bf16,fp8,int4 --prompt 512 --gen 64 --repeat 3 --json > '$RES/bench_decode.json'"
 # where a decode step's device time goes: timestamp queries per shader (KILN_VK_PROFILE), INT4 weights
-step profile 180 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 ./kiln bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 1
+step profile 180 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 1
 # the two host/device choices a GPU decides, A/B in alternation (INT4 decode): command buffers
 # recorded once per step shape and replayed (KILN_VK_REUSE=0: recorded every step) and subgroup
 # reductions (KILN_VK_SUBGROUPS=0: the portable shared-memory tree sums); KILN_VK_STATS in the .err
@@ -63,45 +109,40 @@ ab_bench() {
     for c in base reuse0 sg0 base reuse0 sg0; do
         i=$((i + 1))
         case $c in reuse0) set -- KILN_VK_REUSE=0 ;; sg0) set -- KILN_VK_SUBGROUPS=0 ;; *) set -- KILN_VK_REUSE=1 ;; esac
-        env "$@" KILN_VK_STATS=1 ./kiln bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 2 --json \
-            > "$OUT/bench_ab_${i}_$c.json" 2> "$OUT/bench_ab_${i}_$c.err" || return 1
+        env "$@" KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 2 --json \
+            > "$RES/bench_ab_${i}_$c.json" 2> "$RES/bench_ab_${i}_$c.err" || return 1
     done
 }
 export -f ab_bench
-export M DEV OUT
+export M DEV RES
 step bench_ab 240 bash -c ab_bench
 # MoE + MLA on the device (routing and experts by id: moe_routed): the GLM-4.7-Flash-shaped preset,
 # BF16 / FP8 / INT4 experts, decode against the device bandwidth and the per-shader profile
 # (GPU_CHECK_MOE="--preset tiny" for a dry run on lavapipe)
-F=$OUT/flash
+F=$WORK/flash
 MOE=${GPU_CHECK_MOE:---preset glm47-flash}
 # shellcheck disable=SC2086
-[ -f "$F/config.json" ] || step mkmodel_moe 240 ./kiln mkmodel --arch glm4_moe_lite $MOE --dtype bf16 "$F"
-step bench_moe 240 sh -c "./kiln bench '$F' --device $DEV --weights bf16,fp8,int4 --scope experts --prompt 128 --gen 64 --repeat 3 --json > '$OUT/bench_moe.json'"
-step profile_moe 120 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 ./kiln bench "$F" --device "$DEV" --weights int4 --scope experts --prompt 16 --gen 32 --repeat 1
+[ -f "$F/config.json" ] || step mkmodel_moe 240 "$KILN" mkmodel --arch glm4_moe_lite $MOE --dtype bf16 "$F"
+step bench_moe 240 sh -c "'$KILN' bench '$F' --device $DEV --weights bf16,fp8,int4 --scope experts --prompt 128 --gen 64 --repeat 3 --json > '$RES/bench_moe.json'"
+step profile_moe 120 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$F" --device "$DEV" --weights int4 --scope experts --prompt 16 --gen 32 --repeat 1
 # GLM-5.x sparse attention on the device (indexer scan + top-k + sparse attention, DSA compact rows):
 # the glm52 preset (GLM-5's per-layer shapes, 2 layers), a 2,048-token prompt so that the top-2048
 # selection is the whole context at first and a strict subset while decoding, BF16 / INT4 weights,
 # and the per-shader profile (GPU_CHECK_DSA="--preset tiny" for a dry run on lavapipe)
-G=$OUT/glm52
+G=$WORK/glm52
 DSA=${GPU_CHECK_DSA:---preset glm52}
 # shellcheck disable=SC2086
-[ -f "$G/config.json" ] || step mkmodel_dsa 240 ./kiln mkmodel --arch glm_moe_dsa $DSA --seq 8192 --dtype bf16 "$G"
-step bench_dsa 240 sh -c "./kiln bench '$G' --device $DEV --weights bf16,int4 --prompt 2048 --gen 64 --repeat 2 --json > '$OUT/bench_dsa.json'"
-step profile_dsa 120 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 ./kiln bench "$G" --device "$DEV" --weights int4 --prompt 2048 --gen 32 --repeat 1
+[ -f "$G/config.json" ] || step mkmodel_dsa 240 "$KILN" mkmodel --arch glm_moe_dsa $DSA --seq 8192 --dtype bf16 "$G"
+step bench_dsa 240 sh -c "'$KILN' bench '$G' --device $DEV --weights bf16,int4 --prompt 2048 --gen 64 --repeat 2 --json > '$RES/bench_dsa.json'"
+step profile_dsa 120 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$G" --device "$DEV" --weights int4 --prompt 2048 --gen 32 --repeat 1
 # KV capacity: bytes per token of BF16 and FP8 pools
-for dt in bf16 fp8; do ./kiln inspect "$M" --kv --kv-dtype $dt --json > "$OUT/kv_$dt.json" 2>/dev/null; done
+for dt in bf16 fp8; do "$KILN" inspect "$M" --kv --kv-dtype $dt --json > "$RES/kv_$dt.json" 2>/dev/null; done
 # integrity: heal vs off at 4,000 tokens of context (decode and time to first token)
-step bench_integrity 300 sh -c "./kiln bench '$M' --integrity --device $DEV --ctx 4000 --prompt 16 --decode 16 --repeat 3 --modes off,heal \
-    --kv-dtype bf16,fp8 --no-campaign --json > '$OUT/bench_integrity.json'"
+step bench_integrity 300 sh -c "'$KILN' bench '$M' --integrity --device $DEV --ctx 4000 --prompt 16 --decode 16 --repeat 3 --modes off,heal \
+    --kv-dtype bf16,fp8 --no-campaign --json > '$RES/bench_integrity.json'"
 
-{
-    printf '{"device": "%s",\n "steps": {' "$(grep "^$DEV " "$OUT/devices.txt" | sed 's/"/\\"/g')"
-    sep=""
-    for k in "${!status[@]}"; do printf '%s"%s": "%s"' "$sep" "$k" "${status[$k]}"; sep=", "; done
-    printf '}}\n'
-} > "$OUT/summary.json"
-$PY - "$OUT" <<'PYEOF'
+pack
+$PY - "$RES" <<'PYEOF'
 import json, os, sys
 out = sys.argv[1]
 s = json.load(open(os.path.join(out, "summary.json")))
@@ -140,3 +181,5 @@ if ab:
 json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(json.dumps(s, indent=1)[:4000])
 PYEOF
+cp "$RES/summary.json" "$OUT/summary.json"
+tar -czf "$OUT/gpu_check.tar.gz" -C "$RES" .

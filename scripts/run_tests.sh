@@ -15,6 +15,8 @@ export PY=${PY:-/usr/bin/python3}
 # The python architecture tests also run on the vulkan backend when the build has a Vulkan device
 # (tests/reference/harness.py); a build with Vulkan but no device fails tests/ops/test_backend_ops.
 if "$KILN" inspect --devices 2>/dev/null | grep -q '^vulkan:0 '; then export KILN_DEVICES=${KILN_DEVICES:-cpu vulkan}; fi
+# the sanitizer run: leaks kept by the Vulkan driver (lavapipe) are not kiln's (tests/lsan.supp)
+if [ -n "${KILN_CHECK:-}" ]; then export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"; fi
 export TMPDIR_KILN=$(mktemp -d)
 trap 'rm -rf "$TMPDIR_KILN"' EXIT
 pass=0; fail=0; skip=0; failed=()

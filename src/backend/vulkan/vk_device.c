@@ -36,9 +36,9 @@
     X(vkFreeCommandBuffers) X(vkCreateBuffer) X(vkCreateCommandPool) X(vkCreateComputePipelines) X(vkCreateDescriptorPool) \
     X(vkCreateDescriptorSetLayout) X(vkCreateDevice) X(vkCreateFence) X(vkCreateInstance) X(vkCreatePipelineLayout) \
     X(vkCreateShaderModule) X(vkDestroyBuffer) X(vkDestroyCommandPool) X(vkDestroyDescriptorPool) X(vkDestroyDescriptorSetLayout) \
-    X(vkDestroyDevice) X(vkDestroyFence) X(vkDestroyInstance) X(vkDestroyPipeline) X(vkDestroyPipelineLayout) \
+    X(vkDestroyDevice) X(vkDestroyFence) X(vkDestroyPipeline) X(vkDestroyPipelineLayout) \
     X(vkDestroyShaderModule) X(vkDeviceWaitIdle) X(vkEndCommandBuffer) X(vkEnumeratePhysicalDevices) X(vkFreeMemory) \
-    X(vkGetBufferMemoryRequirements) X(vkGetDeviceQueue) X(vkGetPhysicalDeviceFeatures2) \
+    X(vkGetBufferMemoryRequirements) X(vkGetDeviceQueue) X(vkGetPhysicalDeviceFeatures2) X(vkEnumerateDeviceExtensionProperties) \
     X(vkGetPhysicalDeviceMemoryProperties) X(vkGetPhysicalDeviceProperties) X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceQueueFamilyProperties) \
     X(vkMapMemory) X(vkQueueSubmit) X(vkResetCommandBuffer) X(vkResetFences) X(vkUnmapMemory) \
     X(vkUpdateDescriptorSets) X(vkWaitForFences)
@@ -189,17 +189,33 @@ static const char *vk_result_name(VkResult r) {
     }
 }
 
-static kiln_status create_instance(VkInstance *out) {
-    KILN_TRY(loader());
+/* One instance per process, created at the first use and never destroyed: creating one loads and
+ * initialises every installed driver (tens of milliseconds on GPU drivers, for each backend a test
+ * or a server opens), and destroying the last one unloads them, after which what a driver never
+ * freed (lavapipe's LLVM) is reported by LeakSanitizer as leaks from unknown modules. The devices
+ * are per backend and destroyed with it. */
+static pthread_once_t instance_once = PTHREAD_ONCE_INIT;
+static VkInstance process_instance;
+static char instance_error[512];
+
+static void create_process_instance(void) {
     /* 1.3: the highest version kiln uses (subgroup size control where the device has it); a device
      * of a lower version gets its own (the effective version is the lower of the two) */
     const VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "kiln", .apiVersion = VK_API_VERSION_1_3};
     const VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
-    VkResult r = vkCreateInstance(&ci, NULL, out);
-    if (r != VK_SUCCESS)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "vulkan: cannot create an instance: %s (VkResult %d); install a Vulkan driver "
-                                               "(Debian: mesa-vulkan-drivers) or use --backend cpu", vk_result_name(r), (int)r);
-    return KILN_OK;
+    VkResult r = vkCreateInstance(&ci, NULL, &process_instance);
+    if (r != VK_SUCCESS) {
+        process_instance = VK_NULL_HANDLE;
+        snprintf(instance_error, sizeof instance_error, "vulkan: cannot create an instance: %s (VkResult %d); install a Vulkan driver "
+                 "(Debian: mesa-vulkan-drivers) or use --backend cpu", vk_result_name(r), (int)r);
+    }
+}
+
+static kiln_status instance(VkInstance *out) {
+    KILN_TRY(loader());
+    pthread_once(&instance_once, create_process_instance);
+    *out = process_instance;
+    return instance_error[0] ? kiln_fail(KILN_ERR_UNSUPPORTED, "%s", instance_error) : KILN_OK;
 }
 
 static const char *type_name(VkPhysicalDeviceType t) {
@@ -219,14 +235,69 @@ static void describe(const VkPhysicalDeviceProperties *p, char *out, size_t n) {
              VK_API_VERSION_MINOR(p->apiVersion), p->limits.maxStorageBufferRange >> 20);
 }
 
+static void memory_flags(VkMemoryPropertyFlags fl, char *out, size_t n) {
+    snprintf(out, n, "%s%s%s%s", fl & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT ? "+device-local" : "",
+             fl & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT ? "+host-visible" : "", fl & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT ? "+coherent" : "",
+             fl & VK_MEMORY_PROPERTY_HOST_CACHED_BIT ? "+cached" : "");
+    if (!out[0]) snprintf(out, n, "+none");
+}
+
+/* What decides where kiln puts things on a device and which shader variants it runs, under the
+ * device's line of `kiln inspect --devices` (indented: the device lines stay "vulkan:N ..."):
+ * the memory heaps and types (KV arrays want a device-local type the host maps: docs/VULKAN.md),
+ * subgroup sizes and their control, 64-bit floats and integers, buffer device addresses, and
+ * whether VK_KHR_cooperative_matrix is there. A first run on a new GPU records it
+ * (scripts/gpu_check.sh: devices.txt). */
+static void describe_details(FILE *f, VkPhysicalDevice pd, const VkPhysicalDeviceProperties *p) {
+    VkPhysicalDeviceMemoryProperties mp;
+    vkGetPhysicalDeviceMemoryProperties(pd, &mp);
+    char fl[80];
+    fprintf(f, "    memory heaps:");
+    for (uint32_t h = 0; h < mp.memoryHeapCount; h++)
+        fprintf(f, " %u: %.1f GiB%s;", h, (double)mp.memoryHeaps[h].size / (double)(1u << 30),
+                mp.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT ? " device-local" : "");
+    fprintf(f, "\n    memory types:");
+    for (uint32_t t = 0; t < mp.memoryTypeCount; t++) {
+        memory_flags(mp.memoryTypes[t].propertyFlags, fl, sizeof fl);
+        fprintf(f, " %s (heap %u);", fl + 1, mp.memoryTypes[t].heapIndex);
+    }
+    fprintf(f, "\n");
+    if (p->apiVersion < VK_API_VERSION_1_2) return;
+    VkPhysicalDeviceVulkan13Properties p13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_PROPERTIES};
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+                                             .pNext = p->apiVersion >= VK_API_VERSION_1_3 ? &p13 : NULL};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+    vkGetPhysicalDeviceProperties2(pd, &p2);
+    VkPhysicalDeviceVulkan13Features f13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .pNext = p->apiVersion >= VK_API_VERSION_1_3 ? &f13 : NULL};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    int coop = 0;
+    uint32_t ne = 0;
+    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &ne, NULL) == VK_SUCCESS && ne) {
+        VkExtensionProperties *ex = calloc(ne, sizeof *ex);
+        if (ex && vkEnumerateDeviceExtensionProperties(pd, NULL, &ne, ex) == VK_SUCCESS)
+            for (uint32_t i = 0; i < ne; i++) coop |= strcmp(ex[i].extensionName, "VK_KHR_cooperative_matrix") == 0;
+        free(ex);
+    }
+    fprintf(f, "    subgroups: %u", sg.subgroupSize);
+    if (p->apiVersion >= VK_API_VERSION_1_3)
+        fprintf(f, " (sizes %u..%u, size control %s, full subgroups %s)", p13.minSubgroupSize, p13.maxSubgroupSize,
+                f13.subgroupSizeControl ? "yes" : "no", f13.computeFullSubgroups ? "yes" : "no");
+    fprintf(f, "; float64 %s; int64 %s; buffer device address %s; VK_KHR_cooperative_matrix %s; max workgroups x %u\n",
+            f2.features.shaderFloat64 ? "yes" : "no", f2.features.shaderInt64 ? "yes" : "no", f12.bufferDeviceAddress ? "yes" : "no", coop ? "yes" : "no",
+            p->limits.maxComputeWorkGroupCount[0]);
+}
+
 kiln_status kiln_vk_list(FILE *f) {
     VkInstance inst;
-    kiln_status st = create_instance(&inst);
+    kiln_status st = instance(&inst);
     if (st) return st;
     uint32_t n = 0;
     vkEnumeratePhysicalDevices(inst, &n, NULL);
     VkPhysicalDevice *pd = calloc(n ? n : 1, sizeof *pd);
-    if (!pd) { vkDestroyInstance(inst, NULL); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    if (!pd) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     vkEnumeratePhysicalDevices(inst, &n, pd);
     for (uint32_t i = 0; i < n; i++) {
         VkPhysicalDeviceProperties p;
@@ -234,9 +305,9 @@ kiln_status kiln_vk_list(FILE *f) {
         char d[400];
         describe(&p, d, sizeof d);
         fprintf(f, "vulkan:%u  %s\n", i, d);
+        describe_details(f, pd[i], &p);
     }
     free(pd);
-    vkDestroyInstance(inst, NULL);
     if (n == 0) return kiln_fail(KILN_ERR_UNSUPPORTED, "vulkan: the loader found no device");
     return KILN_OK;
 }
@@ -411,7 +482,7 @@ kiln_status kiln_vk_open(int index, kiln_vk **out) {
     pthread_mutex_init(&vk->prog_mu, NULL);
     kiln_status fst = parse_faults(vk);
     if (fst) { free(vk); return fst; }
-    kiln_status st = create_instance(&vk->instance);
+    kiln_status st = instance(&vk->instance);
     if (st == KILN_OK) st = setup_device(vk, index);
     if (st == KILN_OK) st = setup_commands(vk);
     if (st != KILN_OK) { kiln_vk_close(vk); return st; }
@@ -442,7 +513,6 @@ void kiln_vk_close(kiln_vk *vk) {
         if (vk->cmd_pool) vkDestroyCommandPool(vk->dev, vk->cmd_pool, NULL);
         vkDestroyDevice(vk->dev, NULL);
     }
-    if (vk->instance) vkDestroyInstance(vk->instance, NULL);
     free(vk->log);
     pthread_mutex_destroy(&vk->prog_mu);
     free(vk);

@@ -34,13 +34,17 @@ void vk_layernorm(const kiln_backend *be, float *out, const float *x, const floa
     kiln_be_common_layernorm(be, out, x, w, b, rows, width, eps);
 }
 
-/* fp8_round.comp: widths of whole 128-value blocks; the rotation over at most 2,048 values (its
- * row in shared memory). */
+/* The rows fp8_round.comp takes: widths of whole 128-value blocks; the rotation over at most 2,048
+ * values, a power of two (its row in shared memory). */
+static int fp8_round_shape(int width, int hadamard) {
+    return width % 128 == 0 && (!hadamard || (width <= 2048 && (width & (width - 1)) == 0));
+}
+
 void vk_fp8_round(const kiln_backend *be, float *x, int rows, int width, int hadamard) {
     vk_state *s = ST(be);
     if (rows <= 0 || width <= 0) return;
     vref xr;
-    int ok = !s->failed && width % 128 == 0 && (!hadamard || (width <= 2048 && (width & (width - 1)) == 0)) &&
+    int ok = !s->failed && fp8_round_shape(width, hadamard) &&
              vkb_resolve(s, x, (size_t)rows * (size_t)width * sizeof(float), 1, &xr) == 0;
     for (int r = 0; ok && r < rows; r += (int)s->max_gx) {
         const int rr = rows - r < (int)s->max_gx ? rows - r : (int)s->max_gx;
@@ -51,7 +55,7 @@ void vk_fp8_round(const kiln_backend *be, float *x, int rows, int width, int had
     }
     if (ok && vkb_done(s) == 0) return;
     /* a shape the shader does not take is the host's by design, not a fallback */
-    if (!s->failed && width % 128 == 0 && (!hadamard || (width <= 2048 && (width & (width - 1)) == 0))) abandon(s);
+    if (!s->failed && fp8_round_shape(width, hadamard)) abandon(s);
     else vkb_host_first(s);
     kiln_be_common_fp8_round(be, x, rows, width, hadamard);
 }
@@ -65,7 +69,7 @@ static int dsa_on_device(vk_state *s, const kiln_kv_pool *p, int layer, int n, c
     vk_alloc a; /* the selection in our buffers, bound in place: written by one dispatch and read by the next, within one step */
     if (!vkb_find_alloc(s, sel, (size_t)n * (size_t)topk * sizeof *sel, &a) || !vkb_find_alloc(s, nsel, (size_t)n * sizeof *nsel, &a)) return 0;
     if (p->integ && !kiln_kv_integ_fusable(p)) return 0;
-    return kiln_vk_has_bda(s->vk) && vkb_arrays_on_device(s, p, layer);
+    return vkb_arrays_on_device(s, p, layer);
 }
 
 /* The table of kv_index.comp / kv_topk.comp / kv_attend_sparse.comp: [3n token words (block-table
