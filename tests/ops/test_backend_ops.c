@@ -753,11 +753,50 @@ static void test_moe(void **state) {
  * combine) gives the ref backend's routing and experts' output, token by token, at the expert
  * matmuls' error bound: the same experts chosen with the same weights (the router's sigmoid is
  * kiln_moe_sigmoid on both sides, bit for bit), for group-limited and plain routing, with and
- * without the correction bias, 1 to 16 tokens. A backend that says it routes natively must have
+ * without the correction bias, 1 to 40 tokens. A backend that says it routes natively must have
  * taken the op (returned 0). And through model/moe.c on the vulkan backend: a 20-token chunk
  * (routed on the host, experts over grouped rows) gives each token the floats it gets alone
  * (routed on the device), bit for bit. kiln_moe_sigmoid itself: the correctly rounded float of
  * 1 / (1 + e^-x) (long double) over a sweep of inputs. */
+/* A chunk longer than the device's piece (KILN_VK_MOE_TOKENS: MOE_PIECE tokens here, 8,192 by default)
+ * runs on the device in pieces: every token's floats those of the whole chunk in one piece, bit
+ * for bit, with more dispatches (the pieces happened); a count the backend refuses is an error
+ * naming it. */
+#define MOE_PIECE 20
+static void moe_in_pieces(const kiln_backend *whole, const kiln_moe_cfg *c, const float *logits, const kiln_moe_layer *L, const float *X, int n,
+                          const float *want) {
+    const char *vdi = getenv("KILN_VK_DEVICE_INDEX");
+    kiln_backend *bad = NULL, *split = NULL;
+    setenv("KILN_VK_MOE_TOKENS", "0", 1);
+    assert_int_not_equal(kiln_backend_create_device(KILN_BACKEND_VULKAN, KILN_ISA_AUTO, 2, KILN_FP8_EXACT, vdi ? atoi(vdi) : 0, &bad), KILN_OK);
+    assert_non_null(strstr(kiln_last_error(), "KILN_VK_MOE_TOKENS: '0'"));
+    if (!kiln_backend_vulkan_subgroups(whole)) setenv("KILN_VK_SUBGROUPS", "0", 1); /* the same reductions as the whole chunk's backend */
+    setenv("KILN_VK_MOE_TOKENS", "20", 1); /* MOE_PIECE: 40 tokens in 20 + 20 (sorted tiles), 33 in 20 + 13 (tiles, then by id) */
+    assert_int_equal(kiln_backend_create_device(KILN_BACKEND_VULKAN, KILN_ISA_AUTO, 2, KILN_FP8_EXACT, vdi ? atoi(vdi) : 0, &split), KILN_OK);
+    unsetenv("KILN_VK_MOE_TOKENS");
+    unsetenv("KILN_VK_SUBGROUPS");
+    assert_int_equal(kiln_backend_vulkan_subgroups(split), kiln_backend_vulkan_subgroups(whole));
+    const size_t nk = (size_t)n * (size_t)c->n_used;
+    uint64_t d0, d1, w0, w1, host;
+    float *hg = output(whole, nk * c->ffn), *ug = output(whole, nk * c->ffn), *yg = output(whole, nk * c->dim), *y = output(whole, (size_t)n * c->dim);
+    kiln_backend_vulkan_counts(whole, &w0, &host);
+    assert_int_equal(whole->ops->moe_routed(whole, c, logits, L->bias, L->gate, L->up, L->down, X, n, hg, ug, yg, y), 0);
+    kiln_backend_vulkan_counts(whole, &w1, &host);
+    kiln_be_free(whole, hg); kiln_be_free(whole, ug); kiln_be_free(whole, yg); kiln_be_free(whole, y);
+    hg = output(split, nk * c->ffn), ug = output(split, nk * c->ffn), yg = output(split, nk * c->dim), y = output(split, (size_t)n * c->dim);
+    kiln_backend_vulkan_counts(split, &d0, &host);
+    assert_int_equal(split->ops->moe_routed(split, c, logits, L->bias, L->gate, L->up, L->down, X, n, hg, ug, yg, y), 0);
+    kiln_backend_vulkan_counts(split, &d1, &host);
+    assert_true(d1 - d0 > w1 - w0);
+    for (size_t i = 0; i < (size_t)n * c->dim; i++)
+        if (memcmp(&y[i], &want[i], sizeof *y) != 0) {
+            fprintf(stderr, "moe_routed in pieces of %d: token %zu [%zu] %.9g, whole chunk %.9g\n", MOE_PIECE, i / c->dim, i % c->dim, (double)y[i], (double)want[i]);
+            fail();
+        }
+    kiln_be_free(split, hg); kiln_be_free(split, ug); kiln_be_free(split, yg); kiln_be_free(split, y);
+    kiln_backend_free(split);
+}
+
 static void test_moe_routed(void **state) {
     (void)state;
     for (int i = 0; i < 200000; i++) {
@@ -819,6 +858,7 @@ static void test_moe_routed(void **state) {
             const int rc = be->ops->moe_routed(be, c, logits, L.bias, L.gate, L.up, L.down, X, n, hg, ug, yg, got);
             if (be->ops->supports(be, KILN_OP_MOE_ROUTE, cases[ci].f)) assert_int_equal(rc, 0); /* on the device (by entry, or sorted tiles past 16 tokens) */
             if (rc == 0) check_nmse("moe_routed", be, got, want, (size_t)n * c->dim, 2 * format_bound(cases[ci].f, be));
+            if (rc == 0 && be->kind == KILN_BACKEND_VULKAN && n > MOE_PIECE) moe_in_pieces(be, c, logits, &L, X, n, got);
             kiln_be_free(be, hg); kiln_be_free(be, ug); kiln_be_free(be, yg); kiln_be_free(be, got);
         }
         /* model/moe.c on each backend: a chunk of 20 tokens at once (the vulkan backend sorts its

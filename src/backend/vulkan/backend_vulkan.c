@@ -779,6 +779,20 @@ const kiln_backend_ops kiln_backend_vulkan_ops = {
 };
 
 /* ---- lifetime ------------------------------------------------------------------------------------ */
+/* A count from the environment: *v = 0 where the variable is unset or empty (as KILN_VK_FAULT);
+ * a value that is not a whole number from lo to hi is refused, naming the variable. */
+static kiln_status env_count(const char *name, const char *what, unsigned long long lo, unsigned long long hi, unsigned long long *v) {
+    *v = 0;
+    const char *e = getenv(name);
+    if (!e || !*e) return KILN_OK;
+    char *end;
+    errno = 0;
+    const unsigned long long x = strtoull(e, &end, 10);
+    if (errno || end == e || *end || x < lo || x > hi) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: '%s' is not %s from %llu to %llu", name, e, what, lo, hi);
+    *v = x;
+    return KILN_OK;
+}
+
 kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     vk_state *s = calloc(1, sizeof *s);
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
@@ -794,19 +808,19 @@ kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
      * contexts scan in token groups (record_index). KILN_VK_INDEX_BYTES lowers it (tests force
      * groups with it). */
     s->idx_budget = s->max_range < ((size_t)256 << 20) ? s->max_range : (size_t)256 << 20;
-    const char *ib = getenv("KILN_VK_INDEX_BYTES");
-    if (ib && *ib) { /* set and not empty (empty: unset, as KILN_VK_FAULT) */
-        char *end;
-        errno = 0;
-        const unsigned long long v = strtoull(ib, &end, 10);
-        if (errno || end == ib || *end || v < 4 || v > s->idx_budget) {
-            kiln_status est = kiln_fail(KILN_ERR_INVALID_ARG, "KILN_VK_INDEX_BYTES: '%s' is not a byte count from 4 to %zu", ib, s->idx_budget);
-            kiln_vk_close(s->vk);
-            pthread_mutex_destroy(&s->allocs_mu);
-            free(s);
-            return est;
-        }
-        s->idx_budget = (size_t)v & ~(size_t)3;
+    /* A prefill chunk's routed MoE runs on the device in pieces of at most MOE_ROUTED_MAX_TOKENS
+     * tokens (vk_moe.c); KILN_VK_MOE_TOKENS lowers it (tests force pieces with it). */
+    s->moe_tokens = MOE_ROUTED_MAX_TOKENS;
+    unsigned long long v = 0;
+    st = env_count("KILN_VK_INDEX_BYTES", "a byte count", 4, s->idx_budget, &v);
+    if (st == KILN_OK && v) s->idx_budget = (size_t)v & ~(size_t)3;
+    if (st == KILN_OK) st = env_count("KILN_VK_MOE_TOKENS", "a token count", 1, MOE_ROUTED_MAX_TOKENS, &v);
+    if (st == KILN_OK && v) s->moe_tokens = (int)v;
+    if (st) {
+        kiln_vk_close(s->vk);
+        pthread_mutex_destroy(&s->allocs_mu);
+        free(s);
+        return st;
     }
     st = kiln_vk_buf_create(s->vk, 256 * sizeof(float), 0, &s->lut);
     if (st == KILN_OK) st = kiln_vk_upload(s->vk, &s->lut, 0, kiln_fp8_e4m3_table, 256 * sizeof(float));

@@ -117,6 +117,7 @@ typedef struct {
     kiln_vk_buf att_part;    /* attention's per-split partial results (device-local, grown as needed) */
     kiln_vk_buf idx_scores;  /* the indexer's scores [group tokens][context] (device-local, grown as needed) */
     size_t idx_budget;       /* bytes of scores one scan may write: min(one binding, 256 MiB; KILN_VK_INDEX_BYTES) */
+    int moe_tokens;          /* tokens per piece of a routed MoE chunk: MOE_ROUTED_MAX_TOKENS (KILN_VK_MOE_TOKENS lowers it) */
     att_check *checks;       /* hashed attentions recorded since the last flush */
     int n_checks, cap_checks;
     st_seal *seals;          /* device stores with KV integrity recorded since the last flush */
@@ -177,6 +178,17 @@ int vkb_stage(vk_state *s, const void *ptr, size_t bytes, int written, vref *r);
 void vkb_abandon_op(vk_state *s, const char *op);
 /* an op that recorded something and then could not finish on the device: run what was recorded
  * (its host fallback reads those results), then count the fallback */
+/* Up to MOE_BYID_MAX_TOKENS tokens the experts run by id on the device's own routing, one
+ * workgroup per (row, (token, slot) entry) (decode, small batches, speculative verification). A
+ * longer chunk (prefill) has its entries sorted by expert on the device too (moe_sort.comp), in
+ * pieces of up to MOE_ROUTED_MAX_TOKENS tokens, and runs them in tiles of 8 entries of one expert
+ * (matmul8_id), so an expert's weights are read once per 8 of its entries, as the host-grouped path
+ * did — without the submit per MoE layer the host's routing needed. A token's floats are the same
+ * either way (the same routing, the same per-token matmul operations, the same combine order). More
+ * tiles than the device's workgroup grid holds: the host-routed path. */
+#define MOE_BYID_MAX_TOKENS 16
+#define MOE_ROUTED_MAX_TOKENS 8192
+
 #define abandon(s) vkb_abandon_op((s), __func__)
 
 /* ---- vk_attend.c ---- */

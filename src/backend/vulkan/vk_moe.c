@@ -80,16 +80,6 @@ static int record_matmul_id(vk_state *s, const kiln_weight *w0, kiln_vk_bind tab
     return 0;
 }
 
-/* Up to MOE_BYID_MAX_TOKENS tokens the experts run by id on the device's own routing, one
- * workgroup per (row, (token, slot) entry) (decode, small batches, speculative verification). A
- * longer chunk (prefill), up to MOE_ROUTED_MAX_TOKENS, has its entries sorted by expert on the
- * device too (moe_sort.comp) and runs them in tiles of 8 entries of one expert (matmul8_id), so an
- * expert's weights are read once per 8 of its entries, as the host-grouped path did — without the
- * submit per MoE layer the host's routing needed. A token's floats are the same either way (the same
- * routing, the same per-token matmul operations, the same combine order). Longer chunks, or more
- * tiles than the device's workgroup grid holds: the host-routed path. */
-#define MOE_BYID_MAX_TOKENS 16
-#define MOE_ROUTED_MAX_TOKENS 8192
 
 /* Records moe_route.comp for n tokens: logits from lr, the table at tr (ids at its start, weights
  * after n·K words, the bias at bias_off). */
@@ -141,14 +131,12 @@ static int route_check(vk_state *s) {
     return ok ? 1 : -1;
 }
 
-/* backend.h moe_routed: routing, the experts by id and the combine, recorded on the device; -1
- * (nothing recorded) where the device cannot: no 64-bit floats or device addresses, more than 512
- * experts or 64 selected, an expert in several chunks. */
-int vk_moe_routed(const kiln_backend *be, const kiln_moe_cfg *c, const float *logits, const float *bias, const kiln_weight *gate,
-                  const kiln_weight *up, const kiln_weight *down, const float *X, int n, float *hg, float *ug, float *yg, float *Y) {
-    vk_state *s = ST(be);
+/* One piece of a routed chunk (n ≤ s->moe_tokens tokens): routing, the experts by id and the
+ * combine, recorded; -1 where the device cannot take it (nothing of it recorded, or abandoned). */
+static int routed_piece(vk_state *s, const kiln_moe_cfg *c, const float *logits, const float *bias, const kiln_weight *gate, const kiln_weight *up,
+                        const kiln_weight *down, const float *X, int n, float *hg, float *ug, float *yg, float *Y) {
     const int E = c->n_experts, K = c->n_used, D = c->dim, F = c->ffn, nk = n * K;
-    if (s->failed || !kiln_vk_has_bda(s->vk) || !kiln_vk_has_f64(s->vk) || n <= 0 || n > MOE_ROUTED_MAX_TOKENS || E < 1 || E > 512 || K < 1 ||
+    if (s->failed || !kiln_vk_has_bda(s->vk) || !kiln_vk_has_f64(s->vk) || n <= 0 || n > s->moe_tokens || E < 1 || E > 512 || K < 1 ||
         K > 64 || K > E ||
         c->n_group > 64 || (c->n_group > 1 && E % c->n_group) || c->ep_size > 1 ||
         (n <= MOE_BYID_MAX_TOKENS && (uint32_t)nk > kiln_vk_max_groups_y(s->vk)) ||
@@ -196,6 +184,28 @@ int vk_moe_routed(const kiln_backend *be, const kiln_moe_cfg *c, const float *lo
     if (ok && vkb_done(s) == 0) return 0;
     abandon(s); /* what was recorded only wrote the scratch rows and Y, which the host path writes again */
     return -1;
+}
+
+/* backend.h moe_routed: routing, the experts by id and the combine, recorded on the device, in
+ * pieces of at most s->moe_tokens tokens (a token's floats do not depend on the piece it is in: the
+ * routing, the per-entry matmul operations and the combine order are its own); the scratch rows of
+ * a piece are its tokens' rows of hg / ug / yg ([token][slot] order). -1 where the device cannot
+ * take a piece: no 64-bit floats or device addresses, more than 512 experts or 64 selected, more
+ * tiles than the workgroup grid holds; the caller's host path then writes all of Y again. */
+int vk_moe_routed(const kiln_backend *be, const kiln_moe_cfg *c, const float *logits, const float *bias, const kiln_weight *gate,
+                  const kiln_weight *up, const kiln_weight *down, const float *X, int n, float *hg, float *ug, float *yg, float *Y) {
+    vk_state *s = ST(be);
+    if (n <= 0) return -1;
+    const size_t E = (size_t)c->n_experts, K = (size_t)c->n_used, D = (size_t)c->dim, F = (size_t)c->ffn;
+    for (int t0 = 0; t0 < n; t0 += s->moe_tokens) {
+        const int m = n - t0 < s->moe_tokens ? n - t0 : s->moe_tokens;
+        const size_t t = (size_t)t0;
+        if (routed_piece(s, c, logits + t * E, bias, gate, up, down, X + t * D, m, hg + t * K * F, ug + t * K * F, yg + t * K * D, Y + t * D) != 0) {
+            if (t0 > 0) vkb_host_first(s); /* the earlier pieces run now, before the host path writes the same rows */
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* The weighted combine on the device (moe_combine.comp; bit for bit the host's): the expert
