@@ -9,7 +9,8 @@
 #     fault-free one;
 #   - no op the backend runs natively fell back to the host (it says so on stderr when one does).
 #   - tiny-dsv3 (MLA + MoE): the cpu backend's text with routing and experts on the device, one submit
-#     per decode token (stories260K too: the KV store is on the device);
+#     per decode token (stories260K too: the KV store is on the device); both again with weights the
+#     host cannot map (KILN_VK_UNMAPPED=1: uploaded through staging, as on a discrete GPU);
 # The architecture tests against PyTorch run on the device too (scripts/run_tests.sh: KILN_DEVICES).
 # Skipped (77) only when the build has no Vulkan; a build with it but no usable device fails.
 set -euo pipefail
@@ -163,6 +164,17 @@ cmp "$T/deep.vk" "$T/deep.cpu" || { echo "48-layer model: vulkan and cpu tokens 
 submits=$(sed -n 's/.* dispatches in \([0-9]*\) submits.*/\1/p' "$T/deep.err")
 [ -n "$submits" ] && [ "$submits" -le 10 ] || { echo "48-layer model: expected one submit per step (10), got:"; tail -1 "$T/deep.err"; exit 1; }
 grep -q "recorded, [5-9] replayed" "$T/deep.err" || { echo "48-layer model: expected replayed steps, got:"; tail -1 "$T/deep.err"; exit 1; }
+
+# Weights in device memory the host cannot map (a discrete GPU's; KILN_VK_UNMAPPED=1 keeps
+# lavapipe's unmapped): uploaded through the staging buffer, the same greedy text as the cpu
+# backend (tiny-dsv3: MLA, the experts by id) and as llama2.c (stories260K), nothing on the host
+KILN_VK_UNMAPPED=1 "$KILN" run "$D" --temp 0 -n 40 "${V[@]}" > "$T/dsv3.um" 2> "$T/dsv3.umerr"
+no_fallback "$T/dsv3.umerr"
+cmp "$T/dsv3.um" "$T/dsv3.cpu" || { echo "tiny-dsv3 with unmapped weights: vulkan and cpu greedy texts differ"; exit 1; }
+KILN_VK_UNMAPPED=1 "$KILN" run "$M" --temp 0 -n 40 --kv-dtype f32 "${V[@]}" > "$T/stories.um" 2> "$T/stories.umerr"
+no_fallback "$T/stories.umerr"
+"$KILN" run "$M" --temp 0 -n 40 --kv-dtype f32 --device cpu > "$T/stories.cpu" 2>/dev/null
+cmp "$T/stories.um" "$T/stories.cpu" || { echo "stories260K with unmapped weights: vulkan and cpu greedy texts differ"; exit 1; }
 
 # Bad device index: a clear error naming it.
 if "$KILN" run "$M" -n 2 --device vulkan:9 > /dev/null 2> "$T/bad.err"; then echo "vulkan:9 accepted"; exit 1; fi

@@ -1796,6 +1796,45 @@ static void test_dsa_select_attend(void **state) {
     dsa_grouped = NULL;
 }
 
+/* ---- weights the host cannot map (a discrete GPU's device memory) -----------------------------------
+ * KILN_VK_UNMAPPED=1 keeps device buffers unmapped on lavapipe, so weights reach them as on a GPU
+ * whose device-local memory the host cannot map: through the staging buffer and a copy, in pieces
+ * of at most 64 MiB. An F32 weight of 67.4 MB (two pieces) and two block formats give the ref
+ * backend's products at their bounds, with nothing computed on the host; a malformed value is
+ * refused, naming the variable. */
+static void test_unmapped_uploads(void **state) {
+    (void)state;
+    if (!kiln_backend_vulkan_built()) { fprintf(stderr, "no vulkan backend in this build\n"); return; }
+    const char *vdi = getenv("KILN_VK_DEVICE_INDEX");
+    kiln_backend *vk = NULL;
+    setenv("KILN_VK_UNMAPPED", "yes", 1);
+    assert_int_not_equal(kiln_backend_create_device(KILN_BACKEND_VULKAN, KILN_ISA_AUTO, 2, KILN_FP8_EXACT, vdi ? atoi(vdi) : 0, &vk), KILN_OK);
+    assert_non_null(strstr(kiln_last_error(), "KILN_VK_UNMAPPED: 'yes'"));
+    setenv("KILN_VK_UNMAPPED", "1", 1);
+    const kiln_status st = kiln_backend_create_device(KILN_BACKEND_VULKAN, KILN_ISA_AUTO, 2, KILN_FP8_EXACT, vdi ? atoi(vdi) : 0, &vk);
+    unsetenv("KILN_VK_UNMAPPED");
+    if (st != KILN_OK) { fprintf(stderr, "no vulkan device: %s\n", kiln_last_error()); return; }
+    const struct { kiln_wformat f; int64_t rows, cols; int group; } ws[] = {
+        {KILN_WF_F32, 4112, 4096, 0}, {KILN_WF_INT4_GROUP, 256, 512, 32}, {KILN_WF_Q4_K, 256, 256, 0}};
+    const int n = 3;
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+        tweight t = make_weight(ws[i].f, ws[i].rows, ws[i].cols, ws[i].group, 0);
+        float *X = input(ref_be, (size_t)n * (size_t)ws[i].cols), *want = output(ref_be, (size_t)n * (size_t)ws[i].rows);
+        kiln_be_matmul(ref_be, &t.w, X, want, n);
+        float *Xv = copy_of(vk, X, (size_t)n * (size_t)ws[i].cols), *got = output(vk, (size_t)n * (size_t)ws[i].rows);
+        uint64_t d0, d1, h0, h1;
+        kiln_backend_vulkan_counts(vk, &d0, &h0);
+        kiln_be_matmul(vk, &t.w, Xv, got, n);
+        kiln_backend_vulkan_counts(vk, &d1, &h1);
+        assert_true(d1 > d0);
+        assert_int_equal(h1, h0);
+        check_nmse("matmul (unmapped weights)", vk, got, want, (size_t)n * (size_t)ws[i].rows, format_bound_n(ws[i].f, vk, n));
+        kiln_be_free(vk, Xv); kiln_be_free(vk, got); kiln_be_free(ref_be, X); kiln_be_free(ref_be, want);
+        free_weight(&t);
+    }
+    kiln_backend_free(vk);
+}
+
 /* ---- supports ----------------------------------------------------------------------------------- */
 static void test_supports(void **state) {
     (void)state;
@@ -1832,7 +1871,7 @@ int main(void) {
         cmocka_unit_test(test_norm_swiglu_add), cmocka_unit_test(test_rope),     cmocka_unit_test(test_embed_argmax),
         cmocka_unit_test(test_moe), cmocka_unit_test(test_moe_routed),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_kv_integrity),
         cmocka_unit_test(test_kv_store), cmocka_unit_test(test_copy_rows), cmocka_unit_test(test_deferred_steps), cmocka_unit_test(test_step_replay),              cmocka_unit_test(test_dsa_norm_fp8),
-        cmocka_unit_test(test_dsa_index_kernels), cmocka_unit_test(test_dsa_select_attend), cmocka_unit_test(test_supports),
+        cmocka_unit_test(test_dsa_index_kernels), cmocka_unit_test(test_dsa_select_attend), cmocka_unit_test(test_supports), cmocka_unit_test(test_unmapped_uploads),
     };
     /* KILN_TEST_FILTER=test_dsa_*: only the tests it matches (cmocka's pattern; for reruns) */
     if (getenv("KILN_TEST_FILTER")) cmocka_set_test_filter(getenv("KILN_TEST_FILTER"));

@@ -152,6 +152,7 @@ struct kiln_vk {
     uint64_t prep_ns;       /* host time preparing steps: logging dispatches, finding or recording programs (not the device's run) */
     VkPipeline pipes[KILN_VK_SH_COUNT];
     kiln_vk_buf dummy;
+    kiln_vk_buf upload_stage; /* kiln_vk_upload's staging buffer (device memory the host cannot map), kept between uploads */
     int bda;        /* buffer device addresses and 64-bit shader integers enabled (Vulkan 1.2 devices that have both) */
     int f64;        /* 64-bit shader floats enabled (with bda) */
     /* Injected device faults (KILN_VK_FAULT, tests of the failure paths): the submit numbered
@@ -159,6 +160,10 @@ struct kiln_vk {
      * more fail as VK_ERROR_OUT_OF_DEVICE_MEMORY. 0 = none. */
     uint64_t lost_at, submits;
     size_t oom_bytes;
+    /* KILN_VK_UNMAPPED=1: device buffers are not mapped even where their memory could be, so every
+     * upload goes through a staging buffer and a copy, as on a discrete GPU whose device-local
+     * memory the host cannot map (tests run lavapipe, whose memory is all mappable, that way) */
+    int unmapped;
     /* a submit failed (device lost): every later flush fails too, so that no caller takes the
      * results of work that was dropped for one it did not run itself (an upload's or a full
      * descriptor pool's flush in the middle of a deferred step) */
@@ -481,6 +486,7 @@ kiln_status kiln_vk_open(int index, kiln_vk **out) {
     if (!vk) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&vk->prog_mu, NULL);
     kiln_status fst = parse_faults(vk);
+    if (fst == KILN_OK && getenv("KILN_VK_UNMAPPED")) fst = env_switch("KILN_VK_UNMAPPED", &vk->unmapped); /* unset: 0 */
     if (fst) { free(vk); return fst; }
     kiln_status st = instance(&vk->instance);
     if (st == KILN_OK) st = setup_device(vk, index);
@@ -504,6 +510,7 @@ void kiln_vk_close(kiln_vk *vk) {
         for (int i = 0; i < vk->n_progs; i++) program_free(vk, &vk->progs[i]);
         vk->n_progs = 0;
         kiln_vk_buf_destroy(vk, &vk->dummy);
+        kiln_vk_buf_destroy(vk, &vk->upload_stage);
         for (int i = 0; i < vk->n_pchunks; i++) kiln_vk_buf_destroy(vk, &vk->pchunks[i]);
         free(vk->pchunks);
         if (vk->pipe_layout) vkDestroyPipelineLayout(vk->dev, vk->pipe_layout, NULL);
@@ -605,7 +612,7 @@ static kiln_status buf_create(kiln_vk *vk, size_t bytes, int host_visible, VkBuf
                          vk_result_name(r));
     }
     vkBindBufferMemory(vk->dev, b->buf, b->mem, 0);
-    if (vk->memprops.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
+    if ((vk->memprops.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) && !(host_visible == 0 && vk->unmapped)) {
         void *p = NULL;
         if (vkMapMemory(vk->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &p) != VK_SUCCESS) {
             kiln_vk_buf_destroy(vk, b);
@@ -677,6 +684,10 @@ int kiln_vk_profile(const kiln_vk *vk, uint64_t ns[KILN_VK_SH_COUNT], uint64_t n
     return vk->qpool != VK_NULL_HANDLE;
 }
 
+/* Staging pieces of at most 64 MiB: a weight larger than that is copied in several (one staging
+ * buffer for the whole load instead of an allocation per weight: a checkpoint has thousands). */
+#define UPLOAD_STAGE_MAX ((size_t)64 << 20)
+
 kiln_status kiln_vk_upload(kiln_vk *vk, kiln_vk_buf *b, size_t offset, const void *src, size_t bytes) {
     if (b->map) {
         memcpy(b->map + offset, src, bytes);
@@ -684,18 +695,27 @@ kiln_status kiln_vk_upload(kiln_vk *vk, kiln_vk_buf *b, size_t offset, const voi
     }
     kiln_status st = kiln_vk_flush(vk);
     if (st) return st;
-    kiln_vk_buf stage;
-    st = kiln_vk_buf_create(vk, bytes, 1, &stage);
-    if (st) return st;
-    memcpy(stage.map, src, bytes);
-    st = begin(vk);
-    if (st == KILN_OK) {
-        const VkBufferCopy region = {.srcOffset = 0, .dstOffset = offset, .size = bytes};
-        vkCmdCopyBuffer(vk->cmd, stage.buf, b->buf, 1, &region);
-        vk->recorded = 1;
-        st = kiln_vk_flush(vk);
+    const size_t piece = bytes < UPLOAD_STAGE_MAX ? bytes : UPLOAD_STAGE_MAX;
+    if (vk->upload_stage.size < piece) {
+        kiln_vk_buf_destroy(vk, &vk->upload_stage);
+        size_t cap = 1 << 20;
+        while (cap < piece) cap *= 2;
+        if (cap > UPLOAD_STAGE_MAX) cap = UPLOAD_STAGE_MAX;
+        st = kiln_vk_buf_create(vk, cap, 1, &vk->upload_stage);
+        if (st == KILN_OK && !vk->upload_stage.map) st = kiln_fail(KILN_ERR_INTERNAL, "%s: the upload staging buffer is not mapped", vk->name);
+        if (st) { kiln_vk_buf_destroy(vk, &vk->upload_stage); return st; }
     }
-    kiln_vk_buf_destroy(vk, &stage);
+    for (size_t done = 0; done < bytes && st == KILN_OK; done += piece) {
+        const size_t n = bytes - done < piece ? bytes - done : piece;
+        memcpy(vk->upload_stage.map, (const uint8_t *)src + done, n);
+        st = begin(vk);
+        if (st == KILN_OK) {
+            const VkBufferCopy region = {.srcOffset = 0, .dstOffset = offset + done, .size = n};
+            vkCmdCopyBuffer(vk->cmd, vk->upload_stage.buf, b->buf, 1, &region);
+            vk->recorded = 1;
+            st = kiln_vk_flush(vk); /* the staging buffer is written again by the next piece */
+        }
+    }
     return st;
 }
 
