@@ -22,7 +22,7 @@ OUT=${OUT:-gpu_check_out}
 WORK=${GPU_CHECK_WORK:-/tmp/kiln-gpu-check}
 RES=$WORK/results
 BUDGET=${GPU_CHECK_BUDGET:-540}
-mkdir -p "$OUT" "$RES"
+rm -rf "$RES" && mkdir -p "$OUT" "$RES" # results of this run only (the models are kept for a rerun)
 OUT=$(cd "$OUT" && pwd)
 SHARED=${1:-${SHARED:-$(cd .. && pwd)/shared}}
 # a Python with numpy for the model tests' comparisons (the first python3 on PATH may lack it)
@@ -78,7 +78,12 @@ fi
 # GPU_CHECK_SHAPE="--preset tiny --seq 8192" and GPU_CHECK_MOE="--preset tiny" for models lavapipe
 # runs in seconds)
 DEV=${GPU_CHECK_DEVICE:-$(awk '/^vulkan:[0-9]+ / && $0 !~ /\(CPU,/ {print $1; exit}' "$RES/devices.txt")}
-if [ -z "$DEV" ]; then echo "no GPU among the Vulkan devices:"; cat "$RES/devices.txt"; pack; exit 1; fi
+if [ -z "$DEV" ]; then
+    # what the loader tried (driver manifests, libraries and why they failed to load), for the next try
+    VK_LOADER_DEBUG=error,warn,info,driver "$KILN" inspect --devices > "$RES/loader_debug.txt" 2>&1
+    for icd in /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json "$NV_ICD"; do [ -f "$icd" ] && { echo "== $icd"; cat "$icd"; }; done >> "$RES/loader_debug.txt" 2>&1
+    echo "no GPU among the Vulkan devices:"; cat "$RES/devices.txt"; tail -20 "$RES/loader_debug.txt"; pack; exit 1
+fi
 echo "device: $(grep "^$DEV " "$RES/devices.txt")"
 export KILN_VK_DEVICE=$DEV KILN_VK_DEVICE_INDEX=${DEV#vulkan:}
 
