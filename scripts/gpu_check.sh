@@ -67,6 +67,7 @@ else
 fi
 export KILN SHARED PY=${PY:-python3}
 "$KILN" inspect --devices > "$RES/devices.txt" 2>&1
+command -v nvidia-smi > /dev/null && nvidia-smi > "$RES/nvidia_smi.txt" 2>&1 # the driver and clocks, where NVIDIA's
 # NVIDIA's driver may sit outside the loader's search path (the lent machines mount it under
 # /usr/local/nvidia): named for the loader when no GPU was found without it
 NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -87,25 +88,41 @@ fi
 echo "device: $(grep "^$DEV " "$RES/devices.txt")"
 export KILN_VK_DEVICE=$DEV KILN_VK_DEVICE_INDEX=${DEV#vulkan:}
 
-# correctness on the device: every op x format against the ref backend, stories260K against
-# llama2.c, the integrity campaign, the architectures' PyTorch references (where torch is there)
-step ops 240 "$OPS"
-step models 240 bash tests/models/test_vulkan.sh
-if $PY -c "import torch, numpy" 2>/dev/null; then
-    step arch_deepseek_v3 120 env KILN_DEVICES="$DEV" $PY tests/models/test_arch_deepseek_v3.py
-    step arch_glm4_moe 120 env KILN_DEVICES="$DEV" $PY tests/models/test_arch_glm4_moe.py
-fi
-
-# the 1.7B shape of the CPU benchmarks (dim 3072, ffn 8192, 16 layers, 24 heads, 8 KV heads)
-M=$WORK/b17
+# the benchmark models (a few GB of random BF16 weights) are written in the background while the
+# correctness steps run, so that the host's cores and disk overlap the device's work:
+# M: the 1.7B shape of the CPU benchmarks (dim 3072, ffn 8192, 16 layers, 24 heads, 8 KV heads);
+# F: MoE + MLA, the GLM-4.7-Flash-shaped preset (GPU_CHECK_MOE="--preset tiny" for a dry run on
+# lavapipe); G: GLM-5.x sparse attention, the glm52 preset (GLM-5's per-layer shapes, 2 layers)
+M=$WORK/b17 F=$WORK/flash G=$WORK/glm52
 SHAPE=${GPU_CHECK_SHAPE:---preset bench-500m --dim 3072 --ffn 8192 --layers 16 --heads 24 --kv-heads 8 --seq 8192}
-# shellcheck disable=SC2086
-[ -f "$M/config.json" ] || step mkmodel 240 "$KILN" mkmodel --arch llama $SHAPE --dtype bf16 "$M"
+MOE=${GPU_CHECK_MOE:---preset glm47-flash}
+DSA=${GPU_CHECK_DSA:---preset glm52}
+make_models() {
+    # shellcheck disable=SC2086
+    { [ -f "$M/config.json" ] || "$KILN" mkmodel --arch llama $SHAPE --dtype bf16 "$M"; } &&
+        { [ -f "$F/config.json" ] || "$KILN" mkmodel --arch glm4_moe_lite $MOE --dtype bf16 "$F"; } &&
+        { [ -f "$G/config.json" ] || "$KILN" mkmodel --arch glm_moe_dsa $DSA --seq 8192 --dtype bf16 "$G"; }
+}
+make_models > "$RES/mkmodel.log" 2>&1 &
+MKMODEL_PID=$!
+
+# correctness on the device: every op x format against the ref backend, stories260K against
+# llama2.c, the integrity campaign (the architectures' PyTorch references run last, where torch is)
+step ops 120 "$OPS"
+step models 120 bash tests/models/test_vulkan.sh
+t0=$SECONDS
+if wait "$MKMODEL_PID"; then status[mkmodel]=pass; else status[mkmodel]="fail (rc $?)"; fi
+echo "mkmodel: ${status[mkmodel]} (waited $((SECONDS - t0)) s)"
 # batch-1 decode against the device's read bandwidth, INT4 / FP8 / BF16 side by side, and prefill
 # at 512 tokens (prompt_tps)
-step bench_decode 300 sh -c "'$KILN' bench '$M' --device $DEV --weights bf16,fp8,int4 --prompt 512 --gen 64 --repeat 3 --json > '$RES/bench_decode.json'"
+step bench_decode 150 sh -c "'$KILN' bench '$M' --device $DEV --weights bf16,fp8,int4 --prompt 512 --gen 64 --repeat 3 --json > '$RES/bench_decode.json'"
+# KV capacity: bytes per token of BF16 and FP8 pools
+for dt in bf16 fp8; do "$KILN" inspect "$M" --kv --kv-dtype $dt --json > "$RES/kv_$dt.json" 2>/dev/null; done
+# integrity: heal vs off at 4,000 tokens of context (decode and time to first token)
+step bench_integrity 120 sh -c "'$KILN' bench '$M' --integrity --device $DEV --ctx 4000 --prompt 16 --decode 16 --repeat 3 --modes off,heal \
+    --kv-dtype bf16,fp8 --no-campaign --json > '$RES/bench_integrity.json'"
 # where a decode step's device time goes: timestamp queries per shader (KILN_VK_PROFILE), INT4 weights
-step profile 180 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 1
+step profile 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 1
 # the two host/device choices a GPU decides, A/B in alternation (INT4 decode): command buffers
 # recorded once per step shape and replayed (KILN_VK_REUSE=0: recorded every step) and subgroup
 # reductions (KILN_VK_SUBGROUPS=0: the portable shared-memory tree sums); KILN_VK_STATS in the .err
@@ -120,32 +137,24 @@ ab_bench() {
 }
 export -f ab_bench
 export M DEV RES
-step bench_ab 240 bash -c ab_bench
+step bench_ab 90 bash -c ab_bench
 # MoE + MLA on the device (routing and experts by id: moe_routed): the GLM-4.7-Flash-shaped preset,
 # BF16 / FP8 / INT4 experts, decode against the device bandwidth and the per-shader profile
 # (GPU_CHECK_MOE="--preset tiny" for a dry run on lavapipe)
-F=$WORK/flash
-MOE=${GPU_CHECK_MOE:---preset glm47-flash}
-# shellcheck disable=SC2086
-[ -f "$F/config.json" ] || step mkmodel_moe 240 "$KILN" mkmodel --arch glm4_moe_lite $MOE --dtype bf16 "$F"
-step bench_moe 240 sh -c "'$KILN' bench '$F' --device $DEV --weights bf16,fp8,int4 --scope experts --prompt 128 --gen 64 --repeat 3 --json > '$RES/bench_moe.json'"
-step profile_moe 120 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$F" --device "$DEV" --weights int4 --scope experts --prompt 16 --gen 32 --repeat 1
+step bench_moe 100 sh -c "'$KILN' bench '$F' --device $DEV --weights bf16,fp8,int4 --scope experts --prompt 128 --gen 64 --repeat 3 --json > '$RES/bench_moe.json'"
+step profile_moe 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$F" --device "$DEV" --weights int4 --scope experts --prompt 16 --gen 32 --repeat 1
 # GLM-5.x sparse attention on the device (indexer scan + top-k + sparse attention, DSA compact rows):
 # the glm52 preset (GLM-5's per-layer shapes, 2 layers), a 2,048-token prompt so that the top-2048
 # selection is the whole context at first and a strict subset while decoding, BF16 / INT4 weights,
 # and the per-shader profile (GPU_CHECK_DSA="--preset tiny" for a dry run on lavapipe)
-G=$WORK/glm52
-DSA=${GPU_CHECK_DSA:---preset glm52}
-# shellcheck disable=SC2086
-[ -f "$G/config.json" ] || step mkmodel_dsa 240 "$KILN" mkmodel --arch glm_moe_dsa $DSA --seq 8192 --dtype bf16 "$G"
-step bench_dsa 240 sh -c "'$KILN' bench '$G' --device $DEV --weights bf16,int4 --prompt 2048 --gen 64 --repeat 2 --json > '$RES/bench_dsa.json'"
-step profile_dsa 120 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$G" --device "$DEV" --weights int4 --prompt 2048 --gen 32 --repeat 1
-# KV capacity: bytes per token of BF16 and FP8 pools
-for dt in bf16 fp8; do "$KILN" inspect "$M" --kv --kv-dtype $dt --json > "$RES/kv_$dt.json" 2>/dev/null; done
-# integrity: heal vs off at 4,000 tokens of context (decode and time to first token)
-step bench_integrity 300 sh -c "'$KILN' bench '$M' --integrity --device $DEV --ctx 4000 --prompt 16 --decode 16 --repeat 3 --modes off,heal \
-    --kv-dtype bf16,fp8 --no-campaign --json > '$RES/bench_integrity.json'"
+step bench_dsa 100 sh -c "'$KILN' bench '$G' --device $DEV --weights bf16,int4 --prompt 2048 --gen 64 --repeat 2 --json > '$RES/bench_dsa.json'"
+step profile_dsa 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$G" --device "$DEV" --weights int4 --prompt 2048 --gen 32 --repeat 1
 
+# the architectures' PyTorch references on the device (where the budget leaves time and torch is there)
+if $PY -c "import torch, numpy" 2>/dev/null; then
+    step arch_deepseek_v3 120 env KILN_DEVICES="$DEV" $PY tests/models/test_arch_deepseek_v3.py
+    step arch_glm4_moe 120 env KILN_DEVICES="$DEV" $PY tests/models/test_arch_glm4_moe.py
+fi
 pack
 $PY - "$RES" <<'PYEOF'
 import json, os, sys
