@@ -165,6 +165,11 @@ typedef struct kiln_backend_ops {
     /* Optional: the model's weight bytes, so that a backend that copies weights to its device as
      * they are first used can report the progress of the copy (vulkan: a line per tenth on stderr). */
     void (*expect_weights)(const kiln_backend *be, uint64_t bytes);
+    /* Optional (NULL: alloc): buffers as alloc's that the host reads after every step (the LM
+     * head's logits, which the sampler scans). vulkan: host memory even where alloc gives
+     * device-local memory (a discrete GPU's mapped VRAM, which the CPU reads uncached over PCIe,
+     * about a microsecond per load). Freed with free. */
+    void *(*alloc_readback)(const kiln_backend *be, size_t bytes);
 } kiln_backend_ops;
 
 struct kiln_backend {
@@ -205,6 +210,9 @@ static inline void kiln_be_wait(const kiln_backend *be) { if (be->ops->sync) (vo
 /* Ends a deferred step; 1 when its results were lost and it must be computed again. */
 static inline int kiln_be_end(const kiln_backend *be) { return be->ops->sync ? be->ops->sync(be, 1) : 0; }
 static inline void *kiln_be_alloc(const kiln_backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
+static inline void *kiln_be_alloc_readback(const kiln_backend *be, size_t bytes) {
+    return be->ops->alloc_readback ? be->ops->alloc_readback(be, bytes) : be->ops->alloc(be, bytes);
+}
 static inline void kiln_be_free(const kiln_backend *be, void *p) { be->ops->free(be, p); }
 static inline void kiln_be_matmul(const kiln_backend *be, const kiln_weight *w, const float *X, float *Y, int n) {
     be->ops->matmul_many(be, &w, &Y, 1, X, n);

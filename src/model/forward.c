@@ -38,8 +38,14 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
     BUF(hb, T * F * 2);
     BUF(hb2, T * F);
     BUF(cs, T * (size_t)(ah->rope.rot_dim > 0 ? ah->rope.rot_dim : 1));
-    BUF(logits, (size_t)hp->vocab);
-    if (m->vocab_split) BUF(head_part, T * (size_t)(m->output.rows + 1));
+    /* read by the host after every step (sampling; the vocab-split gather): kiln_be_alloc_readback */
+#define BUF_READBACK(field, floats)                                                                                                \
+    do {                                                                                                                           \
+        if (ok && !(ws->field = kiln_be_alloc_readback(be, (floats) * sizeof(float)))) ok = 0, failed_bytes = (floats) * sizeof(float); \
+    } while (0)
+    BUF_READBACK(logits, (size_t)hp->vocab);
+    if (m->vocab_split) BUF_READBACK(head_part, T * (size_t)(m->output.rows + 1));
+#undef BUF_READBACK
     if (((const kiln_arch_model *)m->arch_state)->n_mtp > 0) BUF(eh, T * 2 * D);
     if (ah->attn == KILN_ATTN_GQA) {
         const size_t qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;

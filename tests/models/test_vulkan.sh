@@ -10,7 +10,8 @@
 #   - no op the backend runs natively fell back to the host (it says so on stderr when one does).
 #   - tiny-dsv3 (MLA + MoE): the cpu backend's text with routing and experts on the device, one submit
 #     per decode token (stories260K too: the KV store is on the device); both again with weights the
-#     host cannot map (KILN_VK_UNMAPPED=1: uploaded through staging, as on a discrete GPU);
+#     host cannot map (KILN_VK_UNMAPPED=1: uploaded through staging, as on a discrete GPU), and with
+#     activations placed as on a discrete GPU with mapped VRAM (KILN_VK_ACTIVATIONS=device);
 # The architecture tests against PyTorch run on the device too (scripts/run_tests.sh: KILN_DEVICES).
 # Skipped (77) only when the build has no Vulkan; a build with it but no usable device fails.
 set -euo pipefail
@@ -175,6 +176,17 @@ KILN_VK_UNMAPPED=1 "$KILN" run "$M" --temp 0 -n 40 --kv-dtype f32 "${V[@]}" > "$
 no_fallback "$T/stories.umerr"
 "$KILN" run "$M" --temp 0 -n 40 --kv-dtype f32 --device cpu > "$T/stories.cpu" 2>/dev/null
 cmp "$T/stories.um" "$T/stories.cpu" || { echo "stories260K with unmapped weights: vulkan and cpu greedy texts differ"; exit 1; }
+
+# Activations and read-only staged operands placed as on a discrete GPU with mapped VRAM
+# (KILN_VK_ACTIVATIONS=device; lavapipe's one memory type either way, so this checks the placement
+# logic and the two staging arenas, not speed): the same texts; a bad value is refused by name.
+KILN_VK_ACTIVATIONS=device "$KILN" run "$D" --temp 0 -n 40 "${V[@]}" > "$T/dsv3.act" 2> "$T/dsv3.acterr"
+no_fallback "$T/dsv3.acterr"
+cmp "$T/dsv3.act" "$T/dsv3.cpu" || { echo "tiny-dsv3 with KILN_VK_ACTIVATIONS=device: vulkan and cpu greedy texts differ"; exit 1; }
+KILN_VK_ACTIVATIONS=host "$KILN" run "$M" --temp 0 -n 40 --kv-dtype f32 "${V[@]}" > "$T/stories.act" 2> "$T/stories.acterr"
+cmp "$T/stories.act" "$T/stories.cpu" || { echo "stories260K with KILN_VK_ACTIVATIONS=host: vulkan and cpu greedy texts differ"; exit 1; }
+if KILN_VK_ACTIVATIONS=vram "$KILN" run "$M" -n 2 "${V[@]}" > /dev/null 2> "$T/act.err"; then echo "KILN_VK_ACTIVATIONS=vram accepted"; exit 1; fi
+grep -q "KILN_VK_ACTIVATIONS: 'vram' is not 'device' or 'host'" "$T/act.err" || { echo "bad KILN_VK_ACTIVATIONS error:"; cat "$T/act.err"; exit 1; }
 
 # Bad device index: a clear error naming it.
 if "$KILN" run "$M" -n 2 --device vulkan:9 > /dev/null 2> "$T/bad.err"; then echo "vulkan:9 accepted"; exit 1; fi

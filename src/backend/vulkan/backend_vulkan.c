@@ -80,7 +80,14 @@ static void *alloc_mapped(vk_state *s, size_t bytes, int zero, int where) {
     return a.p;
 }
 
-static void *vk_be_alloc(const kiln_backend *be, size_t bytes) { return alloc_mapped(ST(be), bytes, 1, 1); }
+/* Activations: in mapped device-local memory on a discrete GPU whose whole memory is mappable
+ * (KILN_VK_ACTIVATIONS=device, the default there), else host-visible host memory (=host; lavapipe,
+ * integrated GPUs: the same memory either way). Measured on an H200 (docs/BENCHMARKS.md): with
+ * activations in host memory every shader's reads of them cross PCIe — a 3,072-float RMSNorm took
+ * 67 us. The host still writes them where an op runs on the host (writes to mapped VRAM are
+ * posted); what it reads after each step comes from alloc_readback. */
+static void *vk_be_alloc(const kiln_backend *be, size_t bytes) { return alloc_mapped(ST(be), bytes, 1, ST(be)->act_where); }
+static void *vk_be_alloc_readback(const kiln_backend *be, size_t bytes) { return alloc_mapped(ST(be), bytes, 1, 1); }
 
 /* A KV pool's layer array (backend.h kv_alloc): a host-visible buffer with a device address, which
  * the attention shader reads in place and the host-side KV ops (store with its seal, integrity
@@ -149,17 +156,18 @@ int vkb_stage(vk_state *s, const void *ptr, size_t bytes, int written, vref *r) 
         s->slot_cap[k] = c;
     }
     const size_t region = s->slot_cap[k];
-    if (region <= s->max_range) s->arena_need += region; /* larger ones never fit one binding of the arena */
+    const int a = written ? ARENA_WRITTEN : ARENA_READ; /* the same for slot k in every step of one shape */
+    if (region <= s->max_range) s->arena_need[a] += region; /* larger ones never fit one binding of the arena */
     kiln_vk_buf *buf;
     size_t at, range = region;
-    if (s->arena.buf && s->arena_used + region <= s->arena.size && region <= s->max_range) {
-        buf = &s->arena;
-        at = s->arena_used;
-        s->arena_used += region;
+    if (s->arena[a].buf && s->arena_used[a] + region <= s->arena[a].size && region <= s->max_range) {
+        buf = &s->arena[a];
+        at = s->arena_used[a];
+        s->arena_used[a] += region;
     } else {
         if (vkb_grow((void **)&s->extra, &s->cap_extra, s->n_extra + 1, sizeof *s->extra)) return -1;
         buf = &s->extra[s->n_extra];
-        if (kiln_vk_buf_create(s->vk, need, 1, buf) != KILN_OK || !buf->map) { kiln_vk_buf_destroy(s->vk, buf); return -1; }
+        if (kiln_vk_buf_create(s->vk, need, written ? 1 : s->act_where, buf) != KILN_OK || !buf->map) { kiln_vk_buf_destroy(s->vk, buf); return -1; }
         s->n_extra++;
         at = 0;
         range = need;
@@ -237,18 +245,21 @@ int vkb_flush(vk_state *s) {
     s->n_cb = 0;
     for (int i = 0; i < s->n_extra; i++) kiln_vk_buf_destroy(s->vk, &s->extra[i]);
     s->n_extra = 0;
-    if (s->arena_need > s->arena.size && s->arena_need > s->arena_failed) { /* the next flush's regions all in the arena (nothing recorded binds it now) */
-        kiln_vk_buf bigger;
-        if (kiln_vk_buf_create(s->vk, s->arena_need + s->arena_need / 4, 1, &bigger) == KILN_OK && bigger.map) {
-            kiln_vk_buf_destroy(s->vk, &s->arena);
-            s->arena = bigger;
-        } else { /* keep the arena there is; not retried for this size or less */
-            kiln_vk_buf_destroy(s->vk, &bigger);
-            s->arena_failed = s->arena_need;
+    for (int a = 0; a < 2; a++) {
+        if (s->arena_need[a] > s->arena[a].size && s->arena_need[a] > s->arena_failed[a]) { /* the next flush's regions all in the arena (nothing recorded binds it now) */
+            kiln_vk_buf bigger;
+            const size_t want = s->arena_need[a] + s->arena_need[a] / 4;
+            if (kiln_vk_buf_create(s->vk, want, a == ARENA_WRITTEN ? 1 : s->act_where, &bigger) == KILN_OK && bigger.map) {
+                kiln_vk_buf_destroy(s->vk, &s->arena[a]);
+                s->arena[a] = bigger;
+            } else { /* keep the arena there is; not retried for this size or less */
+                kiln_vk_buf_destroy(s->vk, &bigger);
+                s->arena_failed[a] = s->arena_need[a];
+            }
         }
+        s->arena_used[a] = 0;
+        s->arena_need[a] = 0;
     }
-    s->arena_used = 0;
-    s->arena_need = 0;
     s->stage_k = 0;
     s->staged_any = 0;
     return st == KILN_OK ? 0 : -1;
@@ -776,6 +787,7 @@ const kiln_backend_ops kiln_backend_vulkan_ops = {
     .defer = vk_defer,
     .sync = vk_sync,
     .expect_weights = vk_expect_weights,
+    .alloc_readback = vk_be_alloc_readback,
 };
 
 /* ---- lifetime ------------------------------------------------------------------------------------ */
@@ -816,6 +828,13 @@ kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     if (st == KILN_OK && v) s->idx_budget = (size_t)v & ~(size_t)3;
     if (st == KILN_OK) st = env_count("KILN_VK_MOE_TOKENS", "a token count", 1, MOE_ROUTED_MAX_TOKENS, &v);
     if (st == KILN_OK && v) s->moe_tokens = (int)v;
+    s->act_where = kiln_vk_mapped_vram(s->vk) ? KILN_VK_MEM_MAPPED_NEAR : 1;
+    const char *act = getenv("KILN_VK_ACTIVATIONS");
+    if (st == KILN_OK && act && *act) {
+        if (!strcmp(act, "device")) s->act_where = KILN_VK_MEM_MAPPED_NEAR;
+        else if (!strcmp(act, "host")) s->act_where = 1;
+        else st = kiln_fail(KILN_ERR_INVALID_ARG, "KILN_VK_ACTIVATIONS: '%s' is not 'device' or 'host'", act);
+    }
     if (st) {
         kiln_vk_close(s->vk);
         pthread_mutex_destroy(&s->allocs_mu);
@@ -826,7 +845,8 @@ kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     if (st == KILN_OK) st = kiln_vk_upload(s->vk, &s->lut, 0, kiln_fp8_e4m3_table, 256 * sizeof(float));
     /* the staging arena is a convenience: without it (no memory for 4 MiB) every staged operand
      * gets a buffer of its own (stage) */
-    if (st == KILN_OK && kiln_vk_buf_create(s->vk, (size_t)4 << 20, 1, &s->arena) != KILN_OK) memset(&s->arena, 0, sizeof s->arena);
+    for (int a = 0; a < 2 && st == KILN_OK; a++)
+        if (kiln_vk_buf_create(s->vk, (size_t)4 << 20, a == ARENA_WRITTEN ? 1 : s->act_where, &s->arena[a]) != KILN_OK) memset(&s->arena[a], 0, sizeof s->arena[a]);
     if (st) {
         kiln_vk_buf_destroy(s->vk, &s->lut);
         kiln_vk_close(s->vk);
@@ -870,7 +890,8 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
     for (int i = 0; i < s->n_allocs; i++) kiln_vk_buf_destroy(s->vk, &s->allocs[i].b);
     for (int i = 0; i < s->n_extra; i++) kiln_vk_buf_destroy(s->vk, &s->extra[i]);
     kiln_vk_buf_destroy(s->vk, &s->lut);
-    kiln_vk_buf_destroy(s->vk, &s->arena);
+    kiln_vk_buf_destroy(s->vk, &s->arena[0]);
+    kiln_vk_buf_destroy(s->vk, &s->arena[1]);
     free(s->slot_cap);
     kiln_vk_buf_destroy(s->vk, &s->att_part);
     kiln_vk_buf_destroy(s->vk, &s->idx_scores);

@@ -626,6 +626,17 @@ static kiln_status buf_create(kiln_vk *vk, size_t bytes, int host_visible, VkBuf
 
 kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln_vk_buf *b) { return buf_create(vk, bytes, host_visible, 0, b); }
 
+int kiln_vk_mapped_vram(const kiln_vk *vk) {
+    if (vk->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU) return 0;
+    const VkMemoryPropertyFlags want = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    for (uint32_t i = 0; i < vk->memprops.memoryTypeCount; i++) {
+        const VkMemoryType *t = &vk->memprops.memoryTypes[i];
+        const VkMemoryHeap *h = &vk->memprops.memoryHeaps[t->heapIndex];
+        if ((t->propertyFlags & want) == want && (h->flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && h->size >= ((VkDeviceSize)1 << 30)) return 1;
+    }
+    return 0;
+}
+
 int kiln_vk_has_bda(const kiln_vk *vk) { return vk->bda; }
 int kiln_vk_subgroups(const kiln_vk *vk) { return vk->subgroups; }
 int kiln_vk_has_f64(const kiln_vk *vk) { return vk->f64; }

@@ -88,6 +88,9 @@ typedef struct moe_tab {
     uint32_t *addr;
 } moe_tab;
 
+/* the two staging arenas (vk_state.arena) */
+enum { ARENA_READ = 0, ARENA_WRITTEN = 1 };
+
 typedef struct {
     kiln_vk *vk;
     size_t align, max_range;
@@ -99,8 +102,13 @@ typedef struct {
     int *widx;               /* open addressing over weights by (data, format, shape): index + 1, 0 = empty */
     size_t widx_cap;         /* a power of two, at least twice n_weights */
     kiln_vk_buf lut;         /* FP8 e4m3 byte → f32 */
-    kiln_vk_buf arena;       /* staging for pointers kiln_be_alloc did not hand out */
-    size_t arena_used;
+    /* Staging for pointers kiln_be_alloc did not hand out, two arenas: [ARENA_READ] the operands
+     * shaders only read (norm weights, biases, page tables: placed as activations, act_where — in
+     * mapped VRAM on a discrete GPU, where a 64-invocation RMSNorm reading its weights from host
+     * memory across PCIe took 67 us on an H200), [ARENA_WRITTEN] those a shader writes, which the
+     * flush copies back to the caller's memory (host memory: the CPU reads mapped VRAM uncached). */
+    kiln_vk_buf arena[2];
+    size_t arena_used[2];
     /* The k-th operand staged since the last flush goes to region k of the arena, whose size
      * (slot_cap[k], a power of two) only grows: a step of the same shape stages at the same offsets
      * and ranges whatever its tables' lengths (a decode step's page table grows by a word now and
@@ -108,8 +116,8 @@ typedef struct {
      * (vk_device.c). arena_need: the regions a flush used, the arena's size from the next flush. */
     size_t *slot_cap;
     int n_slot_cap, stage_k;
-    size_t arena_need;
-    size_t arena_failed;     /* an arena of this size could not be had: not asked for again up to it */
+    size_t arena_need[2];
+    size_t arena_failed[2];  /* an arena of this size could not be had: not asked for again up to it */
     kiln_vk_buf *extra;      /* staging buffers beyond the arena, freed at the flush */
     int n_extra, cap_extra;
     vk_copyback *cb;
@@ -137,6 +145,7 @@ typedef struct {
     int defer_depth, lost;
     int staged_any;          /* something was staged since the last flush ... */
     uint64_t staged_at;      /* ... last when n_dispatch had this value (a dispatch since: its operands were used) */
+    int act_where;           /* kiln_vk_buf_create's placement of kiln_be_alloc's buffers (KILN_VK_ACTIVATIONS) */
     int kv_host_said;        /* the KV-array fallback was reported */
     uint64_t n_dispatch, n_host; /* ops run on the device / ops `supports` calls native that fell back to the host */
 } vk_state;
