@@ -217,16 +217,38 @@ kiln_status kiln_session_kv_fill(kiln_session *s, int n_tokens) {
     if (s->pool->integ) KILN_TRY(kiln_kv_integ_note_cyclic(s->pool, &s->seq, len, n_tokens)); /* the copies' tokens */
     const kiln_kv_config *c = &s->pool->cfg;
     const int H = c->n_kv_heads;
-    float *k = malloc((size_t)H * c->k_dim * sizeof *k), *v = malloc((size_t)H * c->v_dim * sizeof *v);
-    if (!k || !v) { free(k); free(v); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    /* The source rows (positions < len, which the fill never writes) are read once into host memory
+     * when that fits in 256 MiB: a pool's arrays may be a discrete GPU's mapped VRAM, which the CPU
+     * reads uncached (a 4,000-token fill reading every copied row from there did not finish in 90 s
+     * on an H200). Row r of (layer l, position p): src[(l·len + p)·(K + V)], K = H·k_dim floats then
+     * V = H·v_dim (none where V shares K). */
+    const size_t kf = (size_t)H * c->k_dim, vf = c->v_shares_k ? 0 : (size_t)H * c->v_dim, row = kf + vf;
+    const size_t src_floats = (size_t)c->n_layers * (size_t)len * row;
+    float *src = src_floats <= ((size_t)256 << 20) / sizeof(float) ? malloc(src_floats * sizeof *src) : NULL;
+    float *k = malloc(kf * sizeof *k), *v = malloc((vf ? vf : 1) * sizeof *v);
+    if (!k || !v) { free(k); free(v); free(src); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
+    for (int l = 0; src && l < c->n_layers; l++)
+        for (int p = 0; p < len; p++) {
+            float *r = src + ((size_t)l * (size_t)len + (size_t)p) * row;
+            for (int h = 0; h < H; h++) {
+                kiln_kv_read_row(s->pool, &s->seq, l, p, h, 0, r + (size_t)h * c->k_dim);
+                if (vf) kiln_kv_read_row(s->pool, &s->seq, l, p, h, 1, r + kf + (size_t)h * c->v_dim);
+            }
+        }
     for (int pos = len; pos < n_tokens; pos++)
         for (int l = 0; l < c->n_layers; l++) {
-            for (int h = 0; h < H; h++) {
-                kiln_kv_read_row(s->pool, &s->seq, l, pos % len, h, 0, k + (size_t)h * c->k_dim);
-                if (!c->v_shares_k) kiln_kv_read_row(s->pool, &s->seq, l, pos % len, h, 1, v + (size_t)h * c->v_dim);
-            }
-            kiln_kv_store(s->pool, &s->seq, l, pos, k, c->v_shares_k ? NULL : v);
+            const float *kr = k, *vr = v;
+            if (src) {
+                kr = src + ((size_t)l * (size_t)len + (size_t)(pos % len)) * row;
+                vr = kr + kf;
+            } else
+                for (int h = 0; h < H; h++) {
+                    kiln_kv_read_row(s->pool, &s->seq, l, pos % len, h, 0, k + (size_t)h * c->k_dim);
+                    if (vf) kiln_kv_read_row(s->pool, &s->seq, l, pos % len, h, 1, v + (size_t)h * c->v_dim);
+                }
+            kiln_kv_store(s->pool, &s->seq, l, pos, kr, vf ? vr : NULL);
         }
+    free(src);
     free(k);
     free(v);
     s->seq.len = n_tokens;
