@@ -9,7 +9,7 @@
 # Results: $OUT (the device tool's folder; default gpu_check_out/) receives summary.json and
 # gpu_check.tar.gz (every step's log and JSON: devices.txt, ops.log, models.log, bench_decode.json,
 # bench_ab_*.json, bench_moe.json, bench_dsa.json, bench_integrity.json, kv_bf16.json / kv_fp8.json,
-# profile*.log with the device time per shader), both refreshed after every step: the device tool
+# profile*.log with the device time per shader, decode and a 512-token prefill), both refreshed after every step: the device tool
 # returns at most 8 files, and what a killed run left. Models go to $GPU_CHECK_WORK
 # (/tmp/kiln-gpu-check), never to $OUT.
 # Each step has its own time limit, cut to what is left of GPU_CHECK_BUDGET (default 540 s); a
@@ -123,21 +123,24 @@ step bench_integrity 120 sh -c "'$KILN' bench '$M' --integrity --device $DEV --c
     --kv-dtype bf16,fp8 --no-campaign --json > '$RES/bench_integrity.json'"
 # where a decode step's device time goes: timestamp queries per shader (KILN_VK_PROFILE), INT4 weights
 step profile 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 1
-# the two host/device choices a GPU decides, A/B in alternation (INT4 decode): command buffers
-# recorded once per step shape and replayed (KILN_VK_REUSE=0: recorded every step) and subgroup
-# reductions (KILN_VK_SUBGROUPS=0: the portable shared-memory tree sums); KILN_VK_STATS in the .err
+# and a prefill's: one 512-token prompt, one decoded token
+step profile_prefill 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 512 --gen 1 --repeat 1
+# the host/device choices a GPU decides, A/B in alternation (INT4 decode): command buffers
+# recorded once per step shape and replayed (KILN_VK_REUSE=0: recorded every step), subgroup
+# reductions (KILN_VK_SUBGROUPS=0: the portable shared-memory tree sums) and activations in mapped
+# VRAM (KILN_VK_ACTIVATIONS=host: in host memory, across the bus); KILN_VK_STATS in the .err
 ab_bench() {
     local i=0 c
-    for c in base reuse0 sg0 base reuse0 sg0; do
+    for c in base reuse0 sg0 acthost base reuse0 sg0 acthost; do
         i=$((i + 1))
-        case $c in reuse0) set -- KILN_VK_REUSE=0 ;; sg0) set -- KILN_VK_SUBGROUPS=0 ;; *) set -- KILN_VK_REUSE=1 ;; esac
+        case $c in reuse0) set -- KILN_VK_REUSE=0 ;; sg0) set -- KILN_VK_SUBGROUPS=0 ;; acthost) set -- KILN_VK_ACTIVATIONS=host ;; *) set -- KILN_VK_REUSE=1 ;; esac
         env "$@" KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 2 --json \
             > "$RES/bench_ab_${i}_$c.json" 2> "$RES/bench_ab_${i}_$c.err" || return 1
     done
 }
 export -f ab_bench
 export M DEV RES
-step bench_ab 90 bash -c ab_bench
+step bench_ab 120 bash -c ab_bench
 # MoE + MLA on the device (routing and experts by id: moe_routed): the GLM-4.7-Flash-shaped preset,
 # BF16 / FP8 / INT4 experts, decode against the device bandwidth and the per-shader profile
 # (GPU_CHECK_MOE="--preset tiny" for a dry run on lavapipe)
@@ -191,7 +194,7 @@ for f in sorted(os.listdir(out)):
         for r in load(f):
             ab.setdefault(f[len("bench_ab_"):-5].split("_", 1)[1], []).append(r.get("decode_tps"))
 if ab:
-    s["vk_ab_int4_decode_tps"] = ab  # base / reuse0 (no replay) / sg0 (no subgroups), alternated
+    s["vk_ab_int4_decode_tps"] = ab  # base / reuse0 (no replay) / sg0 (no subgroups) / acthost (activations in host memory), alternated
 json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(json.dumps(s, indent=1)[:4000])
 PYEOF
