@@ -43,7 +43,8 @@ VK_SPVS      := $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_$(word 1,$(sub
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul_id_$(word 1,$(subst :, ,$(m))).spv) \
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul8_$(word 1,$(subst :, ,$(m))).spv) $(BUILD)/shaders/sgrmsnorm.spv $(BUILD)/shaders/layernorm64.spv \
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul8_id_$(word 1,$(subst :, ,$(m))).spv) \
-                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul8_id_$(word 1,$(subst :, ,$(m))).spv)
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul8_id_$(word 1,$(subst :, ,$(m))).spv) \
+                $(BUILD)/shaders/matmul4r_int4.spv $(BUILD)/shaders/sgmatmul4r_int4.spv
 ifeq ($(HAVE_VULKAN),1)
 SRCS     := $(filter-out $(VK_DIR)/vk_absent.c,$(SRCS))
 VK_OBJS  := $(BUILD)/vk_spirv.o
@@ -101,6 +102,13 @@ $(BUILD)/shaders/sgmatmul8_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
 $(BUILD)/shaders/sgmatmul_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.1 -DSG -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
+# INT4 decode with 4 weight rows per workgroup (-DROWS4: X loaded once for the 4; KILN_VK_GEMV_ROWS=4)
+$(BUILD)/shaders/sgmatmul4r_int4.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.1 -DSG -DROWS4 -DFMT=4 $< -o $@
+$(BUILD)/shaders/matmul4r_int4.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.1 -DROWS4 -DFMT=4 $< -o $@
 $(BUILD)/shaders/layernorm64.spv: $(VK_DIR)/shaders/layernorm.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.1 -DF64 $< -o $@

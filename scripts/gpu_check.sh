@@ -127,20 +127,21 @@ step profile 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$M" --devic
 step profile_prefill 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 512 --gen 1 --repeat 1
 # the host/device choices a GPU decides, A/B in alternation (INT4 decode): command buffers
 # recorded once per step shape and replayed (KILN_VK_REUSE=0: recorded every step), subgroup
-# reductions (KILN_VK_SUBGROUPS=0: the portable shared-memory tree sums) and activations in mapped
-# VRAM (KILN_VK_ACTIVATIONS=host: in host memory, across the bus); KILN_VK_STATS in the .err
+# reductions (KILN_VK_SUBGROUPS=0: the portable shared-memory tree sums), activations in mapped
+# VRAM (KILN_VK_ACTIVATIONS=host: in host memory, across the bus) and the 4-row INT4 GEMV
+# (KILN_VK_GEMV_ROWS=4: X loaded once per 4 rows, the same floats); KILN_VK_STATS in the .err
 ab_bench() {
     local i=0 c
-    for c in base reuse0 sg0 acthost base reuse0 sg0 acthost; do
+    for c in base gemv4 reuse0 sg0 acthost base gemv4 reuse0 sg0 acthost; do
         i=$((i + 1))
-        case $c in reuse0) set -- KILN_VK_REUSE=0 ;; sg0) set -- KILN_VK_SUBGROUPS=0 ;; acthost) set -- KILN_VK_ACTIVATIONS=host ;; *) set -- KILN_VK_REUSE=1 ;; esac
+        case $c in reuse0) set -- KILN_VK_REUSE=0 ;; sg0) set -- KILN_VK_SUBGROUPS=0 ;; acthost) set -- KILN_VK_ACTIVATIONS=host ;; gemv4) set -- KILN_VK_GEMV_ROWS=4 ;; *) set -- KILN_VK_REUSE=1 ;; esac
         env "$@" KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 2 --json \
             > "$RES/bench_ab_${i}_$c.json" 2> "$RES/bench_ab_${i}_$c.err" || return 1
     done
 }
 export -f ab_bench
 export M DEV RES
-step bench_ab 120 bash -c ab_bench
+step bench_ab 150 bash -c ab_bench
 # MoE + MLA on the device (routing and experts by id: moe_routed): the GLM-4.7-Flash-shaped preset,
 # BF16 / FP8 / INT4 experts, decode against the device bandwidth and the per-shader profile
 # (GPU_CHECK_MOE="--preset tiny" for a dry run on lavapipe)
@@ -194,7 +195,7 @@ for f in sorted(os.listdir(out)):
         for r in load(f):
             ab.setdefault(f[len("bench_ab_"):-5].split("_", 1)[1], []).append(r.get("decode_tps"))
 if ab:
-    s["vk_ab_int4_decode_tps"] = ab  # base / reuse0 (no replay) / sg0 (no subgroups) / acthost (activations in host memory), alternated
+    s["vk_ab_int4_decode_tps"] = ab  # base / reuse0 (no replay) / sg0 (no subgroups) / acthost (activations in host memory) / gemv4 (4-row INT4 GEMV), alternated
 json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(json.dumps(s, indent=1)[:4000])
 PYEOF

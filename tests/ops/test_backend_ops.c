@@ -453,6 +453,78 @@ static void test_matmul_prefill(void **state) {
     }
 }
 
+/* The 4-row INT4 decode GEMV (KILN_VK_GEMV_ROWS=4, matmul.comp ROWS4), for every INT4 layout, row
+ * counts 4 does not divide and 1–3 tokens (4 and more take the 8-token variant either way): it ran
+ * (its dispatch count), its results are within the format's bound of the ref backend's and are the
+ * one-row variant's bit for bit, with subgroup sums and with the shared-memory tree sums
+ * (KILN_VK_SUBGROUPS=0) — so decode and a batched verification still agree with it. A value
+ * KILN_VK_GEMV_ROWS does not take is refused by name. */
+static kiln_backend *vulkan_with(const char *rows, const char *subgroups) {
+    const char *vdi = getenv("KILN_VK_DEVICE_INDEX");
+    kiln_backend *be = NULL;
+    if (rows) setenv("KILN_VK_GEMV_ROWS", rows, 1);
+    if (subgroups) setenv("KILN_VK_SUBGROUPS", subgroups, 1);
+    const kiln_status st = kiln_backend_create_device(KILN_BACKEND_VULKAN, KILN_ISA_AUTO, 2, KILN_FP8_EXACT, vdi ? atoi(vdi) : 0, &be);
+    unsetenv("KILN_VK_GEMV_ROWS");
+    unsetenv("KILN_VK_SUBGROUPS");
+    return st == KILN_OK ? be : NULL;
+}
+
+static void test_matmul_rows4(void **state) {
+    (void)state;
+    static const int64_t rows_list[] = {1, 3, 4, 5, 37, 130};
+    int have_vulkan = 0;
+    for (int b = 0; b < n_bes; b++) have_vulkan |= bes[b]->kind == KILN_BACKEND_VULKAN;
+    if (!have_vulkan) return;
+    assert_null(vulkan_with("2", NULL));
+    assert_non_null(strstr(kiln_last_error(), "KILN_VK_GEMV_ROWS: '2' is not 1 or 4"));
+    kiln_backend *r4 = vulkan_with("4", NULL), *r4_tree = vulkan_with("4", "0"), *r1_tree = vulkan_with("1", "0"), *r1 = vulkan_with("1", NULL);
+    assert_non_null(r4);
+    assert_non_null(r4_tree);
+    assert_non_null(r1_tree);
+    assert_non_null(r1);
+    int cases = 0;
+    for (int c = 0; c < N_WCASES; c++) {
+        const wcase *wc = &wcases[c];
+        if (wc->f != KILN_WF_INT4_GROUP) continue;
+        for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
+            const int64_t rows = rows_list[ri];
+            tweight t = make_weight(wc->f, rows, wc->cols, wc->group, wc->tiled);
+            for (int n = 1; n <= 3; n++) {
+                const size_t ny = (size_t)n * (size_t)rows;
+                float *X = input(ref_be, (size_t)n * (size_t)wc->cols), *want = output(ref_be, ny);
+                float *four = output(r4, ny), *four_tree = output(r4_tree, ny), *one_tree = output(r1_tree, ny), *one = output(r1, ny);
+                kiln_be_matmul(ref_be, &t.w, X, want, n);
+                kiln_be_matmul(r1, &t.w, X, one, n);
+                kiln_be_matmul(r1_tree, &t.w, X, one_tree, n);
+                const uint64_t before = kiln_backend_vulkan_gemv4_dispatches(r4), before_tree = kiln_backend_vulkan_gemv4_dispatches(r4_tree);
+                kiln_be_matmul(r4, &t.w, X, four, n);
+                kiln_be_matmul(r4_tree, &t.w, X, four_tree, n);
+                if (kiln_backend_vulkan_gemv4_dispatches(r4) == before || kiln_backend_vulkan_gemv4_dispatches(r4_tree) == before_tree) {
+                    fprintf(stderr, "int4 g%d layout %d rows %lld n %d: the 4-row GEMV did not run\n", wc->group, wc->tiled, (long long)rows, n);
+                    fail();
+                }
+                if (memcmp(one_tree, four_tree, ny * sizeof(float)) != 0 || memcmp(one, four, ny * sizeof(float)) != 0) {
+                    fprintf(stderr, "int4 g%d layout %d rows %lld n %d: the 4-row GEMV (%s sums) differs from the one-row variant\n", wc->group,
+                            wc->tiled, (long long)rows, n, memcmp(one, four, ny * sizeof(float)) != 0 ? "subgroup" : "tree");
+                    fail();
+                }
+                check_matmul("matmul int4 4-row GEMV", r4, &t.w, X, n, four, want, format_bound_n(wc->f, r4, n));
+                cases++;
+                kiln_be_free(r1, one);
+                kiln_be_free(ref_be, X); kiln_be_free(ref_be, want);
+                kiln_be_free(r4, four); kiln_be_free(r4_tree, four_tree); kiln_be_free(r1_tree, one_tree);
+            }
+            free_weight(&t);
+        }
+    }
+    assert_int_equal(cases, 6 * 6 * 3); /* the 6 INT4 layouts of wcases × rows × tokens */
+    kiln_backend_free(r1);
+    kiln_backend_free(r4);
+    kiln_backend_free(r4_tree);
+    kiln_backend_free(r1_tree);
+}
+
 /* Three weights of different formats and heights reading the same X in one call (q/k/v). */
 static void test_matmul_many(void **state) {
     (void)state;
@@ -1867,7 +1939,7 @@ static void test_supports(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_prefill), cmocka_unit_test(test_matmul_batch_invariant), cmocka_unit_test(test_matmul_many),     cmocka_unit_test(test_matmul_heads),
+        cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_prefill), cmocka_unit_test(test_matmul_batch_invariant), cmocka_unit_test(test_matmul_rows4), cmocka_unit_test(test_matmul_many),     cmocka_unit_test(test_matmul_heads),
         cmocka_unit_test(test_norm_swiglu_add), cmocka_unit_test(test_rope),     cmocka_unit_test(test_embed_argmax),
         cmocka_unit_test(test_moe), cmocka_unit_test(test_moe_routed),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_kv_integrity),
         cmocka_unit_test(test_kv_store), cmocka_unit_test(test_copy_rows), cmocka_unit_test(test_deferred_steps), cmocka_unit_test(test_step_replay),              cmocka_unit_test(test_dsa_norm_fp8),

@@ -506,8 +506,14 @@ int vkb_record_matmul(vk_state *s, const kiln_weight *w, const float *X, int64_t
                                 (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B), (uint32_t)w->row_bytes, 0, 0, 0, 0, 0, 0, 0};
             s->n_dispatch++;
             int tt;
-            const kiln_vk_shader sh = matmul_variant(w->fmt, n, &tt);
-            if (kiln_vk_dispatch(s->vk, sh, b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)((n + tt - 1) / tt), 1) != KILN_OK) {
+            kiln_vk_shader sh = matmul_variant(w->fmt, n, &tt);
+            uint32_t groups_x = (uint32_t)rr;
+            if (tt == 1 && w->fmt == KILN_WF_INT4_GROUP && s->gemv_rows == 4) { /* 4 rows per workgroup (matmul.comp ROWS4) */
+                sh = KILN_VK_SH_matmul4r_int4;
+                groups_x = (uint32_t)((rr + 3) / 4);
+                s->n_gemv4++;
+            }
+            if (kiln_vk_dispatch(s->vk, sh, b, 5, &pc, sizeof pc, groups_x, (uint32_t)((n + tt - 1) / tt), 1) != KILN_OK) {
                 vkb_fail_once(s, "matmul dispatch");
                 return -1;
             }
@@ -829,6 +835,14 @@ kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     if (st == KILN_OK) st = env_count("KILN_VK_MOE_TOKENS", "a token count", 1, MOE_ROUTED_MAX_TOKENS, &v);
     if (st == KILN_OK && v) s->moe_tokens = (int)v;
     s->act_where = kiln_vk_mapped_vram(s->vk) ? KILN_VK_MEM_MAPPED_NEAR : 1;
+    /* INT4 decode GEMV rows per workgroup (1, or 4: matmul.comp ROWS4, the same floats); 1 until a
+     * GPU run's A/B (scripts/gpu_check.sh) shows 4 faster */
+    s->gemv_rows = 1;
+    const char *gr = getenv("KILN_VK_GEMV_ROWS");
+    if (st == KILN_OK && gr && *gr) {
+        if (!strcmp(gr, "4")) s->gemv_rows = 4;
+        else if (strcmp(gr, "1")) st = kiln_fail(KILN_ERR_INVALID_ARG, "KILN_VK_GEMV_ROWS: '%s' is not 1 or 4", gr);
+    }
     const char *act = getenv("KILN_VK_ACTIVATIONS");
     if (st == KILN_OK && act && *act) {
         if (!strcmp(act, "device")) s->act_where = KILN_VK_MEM_MAPPED_NEAR;
@@ -938,6 +952,8 @@ kiln_status kiln_backend_vulkan_read_gbps(const kiln_backend *be, size_t bytes, 
     kiln_vk_buf_destroy(s->vk, &out);
     return st;
 }
+
+uint64_t kiln_backend_vulkan_gemv4_dispatches(const kiln_backend *be) { return ST(be)->n_gemv4; }
 
 void kiln_backend_vulkan_counts(const kiln_backend *be, uint64_t *dispatches, uint64_t *host_fallbacks) {
     const vk_state *s = ST(be);

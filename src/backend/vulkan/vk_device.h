@@ -38,7 +38,7 @@
     X(sgmatmul_id_q5_0) X(sgmatmul_id_q5_1) X(sgmatmul_id_iq4_nl) \
     X(sgmatmul8_f32) X(sgmatmul8_f16) X(sgmatmul8_bf16) X(sgmatmul8_fp8) X(sgmatmul8_int4) X(sgmatmul8_q8_0) X(sgmatmul8_q4_0) X(sgmatmul8_q4_k) \
     X(sgmatmul8_q5_k) X(sgmatmul8_q6_k) X(sgmatmul8_q2_k) X(sgmatmul8_q3_k) X(sgmatmul8_iq4_xs) X(sgmatmul8_q4_1) X(sgmatmul8_q5_0) \
-    X(sgmatmul8_q5_1) X(sgmatmul8_iq4_nl) X(sgrmsnorm) X(moe_sort) \
+    X(sgmatmul8_q5_1) X(sgmatmul8_iq4_nl) X(sgrmsnorm) X(moe_sort) X(matmul4r_int4) X(sgmatmul4r_int4) \
     X(layernorm) X(layernorm64) X(fp8_round) X(kv_topk) X(kv_store_dsa) X(kv_index) X(kv_attend_sparse) \
     X(matmul8_id_f32) X(matmul8_id_f16) X(matmul8_id_bf16) X(matmul8_id_fp8) X(matmul8_id_int4) X(matmul8_id_q8_0) X(matmul8_id_q4_0) \
     X(matmul8_id_q4_k) X(matmul8_id_q5_k) X(matmul8_id_q6_k) X(matmul8_id_q2_k) X(matmul8_id_q3_k) X(matmul8_id_iq4_xs) X(matmul8_id_q4_1) \

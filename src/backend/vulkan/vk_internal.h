@@ -145,6 +145,8 @@ typedef struct {
     int defer_depth, lost;
     int staged_any;          /* something was staged since the last flush ... */
     uint64_t staged_at;      /* ... last when n_dispatch had this value (a dispatch since: its operands were used) */
+    int gemv_rows;
+    uint64_t n_gemv4;        /* dispatches of the 4-row INT4 GEMV (kiln_backend_vulkan_gemv4_dispatches) */           /* INT4 decode GEMV rows per workgroup: 1 or 4 (KILN_VK_GEMV_ROWS) */
     int act_where;           /* kiln_vk_buf_create's placement of kiln_be_alloc's buffers (KILN_VK_ACTIVATIONS) */
     int kv_host_said;        /* the KV-array fallback was reported */
     uint64_t n_dispatch, n_host; /* ops run on the device / ops `supports` calls native that fell back to the host */

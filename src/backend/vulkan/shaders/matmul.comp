@@ -97,6 +97,21 @@ const float iq4_levels[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.
 #else
 #define TT 1u
 #endif
+// ROWS4 (matmul4r_*.spv, INT4 only, one token per workgroup along y as TT = 1): a workgroup computes
+// 4 consecutive weight rows, each invocation loading its X values once for the 4 rows (the one-row
+// variant's invocations each reload them: for INT4, 32 bytes of X per 4-byte weight word).
+// Invocation tid takes the same words of every row, in the same order, with the same fma chain and
+// the same reduction per row, so the floats are the one-row variant's bit for bit (test_backend_ops,
+// subgroup and tree sums): decode and batched verification still agree. Opt-in
+// (KILN_VK_GEMV_ROWS=4) until a GPU run's A/B (scripts/gpu_check.sh) measures its speed.
+#if defined(ROWS4) && (defined(TT8) || defined(BYID) || FMT != FMT_INT4)
+#error ROWS4 is the one-token INT4 variant
+#endif
+#ifdef ROWS4
+#define NACC 4u
+#else
+#define NACC TT
+#endif
 // acc[q] += w · x[i + XO(q)] for the workgroup's tokens q < nt (XO(q): token q's X row, q·x_stride
 // from the first; BYID8: each entry's own row)
 #if defined(BYID) && defined(TT8)
@@ -114,7 +129,7 @@ const float iq4_levels[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.
     for (uint q = 0u; q < TT; q++) if (q < nt) d[q] = fma(v_, x[(i2) + XO(q)], fma(u_, x[(i1) + XO(q)], d[q])); }
 #define DRESET() for (uint q = 0u; q < TT; q++) d[q] = 0.0
 #define DSCALE(sc) { precise float s_ = (sc); for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(s_, d[q], acc[q]); }
-shared float part[TT][64];
+shared float part[NACC][64];
 // the start of token q's Y row (BYID8: its entry's row)
 #ifdef BYID8
 #define YROW(q) (p.y_off + ent[q] * p.y_stride)
@@ -124,7 +139,12 @@ shared float part[TT][64];
 
 void main() {
     const uint hz = gl_WorkGroupID.z;
+#ifdef ROWS4
+    const uint ro = p.r0 + gl_WorkGroupID.x * 4u; // first output row of the workgroup's 4
+    const uint nr = min(4u, p.r0 + p.rows - ro);  // rows of this workgroup (p.rows: the dispatch's)
+#else
     const uint ro = p.r0 + gl_WorkGroupID.x;  // output row (within the chunk, within the head)
+#endif
     const uint r = ro + hz * p.h_rows;        // weight row within the chunk
     const uint t = gl_WorkGroupID.y * TT;     // first token (BYID: the (token, slot) row; BYID8: the tile's first entry)
     const uint tid = gl_LocalInvocationID.x;
@@ -151,9 +171,9 @@ void main() {
     const uint nt = min(TT, p.n - t);         // tokens of this workgroup
     const uint xb = p.x_off + hz * p.x_hstride + t * p.x_stride;
 #endif
-    float acc[TT];
+    float acc[NACC];
     float d[TT];
-    for (uint q = 0u; q < TT; q++) acc[q] = 0.0;
+    for (uint q = 0u; q < NACC; q++) acc[q] = 0.0;
 #if FMT == FMT_F32 || FMT == FMT_F16 || FMT == FMT_BF16
     const uint e0 = r * p.cols;
     for (uint c = tid; c < p.cols; c += 64u) {
@@ -170,6 +190,27 @@ void main() {
     // data: e4m3 bytes [rows, cols]; scales f32 [ceil(rows/B), ceil(cols/B)] (chunks start at a multiple of B rows)
     const uint e0 = r * p.cols, srow = (r / p.block) * p.scols;
     for (uint c = tid; c < p.cols; c += 64u) ACC(lut[byte_at(e0 + c)] * uintBitsToFloat(S_AT(srow + c / p.block)), xb + c);
+#elif FMT == FMT_INT4 && defined(ROWS4)
+    // as below, the 8 X values of word k loaded once for the workgroup's rows r .. r + nr - 1; per
+    // row the operations of DRESET / DACC / DSCALE with one token
+    const uint words = p.cols / 8u;
+    for (uint k = tid; k < words; k += 64u) {
+        float xv[8];
+        for (uint j = 0u; j < 8u; j++) xv[j] = x[xb + 8u * k + j];
+        for (uint q = 0u; q < 4u; q++) {
+            if (q < nr) {
+                const uint v = W_AT((r + q) * words + k);
+                const uint si = (r + q) * p.scols + (8u * k) / p.block;
+                precise float s_ = uintBitsToFloat(((S_AT(si >> 1) >> ((si & 1u) * 16u)) & 0xffffu) << 16);
+                float dq = 0.0;
+                for (uint j = 0u; j < 8u; j++) {
+                    precise float w_ = float(int((v >> (4u * j)) & 15u) - 8);
+                    dq = fma(w_, xv[j], dq);
+                }
+                acc[q] = fma(s_, dq, acc[q]);
+            }
+        }
+    }
 #elif FMT == FMT_INT4
     // data: int32 [rows, cols/8], nibble j of word k = column 8k + j, offset by +8; scales bf16 [rows, cols/group]
     const uint words = p.cols / 8u, w0 = r * words;
@@ -366,28 +407,36 @@ void main() {
 #else
 #error unknown FMT
 #endif
+#ifdef ROWS4
+    // the workgroup's outputs are rows, not tokens: the same reductions per row
+#define NOUT nr
+#define OUT_AT(q) (p.y_off + hz * p.y_hstride + t * p.y_stride + ro + (q))
+#else
+#define NOUT nt
+#define OUT_AT(q) (YROW(q) + ro)
+#endif
 #ifdef SG
     // subgroup variant (sgmatmul*.spv, where the device has subgroup arithmetic): each subgroup's
     // sum in one operation, then the subgroups' sums in subgroup order — the same operations for a
     // token whatever tokens share its workgroup, so batch invariance holds here too
-    for (uint q = 0u; q < TT; q++) {
+    for (uint q = 0u; q < NACC; q++) {
         const float s = subgroupAdd(acc[q]);
         if (subgroupElect()) part[q][gl_SubgroupID] = s;
     }
     barrier();
-    if (tid < nt) {
+    if (tid < NOUT) {
         float sum = part[tid][0];
         for (uint i = 1u; i < gl_NumSubgroups; i++) sum += part[tid][i];
-        y[YROW(tid) + ro] = sum;
+        y[OUT_AT(tid)] = sum;
     }
 #else
-    for (uint q = 0u; q < TT; q++) part[q][tid] = acc[q];
+    for (uint q = 0u; q < NACC; q++) part[q][tid] = acc[q];
     barrier();
     for (uint h = 32u; h > 0u; h >>= 1) {
         if (tid < h)
-            for (uint q = 0u; q < TT; q++) part[q][tid] += part[q][tid + h];
+            for (uint q = 0u; q < NACC; q++) part[q][tid] += part[q][tid + h];
         barrier();
     }
-    if (tid < nt) y[YROW(tid) + ro] = part[tid][0];
+    if (tid < NOUT) y[OUT_AT(tid)] = part[tid][0];
 #endif
 }
