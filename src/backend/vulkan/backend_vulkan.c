@@ -884,6 +884,8 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
                         "%llu native ops computed on the host\n",
                 kiln_vk_device_name(s->vk), (unsigned long long)s->n_dispatch, (unsigned long long)kiln_vk_submits(s->vk), (unsigned long long)rec,
                 (unsigned long long)rep, (double)prep / 1e6, (unsigned long long)s->n_host);
+        if (s->gemv_rows == 4)
+            fprintf(stderr, "kiln: %s: %llu of them the 4-row INT4 GEMV (KILN_VK_GEMV_ROWS=4)\n", kiln_vk_device_name(s->vk), (unsigned long long)s->n_gemv4);
     }
     uint64_t ns[KILN_VK_SH_COUNT], cnt[KILN_VK_SH_COUNT], total = 0;
     const char *names[KILN_VK_SH_COUNT];
