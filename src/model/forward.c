@@ -28,10 +28,11 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
     const size_t T = (size_t)chunk, D = (size_t)hp->dim, F = (size_t)hp->ffn_dim;
     int ok = 1;
     size_t failed_bytes = 0; /* the buffer that could not be had (named in the error) */
-#define BUF(field, floats)                                                                                                \
+#define BUF_FROM(alloc, field, floats)                                                                                    \
     do {                                                                                                                  \
-        if (ok && !(ws->field = kiln_be_alloc(be, (floats) * sizeof(float)))) ok = 0, failed_bytes = (floats) * sizeof(float); \
+        if (ok && !(ws->field = alloc(be, (floats) * sizeof(float)))) ok = 0, failed_bytes = (floats) * sizeof(float);   \
     } while (0)
+#define BUF(field, floats) BUF_FROM(kiln_be_alloc, field, floats)
     BUF(x, T * D);
     BUF(xb, T * D);
     BUF(tmp, T * D);
@@ -39,13 +40,8 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
     BUF(hb2, T * F);
     BUF(cs, T * (size_t)(ah->rope.rot_dim > 0 ? ah->rope.rot_dim : 1));
     /* read by the host after every step (sampling; the vocab-split gather): kiln_be_alloc_readback */
-#define BUF_READBACK(field, floats)                                                                                                \
-    do {                                                                                                                           \
-        if (ok && !(ws->field = kiln_be_alloc_readback(be, (floats) * sizeof(float)))) ok = 0, failed_bytes = (floats) * sizeof(float); \
-    } while (0)
-    BUF_READBACK(logits, (size_t)hp->vocab);
-    if (m->vocab_split) BUF_READBACK(head_part, T * (size_t)(m->output.rows + 1));
-#undef BUF_READBACK
+    BUF_FROM(kiln_be_alloc_readback, logits, (size_t)hp->vocab);
+    if (m->vocab_split) BUF_FROM(kiln_be_alloc_readback, head_part, T * (size_t)(m->output.rows + 1));
     if (((const kiln_arch_model *)m->arch_state)->n_mtp > 0) BUF(eh, T * 2 * D);
     if (ah->attn == KILN_ATTN_GQA) {
         const size_t qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
@@ -56,6 +52,7 @@ kiln_status kiln_forward_ws_init(kiln_forward_ws *ws, const struct kiln_model *m
         if (ah->qkv_fused) BUF(qkv, T * (qd + 2 * kvd));
     }
 #undef BUF
+#undef BUF_FROM
     ws->pos = calloc(T, sizeof *ws->pos);
     ws->out_row = calloc(T, sizeof *ws->out_row);
     ws->seqs = calloc(T, sizeof *ws->seqs);

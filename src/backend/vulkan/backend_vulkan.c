@@ -811,6 +811,17 @@ static kiln_status env_count(const char *name, const char *what, unsigned long l
     return KILN_OK;
 }
 
+/* A choice from the environment: *idx = the index of the variable's value among values[0..n) (left
+ * as it is where the variable is unset or empty); another value is refused, naming the variable and
+ * the values it takes. */
+static kiln_status env_choice(const char *name, const char *const *values, int n, int *idx) {
+    const char *e = getenv(name);
+    if (!e || !*e) return KILN_OK;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(e, values[i])) { *idx = i; return KILN_OK; }
+    return kiln_fail(KILN_ERR_INVALID_ARG, "%s: '%s' is not %s%s%s", name, e, values[0], n > 1 ? " or " : "", n > 1 ? values[1] : "");
+}
+
 kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     vk_state *s = calloc(1, sizeof *s);
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
@@ -834,21 +845,14 @@ kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     if (st == KILN_OK && v) s->idx_budget = (size_t)v & ~(size_t)3;
     if (st == KILN_OK) st = env_count("KILN_VK_MOE_TOKENS", "a token count", 1, MOE_ROUTED_MAX_TOKENS, &v);
     if (st == KILN_OK && v) s->moe_tokens = (int)v;
-    s->act_where = kiln_vk_mapped_vram(s->vk) ? KILN_VK_MEM_MAPPED_NEAR : 1;
     /* INT4 decode GEMV rows per workgroup (1, or 4: matmul.comp ROWS4, the same floats); 1 until a
      * GPU run's A/B (scripts/gpu_check.sh) shows 4 faster */
-    s->gemv_rows = 1;
-    const char *gr = getenv("KILN_VK_GEMV_ROWS");
-    if (st == KILN_OK && gr && *gr) {
-        if (!strcmp(gr, "4")) s->gemv_rows = 4;
-        else if (strcmp(gr, "1")) st = kiln_fail(KILN_ERR_INVALID_ARG, "KILN_VK_GEMV_ROWS: '%s' is not 1 or 4", gr);
-    }
-    const char *act = getenv("KILN_VK_ACTIVATIONS");
-    if (st == KILN_OK && act && *act) {
-        if (!strcmp(act, "device")) s->act_where = KILN_VK_MEM_MAPPED_NEAR;
-        else if (!strcmp(act, "host")) s->act_where = 1;
-        else st = kiln_fail(KILN_ERR_INVALID_ARG, "KILN_VK_ACTIVATIONS: '%s' is not 'device' or 'host'", act);
-    }
+    static const char *const rows_v[] = {"1", "4"}, *const act_v[] = {"device", "host"};
+    int rows_i = 0, act_i = kiln_vk_mapped_vram(s->vk) ? 0 : 1;
+    if (st == KILN_OK) st = env_choice("KILN_VK_GEMV_ROWS", rows_v, 2, &rows_i);
+    if (st == KILN_OK) st = env_choice("KILN_VK_ACTIVATIONS", act_v, 2, &act_i);
+    s->gemv_rows = rows_i ? 4 : 1;
+    s->act_where = act_i == 0 ? KILN_VK_MEM_MAPPED_NEAR : 1;
     if (st) {
         kiln_vk_close(s->vk);
         pthread_mutex_destroy(&s->allocs_mu);

@@ -81,6 +81,11 @@ float half_value(uint h) {
 }
 float f16_at(uint off) { return half_value(byte_at(off) | (byte_at(off + 1u) << 8)); }
 uint half_at(uint e) { return (W_AT(e >> 1) >> ((e & 1u) * 16u)) & 0xffffu; }
+// INT4 group scale of (row, word k): bf16 [rows, cols/group], two per 32-bit word
+float int4_scale(uint row, uint k) {
+    const uint si = row * p.scols + (8u * k) / p.block;
+    return uintBitsToFloat(((S_AT(si >> 1) >> ((si & 1u) * 16u)) & 0xffffu) << 16);
+}
 uint u32_at(uint off) { return byte_at(off) | (byte_at(off + 1u) << 8) | (byte_at(off + 2u) << 16) | (byte_at(off + 3u) << 24); }
 // IQ4_NL / IQ4_XS: ggml-common.h's kvalues_iq4nl
 const float iq4_levels[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
@@ -200,8 +205,7 @@ void main() {
         for (uint q = 0u; q < 4u; q++) {
             if (q < nr) {
                 const uint v = W_AT((r + q) * words + k);
-                const uint si = (r + q) * p.scols + (8u * k) / p.block;
-                precise float s_ = uintBitsToFloat(((S_AT(si >> 1) >> ((si & 1u) * 16u)) & 0xffffu) << 16);
+                precise float s_ = int4_scale(r + q, k);
                 float dq = 0.0;
                 for (uint j = 0u; j < 8u; j++) {
                     precise float w_ = float(int((v >> (4u * j)) & 15u) - 8);
@@ -216,8 +220,7 @@ void main() {
     const uint words = p.cols / 8u, w0 = r * words;
     for (uint k = tid; k < words; k += 64u) {
         const uint v = W_AT(w0 + k);
-        const uint si = r * p.scols + (8u * k) / p.block;
-        const float sc = uintBitsToFloat(((S_AT(si >> 1) >> ((si & 1u) * 16u)) & 0xffffu) << 16);
+        const float sc = int4_scale(r, k);
         DRESET();
         for (uint j = 0u; j < 8u; j++) DACC(float(int((v >> (4u * j)) & 15u) - 8), xb + 8u * k + j);
         DSCALE(sc);
