@@ -28,6 +28,7 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 layout(local_size_x = 64) in;
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer Words { uint w[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer Words4 { uvec4 w[]; };
 layout(std430, binding = 0) readonly buffer Qb { float q[]; };
 layout(std430, binding = 1) writeonly buffer Ob { float o[]; };
 layout(std430, binding = 2) readonly buffer Tb { uint tab[]; };
@@ -43,6 +44,12 @@ layout(std140, binding = 5) uniform P {
 } p;
 shared float qs[1024];
 shared float ps[64];
+// the block's V rows as the V pass reads them (wide mode): byte offset of position j's row in the V
+// array (NO_ROW: skipped — a missing page, or a weight of exactly 0 as the narrow pass skips it) and
+// its weight p_j · V factor
+#define NO_ROW 0xffffffffffffffffUL
+shared uint64_t vrow[64];
+shared float vw[64];
 shared uint64_t rh[2][64];
 
 // The content hash of a row of `words` 32-bit words at addr whose first word is word w0 of its slice.
@@ -53,6 +60,17 @@ uint64_t row_hash(uint64_t addr, uint words, uint w0) {
     return h;
 }
 #define MAX_VPT 16
+// elements of the stored dtype per 32-bit word, and element e of word v
+#define EPW (DT == 0 ? 1u : DT == 1 ? 2u : 4u)
+float word_elem(uint v, uint e) {
+#if DT == 0
+    return uintBitsToFloat(v);
+#elif DT == 1
+    return uintBitsToFloat(e == 0u ? v << 16 : v & 0xffff0000u);
+#else
+    return lut[(v >> (8u * e)) & 0xffu];
+#endif
+}
 
 // Element e of the row whose bytes start `rb` bytes into the array at `base`.
 float elem(uint64_t base, uint64_t rb, uint e) {
@@ -74,6 +92,13 @@ float elem(uint64_t base, uint64_t rb, uint e) {
 // any real m as exp(−inf) is.
 #define NO_SCORE uintBitsToFloat(0xff7fffffu)
 
+// The element acc[k] holds: narrow mode tid + 64k; wide mode element k % EPW of the invocation's
+// word k / EPW (words tid, tid + 64, ...).
+uint acc_elem(uint k, bool wide) {
+    const uint tid = gl_LocalInvocationID.x;
+    return wide ? EPW * (tid + 64u * (k / EPW)) + k % EPW : tid + 64u * k;
+}
+
 void main() {
     const uint hq = gl_WorkGroupID.x, i = gl_WorkGroupID.y, sp = gl_WorkGroupID.z, tid = gl_LocalInvocationID.x;
     const uint kvh = hq / p.group;
@@ -84,6 +109,12 @@ void main() {
     for (uint d = tid; d < p.k_dim; d += 64u) qs[d] = q[qb + d];
     barrier();
     const float ks = uintBitsToFloat(tab[p.sc_off + 2u * kvh]), vs = uintBitsToFloat(tab[p.sc_off + 2u * kvh + 1u]);
+    // wide modes (uniform over the dispatch): K rows read 16 bytes at a time where every row starts
+    // on a multiple of 16 bytes; V rows read as whole words where every row is whole words
+    const bool kwide = (p.kaddr & 15ul) == 0ul && p.page_k % 16u == 0u && p.head_k % 16u == 0u && p.row_k % 16u == 0u &&
+                       (p.k_dim + 4u * EPW - 1u) / (4u * EPW) * 16u <= p.row_k;
+    const bool vwide = (p.vaddr & 3ul) == 0ul && p.page_v % 4u == 0u && p.head_v % 4u == 0u && p.row_v % 4u == 0u &&
+                       p.v_dim % EPW == 0u;
     float m = NO_SCORE, l = 0.0;
     float acc[MAX_VPT];
     for (uint k = 0u; k < MAX_VPT; k++) acc[k] = 0.0;
@@ -99,7 +130,23 @@ void main() {
                 const float kf = p.ent_stride > 1u ? uintBitsToFloat(tab[e + 1u + 2u * kvh]) : ks;
                 const uint64_t rb = uint64_t(pg) * p.page_k + uint64_t(kvh * p.head_k + (t % p.pt) * p.row_k);
                 float dot = 0.0;
-                for (uint d = 0u; d < p.k_dim; d++) dot += qs[d] * elem(p.kaddr, rb, d);
+                if (kwide) {
+                    // the row in 16-byte pieces, four loads in flight before their products (one
+                    // dependent load per element was this pass's time on a GPU); products in d order
+                    Words4 kr = Words4(p.kaddr + rb);
+                    const uint n16 = (p.k_dim + 4u * EPW - 1u) / (4u * EPW);
+                    for (uint w = 0u; w < n16; w += 4u) {
+                        uvec4 a[4];
+                        for (uint c = 0u; c < 4u; c++) a[c] = w + c < n16 ? kr.w[w + c] : uvec4(0u);
+                        for (uint c = 0u; c < 4u; c++)
+                            for (uint h = 0u; h < 4u; h++)
+                                for (uint e = 0u; e < EPW; e++) {
+                                    const uint d = ((w + c) * 4u + h) * EPW + e;
+                                    if (d < p.k_dim) dot += qs[d] * word_elem(a[c][h], e);
+                                }
+                    }
+                } else
+                    for (uint d = 0u; d < p.k_dim; d++) dot += qs[d] * elem(p.kaddr, rb, d);
                 s = dot * (p.scale * kf);
                 if (hashing) {
                     hk = row_hash(p.kaddr + rb, p.row_k >> 2, (t % p.pt) * (p.row_k >> 2));
@@ -130,6 +177,44 @@ void main() {
         for (uint j = 0u; j < nb; j++) bl += ps[j];
         l = l * f + bl;
         for (uint k = 0u; k < MAX_VPT; k++) acc[k] *= f;
+        if (vwide) {
+            // each invocation owns whole words of the V row (elements EPW·(tid + 64k) ..): the
+            // position's row offset and weight come from shared memory (no page-table load on the
+            // chain), and eight positions' words are loaded before their products — per element the
+            // positions' terms still enter in order j
+            {
+                uint64_t vo = NO_ROW;
+                float wt = 0.0;
+                const uint tj = b + tid;
+                if (tid < nb && ps[tid] != 0.0) {
+                    const uint e = ent0 + (tj / p.pt) * p.ent_stride, pg = tab[e];
+                    if (pg < p.n_pages) {
+                        vo = uint64_t(pg) * p.page_v + uint64_t(kvh * p.head_v + (tj % p.pt) * p.row_v);
+                        wt = ps[tid] * (p.ent_stride > 1u ? uintBitsToFloat(tab[e + 2u + 2u * kvh]) : vs);
+                    }
+                }
+                vrow[tid] = vo;
+                vw[tid] = wt;
+            }
+            barrier();
+            const uint vwords = p.v_dim / EPW;
+            for (uint k = 0u; k < MAX_VPT / EPW; k++) {
+                const uint wd = tid + 64u * k;
+                if (wd >= vwords) break;
+                for (uint j0 = 0u; j0 < nb; j0 += 8u) {
+                    uint vv[8];
+                    for (uint c = 0u; c < 8u; c++) {
+                        const uint j = j0 + c;
+                        vv[c] = j < nb && vrow[j] != NO_ROW ? Words(p.vaddr + vrow[j]).w[wd] : 0u;
+                    }
+                    for (uint c = 0u; c < 8u; c++) {
+                        const uint j = j0 + c;
+                        if (j < nb && vrow[j] != NO_ROW)
+                            for (uint e = 0u; e < EPW; e++) acc[k * EPW + e] += vw[j] * word_elem(vv[c], e);
+                    }
+                }
+            }
+        } else
         for (uint j = 0u; j < nb; j++) {
             const float pj = ps[j];
             if (pj == 0.0) continue;
@@ -150,13 +235,13 @@ void main() {
         const float inv = l > 0.0 ? 1.0 / l : 0.0;
         const uint ob = p.o_off + (i * p.n_heads + hq) * p.v_dim;
         for (uint k = 0u; k < MAX_VPT; k++) {
-            const uint d = tid + 64u * k;
+            const uint d = acc_elem(k, vwide);
             if (d < p.v_dim) o[ob + d] = acc[k] * inv;
         }
     } else { // partial of split sp: [v_dim values of acc | m | l]
         const uint ob = ((i * p.n_heads + hq) * p.splits + sp) * (p.v_dim + 2u);
         for (uint k = 0u; k < MAX_VPT; k++) {
-            const uint d = tid + 64u * k;
+            const uint d = acc_elem(k, vwide);
             if (d < p.v_dim) o[ob + d] = acc[k];
         }
         if (tid == 0u) { o[ob + p.v_dim] = m; o[ob + p.v_dim + 1u] = l; }

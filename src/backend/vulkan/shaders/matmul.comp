@@ -46,15 +46,25 @@ layout(local_size_x = 64) in;
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer WRef { uint v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer WRef4 { uvec4 v[]; };
 layout(std430, binding = 0) readonly buffer Ib { uint ids[]; };
 WRef wref, sref;
+WRef4 wref4;      // the same expert data, 16 bytes at a time (only where its address is 16-aligned)
+bool w_aligned;   // that address is
 #define W_AT(i) wref.v[i]
+#define W4_AT(i) wref4.v[i]
 #define S_AT(i) sref.v[i]
+#define W_ALIGNED w_aligned
 #else
 layout(std430, binding = 0) readonly buffer Wb { uint w[]; };
+// the same binding's words 16 bytes at a time: the wide loads below (the chunk buffers start on a
+// multiple of 16 bytes, and a row is read this way only where its start is)
+layout(std430, binding = 0) readonly buffer W4b { uvec4 w4[]; };
 layout(std430, binding = 1) readonly buffer Sb { uint s[]; };
 #define W_AT(i) w[i]
+#define W4_AT(i) w4[i]
 #define S_AT(i) s[i]
+#define W_ALIGNED true
 #endif
 layout(std430, binding = 2) readonly buffer Xb { float x[]; };
 layout(std430, binding = 3) buffer Yb { float y[]; };
@@ -78,6 +88,15 @@ float half_value(uint h) {
     const float v = e == 0u ? float(m) * uintBitsToFloat(0x33800000u) // m · 2^-24: a normal float
                   : uintBitsToFloat(e == 31u ? 0x7f800000u | (m << 13) : ((e + 112u) << 23) | (m << 13));
     return uintBitsToFloat(floatBitsToUint(v) | ((h & 0x8000u) << 16));
+}
+// An E4M3 byte's value (kiln's fp8 table: no infinities, S.1111.111 NaN), exact: normal
+// (1 + m/8)·2^(e−7) as float bits, subnormal m·2^−9.
+float e4m3_value(uint b) {
+    const uint e = (b >> 3) & 15u, m = b & 7u;
+    const float v = (b & 0x7fu) == 0x7fu ? uintBitsToFloat(0x7fc00000u)
+                  : e == 0u ? float(m) * uintBitsToFloat(0x3b000000u) // 2^-9
+                  : uintBitsToFloat(((e + 120u) << 23) | (m << 20));
+    return uintBitsToFloat(floatBitsToUint(v) | ((b & 0x80u) << 24));
 }
 float f16_at(uint off) { return half_value(byte_at(off) | (byte_at(off + 1u) << 8)); }
 uint half_at(uint e) { return (W_AT(e >> 1) >> ((e & 1u) * 16u)) & 0xffffu; }
@@ -165,12 +184,16 @@ void main() {
     const uint ex = ids[p.ids_off + ent[0]];
     wref = WRef(uint64_t(ids[p.tab_off + 4u * ex]) | (uint64_t(ids[p.tab_off + 4u * ex + 1u]) << 32));
     sref = WRef(uint64_t(ids[p.tab_off + 4u * ex + 2u]) | (uint64_t(ids[p.tab_off + 4u * ex + 3u]) << 32));
+    w_aligned = (ids[p.tab_off + 4u * ex] & 15u) == 0u;
+    wref4 = WRef4(uint64_t(ids[p.tab_off + 4u * ex]) | (uint64_t(ids[p.tab_off + 4u * ex + 1u]) << 32));
     const uint xb = 0u;
 #elif defined(BYID)
     const uint nt = min(TT, p.n - t);         // tokens of this workgroup
     const uint ex = ids[p.ids_off + t];
     wref = WRef(uint64_t(ids[p.tab_off + 4u * ex]) | (uint64_t(ids[p.tab_off + 4u * ex + 1u]) << 32));
     sref = WRef(uint64_t(ids[p.tab_off + 4u * ex + 2u]) | (uint64_t(ids[p.tab_off + 4u * ex + 3u]) << 32));
+    w_aligned = (ids[p.tab_off + 4u * ex] & 15u) == 0u;
+    wref4 = WRef4(uint64_t(ids[p.tab_off + 4u * ex]) | (uint64_t(ids[p.tab_off + 4u * ex + 1u]) << 32));
     const uint xb = p.x_off + (t / p.x_div) * p.x_stride;
 #else
     const uint nt = min(TT, p.n - t);         // tokens of this workgroup
@@ -181,6 +204,30 @@ void main() {
     for (uint q = 0u; q < NACC; q++) acc[q] = 0.0;
 #if FMT == FMT_F32 || FMT == FMT_F16 || FMT == FMT_BF16
     const uint e0 = r * p.cols;
+#if FMT == FMT_F32
+    const uint V = 4u; // values per 16-byte load
+#else
+    const uint V = 8u;
+#endif
+    if (p.cols % V == 0u && W_ALIGNED) {
+        // wide: invocation tid takes the 16-byte pieces tid, tid + 64, ... of the row (V consecutive
+        // columns each, in column order) — a GPU keeps 16 bytes per invocation in flight instead of 2
+        for (uint u = tid; u < p.cols / V; u += 64u) {
+            const uvec4 wv = W4_AT(e0 / V + u);
+            const uint c = xb + V * u;
+            for (uint j = 0u; j < 4u; j++) {
+#if FMT == FMT_F32
+                ACC(uintBitsToFloat(wv[j]), c + j);
+#elif FMT == FMT_F16
+                ACC(half_value(wv[j] & 0xffffu), c + 2u * j);
+                ACC(half_value(wv[j] >> 16), c + 2u * j + 1u);
+#else
+                ACC(uintBitsToFloat(wv[j] << 16), c + 2u * j);
+                ACC(uintBitsToFloat(wv[j] & 0xffff0000u), c + 2u * j + 1u);
+#endif
+            }
+        }
+    } else
     for (uint c = tid; c < p.cols; c += 64u) {
 #if FMT == FMT_F32
         const float wv = uintBitsToFloat(W_AT(e0 + c));
@@ -194,11 +241,44 @@ void main() {
 #elif FMT == FMT_FP8
     // data: e4m3 bytes [rows, cols]; scales f32 [ceil(rows/B), ceil(cols/B)] (chunks start at a multiple of B rows)
     const uint e0 = r * p.cols, srow = (r / p.block) * p.scols;
+    if (p.cols % 16u == 0u && p.block % 16u == 0u && W_ALIGNED) {
+        // wide: 16-byte pieces as the float formats above, each inside one scale block; the bytes
+        // decoded arithmetically (e4m3_value: the table's values, without a dependent load per byte)
+        for (uint u = tid; u < p.cols / 16u; u += 64u) {
+            const uvec4 wv = W4_AT(e0 / 16u + u);
+            const float sc = uintBitsToFloat(S_AT(srow + (16u * u) / p.block));
+            const uint c = xb + 16u * u;
+            for (uint j = 0u; j < 16u; j++) ACC(e4m3_value((wv[j / 4u] >> (8u * (j % 4u))) & 0xffu) * sc, c + j);
+        }
+    } else
     for (uint c = tid; c < p.cols; c += 64u) ACC(lut[byte_at(e0 + c)] * uintBitsToFloat(S_AT(srow + c / p.block)), xb + c);
 #elif FMT == FMT_INT4 && defined(ROWS4)
     // as below, the 8 X values of word k loaded once for the workgroup's rows r .. r + nr - 1; per
     // row the operations of DRESET / DACC / DSCALE with one token
     const uint words = p.cols / 8u;
+    if (words % 4u == 0u) {
+        // wide (as the one-row variant's below): 16 bytes of each row per invocation, the 32 X
+        // values loaded once for the rows
+        for (uint u = tid; u < words / 4u; u += 64u) {
+            float xv[32];
+            for (uint j = 0u; j < 32u; j++) xv[j] = x[xb + 32u * u + j];
+            for (uint q = 0u; q < 4u; q++) {
+                if (q < nr) {
+                    const uvec4 v4 = W4_AT(((r + q) * words) / 4u + u);
+                    for (uint i = 0u; i < 4u; i++) {
+                        const uint v = v4[i];
+                        precise float s_ = int4_scale(r + q, 4u * u + i);
+                        float dq = 0.0;
+                        for (uint j = 0u; j < 8u; j++) {
+                            precise float w_ = float(int((v >> (4u * j)) & 15u) - 8);
+                            dq = fma(w_, xv[8u * i + j], dq);
+                        }
+                        acc[q] = fma(s_, dq, acc[q]);
+                    }
+                }
+            }
+        }
+    } else
     for (uint k = tid; k < words; k += 64u) {
         float xv[8];
         for (uint j = 0u; j < 8u; j++) xv[j] = x[xb + 8u * k + j];
@@ -218,6 +298,20 @@ void main() {
 #elif FMT == FMT_INT4
     // data: int32 [rows, cols/8], nibble j of word k = column 8k + j, offset by +8; scales bf16 [rows, cols/group]
     const uint words = p.cols / 8u, w0 = r * words;
+    if (words % 4u == 0u && W_ALIGNED) {
+        // wide: invocation tid takes the 16-byte pieces tid, tid + 64, ... (4 words, in order), each
+        // word's operations those of the narrow loop below
+        for (uint u = tid; u < words / 4u; u += 64u) {
+            const uvec4 v4 = W4_AT(w0 / 4u + u);
+            for (uint i = 0u; i < 4u; i++) {
+                const uint k = 4u * u + i, v = v4[i];
+                const float sc = int4_scale(r, k);
+                DRESET();
+                for (uint j = 0u; j < 8u; j++) DACC(float(int((v >> (4u * j)) & 15u) - 8), xb + 8u * k + j);
+                DSCALE(sc);
+            }
+        }
+    } else
     for (uint k = tid; k < words; k += 64u) {
         const uint v = W_AT(w0 + k);
         const float sc = int4_scale(r, k);

@@ -14,8 +14,15 @@ shared float part[64];
 void main() {
     const uint row = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
     const uint xb = p.x_off + row * p.width, ob = p.o_off + row * p.width;
+    // eight loads in flight per invocation before their squares (one workgroup per row: at decode a
+    // dependent load per element made this dispatch latency-bound on a GPU); the sum still takes
+    // elements tid, tid + 64, ... in order (the padding adds +0)
     float acc = 0.0;
-    for (uint i = tid; i < p.width; i += 64u) acc += x[xb + i] * x[xb + i];
+    for (uint i0 = tid; i0 < p.width; i0 += 512u) {
+        float a[8];
+        for (uint c = 0u; c < 8u; c++) a[c] = i0 + 64u * c < p.width ? x[xb + i0 + 64u * c] : 0.0;
+        for (uint c = 0u; c < 8u; c++) acc += a[c] * a[c];
+    }
 #ifdef SG
     // subgroup variant (sgrmsnorm.spv): each subgroup's sum, then the subgroups' in order
     const float s = subgroupAdd(acc);
@@ -33,5 +40,14 @@ void main() {
     }
     const float ss = 1.0 / sqrt(part[0] / float(p.width) + p.eps);
 #endif
-    for (uint i = tid; i < p.width; i += 64u) o[ob + i] = w[p.w_off + i] * (ss * x[xb + i]);
+    for (uint i0 = tid; i0 < p.width; i0 += 512u) {
+        float a[8], b[8];
+        for (uint c = 0u; c < 8u; c++) {
+            const uint i = i0 + 64u * c;
+            a[c] = i < p.width ? x[xb + i] : 0.0;
+            b[c] = i < p.width ? w[p.w_off + i] : 0.0;
+        }
+        for (uint c = 0u; c < 8u; c++)
+            if (i0 + 64u * c < p.width) o[ob + i0 + 64u * c] = b[c] * (ss * a[c]);
+    }
 }
