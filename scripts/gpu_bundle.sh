@@ -13,6 +13,9 @@
 #                                      and the Vulkan loader (libvulkan.so.1, opened at run time)
 #   shared/                            the models the device tests read (stories260K with llama2.c's
 #                                      outputs, tiny-dsv3)
+#   kiln-base                          with GPU_BUNDLE_BASE=<commit>: that commit's kiln, built the
+#                                      same way in a temporary worktree, for gpu_check's side-by-side
+#                                      decode of the new binary against an old one (bench_base_ab)
 # gpu_check.sh unpacks it when it is there (into $GPU_BUNDLE_DIR, /tmp/kiln-gpu by default), runs
 # those binaries with LD_LIBRARY_PATH=lib and builds nothing.
 # The binaries need glibc 2.34 or later (checked below and printed).
@@ -49,6 +52,15 @@ dispatch=$(ldconfig -p | awk '$1 == "libGLdispatch.so.0" && /x86-64/ && !f {prin
 if [ -n "$dispatch" ]; then cp -L "$dispatch" "$B/lib/libGLdispatch.so.0"; fi
 
 cp -r "$SHARED/models/stories260K" "$SHARED/models/tiny-dsv3" "$B/shared/models/"
+
+if [ -n "${GPU_BUNDLE_BASE:-}" ]; then
+    base_tree=$(mktemp -d)/kiln-base
+    git worktree add -q --detach "$base_tree" "$GPU_BUNDLE_BASE"
+    (cd "$base_tree" && make -j"$(nproc)" BUILD=build/gpu KILN_BIN=build/gpu/kiln HAVE_MPI= build/gpu/kiln > /dev/null)
+    strip -o "$B/kiln-base" "$base_tree/build/gpu/kiln"
+    git worktree remove --force "$base_tree"
+    echo "gpu_bundle: kiln-base is $(git rev-parse --short "$GPU_BUNDLE_BASE")"
+fi
 
 # every library the binaries load resolves inside the bundle or to glibc
 for bin in "$B/kiln" "$B/tests/ops/test_backend_ops"; do

@@ -116,15 +116,30 @@ echo "mkmodel: ${status[mkmodel]} (waited $((SECONDS - t0)) s)"
 # batch-1 decode against the device's read bandwidth, INT4 / FP8 / BF16 side by side, and prefill
 # at 512 tokens (prompt_tps)
 step bench_decode 150 sh -c "'$KILN' bench '$M' --device $DEV --weights bf16,fp8,int4 --prompt 512 --gen 64 --repeat 3 --json > '$RES/bench_decode.json'"
+# the new binary against an old one (the bundle's kiln-base: GPU_BUNDLE_BASE=<commit> in
+# gpu_bundle.sh), alternated base / new twice, the same decode and 512-token prefill
+if [ -x "${BUNDLE:-}/kiln-base" ]; then
+    base_ab() {
+        local i=0 c bin
+        for c in base new base new; do
+            i=$((i + 1)); bin=$KILN; [ "$c" = base ] && bin=$BUNDLE/kiln-base
+            "$bin" bench "$M" --device "$DEV" --weights bf16,fp8,int4 --prompt 512 --gen 64 --repeat 1 --json \
+                > "$RES/bench_base_${i}_$c.json" 2> "$RES/bench_base_${i}_$c.err" || return 1
+        done
+    }
+    export -f base_ab
+    export M DEV RES KILN BUNDLE
+    step bench_base_ab 150 bash -c base_ab
+fi
 # KV capacity: bytes per token of BF16 and FP8 pools
 for dt in bf16 fp8; do "$KILN" inspect "$M" --kv --kv-dtype $dt --json > "$RES/kv_$dt.json" 2>/dev/null; done
-# integrity: heal vs off at 4,000 tokens of context (decode and time to first token)
-step bench_integrity 120 sh -c "'$KILN' bench '$M' --integrity --device $DEV --ctx 4000 --prompt 16 --decode 16 --repeat 3 --modes off,heal \
-    --kv-dtype bf16,fp8 --no-campaign --json > '$RES/bench_integrity.json'"
 # where a decode step's device time goes: timestamp queries per shader (KILN_VK_PROFILE), INT4 weights
 step profile 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 1
 # and a prefill's: one 512-token prompt, one decoded token
 step profile_prefill 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 512 --gen 1 --repeat 1
+# integrity: heal vs off at 4,000 tokens of context (decode and time to first token)
+step bench_integrity 120 sh -c "'$KILN' bench '$M' --integrity --device $DEV --ctx 4000 --prompt 16 --decode 16 --repeat 3 --modes off,heal \
+    --kv-dtype bf16,fp8 --no-campaign --json > '$RES/bench_integrity.json'"
 # the host/device choices a GPU decides, A/B in alternation (INT4 decode): command buffers
 # recorded once per step shape and replayed (KILN_VK_REUSE=0: recorded every step), subgroup
 # reductions (KILN_VK_SUBGROUPS=0: the portable shared-memory tree sums), activations in mapped
@@ -194,6 +209,14 @@ for f in sorted(os.listdir(out)):
     if f.startswith("bench_ab_") and f.endswith(".json"):
         for r in load(f):
             ab.setdefault(f[len("bench_ab_"):-5].split("_", 1)[1], []).append(r.get("decode_tps"))
+base = {}
+for f in sorted(os.listdir(out)):
+    if f.startswith("bench_base_") and f.endswith(".json"):
+        for r in load(f):
+            base.setdefault(f[len("bench_base_"):-5].split("_", 1)[1], {}).setdefault(r.get("weights"), []).append(
+                [r.get("decode_tps"), r.get("prompt_tps")])
+if base:
+    s["base_vs_new_decode_prefill_tps"] = base  # kiln-base (an older commit) vs this binary, alternated
 if ab:
     s["vk_ab_int4_decode_tps"] = ab  # base / reuse0 (no replay) / sg0 (no subgroups) / acthost (activations in host memory) / gemv4 (4-row INT4 GEMV), alternated
 json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)

@@ -619,10 +619,20 @@ static void add_fault(kiln_kv_integ *g, inj_fault f) {
     pthread_mutex_unlock(&g->mu);
 }
 
-static void after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos);
+static void after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos, const uint64_t *row_hash);
 void kiln_kv_integ_after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos) {
     uint64_t t0 = tsc();
-    after_store(p, cs, l, pos);
+    after_store(p, cs, l, pos, NULL);
+    add(&p->integ->cycles, tsc() - t0);
+}
+int kiln_kv_integ_store_is_append(const kiln_kv_pool *p) { return p->integ && p->integ->store_append; }
+uint64_t kiln_kv_integ_row_hash(const kiln_kv_pool *p, int l, int kind, int off, const void *bytes) {
+    const size_t row = unit_row(p, l, kind);
+    return kiln_kv_mlh(bytes, row, p->integ->hkey + (size_t)off * row / 4); /* as hash_rows over row off */
+}
+void kiln_kv_integ_after_store_rows(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos, const uint64_t *row_hash) {
+    uint64_t t0 = tsc();
+    after_store(p, cs, l, pos, row_hash);
     add(&p->integ->cycles, tsc() - t0);
 }
 /* The seals of slot pos / pt's units of layer l over rows [0, pos % pt], the new row being the
@@ -676,7 +686,7 @@ static void land_lost_write(kiln_kv_integ *g, const kiln_kv_seq *s, int slot, in
     g->lw_held = 0;
 }
 
-static void after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos) {
+static void after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos, const uint64_t *row_hash) {
     kiln_kv_integ *g = p->integ;
     kiln_kv_seq *s = (kiln_kv_seq *)cs;
     kiln_kv_seq_integ *si = s->integ;
@@ -684,7 +694,7 @@ static void after_store(kiln_kv_pool *p, const kiln_kv_seq *cs, int l, int pos) 
     const int pt = g->pt, slot = pos / pt;
     int32_t pg = s->pages[slot];
     if (pg < 0 || pg >= p->n_pages) return;
-    seal_slice(p, s, si, l, pos, g->store_append, NULL, g->taint);
+    seal_slice(p, s, si, l, pos, g->store_append, g->store_append ? row_hash : NULL, g->taint);
     g->store_append = 0;
     g->page_slot[pg] = slot;
     si->hi[l] = pos + 1;

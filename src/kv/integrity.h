@@ -108,6 +108,16 @@ void kiln_kv_integ_bind(kiln_kv_pool *p, kiln_kv_seq *s);            /* after sl
 void kiln_kv_integ_release(kiln_kv_pool *p, kiln_kv_seq *s);         /* before the references drop */
 void kiln_kv_integ_before_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos);
 void kiln_kv_integ_after_store(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos);
+/* Host stores that hash what they wrote: kiln_kv_integ_store_is_append is 1 when the store that
+ * kiln_kv_integ_before_store just checked appends to its slices (the seals then add the new rows'
+ * content hashes, nothing else is read). The caller may then hash each row from the bytes it wrote
+ * (kiln_kv_integ_row_hash: unit kind of layer l, row `off` of the page) and pass them, row_hash[kind·H
+ * + h], to kiln_kv_integ_after_store_rows instead of kiln_kv_integ_after_store, which would read the
+ * rows back from the pool — on a discrete GPU mapped VRAM, which the CPU reads uncached (~1 µs a
+ * load). */
+int kiln_kv_integ_store_is_append(const kiln_kv_pool *p);
+uint64_t kiln_kv_integ_row_hash(const kiln_kv_pool *p, int layer, int kind, int off, const void *bytes);
+void kiln_kv_integ_after_store_rows(kiln_kv_pool *p, const kiln_kv_seq *s, int layer, int pos, const uint64_t *row_hash);
 /* Stores a device writes (the vulkan backend records the row writes of a step and runs them at
  * its next flush, hashing each row in the shader as it writes it: the seal is computed where the
  * row is written, not by a second pass). Only plain appends go this way:

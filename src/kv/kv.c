@@ -435,9 +435,10 @@ static void quant_fp8_t(const kiln_kv_ktable *t, const float *x, int n, float in
 }
 static void quant_bf16_t(const kiln_kv_ktable *t, const float *x, int n, uint16_t *out) { (t ? t->quant_bf16 : quant_bf16_scalar)(x, n, out); }
 
+/* Row `off` of unit (kind, h) of page pg, layer l, from x; written at dst (the row in the pool, or a
+ * copy the caller moves there). */
 static void store_row(const kiln_kv_ktable *t, kiln_kv_pool *p, int kind, int l, int32_t pg, int h, int off, const float *x, int dim,
-                      const float *mu) {
-    uint8_t *dst = row_ptr(p, kind, l, pg, h, off);
+                      const float *mu, uint8_t *dst) {
     switch (p->cfg.dtype) {
     case KILN_KV_F32: memcpy(dst, x, (size_t)dim * 4); return;
     case KILN_KV_BF16: quant_bf16_t(t, x, dim, (uint16_t *)dst); return;
@@ -509,15 +510,34 @@ void kiln_kv_store_cx(const kiln_kctx *cx, kiln_kv_pool *p, const kiln_kv_seq *s
         pg = s->pages[pos / pt];
     }
     float rot[256];
+    /* integrity, an append: each row is converted into `copy`, hashed there and then copied into the
+     * pool, so the seal never reads the pool (mapped VRAM on a discrete GPU: uncached for the CPU) */
+    enum { COPY_BYTES = 8192, HASH_HEADS = 128 };
+    _Alignas(64) uint8_t copy[COPY_BYTES];
+    uint64_t row_hash[2 * HASH_HEADS];
+    const int H = p->cfg.n_kv_heads;
+    const int hashed = p->integ && !p->dsa_key_at && kiln_kv_integ_store_is_append(p) && H <= HASH_HEADS && p->row_k <= COPY_BYTES &&
+                       p->row_v <= COPY_BYTES;
     if (p->dsa_key_at) { /* DSA compact rows: one head, V is a view of the row */
         store_dsa_row(t, p, layer, row_ptr(p, 0, layer, pg, 0, off), k);
-    } else for (int h = 0; h < p->cfg.n_kv_heads; h++) {
-        const float *mu = p->k_mean ? p->k_mean + ((size_t)layer * p->cfg.n_kv_heads + (size_t)h) * (size_t)kd : NULL;
+    } else for (int h = 0; h < H; h++) {
+        const float *mu = p->k_mean ? p->k_mean + ((size_t)layer * H + (size_t)h) * (size_t)kd : NULL;
         if (mu && p->rope_cs) { rope_rotate(p, pos, mu, rot); mu = rot; }
-        store_row(t, p, 0, layer, pg, h, off, k + (size_t)h * kd, kd, mu);
-        if (!p->cfg.v_shares_k) store_row(t, p, 1, layer, pg, h, off, v + (size_t)h * vd, vd, NULL);
+        for (int kind = 0; kind < (p->cfg.v_shares_k ? 1 : 2); kind++) {
+            uint8_t *dst = row_ptr(p, kind, layer, pg, h, off);
+            const float *x = kind ? v + (size_t)h * vd : k + (size_t)h * kd;
+            store_row(t, p, kind, layer, pg, h, off, x, kind ? vd : kd, kind ? NULL : mu, hashed ? copy : dst);
+            if (hashed) {
+                const size_t row = kind ? p->row_v : p->row_k;
+                memcpy(dst, copy, row);
+                row_hash[kind * H + h] = kiln_kv_integ_row_hash(p, layer, kind, off, copy);
+            }
+        }
     }
-    if (p->integ) kiln_kv_integ_after_store(p, s, layer, pos);
+    if (p->integ) {
+        if (hashed) kiln_kv_integ_after_store_rows(p, s, layer, pos, row_hash);
+        else kiln_kv_integ_after_store(p, s, layer, pos);
+    }
     if (off == pt - 1 && layer == p->cfg.n_layers - 1) p->pages[pg].flags |= KILN_KV_PAGE_SEALED;
 }
 
