@@ -108,14 +108,16 @@ MKMODEL_PID=$!
 
 # correctness on the device: every op x format against the ref backend, stories260K against
 # llama2.c, the integrity campaign (the architectures' PyTorch references run last, where torch is)
-step ops 120 "$OPS"
+# GPU_CHECK_OPS=late: the op tests after the decode figures, the profile and the A/B (a second run
+# in one session, whose first already passed them: the figures first)
+[ "${GPU_CHECK_OPS:-}" = late ] || step ops 120 "$OPS"
 step models 120 bash tests/models/test_vulkan.sh
 t0=$SECONDS
 if wait "$MKMODEL_PID"; then status[mkmodel]=pass; else status[mkmodel]="fail (rc $?)"; fi
 echo "mkmodel: ${status[mkmodel]} (waited $((SECONDS - t0)) s)"
 # batch-1 decode against the device's read bandwidth, INT4 / FP8 / BF16 side by side, and prefill
 # at 512 tokens (prompt_tps)
-step bench_decode 150 sh -c "'$KILN' bench '$M' --device $DEV --weights bf16,fp8,int4 --prompt 512 --gen 64 --repeat 3 --json > '$RES/bench_decode.json'"
+[ "${GPU_CHECK_DECODE:-}" = skip ] || step bench_decode 150 sh -c "'$KILN' bench '$M' --device $DEV --weights bf16,fp8,int4 --prompt 512 --gen 64 --repeat 3 --json > '$RES/bench_decode.json'"
 # the new binary against an old one (the bundle's kiln-base: GPU_BUNDLE_BASE=<commit> in
 # gpu_bundle.sh), alternated base / new twice, the same decode and 512-token prefill
 if [ -x "${BUNDLE:-}/kiln-base" ]; then
@@ -134,22 +136,20 @@ fi
 # KV capacity: bytes per token of BF16 and FP8 pools
 for dt in bf16 fp8; do "$KILN" inspect "$M" --kv --kv-dtype $dt --json > "$RES/kv_$dt.json" 2>/dev/null; done
 # where a decode step's device time goes: timestamp queries per shader (KILN_VK_PROFILE), INT4 weights
-step profile 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 1
-# and a prefill's: one 512-token prompt, one decoded token
-step profile_prefill 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 512 --gen 1 --repeat 1
+step profile 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4,bf16 --prompt 16 --gen 64 --repeat 1
 # integrity: heal vs off at 4,000 tokens of context (decode and time to first token)
-step bench_integrity 120 sh -c "'$KILN' bench '$M' --integrity --device $DEV --ctx 4000 --prompt 16 --decode 16 --repeat 3 --modes off,heal \
+step bench_integrity 120 sh -c "'$KILN' bench '$M' --integrity --device $DEV --ctx 4000 --prompt 16 --decode 16 --repeat 2 --modes off,heal \
     --kv-dtype bf16,fp8 --no-campaign --json > '$RES/bench_integrity.json'"
 # the host/device choices a GPU decides, A/B in alternation (INT4 decode): command buffers
 # recorded once per step shape and replayed (KILN_VK_REUSE=0: recorded every step), subgroup
 # reductions (KILN_VK_SUBGROUPS=0: the portable shared-memory tree sums), activations in mapped
 # VRAM (KILN_VK_ACTIVATIONS=host: in host memory, across the bus) and the 4-row INT4 GEMV
-# (KILN_VK_GEMV_ROWS=4: X loaded once per 4 rows, the same floats); KILN_VK_STATS in the .err
+# (the default; KILN_VK_GEMV_ROWS=1: one row per workgroup, the same floats); KILN_VK_STATS in the .err
 ab_bench() {
     local i=0 c
-    for c in base gemv4 reuse0 sg0 acthost base gemv4 reuse0 sg0 acthost; do
+    for c in base gemv1 base gemv1 reuse0 sg0 acthost; do
         i=$((i + 1))
-        case $c in reuse0) set -- KILN_VK_REUSE=0 ;; sg0) set -- KILN_VK_SUBGROUPS=0 ;; acthost) set -- KILN_VK_ACTIVATIONS=host ;; gemv4) set -- KILN_VK_GEMV_ROWS=4 ;; *) set -- KILN_VK_REUSE=1 ;; esac
+        case $c in reuse0) set -- KILN_VK_REUSE=0 ;; sg0) set -- KILN_VK_SUBGROUPS=0 ;; acthost) set -- KILN_VK_ACTIVATIONS=host ;; gemv1) set -- KILN_VK_GEMV_ROWS=1 ;; *) set -- KILN_VK_REUSE=1 ;; esac
         env "$@" KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 2 --json \
             > "$RES/bench_ab_${i}_$c.json" 2> "$RES/bench_ab_${i}_$c.err" || return 1
     done
@@ -157,6 +157,9 @@ ab_bench() {
 export -f ab_bench
 export M DEV RES
 step bench_ab 150 bash -c ab_bench
+# and a prefill's: one 512-token prompt, one decoded token
+step profile_prefill 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 512 --gen 1 --repeat 1
+[ "${GPU_CHECK_OPS:-}" = late ] && step ops 120 "$OPS"
 # MoE + MLA on the device (routing and experts by id: moe_routed): the GLM-4.7-Flash-shaped preset,
 # BF16 / FP8 / INT4 experts, decode against the device bandwidth and the per-shader profile
 # (GPU_CHECK_MOE="--preset tiny" for a dry run on lavapipe)
@@ -218,7 +221,7 @@ for f in sorted(os.listdir(out)):
 if base:
     s["base_vs_new_decode_prefill_tps"] = base  # kiln-base (an older commit) vs this binary, alternated
 if ab:
-    s["vk_ab_int4_decode_tps"] = ab  # base / reuse0 (no replay) / sg0 (no subgroups) / acthost (activations in host memory) / gemv4 (4-row INT4 GEMV), alternated
+    s["vk_ab_int4_decode_tps"] = ab  # base / reuse0 (no replay) / sg0 (no subgroups) / acthost (activations in host memory) / gemv1 (one-row INT4 GEMV; the default is 4 rows), alternated
 json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(json.dumps(s, indent=1)[:4000])
 PYEOF

@@ -47,26 +47,38 @@ layout(local_size_x = 64) in;
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer WRef { uint v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer WRef4 { uvec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer WRef2 { uvec2 v[]; };
 layout(std430, binding = 0) readonly buffer Ib { uint ids[]; };
 WRef wref, sref;
-WRef4 wref4;      // the same expert data, 16 bytes at a time (only where its address is 16-aligned)
+WRef4 wref4;      // the same expert data, 16 / 8 bytes at a time (only where its address is 16-aligned)
+WRef2 wref2;
 bool w_aligned;   // that address is
 #define W_AT(i) wref.v[i]
 #define W4_AT(i) wref4.v[i]
+#define W2_AT(i) wref2.v[i]
 #define S_AT(i) sref.v[i]
 #define W_ALIGNED w_aligned
 #else
 layout(std430, binding = 0) readonly buffer Wb { uint w[]; };
-// the same binding's words 16 bytes at a time: the wide loads below (the chunk buffers start on a
-// multiple of 16 bytes, and a row is read this way only where its start is)
+// the same binding's words 16 / 8 bytes at a time: the wide loads below (the chunk buffers start on
+// a multiple of 16 bytes, and a row is read this way only where its start is)
 layout(std430, binding = 0) readonly buffer W4b { uvec4 w4[]; };
+layout(std430, binding = 0) readonly buffer W2b { uvec2 w2[]; };
 layout(std430, binding = 1) readonly buffer Sb { uint s[]; };
 #define W_AT(i) w[i]
 #define W4_AT(i) w4[i]
+#define W2_AT(i) w2[i]
 #define S_AT(i) s[i]
 #define W_ALIGNED true
 #endif
 layout(std430, binding = 2) readonly buffer Xb { float x[]; };
+// X 16 bytes at a time where every X row the dispatch reads starts on a multiple of 4 floats
+// (x_aligned): four consecutive columns per load, consecutive invocations on consecutive 16 bytes —
+// on a GPU the GEMV's X loads, not its weight bytes, were its limit (each scalar load of a warp
+// touched up to 32 cache lines: INT4 reads 8 bytes of X per weight byte)
+layout(std430, binding = 2) readonly buffer X4b { vec4 x4[]; };
+bool x_aligned;
+vec4 x_at4(uint i) { return x_aligned ? x4[i >> 2] : vec4(x[i], x[i + 1u], x[i + 2u], x[i + 3u]); }
 layout(std430, binding = 3) buffer Yb { float y[]; };
 layout(std430, binding = 4) readonly buffer Lb { float lut[]; };  // FP8: e4m3 byte → float
 layout(std140, binding = 5) uniform P {
@@ -151,6 +163,12 @@ const float iq4_levels[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.
 #define DACC(w, i) { precise float w_ = (w); for (uint q = 0u; q < TT; q++) if (q < nt) d[q] = fma(w_, x[(i) + XO(q)], d[q]); }
 #define DACC2(w1, i1, w2, i2) { precise float u_ = (w1), v_ = (w2); \
     for (uint q = 0u; q < TT; q++) if (q < nt) d[q] = fma(v_, x[(i2) + XO(q)], fma(u_, x[(i1) + XO(q)], d[q])); }
+// four columns (the weights' vec4 w, in order) into acc / d from X columns i .. i + 3
+#define ACC4(w4, i) { precise vec4 w_ = (w4); for (uint q = 0u; q < TT; q++) if (q < nt) { const vec4 x_ = x_at4((i) + XO(q)); \
+    acc[q] = fma(w_[3], x_[3], fma(w_[2], x_[2], fma(w_[1], x_[1], fma(w_[0], x_[0], acc[q])))); } }
+#define DACC8(v, i) { for (uint q = 0u; q < TT; q++) if (q < nt) { const vec4 xa_ = x_at4((i) + XO(q)), xb_ = x_at4((i) + 4u + XO(q)); \
+    precise float r_ = d[q]; for (uint j = 0u; j < 4u; j++) { precise float w_ = float(int(((v) >> (4u * j)) & 15u) - 8); r_ = fma(w_, xa_[j], r_); } \
+    for (uint j = 0u; j < 4u; j++) { precise float w_ = float(int(((v) >> (4u * j + 16u)) & 15u) - 8); r_ = fma(w_, xb_[j], r_); } d[q] = r_; } }
 #define DRESET() for (uint q = 0u; q < TT; q++) d[q] = 0.0
 #define DSCALE(sc) { precise float s_ = (sc); for (uint q = 0u; q < TT; q++) if (q < nt) acc[q] = fma(s_, d[q], acc[q]); }
 shared float part[NACC][64];
@@ -186,6 +204,7 @@ void main() {
     sref = WRef(uint64_t(ids[p.tab_off + 4u * ex + 2u]) | (uint64_t(ids[p.tab_off + 4u * ex + 3u]) << 32));
     w_aligned = (ids[p.tab_off + 4u * ex] & 15u) == 0u;
     wref4 = WRef4(uint64_t(ids[p.tab_off + 4u * ex]) | (uint64_t(ids[p.tab_off + 4u * ex + 1u]) << 32));
+    wref2 = WRef2(uint64_t(ids[p.tab_off + 4u * ex]) | (uint64_t(ids[p.tab_off + 4u * ex + 1u]) << 32));
     const uint xb = 0u;
 #elif defined(BYID)
     const uint nt = min(TT, p.n - t);         // tokens of this workgroup
@@ -194,38 +213,32 @@ void main() {
     sref = WRef(uint64_t(ids[p.tab_off + 4u * ex + 2u]) | (uint64_t(ids[p.tab_off + 4u * ex + 3u]) << 32));
     w_aligned = (ids[p.tab_off + 4u * ex] & 15u) == 0u;
     wref4 = WRef4(uint64_t(ids[p.tab_off + 4u * ex]) | (uint64_t(ids[p.tab_off + 4u * ex + 1u]) << 32));
+    wref2 = WRef2(uint64_t(ids[p.tab_off + 4u * ex]) | (uint64_t(ids[p.tab_off + 4u * ex + 1u]) << 32));
     const uint xb = p.x_off + (t / p.x_div) * p.x_stride;
 #else
     const uint nt = min(TT, p.n - t);         // tokens of this workgroup
     const uint xb = p.x_off + hz * p.x_hstride + t * p.x_stride;
 #endif
+    x_aligned = p.x_off % 4u == 0u && p.x_stride % 4u == 0u && p.x_hstride % 4u == 0u;
     float acc[NACC];
     float d[TT];
     for (uint q = 0u; q < NACC; q++) acc[q] = 0.0;
 #if FMT == FMT_F32 || FMT == FMT_F16 || FMT == FMT_BF16
     const uint e0 = r * p.cols;
+    if (p.cols % 4u == 0u && W_ALIGNED) {
+        // wide: invocation tid takes columns 4u .. 4u + 3 for u = tid, tid + 64, ... (in column
+        // order): consecutive invocations read consecutive weight bytes and consecutive X vec4s
+        for (uint u = tid; u < p.cols / 4u; u += 64u) {
 #if FMT == FMT_F32
-    const uint V = 4u; // values per 16-byte load
-#else
-    const uint V = 8u;
-#endif
-    if (p.cols % V == 0u && W_ALIGNED) {
-        // wide: invocation tid takes the 16-byte pieces tid, tid + 64, ... of the row (V consecutive
-        // columns each, in column order) — a GPU keeps 16 bytes per invocation in flight instead of 2
-        for (uint u = tid; u < p.cols / V; u += 64u) {
-            const uvec4 wv = W4_AT(e0 / V + u);
-            const uint c = xb + V * u;
-            for (uint j = 0u; j < 4u; j++) {
-#if FMT == FMT_F32
-                ACC(uintBitsToFloat(wv[j]), c + j);
+            const uvec4 wv = W4_AT(e0 / 4u + u);
+            ACC4(uintBitsToFloat(wv), xb + 4u * u);
 #elif FMT == FMT_F16
-                ACC(half_value(wv[j] & 0xffffu), c + 2u * j);
-                ACC(half_value(wv[j] >> 16), c + 2u * j + 1u);
+            const uvec2 wv = W2_AT(e0 / 4u + u);
+            ACC4(vec4(half_value(wv.x & 0xffffu), half_value(wv.x >> 16), half_value(wv.y & 0xffffu), half_value(wv.y >> 16)), xb + 4u * u);
 #else
-                ACC(uintBitsToFloat(wv[j] << 16), c + 2u * j);
-                ACC(uintBitsToFloat(wv[j] & 0xffff0000u), c + 2u * j + 1u);
+            const uvec2 wv = W2_AT(e0 / 4u + u);
+            ACC4(uintBitsToFloat(uvec4(wv.x << 16, wv.x & 0xffff0000u, wv.y << 16, wv.y & 0xffff0000u)), xb + 4u * u);
 #endif
-            }
         }
     } else
     for (uint c = tid; c < p.cols; c += 64u) {
@@ -241,14 +254,14 @@ void main() {
 #elif FMT == FMT_FP8
     // data: e4m3 bytes [rows, cols]; scales f32 [ceil(rows/B), ceil(cols/B)] (chunks start at a multiple of B rows)
     const uint e0 = r * p.cols, srow = (r / p.block) * p.scols;
-    if (p.cols % 16u == 0u && p.block % 16u == 0u && W_ALIGNED) {
-        // wide: 16-byte pieces as the float formats above, each inside one scale block; the bytes
-        // decoded arithmetically (e4m3_value: the table's values, without a dependent load per byte)
-        for (uint u = tid; u < p.cols / 16u; u += 64u) {
-            const uvec4 wv = W4_AT(e0 / 16u + u);
-            const float sc = uintBitsToFloat(S_AT(srow + (16u * u) / p.block));
-            const uint c = xb + 16u * u;
-            for (uint j = 0u; j < 16u; j++) ACC(e4m3_value((wv[j / 4u] >> (8u * (j % 4u))) & 0xffu) * sc, c + j);
+    if (p.cols % 4u == 0u && p.block % 4u == 0u) {
+        // wide: one weight word (4 columns, one scale block) and one X vec4 per step, as above; the
+        // bytes decoded arithmetically (e4m3_value: the table's values without a dependent load)
+        for (uint u = tid; u < p.cols / 4u; u += 64u) {
+            const uint wv = W_AT(e0 / 4u + u);
+            const float sc = uintBitsToFloat(S_AT(srow + (4u * u) / p.block));
+            ACC4(vec4(e4m3_value(wv & 0xffu), e4m3_value((wv >> 8) & 0xffu), e4m3_value((wv >> 16) & 0xffu), e4m3_value(wv >> 24)) * sc,
+                 xb + 4u * u);
         }
     } else
     for (uint c = tid; c < p.cols; c += 64u) ACC(lut[byte_at(e0 + c)] * uintBitsToFloat(S_AT(srow + c / p.block)), xb + c);
@@ -256,32 +269,9 @@ void main() {
     // as below, the 8 X values of word k loaded once for the workgroup's rows r .. r + nr - 1; per
     // row the operations of DRESET / DACC / DSCALE with one token
     const uint words = p.cols / 8u;
-    if (words % 4u == 0u) {
-        // wide (as the one-row variant's below): 16 bytes of each row per invocation, the 32 X
-        // values loaded once for the rows
-        for (uint u = tid; u < words / 4u; u += 64u) {
-            float xv[32];
-            for (uint j = 0u; j < 32u; j++) xv[j] = x[xb + 32u * u + j];
-            for (uint q = 0u; q < 4u; q++) {
-                if (q < nr) {
-                    const uvec4 v4 = W4_AT(((r + q) * words) / 4u + u);
-                    for (uint i = 0u; i < 4u; i++) {
-                        const uint v = v4[i];
-                        precise float s_ = int4_scale(r + q, 4u * u + i);
-                        float dq = 0.0;
-                        for (uint j = 0u; j < 8u; j++) {
-                            precise float w_ = float(int((v >> (4u * j)) & 15u) - 8);
-                            dq = fma(w_, xv[8u * i + j], dq);
-                        }
-                        acc[q] = fma(s_, dq, acc[q]);
-                    }
-                }
-            }
-        }
-    } else
     for (uint k = tid; k < words; k += 64u) {
-        float xv[8];
-        for (uint j = 0u; j < 8u; j++) xv[j] = x[xb + 8u * k + j];
+        const vec4 xa = x_at4(xb + 8u * k), xc = x_at4(xb + 8u * k + 4u);
+        const float xv[8] = float[8](xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w);
         for (uint q = 0u; q < 4u; q++) {
             if (q < nr) {
                 const uint v = W_AT((r + q) * words + k);
@@ -298,25 +288,11 @@ void main() {
 #elif FMT == FMT_INT4
     // data: int32 [rows, cols/8], nibble j of word k = column 8k + j, offset by +8; scales bf16 [rows, cols/group]
     const uint words = p.cols / 8u, w0 = r * words;
-    if (words % 4u == 0u && W_ALIGNED) {
-        // wide: invocation tid takes the 16-byte pieces tid, tid + 64, ... (4 words, in order), each
-        // word's operations those of the narrow loop below
-        for (uint u = tid; u < words / 4u; u += 64u) {
-            const uvec4 v4 = W4_AT(w0 / 4u + u);
-            for (uint i = 0u; i < 4u; i++) {
-                const uint k = 4u * u + i, v = v4[i];
-                const float sc = int4_scale(r, k);
-                DRESET();
-                for (uint j = 0u; j < 8u; j++) DACC(float(int((v >> (4u * j)) & 15u) - 8), xb + 8u * k + j);
-                DSCALE(sc);
-            }
-        }
-    } else
     for (uint k = tid; k < words; k += 64u) {
         const uint v = W_AT(w0 + k);
         const float sc = int4_scale(r, k);
         DRESET();
-        for (uint j = 0u; j < 8u; j++) DACC(float(int((v >> (4u * j)) & 15u) - 8), xb + 8u * k + j);
+        DACC8(v, xb + 8u * k); // consecutive invocations: consecutive words, consecutive X vec4 pairs
         DSCALE(sc);
     }
 #elif FMT == FMT_Q8_0
