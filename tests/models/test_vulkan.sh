@@ -188,7 +188,7 @@ cmp "$T/stories.act" "$T/stories.cpu" || { echo "stories260K with KILN_VK_ACTIVA
 if KILN_VK_ACTIVATIONS=vram "$KILN" run "$M" -n 2 "${V[@]}" > /dev/null 2> "$T/act.err"; then echo "KILN_VK_ACTIVATIONS=vram accepted"; exit 1; fi
 grep -q "KILN_VK_ACTIVATIONS: 'vram' is not device or host" "$T/act.err" || { echo "bad KILN_VK_ACTIVATIONS error:"; cat "$T/act.err"; exit 1; }
 
-# The 4-row INT4 decode GEMV (KILN_VK_GEMV_ROWS=4, the default) gives the one-row variant's floats:
+# The 4-row INT4 decode GEMV (KILN_VK_GEMV_ROWS=4; 1 is the default) gives the one-row variant's floats:
 # stories260K requantized to INT4 group 32 decodes the same text on the device with either
 "$KILN" quantize "$M/stories260K.bin" "$T/s_int4" --weights int4 --group 32 > /dev/null 2>&1
 KILN_VK_GEMV_ROWS=1 "$KILN" run "$T/s_int4" --temp 0 -n 60 "${V[@]}" > "$T/int4.r1" 2> "$T/int4.r1err"

@@ -845,11 +845,11 @@ kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     if (st == KILN_OK && v) s->idx_budget = (size_t)v & ~(size_t)3;
     if (st == KILN_OK) st = env_count("KILN_VK_MOE_TOKENS", "a token count", 1, MOE_ROUTED_MAX_TOKENS, &v);
     if (st == KILN_OK && v) s->moe_tokens = (int)v;
-    /* INT4 decode GEMV rows per workgroup (1, or 4: matmul.comp ROWS4, the same floats). 4 by
-     * default: on an H200 the INT4 GEMV was bound by its X loads (8 bytes of X per weight byte, from
-     * L1), which 4 rows sharing them cut by 4; KILN_VK_GEMV_ROWS=1 is gpu_check's A/B */
+    /* INT4 decode GEMV rows per workgroup (1, or 4: matmul.comp ROWS4, the same floats). 1: on an
+     * H200 (docs/BENCHMARKS.md) the one-row GEMV with coalesced X decoded at 300-310 tok/s against
+     * the 4-row one's 242 (a quarter of the workgroups: too few bytes in flight) */
     static const char *const rows_v[] = {"1", "4"}, *const act_v[] = {"device", "host"};
-    int rows_i = 1, act_i = kiln_vk_mapped_vram(s->vk) ? 0 : 1;
+    int rows_i = 0, act_i = kiln_vk_mapped_vram(s->vk) ? 0 : 1;
     if (st == KILN_OK) st = env_choice("KILN_VK_GEMV_ROWS", rows_v, 2, &rows_i);
     if (st == KILN_OK) st = env_choice("KILN_VK_ACTIVATIONS", act_v, 2, &act_i);
     s->gemv_rows = rows_i ? 4 : 1;
