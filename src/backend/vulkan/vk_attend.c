@@ -148,9 +148,16 @@ static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, k
         const size_t need = (size_t)rows * (size_t)splits * (size_t)(vd + 2) * sizeof(float);
         if (need > s->max_range) { free(tab); return -1; }
         if (s->att_part.size < need) {
+            /* grown once for any split count of these rows (at most rows + 255 partial rows): a growth
+             * submits what the step recorded so far, and the splits grow with the context */
+            const size_t cap = (size_t)(rows + 255) * (size_t)(vd + 2) * sizeof(float);
             if (vkb_flush(s) != 0) { free(tab); return -1; } /* recorded dispatches may still use the old one */
             kiln_vk_buf_destroy(s->vk, &s->att_part);
-            if (kiln_vk_buf_create(s->vk, need, 0, &s->att_part) != KILN_OK) { free(tab); vkb_fail_once(s, "attention scratch"); return -1; }
+            if (kiln_vk_buf_create(s->vk, cap > need && cap <= s->max_range ? cap : need, 0, &s->att_part) != KILN_OK) {
+                free(tab);
+                vkb_fail_once(s, "attention scratch");
+                return -1;
+            }
         }
     }
     vref qr, orr, tr, hr = {{s->lut.buf, 0, VK_WHOLE_SIZE}, 0};
