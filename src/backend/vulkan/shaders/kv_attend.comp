@@ -175,12 +175,24 @@ void main() {
         ps[tid] = s;
         if (hashing) { rh[0][tid] = hk; rh[1][tid] = hv; }
         barrier();
-        if (hashing && tid == 0u) // rows in order into their slot's sums (this workgroup owns them)
+        if (hashing && tid == 0u) { // the rows into their slot's sums (this workgroup owns them)
+            // summed per page here first, one read-modify-write of the global sums per page and kind
+            // (one per row was a chain of dependent global round trips: on a GPU the integrity's
+            // cost); sums mod 2^64, so the order does not change them
+            uint64_t sk = 0ul, sv = 0ul;
             for (uint j = 0u; j < nb; j++) {
-                const uint tj = b + j, hi = hbase + ((tj / p.pt) * p.kv_heads + kvh) * 2u;
-                hs[hi] += rh[0][j];
-                if (p.hash == 2u) hs[hi + 1u] += rh[1][j];
+                const uint tj = b + j;
+                sk += rh[0][j];
+                if (p.hash == 2u) sv += rh[1][j];
+                if (j + 1u == nb || (tj + 1u) % p.pt == 0u) { // the page's last row in this block
+                    const uint hi = hbase + ((tj / p.pt) * p.kv_heads + kvh) * 2u;
+                    hs[hi] += sk;
+                    if (p.hash == 2u) hs[hi + 1u] += sv;
+                    sk = 0ul;
+                    sv = 0ul;
+                }
             }
+        }
         float mb = NO_SCORE;
         for (uint j = 0u; j < nb; j++) mb = max(mb, ps[j]);
         const float mn = max(m, mb);
