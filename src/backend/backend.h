@@ -87,6 +87,10 @@ typedef struct kiln_backend_ops {
     void (*copy_rows)(const kiln_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int rows, int width);
     /* y[i] += x[i], i < len. */
     void (*add)(const kiln_backend *be, float *y, const float *x, int64_t len);
+    /* Optional (NULL: add, then rmsnorm): x [rows, width] += d, then out = rmsnorm(x) · w — the
+     * residual add and the next norm in one pass (one dispatch instead of two on a GPU), the same
+     * floats as the two ops (out ≠ x, out ≠ d). */
+    void (*add_rmsnorm)(const kiln_backend *be, float *x, const float *d, float *out, const float *w, int rows, int width, float eps);
     /* y [rows, width] += b [width] per row. */
     void (*add_bias)(const kiln_backend *be, float *y, const float *b, int rows, int width);
     /* g[i] = silu(g[i]) · u[i] = g[i] / (1 + e^-g[i]) · u[i], i < len. */
@@ -224,5 +228,14 @@ static inline void kiln_be_rmsnorm(const kiln_backend *be, float *out, const flo
     be->ops->rmsnorm(be, out, x, w, rows, width, eps);
 }
 static inline void kiln_be_add(const kiln_backend *be, float *y, const float *x, int64_t len) { be->ops->add(be, y, x, len); }
+static inline void kiln_be_add_rmsnorm(const kiln_backend *be, float *x, const float *d, float *out, const float *w, int rows, int width,
+                                       float eps) {
+    if (be->ops->add_rmsnorm) {
+        be->ops->add_rmsnorm(be, x, d, out, w, rows, width, eps);
+        return;
+    }
+    be->ops->add(be, x, d, (int64_t)rows * width);
+    be->ops->rmsnorm(be, out, x, w, rows, width, eps);
+}
 static inline void kiln_be_swiglu(const kiln_backend *be, float *g, const float *u, int64_t len) { be->ops->swiglu(be, g, u, len); }
 #endif

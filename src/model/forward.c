@@ -188,14 +188,17 @@ static void mlp(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_a
 /* ---- the pass ----------------------------------------------------------------------------------- */
 
 /* One decoder block over ws->x [n, dim] in place (attention + MLP / MoE, residual adds), its KV in
- * pool layer l. */
+ * pool layer l. Its last residual add is left to the caller: ws->tmp [n, dim] holds it on return,
+ * and the next block adds it in the same pass as its first norm (kiln_be_add_rmsnorm: one dispatch
+ * instead of two on a GPU); `pending` says the previous block left one. */
 static kiln_status block(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_arch_layer *L, kiln_kv_pool *pool, int l,
-                         kiln_forward_ws *ws, const kiln_batch *b) {
+                         kiln_forward_ws *ws, const kiln_batch *b, int pending) {
     const kiln_hparams *hp = &m->hp;
     const kiln_backend *be = ws->be;
     const int dim = hp->dim, n = b->n;
     const int64_t nd = (int64_t)n * dim;
-    kiln_be_rmsnorm(be, ws->xb, ws->x, L->attn_norm, n, dim, hp->norm_eps);
+    if (pending) kiln_be_add_rmsnorm(be, ws->x, ws->tmp, ws->xb, L->attn_norm, n, dim, hp->norm_eps);
+    else kiln_be_rmsnorm(be, ws->xb, ws->x, L->attn_norm, n, dim, hp->norm_eps);
     if (ah->attn == KILN_ATTN_MLA)
         KILN_TRY(kiln_mla_forward(be, &ah->mla, &L->mla, &ah->rope, pool, l, b->seq, b->pos, ws->xb, n, ws->cs, ws->tmp, &ws->mla));
     else gqa(m, ah, L, pool, l, ws, b);
@@ -204,8 +207,7 @@ static kiln_status block(const struct kiln_model *m, const kiln_arch_hp *ah, con
         m->allreduce(m->allreduce_ctx, ws->tmp, nd);
     }
     if (L->post_attn_norm) kiln_be_rmsnorm(be, ws->tmp, ws->tmp, L->post_attn_norm, n, dim, hp->norm_eps);
-    kiln_be_add(be, ws->x, ws->tmp, nd);
-    kiln_be_rmsnorm(be, ws->xb, ws->x, L->ffn_norm, n, dim, hp->norm_eps);
+    kiln_be_add_rmsnorm(be, ws->x, ws->tmp, ws->xb, L->ffn_norm, n, dim, hp->norm_eps);
     if (L->is_moe) KILN_TRY(kiln_moe_forward(be, &ah->moe, &L->moe, ws->xb, n, ws->tmp, &ws->moe));
     else mlp(m, ah, L, ws, ws->xb, n);
     if (m->allreduce) { /* tensor parallel: down_proj's partial sums */
@@ -213,8 +215,7 @@ static kiln_status block(const struct kiln_model *m, const kiln_arch_hp *ah, con
         m->allreduce(m->allreduce_ctx, ws->tmp, nd);
     }
     if (L->post_ffn_norm) kiln_be_rmsnorm(be, ws->tmp, ws->tmp, L->post_ffn_norm, n, dim, hp->norm_eps);
-    kiln_be_add(be, ws->x, ws->tmp, nd);
-    return KILN_OK;
+    return KILN_OK; /* ws->tmp: the residual add still to make */
 }
 
 static kiln_status forward_batch_once(const struct kiln_model *m, kiln_kv_pool *pool, kiln_forward_ws *ws, const kiln_batch *b, float *logits) {
@@ -223,7 +224,8 @@ static kiln_status forward_batch_once(const struct kiln_model *m, kiln_kv_pool *
     const kiln_arch_hp *ah = &am->hp;
     KILN_TRY(embed(m, ws, b));
     ws->be->ops->rope_table(ws->be, &ah->rope, b->pos, b->n, ws->cs);
-    for (int l = 0; l < hp->n_layers; l++) KILN_TRY(block(m, ah, &am->layers[l], pool, l, ws, b));
+    for (int l = 0; l < hp->n_layers; l++) KILN_TRY(block(m, ah, &am->layers[l], pool, l, ws, b, l > 0));
+    if (hp->n_layers > 0) kiln_be_add(ws->be, ws->x, ws->tmp, (int64_t)b->n * hp->dim); /* the last block's residual add */
     if (ws->hidden_out) {
         kiln_be_wait(ws->be);
         memcpy(ws->hidden_out, ws->x, (size_t)b->n * (size_t)hp->dim * sizeof(float));
@@ -287,7 +289,8 @@ static kiln_status forward_mtp_once(const struct kiln_model *m, int j, kiln_kv_p
     }
     kiln_be_matmul(be, &M->eh, ws->eh, ws->x, n);
     be->ops->rope_table(be, &ah->rope, b->pos, n, ws->cs);
-    KILN_TRY(block(m, ah, &M->L, pool, 0, ws, b));
+    KILN_TRY(block(m, ah, &M->L, pool, 0, ws, b, 0));
+    kiln_be_add(be, ws->x, ws->tmp, (int64_t)n * dim); /* the block's residual add */
     if (h_out) {
         kiln_be_wait(be);
         memcpy(h_out, ws->x, (size_t)n * (size_t)dim * sizeof(float));

@@ -622,6 +622,22 @@ static void test_norm_swiglu_add(void **state) {
             check_equal("add + add_bias", bes[b], a, wa, n);
             for (size_t i = 0; i < n; i++) /* the definition, computed here: x + u + bias[column] */
                 if (a[i] != (x[i] + u[i]) + bias[i % (size_t)width]) { fprintf(stderr, "add + add_bias on %s: element %zu\n", be_desc(bes[b]), i); fail(); }
+            /* add_rmsnorm: x += u, then the norm of the sums — the floats of add followed by rmsnorm
+             * on the same backend, bit for bit, and the ref backend's within the norm's bound */
+            float *xf = copy_of(bes[b], x, n), *of = output(bes[b], n), *xs = copy_of(bes[b], x, n), *os = output(bes[b], n);
+            kiln_be_add_rmsnorm(bes[b], xf, u, of, w, rows, width, 1e-5f);
+            kiln_be_add(bes[b], xs, u, (int64_t)n);
+            kiln_be_rmsnorm(bes[b], os, xs, w, rows, width, 1e-5f);
+            kiln_be_wait(bes[b]);
+            for (size_t i = 0; i < n; i++)
+                if (xf[i] != x[i] + u[i]) { fprintf(stderr, "add_rmsnorm on %s: x element %zu is not x + d\n", be_desc(bes[b]), i); fail(); }
+            if (memcmp(of, os, n * sizeof(float)) != 0) { fprintf(stderr, "add_rmsnorm on %s: not add then rmsnorm's floats\n", be_desc(bes[b])); fail(); }
+            float *xr = copy_of(ref_be, x, n), *orf = output(ref_be, n);
+            kiln_be_add(ref_be, xr, u, (int64_t)n);
+            kiln_be_rmsnorm(ref_be, orf, xr, w, rows, width, 1e-5f);
+            check_nmse("add_rmsnorm", bes[b], of, orf, n, 1e-10);
+            kiln_be_free(ref_be, xr); kiln_be_free(ref_be, orf);
+            kiln_be_free(bes[b], xf); kiln_be_free(bes[b], of); kiln_be_free(bes[b], xs); kiln_be_free(bes[b], os);
             kiln_be_free(bes[b], got); kiln_be_free(bes[b], g); kiln_be_free(bes[b], a);
         }
         kiln_be_free(ref_be, x); kiln_be_free(ref_be, w); kiln_be_free(ref_be, u); kiln_be_free(ref_be, bias);

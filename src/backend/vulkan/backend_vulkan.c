@@ -657,30 +657,41 @@ static void vk_swiglu(const kiln_backend *be, float *g, const float *u, int64_t 
     kiln_backend_cpu_ops.swiglu(be, g, u, len);
 }
 
-typedef struct { uint32_t width, o_off, x_off, w_off; float eps; } norm_push;
+typedef struct { uint32_t width, o_off, x_off, w_off; float eps; uint32_t d_off, add; } norm_push;
 
-static int record_rmsnorm(vk_state *s, float *out, const float *x, const float *w, int rows, int width, float eps) {
+/* out = rmsnorm(x) · w per row; with d (add_rmsnorm) x += d first, written back (rmsnorm.comp). */
+static int record_rmsnorm(vk_state *s, float *out, const float *x, const float *d, const float *w, int rows, int width, float eps) {
     if (rows <= 0 || width <= 0) return 0;
     const size_t bytes = (size_t)rows * (size_t)width * sizeof(float);
-    vref orr, xr, wr;
+    vref orr, xr, wr, dr;
     if (vkb_resolve(s, out, bytes, 1, &orr)) return -1;
     if (out == x) xr = orr;
-    else if (vkb_resolve(s, x, bytes, 0, &xr)) return -1;
+    else if (vkb_resolve(s, x, bytes, d != NULL, &xr)) return -1;
     if (vkb_resolve(s, w, (size_t)width * sizeof(float), 0, &wr)) return -1;
-    const kiln_vk_bind b[3] = {orr.b, xr.b, wr.b};
+    if (d && vkb_resolve(s, d, bytes, 0, &dr)) return -1;
+    const kiln_vk_bind b[4] = {orr.b, xr.b, wr.b, d ? dr.b : xr.b};
     for (int r = 0; r < rows; r += (int)s->max_gx) {
         const int rr = rows - r < (int)s->max_gx ? rows - r : (int)s->max_gx;
-        const norm_push pc = {(uint32_t)width, orr.off + (uint32_t)r * (uint32_t)width, xr.off + (uint32_t)r * (uint32_t)width, wr.off, eps};
+        const uint32_t r_off = (uint32_t)r * (uint32_t)width;
+        const norm_push pc = {(uint32_t)width, orr.off + r_off, xr.off + r_off, wr.off, eps, d ? dr.off + r_off : 0, d != NULL};
         s->n_dispatch++;
-        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_rmsnorm, b, 3, &pc, sizeof pc, (uint32_t)rr, 1, 1) != KILN_OK) { vkb_fail_once(s, "dispatch"); return -1; }
+        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_rmsnorm, b, 4, &pc, sizeof pc, (uint32_t)rr, 1, 1) != KILN_OK) { vkb_fail_once(s, "dispatch"); return -1; }
     }
     return 0;
 }
 
 static void vk_rmsnorm(const kiln_backend *be, float *out, const float *x, const float *w, int rows, int width, float eps) {
     vk_state *s = ST(be);
-    if (!s->failed && record_rmsnorm(s, out, x, w, rows, width, eps) == 0 && vkb_done(s) == 0) return;
+    if (!s->failed && record_rmsnorm(s, out, x, NULL, w, rows, width, eps) == 0 && vkb_done(s) == 0) return;
     abandon(s);
+    kiln_backend_cpu_ops.rmsnorm(be, out, x, w, rows, width, eps);
+}
+
+static void vk_add_rmsnorm(const kiln_backend *be, float *x, const float *d, float *out, const float *w, int rows, int width, float eps) {
+    vk_state *s = ST(be);
+    if (!s->failed && record_rmsnorm(s, out, x, d, w, rows, width, eps) == 0 && vkb_done(s) == 0) return;
+    abandon(s);
+    kiln_be_common_add(be, x, d, (int64_t)rows * width);
     kiln_backend_cpu_ops.rmsnorm(be, out, x, w, rows, width, eps);
 }
 
@@ -772,6 +783,7 @@ const kiln_backend_ops kiln_backend_vulkan_ops = {
     .rope_table = vk_rope_table,
     .rope = vk_rope,
     .add = vk_add,
+    .add_rmsnorm = vk_add_rmsnorm,
     .copy_rows = vk_copy_rows,
     .add_bias = vk_add_bias,
     .swiglu = vk_swiglu,

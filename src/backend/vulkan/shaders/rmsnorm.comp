@@ -7,9 +7,12 @@
 // elements before the barrier that precedes any write).
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) buffer Ob { float o[]; };
-layout(std430, binding = 1) readonly buffer Xb { float x[]; };
+layout(std430, binding = 1) buffer Xb { float x[]; };
 layout(std430, binding = 2) readonly buffer Wb { float w[]; };
-layout(std140, binding = 5) uniform P { uint width, o_off, x_off, w_off; float eps; } p;
+// add != 0 (the backend's add_rmsnorm): x[row, i] += d[row, i] first, written back, and the norm is
+// of the sums — the floats of the add op followed by this one (out is then neither x nor d)
+layout(std430, binding = 3) readonly buffer Db { float d[]; };
+layout(std140, binding = 5) uniform P { uint width, o_off, x_off, w_off; float eps; uint d_off, add; } p;
 shared float part[64];
 void main() {
     const uint row = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
@@ -21,6 +24,16 @@ void main() {
     for (uint i0 = tid; i0 < p.width; i0 += 512u) {
         float a[8];
         for (uint c = 0u; c < 8u; c++) a[c] = i0 + 64u * c < p.width ? x[xb + i0 + 64u * c] : 0.0;
+        if (p.add != 0u) {
+            float e[8];
+            const uint db = p.d_off + row * p.width;
+            for (uint c = 0u; c < 8u; c++) e[c] = i0 + 64u * c < p.width ? d[db + i0 + 64u * c] : 0.0;
+            for (uint c = 0u; c < 8u; c++) {
+                precise float sum = a[c] + e[c];
+                a[c] = sum;
+                if (i0 + 64u * c < p.width) x[xb + i0 + 64u * c] = sum; // this invocation's own elements
+            }
+        }
         for (uint c = 0u; c < 8u; c++) acc += a[c] * a[c];
     }
 #ifdef SG
