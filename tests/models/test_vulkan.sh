@@ -92,6 +92,10 @@ done
 KILN_VK_STATS=1 "$KILN" run "$M" --temp 0 -n 200 --kv-dtype bf16 "${V[@]}" > /dev/null 2> "$T/stats.err"
 submits=$(sed -n 's/.* dispatches in \([0-9]*\) submits.*/\1/p' "$T/stats.err")
 [ -n "$submits" ] && [ "$submits" -le 201 ] || { echo "expected one submit per token (200 tokens), got:"; tail -1 "$T/stats.err"; exit 1; }
+# the Q / K / V projections of one input go without barriers between them (matmul_many: 2 a layer,
+# 5 layers, 200 tokens)
+indep=$(sed -n 's/.*: \([0-9]*\) of them with no barrier before them.*/\1/p' "$T/stats.err")
+[ -n "$indep" ] && [ "$indep" -ge 2000 ] || { echo "expected the Q / K / V dispatches without barriers between them, got:"; cat "$T/stats.err"; exit 1; }
 # Command buffers recorded once per step shape (vk_device.c): the decode steps replay a recorded
 # one (a few are recorded: the prompt, the first decode steps, a staged table outgrowing its arena
 # region); KILN_VK_REUSE=0, the control, records every one. The text above (cpu's) came from replays.

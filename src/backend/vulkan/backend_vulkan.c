@@ -522,6 +522,22 @@ int vkb_record_matmul(vk_state *s, const kiln_weight *w, const float *X, int64_t
     return 0;
 }
 
+/* 1 when [a, a + an) and [b, b + bn) floats share memory. */
+static int overlaps(const float *a, size_t an, const float *b, size_t bn) {
+    const uintptr_t a0 = (uintptr_t)a, a1 = a0 + an * sizeof(float), b0 = (uintptr_t)b, b1 = b0 + bn * sizeof(float);
+    return a0 < b1 && b0 < a1;
+}
+
+/* 1 when Y[k] [n, rows_k] shares memory with neither X [n, cols] nor an earlier Y[j]: weight k's
+ * dispatches then need no barrier after weight k − 1's (the projections of one input run at once). */
+static int independent_of_earlier(const kiln_weight *const *w, float *const *Y, int k, const float *X, int n) {
+    const size_t yk = (size_t)n * (size_t)w[k]->rows;
+    if (overlaps(Y[k], yk, X, (size_t)n * (size_t)w[k]->cols)) return 0;
+    for (int j = 0; j < k; j++)
+        if (overlaps(Y[k], yk, Y[j], (size_t)n * (size_t)w[j]->rows)) return 0;
+    return 1;
+}
+
 static void vk_matmul_many(const kiln_backend *be, const kiln_weight *const *w, float *const *Y, int nw, const float *X, int n) {
     vk_state *s = ST(be);
     for (int k = 0; k < nw; k++) {
@@ -530,6 +546,7 @@ static void vk_matmul_many(const kiln_backend *be, const kiln_weight *const *w, 
             kiln_backend_cpu_ops.matmul_many(be, &w[k], &Y[k], 1, X, n);
             continue;
         }
+        if (k > 0 && fmt_on_device(w[k - 1]->fmt) && !s->failed && independent_of_earlier(w, Y, k, X, n)) kiln_vk_next_independent(s->vk);
         if (s->failed || vkb_record_matmul(s, w[k], X, w[k]->cols, Y[k], w[k]->rows, n) != 0 || vkb_done(s) != 0) {
             abandon(s);
             kiln_backend_cpu_ops.matmul_many(be, &w[k], &Y[k], 1, X, n);
@@ -901,6 +918,8 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
                         "%llu native ops computed on the host\n",
                 kiln_vk_device_name(s->vk), (unsigned long long)s->n_dispatch, (unsigned long long)kiln_vk_submits(s->vk), (unsigned long long)rec,
                 (unsigned long long)rep, (double)prep / 1e6, (unsigned long long)s->n_host);
+        fprintf(stderr, "kiln: %s: %llu of them with no barrier before them (independent of the dispatch before)\n",
+                kiln_vk_device_name(s->vk), (unsigned long long)kiln_vk_independent_dispatches(s->vk));
         if (s->gemv_rows == 4)
             fprintf(stderr, "kiln: %s: %llu of them the 4-row INT4 GEMV (KILN_VK_GEMV_ROWS=4)\n", kiln_vk_device_name(s->vk), (unsigned long long)s->n_gemv4);
     }

@@ -96,7 +96,8 @@ static const char *const shader_names[KILN_VK_SH_COUNT] = {
 /* One dispatch of a log or program: the pipeline and what it binds (the key of a program; the
  * parameters and counts are not part of it). memcmp-compared: built from a zeroed value. */
 typedef struct {
-    uint32_t shader, pad;
+    uint32_t shader;
+    uint32_t independent; /* 1: no barrier between the previous dispatch and this one (kiln_vk_next_independent) */
     kiln_vk_bind b[KILN_VK_BINDINGS];
 } vk_entry;
 
@@ -131,6 +132,8 @@ struct kiln_vk {
     vk_entry *log;
     int n_log, cap_log;
     uint64_t log_key;
+    int next_independent; /* the next dispatch logged does not depend on the last one */
+    uint64_t n_independent; /* dispatches logged with no barrier before them */
     /* parameter slots: chunk c holds slots [c·SLOTS_PER_CHUNK, (c+1)·SLOTS_PER_CHUNK) of a flush,
      * `pstride` bytes each: KILN_VK_PUSH_BYTES of parameters, then the indirect counts */
     kiln_vk_buf *pchunks;
@@ -800,6 +803,8 @@ static uint64_t entry_hash(uint64_t h, const vk_entry *e) { /* FNV-1a over the e
     return h;
 }
 
+void kiln_vk_next_independent(kiln_vk *vk) { vk->next_independent = 1; }
+
 kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_bind *binds, int n_bind, const void *push, size_t push_bytes,
                              uint32_t gx, uint32_t gy, uint32_t gz) {
     if (gx == 0 || gy == 0 || gz == 0) return KILN_OK;
@@ -836,6 +841,9 @@ kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_b
     vk_entry *e = &vk->log[k];
     memset(e, 0, sizeof *e);
     e->shader = (uint32_t)shader;
+    e->independent = k > 0 && vk->next_independent;
+    vk->n_independent += e->independent;
+    vk->next_independent = 0;
     for (int i = 0; i < KILN_VK_BINDINGS; i++) e->b[i] = i < n_bind ? binds[i] : (kiln_vk_bind){vk->dummy.buf, 0, VK_WHOLE_SIZE};
     vk->log_key = entry_hash(k ? vk->log_key : 0xcbf29ce484222325ull, e);
     vk->n_log++;
@@ -924,6 +932,15 @@ static kiln_status program_record(kiln_vk *vk, vk_program *pg) {
             vkCmdBindPipeline(pg->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vk->pipes[pg->e[k].shader]);
         vkCmdBindDescriptorSets(pg->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vk->pipe_layout, 0, 1, &sets[k], 0, NULL);
         vkCmdDispatchIndirect(pg->cmd, vk->pchunks[k / SLOTS_PER_CHUNK].buf, (VkDeviceSize)(k % SLOTS_PER_CHUNK) * vk->pstride + KILN_VK_PUSH_BYTES);
+        /* the barrier after k, unless k + 1 is independent of it: then k + 1's barrier covers both
+         * (its first scope is every command before it), and the GPU may run the two at once */
+        if (k + 1 < n && pg->e[k + 1].independent) {
+            if (vk->qpool && nq < PROF_QUERIES) {
+                vkCmdWriteTimestamp(pg->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vk->qpool, nq);
+                vk->q_shader[nq++] = (uint8_t)pg->e[k].shader;
+            }
+            continue;
+        }
         vkCmdPipelineBarrier(pg->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
         if (vk->qpool && nq < PROF_QUERIES) {
             vkCmdWriteTimestamp(pg->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vk->qpool, nq);
@@ -1033,6 +1050,8 @@ void kiln_vk_discard(kiln_vk *vk) {
     vkResetCommandBuffer(vk->cmd, 0);
     vk->recorded = 0;
 }
+
+uint64_t kiln_vk_independent_dispatches(const kiln_vk *vk) { return vk->n_independent; }
 
 void kiln_vk_program_stats(const kiln_vk *vk, uint64_t *recorded, uint64_t *reused, uint64_t *prep_ns) {
     *recorded = vk->recorded_programs;

@@ -125,6 +125,12 @@ kiln_status kiln_vk_upload(kiln_vk *vk, kiln_vk_buf *b, size_t offset, const voi
  * replays the recorded one). */
 kiln_status kiln_vk_dispatch(kiln_vk *vk, kiln_vk_shader shader, const kiln_vk_bind *binds, int n_bind, const void *push,
                              size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
+/* The next dispatch added neither reads what the last one added writes nor writes what it reads or
+ * writes: no barrier between the two (a GPU may run them at once; the barrier after the next covers
+ * both). Applies to that one dispatch only; ignored when it starts a new step. */
+void kiln_vk_next_independent(kiln_vk *vk);
+/* Dispatches logged so far that had no barrier before them (kiln_vk_next_independent). */
+uint64_t kiln_vk_independent_dispatches(const kiln_vk *vk);
 /* Submits what was recorded since the last flush and waits for it (no-op when nothing was). */
 kiln_status kiln_vk_flush(kiln_vk *vk);
 /* Drops what was recorded since the last flush without running it. */
