@@ -76,6 +76,10 @@ uint64_t row_hash(uint64_t addr, uint words, uint w0) {
     return h;
 }
 #define MAX_VPT 16
+// loads in flight per invocation: K row pieces (16 bytes each) and V words (one per position) —
+// the attention at short contexts is a chain of dependent loads on a GPU (docs/VULKAN.md)
+#define KDEPTH 8u
+#define VDEPTH 16u
 // elements of the stored dtype per 32-bit word, and element e of word v
 #define EPW (DT == 0 ? 1u : DT == 1 ? 2u : 4u)
 float word_elem(uint v, uint e) {
@@ -140,21 +144,25 @@ void main() {
         float s = NO_SCORE;
         const uint t = b + tid;
         uint64_t hk = 0ul, hv = 0ul;
+        uint64_t my_vo = NO_ROW; // this position's V row and factor, for the V pass (no second table load there)
+        float my_vf = 0.0;
         if (tid < nb) {
             const uint e = ent0 + (t / p.pt) * p.ent_stride, pg = tab[e];
             if (pg < p.n_pages) {
+                my_vo = uint64_t(pg) * p.page_v + uint64_t(kvh * p.head_v + (t % p.pt) * p.row_v);
+                my_vf = p.ent_stride > 1u ? uintBitsToFloat(tab[e + 2u + 2u * kvh]) : vs;
                 const float kf = p.ent_stride > 1u ? uintBitsToFloat(tab[e + 1u + 2u * kvh]) : ks;
                 const uint64_t rb = uint64_t(pg) * p.page_k + uint64_t(kvh * p.head_k + (t % p.pt) * p.row_k);
                 float dot = 0.0;
                 if (kwide) {
-                    // the row in 16-byte pieces, four loads in flight before their products (one
+                    // the row in 16-byte pieces, KDEPTH loads in flight before their products (one
                     // dependent load per element was this pass's time on a GPU); products in d order
                     Words4 kr = Words4(p.kaddr + rb);
                     const uint n16 = (p.k_dim + 4u * EPW - 1u) / (4u * EPW);
-                    for (uint w = 0u; w < n16; w += 4u) {
-                        uvec4 a[4];
-                        for (uint c = 0u; c < 4u; c++) a[c] = w + c < n16 ? kr.w[w + c] : uvec4(0u);
-                        for (uint c = 0u; c < 4u; c++)
+                    for (uint w = 0u; w < n16; w += KDEPTH) {
+                        uvec4 a[KDEPTH];
+                        for (uint c = 0u; c < KDEPTH; c++) a[c] = w + c < n16 ? kr.w[w + c] : uvec4(0u);
+                        for (uint c = 0u; c < KDEPTH; c++)
                             for (uint h = 0u; h < 4u; h++)
                                 for (uint e = 0u; e < EPW; e++) {
                                     const uint d = ((w + c) * 4u + h) * EPW + e;
@@ -208,34 +216,25 @@ void main() {
         if (vwide) {
             // each invocation owns whole words of the V row (elements EPW·(tid + 64k) ..): the
             // position's row offset and weight come from shared memory (no page-table load on the
-            // chain), and eight positions' words are loaded before their products — per element the
+            // chain), and VDEPTH positions' words are loaded before their products — per element the
             // positions' terms still enter in order j
             {
-                uint64_t vo = NO_ROW;
-                float wt = 0.0;
-                const uint tj = b + tid;
-                if (tid < nb && ps[tid] != 0.0) {
-                    const uint e = ent0 + (tj / p.pt) * p.ent_stride, pg = tab[e];
-                    if (pg < p.n_pages) {
-                        vo = uint64_t(pg) * p.page_v + uint64_t(kvh * p.head_v + (tj % p.pt) * p.row_v);
-                        wt = ps[tid] * (p.ent_stride > 1u ? uintBitsToFloat(tab[e + 2u + 2u * kvh]) : vs);
-                    }
-                }
-                vrow[tid] = vo;
-                vw[tid] = wt;
+                const bool use = tid < nb && ps[tid] != 0.0 && my_vo != NO_ROW;
+                vrow[tid] = use ? my_vo : NO_ROW;
+                vw[tid] = use ? ps[tid] * my_vf : 0.0;
             }
             barrier();
             const uint vwords = p.v_dim / EPW;
             for (uint k = 0u; k < MAX_VPT / EPW; k++) {
                 const uint wd = tid + 64u * k;
                 if (wd >= vwords) break;
-                for (uint j0 = 0u; j0 < nb; j0 += 8u) {
-                    uint vv[8];
-                    for (uint c = 0u; c < 8u; c++) {
+                for (uint j0 = 0u; j0 < nb; j0 += VDEPTH) {
+                    uint vv[VDEPTH];
+                    for (uint c = 0u; c < VDEPTH; c++) {
                         const uint j = j0 + c;
                         vv[c] = j < nb && vrow[j] != NO_ROW ? Words(p.vaddr + vrow[j]).w[wd] : 0u;
                     }
-                    for (uint c = 0u; c < 8u; c++) {
+                    for (uint c = 0u; c < VDEPTH; c++) {
                         const uint j = j0 + c;
                         if (j < nb && vrow[j] != NO_ROW)
                             for (uint e = 0u; e < EPW; e++) acc[k * EPW + e] += vw[j] * word_elem(vv[c], e);
