@@ -81,6 +81,11 @@ typedef struct kiln_backend_ops {
      * (x + i·row_stride) with cos/sin row cs + i·rot. */
     void (*rope)(const kiln_backend *be, const kiln_rope *r, float *x, int n, int64_t row_stride, int n_heads, int head_stride,
                  const float *cs);
+    /* Optional (NULL: rope on each): rope over two tensors of the same n tokens in one pass — x
+     * (n_heads, row_stride) and x2 (n_heads2, row_stride2), heads head_stride apart in both: Q and K,
+     * one dispatch on a GPU; the same floats as the two rope calls. */
+    void (*rope2)(const kiln_backend *be, const kiln_rope *r, float *x, int64_t row_stride, int n_heads, float *x2, int64_t row_stride2,
+                  int n_heads2, int n, int head_stride, const float *cs);
     /* dst[i·dst_stride + j] = src[i·src_stride + j] for i < rows, j < width (the regions do not
      * overlap): the row copies model code would otherwise make on the host — fused-projection
      * splits, MLA's latent and query parts — so that a deferring backend need not stop for them. */
@@ -228,6 +233,15 @@ static inline void kiln_be_rmsnorm(const kiln_backend *be, float *out, const flo
     be->ops->rmsnorm(be, out, x, w, rows, width, eps);
 }
 static inline void kiln_be_add(const kiln_backend *be, float *y, const float *x, int64_t len) { be->ops->add(be, y, x, len); }
+static inline void kiln_be_rope2(const kiln_backend *be, const kiln_rope *r, float *x, int64_t row_stride, int n_heads, float *x2,
+                                 int64_t row_stride2, int n_heads2, int n, int head_stride, const float *cs) {
+    if (be->ops->rope2) {
+        be->ops->rope2(be, r, x, row_stride, n_heads, x2, row_stride2, n_heads2, n, head_stride, cs);
+        return;
+    }
+    be->ops->rope(be, r, x, n, row_stride, n_heads, head_stride, cs);
+    be->ops->rope(be, r, x2, n, row_stride2, n_heads2, head_stride, cs);
+}
 static inline void kiln_be_add_rmsnorm(const kiln_backend *be, float *x, const float *d, float *out, const float *w, int rows, int width,
                                        float eps) {
     if (be->ops->add_rmsnorm) {

@@ -157,8 +157,7 @@ static void gqa(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_a
         kiln_be_rmsnorm(be, ws->q, ws->q, L->q_norm, n * H, hd, hp->norm_eps);
         kiln_be_rmsnorm(be, ws->k, ws->k, L->k_norm, n * KV, hd, hp->norm_eps);
     }
-    be->ops->rope(be, &ah->rope, ws->q, n, qd, H, hd, ws->cs);
-    be->ops->rope(be, &ah->rope, ws->k, n, kvd, KV, hd, ws->cs);
+    kiln_be_rope2(be, &ah->rope, ws->q, qd, H, ws->k, kvd, KV, n, hd, ws->cs); /* Q and K in one pass */
     /* every token stored first; token i then sees positions [0, pos[i]] of its own sequence,
      * earlier tokens of this step included (consecutive tokens of one sequence share K/V reads) */
     be->ops->kv_store(be, pool, b->seq, b->pos, n, l, ws->k, kvd, ws->v, kvd);

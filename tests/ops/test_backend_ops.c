@@ -719,6 +719,16 @@ static void test_rope(void **state) {
             check_equal("rope_table", bes[b], cb, cs, (size_t)n * (size_t)cases[c].rot);
             bes[b]->ops->rope(bes[b], &r, got, n, stride, H, cases[c].hd, cb);
             check_equal("rope", bes[b], got, want, (size_t)n * (size_t)stride + POISON);
+            /* rope2: the same tensor as Q (H heads) and its first head alone as K (1 head, rows
+             * `stride` apart, in a second copy) in one call — each the single rope's floats */
+            float *q2 = copy_of(bes[b], x, (size_t)n * (size_t)stride), *k2 = copy_of(bes[b], x, (size_t)n * (size_t)stride);
+            float *k1 = copy_of(ref_be, x, (size_t)n * (size_t)stride);
+            ref_be->ops->rope(ref_be, &r, k1, n, stride, 1, cases[c].hd, cs);
+            kiln_be_rope2(bes[b], &r, q2, stride, H, k2, stride, 1, n, cases[c].hd, cb);
+            kiln_be_wait(bes[b]);
+            check_equal("rope2 (first tensor)", bes[b], q2, want, (size_t)n * (size_t)stride + POISON);
+            check_equal("rope2 (second tensor)", bes[b], k2, k1, (size_t)n * (size_t)stride + POISON);
+            kiln_be_free(bes[b], q2); kiln_be_free(bes[b], k2); kiln_be_free(ref_be, k1);
             kiln_be_free(bes[b], cb); kiln_be_free(bes[b], got);
         }
         kiln_be_free(ref_be, x); kiln_be_free(ref_be, cs); kiln_be_free(ref_be, want);

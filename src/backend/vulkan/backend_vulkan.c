@@ -712,28 +712,57 @@ static void vk_add_rmsnorm(const kiln_backend *be, float *x, const float *d, flo
     kiln_backend_cpu_ops.rmsnorm(be, out, x, w, rows, width, eps);
 }
 
-typedef struct { uint32_t x_off, row_stride, n_heads, head_stride, rot, neox, cs_off, pairs_total; } rope_push;
+typedef struct {
+    uint32_t x_off, row_stride, n_heads, head_stride, rot, neox, cs_off, pairs_total;
+    uint32_t pairs_a, x2_off, row_stride2, n_heads2;
+} rope_push;
+
+/* RoPE over x (n_heads, row_stride) and, when x2, over x2 (n_heads2, row_stride2) in the same
+ * dispatch (rope.comp); 0 when recorded. */
+static int record_rope(vk_state *s, const kiln_rope *r, float *x, int64_t row_stride, int n_heads, float *x2, int64_t row_stride2, int n_heads2,
+                       int n, int head_stride, const float *cs) {
+    const uint64_t pairs = (uint64_t)n * (uint64_t)n_heads * (uint64_t)(r->rot_dim / 2);
+    const uint64_t pairs2 = x2 ? (uint64_t)n * (uint64_t)n_heads2 * (uint64_t)(r->rot_dim / 2) : 0;
+    if (s->failed || pairs + pairs2 > (uint64_t)s->max_gx * 64) return -1;
+    vref xr, cr, x2r;
+    const size_t xbytes = ((size_t)(n - 1) * (size_t)row_stride + (size_t)(n_heads - 1) * (size_t)head_stride + (size_t)r->rot_dim) * sizeof(float);
+    if (vkb_resolve(s, x, xbytes, 1, &xr) || vkb_resolve(s, cs, (size_t)n * (size_t)r->rot_dim * sizeof(float), 0, &cr)) return -1;
+    if (x2) {
+        const size_t x2bytes = ((size_t)(n - 1) * (size_t)row_stride2 + (size_t)(n_heads2 - 1) * (size_t)head_stride + (size_t)r->rot_dim) * sizeof(float);
+        if (vkb_resolve(s, x2, x2bytes, 1, &x2r)) return -1;
+    }
+    const kiln_vk_bind b[3] = {xr.b, cr.b, x2 ? x2r.b : xr.b};
+    const rope_push pc = {xr.off, (uint32_t)row_stride, (uint32_t)n_heads, (uint32_t)head_stride, (uint32_t)r->rot_dim, r->style == KILN_ROPE_NEOX,
+                          cr.off, (uint32_t)(pairs + pairs2), (uint32_t)pairs, x2 ? x2r.off : 0, (uint32_t)row_stride2, (uint32_t)n_heads2};
+    s->n_dispatch++;
+    if (kiln_vk_dispatch(s->vk, KILN_VK_SH_rope, b, 3, &pc, sizeof pc, (uint32_t)((pairs + pairs2 + 63) / 64), 1, 1) != KILN_OK) {
+        vkb_fail_once(s, "dispatch");
+        return -1;
+    }
+    return 0;
+}
 
 static void vk_rope(const kiln_backend *be, const kiln_rope *r, float *x, int n, int64_t row_stride, int n_heads, int head_stride,
                     const float *cs) {
     vk_state *s = ST(be);
-    const uint64_t pairs = (uint64_t)n * (uint64_t)n_heads * (uint64_t)(r->rot_dim / 2);
-    if (pairs == 0) return;
-    int ok = !s->failed && pairs <= (uint64_t)s->max_gx * 64;
-    vref xr, cr;
-    const size_t xbytes = ((size_t)(n - 1) * (size_t)row_stride + (size_t)(n_heads - 1) * (size_t)head_stride + (size_t)r->rot_dim) * sizeof(float);
-    if (ok) ok = vkb_resolve(s, x, xbytes, 1, &xr) == 0 && vkb_resolve(s, cs, (size_t)n * (size_t)r->rot_dim * sizeof(float), 0, &cr) == 0;
-    if (ok) {
-        const kiln_vk_bind b[2] = {xr.b, cr.b};
-        const rope_push pc = {xr.off, (uint32_t)row_stride, (uint32_t)n_heads, (uint32_t)head_stride, (uint32_t)r->rot_dim,
-                              r->style == KILN_ROPE_NEOX, cr.off, (uint32_t)pairs};
-        s->n_dispatch++;
-        ok = kiln_vk_dispatch(s->vk, KILN_VK_SH_rope, b, 2, &pc, sizeof pc, (uint32_t)((pairs + 63) / 64), 1, 1) == KILN_OK;
-        if (!ok) vkb_fail_once(s, "dispatch");
-    }
-    if (ok && vkb_done(s) == 0) return;
+    if ((uint64_t)n * (uint64_t)n_heads * (uint64_t)(r->rot_dim / 2) == 0) return;
+    if (record_rope(s, r, x, row_stride, n_heads, NULL, 0, 0, n, head_stride, cs) == 0 && vkb_done(s) == 0) return;
     abandon(s);
     kiln_be_common_rope(be, r, x, n, row_stride, n_heads, head_stride, cs);
+}
+
+static void vk_rope2(const kiln_backend *be, const kiln_rope *r, float *x, int64_t row_stride, int n_heads, float *x2, int64_t row_stride2,
+                     int n_heads2, int n, int head_stride, const float *cs) {
+    vk_state *s = ST(be);
+    if (n <= 0 || r->rot_dim / 2 == 0 || n_heads <= 0 || n_heads2 <= 0) { /* nothing in one of them: rope on each */
+        vk_rope(be, r, x, n, row_stride, n_heads, head_stride, cs);
+        vk_rope(be, r, x2, n, row_stride2, n_heads2, head_stride, cs);
+        return;
+    }
+    if (record_rope(s, r, x, row_stride, n_heads, x2, row_stride2, n_heads2, n, head_stride, cs) == 0 && vkb_done(s) == 0) return;
+    abandon(s);
+    kiln_be_common_rope(be, r, x, n, row_stride, n_heads, head_stride, cs);
+    kiln_be_common_rope(be, r, x2, n, row_stride2, n_heads2, head_stride, cs);
 }
 
 /* ---- host-side ops: the cpu backend's, on the mapped buffers ------------------------------------------ */
@@ -799,6 +828,7 @@ const kiln_backend_ops kiln_backend_vulkan_ops = {
     .rmsnorm = vk_rmsnorm,
     .rope_table = vk_rope_table,
     .rope = vk_rope,
+    .rope2 = vk_rope2,
     .add = vk_add,
     .add_rmsnorm = vk_add_rmsnorm,
     .copy_rows = vk_copy_rows,
