@@ -123,8 +123,9 @@ kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, cons
         be->ops->copy_rows(be, ws->lat, row, ws->olat, r, n, r);
     }
     be->ops->copy_rows(be, ws->lat + r, row, ws->kva + r, krow, n, dr);
-    be->ops->rope(be, rope, ws->lat + r, n, row, 1, dr, cs);
-    be->ops->rope(be, rope, ws->q + dn, n, (int64_t)H * qh, H, qh, cs);
+    /* q_pe of the H heads and the one k_pe in one pass (with one head the second tensor's head
+     * stride is never used) */
+    kiln_be_rope2(be, rope, ws->q + dn, (int64_t)H * qh, H, ws->lat + r, row, 1, n, qh, cs);
     /* absorbed queries [n, H, r + dr]: q_abs_h = [W_UK_hᵀ q_nope_h, q_pe_h] */
     be->ops->matmul_heads(be, L->ukt, H, n, ws->q, (int64_t)H * qh, qh, ws->qabs, (int64_t)H * krow, krow, ws->gin, ws->gout);
     be->ops->copy_rows(be, ws->qabs + r, krow, ws->q + dn, qh, n * H, dr); /* (token, head) rows: uniform strides */
@@ -137,8 +138,7 @@ kiln_status kiln_mla_forward(const kiln_backend *be, const kiln_mla_cfg *c, cons
         }
         kiln_be_matmul(be, &L->iwq_b, ws->qa, ws->qi, n);
         be->ops->layernorm(be, ws->ki, ws->ki, L->ik_norm_w, L->ik_norm_b, n, d, c->idx_norm_eps);
-        be->ops->rope(be, &c->idx_rope, ws->qi, n, (int64_t)Hi * d, Hi, d, cs);
-        be->ops->rope(be, &c->idx_rope, ws->ki, n, d, 1, d, cs);
+        kiln_be_rope2(be, &c->idx_rope, ws->qi, (int64_t)Hi * d, Hi, ws->ki, d, 1, n, d, cs);
         be->ops->fp8_round(be, ws->qi, n * Hi, d, 1);
         be->ops->fp8_round(be, ws->ki, n, d, 1);
         be->ops->copy_rows(be, ws->lat + krow, row, ws->ki, d, n, d);
