@@ -22,6 +22,9 @@ OUT=${OUT:-gpu_check_out}
 WORK=${GPU_CHECK_WORK:-/tmp/kiln-gpu-check}
 RES=$WORK/results
 BUDGET=${GPU_CHECK_BUDGET:-540}
+# the run-order switches take one value each; anything else is refused before the device is used
+case ${GPU_CHECK_OPS:-} in "" | late) ;; *) echo "gpu_check: GPU_CHECK_OPS='$GPU_CHECK_OPS' is not 'late' (or unset)" >&2; exit 2 ;; esac
+case ${GPU_CHECK_DECODE:-} in "" | skip) ;; *) echo "gpu_check: GPU_CHECK_DECODE='$GPU_CHECK_DECODE' is not 'skip' (or unset)" >&2; exit 2 ;; esac
 rm -rf "$RES" && mkdir -p "$OUT" "$RES" # results of this run only (the models are kept for a rerun)
 OUT=$(cd "$OUT" && pwd)
 SHARED=${1:-${SHARED:-$(cd .. && pwd)/shared}}
