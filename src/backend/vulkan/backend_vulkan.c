@@ -233,9 +233,9 @@ int vkb_flush(vk_state *s) {
     s->n_seals = 0;
     /* the seals of what the attentions read, now that their sums are back (a failed submit: the
      * caller computes those attentions again, on the host, which verifies them itself) */
+    if (st == KILN_OK && s->n_checks) vkb_check_all(s->checks, s->n_checks, s->host_threads);
     for (int i = 0; i < s->n_checks; i++) {
         att_check *c = &s->checks[i];
-        if (st == KILN_OK) vkb_check_hashes(c->p, &c->call, c->layer, c->n, c->seq, c->pos, &c->ah);
         free(c->seq);
         free(c->pos);
         free(c->ah.hs);
@@ -884,6 +884,7 @@ static kiln_status env_choice(const char *name, const char *const *values, int n
 kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     vk_state *s = calloc(1, sizeof *s);
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    s->host_threads = be->cx.threads > 0 ? be->cx.threads : 1;
     pthread_mutex_init(&s->allocs_mu, NULL);
     kiln_status st = kiln_vk_open(device_index, &s->vk);
     if (st) { pthread_mutex_destroy(&s->allocs_mu); free(s); return st; }

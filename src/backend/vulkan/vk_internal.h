@@ -145,8 +145,9 @@ typedef struct {
     int defer_depth, lost;
     int staged_any;          /* something was staged since the last flush ... */
     uint64_t staged_at;      /* ... last when n_dispatch had this value (a dispatch since: its operands were used) */
-    int gemv_rows;
-    uint64_t n_gemv4;        /* dispatches of the 4-row INT4 GEMV (kiln_backend_vulkan_gemv4_dispatches) */           /* INT4 decode GEMV rows per workgroup: 1 or 4 (KILN_VK_GEMV_ROWS) */
+    int gemv_rows;           /* INT4 decode GEMV rows per workgroup: 1 or 4 (KILN_VK_GEMV_ROWS) */
+    uint64_t n_gemv4;        /* dispatches of the 4-row INT4 GEMV (kiln_backend_vulkan_gemv4_dispatches) */
+    int host_threads;        /* the backend's host threads (kiln_kctx threads): the flush's seal comparisons */
     int act_where;           /* kiln_vk_buf_create's placement of kiln_be_alloc's buffers (KILN_VK_ACTIVATIONS) */
     int kv_host_said;        /* the KV-array fallback was reported */
     uint64_t n_dispatch, n_host; /* ops run on the device / ops `supports` calls native that fell back to the host */
@@ -206,8 +207,8 @@ void vkb_abandon_op(vk_state *s, const char *op);
 int vkb_arrays_on_device(vk_state *s, const kiln_kv_pool *p, int layer);
 void vkb_call_reach(int n, kiln_kv_seq *const *seq, const int *pos, int pt, int hashing, size_t sums_per_slot, int *first, int *reach,
                     int64_t *hbase, size_t *n_ent, size_t *n_sums, int *max_lim);
-void vkb_check_hashes(const kiln_kv_pool *p, const kiln_kv_integ_call *call, int layer, int n, kiln_kv_seq *const *seq, const int *pos,
-                      const att_hash *ah);
+/* Compares the sums of n_checks hashed passes with their seals, on up to `threads` host threads. */
+void vkb_check_all(const att_check *checks, int n_checks, int threads);
 uint64_t vkb_device_address(vk_state *s, const void *ptr, size_t bytes);
 void vk_kv_attend(const kiln_backend *be, const kiln_kv_pool *p, int layer, int n, kiln_kv_seq *const *seq, const int *pos, const float *q,
                   int n_heads, float scale, float *out);
