@@ -107,12 +107,13 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
     if (sp->prefetch) kiln_kv_prefetch_head(sp, t0, t1, 8, 16);
     for (int b0 = t0; b0 < t1;) {
         const kiln_kv_block blk = kiln_kv_block_at(sp, b0, t1, 8, fp8f);
-        if (sp->prefetch) kiln_kv_prefetch_block(sp, b0 + 16, t1, 8); /* 16 positions ahead (kv_isa.h) */
+        const kiln_kv_block fut = kiln_kv_future_block(sp, b0 + 16, t1, 8); /* 16 positions ahead, a row at a time (kv_isa.h) */
         const int nb = blk.n;
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;
         for (int j = 0; j < nb; j++) {
             const uint8_t *kr = kp + (size_t)j * sp->row_k;
+            kiln_kv_prefetch_rows(sp, &fut, j, 1);
             __m256 acc[KV_MAX_ROWS];
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
@@ -140,7 +141,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm256_store_ps(tmp[r] + 8 * j, acc[r]);
         }
-        if (sp->hsum) kiln_kv_hash_block(sp, b0, nb, kp, 0, mlh); /* integrity: K, still in L1 (kv_isa.h) */
+        kiln_kv_prefetch_rows(sp, &fut, nb, fut.n - nb); /* a future block longer than this one */
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++)
             for (int j = nb; j < 8; j++) _mm256_store_ps(tmp[r] + 8 * j, _mm256_setzero_ps());
@@ -183,7 +184,10 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm256_maskstore_ps(rw->acc[r] + 8 * vfull, vmask, a[r]);
         }
-        if (sp->hsum) kiln_kv_hash_block(sp, b0, nb, vp, 1, mlh); /* integrity: V, still in L1 (kv_isa.h) */
+        if (sp->hsum) { /* integrity: V then K, both still in L1 (kv_isa.h) */
+            kiln_kv_hash_block(sp, b0, nb, vp, 1, mlh);
+            kiln_kv_hash_block(sp, b0, nb, kp, 0, mlh);
+        }
         b0 += nb;
     }
 }

@@ -126,7 +126,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
     if (sp->prefetch) kiln_kv_prefetch_head(sp, t0, t1, 16, 32);
     for (int b0 = t0; b0 < t1;) {
         const kiln_kv_block blk = kiln_kv_block_at(sp, b0, t1, 16, fp8f);
-        if (sp->prefetch) kiln_kv_prefetch_block(sp, b0 + 32, t1, 16); /* 32 positions ahead (kv_isa.h) */
+        const kiln_kv_block fut = kiln_kv_future_block(sp, b0 + 32, t1, 16); /* 32 positions ahead, a few rows at a time (kv_isa.h) */
         const int nb = blk.n;
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;
@@ -135,6 +135,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         int j = 0;
         for (; j + 2 <= nb; j += 2) {
             const uint8_t *kr0 = kp + (size_t)j * sp->row_k, *kr1 = kr0 + sp->row_k;
+            kiln_kv_prefetch_rows(sp, &fut, j, 2);
             __m512 acc0[KV_MAX_ROWS], acc1[KV_MAX_ROWS];
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
@@ -168,6 +169,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         }
         for (; j < nb; j++) {
             const uint8_t *kr = kp + (size_t)j * sp->row_k;
+            kiln_kv_prefetch_rows(sp, &fut, j, 1);
             __m512 acc[KV_MAX_ROWS];
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
@@ -191,7 +193,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++)
             for (int j = nb; j < 16; j++) _mm512_store_ps(tmp[r] + 16 * j, _mm512_setzero_ps());
-        if (sp->hsum) kiln_kv_hash_block(sp, b0, nb, kp, 0, mlh); /* integrity: K, still in L1 (kv_isa.h) */
+        kiln_kv_prefetch_rows(sp, &fut, nb, fut.n - nb); /* a future block longer than this one */
         /* online softmax */
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++) {
@@ -222,7 +224,10 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(rw->acc[r] + 16 * c, m, a[r]);
         }
-        if (sp->hsum) kiln_kv_hash_block(sp, b0, nb, vp, 1, mlh); /* integrity: V, still in L1 (kv_isa.h) */
+        if (sp->hsum) { /* integrity: V then K, both still in L1 (kv_isa.h) */
+            kiln_kv_hash_block(sp, b0, nb, vp, 1, mlh);
+            kiln_kv_hash_block(sp, b0, nb, kp, 0, mlh);
+        }
         b0 += nb;
     }
 }

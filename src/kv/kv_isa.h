@@ -30,7 +30,7 @@ typedef struct kiln_kv_span {
     /* Pre-RoPE K smoothing (NULL otherwise): cs + t × k_dim is the cos/sin row of position t
      * (kv.h), and each score of row r gets + Σ_d qc[r][d] × cs[t][d] (already in softmax units). */
     const float *rope_cs;
-    /* 1: the SIMD kernels prefetch the block two ahead (kiln_kv_prefetch_block); 0 when the pages
+    /* 1: the SIMD kernels prefetch the blocks ahead (kiln_kv_prefetch_rows); 0 when the pages
      * were just read by the integrity pass (kv/integrity.h), which leaves them in cache: prefetching
      * again only costs instructions (BF16, 16,384 tokens: attention 18.6 → 23 ms per step). */
     int prefetch;
@@ -94,6 +94,28 @@ static inline int kiln_kv_prefetch_block(const kiln_kv_span *sp, int b, int t1, 
     return nb.n; /* positions prefetched */
 }
 
+/* The kernels' prefetch while they compute a block: the block `ahead` positions further on
+ * (kiln_kv_future_block; n = 0 when there is none or the span does not prefetch) is requested a few
+ * rows at a time from inside the loop over the current block's keys (kiln_kv_prefetch_rows), not
+ * all at once at the block's start: a burst of 128 line requests (a BF16 block of 16 rows of 128:
+ * 4 KB of K and 4 KB of V) fills the core's outstanding-miss slots and the demand loads queue behind
+ * it. Measured (the kernel alone, 1 thread, 16 layers × 8 KV heads × 4,000 positions, 3 query
+ * rows, pages scattered, AVX-512, Zen 5; ns per position and KV head, integrity off / on): BF16
+ * 64-67 / 78-81 → 28-29 / 39, FP8 35-37 / 40 → 26-27 / 30.6 (everything in cache: 25 / 24). */
+static inline kiln_kv_block kiln_kv_future_block(const kiln_kv_span *sp, int b, int t1, int max_block) {
+    kiln_kv_block f = {0};
+    if (sp->prefetch && b < t1) f = kiln_kv_block_at(sp, b, t1, max_block, 1.0f);
+    return f;
+}
+static inline void kiln_kv_prefetch_rows(const kiln_kv_span *sp, const kiln_kv_block *f, int j, int n) {
+    if (j >= f->n || n <= 0) return;
+    if (n > f->n - j) n = f->n - j;
+    const uint8_t *k = f->k + (size_t)j * sp->row_k, *v = f->v + (size_t)j * sp->row_v;
+    for (size_t o = 0; o < (size_t)n * sp->row_k; o += 64) __builtin_prefetch(k + o, 0, 3);
+    if (f->v != f->k)
+        for (size_t o = 0; o < (size_t)n * sp->row_v; o += 64) __builtin_prefetch(v + o, 0, 3);
+}
+
 /* Prefetch of the span's first `ahead` positions at kernel entry: the in-loop prefetch runs that far
  * ahead of the block being computed, so without this the first blocks' reads wait on memory — all
  * of them at short contexts (a 48-token decode step has three 16-position blocks per head).
@@ -109,10 +131,13 @@ static inline void kiln_kv_prefetch_head(const kiln_kv_span *sp, int t0, int t1,
 typedef void (*kiln_kv_attend_fn)(const kiln_kv_span *sp, kiln_kv_rows *rows, int t0, int t1);
 
 /* The fused hash of a block's K (is_v 0) or V (is_v 1) rows — n rows at d, the block at b0 — with
- * the ISA's mlh: called by every kernel when sp->hsum is set, K right after the scores were
- * computed from it and V right after the values were accumulated, while each is still in L1 (a
- * BF16 block of 16 rows of 128 is 4 KB of K and 4 KB of V; hashing K after the V pass found it
- * evicted: decode at 4,000 tokens +16% instead of the FP8 pool's +3%). */
+ * the ISA's mlh: called by every kernel when sp->hsum is set, at the end of the block, after the
+ * values were accumulated, V then K, while both are still in L1 (a BF16 block of 16 rows of 128 is
+ * 4 KB of K and 4 KB of V). Hashing K right after the scores, between the score pass and the
+ * softmax, cost more once the next block's rows were prefetched from inside the key loop (the
+ * kernel alone, BF16, 4,000 positions: hashing on 54-56 ns per position and KV head with K hashed
+ * there, 39-40 with K hashed last; off 28-29). (Before that prefetch, the opposite held: a K block
+ * hashed after the V pass was found evicted.) */
 static inline void kiln_kv_hash_block(const kiln_kv_span *sp, int b0, int n, const uint8_t *d, int is_v,
                                       uint64_t (*mlh)(const uint8_t *, size_t, const uint32_t *)) {
     if (is_v && !sp->hash_v) return;
