@@ -41,6 +41,7 @@ int cmd_bench(int argc, char **argv);         /* tools/cmd_bench.c: weights / KV
 int cmd_bench_integrity(int argc, char **argv); /* tools/cmd_integrity.c (bench --integrity) */
 int cmd_bench_server(int argc, char **argv);  /* tools/cmd_serve.c (bench --server) */
 int cmd_bench_tokenizer(int argc, char **argv); /* tools/cmd_tokenize.c (bench --tokenizer) */
+int cmd_bench_attention(int argc, char **argv); /* tools/cmd_bench.c (bench --attention: the attention kernels alone) */
 int cmd_bench_gemv(int argc, char **argv);      /* tools/cmd_bench.c (bench --gemv: one format's GEMV streaming rate) */
 int cmd_bench_batch(int argc, char **argv);     /* tools/cmd_bench.c (bench --batch: aggregate batched decode) */
 int cmd_bench_spec(int argc, char **argv);      /* tools/cmd_bench_spec.c (bench --spec: speculative decoding vs off) */

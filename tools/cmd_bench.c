@@ -417,6 +417,79 @@ int cmd_bench_gemv(int argc, char **argv) {
     return rc;
 }
 
+/* `kiln bench --attention [--kv-dtype bf16,fp8] [--ctx 4000] [--layers 16] [--kv-heads 8] [--head-dim
+ * 128] [--rows 3] [--rounds 7] [--isa ...] [--json]`: the attention kernels alone on one thread
+ * (kiln_attend_bench), over a cold synthetic KV of the 1.7B shape's geometry by default (16 layers,
+ * 8 KV heads of 128, 3 query heads each), hashing off and on alternated round by round: ns per
+ * position and KV head (median and quartiles), and the hash's cost per round. What it answers:
+ * how fast the kernels walk a long context, and what the fused integrity hash adds to them, without
+ * the weights' share of a decode step (docs/BENCHMARKS.md, "The attention kernels' prefetch"). */
+int cmd_bench_attention(int argc, char **argv) {
+    args_t a = {argc, argv, 0, "bench", 0};
+    kiln_options o;
+    kiln_options_default(&o);
+    const char *dtypes = "bf16,fp8";
+    long ctx = 4000, layers = 16, kv_heads = 8, head_dim = 128, rows = 3, rounds = 7;
+    int json = 0;
+    for (a.i = 1; a.i < argc && !a.bad; a.i++) {
+        const char *k = argv[a.i];
+        if (strcmp(k, "--attention") == 0) continue;
+        if (strcmp(k, "--kv-dtype") == 0) dtypes = cli_value(&a);
+        else if (strcmp(k, "--ctx") == 0) cli_long(&a, k, cli_value(&a), 1, 1 << 20, &ctx);
+        else if (strcmp(k, "--layers") == 0) cli_long(&a, k, cli_value(&a), 1, 256, &layers);
+        else if (strcmp(k, "--kv-heads") == 0) cli_long(&a, k, cli_value(&a), 1, 256, &kv_heads);
+        else if (strcmp(k, "--head-dim") == 0) cli_long(&a, k, cli_value(&a), 8, 256, &head_dim);
+        else if (strcmp(k, "--rows") == 0) cli_long(&a, k, cli_value(&a), 1, 8, &rows);
+        else if (strcmp(k, "--rounds") == 0) cli_long(&a, k, cli_value(&a), 1, 1000, &rounds);
+        else if (strcmp(k, "--json") == 0) json = 1;
+        else if (cli_common_option(&a, &o)) continue;
+        else { fprintf(stderr, "kiln bench: error: --attention: unknown option or argument '%s'\n", k); return 2; }
+    }
+    if (a.bad || !dtypes) return 2;
+    if (head_dim % 8) return cli_fail_msg("bench", "--attention: --head-dim must be a multiple of 8");
+    double *off = malloc((size_t)rounds * sizeof *off), *on = malloc((size_t)rounds * sizeof *on), *cost = malloc((size_t)rounds * sizeof *cost);
+    int rc = off && on && cost ? 0 : cli_fail_msg("bench", "--attention: out of memory");
+    if (!rc && !json) {
+        printf("kiln bench --attention: 1 thread, %ld layers x %ld KV heads x %ld positions, head dim %ld, %ld query rows per call, pages shuffled, "
+               "caches flushed before each pass, %ld rounds (hashing off then on)\n",
+               layers, kv_heads, ctx, head_dim, rows, rounds);
+        printf("| KV | hashing off: ns per position and KV head, median (p25-p75) | hashing on | hash cost per round, median (p25-p75) |\n|---|---|---|---|\n");
+    }
+    char list[64];
+    if (!rc && strlen(dtypes) >= sizeof list) rc = cli_fail_msg("bench", "--attention: --kv-dtype list too long");
+    if (!rc) strcpy(list, dtypes);
+    for (char *save = NULL, *t = rc ? NULL : strtok_r(list, ",", &save); t && !rc; t = strtok_r(NULL, ",", &save)) {
+        const kiln_kv_dtype dt = strcmp(t, "bf16") == 0 ? KILN_KV_BF16 : strcmp(t, "fp8") == 0 ? KILN_KV_FP8 : strcmp(t, "f32") == 0 ? KILN_KV_F32 : KILN_KV_AUTO;
+        if (dt == KILN_KV_AUTO) {
+            fprintf(stderr, "kiln bench: error: --attention: --kv-dtype '%s' is not one of f32, bf16, fp8\n", t);
+            rc = 2;
+            break;
+        }
+        kiln_status st = kiln_attend_bench(o.isa, dt, (int)layers, (int)kv_heads, (int)head_dim, (int)ctx, (int)rows, (int)rounds, off, on);
+        if (st != KILN_OK) {
+            fprintf(stderr, "kiln bench: error: --attention: %s\n", kiln_last_error());
+            rc = 1;
+            break;
+        }
+        for (long r = 0; r < rounds; r++) cost[r] = off[r] > 0 ? on[r] / off[r] - 1.0 : 0.0;
+        double qo[3], qn[3], qc[3];
+        cli_quartiles(off, rounds, qo);
+        cli_quartiles(on, rounds, qn);
+        cli_quartiles(cost, rounds, qc);
+        if (json)
+            printf("{\"kv\": \"%s\", \"ctx\": %ld, \"off_ns\": %.3f, \"off_p25\": %.3f, \"off_p75\": %.3f, \"on_ns\": %.3f, \"on_p25\": %.3f, "
+                   "\"on_p75\": %.3f, \"cost\": %.4f, \"cost_p25\": %.4f, \"cost_p75\": %.4f}\n",
+                   t, ctx, qo[1], qo[0], qo[2], qn[1], qn[0], qn[2], qc[1], qc[0], qc[2]);
+        else
+            printf("| %s | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %+.1f%% (%+.1f%% to %+.1f%%) |\n", t, qo[1], qo[0], qo[2], qn[1], qn[0], qn[2],
+                   100 * qc[1], 100 * qc[0], 100 * qc[2]);
+    }
+    free(off);
+    free(on);
+    free(cost);
+    return rc;
+}
+
 /* `kiln bench MODEL --batch 1,4,16,32 [--weights fp8|int4|...|native] [--ctx 128] [--decode 16]
  * [--repeat R (3)] [--threads N] [--json]`: aggregate decode tokens/s of B sequences stepped
  * together (the server's batched decode: one weight read per step for all B tokens), each B the best

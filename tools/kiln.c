@@ -326,6 +326,7 @@ static int usage(void) {
             "  quantize IN OUT --weights fp8|int4 [--group 32|128] [--scope all|mlp|experts]\n"
             "  bench MODEL [--weights ...] [--integrity | --server | --tokenizer] [--json]\n"
             "  bench --gemv [--weights fp8,int4] [--shape 5632x2048,...] [--tokens 1,2,4] [--rounds N] [--mb N] [--json]\n"
+            "  bench --attention [--kv-dtype bf16,fp8] [--ctx 4000] [--layers 16] [--kv-heads 8] [--head-dim 128] [--rows 3] [--rounds 7] [--isa ...] [--json]\n"
             "  bench MODEL --batch 1,4,16,32 [--weights ...] [--ctx 128] [--decode 16] [--json]\n"
             "  bench MODEL --spec off,ngram,oracle,wrong[,mtp] [--spec-k 1,2,4] [--weights ...] [-p TEXT | --prompt N] [--gen N] [--repeat R] [--json]\n"
             "  calibrate MODEL --data FILE\n"
@@ -374,6 +375,7 @@ int main(int argc, char **argv) {
         if (has_flag(n, v, "--server")) return cmd_bench_server(n, v);
         if (has_flag(n, v, "--tokenizer")) return cmd_bench_tokenizer(n, v);
         if (has_flag(n, v, "--gemv")) return cmd_bench_gemv(n, v); /* tools/cmd_bench.c */
+        if (has_flag(n, v, "--attention")) return cmd_bench_attention(n, v); /* tools/cmd_bench.c */
         if (has_flag(n, v, "--batch")) return cmd_bench_batch(n, v); /* tools/cmd_bench.c */
         if (has_flag(n, v, "--spec")) return cmd_bench_spec(n, v);   /* tools/cmd_bench_spec.c */
         return cmd_bench(n, v);

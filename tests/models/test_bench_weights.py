@@ -68,6 +68,26 @@ def bench_gemv():
         assert p.returncode != 0 and all(n in p.stderr for n in names), (args, p.returncode, p.stderr)
 
 
+def bench_attention():
+    """kiln bench --attention: one JSON object per KV dtype, in the order asked, with positive times
+    ordered as quartiles and the cost the on / off ratio of rounds; every ISA the CPU has runs; bad
+    values are refused naming the option and the value."""
+    isas = ["scalar"] + [i for i, flag in (("avx2", "avx2"), ("avx512", "avx512f")) if flag in open("/proc/cpuinfo").read().split()]
+    for isa in isas:
+        out = run("bench", "--attention", "--kv-dtype", "fp8,bf16,f32", "--ctx", "100", "--layers", "2", "--kv-heads", "2", "--head-dim", "64",
+                  "--rows", "3", "--rounds", "3", "--isa", isa, "--json").stdout
+        rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+        assert [r["kv"] for r in rows] == ["fp8", "bf16", "f32"], (isa, out)
+        for r in rows:
+            assert r["ctx"] == 100, r
+            assert 0 < r["off_p25"] <= r["off_ns"] <= r["off_p75"] and 0 < r["on_p25"] <= r["on_ns"] <= r["on_p75"], (isa, r)
+            assert r["cost_p25"] <= r["cost"] <= r["cost_p75"] and r["cost"] > -1, (isa, r)
+    for args, names in ((["--kv-dtype", "int8"], ["--kv-dtype", "int8"]), (["--head-dim", "12"], ["--head-dim"]), (["--rows", "9"], ["--rows", "9"]),
+                        (["--ctx", "0"], ["--ctx", "0"])):
+        p = subprocess.run([KILN, "bench", "--attention", "--rounds", "1", *args], capture_output=True, text=True)
+        assert p.returncode != 0 and all(n in p.stderr for n in names), (args, p.returncode, p.stderr)
+
+
 def main():
     t = tempfile.mkdtemp()
     try:
@@ -94,6 +114,7 @@ def main():
             assert r["vs_first_paired_median"] > 0, r
         assert rows[0]["vs_first"] == 1.0 and rows[0]["vs_first_paired_median"] == 1.0, rows[0]
         bench_gemv()
+        bench_attention()
         print("ok")
     finally:
         shutil.rmtree(t, ignore_errors=True)
