@@ -210,19 +210,41 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             rw->m[r] = mx;
             _mm512_store_ps(pb[r], _mm512_mul_ps(e, _mm512_set1_ps(vm)));
         }
-        /* PV */
-        for (int c = 0; c < nvc; c++) {
-            __mmask16 m = c == nvc - 1 ? vlast : 0xFFFF;
-            __m512 a[KV_MAX_ROWS];
-            _Pragma("GCC unroll 8")
-            for (int r = 0; r < R; r++) a[r] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, rw->acc[r] + 16 * c), _mm512_set1_ps(corr[r]));
-            for (int j = 0; j < nb; j++) {
-                __m512 v = deq16(vp + (size_t)j * sp->row_v + (size_t)c * 16 * es, m, DT);
+        /* PV, G value chunks of 16 at a time: each row's probability of a position is broadcast once
+         * for G chunks instead of once per chunk (this loop is bound by its loads — a broadcast per
+         * row and chunk matched the FMAs one for one — not by its FMAs); R × G ≤ 16 accumulators.
+         * The same FMAs in the same order per output value: bit-identical results. */
+        const int G = R <= 4 ? 4 : 2;
+        for (int c0 = 0; c0 < nvc; c0 += G) {
+            const int ng = nvc - c0 < G ? nvc - c0 : G;
+            __mmask16 mg[4];
+            __m512 a[KV_MAX_ROWS][4];
+            _Pragma("GCC unroll 4")
+            for (int g = 0; g < G; g++) {
+                mg[g] = c0 + g == nvc - 1 ? vlast : 0xFFFF;
                 _Pragma("GCC unroll 8")
-                for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(pb[r][j]), v, a[r]);
+                for (int r = 0; r < R; r++)
+                    a[r][g] = g < ng ? _mm512_mul_ps(_mm512_maskz_loadu_ps(mg[g], rw->acc[r] + 16 * (c0 + g)), _mm512_set1_ps(corr[r])) : _mm512_setzero_ps();
             }
-            _Pragma("GCC unroll 8")
-            for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(rw->acc[r] + 16 * c, m, a[r]);
+            for (int j = 0; j < nb; j++) {
+                const uint8_t *vr = vp + (size_t)j * sp->row_v + (size_t)c0 * 16 * es;
+                __m512 pr[KV_MAX_ROWS];
+                _Pragma("GCC unroll 8")
+                for (int r = 0; r < R; r++) pr[r] = _mm512_set1_ps(pb[r][j]);
+                _Pragma("GCC unroll 4")
+                for (int g = 0; g < G; g++) {
+                    if (g >= ng) break;
+                    __m512 v = deq16(vr + (size_t)g * 16 * es, mg[g], DT);
+                    _Pragma("GCC unroll 8")
+                    for (int r = 0; r < R; r++) a[r][g] = _mm512_fmadd_ps(pr[r], v, a[r][g]);
+                }
+            }
+            _Pragma("GCC unroll 4")
+            for (int g = 0; g < G; g++) {
+                if (g >= ng) break;
+                _Pragma("GCC unroll 8")
+                for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(rw->acc[r] + 16 * (c0 + g), mg[g], a[r][g]);
+            }
         }
         if (sp->hsum) { /* integrity: V then K, both still in L1 (kv_isa.h) */
             kiln_kv_hash_block(sp, b0, nb, vp, 1, mlh);
