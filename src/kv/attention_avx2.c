@@ -111,7 +111,33 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         const int nb = blk.n;
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;
-        for (int j = 0; j < nb; j++) {
+        int j0 = 0;
+        /* QK two key rows at a time where the row is whole 8-value chunks (no pre-RoPE term): each
+         * chunk of a query row is loaded once for both (the loads of q bound this loop, as in the
+         * AVX-512 kernel); per position the same FMAs in the same order as the one-row loop below */
+        if (!PR && !ktail)
+            for (; j0 + 2 <= nb; j0 += 2) {
+                const uint8_t *kr0 = kp + (size_t)j0 * sp->row_k, *kr1 = kr0 + sp->row_k;
+                kiln_kv_prefetch_rows(sp, &fut, j0, 2);
+                __m256 acc0[KV_MAX_ROWS], acc1[KV_MAX_ROWS];
+                _Pragma("GCC unroll 8")
+                for (int r = 0; r < R; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+                for (int c = 0; c < kfull; c++) {
+                    __m256 k0 = deq8(kr0 + (size_t)c * 8 * es, DT), k1 = deq8(kr1 + (size_t)c * 8 * es, DT);
+                    _Pragma("GCC unroll 8")
+                    for (int r = 0; r < R; r++) {
+                        __m256 q = _mm256_loadu_ps(rw->q[r] + 8 * c);
+                        acc0[r] = _mm256_fmadd_ps(q, k0, acc0[r]);
+                        acc1[r] = _mm256_fmadd_ps(q, k1, acc1[r]);
+                    }
+                }
+                _Pragma("GCC unroll 8")
+                for (int r = 0; r < R; r++) {
+                    _mm256_store_ps(tmp[r] + 8 * j0, acc0[r]);
+                    _mm256_store_ps(tmp[r] + 8 * (j0 + 1), acc1[r]);
+                }
+            }
+        for (int j = j0; j < nb; j++) {
             const uint8_t *kr = kp + (size_t)j * sp->row_k;
             kiln_kv_prefetch_rows(sp, &fut, j, 1);
             __m256 acc[KV_MAX_ROWS];
