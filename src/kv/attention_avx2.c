@@ -186,7 +186,35 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             rw->m[r] = mx;
             _mm256_store_ps(pb[r], _mm256_mul_ps(e, _mm256_set1_ps(vm)));
         }
-        for (int c = 0; c < vfull; c++) {
+        int c = 0;
+        /* two 8-value chunks at a time for up to 4 rows (8 accumulators of the 16 registers): each
+         * row's probability broadcast once for both (as the AVX-512 kernel's value pass); per value
+         * the same FMAs in the same order as the one-chunk loop below */
+        if (R <= 4)
+            for (; c + 2 <= vfull; c += 2) {
+                __m256 a0[KV_MAX_ROWS], a1[KV_MAX_ROWS];
+                _Pragma("GCC unroll 8")
+                for (int r = 0; r < R; r++) {
+                    a0[r] = _mm256_mul_ps(_mm256_loadu_ps(rw->acc[r] + 8 * c), _mm256_set1_ps(corr[r]));
+                    a1[r] = _mm256_mul_ps(_mm256_loadu_ps(rw->acc[r] + 8 * (c + 1)), _mm256_set1_ps(corr[r]));
+                }
+                for (int j = 0; j < nb; j++) {
+                    const uint8_t *vr = vp + (size_t)j * sp->row_v + (size_t)c * 8 * es;
+                    __m256 v0 = deq8(vr, DT), v1 = deq8(vr + 8 * es, DT);
+                    _Pragma("GCC unroll 8")
+                    for (int r = 0; r < R; r++) {
+                        __m256 pr = _mm256_set1_ps(pb[r][j]);
+                        a0[r] = _mm256_fmadd_ps(pr, v0, a0[r]);
+                        a1[r] = _mm256_fmadd_ps(pr, v1, a1[r]);
+                    }
+                }
+                _Pragma("GCC unroll 8")
+                for (int r = 0; r < R; r++) {
+                    _mm256_storeu_ps(rw->acc[r] + 8 * c, a0[r]);
+                    _mm256_storeu_ps(rw->acc[r] + 8 * (c + 1), a1[r]);
+                }
+            }
+        for (; c < vfull; c++) {
             __m256 a[KV_MAX_ROWS];
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) a[r] = _mm256_mul_ps(_mm256_loadu_ps(rw->acc[r] + 8 * c), _mm256_set1_ps(corr[r]));
