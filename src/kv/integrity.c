@@ -1064,6 +1064,21 @@ static int check_fused(kiln_kv_integ *g, const kiln_kv_pool *p, const kiln_kv_se
     return 0;
 }
 
+/* The fast comparison of a whole slice read in one step, outside a multi-chunk call, with static or
+ * no scales (no per-page parameter enters the unit seeds): the seeds' page-independent part once per
+ * (layer, KV head) — fast_seeds — then both of a page's seals compared inline — fast_pair_ok; a
+ * page that does not compare equal goes through check_fused, which diagnoses it. */
+typedef struct { int on; uint64_t uadd[2]; size_t bytes_row; } fast_seeds;
+static fast_seeds fast_seeds_for(const kiln_kv_integ *g, const kiln_kv_pool *p, int layer, int kvh) {
+    fast_seeds f = {!g->call_key && !p->dscale, {0, 0}, kiln_kv_row_k_at(p, layer) + (g->nk > 1 ? p->row_v : 0)};
+    for (int kind = 0; f.on && kind < g->nk; kind++) f.uadd[kind] = unit_seed(g, 0, layer, kind, kvh, param_bits(p, layer, 0, kind, kvh));
+    return f;
+}
+static inline int fast_pair_ok(const kiln_kv_integ *g, const fast_seeds *f, int32_t pg, int layer, int kvh, uint64_t base, const uint64_t *h2) {
+    const uint64_t *sl = &g->seal[uidx(g, pg, layer, 0, kvh)], b1 = base * 0x9e3779b97f4a7c15ull;
+    return (h2[0] ^ (b1 + f->uadd[0])) == sl[0] && (g->nk == 1 || (h2[1] ^ (b1 + f->uadd[1])) == sl[1]);
+}
+
 #define FUSED_RUN_SLOTS 256 /* pages per kernel call of the fused walk (their sums live on the stack: 4 KB) */
 #define FUSED_MAX_BAD 64   /* failed pages remembered for the re-run without them */
 
@@ -1083,12 +1098,7 @@ static int attend_fused(const kiln_kv_pool *p, kiln_kv_integ *g, int layer, cons
     hsp.prefetch = 1;
     uint64_t hs[2 * FUSED_RUN_SLOTS];
     int bad[FUSED_MAX_BAD], n_bad = 0, all_good = 1;
-    /* the unit seeds' page-independent part (unit_seed), when no per-page scale enters them */
-    const int fast = !g->call_key && !p->dscale;
-    uint64_t uadd[2] = {0, 0};
-    for (int kind = 0; fast && kind < g->nk; kind++)
-        uadd[kind] = unit_seed(g, 0, layer, kind, kvh, param_bits(p, layer, 0, kind, kvh));
-    const size_t unit_bytes_row = kiln_kv_row_k_at(p, layer) + (g->nk > 1 ? p->row_v : 0);
+    const fast_seeds fs = fast_seeds_for(g, p, layer, kvh);
     if (g->call_key && b < t1) {
         /* inside a multi-chunk call: the leading pages whose slices were verified earlier in the call
          * (tags) are read without hashing — later chunks of a long prompt re-read the whole prefix,
@@ -1147,16 +1157,10 @@ static int attend_fused(const kiln_kv_pool *p, kiln_kv_integ *g, int layer, cons
             uint64_t base = n_rows == pt && slot < si->n_base ? si->base[slot]
                                                               : base_seed(g, prefix_of(si, slot, n_rows, pt), slot, n_rows, rec_epoch(p, s, si, slot));
             const uint64_t *h2 = hs + 2 * (size_t)(slot - slot0);
-            /* fast path (a whole page read in one step, outside a multi-chunk call, static or no
-             * scales): both seals compared inline; anything else goes through check_fused */
-            if (fast && ra == 0 && rb == n_rows) {
-                const uint64_t *sl = &g->seal[uidx(g, pg, layer, 0, kvh)];
-                const uint64_t b1 = base * 0x9e3779b97f4a7c15ull;
+            if (fs.on && ra == 0 && rb == n_rows && fast_pair_ok(g, &fs, pg, layer, kvh, base, h2)) {
                 *checks += (uint64_t)g->nk;
-                *bytes += (size_t)n_rows * unit_bytes_row;
-                if ((h2[0] ^ (b1 + uadd[0])) == sl[0] && (g->nk == 1 || (h2[1] ^ (b1 + uadd[1])) == sl[1])) continue;
-                *checks -= (uint64_t)g->nk;
-                *bytes -= (size_t)n_rows * unit_bytes_row;
+                *bytes += (size_t)n_rows * fs.bytes_row;
+                continue;
             }
             int good = check_fused(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, h2[0], ra, rb, checks, bytes, g->gen_key);
             if (g->nk > 1) good &= check_fused(g, p, s, slot, pg, layer, 1, kvh, n_rows, base, h2[1], ra, rb, checks, bytes, g->gen_key);
@@ -1294,12 +1298,7 @@ int kiln_kv_integ_check_sums(const kiln_kv_pool *p, const kiln_kv_integ_call *ca
     const int pt = g->pt;
     uint64_t checks = 0, bytes = 0, c_start = tsc();
     int all_good = 1;
-    /* the fast path of attend_fused (whole pages, outside a multi-chunk call, static or no scales):
-     * the unit seeds' page-independent part once, both seals compared inline */
-    const int fast = !g->call_key && !p->dscale;
-    uint64_t uadd[2] = {0, 0};
-    for (int kind = 0; fast && kind < g->nk; kind++) uadd[kind] = unit_seed(g, 0, layer, kind, kvh, param_bits(p, layer, 0, kind, kvh));
-    const size_t unit_bytes_row = kiln_kv_row_k_at(p, layer) + (g->nk > 1 ? p->row_v : 0);
+    const fast_seeds fs = fast_seeds_for(g, p, layer, kvh); /* as attend_fused: every slice here is read whole */
     const int n_slots = (t1 + pt - 1) / pt;
     /* the seals of a head's pages lie one line per page, in page order: scattered pages and, after a
      * step's weight stream, cold — loaded SEAL_AHEAD slots ahead of their comparison */
@@ -1320,17 +1319,13 @@ int kiln_kv_integ_check_sums(const kiln_kv_pool *p, const kiln_kv_integ_call *ca
         const uint64_t base = n_rows == pt && slot < si->n_base ? si->base[slot]
                                                                 : base_seed(g, prefix_of(si, slot, n_rows, pt), slot, n_rows, rec_epoch(p, s, si, slot));
         const uint64_t *h2 = sums + stride * (size_t)slot;
-        if (fast) {
-            const uint64_t *sl = &g->seal[uidx(g, pg, layer, 0, kvh)], b1 = base * 0x9e3779b97f4a7c15ull;
-            if ((h2[0] ^ (b1 + uadd[0])) == sl[0] && (g->nk == 1 || (h2[1] ^ (b1 + uadd[1])) == sl[1])) {
-                checks += (uint64_t)g->nk;
-                bytes += (size_t)n_rows * unit_bytes_row;
-                continue;
-            }
+        if (fs.on && fast_pair_ok(g, &fs, pg, layer, kvh, base, h2)) {
+            checks += (uint64_t)g->nk;
+            bytes += (size_t)n_rows * fs.bytes_row;
+            continue;
         }
-        int good = check_fused(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, sums[stride * (size_t)slot], 0, n_rows, &checks, &bytes, call->gen_key);
-        if (g->nk > 1)
-            good &= check_fused(g, p, s, slot, pg, layer, 1, kvh, n_rows, base, sums[stride * (size_t)slot + 1], 0, n_rows, &checks, &bytes, call->gen_key);
+        int good = check_fused(g, p, s, slot, pg, layer, 0, kvh, n_rows, base, h2[0], 0, n_rows, &checks, &bytes, call->gen_key);
+        if (g->nk > 1) good &= check_fused(g, p, s, slot, pg, layer, 1, kvh, n_rows, base, h2[1], 0, n_rows, &checks, &bytes, call->gen_key);
         all_good &= good;
     }
     if (g->n_undetected) note_use(g, s, layer, kvh, 0, t1);

@@ -207,18 +207,20 @@ static int record_attend(vk_state *s, const kiln_kv_pool *p, int layer, int n, k
 typedef struct {
     const att_check *checks;
     const int32_t (*task)[2]; /* [check, token] of each owner token */
-    int H;                    /* KV heads (every pool of a step has the same: tasks are per pool anyway) */
+    int H;                    /* the most KV heads of the checks' pools: task t is (t / H, head t % H) */
 } check_job;
+
+/* Token i's sequence (an owner: hbase[i] ≥ 0), KV head h of check c: slot sl's [K, V] sums at
+ * hs[hbase + (sl·H + h)·2]. */
+static void check_head(const att_check *c, int i, int h) {
+    const int H = c->p->cfg.n_kv_heads;
+    if (h < H) kiln_kv_integ_check_sums(c->p, &c->call, c->layer, c->seq[i], h, c->pos[i] + 1, c->ah.hs + c->ah.hbase[i] + 2 * (size_t)h, 2 * (size_t)H);
+}
 
 static void check_one(void *arg, int64_t t) {
     const check_job *j = arg;
     const int64_t pair = t / j->H;
-    const int h = (int)(t % j->H);
-    const att_check *c = &j->checks[j->task[pair][0]];
-    const int i = j->task[pair][1], H = c->p->cfg.n_kv_heads;
-    if (h >= H) return;
-    /* slot sl's [K, V] sums of KV head h at hs[hbase + (sl·H + h)·2] */
-    kiln_kv_integ_check_sums(c->p, &c->call, c->layer, c->seq[i], h, c->pos[i] + 1, c->ah.hs + c->ah.hbase[i] + 2 * (size_t)h, 2 * (size_t)H);
+    check_head(&j->checks[j->task[pair][0]], j->task[pair][1], (int)(t % j->H));
 }
 
 void vkb_check_all(const att_check *checks, int n_checks, int threads) {
@@ -232,11 +234,7 @@ void vkb_check_all(const att_check *checks, int n_checks, int threads) {
     if (!task) { /* no memory for the task list: the same comparisons on this thread */
         for (int k = 0; k < n_checks; k++)
             for (int i = 0; i < checks[k].n; i++)
-                for (int h = 0; checks[k].ah.hbase[i] >= 0 && h < checks[k].p->cfg.n_kv_heads; h++) {
-                    const att_check *c = &checks[k];
-                    kiln_kv_integ_check_sums(c->p, &c->call, c->layer, c->seq[i], h, c->pos[i] + 1, c->ah.hs + c->ah.hbase[i] + 2 * (size_t)h,
-                                             2 * (size_t)c->p->cfg.n_kv_heads);
-                }
+                for (int h = 0; checks[k].ah.hbase[i] >= 0 && h < H; h++) check_head(&checks[k], i, h);
         return;
     }
     size_t m = 0;
