@@ -446,7 +446,10 @@ int cmd_bench_attention(int argc, char **argv) {
         else { fprintf(stderr, "kiln bench: error: --attention: unknown option or argument '%s'\n", k); return 2; }
     }
     if (a.bad || !dtypes) return 2;
-    if (head_dim % 8) return cli_fail_msg("bench", "--attention: --head-dim must be a multiple of 8");
+    if (head_dim % 8) {
+        fprintf(stderr, "kiln bench: error: --attention: --head-dim %ld is not a multiple of 8\n", head_dim);
+        return 2;
+    }
     double *off = malloc((size_t)rounds * sizeof *off), *on = malloc((size_t)rounds * sizeof *on), *cost = malloc((size_t)rounds * sizeof *cost);
     int rc = off && on && cost ? 0 : cli_fail_msg("bench", "--attention: out of memory");
     if (!rc && !json) {

@@ -82,7 +82,7 @@ def bench_attention():
             assert r["ctx"] == 100, r
             assert 0 < r["off_p25"] <= r["off_ns"] <= r["off_p75"] and 0 < r["on_p25"] <= r["on_ns"] <= r["on_p75"], (isa, r)
             assert r["cost_p25"] <= r["cost"] <= r["cost_p75"] and r["cost"] > -1, (isa, r)
-    for args, names in ((["--kv-dtype", "int8"], ["--kv-dtype", "int8"]), (["--head-dim", "12"], ["--head-dim"]), (["--rows", "9"], ["--rows", "9"]),
+    for args, names in ((["--kv-dtype", "int8"], ["--kv-dtype", "int8"]), (["--head-dim", "12"], ["--head-dim 12", "multiple of 8"]), (["--rows", "9"], ["--rows", "9"]),
                         (["--ctx", "0"], ["--ctx", "0"])):
         p = subprocess.run([KILN, "bench", "--attention", "--rounds", "1", *args], capture_output=True, text=True)
         assert p.returncode != 0 and all(n in p.stderr for n in names), (args, p.returncode, p.stderr)
