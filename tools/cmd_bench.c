@@ -42,7 +42,9 @@ static void bench_close(bench_row *r) {
 /* The peak a prompt of these weights is set against: the integer formats (INT4 and every GGUF block
  * type: q8_0, q4_0, q4_1, q5_0, q5_1, q2_k .. q6_k, iq4_nl, iq4_xs) multiply int8 dots; BF16 and FP8
  * bf16 pair dots where the bf16 peak exists (the BF16-dot GEMM); f32 FMA otherwise. */
-static double row_peak(const char *weights, double f32, double int8, double bf16) {
+/* amx: the AMX tile peak where the 16-row interleave GEMM runs on tiles (Q8_0, Q4_0, INT4 group 32), else 0 */
+static double row_peak(const char *weights, double f32, double int8, double bf16, double amx) {
+    if (amx > 0 && (!strcmp(weights, "q8_0") || !strcmp(weights, "q4_0") || !strcmp(weights, "int4"))) return amx;
     if (!strncmp(weights, "int4", 4) || weights[0] == 'q' || !strncmp(weights, "iq4", 3)) return int8;
     if ((!strcmp(weights, "bf16") || !strcmp(weights, "fp8")) && bf16 > 0) return bf16;
     return f32;
@@ -237,7 +239,8 @@ int cmd_bench(int argc, char **argv) {
     /* The compute peaks of this run's ISA and threads (register-only loops): the prompt's achieved
      * GFLOP/s is set against the peak of the instruction its GEMM multiplies with. */
     const double pk_f32 = kiln_compute_peak_gops(0, o.isa, o.threads), pk_int8 = kiln_compute_peak_gops(1, o.isa, o.threads),
-                 pk_bf16 = o.fp8_gemv == 1 ? 0 : kiln_compute_peak_gops(2, o.isa, o.threads);
+                 pk_bf16 = o.fp8_gemv == 1 ? 0 : kiln_compute_peak_gops(2, o.isa, o.threads),
+                 pk_amx = on_device ? 0 : kiln_compute_peak_gops(3, o.isa, o.threads);
     if (!json) {
         if (on_device)
             printf("model %s, scope %s, prompt %ld tokens, decode %ld tokens (best of %ld windows), device vulkan:%d, measured device read "
@@ -247,12 +250,13 @@ int cmd_bench(int argc, char **argv) {
             printf("model %s, scope %s, prompt %ld tokens, decode %ld tokens (best of %ld windows), threads %d, measured read bandwidth %.1f GB/s "
                    "sustained over %.2f GB windows (1 GiB burst: %.1f GB/s)\n",
                    path, scope, n_prompt, n_gen, repeat, o.threads, best_bw, window / 1e9, best_burst);
-        printf("compute peaks measured now: f32 FMA %.0f GFLOP/s, int8 dot %.0f GOPS, bf16 dot %.0f GFLOP/s (0: not on this ISA or --fp8-gemv exact)\n",
-               pk_f32, pk_int8, pk_bf16);
+        printf("compute peaks measured now: f32 FMA %.0f GFLOP/s, int8 dot %.0f GOPS, bf16 dot %.0f GFLOP/s (0: not on this ISA or --fp8-gemv exact), "
+               "AMX int8 tiles %.0f GOPS (0: the GEMMs do not run on AMX here)\n",
+               pk_f32, pk_int8, pk_bf16, pk_amx);
         printf("prompt GFLOP/s (linear layers, 2 × multiply-accumulates per token × prompt tok/s) against the peak of the GEMM's instruction:");
         for (int i = 0; i < n; i++) {
             const bench_row *r = &rows[i];
-            const double g = 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9, pk = row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16);
+            const double g = 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9, pk = row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16, pk_amx);
             printf(" %s %.0f (%.0f%%)%s", r->weights, g, pk > 0 ? 100 * g / pk : 0.0, i + 1 < n ? "," : "\n");
         }
         printf("| weights | prompt tok/s | decode tok/s | weight MB/token | achieved GB/s | %% of measured | vs first | vs first, paired | linear layers only: steps/s, %% of measured |\n");
@@ -266,13 +270,13 @@ int cmd_bench(int argc, char **argv) {
                    "\"achieved_gbps\": %.3f, \"measured_gbps\": %.3f, \"roofline_fraction\": %.4f, \"layers_kept\": %d, "
                    "\"linear_only_tps\": %.3f, \"linear_only_roofline_fraction\": %.4f, \"burst_gbps\": %.3f, \"burst_roofline_fraction\": %.4f, "
                    "\"vs_first\": %.4f, \"vs_first_paired_median\": %.4f, \"prompt_gflops\": %.2f, \"prompt_peak_fraction\": %.4f, "
-                   "\"peak_f32_gflops\": %.1f, \"peak_int8_gops\": %.1f, \"peak_bf16_gflops\": %.1f}\n",
+                   "\"peak_f32_gflops\": %.1f, \"peak_int8_gops\": %.1f, \"peak_bf16_gflops\": %.1f, \"peak_amx_int8_gops\": %.1f}\n",
                    r->weights, r->prompt_tps, r->decode_tps, r->bytes_per_token, achieved, best_bw, achieved / best_bw, r->kept,
                    r->linear_tps, lin / best_bw, best_burst, achieved / best_burst, r->decode_tps / rows[0].decode_tps, r->paired,
                    2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9,
-                   row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16) > 0
-                       ? 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9 / row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16) : 0.0,
-                   pk_f32, pk_int8, pk_bf16);
+                   row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16, pk_amx) > 0
+                       ? 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9 / row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16, pk_amx) : 0.0,
+                   pk_f32, pk_int8, pk_bf16, pk_amx);
         else if (r->linear_tps > 0)
             printf("| %s | %.1f | %.2f | %.1f | %.2f | %.0f%% | %.2fx | %.2fx | %.2f, %.0f%% |\n", r->weights, r->prompt_tps, r->decode_tps,
                    r->bytes_per_token / 1e6, achieved, 100 * achieved / best_bw, r->decode_tps / rows[0].decode_tps, r->paired,

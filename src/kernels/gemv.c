@@ -27,8 +27,11 @@
 #include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* ---- ISA selection ------------------------------------------------------------------------------ */
 static kiln_isa current_isa = KILN_ISA_SCALAR;
@@ -110,6 +113,53 @@ int kiln_kernels_avx_vnni(int enable) {
     __atomic_store_n(&avx_vnni_enabled, enable != 0, __ATOMIC_RELAXED);
     return was;
 }
+
+/* AMX (gemv_isa.h). The CPU's word: CPUID.(7,0):EDX bits 24 (AMX-TILE) and 25 (AMX-INT8); the OS
+ * saving the tile state: XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA); and Linux (5.16 and later)
+ * granting this process the tile data on request, arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023,
+ * XFEATURE_XTILEDATA = 18) — without it a tile instruction faults. Any "no" leaves AMX off. */
+static int amx_hw_ok = 0;
+static int amx_mode = KILN_AMX_HW;
+static _Atomic uint64_t amx_blocks;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static int amx_env_emulate = 0, amx_env_said = 0;
+static void amx_probe(void) {
+    const char *e = getenv("KILN_AMX");
+    if (e && strcmp(e, "0") == 0) __atomic_store_n(&amx_mode, KILN_AMX_OFF, __ATOMIC_RELAXED);
+    /* the emulation end to end (tests/models/test_quantize_files.py: logits byte-identical to AMX off) */
+    if (e && strcmp(e, "emulate") == 0) __atomic_store_n(&amx_mode, KILN_AMX_EMULATED, __ATOMIC_RELAXED), amx_env_emulate = 1;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    if ((lo & (3u << 17)) != (3u << 17)) return;
+    if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return;
+    __atomic_store_n(&amx_hw_ok, 1, __ATOMIC_RELAXED);
+}
+int kiln_amx_available(void) {
+    pthread_once(&amx_once, amx_probe);
+    return __atomic_load_n(&amx_hw_ok, __ATOMIC_RELAXED);
+}
+int kiln_kernels_amx(int mode) {
+    pthread_once(&amx_once, amx_probe);
+    return __atomic_exchange_n(&amx_mode, mode, __ATOMIC_RELAXED);
+}
+kiln_q16_amx_fn kiln_q16_amx_kernel(void) {
+    pthread_once(&amx_once, amx_probe);
+    switch (__atomic_load_n(&amx_mode, __ATOMIC_RELAXED)) {
+    case KILN_AMX_HW: return __atomic_load_n(&amx_hw_ok, __ATOMIC_RELAXED) ? kiln_q16_amx_hw : NULL;
+    case KILN_AMX_EMULATED:
+        if (amx_env_emulate && !__atomic_exchange_n(&amx_env_said, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "kiln: KILN_AMX=emulate: the interleave GEMMs run on AMX tiles emulated in C (for tests; slow)\n");
+        return kiln_q16_amx_emu;
+    default: return NULL;
+    }
+}
+int kiln_amx_in_use(void) { return kiln_q16_amx_kernel() == kiln_q16_amx_hw; }
+void kiln_q16_amx_count(uint64_t blocks) { atomic_fetch_add_explicit(&amx_blocks, blocks, memory_order_relaxed); }
+uint64_t kiln_q16_amx_blocks(void) { return atomic_load_explicit(&amx_blocks, memory_order_relaxed); }
 
 static kiln_isa resolve_isa(kiln_isa want);
 kiln_isa kiln_kernels_select(kiln_isa want) {

@@ -245,7 +245,9 @@ void kiln_silu_mul(float *g, const float *u, int64_t n);
 int64_t kiln_argmax_f32(const float *x, int64_t n);
 
 /* Kinds of the compute peak micro-benchmark (kiln_compute_peak in kiln_test.h). */
-enum { KILN_PEAK_F32 = 0, KILN_PEAK_INT8 = 1, KILN_PEAK_BF16 = 2 };
+/* KILN_PEAK_AMX_INT8: AMX tdpbsud on tiles (0 unless the AVX-512 table runs the 16-row interleave
+ * GEMM on the CPU's tiles: gemv_isa.h kiln_kernels_amx). */
+enum { KILN_PEAK_F32 = 0, KILN_PEAK_INT8 = 1, KILN_PEAK_BF16 = 2, KILN_PEAK_AMX_INT8 = 3 };
 
 /* kiln_membw_open / _burst_gbps / _window_gbps / _close: kiln.h (the bench uses them). */
 #endif

@@ -1361,6 +1361,13 @@ AI void q16_group(int f, const kiln_weight *w, int64_t q, const uint8_t *xp, siz
     const int64_t nb = w->cols / 32;
     const uint16_t *sg = f == KILN_WF_INT4_GROUP ? (const uint16_t *)w->scales + (size_t)q * 16 * (size_t)nb : NULL;
     int t = 0;
+    /* AMX (kernels/q16_amx.h): each whole 16 tokens on tiles, the same bits as the tiles below */
+    const kiln_q16_amx_fn amx = n >= 16 ? kiln_q16_amx_kernel() : NULL;
+    if (amx) {
+        t = n & ~15;
+        amx(f, g, sg, nb, xp, xpb, t, Y, ldy);
+        kiln_q16_amx_count((uint64_t)(t / 16) * (uint64_t)nb);
+    }
     /* the group's first tile streams it from memory: prefetched as in the GEMV (the other tiles find
      * it in L1 / L2). Measured, `kiln bench bench-500m --batch 8,16,32 --weights int4 --ctx 128
      * --decode 16`, two alternated rounds: aggregate 362–387 / 479–508 / 583–692 tok/s with the GEMV

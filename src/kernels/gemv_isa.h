@@ -99,6 +99,33 @@ void kiln_kq_avxvnni_fill(kiln_ktable *t);
 void kiln_q16_avxvnni_fill(kiln_ktable *t);
 void kiln_gemv_q_rowmajor_avx2(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0, int64_t r1);
 
+/* AMX (issue 20): the Q8_0 / Q4_0 / INT4-g32 16-row interleave GEMM on tiles (kernels/q16_amx.h),
+ * taken by the AVX-512 table's GEMM for each whole 16 tokens of a step (the rest, and every GEMV,
+ * stay on vpdpbusd); every (row, token) result is the AVX-512 kernel's bit for bit. Modes: OFF;
+ * HW, the CPU's tiles where it has AMX-INT8 and Linux granted the tile state (the default there;
+ * KILN_AMX=0 says no); EMULATED, the same kernel over tile instructions emulated in C (tests, any
+ * CPU). Like kiln_kernels_avx_vnni: set only while no kernel runs; returns the previous mode. */
+enum { KILN_AMX_OFF = 0, KILN_AMX_HW = 1, KILN_AMX_EMULATED = 2 };
+int kiln_kernels_amx(int mode);
+/* 1 when this CPU and OS let kiln use AMX-INT8 tiles (asked once: CPUID, XCR0, arch_prctl). */
+int kiln_amx_available(void);
+/* The kernel a GEMM of the 16-row interleave should use now (NULL: none), and the tile blocks it has
+ * run (block dots of 16 tokens × 16 rows; tests check the path was taken). */
+typedef void (*kiln_q16_amx_fn)(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const uint8_t *xp, size_t xpb, int n, float *Y,
+                                int64_t ldy);
+kiln_q16_amx_fn kiln_q16_amx_kernel(void);
+void kiln_q16_amx_count(uint64_t blocks);
+uint64_t kiln_q16_amx_blocks(void);
+void kiln_q16_amx_hw(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy);
+void kiln_q16_amx_emu(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy);
+/* The AMX peak micro-benchmark (KILN_PEAK_AMX_INT8): iters × 4 independent tdpbsud of 16 × 16 × 64 on
+ * registers; returns the multiply-accumulates done. Only where kiln_amx_available(). */
+double kiln_amx_peak_macs(int64_t iters);
+/* 1 when GEMMs of the 16-row interleave run on the CPU's tiles now (mode HW and available). */
+int kiln_amx_in_use(void);
+/* Tile shapes or operands the emulation found the hardware would refuse (0 when the kernel is right). */
+unsigned long long kiln_amx_emu_faults(void);
+
 /* Shared activation quantiser for the integer-dot kernels (INT4, Q8_0, Q4_0): x[cols] (cols a
  * multiple of 32) → q[cols] int8 and d[cols/32] with x ≈ q · d per block of 32; d = amax/127,
  * q = round-to-nearest-even(x / d) (ggml's q8_0 activation rule). */

@@ -99,6 +99,18 @@ double kiln_compute_peak_gops(int kind, kiln_isa isa, int threads) {
     /* bf16 dots only where the CPU has AVX512_BF16 (the table of the bf16 form): even the probe
      * call below would otherwise execute vdpbf16ps on a CPU without it */
     if (kind == KILN_PEAK_BF16 && !kiln_cx_fp8_rounds_x(&cx)) return 0.0;
+    if (kind == KILN_PEAK_AMX_INT8) { /* the tiles, only where the interleave GEMM runs on them */
+        if (cx.isa != KILN_ISA_AVX512 || !kiln_amx_in_use()) return 0.0;
+        double best = 0;
+        for (int rep = 0; rep < 3; rep++) {
+            double macs = 0, t0 = now_s();
+            #pragma omp parallel num_threads(cx.threads) reduction(+ : macs)
+            macs += kiln_amx_peak_macs(200000);
+            const double dt = now_s() - t0;
+            if (dt > 0 && 2.0 * macs / dt / 1e9 > best) best = 2.0 * macs / dt / 1e9;
+        }
+        return best;
+    }
     if (!cx.kt || !cx.kt->peak || cx.kt->peak(kind, 1) == 0) return 0.0;
     const int nt = cx.threads;
     double best = 0;

@@ -705,6 +705,76 @@ static void test_q16_kernel_exact(void **s) {
     kiln_kernels_avx_vnni(vnni_was);
     kiln_kernels_select(KILN_ISA_AUTO);
 }
+/* AMX (gemv_isa.h kiln_kernels_amx): the tile kernel over the 16-row interleave (kernels/q16_amx.h)
+ * must give the AVX-512 kernel's results bit for bit, and the scalar model of that arithmetic
+ * (q16_model) for the rows in whole groups: on every AVX-512 CPU through the emulated tile
+ * instructions, and on the CPU's own tiles where it has AMX-INT8 (skipped with a message where not).
+ * Steps of 16, 33 and 70 tokens (whole 16s on tiles, the rest on vpdpbusd); Q8_0, Q4_0 and INT4 g32;
+ * 37 rows (two whole groups, five rows in checkpoint layout). The tile blocks run are counted, so the
+ * path is known to have been taken. */
+static void test_q16_amx_exact(void **s) {
+    (void)s;
+    if (!kiln_cpu_supports(KILN_ISA_AVX512)) { skip(); return; }
+    kiln_kernels_select(KILN_ISA_AVX512);
+    const int was = kiln_kernels_amx(KILN_AMX_OFF);
+    const int modes[] = {KILN_AMX_EMULATED, KILN_AMX_HW};
+    for (int mi = 0; mi < 2; mi++) {
+        if (modes[mi] == KILN_AMX_HW && !kiln_amx_available()) {
+            fprintf(stderr, "skip AMX hardware: this CPU (or its OS) offers no AMX-INT8 tiles; the emulated tiles ran\n");
+            continue;
+        }
+        const struct { kiln_wformat f; int64_t cols; } cs[] = {
+            {KILN_WF_Q8_0, 96}, {KILN_WF_Q8_0, 1056}, {KILN_WF_Q4_0, 288}, {KILN_WF_Q4_0, 1056}, {KILN_WF_INT4_GROUP, 1056},
+        };
+        const int64_t rows = 37;
+        for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
+            const int ns[] = {16, 33, 70};
+            for (int ni = 0; ni < 3; ni++) {
+                const int n = ns[ni];
+                const int64_t cols = cs[k].cols;
+                tweight t = make_weight(cs[k].f, rows, cols, 32);
+                const size_t db = t.w.row_bytes * (size_t)rows, sb = cs[k].f == KILN_WF_INT4_GROUP ? 2 * (size_t)(rows * (cols / 32)) : 0;
+                uint8_t *data0 = malloc(db);
+                uint16_t *scales0 = malloc(sb + 2);
+                assert_non_null(data0); assert_non_null(scales0);
+                memcpy(data0, t.data, db);
+                if (sb) memcpy(scales0, t.scales, sb);
+                tile_layout = cs[k].f == KILN_WF_INT4_GROUP ? KILN_TILE_Q16 : KILN_TILE_GROUPS;
+                tile_and_check(&t);
+                tile_layout = KILN_TILE_GROUPS;
+                assert_true(t.w.tiled);
+                float *X = make_x(n, cols), *Yv = malloc(sizeof(float) * (size_t)(n * rows)), *Ya = malloc(sizeof(float) * (size_t)(n * rows));
+                int8_t *xq = malloc((size_t)cols);
+                float *xd = malloc(sizeof(float) * (size_t)(cols / 32));
+                assert_non_null(Yv); assert_non_null(Ya); assert_non_null(xq); assert_non_null(xd);
+                kiln_kernels_amx(KILN_AMX_OFF);
+                kiln_matmul_rows(&t.w, X, Yv, n, 0, rows);
+                kiln_kernels_amx(modes[mi]);
+                const uint64_t b0 = kiln_q16_amx_blocks();
+                kiln_matmul_rows(&t.w, X, Ya, n, 0, rows);
+                assert_int_equal(kiln_q16_amx_blocks() - b0, (uint64_t)(2 * (n / 16)) * (uint64_t)(cols / 32));
+                kiln_kernels_amx(KILN_AMX_OFF);
+                for (int i = 0; i < n; i++) {
+                    kiln_quant_x32(X + (size_t)i * (size_t)cols, cols, xq, xd);
+                    for (int64_t r = 0; r < rows; r++) {
+                        const float got = Ya[(size_t)i * (size_t)rows + (size_t)r], avx = Yv[(size_t)i * (size_t)rows + (size_t)r];
+                        const float model = r < 32 ? q16_model(&t, data0, scales0, r, xq, xd) : avx;
+                        if (memcmp(&got, &avx, sizeof got) != 0 || memcmp(&got, &model, sizeof got) != 0) {
+                            fprintf(stderr, "AMX %s %s cols %lld n %d: token %d row %lld: %.9g, AVX-512 %.9g, model %.9g\n",
+                                    modes[mi] == KILN_AMX_HW ? "tiles" : "emulated", kiln_wformat_name(cs[k].f), (long long)cols, n, i,
+                                    (long long)r, got, avx, model);
+                            fail();
+                        }
+                    }
+                }
+                free(X); free(Yv); free(Ya); free(xq); free(xd); free(data0); free(scales0); free_weight(&t);
+            }
+        }
+    }
+    assert_int_equal(kiln_amx_emu_faults(), 0);
+    kiln_kernels_amx(was);
+    kiln_kernels_select(KILN_ISA_AUTO);
+}
 /* INT4 on AVX-512: the tiled weight goes through the 4-row tile kernel, the same weight untiled
  * through the general row kernel; both accumulate in the same order, so the outputs must be equal
  * bit for bit (an indexing slip in either, e.g. a scale of the wrong row or chunk, breaks this
@@ -1033,7 +1103,7 @@ int main(void) {
         cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),        cmocka_unit_test(test_fp8_bf16_exact_inputs),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
-        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_q16_kernel_exact), cmocka_unit_test(test_kquants), cmocka_unit_test(test_kquants_avx_vnni_exact), cmocka_unit_test(test_int4_avx_vnni_exact), cmocka_unit_test(test_matmul_many), cmocka_unit_test(test_few_token_exact),
+        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_q16_kernel_exact), cmocka_unit_test(test_q16_amx_exact), cmocka_unit_test(test_kquants), cmocka_unit_test(test_kquants_avx_vnni_exact), cmocka_unit_test(test_int4_avx_vnni_exact), cmocka_unit_test(test_matmul_many), cmocka_unit_test(test_few_token_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

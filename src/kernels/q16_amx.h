@@ -1,0 +1,108 @@
+/* q16_amx.h — the Q8_0 / Q4_0 / INT4-g32 16-row interleave GEMM on AMX tiles (issue 20), included by
+ * q16_tiles_amx.c (the CPU's tile instructions) and q16_amxemu_avx512.c (the same code over an
+ * emulation of them in C, so that the kernel's logic is tested on every CPU: tests/kernels/test_gemv.c
+ * test_q16_amx_exact). Each includer defines:
+ *   Q16_AMX_NAME              the function's name;
+ *   AMX_CONFIG(cfg)           load a tile configuration (amx_tilecfg, below);
+ *   AMX_ZERO(t), AMX_LOAD(t, p, stride), AMX_STORE(t, p, stride), AMX_DPBSUD(c, a, b), AMX_RELEASE()
+ *                             tilezero / tileloadd / tilestored / tdpbsud / tilerelease, t a tile number.
+ *
+ * Why the layout fits: the 16-row interleave (docs/FORMATS.md) stores block b of rows 16q..16q+15 as
+ * 64-byte vectors whose bytes 4j..4j+3 are row j's 4 columns 4k..4k+3 — exactly an AMX B tile of K = 32
+ * (8 rows of 64 bytes: B[k][4n + i] = W[n][4k + i]). The prepared activations (xprep_q: per block 32
+ * int8 then 32 bytes of lane starts, a token's row every xpb bytes) are an A tile of 16 tokens × 32
+ * bytes with stride xpb. tdpbsud (signed A × unsigned B, the weights stored + 128 / + 8 as vpdpbusd
+ * reads them) gives C[t][j] = Σ x_q · (w + offset): the block dot of token t and row j, exact in
+ * int32. Then each token does what q16_tile (gemv_avx512.c) does per block: + the block's start value
+ * tot (undoing the offset), one conversion, × (row scales · token scale), one FMA — the same integer
+ * and the same float operations in the same order, so every (row, token) result is the AVX-512
+ * kernel's bit for bit and a token's logits do not depend on whether its batch took the tiles.
+ * Q4_0 / INT4 nibbles are unpacked once per block into a B tile (low nibbles: columns 0..15, high:
+ * 16..31, in the activation's column order).
+ *
+ * Tiles: C 0 / 1 (16 tokens × 16 rows int32), A 2 / 3 (16 × 32 bytes), B 4 / 5 (8 × 64 bytes); two
+ * blocks in flight, so a block's tile products overlap the previous block's float work.
+ * n: a multiple of 16 tokens; f: KILN_WF_Q8_0, KILN_WF_Q4_0 or KILN_WF_INT4_GROUP (group 32, sg its
+ * 16 rows' bf16 scales per block). */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifndef KILN_Q16_AMX_TILECFG
+#define KILN_Q16_AMX_TILECFG
+/* The 64-byte operand of ldtilecfg, palette 1 (Intel SDM vol. 2, LDTILECFG). */
+typedef struct __attribute__((aligned(64))) {
+    uint8_t palette_id, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16]; /* bytes per row of tile i */
+    uint8_t rows[16];   /* rows of tile i */
+} amx_tilecfg;
+#endif
+
+/* One block's post-processing for 16 tokens: acc[t] += float(C[t] + tot_t) · (ws · dx_t) */
+#define Q16_AMX_FINISH(cb, b)                                                                                   \
+    do {                                                                                                        \
+        _Pragma("GCC unroll 16") for (int t = 0; t < 16; t++) {                                                \
+            const uint8_t *xr = xt + (size_t)t * xpb;                                                           \
+            const float dt = ((const float *)(xr + nb * 64))[b];                                                \
+            const int32_t st = ((const int32_t *)(xr + nb * 64 + nb * 4))[b];                                   \
+            const __m512i ia = _mm512_add_epi32(_mm512_load_si512((cb) + 16 * t), _mm512_set1_epi32(st));      \
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(ws, _mm512_set1_ps(dt)), acc[t]);    \
+        }                                                                                                       \
+    } while (0)
+
+void Q16_AMX_NAME(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const uint8_t *xp, size_t xpb, int n, float *Y,
+                         int64_t ldy) {
+    const int q8 = f == KILN_WF_Q8_0, i4 = f == KILN_WF_INT4_GROUP;
+    const size_t gbb = i4 ? 256 : 16 * (size_t)(q8 ? 34 : 18), woff = i4 ? 0 : 32;
+    amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int i = 0; i < 2; i++) {
+        cfg.rows[i] = 16, cfg.colsb[i] = 64;         /* C */
+        cfg.rows[2 + i] = 16, cfg.colsb[2 + i] = 32; /* A */
+        cfg.rows[4 + i] = 8, cfg.colsb[4 + i] = 64;  /* B */
+    }
+    AMX_CONFIG(&cfg);
+    int32_t cbuf[2][256] __attribute__((aligned(64)));
+    uint8_t bbuf[2][512] __attribute__((aligned(64)));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int t0 = 0; t0 < n; t0 += 16) {
+        const uint8_t *xt = xp + (size_t)t0 * xpb;
+        __m512 acc[16];
+        _Pragma("GCC unroll 16") for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *gb = g + (size_t)b * gbb;
+            const int s = (int)(b & 1);
+            const uint8_t *bw = gb + woff;
+            if (!q8) { /* nibbles → one byte per weight, in B's order */
+                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+                    const __m512i v = _mm512_loadu_si512(gb + woff + 64 * k);
+                    _mm512_store_si512(bbuf[s] + 64 * k, _mm512_and_si512(v, m4));
+                    _mm512_store_si512(bbuf[s] + 256 + 64 * k, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+                }
+                bw = bbuf[s];
+            }
+            /* tile numbers must be constants: the two slots spelled out */
+            if (s == 0) {
+                AMX_ZERO(0);
+                AMX_LOAD(2, xt + 64 * b, xpb);
+                AMX_LOAD(4, bw, 64);
+                AMX_DPBSUD(0, 2, 4);
+                AMX_STORE(0, cbuf[0], 64);
+            } else {
+                AMX_ZERO(1);
+                AMX_LOAD(3, xt + 64 * b, xpb);
+                AMX_LOAD(5, bw, 64);
+                AMX_DPBSUD(1, 3, 5);
+                AMX_STORE(1, cbuf[1], 64);
+            }
+            const __m512 ws = i4 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sg + 16 * b))), 16))
+                                 : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
+            Q16_AMX_FINISH(cbuf[s], b);
+        }
+        _Pragma("GCC unroll 16") for (int t = 0; t < 16; t++) _mm512_storeu_ps(Y + (size_t)(t0 + t) * (size_t)ldy, acc[t]);
+    }
+    AMX_RELEASE();
+}
+#undef Q16_AMX_FINISH
