@@ -3,7 +3,7 @@
 #   make test       unit + kernel + model + integrity + server tests (scripts/run_tests.sh)
 #   make check      the C tests under ASan + UBSan
 #   make bench      benchmarks (never part of make test)
-# SIMD kernels live in files named *_avx2.c / *_avxvnni.c / *_avx512.c / *_amx.c, compiled with those ISA flags only; the
+# SIMD kernels live in files named *_avx2.c / *_avxvnni.c / *_avx512.c, compiled with those ISA flags only; the
 # code in them runs only when kiln_kernels_select() has seen the CPU support it at run time.
 MAKEFLAGS += -j$(shell nproc)
 CC      ?= cc
@@ -81,9 +81,6 @@ $(BUILD)/%_avx2.o: %_avx2.c
 $(BUILD)/%_avxvnni.o: %_avxvnni.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(AVX2_FLAGS) -mavxvnni $(EXTRA_CFLAGS) $(ISA_EXTRA_CFLAGS) -MMD -MP -c $< -o $@
-$(BUILD)/%_amx.o: %_amx.c
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(AVX512_FLAGS) -mamx-tile -mamx-int8 $(EXTRA_CFLAGS) $(ISA_EXTRA_CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(AVX512_FLAGS) $(EXTRA_CFLAGS) $(ISA_EXTRA_CFLAGS) -MMD -MP -c $< -o $@

@@ -117,10 +117,14 @@ int kiln_kernels_avx_vnni(int enable) {
 /* AMX (gemv_isa.h). The CPU's word: CPUID.(7,0):EDX bits 24 (AMX-TILE) and 25 (AMX-INT8); the OS
  * saving the tile state: XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA); and Linux (5.16 and later)
  * granting this process the tile data on request, arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023,
- * XFEATURE_XTILEDATA = 18) — without it a tile instruction faults. Any "no" leaves AMX off. */
+ * XFEATURE_XTILEDATA = 18) — without it a tile instruction faults. Any "no" leaves AMX off. The
+ * request is made when the kernels are first selected (kiln_kernels_select, at start-up), not inside
+ * a GEMM: once granted, Linux refuses a later sigaltstack() smaller than the enlarged signal frame
+ * (and refuses the grant while a thread has such a stack), which a program embedding kiln should know
+ * of before its threads start; KILN_AMX=0 skips the request. */
 static int amx_hw_ok = 0;
 static int amx_mode = KILN_AMX_HW;
-static _Atomic uint64_t amx_blocks;
+static _Thread_local uint64_t amx_blocks; /* per thread: no shared line bouncing between cores */
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 static int amx_env_emulate = 0, amx_env_said = 0;
 static void amx_probe(void) {
@@ -135,6 +139,7 @@ static void amx_probe(void) {
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     (void)hi;
     if ((lo & (3u << 17)) != (3u << 17)) return;
+    if (__atomic_load_n(&amx_mode, __ATOMIC_RELAXED) == KILN_AMX_OFF) return; /* KILN_AMX=0: not even asked */
     if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return;
     __atomic_store_n(&amx_hw_ok, 1, __ATOMIC_RELAXED);
 }
@@ -158,13 +163,14 @@ kiln_q16_amx_fn kiln_q16_amx_kernel(void) {
     }
 }
 int kiln_amx_in_use(void) { return kiln_q16_amx_kernel() == kiln_q16_amx_hw; }
-void kiln_q16_amx_count(uint64_t blocks) { atomic_fetch_add_explicit(&amx_blocks, blocks, memory_order_relaxed); }
-uint64_t kiln_q16_amx_blocks(void) { return atomic_load_explicit(&amx_blocks, memory_order_relaxed); }
+void kiln_q16_amx_count(uint64_t blocks) { amx_blocks += blocks; }
+uint64_t kiln_q16_amx_blocks(void) { return amx_blocks; }
 
 static kiln_isa resolve_isa(kiln_isa want);
 kiln_isa kiln_kernels_select(kiln_isa want) {
     kiln_fp_init();
     want = resolve_isa(want);
+    if (want == KILN_ISA_AVX512) kiln_amx_available(); /* the tile permission asked at start-up (above) */
     /* the AVX-512 entry of the default context is completed with its FP8 form at each use
      * (kiln_kctx_default), so kiln_kernels_fp8_exact needs no re-selection */
     const kiln_ktable *t = want == KILN_ISA_AVX512 ? &kiln_ktable_avx512 : want == KILN_ISA_AVX2 ? avx2_table() : NULL;
@@ -227,6 +233,7 @@ static kiln_isa resolve_isa(kiln_isa want) {
 void kiln_kctx_init(kiln_kctx *cx, kiln_isa want, int threads, int fp8) {
     kiln_fp_init();
     cx->isa = resolve_isa(want);
+    if (cx->isa == KILN_ISA_AVX512) kiln_amx_available(); /* the tile permission asked at start-up */
     cx->threads = threads > 0 ? threads : omp_get_max_threads();
     if (cx->threads < 1) cx->threads = 1;
     cx->decode_steps = 0;

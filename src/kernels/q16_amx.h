@@ -1,5 +1,5 @@
 /* q16_amx.h — the Q8_0 / Q4_0 / INT4-g32 16-row interleave GEMM on AMX tiles (issue 20), included by
- * q16_tiles_amx.c (the CPU's tile instructions) and q16_amxemu_avx512.c (the same code over an
+ * q16_amx_avx512.c (the CPU's tile instructions) and q16_amxemu_avx512.c (the same code over an
  * emulation of them in C, so that the kernel's logic is tested on every CPU: tests/kernels/test_gemv.c
  * test_q16_amx_exact). Each includer defines:
  *   Q16_AMX_NAME              the function's name;
@@ -20,8 +20,8 @@
  * Q4_0 / INT4 nibbles are unpacked once per block into a B tile (low nibbles: columns 0..15, high:
  * 16..31, in the activation's column order).
  *
- * Tiles: C 0 / 1 (16 tokens × 16 rows int32), A 2 / 3 (16 × 32 bytes), B 4 / 5 (8 × 64 bytes); two
- * blocks in flight, so a block's tile products overlap the previous block's float work.
+ * Tiles: C 0 / 1 (16 tokens × 16 rows int32), A 2 / 3 (16 × 32 bytes), B 4 / 5 (8 × 64 bytes), in two
+ * slots: block b's tile product is issued before block b − 1's float work (below).
  * n: a multiple of 16 tokens; f: KILN_WF_Q8_0, KILN_WF_Q4_0 or KILN_WF_INT4_GROUP (group 32, sg its
  * 16 rows' bf16 scales per block). */
 #include <immintrin.h>
@@ -39,9 +39,13 @@ typedef struct __attribute__((aligned(64))) {
 } amx_tilecfg;
 #endif
 
-/* One block's post-processing for 16 tokens: acc[t] += float(C[t] + tot_t) · (ws · dx_t) */
+/* One block's post-processing for 16 tokens: acc[t] += float(C[t] + tot_t) · (ws · dx_t), ws the
+ * 16 rows' scales of block b */
 #define Q16_AMX_FINISH(cb, b)                                                                                   \
     do {                                                                                                        \
+        const uint8_t *gb_ = g + (size_t)(b) * gbb;                                                             \
+        const __m512 ws = i4 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sg + 16 * (b)))), 16)) \
+                             : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb_));                      \
         _Pragma("GCC unroll 16") for (int t = 0; t < 16; t++) {                                                \
             const uint8_t *xr = xt + (size_t)t * xpb;                                                           \
             const float dt = ((const float *)(xr + nb * 64))[b];                                                \
@@ -52,7 +56,7 @@ typedef struct __attribute__((aligned(64))) {
     } while (0)
 
 void Q16_AMX_NAME(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const uint8_t *xp, size_t xpb, int n, float *Y,
-                         int64_t ldy) {
+                  int64_t ldy) {
     const int q8 = f == KILN_WF_Q8_0, i4 = f == KILN_WF_INT4_GROUP;
     const size_t gbb = i4 ? 256 : 16 * (size_t)(q8 ? 34 : 18), woff = i4 ? 0 : 32;
     amx_tilecfg cfg;
@@ -71,6 +75,9 @@ void Q16_AMX_NAME(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const
         const uint8_t *xt = xp + (size_t)t0 * xpb;
         __m512 acc[16];
         _Pragma("GCC unroll 16") for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
+        /* A software pipeline of two: block b's tile product is issued, then block b − 1's float
+         * work runs on the C tile stored one step earlier (slot s ^ 1), so it neither waits for
+         * b's tdpbsud nor reads memory a tilestored has only just written. */
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *gb = g + (size_t)b * gbb;
             const int s = (int)(b & 1);
@@ -97,10 +104,9 @@ void Q16_AMX_NAME(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const
                 AMX_DPBSUD(1, 3, 5);
                 AMX_STORE(1, cbuf[1], 64);
             }
-            const __m512 ws = i4 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sg + 16 * b))), 16))
-                                 : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
-            Q16_AMX_FINISH(cbuf[s], b);
+            if (b > 0) Q16_AMX_FINISH(cbuf[s ^ 1], b - 1);
         }
+        Q16_AMX_FINISH(cbuf[(nb - 1) & 1], nb - 1);
         _Pragma("GCC unroll 16") for (int t = 0; t < 16; t++) _mm512_storeu_ps(Y + (size_t)(t0 + t) * (size_t)ldy, acc[t]);
     }
     AMX_RELEASE();

@@ -1,5 +1,6 @@
-/* q16_tiles_amx.c — the 16-row interleave GEMM on the CPU's AMX tiles (kernels/q16_amx.h). Compiled
- * with the AVX-512 and AMX-TILE / AMX-INT8 flags (Makefile: *_amx.c); runs only when
+/* q16_amx_avx512.c — the 16-row interleave GEMM on the CPU's AMX tiles (kernels/q16_amx.h). Compiled
+ * with the AVX-512 flags: the tile instructions are inline assembly (below), so the build needs an
+ * assembler that knows them (binutils 2.36 or later), not a compiler's AMX flags. Runs only when
  * kiln_q16_amx_kernel (gemv.c) has seen the CPU report AMX-INT8 and Linux grant this process the tile
  * data state. */
 #include "kernels/gemv.h"
