@@ -21,6 +21,7 @@
  * Four weight rows are processed together so activation loads are shared. */
 #include "kernels/gemv_isa.h"
 #include "kernels/kquant.h"
+#include "kernels/k16_q45.h"
 #include "base/fp.h"
 #include <immintrin.h>
 #include <math.h>
@@ -2392,26 +2393,12 @@ AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp
             continue;
         }
         /* Q4_K: d, dmin [0, 64) | scale planes [64, 256) | qs vectors [256, 2304);
-         * Q5_K: d, dmin | scale planes | qh vectors [256, 768) | qs vectors [768, 2816) */
+         * Q5_K: d, dmin | scale planes | qh vectors [256, 768) | qs vectors [768, 2816) (kernels/k16_q45.h) */
         const int q5 = f == KILN_WF_Q5_K;
-        const uint8_t *qs = s + (q5 ? 768 : 256);
-        const __m128i n63 = _mm_set1_epi8(63), n15 = _mm_set1_epi8(0x0F), n30 = _mm_set1_epi8(0x30);
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) { /* sub-blocks 2i (low nibbles of qs bytes 32i..) and 2i + 1 (high) */
             __m128i sc[2], mn[2];
-#pragma GCC unroll 2
-            for (int e = 0; e < 2; e++) { /* kiln_kq_scale_min for 16 rows at once: planes of the 12 bytes */
-                const int j = 2 * i + e;
-                const __m128i pj4 = _mm_loadu_si128((const __m128i *)(s + 64 + 16 * (j + 4 < 12 ? j + 4 : j)));
-                if (j < 4) {
-                    sc[e] = _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + 64 + 16 * j)), n63);
-                    mn[e] = _mm_and_si128(pj4, n63);
-                } else {
-                    const __m128i pm4 = _mm_loadu_si128((const __m128i *)(s + 64 + 16 * (j - 4))), pj = _mm_loadu_si128((const __m128i *)(s + 64 + 16 * j));
-                    sc[e] = _mm_or_si128(_mm_and_si128(pj4, n15), _mm_and_si128(_mm_srli_epi16(pm4, 2), n30));
-                    mn[e] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(pj4, 4), n15), _mm_and_si128(_mm_srli_epi16(pj, 2), n30));
-                }
-            }
+            k16_q45_scales(s, i, sc, mn);
             __m512i pa[2 * K16_NT], pb[2 * K16_NT];
             const int nc = NT == 1 ? 2 : 1;
 #pragma GCC unroll 8
@@ -2419,15 +2406,8 @@ AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp
 #pragma GCC unroll 8
             for (int m = 0; m < 8; m++) {
                 const int c = NT == 1 ? (m & 1) : 0;
-                const __m512i v = _mm512_loadu_si512(qs + 64 * (8 * i + m));
-                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                if (q5) { /* bit 2i / 2i + 1 of qh byte l is the fifth bit of sub-block 2i / 2i + 1's element l */
-                    const __m512i z = _mm512_loadu_si512(s + 256 + 64 * m), b4 = _mm512_set1_epi8(0x10);
-                    const __m512i zl = 2 * i <= 4 ? _mm512_slli_epi16(z, 4 - 2 * i) : _mm512_srli_epi16(z, 2 * i - 4);
-                    const __m512i zh = 2 * i + 1 <= 4 ? _mm512_slli_epi16(z, 3 - 2 * i) : _mm512_srli_epi16(z, 2 * i - 3);
-                    lo = _mm512_ternarylogic_epi32(lo, zl, b4, 0xF8);
-                    hi = _mm512_ternarylogic_epi32(hi, zh, b4, 0xF8);
-                }
+                __m512i lo, hi;
+                k16_q45_quants(s, q5, i, m, &lo, &hi);
 #pragma GCC unroll 4
                 for (int t = 0; t < NT; t++) {
                     pa[c * NT + t] = _mm512_dpbusd_epi32(pa[c * NT + t], lo, bcast4(o[t] + k16_xcol(f, 64 * i + 4 * m)));
