@@ -162,6 +162,10 @@ kiln_q16_amx_fn kiln_q16_amx_kernel(void) {
     default: return NULL;
     }
 }
+kiln_k16_amx_fn kiln_k16_amx_kernel(void) {
+    const kiln_q16_amx_fn q = kiln_q16_amx_kernel();
+    return q == kiln_q16_amx_hw ? kiln_k16_amx_hw : q == kiln_q16_amx_emu ? kiln_k16_amx_emu : NULL;
+}
 int kiln_amx_in_use(void) { return kiln_q16_amx_kernel() == kiln_q16_amx_hw; }
 void kiln_q16_amx_count(uint64_t blocks) { amx_blocks += blocks; }
 uint64_t kiln_q16_amx_blocks(void) { return amx_blocks; }

@@ -2442,6 +2442,13 @@ AI void k16_group(int f, const kiln_weight *w, int64_t q, const uint8_t *xp, siz
     const uint8_t *g = w->data + (size_t)q * 16 * w->row_bytes;
     const int64_t nsb = w->cols / 256;
     int t = 0;
+    /* AMX (kernels/q16_amx.h): Q4_K / Q5_K, each whole 16 tokens on tiles, k16_tile's bits */
+    const kiln_k16_amx_fn amx = n >= 16 && (f == KILN_WF_Q4_K || f == KILN_WF_Q5_K) ? kiln_k16_amx_kernel() : NULL;
+    if (amx) {
+        t = n & ~15;
+        amx(f, g, nsb, xp, xpb, t, Y, ldy);
+        kiln_q16_amx_count((uint64_t)(t / 16) * (uint64_t)nsb * 8);
+    }
     for (; t + 4 <= n; t += 4) k16_tile(f, 4, g, nsb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy);
     switch (n - t) {
     case 3: k16_tile(f, 3, g, nsb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy); break;

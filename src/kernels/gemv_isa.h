@@ -99,7 +99,8 @@ void kiln_kq_avxvnni_fill(kiln_ktable *t);
 void kiln_q16_avxvnni_fill(kiln_ktable *t);
 void kiln_gemv_q_rowmajor_avx2(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0, int64_t r1);
 
-/* AMX (issue 20): the Q8_0 / Q4_0 / INT4-g32 16-row interleave GEMM on tiles (kernels/q16_amx.h),
+/* AMX (issue 20): the Q8_0 / Q4_0 / INT4-g32 16-row interleave GEMM, and Q4_K / Q5_K's super-block
+ * interleave, on tiles (kernels/q16_amx.h),
  * taken by the AVX-512 table's GEMM for each whole 16 tokens of a step (the rest, and every GEMV,
  * stay on vpdpbusd); every (row, token) result is the AVX-512 kernel's bit for bit. Modes: OFF;
  * HW, the CPU's tiles where it has AMX-INT8 and Linux granted the tile state (the default there;
@@ -114,10 +115,15 @@ int kiln_amx_available(void);
 typedef void (*kiln_q16_amx_fn)(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const uint8_t *xp, size_t xpb, int n, float *Y,
                                 int64_t ldy);
 kiln_q16_amx_fn kiln_q16_amx_kernel(void);
+/* The same for Q4_K / Q5_K in the 16-row super-block interleave (kernels/q16_amx.h K16_AMX_NAME). */
+typedef void (*kiln_k16_amx_fn)(int f, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy);
+kiln_k16_amx_fn kiln_k16_amx_kernel(void);
 void kiln_q16_amx_count(uint64_t blocks);
 uint64_t kiln_q16_amx_blocks(void);
 void kiln_q16_amx_hw(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy);
 void kiln_q16_amx_emu(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy);
+void kiln_k16_amx_hw(int f, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy);
+void kiln_k16_amx_emu(int f, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy);
 /* The AMX peak micro-benchmark (KILN_PEAK_AMX_INT8): iters × 4 independent tdpbsud of 16 × 16 × 64 on
  * registers; returns the multiply-accumulates done. Only where kiln_amx_available(). */
 double kiln_amx_peak_macs(int64_t iters);

@@ -23,10 +23,13 @@
  * Tiles: C 0 / 1 (16 tokens × 16 rows int32), A 2 / 3 (16 × 32 bytes), B 4 / 5 (8 × 64 bytes), in two
  * slots: block b's tile product is issued before block b − 1's float work (below).
  * n: a multiple of 16 tokens; f: KILN_WF_Q8_0, KILN_WF_Q4_0 or KILN_WF_INT4_GROUP (group 32, sg its
- * 16 rows' bf16 scales per block). */
+ * 16 rows' bf16 scales per block).
+ *
+ * K16_AMX_NAME: Q4_K / Q5_K in the 16-row super-block interleave the same way (below). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
+#include "kernels/k16_q45.h"
 
 #ifndef KILN_Q16_AMX_TILECFG
 #define KILN_Q16_AMX_TILECFG
@@ -112,3 +115,84 @@ void Q16_AMX_NAME(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const
     AMX_RELEASE();
 }
 #undef Q16_AMX_FINISH
+
+/* Q4_K / Q5_K (gemv_avx512.c k16_tile's arithmetic, per 16 tokens): per super-block and sub-block
+ * pair i, the 8 quant vectors 8i + m unpacked (kernels/k16_q45.h) are two B tiles as they come — lo:
+ * sub-block 2i, hi: 2i + 1, B row m = columns 4m..4m+3 of the 16 rows — against the A tiles of those
+ * sub-blocks' 32 activation bytes, which the prepared record (KQ_REC = 320 bytes a super-block, Q4_K's
+ * sub-block order 0,2 | 1,3 | 4,6 | 5,7) keeps contiguous: sub-block j at byte
+ * 64·(2·(j >> 2) + (j & 1)) + 32·((j >> 1) & 1). The 8 block dots of 16 tokens × 16 rows are exact
+ * int32; then per token the integer sums of k16_tile (isum += p_2i·sc_2i + p_2i+1·sc_2i+1, the mins
+ * by vpdpwssd against the record's 16-column sums at 256) and its two float steps (y += (d·dx)·isum,
+ * y −= (dmin·dx)·mins): each (row, token) result is k16_tile's bit for bit. */
+void K16_AMX_NAME(int f, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy) {
+    const int q5 = f == KILN_WF_Q5_K;
+    const size_t gsb = 16 * (size_t)(q5 ? 176 : 144), rec = 320;
+    amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int i = 0; i < 2; i++) {
+        cfg.rows[i] = 16, cfg.colsb[i] = 64;         /* C */
+        cfg.rows[2 + i] = 16, cfg.colsb[2 + i] = 32; /* A */
+        cfg.rows[4 + i] = 8, cfg.colsb[4 + i] = 64;  /* B */
+    }
+    AMX_CONFIG(&cfg);
+    int32_t cbuf[8][256] __attribute__((aligned(64)));
+    uint8_t bbuf[2][512] __attribute__((aligned(64)));
+    float abuf[16][16] __attribute__((aligned(64)));
+    for (int t0 = 0; t0 < n; t0 += 16) {
+        const uint8_t *xt = xp + (size_t)t0 * xpb;
+        memset(abuf, 0, sizeof abuf);
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            const uint8_t *s = g + (size_t)sb * gsb, *xs = xt + (size_t)sb * rec;
+            __m512i sa[4], sbv[4], ma2[4], mb2[4];
+            for (int i = 0; i < 4; i++) {
+                for (int m = 0; m < 8; m++) {
+                    __m512i lo, hi;
+                    k16_q45_quants(s, q5, i, m, &lo, &hi);
+                    _mm512_store_si512(bbuf[0] + 64 * m, lo);
+                    _mm512_store_si512(bbuf[1] + 64 * m, hi);
+                }
+                const int ja = 2 * i, jb = 2 * i + 1;
+                AMX_ZERO(0);
+                AMX_LOAD(2, xs + 64 * (2 * (ja >> 2) + (ja & 1)) + 32 * ((ja >> 1) & 1), xpb);
+                AMX_LOAD(4, bbuf[0], 64);
+                AMX_DPBSUD(0, 2, 4);
+                AMX_STORE(0, cbuf[ja], 64);
+                AMX_ZERO(1);
+                AMX_LOAD(3, xs + 64 * (2 * (jb >> 2) + (jb & 1)) + 32 * ((jb >> 1) & 1), xpb);
+                AMX_LOAD(5, bbuf[1], 64);
+                AMX_DPBSUD(1, 3, 5);
+                AMX_STORE(1, cbuf[jb], 64);
+                __m128i sc[2], mn[2];
+                k16_q45_scales(s, i, sc, mn);
+                sa[i] = _mm512_cvtepu8_epi32(sc[0]), sbv[i] = _mm512_cvtepu8_epi32(sc[1]);
+                const __m512i ma = _mm512_cvtepu8_epi32(mn[0]), mb = _mm512_cvtepu8_epi32(mn[1]);
+                ma2[i] = _mm512_or_si512(ma, _mm512_slli_epi32(ma, 16)), mb2[i] = _mm512_or_si512(mb, _mm512_slli_epi32(mb, 16));
+            }
+            const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)s)), wm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 32)));
+            for (int t = 0; t < 16; t++) {
+                const uint8_t *o = xs + (size_t)t * xpb;
+                __m512i isum = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
+                _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+                    const __m512i qa = _mm512_load_si512(cbuf[2 * i] + 16 * t), qb = _mm512_load_si512(cbuf[2 * i + 1] + 16 * t);
+                    int32_t xa, xb;
+                    memcpy(&xa, o + 256 + 8 * i, 4);
+                    memcpy(&xb, o + 256 + 8 * i + 4, 4);
+                    isum = _mm512_add_epi32(isum, _mm512_add_epi32(_mm512_mullo_epi32(qa, sa[i]), _mm512_mullo_epi32(qb, sbv[i])));
+                    mi = _mm512_dpwssd_epi32(mi, ma2[i], _mm512_set1_epi32(xa));
+                    mi = _mm512_dpwssd_epi32(mi, mb2[i], _mm512_set1_epi32(xb));
+                }
+                float dx;
+                memcpy(&dx, o + 288, 4);
+                const __m512 vdx = _mm512_set1_ps(dx);
+                __m512 acc = _mm512_load_ps(abuf[t]);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, vdx), acc);
+                acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(wm, vdx), acc);
+                _mm512_store_ps(abuf[t], acc);
+            }
+        }
+        for (int t = 0; t < 16; t++) _mm512_storeu_ps(Y + (size_t)(t0 + t) * (size_t)ldy, _mm512_load_ps(abuf[t]));
+    }
+    AMX_RELEASE();
+}

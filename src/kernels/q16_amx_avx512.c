@@ -12,6 +12,7 @@
  * the unpacked B tile (it sees nothing read them). Here the configuration is a whole-struct operand
  * and every load and store clobbers memory. */
 #define Q16_AMX_NAME kiln_q16_amx_hw
+#define K16_AMX_NAME kiln_k16_amx_hw
 #define AMX_CONFIG(c) __asm__ volatile("ldtilecfg %0" ::"m"(*(const amx_tilecfg *)(c)) : "memory")
 #define AMX_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
 #define AMX_LOAD(t, p, s) __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void *)(p)), "r"((long)(s)) : "memory")

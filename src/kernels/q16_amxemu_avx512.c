@@ -81,6 +81,7 @@ static void emu_release(void) {
 }
 
 #define Q16_AMX_NAME kiln_q16_amx_emu
+#define K16_AMX_NAME kiln_k16_amx_emu
 #define AMX_CONFIG(c) emu_config(c)
 #define AMX_ZERO(t) emu_zero(t)
 #define AMX_LOAD(t, p, s) emu_load(t, p, s)

@@ -771,6 +771,54 @@ static void test_q16_amx_exact(void **s) {
             }
         }
     }
+    /* Q4_K / Q5_K in the super-block interleave: the same comparison with the AVX-512 kernel, bit for
+     * bit (random blocks; k16_tile itself is held to the reference by test_kquants) */
+    for (int mi = 0; mi < 2; mi++) {
+        if (modes[mi] == KILN_AMX_HW && !kiln_amx_available()) continue;
+        const kiln_wformat kf[] = {KILN_WF_Q4_K, KILN_WF_Q5_K};
+        for (int k = 0; k < 2; k++) {
+            const gguf_block *gb = NULL;
+            for (size_t i = 0; i < sizeof gguf_blocks / sizeof *gguf_blocks; i++)
+                if (gguf_blocks[i].f == kf[k]) gb = &gguf_blocks[i];
+            assert_non_null(gb);
+            for (int ci = 0; ci < 2; ci++) {
+                const int64_t rows = 37, cols = ci ? 768 : 256;
+                kiln_weight w;
+                uint8_t *d = gguf_random(gb, &w, rows, cols);
+                uint8_t *dt = malloc(w.row_bytes * (size_t)rows);
+                assert_non_null(dt);
+                kiln_weight wt = w;
+                wt.data = dt;
+                assert_int_equal(kiln_weight_tile_copy(&wt, d, dt, NULL, kiln_weight_prefers_tiled(&w, KILN_ISA_AVX512)), 0);
+                assert_true(wt.tiled);
+                const int ns[] = {16, 33, 70};
+                for (int ni = 0; ni < 3; ni++) {
+                    const int n = ns[ni];
+                    float *X = make_x(n, cols), *Yv = malloc(sizeof(float) * (size_t)(n * rows)), *Ya = malloc(sizeof(float) * (size_t)(n * rows));
+                    assert_non_null(Yv); assert_non_null(Ya);
+                    kiln_kernels_amx(KILN_AMX_OFF);
+                    kiln_matmul_rows(&wt, X, Yv, n, 0, rows);
+                    kiln_kernels_amx(modes[mi]);
+                    const uint64_t b0 = kiln_q16_amx_blocks();
+                    kiln_matmul_rows(&wt, X, Ya, n, 0, rows);
+                    assert_int_equal(kiln_q16_amx_blocks() - b0, (uint64_t)(2 * (n / 16)) * (uint64_t)(cols / 32));
+                    kiln_kernels_amx(KILN_AMX_OFF);
+                    if (memcmp(Ya, Yv, sizeof(float) * (size_t)(n * rows)) != 0) {
+                        for (int64_t e = 0; e < n * rows; e++)
+                            if (memcmp(&Ya[e], &Yv[e], sizeof(float)) != 0) {
+                                fprintf(stderr, "AMX %s %s cols %lld n %d: token %lld row %lld: %.9g, AVX-512 %.9g\n",
+                                        modes[mi] == KILN_AMX_HW ? "tiles" : "emulated", kiln_wformat_name(kf[k]), (long long)cols, n,
+                                        (long long)(e / rows), (long long)(e % rows), Ya[e], Yv[e]);
+                                break;
+                            }
+                        fail();
+                    }
+                    free(X); free(Yv); free(Ya);
+                }
+                free(d); free(dt);
+            }
+        }
+    }
     assert_int_equal(kiln_amx_emu_faults(), 0);
     kiln_kernels_amx(was);
     kiln_kernels_select(KILN_ISA_AUTO);
