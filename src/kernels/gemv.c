@@ -126,7 +126,46 @@ static int amx_hw_ok = 0;
 static int amx_mode = KILN_AMX_HW;
 static _Thread_local uint64_t amx_blocks; /* per thread: no shared line bouncing between cores */
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
-static int amx_env_emulate = 0, amx_env_said = 0;
+static int amx_env_emulate = 0, amx_env_said = 0, amx_check_failed = 0;
+/* The tiles checked before first use: one 16-row group of Q4_0 (2 blocks) and one of Q4_K (1
+ * super-block), 16 tokens of random prepared activations, through the CPU's tiles and through the C
+ * emulation (q16_amxemu_avx512.c) must give the same bits. The kernel test does this in full where the
+ * CPU has AMX (tests/kernels/test_gemv.c); this guards a machine the tests never ran on: a mismatch
+ * turns AMX off with a message, and the vpdpbusd kernels (the same results by construction) run. */
+static uint32_t amx_check_rand(uint32_t *st) { return *st = *st * 1664525u + 1013904223u; }
+static int amx_selfcheck(void) {
+    if (!kiln_cpu_supports(KILN_ISA_AVX512)) return 0;
+    enum { NB = 2, QXPB = NB * 72, KXPB = 320 };
+    static uint8_t g[16 * 144], xq[16 * QXPB], xk[16 * KXPB];
+    static float y_hw[256], y_emu[256];
+    uint32_t st = 12345u;
+    for (size_t i = 0; i < sizeof g; i++) g[i] = (uint8_t)(amx_check_rand(&st) >> 24);
+    for (size_t i = 0; i < sizeof xq; i++) xq[i] = (uint8_t)(amx_check_rand(&st) >> 24);
+    for (size_t i = 0; i < sizeof xk; i++) xk[i] = (uint8_t)(amx_check_rand(&st) >> 24);
+    for (int b = 0; b < NB; b++) /* Q4_0 blocks of 16 rows: 16 f16 scales, then 4 nibble vectors (288 bytes) */
+        for (int r = 0; r < 16; r++) {
+            const uint16_t h = (uint16_t)(0x2C00u + (amx_check_rand(&st) >> 22));
+            memcpy(g + 288 * b + 2 * r, &h, 2);
+        }
+    for (int t = 0; t < 16; t++) {
+        for (int b = 0; b < NB; b++) {
+            const float dx = 0.01f * (float)(t + b + 1);
+            memcpy(xq + QXPB * t + NB * 64 + 4 * b, &dx, 4);
+        }
+        const float dk = 0.02f * (float)(t + 1);
+        memcpy(xk + KXPB * t + 288, &dk, 4);
+    }
+    kiln_q16_amx_hw(KILN_WF_Q4_0, g, NULL, NB, xq, QXPB, 16, y_hw, 16);
+    kiln_q16_amx_emu(KILN_WF_Q4_0, g, NULL, NB, xq, QXPB, 16, y_emu, 16);
+    int same = memcmp(y_hw, y_emu, sizeof y_hw) == 0;
+    for (int r = 0; r < 32; r++) { /* Q4_K: d, dmin of the 16 rows at [0, 64) */
+        const uint16_t h = (uint16_t)(0x2C00u + (amx_check_rand(&st) >> 22));
+        memcpy(g + 2 * r, &h, 2);
+    }
+    kiln_k16_amx_hw(KILN_WF_Q4_K, g, 1, xk, KXPB, 16, y_hw, 16);
+    kiln_k16_amx_emu(KILN_WF_Q4_K, g, 1, xk, KXPB, 16, y_emu, 16);
+    return same && memcmp(y_hw, y_emu, sizeof y_hw) == 0;
+}
 static void amx_probe(void) {
     const char *e = getenv("KILN_AMX");
     if (e && strcmp(e, "0") == 0) __atomic_store_n(&amx_mode, KILN_AMX_OFF, __ATOMIC_RELAXED);
@@ -141,11 +180,20 @@ static void amx_probe(void) {
     if ((lo & (3u << 17)) != (3u << 17)) return;
     if (__atomic_load_n(&amx_mode, __ATOMIC_RELAXED) == KILN_AMX_OFF) return; /* KILN_AMX=0: not even asked */
     if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return;
+    if (!amx_selfcheck()) {
+        __atomic_store_n(&amx_check_failed, 1, __ATOMIC_RELAXED);
+        fprintf(stderr, "kiln: AMX: the CPU's tiles and their emulation disagree on a check block; AMX stays off (KILN_AMX=0 skips AMX)\n");
+        return;
+    }
     __atomic_store_n(&amx_hw_ok, 1, __ATOMIC_RELAXED);
 }
 int kiln_amx_available(void) {
     pthread_once(&amx_once, amx_probe);
     return __atomic_load_n(&amx_hw_ok, __ATOMIC_RELAXED);
+}
+int kiln_amx_check_failed(void) {
+    pthread_once(&amx_once, amx_probe);
+    return __atomic_load_n(&amx_check_failed, __ATOMIC_RELAXED);
 }
 int kiln_kernels_amx(int mode) {
     pthread_once(&amx_once, amx_probe);

@@ -110,6 +110,9 @@ enum { KILN_AMX_OFF = 0, KILN_AMX_HW = 1, KILN_AMX_EMULATED = 2 };
 int kiln_kernels_amx(int mode);
 /* 1 when this CPU and OS let kiln use AMX-INT8 tiles (asked once: CPUID, XCR0, arch_prctl). */
 int kiln_amx_available(void);
+/* 1 when the CPU offered AMX-INT8 tiles but their check block at start-up differed from the emulation
+ * (gemv.c amx_selfcheck): AMX was then turned off. */
+int kiln_amx_check_failed(void);
 /* The kernel a GEMM of the 16-row interleave should use now (NULL: none), and the tile blocks run on
  * the calling thread (block dots of 16 tokens × 16 rows; tests check the path was taken). */
 typedef void (*kiln_q16_amx_fn)(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const uint8_t *xp, size_t xpb, int n, float *Y,
