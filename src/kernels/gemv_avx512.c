@@ -2212,7 +2212,6 @@ AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) isum[t] = mi[t] = _mm512_setzero_si512();
         if (f == KILN_WF_Q6_K) { /* ql vectors [0, 2048) | qh vectors [2048, 3072) | sc planes [3072, 3328) | d */
-            const __m512i m30 = _mm512_set1_epi8(0x30);
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++)
 #pragma GCC unroll 2
@@ -2226,12 +2225,8 @@ AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp
 #pragma GCC unroll 4
                         for (int mm = 0; mm < 4; mm++) {
                             const int m = 4 * half + mm, c = NT == 1 ? (mm & 1) : 0;
-                            const __m512i a = _mm512_loadu_si512(s + 64 * (16 * h + 8 * jp + m));
-                            const __m512i z = _mm512_loadu_si512(s + 2048 + 64 * (8 * h + m));
-                            const __m512i zl = jp ? _mm512_slli_epi16(z, 2) : _mm512_slli_epi16(z, 4); /* bits 2jp → 4 */
-                            const __m512i zh = jp ? _mm512_srli_epi16(z, 2) : z;                       /* bits 2jp + 4 → 4 */
-                            const __m512i lo = _mm512_ternarylogic_epi32(a, m4, _mm512_and_si512(zl, m30), 0xEA);
-                            const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), m4, _mm512_and_si512(zh, m30), 0xEA);
+                            __m512i lo, hi;
+                            k16_q6_quants(s, h, jp, m, &lo, &hi);
 #pragma GCC unroll 4
                             for (int t = 0; t < NT; t++) {
                                 pa[c * NT + t] = _mm512_dpbusd_epi32(pa[c * NT + t], lo, bcast4(o[t] + 128 * h + 32 * jp + 4 * m));
@@ -2442,12 +2437,12 @@ AI void k16_group(int f, const kiln_weight *w, int64_t q, const uint8_t *xp, siz
     const uint8_t *g = w->data + (size_t)q * 16 * w->row_bytes;
     const int64_t nsb = w->cols / 256;
     int t = 0;
-    /* AMX (kernels/q16_amx.h): Q4_K / Q5_K, each whole 16 tokens on tiles, k16_tile's bits */
-    const kiln_k16_amx_fn amx = n >= 16 && (f == KILN_WF_Q4_K || f == KILN_WF_Q5_K) ? kiln_k16_amx_kernel() : NULL;
+    /* AMX (kernels/q16_amx.h): Q4_K / Q5_K / Q6_K, each whole 16 tokens on tiles, k16_tile's bits */
+    const kiln_k16_amx_fn amx = n >= 16 && (f == KILN_WF_Q4_K || f == KILN_WF_Q5_K || f == KILN_WF_Q6_K) ? kiln_k16_amx_kernel() : NULL;
     if (amx) {
         t = n & ~15;
         amx(f, g, nsb, xp, xpb, t, Y, ldy);
-        kiln_q16_amx_count((uint64_t)(t / 16) * (uint64_t)nsb * 8);
+        kiln_q16_amx_count((uint64_t)(t / 16) * (uint64_t)nsb * 8); /* (Q6_K: 16 half-size products a super-block) */
     }
     for (; t + 4 <= n; t += 4) k16_tile(f, 4, g, nsb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy);
     switch (n - t) {

@@ -1,4 +1,4 @@
-/* k16_q45.h — Q4_K / Q5_K in the 16-row super-block interleave (docs/FORMATS.md; kernels/tile.c
+/* k16_q45.h — Q4_K / Q5_K (and Q6_K's quants, at the end) in the 16-row super-block interleave (docs/FORMATS.md; kernels/tile.c
  * "K16"): the 16 rows' 6-bit scales and mins of a pair of sub-blocks, and their quants as unsigned
  * bytes, unpacked from a super-block's run s (d, dmin [0, 64) | scale planes [64, 256) | Q5_K: qh
  * vectors [256, 768) | qs vectors [256, 2304) or [768, 2816)). Shared by the AVX-512 kernel
@@ -42,5 +42,17 @@ static inline __attribute__((always_inline)) void k16_q45_quants(const uint8_t *
     }
     *lo = l;
     *hi = h;
+}
+/* Q6_K (ql vectors [0, 2048) | qh vectors [2048, 3072) | sc planes [3072, 3328) | d): quant vectors
+ * of 16-column groups 8h + 2jp + m / 4 (lo, columns 128h + 32jp + 4m..) and 8h + 2(jp + 2) + m / 4 (hi,
+ * 128h + 32(jp + 2) + 4m..), m = 0..7, as the stored q + 32 (0..63): low 4 bits from ql, bits 4-5 from qh. */
+static inline __attribute__((always_inline)) void k16_q6_quants(const uint8_t *s, int h, int jp, int m, __m512i *lo, __m512i *hi) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i a = _mm512_loadu_si512(s + 64 * (16 * h + 8 * jp + m));
+    const __m512i z = _mm512_loadu_si512(s + 2048 + 64 * (8 * h + m));
+    const __m512i zl = jp ? _mm512_slli_epi16(z, 2) : _mm512_slli_epi16(z, 4); /* bits 2jp → 4 */
+    const __m512i zh = jp ? _mm512_srli_epi16(z, 2) : z;                       /* bits 2jp + 4 → 4 */
+    *lo = _mm512_ternarylogic_epi32(a, m4, _mm512_and_si512(zl, m30), 0xEA);
+    *hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), m4, _mm512_and_si512(zh, m30), 0xEA);
 }
 #endif

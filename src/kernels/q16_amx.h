@@ -25,7 +25,7 @@
  * n: a multiple of 16 tokens; f: KILN_WF_Q8_0, KILN_WF_Q4_0 or KILN_WF_INT4_GROUP (group 32, sg its
  * 16 rows' bf16 scales per block).
  *
- * K16_AMX_NAME: Q4_K / Q5_K in the 16-row super-block interleave the same way (below). */
+ * K16_AMX_NAME: Q4_K / Q5_K / Q6_K in the 16-row super-block interleave the same way (below). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -125,7 +125,83 @@ void Q16_AMX_NAME(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const
  * int32; then per token the integer sums of k16_tile (isum += p_2i·sc_2i + p_2i+1·sc_2i+1, the mins
  * by vpdpwssd against the record's 16-column sums at 256) and its two float steps (y += (d·dx)·isum,
  * y −= (dmin·dx)·mins): each (row, token) result is k16_tile's bit for bit. */
+/* Q6_K: per 16-column group (its own scale) one tdpbsud of K = 16 — A 16 tokens × 16 bytes (the
+ * record's natural column order), B 4 rows × 64 bytes: the quant vectors of the group as stored, q + 32
+ * (kernels/k16_q6_quants) — then per token k16_tile's sums: isum = Σ_g p_g·sc_g, the +32 removed by
+ * vpdpwssd of −32·sc (as 32·sc, subtracted) with the record's 16-column sums, y += (d·dx)·(isum − that). */
+static void k16q6_amx(const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy) {
+    const size_t gsb = 16 * (size_t)210, rec = 320;
+    amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int i = 0; i < 2; i++) {
+        cfg.rows[i] = 16, cfg.colsb[i] = 64;         /* C */
+        cfg.rows[2 + i] = 16, cfg.colsb[2 + i] = 16; /* A: 16 columns */
+        cfg.rows[4 + i] = 4, cfg.colsb[4 + i] = 64;  /* B: 4 rows of 4 columns × 16 weight rows */
+    }
+    AMX_CONFIG(&cfg);
+    int32_t cbuf[16][256] __attribute__((aligned(64)));
+    uint8_t bbuf[2][256] __attribute__((aligned(64)));
+    float abuf[16][16] __attribute__((aligned(64)));
+    for (int t0 = 0; t0 < n; t0 += 16) {
+        const uint8_t *xt = xp + (size_t)t0 * xpb;
+        memset(abuf, 0, sizeof abuf);
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            const uint8_t *s = g + (size_t)sb * gsb, *xs = xt + (size_t)sb * rec;
+            for (int h = 0; h < 2; h++)
+                for (int jp = 0; jp < 2; jp++)
+                    for (int half = 0; half < 2; half++) {
+                        for (int mm = 0; mm < 4; mm++) {
+                            __m512i lo, hi;
+                            k16_q6_quants(s, h, jp, 4 * half + mm, &lo, &hi);
+                            _mm512_store_si512(bbuf[0] + 64 * mm, lo);
+                            _mm512_store_si512(bbuf[1] + 64 * mm, hi);
+                        }
+                        const int ga = 8 * h + 2 * jp + half, gb = 8 * h + 2 * (jp + 2) + half;
+                        AMX_ZERO(0);
+                        AMX_LOAD(2, xs + 16 * ga, xpb);
+                        AMX_LOAD(4, bbuf[0], 64);
+                        AMX_DPBSUD(0, 2, 4);
+                        AMX_STORE(0, cbuf[ga], 64);
+                        AMX_ZERO(1);
+                        AMX_LOAD(3, xs + 16 * gb, xpb);
+                        AMX_LOAD(5, bbuf[1], 64);
+                        AMX_DPBSUD(1, 3, 5);
+                        AMX_STORE(1, cbuf[gb], 64);
+                    }
+            __m512i a2[8];
+            for (int k = 0; k < 8; k++) {
+                const __m128i p0 = _mm_loadu_si128((const __m128i *)(s + 3072 + 32 * k)), p1 = _mm_loadu_si128((const __m128i *)(s + 3072 + 32 * k + 16));
+                a2[k] = _mm512_slli_epi16(_mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(p0, p1), _mm_unpacklo_epi8(p0, p1))), 5);
+            }
+            const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 3328)));
+            for (int t = 0; t < 16; t++) {
+                const uint8_t *o = xs + (size_t)t * xpb;
+                __m512i isum = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
+                for (int gi = 0; gi < 16; gi++)
+                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_load_si512(cbuf[gi] + 16 * t),
+                                                                    _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 3072 + 16 * gi)))));
+                for (int k = 0; k < 8; k++) {
+                    int32_t xk;
+                    memcpy(&xk, o + 256 + 4 * k, 4);
+                    mi = _mm512_dpwssd_epi32(mi, a2[k], _mm512_set1_epi32(xk));
+                }
+                float dx;
+                memcpy(&dx, o + 288, 4);
+                const __m512 acc = _mm512_load_ps(abuf[t]);
+                _mm512_store_ps(abuf[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum, mi)), _mm512_mul_ps(wd, _mm512_set1_ps(dx)), acc));
+            }
+        }
+        for (int t = 0; t < 16; t++) _mm512_storeu_ps(Y + (size_t)(t0 + t) * (size_t)ldy, _mm512_load_ps(abuf[t]));
+    }
+    AMX_RELEASE();
+}
+
 void K16_AMX_NAME(int f, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy) {
+    if (f == KILN_WF_Q6_K) {
+        k16q6_amx(g, nsb, xp, xpb, n, Y, ldy);
+        return;
+    }
     const int q5 = f == KILN_WF_Q5_K;
     const size_t gsb = 16 * (size_t)(q5 ? 176 : 144), rec = 320;
     amx_tilecfg cfg;
