@@ -127,8 +127,8 @@ static int amx_mode = KILN_AMX_HW;
 static _Thread_local uint64_t amx_blocks; /* per thread: no shared line bouncing between cores */
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 static int amx_env_emulate = 0, amx_env_said = 0, amx_check_failed = 0;
-/* The tiles checked before first use: one 16-row group of Q4_0 (2 blocks) and one of Q4_K (1
- * super-block), 16 tokens of random prepared activations, through the CPU's tiles and through the C
+/* The tiles checked before first use: one 16-row group of Q4_0 (2 blocks), one of Q4_K and one of
+ * Q6_K (1 super-block each: both tile shapes), 16 tokens of random prepared activations, through the CPU's tiles and through the C
  * emulation (q16_amxemu_avx512.c) must give the same bits. The kernel test does this in full where the
  * CPU has AMX (tests/kernels/test_gemv.c); this guards a machine the tests never ran on: a mismatch
  * turns AMX off with a message, and the vpdpbusd kernels (the same results by construction) run. */
@@ -136,7 +136,7 @@ static uint32_t amx_check_rand(uint32_t *st) { return *st = *st * 1664525u + 101
 static int amx_selfcheck(void) {
     if (!kiln_cpu_supports(KILN_ISA_AVX512)) return 0;
     enum { NB = 2, QXPB = NB * 72, KXPB = 320 };
-    static uint8_t g[16 * 144], xq[16 * QXPB], xk[16 * KXPB];
+    static uint8_t g[16 * 210], xq[16 * QXPB], xk[16 * KXPB];
     static float y_hw[256], y_emu[256];
     uint32_t st = 12345u;
     for (size_t i = 0; i < sizeof g; i++) g[i] = (uint8_t)(amx_check_rand(&st) >> 24);
@@ -164,6 +164,13 @@ static int amx_selfcheck(void) {
     }
     kiln_k16_amx_hw(KILN_WF_Q4_K, g, 1, xk, KXPB, 16, y_hw, 16);
     kiln_k16_amx_emu(KILN_WF_Q4_K, g, 1, xk, KXPB, 16, y_emu, 16);
+    same = same && memcmp(y_hw, y_emu, sizeof y_hw) == 0;
+    for (int r = 0; r < 16; r++) { /* Q6_K (the K = 16 tile shapes): d of the 16 rows at [3328, 3360) */
+        const uint16_t h = (uint16_t)(0x2C00u + (amx_check_rand(&st) >> 22));
+        memcpy(g + 3328 + 2 * r, &h, 2);
+    }
+    kiln_k16_amx_hw(KILN_WF_Q6_K, g, 1, xk, KXPB, 16, y_hw, 16);
+    kiln_k16_amx_emu(KILN_WF_Q6_K, g, 1, xk, KXPB, 16, y_emu, 16);
     return same && memcmp(y_hw, y_emu, sizeof y_hw) == 0;
 }
 static void amx_probe(void) {
