@@ -42,6 +42,20 @@ typedef struct __attribute__((aligned(64))) {
 } amx_tilecfg;
 #endif
 
+/* The tiles of two slots, loaded: C 0 / 1 (16 tokens × 16 rows int32), A 2 / 3 (16 tokens × k bytes),
+ * B 4 / 5 (k / 4 rows × 16 weight rows of 4 bytes); k = 32 (a block or sub-block) or 16 (Q6_K's groups). */
+static inline __attribute__((always_inline)) void amx_two_slots(int k) {
+    amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int i = 0; i < 2; i++) {
+        cfg.rows[i] = 16, cfg.colsb[i] = 64;
+        cfg.rows[2 + i] = 16, cfg.colsb[2 + i] = (uint16_t)k;
+        cfg.rows[4 + i] = (uint8_t)(k / 4), cfg.colsb[4 + i] = 64;
+    }
+    AMX_CONFIG(&cfg);
+}
+
 /* One block's post-processing for 16 tokens: acc[t] += float(C[t] + tot_t) · (ws · dx_t), ws the
  * 16 rows' scales of block b */
 #define Q16_AMX_FINISH(cb, b)                                                                                   \
@@ -62,15 +76,7 @@ void Q16_AMX_NAME(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const
                   int64_t ldy) {
     const int q8 = f == KILN_WF_Q8_0, i4 = f == KILN_WF_INT4_GROUP;
     const size_t gbb = i4 ? 256 : 16 * (size_t)(q8 ? 34 : 18), woff = i4 ? 0 : 32;
-    amx_tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int i = 0; i < 2; i++) {
-        cfg.rows[i] = 16, cfg.colsb[i] = 64;         /* C */
-        cfg.rows[2 + i] = 16, cfg.colsb[2 + i] = 32; /* A */
-        cfg.rows[4 + i] = 8, cfg.colsb[4 + i] = 64;  /* B */
-    }
-    AMX_CONFIG(&cfg);
+    amx_two_slots(32);
     int32_t cbuf[2][256] __attribute__((aligned(64)));
     uint8_t bbuf[2][512] __attribute__((aligned(64)));
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -131,15 +137,7 @@ void Q16_AMX_NAME(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const
  * vpdpwssd of −32·sc (as 32·sc, subtracted) with the record's 16-column sums, y += (d·dx)·(isum − that). */
 static void k16q6_amx(const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy) {
     const size_t gsb = 16 * (size_t)210, rec = 320;
-    amx_tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int i = 0; i < 2; i++) {
-        cfg.rows[i] = 16, cfg.colsb[i] = 64;         /* C */
-        cfg.rows[2 + i] = 16, cfg.colsb[2 + i] = 16; /* A: 16 columns */
-        cfg.rows[4 + i] = 4, cfg.colsb[4 + i] = 64;  /* B: 4 rows of 4 columns × 16 weight rows */
-    }
-    AMX_CONFIG(&cfg);
+    amx_two_slots(16);
     int32_t cbuf[16][256] __attribute__((aligned(64)));
     uint8_t bbuf[2][256] __attribute__((aligned(64)));
     float abuf[16][16] __attribute__((aligned(64)));
@@ -204,15 +202,7 @@ void K16_AMX_NAME(int f, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_
     }
     const int q5 = f == KILN_WF_Q5_K;
     const size_t gsb = 16 * (size_t)(q5 ? 176 : 144), rec = 320;
-    amx_tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int i = 0; i < 2; i++) {
-        cfg.rows[i] = 16, cfg.colsb[i] = 64;         /* C */
-        cfg.rows[2 + i] = 16, cfg.colsb[2 + i] = 32; /* A */
-        cfg.rows[4 + i] = 8, cfg.colsb[4 + i] = 64;  /* B */
-    }
-    AMX_CONFIG(&cfg);
+    amx_two_slots(32);
     int32_t cbuf[8][256] __attribute__((aligned(64)));
     uint8_t bbuf[2][512] __attribute__((aligned(64)));
     float abuf[16][16] __attribute__((aligned(64)));
