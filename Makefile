@@ -9,8 +9,13 @@ MAKEFLAGS += -j$(shell nproc)
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
+# AMX (src/kernels/q16_amx_avx512.c) is inline assembly: an assembler older than binutils 2.36 does
+# not know the tile instructions, and kiln then builds without the AMX path (KILN_NO_AMX_ASM: the
+# vpdpbusd GEMMs everywhere) rather than failing.
+HAVE_AMX_AS := $(shell printf 'tilerelease\n' | $(CC) -x assembler -c -o /dev/null - 2>/dev/null && echo 1)
+CFLAGS_AMX  := $(if $(HAVE_AMX_AS),,-DKILN_NO_AMX_ASM)
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -Isrc -Itools -fopenmp -g $(OPT) \
-              $(shell pkg-config --cflags jansson libpcre2-8 icu-uc 2>/dev/null) $(CFLAGS_VK) $(CFLAGS_MPI)
+              $(shell pkg-config --cflags jansson libpcre2-8 icu-uc 2>/dev/null) $(CFLAGS_VK) $(CFLAGS_MPI) $(CFLAGS_AMX)
 LIBS    = -fopenmp -lmvec -lm -lpthread $(shell pkg-config --libs jansson libpcre2-8 libmicrohttpd icu-uc 2>/dev/null) -lxxhash $(LIBS_VK) $(LIBS_MPI)
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16

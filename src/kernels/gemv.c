@@ -178,6 +178,9 @@ static void amx_probe(void) {
     if (e && strcmp(e, "0") == 0) __atomic_store_n(&amx_mode, KILN_AMX_OFF, __ATOMIC_RELAXED);
     /* the emulation end to end (tests/models/test_quantize_files.py: logits byte-identical to AMX off) */
     if (e && strcmp(e, "emulate") == 0) __atomic_store_n(&amx_mode, KILN_AMX_EMULATED, __ATOMIC_RELAXED), amx_env_emulate = 1;
+#ifdef KILN_NO_AMX_ASM
+    return; /* built without the tile instructions (Makefile HAVE_AMX_AS) */
+#endif
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return;

@@ -11,6 +11,18 @@
  * no memory at all, so the compiler may drop or sink the stores that build the configuration and
  * the unpacked B tile (it sees nothing read them). Here the configuration is a whole-struct operand
  * and every load and store clobbers memory. */
+#ifdef KILN_NO_AMX_ASM /* an assembler without the tile instructions (Makefile): never called (gemv.c) */
+#define AMX_CONFIG(c) ((void)(c), __builtin_trap())
+#define AMX_ZERO(t) __builtin_trap()
+#define AMX_LOAD(t, p, s) ((void)(p), (void)(s), __builtin_trap())
+#define AMX_STORE(t, p, s) ((void)(p), (void)(s), __builtin_trap())
+#define AMX_DPBSUD(c, a, b) __builtin_trap()
+#define AMX_RELEASE() __builtin_trap()
+#define Q16_AMX_NAME kiln_q16_amx_hw
+#define K16_AMX_NAME kiln_k16_amx_hw
+#include "kernels/q16_amx.h"
+double kiln_amx_peak_macs(int64_t iters) { return (double)iters * 0.0; }
+#else
 #define Q16_AMX_NAME kiln_q16_amx_hw
 #define K16_AMX_NAME kiln_k16_amx_hw
 #define AMX_CONFIG(c) __asm__ volatile("ldtilecfg %0" ::"m"(*(const amx_tilecfg *)(c)) : "memory")
@@ -44,3 +56,4 @@ double kiln_amx_peak_macs(int64_t iters) {
     AMX_RELEASE();
     return (double)iters * 4.0 * 16 * 16 * 64;
 }
+#endif
