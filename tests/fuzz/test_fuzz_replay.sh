@@ -6,7 +6,7 @@
 #     a crash or sanitizer report fails the test;
 #  2. when clang with libFuzzer is there (and not under make check), a short libFuzzer run of each
 #     target: FUZZ_SHORT seconds each (default 15; 0 skips), two at a time: about 1 min, plus
-#     about 1.5 min the first time for the clang build ($BUILD/libfuzzer) on 2 cores.
+#     about 1 min 15 s the first time for the clang build ($BUILD/libfuzzer) on 2 cores.
 # The whole script is one function, read before it runs: editing the file during a run
 # cannot change what the run does.
 main() {
