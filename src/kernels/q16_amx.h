@@ -56,6 +56,17 @@ static inline __attribute__((always_inline)) void amx_two_slots(int k) {
     AMX_CONFIG(&cfg);
 }
 
+/* one tile product into out (16 × 16 int32): C = A (16 tokens × k bytes at ap, a token every
+ * astride) · B (k / 4 rows of 64 bytes at bp); C, A, B tile numbers (constants) */
+#define AMX_PRODUCT(C, A, B, ap, astride, bp, out) \
+    do {                                           \
+        AMX_ZERO(C);                               \
+        AMX_LOAD(A, ap, astride);                  \
+        AMX_LOAD(B, bp, 64);                       \
+        AMX_DPBSUD(C, A, B);                       \
+        AMX_STORE(C, out, 64);                     \
+    } while (0)
+
 /* One block's post-processing for 16 tokens: acc[t] += float(C[t] + tot_t) · (ws · dx_t), ws the
  * 16 rows' scales of block b */
 #define Q16_AMX_FINISH(cb, b)                                                                                   \
@@ -100,19 +111,8 @@ void Q16_AMX_NAME(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const
                 bw = bbuf[s];
             }
             /* tile numbers must be constants: the two slots spelled out */
-            if (s == 0) {
-                AMX_ZERO(0);
-                AMX_LOAD(2, xt + 64 * b, xpb);
-                AMX_LOAD(4, bw, 64);
-                AMX_DPBSUD(0, 2, 4);
-                AMX_STORE(0, cbuf[0], 64);
-            } else {
-                AMX_ZERO(1);
-                AMX_LOAD(3, xt + 64 * b, xpb);
-                AMX_LOAD(5, bw, 64);
-                AMX_DPBSUD(1, 3, 5);
-                AMX_STORE(1, cbuf[1], 64);
-            }
+            if (s == 0) AMX_PRODUCT(0, 2, 4, xt + 64 * b, xpb, bw, cbuf[0]);
+            else AMX_PRODUCT(1, 3, 5, xt + 64 * b, xpb, bw, cbuf[1]);
             if (b > 0) Q16_AMX_FINISH(cbuf[s ^ 1], b - 1);
         }
         Q16_AMX_FINISH(cbuf[(nb - 1) & 1], nb - 1);
@@ -135,75 +135,94 @@ void Q16_AMX_NAME(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const
  * record's natural column order), B 4 rows × 64 bytes: the quant vectors of the group as stored, q + 32
  * (kernels/k16_q6_quants) — then per token k16_tile's sums: isum = Σ_g p_g·sc_g, the +32 removed by
  * vpdpwssd of −32·sc (as 32·sc, subtracted) with the record's 16-column sums, y += (d·dx)·(isum − that). */
-static void k16q6_amx(const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy) {
-    const size_t gsb = 16 * (size_t)210, rec = 320;
-    amx_two_slots(16);
-    int32_t cbuf[16][256] __attribute__((aligned(64)));
-    uint8_t bbuf[2][256] __attribute__((aligned(64)));
-    float abuf[16][16] __attribute__((aligned(64)));
-    for (int t0 = 0; t0 < n; t0 += 16) {
-        const uint8_t *xt = xp + (size_t)t0 * xpb;
-        memset(abuf, 0, sizeof abuf);
-        for (int64_t sb = 0; sb < nsb; sb++) {
-            const uint8_t *s = g + (size_t)sb * gsb, *xs = xt + (size_t)sb * rec;
-            for (int h = 0; h < 2; h++)
-                for (int jp = 0; jp < 2; jp++)
-                    for (int half = 0; half < 2; half++) {
-                        for (int mm = 0; mm < 4; mm++) {
-                            __m512i lo, hi;
-                            k16_q6_quants(s, h, jp, 4 * half + mm, &lo, &hi);
-                            _mm512_store_si512(bbuf[0] + 64 * mm, lo);
-                            _mm512_store_si512(bbuf[1] + 64 * mm, hi);
-                        }
-                        const int ga = 8 * h + 2 * jp + half, gb = 8 * h + 2 * (jp + 2) + half;
-                        AMX_ZERO(0);
-                        AMX_LOAD(2, xs + 16 * ga, xpb);
-                        AMX_LOAD(4, bbuf[0], 64);
-                        AMX_DPBSUD(0, 2, 4);
-                        AMX_STORE(0, cbuf[ga], 64);
-                        AMX_ZERO(1);
-                        AMX_LOAD(3, xs + 16 * gb, xpb);
-                        AMX_LOAD(5, bbuf[1], 64);
-                        AMX_DPBSUD(1, 3, 5);
-                        AMX_STORE(1, cbuf[gb], 64);
-                    }
-            __m512i a2[8];
-            for (int k = 0; k < 8; k++) {
-                const __m128i p0 = _mm_loadu_si128((const __m128i *)(s + 3072 + 32 * k)), p1 = _mm_loadu_si128((const __m128i *)(s + 3072 + 32 * k + 16));
-                a2[k] = _mm512_slli_epi16(_mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(p0, p1), _mm_unpacklo_epi8(p0, p1))), 5);
-            }
-            const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 3328)));
-            for (int t = 0; t < 16; t++) {
-                const uint8_t *o = xs + (size_t)t * xpb;
-                __m512i isum = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
-                for (int gi = 0; gi < 16; gi++)
-                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_load_si512(cbuf[gi] + 16 * t),
-                                                                    _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 3072 + 16 * gi)))));
-                for (int k = 0; k < 8; k++) {
-                    int32_t xk;
-                    memcpy(&xk, o + 256 + 4 * k, 4);
-                    mi = _mm512_dpwssd_epi32(mi, a2[k], _mm512_set1_epi32(xk));
+/* One Q6_K super-block s for 16 tokens (records xs, a token every xpb) into abuf. */
+static inline __attribute__((always_inline)) void k16q6_superblock(const uint8_t *s, const uint8_t *xs, size_t xpb, int32_t (*cbuf)[256],
+                                                                   uint8_t (*bbuf)[512], float (*abuf)[16]) {
+    for (int h = 0; h < 2; h++)
+        for (int jp = 0; jp < 2; jp++)
+            for (int half = 0; half < 2; half++) {
+                for (int mm = 0; mm < 4; mm++) {
+                    __m512i lo, hi;
+                    k16_q6_quants(s, h, jp, 4 * half + mm, &lo, &hi);
+                    _mm512_store_si512(bbuf[0] + 64 * mm, lo);
+                    _mm512_store_si512(bbuf[1] + 64 * mm, hi);
                 }
-                float dx;
-                memcpy(&dx, o + 288, 4);
-                const __m512 acc = _mm512_load_ps(abuf[t]);
-                _mm512_store_ps(abuf[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum, mi)), _mm512_mul_ps(wd, _mm512_set1_ps(dx)), acc));
+                const int ga = 8 * h + 2 * jp + half, gb = 8 * h + 2 * (jp + 2) + half;
+                AMX_PRODUCT(0, 2, 4, xs + 16 * ga, xpb, bbuf[0], cbuf[ga]);
+                AMX_PRODUCT(1, 3, 5, xs + 16 * gb, xpb, bbuf[1], cbuf[gb]);
             }
-        }
-        for (int t = 0; t < 16; t++) _mm512_storeu_ps(Y + (size_t)(t0 + t) * (size_t)ldy, _mm512_load_ps(abuf[t]));
+    __m512i a2[8];
+    for (int k = 0; k < 8; k++) {
+        const __m128i p0 = _mm_loadu_si128((const __m128i *)(s + 3072 + 32 * k)), p1 = _mm_loadu_si128((const __m128i *)(s + 3072 + 32 * k + 16));
+        a2[k] = _mm512_slli_epi16(_mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(p0, p1), _mm_unpacklo_epi8(p0, p1))), 5);
     }
-    AMX_RELEASE();
+    const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 3328)));
+    for (int t = 0; t < 16; t++) {
+        const uint8_t *o = xs + (size_t)t * xpb;
+        __m512i isum = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
+        for (int gi = 0; gi < 16; gi++)
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_load_si512(cbuf[gi] + 16 * t),
+                                                            _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 3072 + 16 * gi)))));
+        for (int k = 0; k < 8; k++) {
+            int32_t xk;
+            memcpy(&xk, o + 256 + 4 * k, 4);
+            mi = _mm512_dpwssd_epi32(mi, a2[k], _mm512_set1_epi32(xk));
+        }
+        float dx;
+        memcpy(&dx, o + 288, 4);
+        const __m512 acc = _mm512_load_ps(abuf[t]);
+        _mm512_store_ps(abuf[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum, mi)), _mm512_mul_ps(wd, _mm512_set1_ps(dx)), acc));
+    }
+}
+
+/* One Q4_K / Q5_K super-block s for 16 tokens into abuf. */
+static inline __attribute__((always_inline)) void k16q45_superblock(int q5, const uint8_t *s, const uint8_t *xs, size_t xpb, int32_t (*cbuf)[256],
+                                                                    uint8_t (*bbuf)[512], float (*abuf)[16]) {
+    __m512i sa[4], sbv[4], ma2[4], mb2[4];
+    for (int i = 0; i < 4; i++) {
+        for (int m = 0; m < 8; m++) {
+            __m512i lo, hi;
+            k16_q45_quants(s, q5, i, m, &lo, &hi);
+            _mm512_store_si512(bbuf[0] + 64 * m, lo);
+            _mm512_store_si512(bbuf[1] + 64 * m, hi);
+        }
+        const int ja = 2 * i, jb = 2 * i + 1;
+        AMX_PRODUCT(0, 2, 4, xs + 64 * (2 * (ja >> 2) + (ja & 1)) + 32 * ((ja >> 1) & 1), xpb, bbuf[0], cbuf[ja]);
+        AMX_PRODUCT(1, 3, 5, xs + 64 * (2 * (jb >> 2) + (jb & 1)) + 32 * ((jb >> 1) & 1), xpb, bbuf[1], cbuf[jb]);
+        __m128i sc[2], mn[2];
+        k16_q45_scales(s, i, sc, mn);
+        sa[i] = _mm512_cvtepu8_epi32(sc[0]), sbv[i] = _mm512_cvtepu8_epi32(sc[1]);
+        const __m512i ma = _mm512_cvtepu8_epi32(mn[0]), mb = _mm512_cvtepu8_epi32(mn[1]);
+        ma2[i] = _mm512_or_si512(ma, _mm512_slli_epi32(ma, 16)), mb2[i] = _mm512_or_si512(mb, _mm512_slli_epi32(mb, 16));
+    }
+    const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)s)), wm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 32)));
+    for (int t = 0; t < 16; t++) {
+        const uint8_t *o = xs + (size_t)t * xpb;
+        __m512i isum = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+            const __m512i qa = _mm512_load_si512(cbuf[2 * i] + 16 * t), qb = _mm512_load_si512(cbuf[2 * i + 1] + 16 * t);
+            int32_t xa, xb;
+            memcpy(&xa, o + 256 + 8 * i, 4);
+            memcpy(&xb, o + 256 + 8 * i + 4, 4);
+            isum = _mm512_add_epi32(isum, _mm512_add_epi32(_mm512_mullo_epi32(qa, sa[i]), _mm512_mullo_epi32(qb, sbv[i])));
+            mi = _mm512_dpwssd_epi32(mi, ma2[i], _mm512_set1_epi32(xa));
+            mi = _mm512_dpwssd_epi32(mi, mb2[i], _mm512_set1_epi32(xb));
+        }
+        float dx;
+        memcpy(&dx, o + 288, 4);
+        const __m512 vdx = _mm512_set1_ps(dx);
+        __m512 acc = _mm512_load_ps(abuf[t]);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, vdx), acc);
+        acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(wm, vdx), acc);
+        _mm512_store_ps(abuf[t], acc);
+    }
 }
 
 void K16_AMX_NAME(int f, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy) {
-    if (f == KILN_WF_Q6_K) {
-        k16q6_amx(g, nsb, xp, xpb, n, Y, ldy);
-        return;
-    }
-    const int q5 = f == KILN_WF_Q5_K;
-    const size_t gsb = 16 * (size_t)(q5 ? 176 : 144), rec = 320;
-    amx_two_slots(32);
-    int32_t cbuf[8][256] __attribute__((aligned(64)));
+    const int q6 = f == KILN_WF_Q6_K, q5 = f == KILN_WF_Q5_K;
+    const size_t gsb = 16 * (size_t)(q6 ? 210 : q5 ? 176 : 144), rec = 320; /* rec: the prepared record of a super-block (KQ_REC) */
+    amx_two_slots(q6 ? 16 : 32);
+    int32_t cbuf[16][256] __attribute__((aligned(64)));
     uint8_t bbuf[2][512] __attribute__((aligned(64)));
     float abuf[16][16] __attribute__((aligned(64)));
     for (int t0 = 0; t0 < n; t0 += 16) {
@@ -211,52 +230,8 @@ void K16_AMX_NAME(int f, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_
         memset(abuf, 0, sizeof abuf);
         for (int64_t sb = 0; sb < nsb; sb++) {
             const uint8_t *s = g + (size_t)sb * gsb, *xs = xt + (size_t)sb * rec;
-            __m512i sa[4], sbv[4], ma2[4], mb2[4];
-            for (int i = 0; i < 4; i++) {
-                for (int m = 0; m < 8; m++) {
-                    __m512i lo, hi;
-                    k16_q45_quants(s, q5, i, m, &lo, &hi);
-                    _mm512_store_si512(bbuf[0] + 64 * m, lo);
-                    _mm512_store_si512(bbuf[1] + 64 * m, hi);
-                }
-                const int ja = 2 * i, jb = 2 * i + 1;
-                AMX_ZERO(0);
-                AMX_LOAD(2, xs + 64 * (2 * (ja >> 2) + (ja & 1)) + 32 * ((ja >> 1) & 1), xpb);
-                AMX_LOAD(4, bbuf[0], 64);
-                AMX_DPBSUD(0, 2, 4);
-                AMX_STORE(0, cbuf[ja], 64);
-                AMX_ZERO(1);
-                AMX_LOAD(3, xs + 64 * (2 * (jb >> 2) + (jb & 1)) + 32 * ((jb >> 1) & 1), xpb);
-                AMX_LOAD(5, bbuf[1], 64);
-                AMX_DPBSUD(1, 3, 5);
-                AMX_STORE(1, cbuf[jb], 64);
-                __m128i sc[2], mn[2];
-                k16_q45_scales(s, i, sc, mn);
-                sa[i] = _mm512_cvtepu8_epi32(sc[0]), sbv[i] = _mm512_cvtepu8_epi32(sc[1]);
-                const __m512i ma = _mm512_cvtepu8_epi32(mn[0]), mb = _mm512_cvtepu8_epi32(mn[1]);
-                ma2[i] = _mm512_or_si512(ma, _mm512_slli_epi32(ma, 16)), mb2[i] = _mm512_or_si512(mb, _mm512_slli_epi32(mb, 16));
-            }
-            const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)s)), wm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 32)));
-            for (int t = 0; t < 16; t++) {
-                const uint8_t *o = xs + (size_t)t * xpb;
-                __m512i isum = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
-                _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
-                    const __m512i qa = _mm512_load_si512(cbuf[2 * i] + 16 * t), qb = _mm512_load_si512(cbuf[2 * i + 1] + 16 * t);
-                    int32_t xa, xb;
-                    memcpy(&xa, o + 256 + 8 * i, 4);
-                    memcpy(&xb, o + 256 + 8 * i + 4, 4);
-                    isum = _mm512_add_epi32(isum, _mm512_add_epi32(_mm512_mullo_epi32(qa, sa[i]), _mm512_mullo_epi32(qb, sbv[i])));
-                    mi = _mm512_dpwssd_epi32(mi, ma2[i], _mm512_set1_epi32(xa));
-                    mi = _mm512_dpwssd_epi32(mi, mb2[i], _mm512_set1_epi32(xb));
-                }
-                float dx;
-                memcpy(&dx, o + 288, 4);
-                const __m512 vdx = _mm512_set1_ps(dx);
-                __m512 acc = _mm512_load_ps(abuf[t]);
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, vdx), acc);
-                acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(wm, vdx), acc);
-                _mm512_store_ps(abuf[t], acc);
-            }
+            if (q6) k16q6_superblock(s, xs, xpb, cbuf, bbuf, abuf);
+            else k16q45_superblock(q5, s, xs, xpb, cbuf, bbuf, abuf);
         }
         for (int t = 0; t < 16; t++) _mm512_storeu_ps(Y + (size_t)(t0 + t) * (size_t)ldy, _mm512_load_ps(abuf[t]));
     }
