@@ -34,8 +34,8 @@ if [ -z "${FUZZ_SEEDS:-}" ]; then
     rm -rf "$FUZZ_SEEDS"; mkdir -p "$FUZZ_SEEDS"
     KILN=${KILN:-./kiln}
     case "$KILN" in /*) ;; *) KILN=$PWD/$KILN ;; esac # make fuzz passes KILN=kiln; make_seeds.py runs it as a command
-    if [ -x "$KILN" ] && command -v python3 >/dev/null; then
-        python3 tests/fuzz/make_seeds.py runtime "$FUZZ_SEEDS" "$KILN" "$SHARED" || echo "run_fuzz: make_seeds.py failed; committed seeds only"
+    if [ -x "$KILN" ] && command -v "${PY:-python3}" >/dev/null; then
+        "${PY:-python3}" tests/fuzz/make_seeds.py runtime "$FUZZ_SEEDS" "$KILN" "$SHARED" || echo "run_fuzz: make_seeds.py failed; committed seeds only"
     else
         echo "run_fuzz: no $KILN (or python3): committed seeds only"
     fi

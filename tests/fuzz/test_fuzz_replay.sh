@@ -26,8 +26,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 KILN=${KILN:-./kiln}
 mkdir -p "$tmp/seeds"
-if [ -x "$KILN" ] && command -v python3 >/dev/null; then
-    python3 tests/fuzz/make_seeds.py runtime "$tmp/seeds" "$KILN" "$SHARED" || { echo "make_seeds.py failed"; exit 1; }
+if [ -x "$KILN" ] && command -v "${PY:-python3}" >/dev/null; then
+    "${PY:-python3}" tests/fuzz/make_seeds.py runtime "$tmp/seeds" "$KILN" "$SHARED" || { echo "make_seeds.py failed"; exit 1; }
 fi
 fail=0
 for t in "${targets[@]}"; do

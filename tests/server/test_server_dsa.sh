@@ -12,6 +12,7 @@
 # backend's, nothing computed on the host.
 set -u
 KILN=${KILN:-./kiln}
+PY=${PY:-/usr/bin/python3}
 SHARED=${SHARED:-$(cd "$(dirname "$0")/../../.." && pwd)/shared}
 TOK=$SHARED/tokenizers/deepseek-v3
 command -v curl >/dev/null || { echo "curl not installed"; exit 77; }
@@ -39,7 +40,7 @@ for i in 1 2 3; do curl -sf -m 120 "$url/v1/completions" -d "$req" > "$T/c$i.jso
 wait "${cpids[@]}" # the curls only (the server is a child too)
 curl -sf -m 120 "$url/v1/completions" -d "$req" > "$T/c4.json" || fail "single completion"
 for i in 1 2 3 4; do
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["usage"]["completion_tokens"] == 32, d; print(d["choices"][0]["text"])' \
+    "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["usage"]["completion_tokens"] == 32, d; print(d["choices"][0]["text"])' \
         "$T/c$i.json" > "$T/t$i.txt" || fail "completion $i: $(cat "$T/c$i.json")"
 done
 for i in 2 3 4; do cmp -s "$T/t1.txt" "$T/t$i.txt" || fail "completion $i differs from completion 1 ($(head -c 80 "$T/t$i.txt") vs $(head -c 80 "$T/t1.txt"))"; done
@@ -53,7 +54,7 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 wait "${cpids[@]}"
 for i in 0 1 2 3 4 5 6 7; do
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["usage"]["completion_tokens"] == 40, d; print(d["choices"][0]["text"])' \
+    "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["usage"]["completion_tokens"] == 40, d; print(d["choices"][0]["text"])' \
         "$T/p$i.json" > "$T/p$i.$dev" || fail "prefix request $i: $(cat "$T/p$i.json")"
 done
 curl -sf -m 120 "$url/v1/chat/completions" -d '{"model":"m","messages":[{"role":"user","content":"Say hi"}],"max_tokens":8}' | grep -q '"finish_reason"' || fail "chat completion"

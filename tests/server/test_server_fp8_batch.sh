@@ -24,7 +24,7 @@ cpids=()
 for i in 0 1 2 3; do curl -sf -m 60 "$url/v1/completions" -d "$(body $i)" > "$T/all$i.json" & cpids+=($!); done
 wait "${cpids[@]}"
 for i in 0 1 2 3; do
-    python3 - "$T/one$i.json" "$T/all$i.json" <<'EOF' || fail "request $i: batched output differs from the same request alone"
+    "$PY" - "$T/one$i.json" "$T/all$i.json" <<'EOF' || fail "request $i: batched output differs from the same request alone"
 import json, sys
 a, b = (json.load(open(p))["choices"][0] for p in sys.argv[1:3])
 assert a["text"] == b["text"], (a["text"], b["text"])

@@ -37,7 +37,7 @@ stop() { # under mpirun the signal goes to rank 0 (as tests/server/lib.mjs does)
     if [ -n "$r0" ]; then kill -TERM "$r0"; wait "$pid"; pid=; return; fi
     kill -TERM "$pid"; wait "$pid"; local rc=$?; pid=; [ $rc -eq 0 ] || fail "server exit status $rc"
 }
-text() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["choices"][0]["text"])' "$1"; }
+text() { "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["choices"][0]["text"])' "$1"; }
 drafted() { curl -sf "$url/metrics" | awk '$1 == "kiln_spec_drafted_tokens_total" {print $2}'; }
 accepted() { curl -sf "$url/metrics" | awk '$1 == "kiln_spec_accepted_tokens_total" {print $2}'; }
 
@@ -63,7 +63,7 @@ for arch in deepseek_v3 glm_moe_dsa; do
         done
         # streamed
         curl -sfN -m 120 "$url/v1/completions" -d "$(body ',"speculative":"mtp","stream":true')" > "$T/st$i.sse" || fail "$arch: streamed $i"
-        python3 - "$T/st$i.sse" "$T/ref$i.txt" <<'EOF' || fail "$arch: streamed completion $i differs"
+        "$PY" - "$T/st$i.sse" "$T/ref$i.txt" <<'EOF' || fail "$arch: streamed completion $i differs"
 import json, sys
 out = ""
 for line in open(sys.argv[1]):
@@ -124,7 +124,7 @@ done
 # (computed by an MTP request, the last row with its own next token), and its text is the text
 # without speculation. (Negative control, run by hand: accepting pages without whole MTP rows makes
 # the drafts differ from the first position on.)
-ids() { python3 -c 'import random,sys; random.seed(int(sys.argv[1])); print(",".join(str(random.randrange(1000, 50000)) for _ in range(int(sys.argv[2]))))' "$@"; }
+ids() { "$PY" -c 'import random,sys; random.seed(int(sys.argv[1])); print(",".join(str(random.randrange(1000, 50000)) for _ in range(int(sys.argv[2]))))' "$@"; }
 P1=$(ids 1 100); P2=$(ids 2 100)
 P3="$(echo "$P1" | cut -d, -f1-64),$(ids 3 36)" # P1's first 4 pages (page 16), then other tokens
 for arch in deepseek_v3 glm_moe_dsa; do
@@ -140,11 +140,11 @@ for arch in deepseek_v3 glm_moe_dsa; do
         local sp=; [ -n "$2" ] && sp=",\"speculative\":$2"
         curl -sf -m 120 "$url/v1/completions" -d "{\"model\":\"m\",\"prompt\":[$1],\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true$sp}" > "$T/p$n.json" ||
             fail "$arch: prefix request $n"
-        python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["usage"]["prompt_tokens_details"]["cached_tokens"], d["choices"][0]["text"])' "$T/p$n.json"
+        "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["usage"]["prompt_tokens_details"]["cached_tokens"], d["choices"][0]["text"])' "$T/p$n.json"
         n=$((n + 1))
     }
     same_drafts() { # arrivals a b: the same drafts at the same positions, and some
-        python3 - "$tr" "$1" "$2" <<'EOF2'
+        "$PY" - "$tr" "$1" "$2" <<'EOF2'
 import collections, sys
 t = collections.defaultdict(list)
 for line in open(sys.argv[1]):
@@ -186,7 +186,7 @@ done
 # a model without an MTP layer
 d=$T/llama
 "$KILN" mkmodel --arch deepseek_v3 --preset tiny --vocab 129280 --seq 1024 --dtype f32 "$d" > /dev/null 2>&1 || fail "mkmodel"
-python3 - "$d/config.json" <<'EOF'
+"$PY" - "$d/config.json" <<'EOF'
 import json, sys
 c = json.load(open(sys.argv[1])); c["num_nextn_predict_layers"] = 0; json.dump(c, open(sys.argv[1], "w"))
 EOF

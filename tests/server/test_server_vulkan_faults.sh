@@ -37,7 +37,7 @@ run_all() { # dir: one request alone, then the four at once
     for i in 0 1 2 3; do curl -sf -m 120 "$url/v1/completions" -d "$(body "${prompts[$i]}")" > "$1/c$i.json" & cp+=($!); done
     for p in "${cp[@]}"; do wait "$p" || fail "a concurrent request failed ($1)"; done
 }
-text() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$1"; }
+text() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$1"; }
 
 start "$T/cpu.log" --device cpu
 run_all "$T/cpu"
