@@ -5,8 +5,9 @@
 #     ($BUILD/tests/fuzz/fuzz_*, tests/fuzz/driver_main.c: gcc, ASan + UBSan under make check);
 #     a crash or sanitizer report fails the test;
 #  2. when clang with libFuzzer is there (and not under make check), a short libFuzzer run of each
-#     target: FUZZ_SHORT seconds each (default 15; 0 skips), two at a time: about 1 min, plus
-#     about 1 min 15 s the first time for the clang build ($BUILD/libfuzzer) on 2 cores.
+#     target: FUZZ_SHORT seconds each (default 10; 0 skips), two at a time: about 40 s, plus
+#     about 1 min the first time for the clang build ($BUILD/libfuzzer) on 2 cores (make fuzz is the
+#     long run: 600 s per target).
 # The whole script is one function, read before it runs: editing the file during a run
 # cannot change what the run does.
 main() {
@@ -50,7 +51,7 @@ for t in "${targets[@]}"; do
         echo "ok   replay $t: $(echo "$out" | tail -n 1) (${dt} ms)"
     fi
 done
-FUZZ_SHORT=${FUZZ_SHORT:-15}
+FUZZ_SHORT=${FUZZ_SHORT:-10}
 if [ -z "${KILN_CHECK:-}" ] && [ "$FUZZ_SHORT" != 0 ] && command -v clang >/dev/null; then
     echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return 0; }' >"$tmp/probe.c"
     if clang -fsanitize=fuzzer "$tmp/probe.c" -o "$tmp/probe" >/dev/null 2>&1; then
