@@ -21,7 +21,7 @@
  * Four weight rows are processed together so activation loads are shared. */
 #include "kernels/gemv_isa.h"
 #include "kernels/kquant.h"
-#include "kernels/k16_q45.h"
+#include "kernels/k16_quants.h"
 #include "base/fp.h"
 #include <immintrin.h>
 #include <math.h>
@@ -1148,11 +1148,6 @@ AI uint32_t qb_qh(int f, const uint8_t *blk) {
     memcpy(&h, blk + (f == KILN_WF_Q5_0 ? 2 : 4), 4);
     return h;
 }
-/* IQ4_NL / IQ4_XS levels (ggml's kvalues_iq4nl) + 128, as u8, in every 128-bit lane (vpshufb table). */
-AI __m512i iq4_lut(void) {
-    return _mm512_broadcast_i32x4(_mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153, (char)166,
-                                                (char)181, (char)197, (char)217, (char)241));
-}
 /* One row's block b as 32 unsigned weights (element i in byte i). */
 AI __m256i q_weights(int f, const uint8_t *blk) {
     if (f == KILN_WF_Q8_0)
@@ -1895,24 +1890,7 @@ static float max_f32(const float *x, int64_t n) {
  * K-quant weight is then one sequential stream — with software prefetch PF_BYTES ahead. */
 #define KQ_REC 320
 static size_t xprep_bytes_kq(const kiln_weight *w) { return (size_t)(w->cols / 256) * KQ_REC; }
-/* Where natural 16-column group i (0..15) of a super-block goes in the record's q[256] (byte offset),
- * so that each format's 64-byte weight chunks meet their columns:
- *   KQ_NATURAL  Q6_K: columns in order;
- *   KQ_PERM45   Q4_K / Q5_K: sub-blocks of 32 in the order 0,2 | 1,3 | 4,6 | 5,7 (see above);
- *   KQ_PERM2    Q2_K / Q3_K: chunk k = sub-blocks k and 4 + k (shift 2k of the 64 quant bytes: bytes
- *               0-31 hold sub-blocks 0-3's 2-bit fields, bytes 32-63 those of 4-7);
- *   KQ_PERMXS   IQ4_XS: chunk 2h + s = nibble s (low, high) of bytes 64h..64h+63, i.e. 16-column
- *               group 2(4h + jj) + s at byte 16jj of the chunk. */
-enum { KQ_NATURAL, KQ_PERM45, KQ_PERM2, KQ_PERMXS };
-AI int kq_pos(int perm, int i) {
-    const int sub = i / 2, half = i % 2;
-    switch (perm) {
-    case KQ_PERM45: return 64 * ((sub >> 2) * 2 + (sub & 1)) + 32 * ((sub >> 1) & 1) + 16 * half;
-    case KQ_PERM2: return 64 * (sub % 4) + 32 * (sub / 4) + 16 * half;
-    case KQ_PERMXS: return 64 * (2 * (sub / 4) + half) + 16 * (sub % 4);
-    default: return 16 * i;
-    }
-}
+/* (where each 16-column group goes in the record: kq_pos, kernels/k16_quants.h) */
 AI void xprep_kq_impl(const kiln_weight *w, const float *x, void *xp, int perm) {
     const int64_t nsb = w->cols / 256;
     for (int64_t sb = 0; sb < nsb; sb++) {
@@ -2175,21 +2153,6 @@ AI int k16_xcol(int f, int c) { /* byte offset of column c's activation byte (c 
                      : f == KILN_WF_IQ4_XS ? KQ_PERMXS : KQ_PERM2;
     return kq_pos(perm, c / 16) + c % 16;
 }
-/* Q3_K: the 16 rows' signed scale of 16-column group g (int8 bytes, sc − 32) from the 12 byte planes
- * at pl (plane k = byte k of the 16 rows): low 4 bits from byte g (g < 8) or the high nibble of byte
- * g − 8, top 2 bits from byte 8 + g % 4 at bit 2·(g / 4) (kiln_q3k_scales16 for 16 rows). */
-AI __m128i q3k_scale16(const uint8_t *pl, int g) {
-    const __m128i n15 = _mm_set1_epi8(0x0F), n3 = _mm_set1_epi8(3);
-    const __m128i plo = _mm_loadu_si128((const __m128i *)(pl + 16 * (g % 8))), phi = _mm_loadu_si128((const __m128i *)(pl + 16 * (8 + g % 4)));
-    const __m128i lo = g < 8 ? _mm_and_si128(plo, n15) : _mm_and_si128(_mm_srli_epi16(plo, 4), n15);
-    const __m128i hi = _mm_slli_epi16(_mm_and_si128(g / 4 ? _mm_srli_epi16(phi, 2 * (g / 4)) : phi, n3), 4);
-    return _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
-}
-/* Two 16-row byte vectors a (even group), b (odd group) → int32 lanes (a_r | b_r << 16) as int16, signed or not. */
-AI __m512i k16_pair16(__m128i a, __m128i b, int is_signed) {
-    const __m256i ab = _mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b));
-    return is_signed ? _mm512_cvtepi8_epi16(ab) : _mm512_cvtepu8_epi16(ab);
-}
 AI __m512i bcast4(const uint8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -2198,7 +2161,6 @@ AI __m512i bcast4(const uint8_t *p) {
 #define K16_NT 4
 AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy) {
     const size_t gsb = 16 * kq_block_bytes(f);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[K16_NT];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
@@ -2264,8 +2226,6 @@ AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp
              * qs byte 32h + l holds elements 128h + 32s + l at bits 2s (Q3_K: high bit = bit 4h + s of hmask
              * byte l; stored q + 4 in 0..7); element e's group of 16 is e / 16. */
             const int q3 = f == KILN_WF_Q3_K;
-            const __m512i m3 = _mm512_set1_epi8(3), b4 = _mm512_set1_epi8(4);
-            const uint8_t *qs = s + (q3 ? 512 : 256);
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++)
 #pragma GCC unroll 2
@@ -2279,33 +2239,14 @@ AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp
 #pragma GCC unroll 4
                         for (int mm = 0; mm < 4; mm++) {
                             const int m = 4 * hf + mm, c = NT == 1 ? (mm & 1) : 0;
-                            const __m512i v = _mm512_loadu_si512(qs + 64 * (8 * h + m));
-                            __m512i wa = _mm512_and_si512(s0 ? _mm512_srli_epi16(v, 2 * s0) : v, m3);
-                            __m512i wb = _mm512_and_si512(_mm512_srli_epi16(v, 2 * s1), m3);
-                            if (q3) { /* hmask bit j = 4h + s → bit 2 */
-                                const __m512i z = _mm512_loadu_si512(s + 64 * m);
-                                const int ja = 4 * h + s0, jb = 4 * h + s1;
-                                const __m512i za = ja >= 2 ? _mm512_srli_epi16(z, ja - 2) : _mm512_slli_epi16(z, 2 - ja);
-                                const __m512i zb = jb >= 2 ? _mm512_srli_epi16(z, jb - 2) : _mm512_slli_epi16(z, 2 - jb);
-                                wa = _mm512_ternarylogic_epi32(wa, za, b4, 0xF8);
-                                wb = _mm512_ternarylogic_epi32(wb, zb, b4, 0xF8);
-                            }
+                            const __m512i wa = k16_q23_quants(s, q3, h, s0, m), wb = k16_q23_quants(s, q3, h, s1, m);
 #pragma GCC unroll 4
                             for (int t = 0; t < NT; t++) {
                                 pa[c * NT + t] = _mm512_dpbusd_epi32(pa[c * NT + t], wa, bcast4(o[t] + k16_xcol(f, 128 * h + 32 * s0 + 4 * m)));
                                 pb[c * NT + t] = _mm512_dpbusd_epi32(pb[c * NT + t], wb, bcast4(o[t] + k16_xcol(f, 128 * h + 32 * s1 + 4 * m)));
                             }
                         }
-                        const int ga = 8 * h + 2 * s0 + hf, gb = 8 * h + 2 * s1 + hf;
-                        __m512i sa, sbv;
-                        if (q3) {
-                            sa = _mm512_cvtepi8_epi32(q3k_scale16(s + 1536, ga));
-                            sbv = _mm512_cvtepi8_epi32(q3k_scale16(s + 1536, gb));
-                        } else {
-                            const __m512i n4 = _mm512_set1_epi32(0xF);
-                            sa = _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 16 * ga))), n4);
-                            sbv = _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 16 * gb))), n4);
-                        }
+                        const __m512i sa = k16_q23_scale(s, q3, 8 * h + 2 * s0 + hf), sbv = k16_q23_scale(s, q3, 8 * h + 2 * s1 + hf);
 #pragma GCC unroll 4
                         for (int t = 0; t < NT; t++) {
                             const __m512i qa = NT == 1 ? _mm512_add_epi32(pa[0], pa[1]) : pa[t], qb = NT == 1 ? _mm512_add_epi32(pb[0], pb[1]) : pb[t];
@@ -2315,14 +2256,7 @@ AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp
             /* Q2_K: mins (m_2k, m_2k+1) per row; Q3_K: the +4, (4·sc_2k, 4·sc_2k+1); against (bs_2k, bs_2k+1) */
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
-                __m512i a2;
-                if (q3) {
-                    a2 = _mm512_slli_epi16(k16_pair16(q3k_scale16(s + 1536, 2 * k), q3k_scale16(s + 1536, 2 * k + 1), 1), 2);
-                } else {
-                    const __m128i n15 = _mm_set1_epi8(0x0F);
-                    a2 = k16_pair16(_mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(s + 32 * k)), 4), n15),
-                                    _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(s + 32 * k + 16)), 4), n15), 0);
-                }
+                const __m512i a2 = k16_q23_minpair(s, q3, k);
 #pragma GCC unroll 4
                 for (int t = 0; t < NT; t++) mi[t] = _mm512_dpwssd_epi32(mi[t], a2, bcast4(o[t] + 256 + 4 * k));
             }
@@ -2345,16 +2279,10 @@ AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp
         if (f == KILN_WF_IQ4_XS) {
             /* d [0, 32) | scales_h [32, 64) (row r's u16 at 2r) | scales_l planes [64, 128) | qs vectors [128, 2176);
              * qs byte 16j + i: element 32j + i (low nibble), 32j + 16 + i (high), levels + 128 */
-            const __m512i lut = iq4_lut(), n4 = _mm512_set1_epi32(0xF), n3 = _mm512_set1_epi32(3), c32 = _mm512_set1_epi32(32);
-            const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + 32)));
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) {
-                const __m512i pl = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 64 + 16 * (j / 2))));
-                const __m512i lo = _mm512_and_si512(j % 2 ? _mm512_srli_epi32(pl, 4) : pl, n4);
-                const __m512i hi = _mm512_slli_epi32(_mm512_and_si512(j ? _mm512_srli_epi32(sh, 2 * j) : sh, n3), 4);
-                const __m512i sj = _mm512_sub_epi32(_mm512_or_si512(lo, hi), c32);
-                const __m512i s7 = _mm512_and_si512(_mm512_slli_epi32(sj, 7), _mm512_set1_epi32(0xFFFF));
-                const __m512i s2 = _mm512_or_si512(s7, _mm512_slli_epi32(s7, 16)); /* 128·sc in both int16 halves */
+                __m512i sj, s2; /* the scale, and 128·sc in both int16 halves */
+                k16_xs_scale(s, j, &sj, &s2);
                 __m512i pa[2 * K16_NT];
                 const int nc = NT == 1 ? 2 : 1;
 #pragma GCC unroll 8
@@ -2362,9 +2290,8 @@ AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp
 #pragma GCC unroll 4
                 for (int mm = 0; mm < 4; mm++) {
                     const int c = NT == 1 ? (mm & 1) : 0;
-                    const __m512i v = _mm512_loadu_si512(s + 128 + 64 * (4 * j + mm));
-                    const __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
-                    const __m512i wh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+                    __m512i wl, wh;
+                    k16_xs_quants(s, j, mm, &wl, &wh);
 #pragma GCC unroll 4
                     for (int t = 0; t < NT; t++) {
                         pa[c * NT + t] = _mm512_dpbusd_epi32(pa[c * NT + t], wl, bcast4(o[t] + k16_xcol(f, 32 * j + 4 * mm)));
@@ -2388,7 +2315,7 @@ AI void k16_tile(int f, int NT, const uint8_t *g, int64_t nsb, const uint8_t *xp
             continue;
         }
         /* Q4_K: d, dmin [0, 64) | scale planes [64, 256) | qs vectors [256, 2304);
-         * Q5_K: d, dmin | scale planes | qh vectors [256, 768) | qs vectors [768, 2816) (kernels/k16_q45.h) */
+         * Q5_K: d, dmin | scale planes | qh vectors [256, 768) | qs vectors [768, 2816) (kernels/k16_quants.h) */
         const int q5 = f == KILN_WF_Q5_K;
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) { /* sub-blocks 2i (low nibbles of qs bytes 32i..) and 2i + 1 (high) */
@@ -2437,12 +2364,13 @@ AI void k16_group(int f, const kiln_weight *w, int64_t q, const uint8_t *xp, siz
     const uint8_t *g = w->data + (size_t)q * 16 * w->row_bytes;
     const int64_t nsb = w->cols / 256;
     int t = 0;
-    /* AMX (kernels/q16_amx.h): Q4_K / Q5_K / Q6_K, each whole 16 tokens on tiles, k16_tile's bits */
-    const kiln_k16_amx_fn amx = n >= 16 && (f == KILN_WF_Q4_K || f == KILN_WF_Q5_K || f == KILN_WF_Q6_K) ? kiln_k16_amx_kernel() : NULL;
+    /* AMX (kernels/q16_amx.h): every super-block format, each whole 16 tokens on tiles, k16_tile's bits */
+    const int on_tiles = f == KILN_WF_Q4_K || f == KILN_WF_Q5_K || f == KILN_WF_Q6_K || f == KILN_WF_Q2_K || f == KILN_WF_Q3_K || f == KILN_WF_IQ4_XS;
+    const kiln_k16_amx_fn amx = n >= 16 && on_tiles ? kiln_k16_amx_kernel() : NULL;
     if (amx) {
         t = n & ~15;
         amx(f, g, nsb, xp, xpb, t, Y, ldy);
-        kiln_q16_amx_count((uint64_t)(t / 16) * (uint64_t)nsb * 8); /* (Q6_K: 16 half-size products a super-block) */
+        kiln_q16_amx_count((uint64_t)(t / 16) * (uint64_t)nsb * 8); /* (Q6_K, Q2_K, Q3_K, IQ4_XS: 16 half-size products a super-block) */
     }
     for (; t + 4 <= n; t += 4) k16_tile(f, 4, g, nsb, xp + (size_t)t * xpb, xpb, Y + (size_t)t * (size_t)ldy, ldy);
     switch (n - t) {

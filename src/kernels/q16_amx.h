@@ -25,11 +25,12 @@
  * n: a multiple of 16 tokens; f: KILN_WF_Q8_0, KILN_WF_Q4_0 or KILN_WF_INT4_GROUP (group 32, sg its
  * 16 rows' bf16 scales per block).
  *
- * K16_AMX_NAME: Q4_K / Q5_K / Q6_K in the 16-row super-block interleave the same way (below). */
+ * K16_AMX_NAME: Q4_K / Q5_K / Q6_K / Q2_K / Q3_K / IQ4_XS in the 16-row super-block interleave the
+ * same way (below). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
-#include "kernels/k16_q45.h"
+#include "kernels/k16_quants.h"
 
 #ifndef KILN_Q16_AMX_TILECFG
 #define KILN_Q16_AMX_TILECFG
@@ -123,7 +124,7 @@ void Q16_AMX_NAME(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const
 #undef Q16_AMX_FINISH
 
 /* Q4_K / Q5_K (gemv_avx512.c k16_tile's arithmetic, per 16 tokens): per super-block and sub-block
- * pair i, the 8 quant vectors 8i + m unpacked (kernels/k16_q45.h) are two B tiles as they come — lo:
+ * pair i, the 8 quant vectors 8i + m unpacked (kernels/k16_quants.h) are two B tiles as they come — lo:
  * sub-block 2i, hi: 2i + 1, B row m = columns 4m..4m+3 of the 16 rows — against the A tiles of those
  * sub-blocks' 32 activation bytes, which the prepared record (KQ_REC = 320 bytes a super-block, Q4_K's
  * sub-block order 0,2 | 1,3 | 4,6 | 5,7) keeps contiguous: sub-block j at byte
@@ -167,6 +168,91 @@ static inline __attribute__((always_inline)) void k16q6_superblock(const uint8_t
             int32_t xk;
             memcpy(&xk, o + 256 + 4 * k, 4);
             mi = _mm512_dpwssd_epi32(mi, a2[k], _mm512_set1_epi32(xk));
+        }
+        float dx;
+        memcpy(&dx, o + 288, 4);
+        const __m512 acc = _mm512_load_ps(abuf[t]);
+        _mm512_store_ps(abuf[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum, mi)), _mm512_mul_ps(wd, _mm512_set1_ps(dx)), acc));
+    }
+}
+
+/* Q2_K / Q3_K (gemv_avx512.c k16_tile, per 16 tokens): per 16-column group g one tdpbsud of K = 16 —
+ * A 16 tokens × the group's 16 activation bytes (the record keeps each group contiguous: kq_pos,
+ * KQ_PERM2), B the 4 quant vectors of the group as unsigned bytes (kernels/k16_quants.h
+ * k16_q23_quants: 2-bit q, Q3_K with its high bit as q + 4) — then per token k16_tile's sums:
+ * isum = Σ_g p_g·sc_g, mi by vpdpwssd of the group pairs' mins (Q2_K) or 4·sc (Q3_K's + 4) against the
+ * record's 16-column sums, and its float steps (Q2_K: y += (d·dx)·isum, y −= (dmin·dx)·mi; Q3_K:
+ * y += (d·dx)·(isum − mi)). */
+static inline __attribute__((always_inline)) void k16q23_superblock(int q3, const uint8_t *s, const uint8_t *xs, size_t xpb, int32_t (*cbuf)[256],
+                                                                    uint8_t (*bbuf)[512], float (*abuf)[16]) {
+    for (int h = 0; h < 2; h++)
+        for (int hf = 0; hf < 2; hf++)     /* columns 16·hf.. of each 32 */
+            for (int sp = 0; sp < 2; sp++) { /* shifts 2sp (group 8h + 4sp + hf) and 2sp + 1 (+ 2) */
+                const int s0 = 2 * sp, s1 = 2 * sp + 1;
+                for (int mm = 0; mm < 4; mm++) {
+                    _mm512_store_si512(bbuf[0] + 64 * mm, k16_q23_quants(s, q3, h, s0, 4 * hf + mm));
+                    _mm512_store_si512(bbuf[1] + 64 * mm, k16_q23_quants(s, q3, h, s1, 4 * hf + mm));
+                }
+                const int ga = 8 * h + 2 * s0 + hf, gb = 8 * h + 2 * s1 + hf;
+                AMX_PRODUCT(0, 2, 4, xs + kq_pos(KQ_PERM2, ga), xpb, bbuf[0], cbuf[ga]);
+                AMX_PRODUCT(1, 3, 5, xs + kq_pos(KQ_PERM2, gb), xpb, bbuf[1], cbuf[gb]);
+            }
+    __m512i sc[16], a2[8];
+    for (int gi = 0; gi < 16; gi++) sc[gi] = k16_q23_scale(s, q3, gi);
+    for (int k = 0; k < 8; k++) a2[k] = k16_q23_minpair(s, q3, k);
+    const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + (q3 ? 1728 : 1280))));
+    const __m512 wm = q3 ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 1312)));
+    for (int t = 0; t < 16; t++) {
+        const uint8_t *o = xs + (size_t)t * xpb;
+        __m512i isum = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
+        for (int gi = 0; gi < 16; gi++) isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_load_si512(cbuf[gi] + 16 * t), sc[gi]));
+        for (int k = 0; k < 8; k++) {
+            int32_t xk;
+            memcpy(&xk, o + 256 + 4 * k, 4);
+            mi = _mm512_dpwssd_epi32(mi, a2[k], _mm512_set1_epi32(xk));
+        }
+        float dx;
+        memcpy(&dx, o + 288, 4);
+        const __m512 vdx = _mm512_set1_ps(dx);
+        __m512 acc = _mm512_load_ps(abuf[t]);
+        if (q3) {
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum, mi)), _mm512_mul_ps(wd, vdx), acc);
+        } else {
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, vdx), acc);
+            acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(wm, vdx), acc);
+        }
+        _mm512_store_ps(abuf[t], acc);
+    }
+}
+
+/* IQ4_XS (k16_tile's arithmetic): per sub-block j of 32 columns two tdpbsud of K = 16 — its low and
+ * high 16-column groups, whose activation bytes the record (KQ_PERMXS) keeps 64 bytes apart, against
+ * the level bytes (+ 128, unsigned) of k16_xs_quants — then per token isum = Σ_j (p_2j + p_2j+1)·sc_j,
+ * the + 128 removed by vpdpwssd of 128·sc_j with the record's 16-column sums, y += (d·dx)·(isum − mi). */
+static inline __attribute__((always_inline)) void k16xs_superblock(const uint8_t *s, const uint8_t *xs, size_t xpb, int32_t (*cbuf)[256],
+                                                                   uint8_t (*bbuf)[512], float (*abuf)[16]) {
+    __m512i sj[8], s2[8];
+    for (int j = 0; j < 8; j++) {
+        for (int mm = 0; mm < 4; mm++) {
+            __m512i lo, hi;
+            k16_xs_quants(s, j, mm, &lo, &hi);
+            _mm512_store_si512(bbuf[0] + 64 * mm, lo);
+            _mm512_store_si512(bbuf[1] + 64 * mm, hi);
+        }
+        AMX_PRODUCT(0, 2, 4, xs + kq_pos(KQ_PERMXS, 2 * j), xpb, bbuf[0], cbuf[2 * j]);
+        AMX_PRODUCT(1, 3, 5, xs + kq_pos(KQ_PERMXS, 2 * j + 1), xpb, bbuf[1], cbuf[2 * j + 1]);
+        k16_xs_scale(s, j, &sj[j], &s2[j]);
+    }
+    const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)s));
+    for (int t = 0; t < 16; t++) {
+        const uint8_t *o = xs + (size_t)t * xpb;
+        __m512i isum = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            const __m512i q = _mm512_add_epi32(_mm512_load_si512(cbuf[2 * j] + 16 * t), _mm512_load_si512(cbuf[2 * j + 1] + 16 * t));
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(q, sj[j]));
+            int32_t xj;
+            memcpy(&xj, o + 256 + 4 * j, 4);
+            mi = _mm512_dpwssd_epi32(mi, s2[j], _mm512_set1_epi32(xj));
         }
         float dx;
         memcpy(&dx, o + 288, 4);
@@ -219,9 +305,10 @@ static inline __attribute__((always_inline)) void k16q45_superblock(int q5, cons
 }
 
 void K16_AMX_NAME(int f, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy) {
-    const int q6 = f == KILN_WF_Q6_K, q5 = f == KILN_WF_Q5_K;
-    const size_t gsb = 16 * (size_t)(q6 ? 210 : q5 ? 176 : 144), rec = 320; /* rec: the prepared record of a super-block (KQ_REC) */
-    amx_two_slots(q6 ? 16 : 32);
+    const int q6 = f == KILN_WF_Q6_K, q5 = f == KILN_WF_Q5_K, q2 = f == KILN_WF_Q2_K, q3 = f == KILN_WF_Q3_K, xs4 = f == KILN_WF_IQ4_XS;
+    /* a super-block's 16 rows (gemv.c kq_block_bytes), rec: its prepared record (KQ_REC) */
+    const size_t gsb = 16 * (size_t)(q6 ? 210 : q5 ? 176 : q2 ? 84 : q3 ? 110 : xs4 ? 136 : 144), rec = 320;
+    amx_two_slots(f == KILN_WF_Q4_K || q5 ? 32 : 16);
     int32_t cbuf[16][256] __attribute__((aligned(64)));
     uint8_t bbuf[2][512] __attribute__((aligned(64)));
     float abuf[16][16] __attribute__((aligned(64)));
@@ -231,6 +318,8 @@ void K16_AMX_NAME(int f, const uint8_t *g, int64_t nsb, const uint8_t *xp, size_
         for (int64_t sb = 0; sb < nsb; sb++) {
             const uint8_t *s = g + (size_t)sb * gsb, *xs = xt + (size_t)sb * rec;
             if (q6) k16q6_superblock(s, xs, xpb, cbuf, bbuf, abuf);
+            else if (q2 || q3) k16q23_superblock(q3, s, xs, xpb, cbuf, bbuf, abuf);
+            else if (xs4) k16xs_superblock(s, xs, xpb, cbuf, bbuf, abuf);
             else k16q45_superblock(q5, s, xs, xpb, cbuf, bbuf, abuf);
         }
         for (int t = 0; t < 16; t++) _mm512_storeu_ps(Y + (size_t)(t0 + t) * (size_t)ldy, _mm512_load_ps(abuf[t]));

@@ -773,12 +773,12 @@ static void test_q16_amx_exact(void **s) {
             }
         }
     }
-    /* Q4_K / Q5_K / Q6_K in the super-block interleave: the same comparison with the AVX-512 kernel, bit for
+    /* Q4_K / Q5_K / Q6_K / Q2_K / Q3_K / IQ4_XS in the super-block interleave: the same comparison with the AVX-512 kernel, bit for
      * bit (random blocks; k16_tile itself is held to the reference by test_kquants) */
     for (int mi = 0; mi < 2; mi++) {
         if (modes[mi] == KILN_AMX_HW && !kiln_amx_available()) continue;
-        const kiln_wformat kf[] = {KILN_WF_Q4_K, KILN_WF_Q5_K, KILN_WF_Q6_K};
-        for (int k = 0; k < 3; k++) {
+        const kiln_wformat kf[] = {KILN_WF_Q4_K, KILN_WF_Q5_K, KILN_WF_Q6_K, KILN_WF_Q2_K, KILN_WF_Q3_K, KILN_WF_IQ4_XS};
+        for (int k = 0; k < (int)(sizeof kf / sizeof *kf); k++) {
             const gguf_block *gb = NULL;
             for (size_t i = 0; i < sizeof gguf_blocks / sizeof *gguf_blocks; i++)
                 if (gguf_blocks[i].f == kf[k]) gb = &gguf_blocks[i];

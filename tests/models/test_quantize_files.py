@@ -42,7 +42,8 @@ def same_with_and_without_repack(model, *args):
 
 
 def amx_emulated_same(t):
-    """The AMX GEMM of the 16-row interleaves (Q8_0, Q4_0, INT4 g32, Q4_K, Q5_K, Q6_K; kernels/q16_amx.h) end to end,
+    """The AMX GEMM of the 16-row interleaves (Q8_0, Q4_0, INT4 g32, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS;
+    kernels/q16_amx.h) end to end,
     over its C emulation of the tile instructions (KILN_AMX=emulate, any CPU with AVX-512): a
     40-token prefill (two 16-token tile steps and 8 tokens on vpdpbusd) gives the logits of AMX off
     byte for byte. Without AVX-512 the AVX2 table runs and this says so and skips."""
@@ -54,16 +55,17 @@ def amx_emulated_same(t):
     run("convert", f"{t}/amx", f"{t}/amx-q8.gguf", "--outtype", "q8_0")
     run("convert", f"{t}/amx", f"{t}/amx-q4.gguf", "--outtype", "q4_0")
     run("quantize", f"{t}/amx", f"{t}/amx-i4", "--weights", "int4", "--group", "32")
-    # Q4_K / Q5_K / Q6_K (the super-block interleave): random blocks of those types on a 256-column shape
+    # Q4_K / Q5_K / Q6_K / Q2_K / Q3_K / IQ4_XS (the super-block interleave): random blocks of those types on a 256-column shape
     # (scripts/gguf_random_types.py; the logits are meaningless, their bits are what is compared)
     run("mkmodel", "--arch", "llama", "--dim", "256", "--ffn", "512", "--layers", "2", "--heads", "4", "--kv-heads", "2",
         "--vocab", "320", "--seq", "128", f"{t}/amxk")
     run("convert", f"{t}/amxk", f"{t}/amxk.gguf", "--outtype", "q8_0")
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gguf_random_types.py")
-    for ty in ("q4_k", "q5_k", "q6_k"):
+    kq = ("q4_k", "q5_k", "q6_k", "q2_k", "q3_k", "iq4_xs")
+    for ty in kq:
         subprocess.run([sys.executable, script, f"{t}/amxk.gguf", f"{t}/amx-{ty}.gguf", ty], check=True, capture_output=True)
     toks = ",".join(str((7 * i + 3) % 300 + 1) for i in range(40))
-    for m in ("amx-q8.gguf", "amx-q4.gguf", "amx-i4", "amx-q4_k.gguf", "amx-q5_k.gguf", "amx-q6_k.gguf"):
+    for m in ("amx-q8.gguf", "amx-q4.gguf", "amx-i4") + tuple(f"amx-{ty}.gguf" for ty in kq):
         outs = []
         for mode in ("0", "emulate"):
             p = subprocess.run([KILN, "run", f"{t}/{m}", "--tokens", toks, "-n", "4", "--temp", "0", "--dump-logits", f"{t}/{m}.{mode}.bin"],
