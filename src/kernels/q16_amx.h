@@ -123,6 +123,24 @@ void Q16_AMX_NAME(int f, const uint8_t *g, const uint16_t *sg, int64_t nb, const
 }
 #undef Q16_AMX_FINISH
 
+/* The per-token steps the super-block kernels share: mi = Σ_k pairs[k] · (bs_2k, bs_2k+1) by vpdpwssd
+ * against the record's 16-column sums at o + 256 (the mins, or the stored offset times the scales),
+ * and one scaled accumulation y += (w · dx) · float(v), dx the token's scale at o + 288. */
+static inline __attribute__((always_inline)) __m512i k16_pair_sums(const __m512i pairs[8], const uint8_t *o) {
+    __m512i mi = _mm512_setzero_si512();
+    for (int k = 0; k < 8; k++) {
+        int32_t xk;
+        memcpy(&xk, o + 256 + 4 * k, 4);
+        mi = _mm512_dpwssd_epi32(mi, pairs[k], _mm512_set1_epi32(xk));
+    }
+    return mi;
+}
+static inline __attribute__((always_inline)) __m512 k16_scaled_add(__m512 acc, __m512i v, __m512 w, const uint8_t *o) {
+    float dx;
+    memcpy(&dx, o + 288, 4);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(w, _mm512_set1_ps(dx)), acc);
+}
+
 /* Q4_K / Q5_K (gemv_avx512.c k16_tile's arithmetic, per 16 tokens): per super-block and sub-block
  * pair i, the 8 quant vectors 8i + m unpacked (kernels/k16_quants.h) are two B tiles as they come — lo:
  * sub-block 2i, hi: 2i + 1, B row m = columns 4m..4m+3 of the 16 rows — against the A tiles of those
@@ -160,19 +178,12 @@ static inline __attribute__((always_inline)) void k16q6_superblock(const uint8_t
     const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 3328)));
     for (int t = 0; t < 16; t++) {
         const uint8_t *o = xs + (size_t)t * xpb;
-        __m512i isum = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
+        __m512i isum = _mm512_setzero_si512();
         for (int gi = 0; gi < 16; gi++)
             isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_load_si512(cbuf[gi] + 16 * t),
                                                             _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 3072 + 16 * gi)))));
-        for (int k = 0; k < 8; k++) {
-            int32_t xk;
-            memcpy(&xk, o + 256 + 4 * k, 4);
-            mi = _mm512_dpwssd_epi32(mi, a2[k], _mm512_set1_epi32(xk));
-        }
-        float dx;
-        memcpy(&dx, o + 288, 4);
-        const __m512 acc = _mm512_load_ps(abuf[t]);
-        _mm512_store_ps(abuf[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum, mi)), _mm512_mul_ps(wd, _mm512_set1_ps(dx)), acc));
+        const __m512i mi = k16_pair_sums(a2, o);
+        _mm512_store_ps(abuf[t], k16_scaled_add(_mm512_load_ps(abuf[t]), _mm512_sub_epi32(isum, mi), wd, o));
     }
 }
 
@@ -204,20 +215,16 @@ static inline __attribute__((always_inline)) void k16q23_superblock(int q3, cons
     const __m512 wm = q3 ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 1312)));
     for (int t = 0; t < 16; t++) {
         const uint8_t *o = xs + (size_t)t * xpb;
-        __m512i isum = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
+        __m512i isum = _mm512_setzero_si512();
         for (int gi = 0; gi < 16; gi++) isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_load_si512(cbuf[gi] + 16 * t), sc[gi]));
-        for (int k = 0; k < 8; k++) {
-            int32_t xk;
-            memcpy(&xk, o + 256 + 4 * k, 4);
-            mi = _mm512_dpwssd_epi32(mi, a2[k], _mm512_set1_epi32(xk));
-        }
-        float dx;
-        memcpy(&dx, o + 288, 4);
-        const __m512 vdx = _mm512_set1_ps(dx);
+        const __m512i mi = k16_pair_sums(a2, o);
         __m512 acc = _mm512_load_ps(abuf[t]);
         if (q3) {
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum, mi)), _mm512_mul_ps(wd, vdx), acc);
+            acc = k16_scaled_add(acc, _mm512_sub_epi32(isum, mi), wd, o);
         } else {
+            float dx;
+            memcpy(&dx, o + 288, 4);
+            const __m512 vdx = _mm512_set1_ps(dx);
             acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, vdx), acc);
             acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(wm, vdx), acc);
         }
@@ -246,18 +253,13 @@ static inline __attribute__((always_inline)) void k16xs_superblock(const uint8_t
     const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)s));
     for (int t = 0; t < 16; t++) {
         const uint8_t *o = xs + (size_t)t * xpb;
-        __m512i isum = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
+        __m512i isum = _mm512_setzero_si512();
         for (int j = 0; j < 8; j++) {
             const __m512i q = _mm512_add_epi32(_mm512_load_si512(cbuf[2 * j] + 16 * t), _mm512_load_si512(cbuf[2 * j + 1] + 16 * t));
             isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(q, sj[j]));
-            int32_t xj;
-            memcpy(&xj, o + 256 + 4 * j, 4);
-            mi = _mm512_dpwssd_epi32(mi, s2[j], _mm512_set1_epi32(xj));
         }
-        float dx;
-        memcpy(&dx, o + 288, 4);
-        const __m512 acc = _mm512_load_ps(abuf[t]);
-        _mm512_store_ps(abuf[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum, mi)), _mm512_mul_ps(wd, _mm512_set1_ps(dx)), acc));
+        const __m512i mi = k16_pair_sums(s2, o);
+        _mm512_store_ps(abuf[t], k16_scaled_add(_mm512_load_ps(abuf[t]), _mm512_sub_epi32(isum, mi), wd, o));
     }
 }
 
