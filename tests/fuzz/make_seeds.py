@@ -120,7 +120,25 @@ MESSAGES_PLAIN = [{"role": "system", "content": "Be brief."}, {"role": "user", "
                   {"role": "tool", "content": "42"}, {"role": "user", "content": "more"}]
 
 
+def kv_scales_json(layers=2, heads=2, dim=4, mean=True, smooth="prerope"):
+    """a kv_scales.json as `kiln calibrate` writes it (docs/KV.md) for the fuzz target's 2 x 2 x 4 model"""
+    c = {"format": "kiln-kv-scales", "version": 1, "dtype": "fp8_e4m3", "num_layers": layers, "num_kv_heads": heads,
+         "margin": 2.0, "tokens": 256, "source": "fuzz seed",
+         "k_scale": [[0.01 * (1 + l + h) for h in range(heads)] for l in range(layers)],
+         "v_scale": [[0.02 * (1 + l + h) for h in range(heads)] for l in range(layers)]}
+    if mean:
+        c["k_mean"] = [[[0.1 * (d - 1.5) for d in range(dim)] for _ in range(heads)] for _ in range(layers)]
+        if smooth:
+            c["k_smooth"] = smooth
+    return json.dumps(c).encode()
+
+
 def committed(root):
+    # kv_scales.json: with pre-RoPE means, post-RoPE means, none, and one of the wrong shape
+    put(root, "kv_scales", "prerope.json", kv_scales_json())
+    put(root, "kv_scales", "post.json", kv_scales_json(smooth="post"))
+    put(root, "kv_scales", "no_mean.json", kv_scales_json(mean=False))
+    put(root, "kv_scales", "three_layers.json", kv_scales_json(layers=3))
     # safetensors
     put(root, "safetensors", "two_tensors.safetensors",
         safetensors([("a", "F32", [2, 2], f32(4)), ("b", "BF16", [3], b"\x80\x3f" * 3)], {"format": "pt"}))
