@@ -192,7 +192,7 @@ clean:
 #   make fuzz-build    only build them
 #   make tests         also builds the same targets with tests/fuzz/driver_main.c (replay binaries,
 #                      $(BUILD)/tests/fuzz/fuzz_*), which tests/fuzz/test_fuzz_replay.sh runs on the corpora
-FUZZ_TARGETS := gguf safetensors hf llama2c tokenizer encode chat_template openai kv_scales
+FUZZ_TARGETS := gguf safetensors hf llama2c tokenizer encode chat_template openai kv_scales eval
 FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build/fuzz
 FUZZ_SECONDS ?= 600

@@ -133,7 +133,27 @@ def kv_scales_json(layers=2, heads=2, dim=4, mean=True, smooth="prerope"):
     return json.dumps(c).encode()
 
 
+def eval_seeds(root):
+    """fuzz_eval inputs: a selector byte (task = b % 3: arc_easy, gsm8k, mmlu; strict = (b // 3) % 2;
+    shots = (b // 6) % 2), then the files in the layout of ../shared/data, made-up examples"""
+    arc = [{"query": "Question: Which one is a fruit?", "choices": ["a stone", "an apple", "a car", "a cloud"], "gold": 1},
+           {"query": "Question: What melts ice?", "choices": ["heat", "cold"], "gold": 0},
+           {"query": "Question: Where do fish live?", "choices": ["in trees", "in water", "in the sky"], "gold": 1}]
+    arc_lines = "\n".join(json.dumps(a) for a in arc).encode() + b"\n"
+    gsm = [{"question": "Tom has 3 apples and buys 2 more. How many apples does he have?", "answer": "3 + 2 = <<3+2=5>>5\n#### 5"},
+           {"question": "A box holds 4 pens. How many pens are in 3 boxes?", "answer": "4 * 3 = <<4*3=12>>12\n#### 12"}]
+    gsm_lines = "\n".join(json.dumps(g) for g in gsm).encode() + b"\n"
+    mmlu = b'"What is 2 + 2?",3,4,5,22,B\n"Which, of these, is a colour?",red,dog,""quoted"" cat,run,A\r\nPlain question,one,two,three,four,D\n'
+    for b, name, body in [(0, "arc.bin", arc_lines), (3, "arc_strict.bin", arc_lines), (6, "arc_shot.bin", arc_lines),
+                          (1, "gsm8k.bin", gsm_lines + SPLIT + gsm_lines), (7, "gsm8k_shot.bin", gsm_lines + SPLIT + gsm_lines),
+                          (2, "mmlu.bin", mmlu + SPLIT + mmlu), (8, "mmlu_shot.bin", mmlu + SPLIT + mmlu),
+                          (3, "arc_bad_line_strict.bin", b'{"query": "Question: no choices", "gold": 0}\n' + arc_lines),
+                          (0, "arc_bad_lines.bin", b"not json\n" + b'{"query": "Q?", "choices": ["x"], "gold": 7}\n' + arc_lines)]:
+        put(root, "eval", name, bytes([b]) + body)
+
+
 def committed(root):
+    eval_seeds(root)
     # kv_scales.json: with pre-RoPE means, post-RoPE means, none, and one of the wrong shape
     put(root, "kv_scales", "prerope.json", kv_scales_json())
     put(root, "kv_scales", "post.json", kv_scales_json(smooth="post"))
@@ -368,6 +388,17 @@ def runtime(root, kiln, shared):
         for f in sorted(os.listdir(gv)):
             if f.endswith(".gguf") and os.path.getsize(os.path.join(gv, f)) < (2 << 20):
                 put(root, "gguf", f, open(os.path.join(gv, f), "rb").read())
+    # eval: the first records of the real sets (fuzz_eval's selector byte first)
+    head = lambda path, n: b"".join(open(path, "rb").readlines()[:n])
+    d = p("data")
+    if os.path.exists(os.path.join(d, "arc", "arc_easy.jsonl")):
+        put(root, "eval", "arc_easy_head.bin", b"\x00" + head(os.path.join(d, "arc", "arc_easy.jsonl"), 4))
+    if os.path.exists(os.path.join(d, "gsm8k", "test.jsonl")) and os.path.exists(os.path.join(d, "gsm8k", "train.jsonl")):
+        put(root, "eval", "gsm8k_head.bin", b"\x07" + head(os.path.join(d, "gsm8k", "test.jsonl"), 3) + SPLIT +
+            head(os.path.join(d, "gsm8k", "train.jsonl"), 3))
+    mt, md = os.path.join(d, "mmlu", "test", "anatomy_test.csv"), os.path.join(d, "mmlu", "dev", "anatomy_dev.csv")
+    if os.path.exists(mt) and os.path.exists(md):
+        put(root, "eval", "mmlu_head.bin", b"\x08" + head(mt, 4) + SPLIT + head(md, 3))
 
 
 if __name__ == "__main__":
