@@ -1,13 +1,18 @@
 /* kv_scales.c — FP8 KV scales from checkpoint tensors and kv_scales.json (see kv_scales.h). */
 #include "kv/kv_scales.h"
 #include "base/status.h"
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int good_scale(double v) { return isfinite(v) && v > 0.0 && v < 3.0e38; }
+/* A scale is used as a float and inverted (quantization multiplies by 1 / scale): it must be a normal
+ * positive float — a smaller one (a denormal, or a double that rounds to float 0) has no finite
+ * inverse — and below 3e38. (Found by the kv_scales fuzz target: v_scale 2e-127 read as 0.) */
+static int good_scale(double v) { return isfinite(v) && v >= (double)FLT_MIN && v < 3.0e38; }
+#define SCALE_RANGE "a normal float, 1.2e-38 to 3e+38"
 
 /* Reads one scale tensor into out[H] (broadcast a scalar). */
 static kiln_status read_scale_tensor(const kiln_tensor *t, int H, float *out) {
@@ -23,7 +28,7 @@ static kiln_status read_scale_tensor(const kiln_tensor *t, int H, float *out) {
     di->to_f32(t->data, v, (size_t)n);
     for (uint64_t i = 0; i < n; i++)
         if (!good_scale(v[i])) {
-            kiln_status st = kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s'[%llu] = %g is not a positive finite scale",
+            kiln_status st = kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s'[%llu] = %g is not a positive finite scale (" SCALE_RANGE ")",
                                        t->file ? t->file : "?", t->name, (unsigned long long)i, (double)v[i]);
             free(v);
             return st;
@@ -76,7 +81,7 @@ static kiln_status read_matrix(const char *path, json_t *root, const char *key, 
                 return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s[%d][%d]' is not a number", path, key, l, h);
             double d = json_number_value(v);
             if (!good_scale(d))
-                return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s[%d][%d]' = %g is not a positive finite scale", path, key, l, h, d);
+                return kiln_fail(KILN_ERR_FORMAT, "%s: field '%s[%d][%d]' = %g is not a positive finite scale (" SCALE_RANGE ")", path, key, l, h, d);
             out[(size_t)l * H + h] = (float)d;
         }
     }

@@ -105,6 +105,8 @@ bad heads.json "$H\"num_layers\":5,\"num_kv_heads\":2,\"k_scale\":[$R],\"v_scale
 bad rows.json "$H\"num_layers\":5,\"num_kv_heads\":4,\"k_scale\":[$R,$R,$R,$R,[1,1,1]],\"v_scale\":[$R,$R,$R,$R,$R]}" "field 'k_scale[4]' has 3 heads but the model has 4 KV heads"
 bad neg.json "$H\"num_layers\":5,\"num_kv_heads\":4,\"k_scale\":[$R,$R,$R,$R,$R],\"v_scale\":[$R,[1,-0.5,1,1],$R,$R,$R]}" "field 'v_scale[1][1]' = -0.5 is not a positive finite scale"
 bad zero.json "$H\"num_layers\":5,\"num_kv_heads\":4,\"k_scale\":[$R,$R,[0,1,1,1],$R,$R],\"v_scale\":[$R,$R,$R,$R,$R]}" "field 'k_scale[2][0]' = 0 is not a positive finite scale"
+bad tiny.json "$H\"num_layers\":5,\"num_kv_heads\":4,\"k_scale\":[$R,$R,$R,$R,$R],\"v_scale\":[$R,$R,[1,1,2e-127,1],$R,$R]}" "field 'v_scale[2][2]' = 2e-127 is not a positive finite scale (a normal float"
+bad denormal.json "$H\"num_layers\":5,\"num_kv_heads\":4,\"k_scale\":[[1e-40,1,1,1],$R,$R,$R,$R],\"v_scale\":[$R,$R,$R,$R,$R]}" "field 'k_scale[0][0]' = 1e-40 is not a positive finite scale"
 bad inf.json "$H\"num_layers\":5,\"num_kv_heads\":4,\"k_scale\":[$R,$R,[1e999,1,1,1],$R,$R],\"v_scale\":[$R,$R,$R,$R,$R]}" "inf.json: line 1"
 bad nan.json "$H\"num_layers\":5,\"num_kv_heads\":4,\"k_scale\":[$R,$R,[NaN,1,1,1],$R,$R],\"v_scale\":[$R,$R,$R,$R,$R]}" "nan.json: line 1"
 set +e
