@@ -116,6 +116,34 @@ static inline void fuzz_dir_file(const char *name, const void *p, size_t n, int 
     fclose(f);
 }
 
+/* The model the request-level targets (openai, eval) load once at start: $KILN_FUZZ_MODEL when set;
+ * else stories260K from $SHARED (default ../shared) linked into this process's private directory
+ * (*trained = 1: a trained tokenizer, so text tokenizes); else a tiny `kiln mkmodel` llama there
+ * without a tokenizer (token ids only). Returns the directory or file to load. */
+static inline const char *fuzz_small_model(const char *who, int *trained) {
+    struct stat st;
+    *trained = 0;
+    if (getenv("KILN_FUZZ_MODEL")) return getenv("KILN_FUZZ_MODEL");
+    char bin[1200], tok[1200], mp[1200];
+    const char *sh = getenv("SHARED") && *getenv("SHARED") ? getenv("SHARED") : "../shared";
+    snprintf(bin, sizeof bin, "%s/models/stories260K/stories260K.bin", sh);
+    snprintf(tok, sizeof tok, "%s/models/stories260K/tok512.bin", sh);
+    const char *dir = fuzz_dir();
+    if (stat(bin, &st) == 0 && stat(tok, &st) == 0) {
+        char abin[PATH_MAX], atok[PATH_MAX];
+        if (!realpath(bin, abin) || !realpath(tok, atok)) abort();
+        snprintf(mp, sizeof mp, "%s/model.bin", dir);
+        if (symlink(abin, mp) != 0) abort();
+        snprintf(mp, sizeof mp, "%s/tok512.bin", dir);
+        if (symlink(atok, mp) != 0) abort();
+        *trained = 1;
+    } else if (kiln_mkmodel("llama", "dim=16,ffn=32,layers=1,heads=2,kv_heads=1,vocab=64,seq=64", "f32", 1, dir) != KILN_OK) {
+        fprintf(stderr, "%s: mkmodel: %s\n", who, kiln_last_error());
+        abort();
+    }
+    return dir;
+}
+
 /* Options for models a fuzz input made: one thread, a context of 8 tokens (the KV pool stays
  * small whatever the file claims), no start-up summary. */
 static inline void fuzz_options(kiln_options *o) {

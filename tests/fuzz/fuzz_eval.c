@@ -5,8 +5,8 @@
  * SPLIT train.jsonl; mmlu test.csv SPLIT dev.csv (one subject). A malformed record must come back as
  * a skipped line (a warning) or, under strict, an error naming the file and line; a run that ends
  * well must give accuracies within [0, 1].
- * The model, made once at start: stories260K from $SHARED (default ../shared), else a tiny
- * `kiln mkmodel` llama without a tokenizer (the text tasks then fail early: the readers untested). */
+ * The model, made once at start: fuzz_common.h fuzz_small_model (stories260K from $SHARED; without
+ * it a tiny llama with no tokenizer, and the text tasks fail early: the readers untested). */
 #include "fuzz_common.h"
 
 static kiln_model *model;
@@ -15,7 +15,6 @@ static const char *const subdirs[] = {"arc", "gsm8k", "mmlu", "mmlu/test", "mmlu
 static const char *const files[] = {"arc/arc_easy.jsonl", "gsm8k/test.jsonl", "gsm8k/train.jsonl", "mmlu/test/fuzz_test.csv",
                                     "mmlu/dev/fuzz_dev.csv"};
 
-static int exists(const char *p) { struct stat st; return stat(p, &st) == 0; }
 /* the data folders inside the private directory go before it (atexit runs this first) */
 static void remove_data(void) {
     char p[1200];
@@ -28,25 +27,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc; (void)argv;
     fuzz_options(&opts);
     opts.max_context = 128; /* (the prompts of one shot fit; longer ones take the truncation paths) */
-    char bin[1200], tok[1200], mp[1200];
-    const char *sh = getenv("SHARED") && *getenv("SHARED") ? getenv("SHARED") : "../shared";
-    snprintf(bin, sizeof bin, "%s/models/stories260K/stories260K.bin", sh);
-    snprintf(tok, sizeof tok, "%s/models/stories260K/tok512.bin", sh);
-    const char *dir = fuzz_dir();
-    if (exists(bin) && exists(tok)) {
-        char abin[PATH_MAX], atok[PATH_MAX];
-        if (!realpath(bin, abin) || !realpath(tok, atok)) abort();
-        snprintf(mp, sizeof mp, "%s/model.bin", dir);
-        if (symlink(abin, mp) != 0) abort();
-        snprintf(mp, sizeof mp, "%s/tok512.bin", dir);
-        if (symlink(atok, mp) != 0) abort();
-    } else if (kiln_mkmodel("llama", "dim=16,ffn=32,layers=1,heads=2,kv_heads=1,vocab=64,seq=64", "f32", 1, dir) != KILN_OK) {
-        fprintf(stderr, "fuzz_eval: mkmodel: %s\n", kiln_last_error());
-        abort();
-    }
+    int trained;
+    const char *dir = fuzz_small_model("fuzz_eval", &trained);
+    char mp[1200];
     if (kiln_model_load(dir, &opts, &model) != KILN_OK) { fprintf(stderr, "fuzz_eval: %s: %s\n", dir, kiln_last_error()); abort(); }
     for (size_t i = 0; i < sizeof subdirs / sizeof *subdirs; i++) {
-        snprintf(mp, sizeof mp, "%s/%s", dir, subdirs[i]);
+        snprintf(mp, sizeof mp, "%s/%s", fuzz_dir(), subdirs[i]); /* the data beside the model, in the private directory */
         if (mkdir(mp, 0700) != 0) abort();
     }
     atexit(remove_data);

@@ -26,34 +26,14 @@ static const char tmpl[] =
     "{% endfor %}{% endif %}\n{% endif %}{% endfor %}{% if add_generation_prompt %}ASSISTANT:"
     "{% if enable_thinking is defined and not enable_thinking %} /no_think{% endif %}{% endif %}";
 
-static int exists(const char *p) { struct stat st; return stat(p, &st) == 0; }
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc; (void)argv;
     kiln_options o;
     fuzz_options(&o);
     o.max_context = 256;
-    const char *path = getenv("KILN_FUZZ_MODEL");
-    char bin[1200], tok[1200], mp[1200];
-    const char *sh = getenv("SHARED") && *getenv("SHARED") ? getenv("SHARED") : "../shared";
-    snprintf(bin, sizeof bin, "%s/models/stories260K/stories260K.bin", sh);
-    snprintf(tok, sizeof tok, "%s/models/stories260K/tok512.bin", sh);
-    if (!path && exists(bin) && exists(tok)) {
-        char abin[PATH_MAX], atok[PATH_MAX];
-        if (!realpath(bin, abin) || !realpath(tok, atok)) abort();
-        snprintf(mp, sizeof mp, "%s/model.bin", fuzz_dir());
-        if (symlink(abin, mp) != 0) abort();
-        snprintf(mp, sizeof mp, "%s/tok512.bin", fuzz_dir());
-        if (symlink(atok, mp) != 0) abort();
-        fuzz_dir_file("chat_template.jinja", tmpl, sizeof tmpl - 1, 1);
-        path = fuzz_dir();
-    } else if (!path) {
-        if (kiln_mkmodel("llama", "dim=16,ffn=32,layers=1,heads=2,kv_heads=1,vocab=64,seq=64", "f32", 1, fuzz_dir()) != KILN_OK) {
-            fprintf(stderr, "fuzz_openai: mkmodel: %s\n", kiln_last_error());
-            abort();
-        }
-        path = fuzz_dir();
-    }
+    int trained;
+    const char *path = fuzz_small_model("fuzz_openai", &trained);
+    if (trained) fuzz_dir_file("chat_template.jinja", tmpl, sizeof tmpl - 1, 1);
     if (kiln_model_load(path, &o, &model) != KILN_OK) { fprintf(stderr, "fuzz_openai: %s: %s\n", path, kiln_last_error()); abort(); }
     srv.m = model;
     kiln_model_get_info(model, &srv.info);
