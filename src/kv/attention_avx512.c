@@ -30,6 +30,48 @@ AI __m512 deq16(const uint8_t *p, __mmask16 m, kiln_kv_dtype dt) {
     return _mm512_cvtph_ps(w);
 }
 
+/* The fused form of mlh inside the kernels' loops: the n bytes at d (a multiple of 4, n ≤ 128) with
+ * their keys, added into two running vectors (even / odd words) that the block reduces once. */
+AI void mlh_acc(__m512i *ae, __m512i *ao, const uint8_t *d, size_t n, const uint32_t *key) {
+    for (size_t i = 0; i < n; i += 64) {
+        const size_t w = (n - i) / 4;
+        const __mmask16 m = (__mmask16)(w >= 16 ? 0xFFFFu : (1u << w) - 1);
+        const __m512i x = _mm512_maskz_loadu_epi32(m, d + i), k = _mm512_maskz_loadu_epi32(m, key + i / 4);
+        *ae = _mm512_add_epi64(*ae, _mm512_mul_epu32(x, k));
+        *ao = _mm512_add_epi64(*ao, _mm512_mul_epu32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(k, 32)));
+    }
+}
+/* K and V rows at the same offset share their keys: one key load for both */
+AI void mlh_acc2(__m512i *ae, __m512i *ao, __m512i *be, __m512i *bo, const uint8_t *d, const uint8_t *e, size_t n, const uint32_t *key) {
+    for (size_t i = 0; i < n; i += 64) {
+        const size_t w = (n - i) / 4;
+        const __mmask16 m = (__mmask16)(w >= 16 ? 0xFFFFu : (1u << w) - 1);
+        const __m512i x = _mm512_maskz_loadu_epi32(m, d + i), y = _mm512_maskz_loadu_epi32(m, e + i), k = _mm512_maskz_loadu_epi32(m, key + i / 4);
+        const __m512i ks = _mm512_srli_epi64(k, 32);
+        *ae = _mm512_add_epi64(*ae, _mm512_mul_epu32(x, k));
+        *ao = _mm512_add_epi64(*ao, _mm512_mul_epu32(_mm512_srli_epi64(x, 32), ks));
+        *be = _mm512_add_epi64(*be, _mm512_mul_epu32(y, k));
+        *bo = _mm512_add_epi64(*bo, _mm512_mul_epu32(_mm512_srli_epi64(y, 32), ks));
+    }
+}
+/* n consecutive K rows at k (and V rows at v when hsv; with shared keys when hkv) */
+AI void hash_rows(const kiln_kv_span *sp, __m512i *ke, __m512i *ko, __m512i *ve, __m512i *vo, const uint8_t *k, const uint8_t *v, int n,
+                  const uint32_t *kkey, const uint32_t *vkey, int hsv, int hkv) {
+    if (hkv) mlh_acc2(ke, ko, ve, vo, k, v, (size_t)n * sp->row_k, kkey);
+    else {
+        mlh_acc(ke, ko, k, (size_t)n * sp->row_k, kkey);
+        if (hsv) mlh_acc(ve, vo, v, (size_t)n * sp->row_v, vkey);
+    }
+}
+/* the lanes summed with vector adds (wrapping mod 2^64; GCC's _mm512_reduce_add_epi64 adds them as
+ * signed scalars, undefined behaviour on the overflow this sum is made of) */
+AI uint64_t mlh_fold(__m512i ae, __m512i ao) {
+    const __m512i v = _mm512_add_epi64(ae, ao);
+    const __m256i a = _mm256_add_epi64(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    const __m128i b = _mm_add_epi64(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    return (uint64_t)_mm_cvtsi128_si64(b) + (uint64_t)_mm_extract_epi64(b, 1);
+}
+
 /* ---- content hash (kv_isa.h mlh) ----
  * 64 bytes per step without lane-crossing shuffles (the attention kernels' conversions use those):
  * vpmuludq multiplies the even 32-bit words by the even keys where they lie, and the odd ones after
@@ -59,12 +101,7 @@ static uint64_t mlh(const uint8_t *d, size_t n, const uint32_t *key) {
         ae = _mm512_add_epi64(ae, _mm512_mul_epu32(x, k));
         ao = _mm512_add_epi64(ao, _mm512_mul_epu32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(k, 32)));
     }
-    /* lanes summed with vector adds (wrapping mod 2^64; GCC's _mm512_reduce_add_epi64 adds them as
-     * signed scalars, undefined behaviour on the overflow this sum is made of) */
-    const __m512i v = _mm512_add_epi64(ae, ao);
-    const __m256i a = _mm256_add_epi64(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-    const __m128i b = _mm_add_epi64(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    return (uint64_t)_mm_cvtsi128_si64(b) + (uint64_t)_mm_extract_epi64(b, 1);
+    return mlh_fold(ae, ao);
 }
 
 /* exp(x) for x ≤ 0 (Cephes expf polynomial, ~1 ulp); x is clamped at -87.3 (result ~1e-38). */
@@ -130,6 +167,11 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         const int nb = blk.n;
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;
+        /* integrity (sp->hsum): each K and V row hashed right after its scores (kv_isa.h) */
+        const int hs = sp->hsum != NULL, hsv = hs && sp->hash_v, hkv = hsv && sp->row_k == sp->row_v;
+        const size_t ho = (size_t)(b0 % sp->page_tokens);
+        const uint32_t *kkey = hs ? sp->hkey + ho * (sp->row_k / 4) : NULL, *vkey = hs ? sp->hkey + ho * (sp->row_v / 4) : NULL;
+        __m512i hke = _mm512_setzero_si512(), hko = hke, hve = hke, hvo = hke;
         /* QK, two key rows at a time: each 16-value slice of a query row is loaded once for both
          * (the loads of q, not the arithmetic, bound this loop: R of them per key slice). */
         int j = 0;
@@ -166,6 +208,8 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
                 _mm512_store_ps(tmp[r] + 16 * j, acc0[r]);
                 _mm512_store_ps(tmp[r] + 16 * (j + 1), acc1[r]);
             }
+            if (hs) hash_rows(sp, &hke, &hko, &hve, &hvo, kr0, vp + (size_t)j * sp->row_v, 2, kkey + (size_t)j * (sp->row_k / 4),
+                              vkey + (size_t)j * (sp->row_v / 4), hsv, hkv);
         }
         for (; j < nb; j++) {
             const uint8_t *kr = kp + (size_t)j * sp->row_k;
@@ -189,6 +233,8 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             }
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm512_store_ps(tmp[r] + 16 * j, acc[r]);
+            if (hs) hash_rows(sp, &hke, &hko, &hve, &hvo, kr, vp + (size_t)j * sp->row_v, 1, kkey + (size_t)j * (sp->row_k / 4),
+                              vkey + (size_t)j * (sp->row_v / 4), hsv, hkv);
         }
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++)
@@ -246,10 +292,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
                 for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(rw->acc[r] + 16 * (c0 + g), mg[g], a[r][g]);
             }
         }
-        if (sp->hsum) { /* integrity: V then K, both still in L1 (kv_isa.h) */
-            kiln_kv_hash_block(sp, b0, nb, vp, 1, mlh);
-            kiln_kv_hash_block(sp, b0, nb, kp, 0, mlh);
-        }
+        if (hs) kiln_kv_hash_add(sp, b0, mlh_fold(hke, hko), hsv ? mlh_fold(hve, hvo) : 0);
         b0 += nb;
     }
 }

@@ -131,19 +131,30 @@ static inline void kiln_kv_prefetch_head(const kiln_kv_span *sp, int t0, int t1,
 
 typedef void (*kiln_kv_attend_fn)(const kiln_kv_span *sp, kiln_kv_rows *rows, int t0, int t1);
 
-/* The fused hash of a block's K (is_v 0) or V (is_v 1) rows — n rows at d, the block at b0 — with
- * the ISA's mlh: called by every kernel when sp->hsum is set, at the end of the block, after the
- * values were accumulated, V then K, while both are still in L1 (a BF16 block of 16 rows of 128 is
- * 4 KB of K and 4 KB of V). Hashing K right after the scores, between the score pass and the
- * softmax, cost more once the next block's rows were prefetched from inside the key loop (the
- * kernel alone, BF16, 4,000 positions: hashing on 54-56 ns per position and KV head with K hashed
- * there, 39-40 with K hashed last; off 28-29). (Before that prefetch, the opposite held: a K block
- * hashed after the V pass was found evicted.) */
+/* The fused hash (sp->hsum set): each kernel hashes every K row (and V row, when hash_v) of a block
+ * with its keys as it goes and adds the block's sums to its page's (kiln_kv_hash_add, at the end
+ * of the block). The SIMD kernels hash each row right after its scores, the K and V rows together
+ * (one load of their shared keys, which K and V rows at the same offset have), from L1 where the
+ * score loads just brought K, into running vectors folded once per block. Measured (the kernel
+ * alone, `kiln bench --attention --rounds 5`, 1 thread, 16 layers × 8 KV heads × 4,000 positions,
+ * head dim 128, cold, AVX-512, Zen 5; hashing cost over off): the whole block hashed at its end,
+ * V then K, BF16 +53-57% / FP8 +17-19%; V hashed chunk by chunk inside the PV loop +20-25% / +17-18%;
+ * each row's K and V right after its scores, keys loaded per row +15-21% / +16-19%, keys loaded once
+ * for K and V +12-13% / +14-15%. (Hashing K between the score pass and the softmax, or at the end
+ * of the block, left the hash's multiplies to run after the block's loads; interleaved with the
+ * next rows' score loads they overlap the misses those wait on.) */
+static inline void kiln_kv_hash_add(const kiln_kv_span *sp, int b0, uint64_t k_sum, uint64_t v_sum) {
+    uint64_t *h = sp->hsum + 2 * (size_t)(b0 / sp->page_tokens - sp->hslot0);
+    h[0] += k_sum;
+    if (sp->hash_v) h[1] += v_sum;
+}
+/* The scalar kernel's form: n rows of K (is_v 0) or V (is_v 1) at d, the block at b0, hashed whole. */
 static inline void kiln_kv_hash_block(const kiln_kv_span *sp, int b0, int n, const uint8_t *d, int is_v,
                                       uint64_t (*mlh)(const uint8_t *, size_t, const uint32_t *)) {
     if (is_v && !sp->hash_v) return;
     const size_t row = is_v ? sp->row_v : sp->row_k, o0 = (size_t)(b0 % sp->page_tokens);
-    sp->hsum[2 * (size_t)(b0 / sp->page_tokens - sp->hslot0) + (size_t)is_v] += mlh(d, (size_t)n * row, sp->hkey + o0 * (row / 4));
+    const uint64_t h = mlh(d, (size_t)n * row, sp->hkey + o0 * (row / 4));
+    kiln_kv_hash_add(sp, b0, is_v ? 0 : h, is_v ? h : 0);
 }
 
 /* The entry point of an ISA file's attention kernel: one instantiation of IMPL(sp, rw, t0, t1, R,
