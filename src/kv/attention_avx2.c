@@ -132,7 +132,7 @@ AI float hadd8(__m256 v) {
 /* PR = 1: pre-RoPE K smoothing (static FP8 only), as in attention_avx512.c: the correction's
  * coefficients, divided by the block factor km, are accumulated with the position's cos/sin row into
  * the QK accumulators. PR = 0 is the plain kernel, unchanged. */
-AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR) {
+AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR, const int HS) {
     const int kd = sp->k_dim, vd = sp->v_dim;
     const size_t es = DT == KILN_KV_F32 ? 4 : DT == KILN_KV_BF16 ? 2 : 1;
     const float fp8f = DT == KILN_KV_FP8 ? 256.0f : 1.0f;
@@ -159,7 +159,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;
         /* integrity (sp->hsum): each K and V row hashed right after its scores (kv_isa.h) */
-        const int hs = sp->hsum != NULL, hsv = hs && sp->hash_v, hkv = hsv && sp->row_k == sp->row_v;
+        const int hs = HS, hsv = hs && sp->hash_v, hkv = hsv && sp->row_k == sp->row_v;
         const size_t ho = (size_t)(b0 % sp->page_tokens);
         const uint32_t *kkey = hs ? sp->hkey + ho * (sp->row_k / 4) : NULL, *vkey = hs ? sp->hkey + ho * (sp->row_v / 4) : NULL;
         __m256i hke = _mm256_setzero_si256(), hko = hke, hve = hke, hvo = hke;

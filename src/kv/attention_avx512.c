@@ -140,7 +140,7 @@ AI __m512 hsum16(const float *t) {
  * accumulated into the same 16-lane QK accumulators as one more kd-long dot product, with its
  * coefficients divided by the block factor km that multiplies the accumulated sum. PR = 0 is the
  * plain kernel, unchanged. */
-AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR) {
+AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, const int R, const kiln_kv_dtype DT, const int PR, const int HS) {
     const int kd = sp->k_dim, vd = sp->v_dim;
     const size_t es = DT == KILN_KV_F32 ? 4 : DT == KILN_KV_BF16 ? 2 : 1;
     const float fp8f = DT == KILN_KV_FP8 ? 256.0f : 1.0f;
@@ -168,7 +168,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;
         /* integrity (sp->hsum): each K and V row hashed right after its scores (kv_isa.h) */
-        const int hs = sp->hsum != NULL, hsv = hs && sp->hash_v, hkv = hsv && sp->row_k == sp->row_v;
+        const int hs = HS, hsv = hs && sp->hash_v, hkv = hsv && sp->row_k == sp->row_v;
         const size_t ho = (size_t)(b0 % sp->page_tokens);
         const uint32_t *kkey = hs ? sp->hkey + ho * (sp->row_k / 4) : NULL, *vkey = hs ? sp->hkey + ho * (sp->row_v / 4) : NULL;
         __m512i hke = _mm512_setzero_si512(), hko = hke, hve = hke, hvo = hke;

@@ -158,29 +158,37 @@ static inline void kiln_kv_hash_block(const kiln_kv_span *sp, int b0, int n, con
 }
 
 /* The entry point of an ISA file's attention kernel: one instantiation of IMPL(sp, rw, t0, t1, R,
- * dtype, prerope) per row count R (1..KV_MAX_ROWS) and storage dtype, so that the rows' loops are
+ * dtype, prerope, hashed) per row count R (1..KV_MAX_ROWS) and storage dtype, so that the rows' loops are
  * unrolled at compile time, and `static void attend(...)` picking the one for rw->R. Used by
  * attention_avx2.c and attention_avx512.c, which differ only in IMPL. Each (R, dtype) variant is
  * its own function (noinline) rather than a case inlined into one 40 KB function per R: a decode
  * step reaches the attention with its code evicted by the weight stream, and the variant it runs
  * is then one contiguous ~10 KB. Measured: cold-cache attention at 160 tokens (bench-500m shape,
  * BF16 KV, 40 MB read between calls, 6 alternating pairs) 0.98× — within this VM's noise. */
-#define KILN_KV_ATTEND_VARIANT(IMPL, R, NAME, DT, PR)                                            \
+#define KILN_KV_ATTEND_VARIANT(IMPL, R, NAME, DT, PR, HS)                                        \
     static __attribute__((noinline)) void attend_r##R##_##NAME(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) { \
-        IMPL(sp, rw, t0, t1, R, DT, PR);                                                           \
+        IMPL(sp, rw, t0, t1, R, DT, PR, HS);                                                       \
     }
+/* HS: the fused hash compiled in (the _h variants, run when sp->hsum is set) or out: a runtime test
+ * of sp->hsum inside the key loop cost the integrity-off kernel its register allocation (FP8,
+ * 16,384 tokens, 2 threads: attention per step 34-38 → 37-43 ms). */
 #define KILN_KV_ATTEND_INST(IMPL, R)                                                             \
-    KILN_KV_ATTEND_VARIANT(IMPL, R, f32, KILN_KV_F32, 0)                                           \
-    KILN_KV_ATTEND_VARIANT(IMPL, R, bf16, KILN_KV_BF16, 0)                                         \
-    KILN_KV_ATTEND_VARIANT(IMPL, R, fp8, KILN_KV_FP8, 0)                                           \
-    KILN_KV_ATTEND_VARIANT(IMPL, R, fp8pr, KILN_KV_FP8, 1)                                         \
+    KILN_KV_ATTEND_VARIANT(IMPL, R, f32, KILN_KV_F32, 0, 0)                                        \
+    KILN_KV_ATTEND_VARIANT(IMPL, R, bf16, KILN_KV_BF16, 0, 0)                                      \
+    KILN_KV_ATTEND_VARIANT(IMPL, R, fp8, KILN_KV_FP8, 0, 0)                                        \
+    KILN_KV_ATTEND_VARIANT(IMPL, R, fp8pr, KILN_KV_FP8, 1, 0)                                      \
+    KILN_KV_ATTEND_VARIANT(IMPL, R, f32_h, KILN_KV_F32, 0, 1)                                      \
+    KILN_KV_ATTEND_VARIANT(IMPL, R, bf16_h, KILN_KV_BF16, 0, 1)                                    \
+    KILN_KV_ATTEND_VARIANT(IMPL, R, fp8_h, KILN_KV_FP8, 0, 1)                                      \
+    KILN_KV_ATTEND_VARIANT(IMPL, R, fp8pr_h, KILN_KV_FP8, 1, 1)                                    \
     static void attend_r##R(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1) {           \
+        const int h = sp->hsum != NULL;                                                            \
         switch (sp->dtype) {                                                                       \
-        case KILN_KV_F32: attend_r##R##_f32(sp, rw, t0, t1); break;                                \
-        case KILN_KV_BF16: attend_r##R##_bf16(sp, rw, t0, t1); break;                              \
+        case KILN_KV_F32: (h ? attend_r##R##_f32_h : attend_r##R##_f32)(sp, rw, t0, t1); break;    \
+        case KILN_KV_BF16: (h ? attend_r##R##_bf16_h : attend_r##R##_bf16)(sp, rw, t0, t1); break; \
         default:                                                                                   \
-            if (sp->rope_cs) attend_r##R##_fp8pr(sp, rw, t0, t1);                                  \
-            else attend_r##R##_fp8(sp, rw, t0, t1);                                                \
+            if (sp->rope_cs) (h ? attend_r##R##_fp8pr_h : attend_r##R##_fp8pr)(sp, rw, t0, t1);    \
+            else (h ? attend_r##R##_fp8_h : attend_r##R##_fp8)(sp, rw, t0, t1);                    \
             break;                                                                                 \
         }                                                                                          \
     }
