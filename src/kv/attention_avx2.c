@@ -63,15 +63,7 @@ AI void mlh_acc2(__m256i *ae, __m256i *ao, __m256i *be, __m256i *bo, const uint8
         mlh_step(be, bo, _mm256_maskload_epi32((const int *)(e + i), m), k, ks);
     }
 }
-/* n consecutive K rows at k (and V rows at v when hsv; with shared keys when hkv) */
-AI void hash_rows(const kiln_kv_span *sp, __m256i *ke, __m256i *ko, __m256i *ve, __m256i *vo, const uint8_t *k, const uint8_t *v, int n,
-                  const uint32_t *kkey, const uint32_t *vkey, int hsv, int hkv) {
-    if (hkv) mlh_acc2(ke, ko, ve, vo, k, v, (size_t)n * sp->row_k, kkey);
-    else {
-        mlh_acc(ke, ko, k, (size_t)n * sp->row_k, kkey);
-        if (hsv) mlh_acc(ve, vo, v, (size_t)n * sp->row_v, vkey);
-    }
-}
+KILN_KV_HASH_ROWS(__m256i)
 AI uint64_t mlh_fold(__m256i ae, __m256i ao) {
     const __m256i v = _mm256_add_epi64(ae, ao);
     const __m128i s = _mm_add_epi64(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));

@@ -54,15 +54,7 @@ AI void mlh_acc2(__m512i *ae, __m512i *ao, __m512i *be, __m512i *bo, const uint8
         *bo = _mm512_add_epi64(*bo, _mm512_mul_epu32(_mm512_srli_epi64(y, 32), ks));
     }
 }
-/* n consecutive K rows at k (and V rows at v when hsv; with shared keys when hkv) */
-AI void hash_rows(const kiln_kv_span *sp, __m512i *ke, __m512i *ko, __m512i *ve, __m512i *vo, const uint8_t *k, const uint8_t *v, int n,
-                  const uint32_t *kkey, const uint32_t *vkey, int hsv, int hkv) {
-    if (hkv) mlh_acc2(ke, ko, ve, vo, k, v, (size_t)n * sp->row_k, kkey);
-    else {
-        mlh_acc(ke, ko, k, (size_t)n * sp->row_k, kkey);
-        if (hsv) mlh_acc(ve, vo, v, (size_t)n * sp->row_v, vkey);
-    }
-}
+KILN_KV_HASH_ROWS(__m512i)
 /* the lanes summed with vector adds (wrapping mod 2^64; GCC's _mm512_reduce_add_epi64 adds them as
  * signed scalars, undefined behaviour on the overflow this sum is made of) */
 AI uint64_t mlh_fold(__m512i ae, __m512i ao) {

@@ -148,6 +148,19 @@ static inline void kiln_kv_hash_add(const kiln_kv_span *sp, int b0, uint64_t k_s
     h[0] += k_sum;
     if (sp->hash_v) h[1] += v_sum;
 }
+/* hash_rows(sp, ke, ko, ve, vo, k, v, n, kkey, vkey, hsv, hkv) for an ISA file whose vector type is
+ * VEC and which defines mlh_acc / mlh_acc2: n consecutive K rows at k into (ke, ko), and V rows at v
+ * into (ve, vo) when hsv — with one load of the keys for both when hkv (K and V rows of one size). */
+#define KILN_KV_HASH_ROWS(VEC)                                                                     \
+    static inline __attribute__((always_inline)) void hash_rows(const kiln_kv_span *sp, VEC *ke, VEC *ko, VEC *ve, VEC *vo,        \
+                                                                const uint8_t *k, const uint8_t *v, int n, const uint32_t *kkey, \
+                                                                const uint32_t *vkey, int hsv, int hkv) {                      \
+        if (hkv) mlh_acc2(ke, ko, ve, vo, k, v, (size_t)n * sp->row_k, kkey);                      \
+        else {                                                                                     \
+            mlh_acc(ke, ko, k, (size_t)n * sp->row_k, kkey);                                       \
+            if (hsv) mlh_acc(ve, vo, v, (size_t)n * sp->row_v, vkey);                              \
+        }                                                                                          \
+    }
 /* The scalar kernel's form: n rows of K (is_v 0) or V (is_v 1) at d, the block at b0, hashed whole. */
 static inline void kiln_kv_hash_block(const kiln_kv_span *sp, int b0, int n, const uint8_t *d, int is_v,
                                       uint64_t (*mlh)(const uint8_t *, size_t, const uint32_t *)) {
