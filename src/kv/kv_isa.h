@@ -34,10 +34,10 @@ typedef struct kiln_kv_span {
      * were just read by the integrity pass (kv/integrity.h), which leaves them in cache: prefetching
      * again only costs instructions (BF16, 16,384 tokens: attention 18.6 → 23 ms per step). */
     int prefetch;
-    /* Fused KV integrity hash (docs/INTEGRITY.md, "The content hash"; NULL hsum = off): right after
-     * a kernel has consumed a block of K (and V) rows — one page's slice or part of it, contiguous
-     * and still in L1 — it sums key[w] × word[w] mod 2^64 over the block's little-endian 32-bit
-     * words, w the word's index inside the (page, head) slice, and adds the sum to
+    /* Fused KV integrity hash (docs/INTEGRITY.md, "The content hash"; NULL hsum = off): over each
+     * block of K (and V) rows it reads — one page's slice or part of it — a kernel sums key[w] ×
+     * word[w] mod 2^64 over the block's little-endian 32-bit words, row by row as it reads them
+     * (kiln_kv_hash_add below), w the word's index inside the (page, head) slice, and adds the sum to
      * hsum[2 × (page slot − hslot0) + 0] (K) and + 1 (V; only when hash_v: V has its own bytes, not
      * a view of the K row as in MLA). hkey: [slice bytes / 4 + 16] keys in [1, 2^32). Set only when
      * row_k and row_v are multiples of 4 bytes (a block is then whole words). */
