@@ -110,13 +110,14 @@ int kiln_gemv_bench_copies(const kiln_gemv_bench *b);
 void kiln_gemv_bench_close(kiln_gemv_bench *b);
 
 /* The attention kernels alone (`kiln bench --attention`, src/kv/kv_bench.c): the `isa` kernel
- * (KILN_ISA_AUTO: the process default) on one thread over a synthetic KV of `layers` × `kv_heads`
- * slices of `head_dim`, `ctx` positions in 16-token pages in shuffled order, `rows` query rows per
- * call (a GQA group), the caches flushed with a 64 MB write before each pass. Each of `rounds`
- * rounds times one pass with the fused KV integrity hash off, then one with it on: ns_off[r] /
- * ns_on[r] in ns per position and KV head. */
+ * (KILN_ISA_AUTO: the process default) over a synthetic KV of `layers` × `kv_heads` slices of
+ * `head_dim`, `ctx` positions in 16-token pages in shuffled order, `rows` query rows per call (a GQA
+ * group), each layer's heads spread over `threads` threads as a decode step spreads them, the caches
+ * flushed with a 64 MB write before each pass. Each of `rounds` rounds times one pass with the fused
+ * KV integrity hash off, then one with it on: ns_off[r] / ns_on[r] in wall-clock ns per position
+ * and KV head. */
 kiln_status kiln_attend_bench(kiln_isa isa, kiln_kv_dtype dtype, int layers, int kv_heads, int head_dim, int ctx, int rows, int rounds,
-                              double *ns_off, double *ns_on);
+                              int threads, double *ns_off, double *ns_on);
 
 /* Utility: a monotonic clock in seconds. */
 double kiln_now(void);

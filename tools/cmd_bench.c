@@ -422,8 +422,9 @@ int cmd_bench_gemv(int argc, char **argv) {
 }
 
 /* `kiln bench --attention [--kv-dtype bf16,fp8] [--ctx 4000] [--layers 16] [--kv-heads 8] [--head-dim
- * 128] [--rows 3] [--rounds 7] [--isa ...] [--json]`: the attention kernels alone on one thread
- * (kiln_attend_bench), over a cold synthetic KV of the 1.7B shape's geometry by default (16 layers,
+ * 128] [--rows 3] [--rounds 7] [--threads 1] [--isa ...] [--json]`: the attention kernels alone,
+ * one thread unless --threads (each layer's heads spread over them, as in decode: the figure then
+ * includes the threads' contention for memory) (kiln_attend_bench), over a cold synthetic KV of the 1.7B shape's geometry by default (16 layers,
  * 8 KV heads of 128, 3 query heads each), hashing off and on alternated round by round: ns per
  * position and KV head (median and quartiles), and the hash's cost per round. What it answers:
  * how fast the kernels walk a long context, and what the fused integrity hash adds to them, without
@@ -450,6 +451,7 @@ int cmd_bench_attention(int argc, char **argv) {
         else { fprintf(stderr, "kiln bench: error: --attention: unknown option or argument '%s'\n", k); return 2; }
     }
     if (a.bad || !dtypes) return 2;
+    const int threads = o.threads > 0 ? o.threads : 1; /* one unless asked: the per-kernel figure */
     if (head_dim % 8) {
         fprintf(stderr, "kiln bench: error: --attention: --head-dim %ld is not a multiple of 8\n", head_dim);
         return 2;
@@ -457,9 +459,9 @@ int cmd_bench_attention(int argc, char **argv) {
     double *off = malloc((size_t)rounds * sizeof *off), *on = malloc((size_t)rounds * sizeof *on), *cost = malloc((size_t)rounds * sizeof *cost);
     int rc = off && on && cost ? 0 : cli_fail_msg("bench", "--attention: out of memory");
     if (!rc && !json) {
-        printf("kiln bench --attention: 1 thread, %ld layers x %ld KV heads x %ld positions, head dim %ld, %ld query rows per call, pages shuffled, "
+        printf("kiln bench --attention: %d thread%s, %ld layers x %ld KV heads x %ld positions, head dim %ld, %ld query rows per call, pages shuffled, "
                "caches flushed before each pass, %ld rounds (hashing off then on)\n",
-               layers, kv_heads, ctx, head_dim, rows, rounds);
+               threads, threads == 1 ? "" : "s", layers, kv_heads, ctx, head_dim, rows, rounds);
         printf("| KV | hashing off: ns per position and KV head, median (p25-p75) | hashing on | hash cost per round, median (p25-p75) |\n|---|---|---|---|\n");
     }
     char list[64];
@@ -472,7 +474,7 @@ int cmd_bench_attention(int argc, char **argv) {
             rc = 2;
             break;
         }
-        kiln_status st = kiln_attend_bench(o.isa, dt, (int)layers, (int)kv_heads, (int)head_dim, (int)ctx, (int)rows, (int)rounds, off, on);
+        kiln_status st = kiln_attend_bench(o.isa, dt, (int)layers, (int)kv_heads, (int)head_dim, (int)ctx, (int)rows, (int)rounds, threads, off, on);
         if (st != KILN_OK) {
             fprintf(stderr, "kiln bench: error: --attention: %s\n", kiln_last_error());
             rc = 1;
@@ -485,8 +487,8 @@ int cmd_bench_attention(int argc, char **argv) {
         cli_quartiles(cost, rounds, qc);
         if (json)
             printf("{\"kv\": \"%s\", \"ctx\": %ld, \"off_ns\": %.3f, \"off_p25\": %.3f, \"off_p75\": %.3f, \"on_ns\": %.3f, \"on_p25\": %.3f, "
-                   "\"on_p75\": %.3f, \"cost\": %.4f, \"cost_p25\": %.4f, \"cost_p75\": %.4f}\n",
-                   t, ctx, qo[1], qo[0], qo[2], qn[1], qn[0], qn[2], qc[1], qc[0], qc[2]);
+                   "\"on_p75\": %.3f, \"cost\": %.4f, \"cost_p25\": %.4f, \"cost_p75\": %.4f, \"threads\": %d}\n",
+                   t, ctx, qo[1], qo[0], qo[2], qn[1], qn[0], qn[2], qc[1], qc[0], qc[2], threads);
         else
             printf("| %s | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %+.1f%% (%+.1f%% to %+.1f%%) |\n", t, qo[1], qo[0], qo[2], qn[1], qn[0], qn[2],
                    100 * qc[1], 100 * qc[0], 100 * qc[2]);

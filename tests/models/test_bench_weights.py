@@ -82,6 +82,12 @@ def bench_attention():
             assert r["ctx"] == 100, r
             assert 0 < r["off_p25"] <= r["off_ns"] <= r["off_p75"] and 0 < r["on_p25"] <= r["on_ns"] <= r["on_p75"], (isa, r)
             assert r["cost_p25"] <= r["cost"] <= r["cost_p75"] and r["cost"] > -1, (isa, r)
+            assert r["threads"] == 1, r
+    # the heads spread over two threads (each its own accumulators and page sums)
+    out = run("bench", "--attention", "--kv-dtype", "bf16", "--ctx", "100", "--layers", "2", "--kv-heads", "3", "--head-dim", "64",
+              "--rounds", "2", "--threads", "2", "--json").stdout
+    rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    assert len(rows) == 1 and rows[0]["threads"] == 2 and 0 < rows[0]["off_ns"] and 0 < rows[0]["on_ns"], out
     for args, names in ((["--kv-dtype", "int8"], ["--kv-dtype", "int8"]), (["--head-dim", "12"], ["--head-dim 12", "multiple of 8"]), (["--rows", "9"], ["--rows", "9"]),
                         (["--ctx", "0"], ["--ctx", "0"])):
         p = subprocess.run([KILN, "bench", "--attention", "--rounds", "1", *args], capture_output=True, text=True)
