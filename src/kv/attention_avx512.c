@@ -161,6 +161,9 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         const float km = blk.km, vm = blk.vm;
         /* integrity (sp->hsum): each K and V row hashed right after its scores (kv_isa.h) */
         const int hs = HS, hsv = hs && sp->hash_v, hkv = hsv && sp->row_k == sp->row_v;
+        /* rows shorter than a vector (head dim < 32 in BF16) are hashed as whole blocks at the block's end:
+         * row by row, each partial vector would cost a masked step (kv_isa.h) */
+        const int hrow = hs && sp->row_k >= 64;
         const size_t ho = (size_t)(b0 % sp->page_tokens);
         const uint32_t *kkey = hs ? sp->hkey + ho * (sp->row_k / 4) : NULL, *vkey = hs ? sp->hkey + ho * (sp->row_v / 4) : NULL;
         __m512i hke = _mm512_setzero_si512(), hko = hke, hve = hke, hvo = hke;
@@ -200,7 +203,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
                 _mm512_store_ps(tmp[r] + 16 * j, acc0[r]);
                 _mm512_store_ps(tmp[r] + 16 * (j + 1), acc1[r]);
             }
-            if (hs) hash_rows(sp, &hke, &hko, &hve, &hvo, kr0, vp + (size_t)j * sp->row_v, 2, kkey + (size_t)j * (sp->row_k / 4),
+            if (hrow) hash_rows(sp, &hke, &hko, &hve, &hvo, kr0, vp + (size_t)j * sp->row_v, 2, kkey + (size_t)j * (sp->row_k / 4),
                               vkey + (size_t)j * (sp->row_v / 4), hsv, hkv);
         }
         for (; j < nb; j++) {
@@ -225,7 +228,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             }
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm512_store_ps(tmp[r] + 16 * j, acc[r]);
-            if (hs) hash_rows(sp, &hke, &hko, &hve, &hvo, kr, vp + (size_t)j * sp->row_v, 1, kkey + (size_t)j * (sp->row_k / 4),
+            if (hrow) hash_rows(sp, &hke, &hko, &hve, &hvo, kr, vp + (size_t)j * sp->row_v, 1, kkey + (size_t)j * (sp->row_k / 4),
                               vkey + (size_t)j * (sp->row_v / 4), hsv, hkv);
         }
         _Pragma("GCC unroll 8")
@@ -284,7 +287,10 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
                 for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(rw->acc[r] + 16 * (c0 + g), mg[g], a[r][g]);
             }
         }
-        if (hs) kiln_kv_hash_add(sp, b0, mlh_fold(hke, hko), hsv ? mlh_fold(hve, hvo) : 0);
+        if (hs) {
+            if (!hrow) hash_rows(sp, &hke, &hko, &hve, &hvo, kp, vp, nb, kkey, vkey, hsv, hkv);
+            kiln_kv_hash_add(sp, b0, mlh_fold(hke, hko), hsv ? mlh_fold(hve, hvo) : 0);
+        }
         b0 += nb;
     }
 }

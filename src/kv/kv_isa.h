@@ -142,7 +142,10 @@ typedef void (*kiln_kv_attend_fn)(const kiln_kv_span *sp, kiln_kv_rows *rows, in
  * each row's K and V right after its scores, keys loaded per row +15-21% / +16-19%, keys loaded once
  * for K and V +12-13% / +14-15%. (Hashing K between the score pass and the softmax, or at the end
  * of the block, left the hash's multiplies to run after the block's loads; interleaved with the
- * next rows' score loads they overlap the misses those wait on.) */
+ * next rows' score loads they overlap the misses those wait on.) Rows shorter than one vector (BF16
+ * head dim < 32 on AVX-512, < 16 on AVX2) are hashed as whole blocks at the block's end instead:
+ * row by row each would be a masked partial step (stories260K, head dim 8: heal vs off decode
+ * +16-23% row by row against +12-17% by block, the block-end figure of the first design). */
 static inline void kiln_kv_hash_add(const kiln_kv_span *sp, int b0, uint64_t k_sum, uint64_t v_sum) {
     uint64_t *h = sp->hsum + 2 * (size_t)(b0 / sp->page_tokens - sp->hslot0);
     h[0] += k_sum;
