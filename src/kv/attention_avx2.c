@@ -29,26 +29,15 @@ AI __m256i tail_mask(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* The fused form inside the kernel's key loops (as attention_avx512.c's): the n bytes at d (a
- * multiple of 4) with their keys, added into two running vectors (even / odd words); mlh_acc2 hashes
- * a K and a V row at the same offset with one load of their shared keys. */
+/* The fused form inside the kernel's key loops (as attention_avx512.c's): the n bytes of a K and a
+ * V row (or rows) at the same offset, n a multiple of 4, with one load of their shared keys, added
+ * into running vectors of even / odd words that the block folds once (mlh_fold). */
 AI __m256i words_mask(size_t w) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 AI void mlh_step(__m256i *ae, __m256i *ao, __m256i x, __m256i k, __m256i ks) {
     *ae = _mm256_add_epi64(*ae, _mm256_mul_epu32(x, k));
     *ao = _mm256_add_epi64(*ao, _mm256_mul_epu32(_mm256_srli_epi64(x, 32), ks));
-}
-AI void mlh_acc(__m256i *ae, __m256i *ao, const uint8_t *d, size_t n, const uint32_t *key) {
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m256i k = _mm256_loadu_si256((const __m256i *)(key + i / 4));
-        mlh_step(ae, ao, _mm256_loadu_si256((const __m256i *)(d + i)), k, _mm256_srli_epi64(k, 32));
-    }
-    if (i < n) {
-        const __m256i m = words_mask((n - i) / 4), k = _mm256_maskload_epi32((const int *)(key + i / 4), m);
-        mlh_step(ae, ao, _mm256_maskload_epi32((const int *)(d + i), m), k, _mm256_srli_epi64(k, 32));
-    }
 }
 AI void mlh_acc2(__m256i *ae, __m256i *ao, __m256i *be, __m256i *bo, const uint8_t *d, const uint8_t *e, size_t n, const uint32_t *key) {
     size_t i = 0;
@@ -63,7 +52,6 @@ AI void mlh_acc2(__m256i *ae, __m256i *ao, __m256i *be, __m256i *bo, const uint8
         mlh_step(be, bo, _mm256_maskload_epi32((const int *)(e + i), m), k, ks);
     }
 }
-KILN_KV_HASH_ROWS(__m256i)
 AI uint64_t mlh_fold(__m256i ae, __m256i ao) {
     const __m256i v = _mm256_add_epi64(ae, ao);
     const __m128i s = _mm_add_epi64(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -150,13 +138,11 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         const int nb = blk.n;
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;
-        /* integrity (sp->hsum): each K and V row hashed right after its scores (kv_isa.h) */
-        const int hs = HS, hsv = hs && sp->hash_v, hkv = hsv && sp->row_k == sp->row_v;
-        /* rows shorter than a vector (head dim < 16 in BF16) are hashed as whole blocks at the block's end:
-         * row by row, each partial vector would cost a masked step (kv_isa.h) */
-        const int hrow = hs && sp->row_k >= 32;
+        /* integrity (sp->hsum): row by row or by block (kv_isa.h, kiln_kv_hash_add) */
+        const int hs = HS, hkv = hs && sp->hash_v && sp->row_k == sp->row_v;
+        const int hrow = hkv && DT != KILN_KV_FP8 && sp->row_k >= 32;
         const size_t ho = (size_t)(b0 % sp->page_tokens);
-        const uint32_t *kkey = hs ? sp->hkey + ho * (sp->row_k / 4) : NULL, *vkey = hs ? sp->hkey + ho * (sp->row_v / 4) : NULL;
+        const uint32_t *kkey = hs ? sp->hkey + ho * (sp->row_k / 4) : NULL;
         __m256i hke = _mm256_setzero_si256(), hko = hke, hve = hke, hvo = hke;
         int j0 = 0;
         /* QK two key rows at a time where the row is whole 8-value chunks (no pre-RoPE term): each
@@ -183,8 +169,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
                     _mm256_store_ps(tmp[r] + 8 * j0, acc0[r]);
                     _mm256_store_ps(tmp[r] + 8 * (j0 + 1), acc1[r]);
                 }
-                if (hrow) hash_rows(sp, &hke, &hko, &hve, &hvo, kr0, vp + (size_t)j0 * sp->row_v, 2, kkey + (size_t)j0 * (sp->row_k / 4),
-                                  vkey + (size_t)j0 * (sp->row_v / 4), hsv, hkv);
+                if (hrow) mlh_acc2(&hke, &hko, &hve, &hvo, kr0, vp + (size_t)j0 * sp->row_v, 2 * sp->row_k, kkey + (size_t)j0 * (sp->row_k / 4));
             }
         for (int j = j0; j < nb; j++) {
             const uint8_t *kr = kp + (size_t)j * sp->row_k;
@@ -215,8 +200,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             }
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm256_store_ps(tmp[r] + 8 * j, acc[r]);
-            if (hrow) hash_rows(sp, &hke, &hko, &hve, &hvo, kr, vp + (size_t)j * sp->row_v, 1, kkey + (size_t)j * (sp->row_k / 4),
-                              vkey + (size_t)j * (sp->row_v / 4), hsv, hkv);
+            if (hrow) mlh_acc2(&hke, &hko, &hve, &hvo, kr, vp + (size_t)j * sp->row_v, sp->row_k, kkey + (size_t)j * (sp->row_k / 4));
         }
         kiln_kv_prefetch_rows(sp, &fut, nb, fut.n - nb); /* a future block longer than this one */
         _Pragma("GCC unroll 8")
@@ -289,9 +273,10 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm256_maskstore_ps(rw->acc[r] + 8 * vfull, vmask, a[r]);
         }
-        if (hs) {
-            if (!hrow) hash_rows(sp, &hke, &hko, &hve, &hvo, kp, vp, nb, kkey, vkey, hsv, hkv);
-            kiln_kv_hash_add(sp, b0, mlh_fold(hke, hko), hsv ? mlh_fold(hve, hvo) : 0);
+        if (hrow) kiln_kv_hash_add(sp, b0, mlh_fold(hke, hko), mlh_fold(hve, hvo));
+        else if (hs) { /* V then K, both still in L1 */
+            kiln_kv_hash_block(sp, b0, nb, vp, 1, mlh);
+            kiln_kv_hash_block(sp, b0, nb, kp, 0, mlh);
         }
         b0 += nb;
     }

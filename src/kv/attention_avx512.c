@@ -30,18 +30,9 @@ AI __m512 deq16(const uint8_t *p, __mmask16 m, kiln_kv_dtype dt) {
     return _mm512_cvtph_ps(w);
 }
 
-/* The fused form of mlh inside the kernels' loops: the n bytes at d (a multiple of 4, n ≤ 128) with
- * their keys, added into two running vectors (even / odd words) that the block reduces once. */
-AI void mlh_acc(__m512i *ae, __m512i *ao, const uint8_t *d, size_t n, const uint32_t *key) {
-    for (size_t i = 0; i < n; i += 64) {
-        const size_t w = (n - i) / 4;
-        const __mmask16 m = (__mmask16)(w >= 16 ? 0xFFFFu : (1u << w) - 1);
-        const __m512i x = _mm512_maskz_loadu_epi32(m, d + i), k = _mm512_maskz_loadu_epi32(m, key + i / 4);
-        *ae = _mm512_add_epi64(*ae, _mm512_mul_epu32(x, k));
-        *ao = _mm512_add_epi64(*ao, _mm512_mul_epu32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(k, 32)));
-    }
-}
-/* K and V rows at the same offset share their keys: one key load for both */
+/* The fused form of mlh inside the kernels' key loops: the n bytes of a K and a V row (or rows) at
+ * the same offset, n a multiple of 4, with their shared keys (one load for both), added into
+ * running vectors of even / odd words that the block folds once (mlh_fold). */
 AI void mlh_acc2(__m512i *ae, __m512i *ao, __m512i *be, __m512i *bo, const uint8_t *d, const uint8_t *e, size_t n, const uint32_t *key) {
     for (size_t i = 0; i < n; i += 64) {
         const size_t w = (n - i) / 4;
@@ -54,7 +45,6 @@ AI void mlh_acc2(__m512i *ae, __m512i *ao, __m512i *be, __m512i *bo, const uint8
         *bo = _mm512_add_epi64(*bo, _mm512_mul_epu32(_mm512_srli_epi64(y, 32), ks));
     }
 }
-KILN_KV_HASH_ROWS(__m512i)
 /* the lanes summed with vector adds (wrapping mod 2^64; GCC's _mm512_reduce_add_epi64 adds them as
  * signed scalars, undefined behaviour on the overflow this sum is made of) */
 AI uint64_t mlh_fold(__m512i ae, __m512i ao) {
@@ -159,13 +149,11 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
         const int nb = blk.n;
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;
-        /* integrity (sp->hsum): each K and V row hashed right after its scores (kv_isa.h) */
-        const int hs = HS, hsv = hs && sp->hash_v, hkv = hsv && sp->row_k == sp->row_v;
-        /* rows shorter than a vector (head dim < 32 in BF16) are hashed as whole blocks at the block's end:
-         * row by row, each partial vector would cost a masked step (kv_isa.h) */
-        const int hrow = hs && sp->row_k >= 64;
+        /* integrity (sp->hsum): row by row or by block (kv_isa.h, kiln_kv_hash_add) */
+        const int hs = HS, hkv = hs && sp->hash_v && sp->row_k == sp->row_v;
+        const int hrow = hkv && DT != KILN_KV_FP8 && sp->row_k >= 64;
         const size_t ho = (size_t)(b0 % sp->page_tokens);
-        const uint32_t *kkey = hs ? sp->hkey + ho * (sp->row_k / 4) : NULL, *vkey = hs ? sp->hkey + ho * (sp->row_v / 4) : NULL;
+        const uint32_t *kkey = hs ? sp->hkey + ho * (sp->row_k / 4) : NULL;
         __m512i hke = _mm512_setzero_si512(), hko = hke, hve = hke, hvo = hke;
         /* QK, two key rows at a time: each 16-value slice of a query row is loaded once for both
          * (the loads of q, not the arithmetic, bound this loop: R of them per key slice). */
@@ -203,8 +191,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
                 _mm512_store_ps(tmp[r] + 16 * j, acc0[r]);
                 _mm512_store_ps(tmp[r] + 16 * (j + 1), acc1[r]);
             }
-            if (hrow) hash_rows(sp, &hke, &hko, &hve, &hvo, kr0, vp + (size_t)j * sp->row_v, 2, kkey + (size_t)j * (sp->row_k / 4),
-                              vkey + (size_t)j * (sp->row_v / 4), hsv, hkv);
+            if (hrow) mlh_acc2(&hke, &hko, &hve, &hvo, kr0, vp + (size_t)j * sp->row_v, 2 * sp->row_k, kkey + (size_t)j * (sp->row_k / 4));
         }
         for (; j < nb; j++) {
             const uint8_t *kr = kp + (size_t)j * sp->row_k;
@@ -228,8 +215,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             }
             _Pragma("GCC unroll 8")
             for (int r = 0; r < R; r++) _mm512_store_ps(tmp[r] + 16 * j, acc[r]);
-            if (hrow) hash_rows(sp, &hke, &hko, &hve, &hvo, kr, vp + (size_t)j * sp->row_v, 1, kkey + (size_t)j * (sp->row_k / 4),
-                              vkey + (size_t)j * (sp->row_v / 4), hsv, hkv);
+            if (hrow) mlh_acc2(&hke, &hko, &hve, &hvo, kr, vp + (size_t)j * sp->row_v, sp->row_k, kkey + (size_t)j * (sp->row_k / 4));
         }
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++)
@@ -287,9 +273,10 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
                 for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(rw->acc[r] + 16 * (c0 + g), mg[g], a[r][g]);
             }
         }
-        if (hs) {
-            if (!hrow) hash_rows(sp, &hke, &hko, &hve, &hvo, kp, vp, nb, kkey, vkey, hsv, hkv);
-            kiln_kv_hash_add(sp, b0, mlh_fold(hke, hko), hsv ? mlh_fold(hve, hvo) : 0);
+        if (hrow) kiln_kv_hash_add(sp, b0, mlh_fold(hke, hko), mlh_fold(hve, hvo));
+        else if (hs) { /* V then K, both still in L1 */
+            kiln_kv_hash_block(sp, b0, nb, vp, 1, mlh);
+            kiln_kv_hash_block(sp, b0, nb, kp, 0, mlh);
         }
         b0 += nb;
     }

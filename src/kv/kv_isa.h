@@ -132,39 +132,27 @@ static inline void kiln_kv_prefetch_head(const kiln_kv_span *sp, int t0, int t1,
 typedef void (*kiln_kv_attend_fn)(const kiln_kv_span *sp, kiln_kv_rows *rows, int t0, int t1);
 
 /* The fused hash (sp->hsum set): each kernel hashes every K row (and V row, when hash_v) of a block
- * with its keys as it goes and adds the block's sums to its page's (kiln_kv_hash_add, at the end
- * of the block). The SIMD kernels hash each row right after its scores, the K and V rows together
- * (one load of their shared keys, which K and V rows at the same offset have), from L1 where the
- * score loads just brought K, into running vectors folded once per block. Measured (the kernel
- * alone, `kiln bench --attention --rounds 5`, 1 thread, 16 layers × 8 KV heads × 4,000 positions,
- * head dim 128, cold, AVX-512, Zen 5; hashing cost over off): the whole block hashed at its end,
- * V then K, BF16 +53-57% / FP8 +17-19%; V hashed chunk by chunk inside the PV loop +20-25% / +17-18%;
- * each row's K and V right after its scores, keys loaded per row +15-21% / +16-19%, keys loaded once
- * for K and V +12-13% / +14-15%. (Hashing K between the score pass and the softmax, or at the end
- * of the block, left the hash's multiplies to run after the block's loads; interleaved with the
- * next rows' score loads they overlap the misses those wait on.) Rows shorter than one vector (BF16
- * head dim < 32 on AVX-512, < 16 on AVX2) are hashed as whole blocks at the block's end instead:
- * row by row each would be a masked partial step (stories260K, head dim 8: heal vs off decode
- * +16-23% row by row against +12-17% by block, the block-end figure of the first design). */
+ * and adds the block's sums to its page's. Two forms, chosen per kernel variant and span:
+ *  - row by row (SIMD kernels, BF16 / F32 with separate K and V rows of one size, at least one
+ *    vector long): each K row and the V row at the same offset right after the K row's scores, with
+ *    one load of their shared keys (a K and a V row at the same place in their slices have the same
+ *    keys), into running vectors folded once per block (kiln_kv_hash_add);
+ *  - whole blocks at the block's end, V then K, while both are in L1 (kiln_kv_hash_block: FP8, MLA
+ *    pools whose V is a view of K, rows shorter than a vector, and the scalar kernel).
+ * Measured (hashing cost over off; old = every block at its end): the kernel alone (`kiln bench
+ * --attention --rounds 5`, 1 thread, 16 layers × 8 KV heads × 4,000 positions, head dim 128, cold,
+ * AVX-512, Zen 5) BF16 +53-62% → +11-16% row by row (V chunk by chunk in the PV loop instead:
+ * +20-25%; keys loaded apart for K and V: +15-21%), FP8 +17-19% → +13%; end to end, heal vs off
+ * decode, row by row against block: tiny-llama-hd64 BF16 +11-14% → +1.4-2.5%, but FP8 +4-6% →
+ * +9-12%, tiny-dsv3 (MLA) BF16 −0.1-2% → +9-11%, stories260K (head dim 8, a masked partial step per
+ * row) +12-15% → +16-23%, and one step's attention at 4,000 tokens of the 1.7B shape FP8 +10-17% →
+ * +16-23% — hence the block form there. */
 static inline void kiln_kv_hash_add(const kiln_kv_span *sp, int b0, uint64_t k_sum, uint64_t v_sum) {
     uint64_t *h = sp->hsum + 2 * (size_t)(b0 / sp->page_tokens - sp->hslot0);
     h[0] += k_sum;
     if (sp->hash_v) h[1] += v_sum;
 }
-/* hash_rows(sp, ke, ko, ve, vo, k, v, n, kkey, vkey, hsv, hkv) for an ISA file whose vector type is
- * VEC and which defines mlh_acc / mlh_acc2: n consecutive K rows at k into (ke, ko), and V rows at v
- * into (ve, vo) when hsv — with one load of the keys for both when hkv (K and V rows of one size). */
-#define KILN_KV_HASH_ROWS(VEC)                                                                     \
-    static inline __attribute__((always_inline)) void hash_rows(const kiln_kv_span *sp, VEC *ke, VEC *ko, VEC *ve, VEC *vo,        \
-                                                                const uint8_t *k, const uint8_t *v, int n, const uint32_t *kkey, \
-                                                                const uint32_t *vkey, int hsv, int hkv) {                      \
-        if (hkv) mlh_acc2(ke, ko, ve, vo, k, v, (size_t)n * sp->row_k, kkey);                      \
-        else {                                                                                     \
-            mlh_acc(ke, ko, k, (size_t)n * sp->row_k, kkey);                                       \
-            if (hsv) mlh_acc(ve, vo, v, (size_t)n * sp->row_v, vkey);                              \
-        }                                                                                          \
-    }
-/* The scalar kernel's form: n rows of K (is_v 0) or V (is_v 1) at d, the block at b0, hashed whole. */
+/* The block form: n rows of K (is_v 0) or V (is_v 1) at d, the block at b0, hashed whole. */
 static inline void kiln_kv_hash_block(const kiln_kv_span *sp, int b0, int n, const uint8_t *d, int is_v,
                                       uint64_t (*mlh)(const uint8_t *, size_t, const uint32_t *)) {
     if (is_v && !sp->hash_v) return;
