@@ -32,9 +32,6 @@ AI __m256i tail_mask(int n) {
 /* The fused form inside the kernel's key loops (as attention_avx512.c's): the n bytes of a K and a
  * V row (or rows) at the same offset, n a multiple of 4, with one load of their shared keys, added
  * into running vectors of even / odd words that the block folds once (mlh_fold). */
-AI __m256i words_mask(size_t w) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 AI void mlh_step(__m256i *ae, __m256i *ao, __m256i x, __m256i k, __m256i ks) {
     *ae = _mm256_add_epi64(*ae, _mm256_mul_epu32(x, k));
     *ao = _mm256_add_epi64(*ao, _mm256_mul_epu32(_mm256_srli_epi64(x, 32), ks));
@@ -47,7 +44,7 @@ AI void mlh_acc2(__m256i *ae, __m256i *ao, __m256i *be, __m256i *bo, const uint8
         mlh_step(be, bo, _mm256_loadu_si256((const __m256i *)(e + i)), k, ks);
     }
     if (i < n) {
-        const __m256i m = words_mask((n - i) / 4), k = _mm256_maskload_epi32((const int *)(key + i / 4), m), ks = _mm256_srli_epi64(k, 32);
+        const __m256i m = tail_mask((int)((n - i) / 4)), k = _mm256_maskload_epi32((const int *)(key + i / 4), m), ks = _mm256_srli_epi64(k, 32);
         mlh_step(ae, ao, _mm256_maskload_epi32((const int *)(d + i), m), k, ks);
         mlh_step(be, bo, _mm256_maskload_epi32((const int *)(e + i), m), k, ks);
     }
@@ -132,17 +129,17 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
     for (int r = 0; r < R; r++) lmax = rw->lim[r] > lmax ? rw->lim[r] : lmax;
     if (t1 > lmax) t1 = lmax;
     if (sp->prefetch) kiln_kv_prefetch_head(sp, t0, t1, 8, 16);
+    /* integrity (sp->hsum, the HS variants): row by row for BF16 / F32 K and V rows of one size and at
+     * least a vector, else by block at the block's end (kv_isa.h, kiln_kv_hash_add) */
+    const int hrow = HS && DT != KILN_KV_FP8 && sp->hash_v && sp->row_k == sp->row_v && sp->row_k >= 32;
     for (int b0 = t0; b0 < t1;) {
         const kiln_kv_block blk = kiln_kv_block_at(sp, b0, t1, 8, fp8f);
         const kiln_kv_block fut = kiln_kv_future_block(sp, b0 + 16, t1, 8); /* 16 positions ahead, a row at a time (kv_isa.h) */
         const int nb = blk.n;
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;
-        /* integrity (sp->hsum): row by row or by block (kv_isa.h, kiln_kv_hash_add) */
-        const int hs = HS, hkv = hs && sp->hash_v && sp->row_k == sp->row_v;
-        const int hrow = hkv && DT != KILN_KV_FP8 && sp->row_k >= 32;
-        const size_t ho = (size_t)(b0 % sp->page_tokens);
-        const uint32_t *kkey = hs ? sp->hkey + ho * (sp->row_k / 4) : NULL;
+        /* the keys of the block's first row (row-by-row hash) */
+        const uint32_t *kkey = hrow ? sp->hkey + (size_t)(b0 % sp->page_tokens) * (sp->row_k / 4) : NULL;
         __m256i hke = _mm256_setzero_si256(), hko = hke, hve = hke, hvo = hke;
         int j0 = 0;
         /* QK two key rows at a time where the row is whole 8-value chunks (no pre-RoPE term): each
@@ -274,7 +271,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             for (int r = 0; r < R; r++) _mm256_maskstore_ps(rw->acc[r] + 8 * vfull, vmask, a[r]);
         }
         if (hrow) kiln_kv_hash_add(sp, b0, mlh_fold(hke, hko), mlh_fold(hve, hvo));
-        else if (hs) { /* V then K, both still in L1 */
+        else if (HS) { /* V then K, both still in L1 */
             kiln_kv_hash_block(sp, b0, nb, vp, 1, mlh);
             kiln_kv_hash_block(sp, b0, nb, kp, 0, mlh);
         }

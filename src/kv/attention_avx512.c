@@ -143,17 +143,17 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
     for (int r = 0; r < R; r++) lmax = rw->lim[r] > lmax ? rw->lim[r] : lmax;
     if (t1 > lmax) t1 = lmax;
     if (sp->prefetch) kiln_kv_prefetch_head(sp, t0, t1, 16, 32);
+    /* integrity (sp->hsum, the HS variants): row by row for BF16 / F32 K and V rows of one size and at
+     * least a vector, else by block at the block's end (kv_isa.h, kiln_kv_hash_add) */
+    const int hrow = HS && DT != KILN_KV_FP8 && sp->hash_v && sp->row_k == sp->row_v && sp->row_k >= 64;
     for (int b0 = t0; b0 < t1;) {
         const kiln_kv_block blk = kiln_kv_block_at(sp, b0, t1, 16, fp8f);
         const kiln_kv_block fut = kiln_kv_future_block(sp, b0 + 32, t1, 16); /* 32 positions ahead, a few rows at a time (kv_isa.h) */
         const int nb = blk.n;
         const uint8_t *kp = blk.k, *vp = blk.v;
         const float km = blk.km, vm = blk.vm;
-        /* integrity (sp->hsum): row by row or by block (kv_isa.h, kiln_kv_hash_add) */
-        const int hs = HS, hkv = hs && sp->hash_v && sp->row_k == sp->row_v;
-        const int hrow = hkv && DT != KILN_KV_FP8 && sp->row_k >= 64;
-        const size_t ho = (size_t)(b0 % sp->page_tokens);
-        const uint32_t *kkey = hs ? sp->hkey + ho * (sp->row_k / 4) : NULL;
+        /* the keys of the block's first row (row-by-row hash) */
+        const uint32_t *kkey = hrow ? sp->hkey + (size_t)(b0 % sp->page_tokens) * (sp->row_k / 4) : NULL;
         __m512i hke = _mm512_setzero_si512(), hko = hke, hve = hke, hvo = hke;
         /* QK, two key rows at a time: each 16-value slice of a query row is loaded once for both
          * (the loads of q, not the arithmetic, bound this loop: R of them per key slice). */
@@ -274,7 +274,7 @@ AI void attend_impl(const kiln_kv_span *sp, kiln_kv_rows *rw, int t0, int t1, co
             }
         }
         if (hrow) kiln_kv_hash_add(sp, b0, mlh_fold(hke, hko), mlh_fold(hve, hvo));
-        else if (hs) { /* V then K, both still in L1 */
+        else if (HS) { /* V then K, both still in L1 */
             kiln_kv_hash_block(sp, b0, nb, vp, 1, mlh);
             kiln_kv_hash_block(sp, b0, nb, kp, 0, mlh);
         }
