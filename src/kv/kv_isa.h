@@ -143,8 +143,8 @@ typedef void (*kiln_kv_attend_fn)(const kiln_kv_span *sp, kiln_kv_rows *rows, in
  * --attention --rounds 5`, 1 thread, 16 layers × 8 KV heads × 4,000 positions, head dim 128, cold,
  * AVX-512, Zen 5) BF16 +53-62% → +11-16% row by row (V chunk by chunk in the PV loop instead:
  * +20-25%; keys loaded apart for K and V: +15-21%), FP8 +17-19% → +13%; end to end, heal vs off
- * decode, row by row against block: tiny-llama-hd64 BF16 +11-14% → +1.4-2.5%, but FP8 +4-6% →
- * +9-12%, tiny-dsv3 (MLA) BF16 −0.1-2% → +9-11%, stories260K (head dim 8, a masked partial step per
+ * decode, row by row against block: tiny-llama-hd64 BF16 +7-14.5% → +1.4-6.7%, but FP8 +4-6% →
+ * +9-12%, tiny-dsv3 (MLA) BF16 −0.1-5.1% → +9-11%, stories260K (head dim 8, a masked partial step per
  * row) +12-15% → +16-23%, and one step's attention at 4,000 tokens of the 1.7B shape FP8 +10-17% →
  * +16-23% — hence the block form there. */
 static inline void kiln_kv_hash_add(const kiln_kv_span *sp, int b0, uint64_t k_sum, uint64_t v_sum) {
