@@ -49,7 +49,9 @@ VK_SPVS      := $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_$(word 1,$(sub
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul8_$(word 1,$(subst :, ,$(m))).spv) $(BUILD)/shaders/sgrmsnorm.spv $(BUILD)/shaders/layernorm64.spv \
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul8_id_$(word 1,$(subst :, ,$(m))).spv) \
                 $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul8_id_$(word 1,$(subst :, ,$(m))).spv) \
-                $(BUILD)/shaders/matmul4r_int4.spv $(BUILD)/shaders/sgmatmul4r_int4.spv
+                $(BUILD)/shaders/matmul4r_int4.spv $(BUILD)/shaders/sgmatmul4r_int4.spv \
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/matmul_pair_$(word 1,$(subst :, ,$(m))).spv) \
+                $(foreach m,$(VK_MATMULS),$(BUILD)/shaders/sgmatmul_pair_$(word 1,$(subst :, ,$(m))).spv)
 ifeq ($(HAVE_VULKAN),1)
 SRCS     := $(filter-out $(VK_DIR)/vk_absent.c,$(SRCS))
 VK_OBJS  := $(BUILD)/vk_spirv.o
@@ -95,6 +97,14 @@ $(BUILD)/%.o: %.c
 
 # subgroup variants (-DSG: reductions by subgroup arithmetic), chosen at run time where the device
 # has it (vk_device.c); the portable tree-sum shaders stay for the rest
+# gate, up and SwiGLU in one dispatch (-DPAIR, one token per workgroup: decode; weights through
+# device addresses)
+$(BUILD)/shaders/sgmatmul_pair_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.2 -DSG -DPAIR -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
+$(BUILD)/shaders/matmul_pair_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.2 -DPAIR -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@
 $(BUILD)/shaders/sgmatmul8_id_%.spv: $(VK_DIR)/shaders/matmul.comp $(VK_INC)
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.2 -DSG -DBYID -DTT8 -DFMT=$(word 2,$(subst :, ,$(filter $*:%,$(VK_MATMULS)))) $< -o $@

@@ -102,6 +102,14 @@ typedef struct kiln_backend_ops {
     void (*swiglu)(const kiln_backend *be, float *g, const float *u, int64_t len);
     /* Y_k [n, w[k]->rows] = X [n, cols] · W_kᵀ for the nw weights that read the same X. */
     void (*matmul_many)(const kiln_backend *be, const kiln_weight *const *w, float *const *Y, int nw, const float *X, int n);
+    /* Optional (NULL: matmul_many, then swiglu — kiln_be_matmul_swiglu): the SwiGLU MLP's input
+     * half, G [n, F] = silu(X · W_gateᵀ) · (X · W_upᵀ) for X [n, cols]; up NULL: gate is the fused
+     * [gate F rows; up F rows] weight (GLM's gate_up_proj). scratch is the caller's, [n, F] floats
+     * (separate weights) or [n, 2F] (fused), not overlapping G; what it holds afterwards is
+     * unspecified. The same floats as the unfused ops: a GPU computes gate, up and the product in
+     * one dispatch instead of three. */
+    void (*matmul_swiglu)(const kiln_backend *be, const kiln_weight *gate, const kiln_weight *up, const float *X, int n, float *G,
+                          float *scratch);
     /* Per-head matmuls (MLA's absorbed W_UKᵀ and W_UV): for h < H and token i < n,
      * Y[i·y_tok + h·y_head .. + w[h].rows) = W_h · X[i·x_tok + h·x_head .. + w[h].cols).
      * gin [n, max cols] and gout [n, max rows] are scratch the caller owns. */
@@ -252,4 +260,25 @@ static inline void kiln_be_add_rmsnorm(const kiln_backend *be, float *x, const f
     be->ops->rmsnorm(be, out, x, w, rows, width, eps);
 }
 static inline void kiln_be_swiglu(const kiln_backend *be, float *g, const float *u, int64_t len) { be->ops->swiglu(be, g, u, len); }
+/* backend.h matmul_swiglu as its unfused ops: gate and up into G and scratch, or the fused weight
+ * into scratch [n, 2F] then each row's product packed into G. */
+static inline void kiln_be_matmul_swiglu_unfused(const kiln_backend *be, const kiln_weight *gate, const kiln_weight *up, const float *X,
+                                                 int n, float *G, float *scratch) {
+    if (up) {
+        const kiln_weight *w2[2] = {gate, up};
+        float *y2[2] = {G, scratch};
+        be->ops->matmul_many(be, w2, y2, 2, X, n);
+        be->ops->swiglu(be, G, scratch, (int64_t)n * up->rows);
+        return;
+    }
+    const int64_t F = gate->rows / 2;
+    be->ops->matmul_many(be, &gate, &scratch, 1, X, n);
+    for (int i = 0; i < n; i++) be->ops->swiglu(be, scratch + (size_t)i * 2 * (size_t)F, scratch + (size_t)i * 2 * (size_t)F + F, F);
+    be->ops->copy_rows(be, G, F, scratch, 2 * F, n, (int)F);
+}
+static inline void kiln_be_matmul_swiglu(const kiln_backend *be, const kiln_weight *gate, const kiln_weight *up, const float *X, int n,
+                                         float *G, float *scratch) {
+    if (be->ops->matmul_swiglu) be->ops->matmul_swiglu(be, gate, up, X, n, G, scratch);
+    else kiln_be_matmul_swiglu_unfused(be, gate, up, X, n, G, scratch);
+}
 #endif

@@ -166,22 +166,12 @@ static void gqa(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_a
 }
 
 /* Dense SwiGLU MLP of X [n, dim] into ws->tmp [n, dim]. */
-static void mlp(const struct kiln_model *m, const kiln_arch_hp *ah, const kiln_arch_layer *L, kiln_forward_ws *ws, const float *X, int n) {
+static void mlp(const kiln_arch_hp *ah, const kiln_arch_layer *L, kiln_forward_ws *ws, const float *X, int n) {
     const kiln_backend *be = ws->be;
-    const int F = m->hp.ffn_dim;
-    if (ah->ffn_fused) {
-        kiln_be_matmul(be, &L->w_gate_up, X, ws->hb, n);
-        /* row i of hb is [gate F | up F]: silu(gate)·up in place, then packed into hb2 */
-        for (int i = 0; i < n; i++) kiln_be_swiglu(be, ws->hb + (size_t)i * 2 * F, ws->hb + (size_t)i * 2 * F + F, F);
-        be->ops->copy_rows(be, ws->hb2, F, ws->hb, 2 * (int64_t)F, n, F);
-        kiln_be_matmul(be, &L->w_down, ws->hb2, ws->tmp, n);
-    } else {
-        const kiln_weight *w2[2] = {&L->w_gate, &L->w_up};
-        float *y2[2] = {ws->hb, ws->hb2};
-        kiln_be_matmul_many(be, w2, y2, 2, X, n);
-        kiln_be_swiglu(be, ws->hb, ws->hb2, (int64_t)n * F);
-        kiln_be_matmul(be, &L->w_down, ws->hb, ws->tmp, n);
-    }
+    /* hb2 [n, F] = silu(gate) · up; hb [n, 2F] scratch (the fused gate_up weight's rows [gate | up]) */
+    if (ah->ffn_fused) kiln_be_matmul_swiglu(be, &L->w_gate_up, NULL, X, n, ws->hb2, ws->hb);
+    else kiln_be_matmul_swiglu(be, &L->w_gate, &L->w_up, X, n, ws->hb2, ws->hb);
+    kiln_be_matmul(be, &L->w_down, ws->hb2, ws->tmp, n);
 }
 
 /* ---- the pass ----------------------------------------------------------------------------------- */
@@ -208,7 +198,7 @@ static kiln_status block(const struct kiln_model *m, const kiln_arch_hp *ah, con
     if (L->post_attn_norm) kiln_be_rmsnorm(be, ws->tmp, ws->tmp, L->post_attn_norm, n, dim, hp->norm_eps);
     kiln_be_add_rmsnorm(be, ws->x, ws->tmp, ws->xb, L->ffn_norm, n, dim, hp->norm_eps);
     if (L->is_moe) KILN_TRY(kiln_moe_forward(be, &ah->moe, &L->moe, ws->xb, n, ws->tmp, &ws->moe));
-    else mlp(m, ah, L, ws, ws->xb, n);
+    else mlp(ah, L, ws, ws->xb, n);
     if (m->allreduce) { /* tensor parallel: down_proj's partial sums */
         kiln_be_wait(be);
         m->allreduce(m->allreduce_ctx, ws->tmp, nd);

@@ -100,10 +100,7 @@ kiln_status kiln_moe_forward(const kiln_backend *be, const kiln_moe_cfg *c, cons
         route_group_run(be, c, L, X, n, Y, ws);
     /* 5. shared experts over every token */
     if (c->shared_ffn > 0) {
-        const kiln_weight *w2[2] = {&L->sh_gate, &L->sh_up};
-        float *y2[2] = {ws->sh, ws->su};
-        kiln_be_matmul_many(be, w2, y2, 2, X, n);
-        kiln_be_swiglu(be, ws->sh, ws->su, (int64_t)n * c->shared_ffn);
+        kiln_be_matmul_swiglu(be, &L->sh_gate, &L->sh_up, X, n, ws->sh, ws->su);
         kiln_be_matmul(be, &L->sh_down, ws->sh, ws->sy, n);
         kiln_be_add(be, Y, ws->sy, (int64_t)n * D);
     }

@@ -563,6 +563,76 @@ static void test_matmul_many(void **state) {
     for (int k = 0; k < 3; k++) free_weight(&w[k]);
 }
 
+/* The SwiGLU MLP's input half (backend.h matmul_swiglu; on the Vulkan backend gate, up and the
+ * product in one dispatch, matmul.comp PAIR) for every weight format of wcases, separate gate / up
+ * weights and GLM's fused [gate; up] one (its up rows from row F: an FP8 scale block shared by gate
+ * and up rows when F = 130), 1–5 tokens: G is the unfused ops' (matmul_many, swiglu; the fused
+ * weight's rows packed by copy_rows) bit for bit on every backend, subgroup and tree sums — the
+ * pair's dispatches counted where it runs (Vulkan, n < 4) — and within the format's bound of the
+ * ref backend's. KILN_VK_FFN_PAIR takes 1 or 0, and refuses another value by name. */
+static void test_matmul_swiglu(void **state) {
+    (void)state;
+    static const int64_t F_list[] = {1, 130};
+    int n_vk = 0, pairs = 0; /* the Vulkan backends of bes: subgroup sums, and the tree sums where the device has both */
+    for (int b = 0; b < n_bes; b++) n_vk += bes[b]->kind == KILN_BACKEND_VULKAN;
+    if (n_vk) {
+        setenv("KILN_VK_FFN_PAIR", "2", 1);
+        assert_null(vulkan_with(NULL, NULL));
+        unsetenv("KILN_VK_FFN_PAIR");
+        assert_non_null(strstr(kiln_last_error(), "KILN_VK_FFN_PAIR: '2' is not 1 or 0"));
+    }
+    for (int c = 0; c < N_WCASES; c++) {
+        const wcase *wc = &wcases[c];
+        for (size_t fi = 0; fi < sizeof F_list / sizeof *F_list; fi++) {
+            const int64_t F = F_list[fi];
+            tweight tg = make_weight(wc->f, F, wc->cols, wc->group, wc->tiled), tu = make_weight(wc->f, F, wc->cols, wc->group, wc->tiled);
+            tweight tgu = make_weight(wc->f, 2 * F, wc->cols, wc->group, wc->tiled);
+            for (int fused = 0; fused < 2; fused++) {
+                const kiln_weight *gate = fused ? &tgu.w : &tg.w, *up = fused ? NULL : &tu.w;
+                for (int n = 1; n <= 5; n++) {
+                    const size_t ng = (size_t)n * (size_t)F, ns = fused ? 2 * ng : ng;
+                    float *X = input(ref_be, (size_t)n * (size_t)wc->cols), *want = output(ref_be, ng), *wscr = output(ref_be, ns);
+                    kiln_be_matmul_swiglu(ref_be, gate, up, X, n, want, wscr);
+                    for (int b = 0; b < n_bes; b++) {
+                        const kiln_backend *be = bes[b];
+                        float *got = output(be, ng), *scr = output(be, ns), *unf = output(be, ng), *uscr = output(be, ns);
+                        kiln_be_matmul_swiglu_unfused(be, gate, up, X, n, unf, uscr);
+                        const int vk = be->kind == KILN_BACKEND_VULKAN;
+                        const uint64_t before = vk ? kiln_backend_vulkan_pair_dispatches(be) : 0;
+                        kiln_be_matmul_swiglu(be, gate, up, X, n, got, scr);
+                        if (vk && n < 4 && kiln_backend_vulkan_pair_dispatches(be) == before) {
+                            fprintf(stderr, "matmul_swiglu %s cols %lld F %lld n %d%s on %s: the one-dispatch pair did not run\n", kiln_wformat_name(wc->f),
+                                    (long long)wc->cols, (long long)F, n, fused ? " (fused)" : "", be_desc(be));
+                            fail();
+                        }
+                        pairs += vk && n < 4;
+                        if (memcmp(got, unf, ng * sizeof(float)) != 0) {
+                            fprintf(stderr, "matmul_swiglu %s cols %lld layout %d F %lld n %d%s on %s: not the unfused ops' floats\n", kiln_wformat_name(wc->f),
+                                    (long long)wc->cols, wc->tiled, (long long)F, n, fused ? " (fused)" : "", be_desc(be));
+                            fail();
+                        }
+                        /* an energy ratio over a few outputs is a statistic of a few draws (check_matmul):
+                         * against the ref backend from 64 outputs on; silu(g)·u's relative error is
+                         * about g's and u's together */
+                        if (ng >= 64) check_nmse("matmul_swiglu", be, got, want, ng, 4 * format_bound_n(wc->f, be, n));
+                        kiln_be_free(be, got);
+                        kiln_be_free(be, scr);
+                        kiln_be_free(be, unf);
+                        kiln_be_free(be, uscr);
+                    }
+                    kiln_be_free(ref_be, X);
+                    kiln_be_free(ref_be, want);
+                    kiln_be_free(ref_be, wscr);
+                }
+            }
+            free_weight(&tg);
+            free_weight(&tu);
+            free_weight(&tgu);
+        }
+    }
+    assert_int_equal(pairs, N_WCASES * 2 * 2 * 3 * n_vk); /* wcases × F × separate / fused × n < 4 × the Vulkan backends */
+}
+
 /* Per-head products with strided heads (MLA's absorbed W_UKᵀ / W_UV: f32 views). */
 static void test_matmul_heads(void **state) {
     (void)state;
@@ -1978,7 +2048,7 @@ static void test_supports(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_prefill), cmocka_unit_test(test_matmul_batch_invariant), cmocka_unit_test(test_matmul_rows4), cmocka_unit_test(test_matmul_many),     cmocka_unit_test(test_matmul_heads),
+        cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_prefill), cmocka_unit_test(test_matmul_batch_invariant), cmocka_unit_test(test_matmul_rows4), cmocka_unit_test(test_matmul_many), cmocka_unit_test(test_matmul_swiglu),     cmocka_unit_test(test_matmul_heads),
         cmocka_unit_test(test_norm_swiglu_add), cmocka_unit_test(test_rope),     cmocka_unit_test(test_embed_argmax),
         cmocka_unit_test(test_moe), cmocka_unit_test(test_moe_routed),       cmocka_unit_test(test_kv),              cmocka_unit_test(test_kv_integrity),
         cmocka_unit_test(test_kv_store), cmocka_unit_test(test_copy_rows), cmocka_unit_test(test_deferred_steps), cmocka_unit_test(test_step_replay),              cmocka_unit_test(test_dsa_norm_fp8),

@@ -501,9 +501,10 @@ int vkb_record_matmul(vk_state *s, const kiln_weight *w, const float *X, int64_t
         for (int64_t r = 0; r < ch->rows; r += s->max_gx) {
             const int64_t rr = ch->rows - r < (int64_t)s->max_gx ? ch->rows - r : (int64_t)s->max_gx;
             const int64_t B = w->block > 0 ? w->block : 1;
-            const mm_push pc = {(uint32_t)rr, (uint32_t)w->cols, (uint32_t)r, (uint32_t)n, xr.off, (uint32_t)x_stride,
-                                yr.off + (uint32_t)ch->row0, (uint32_t)y_stride, (uint32_t)B,
-                                (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B), (uint32_t)w->row_bytes, 0, 0, 0, 0, 0, 0, 0};
+            const mm_push pc = {.rows = (uint32_t)rr, .cols = (uint32_t)w->cols, .r0 = (uint32_t)r, .n = (uint32_t)n, .x_off = xr.off,
+                                .x_stride = (uint32_t)x_stride, .y_off = yr.off + (uint32_t)ch->row0, .y_stride = (uint32_t)y_stride,
+                                .block = (uint32_t)B, .scols = (uint32_t)(w->fmt == KILN_WF_FP8_BLOCK ? (w->cols + B - 1) / B : w->cols / B),
+                                .row_bytes = (uint32_t)w->row_bytes};
             s->n_dispatch++;
             int tt;
             kiln_vk_shader sh = matmul_variant(w->fmt, n, &tt);
@@ -554,6 +555,80 @@ static void vk_matmul_many(const kiln_backend *be, const kiln_weight *const *w, 
     }
 }
 
+/* ---- gate, up and SwiGLU in one dispatch (matmul.comp PAIR) ---------------------------------------- */
+/* The chunk of vw holding weight row r; *in = r's row within it. */
+static const vk_chunk *chunk_of(const vk_weight *vw, int64_t r, int64_t *in) {
+    for (int c = 0; c < vw->n_chunks; c++)
+        if (r >= vw->chunks[c].row0 && r < vw->chunks[c].row0 + vw->chunks[c].rows) {
+            *in = r - vw->chunks[c].row0;
+            return &vw->chunks[c];
+        }
+    return NULL;
+}
+
+/* Records G[t, r] = silu(gate row r · X[t]) · (up row u0 + r · X[t]) for t < n, r < F, one dispatch
+ * per row range lying in one chunk of each weight (gw = uw and u0 = F: the fused gate_up weight).
+ * 0 = recorded; 1 = not for the pair (nothing recorded: the unfused ops then); -1 = a dispatch failed. */
+static int record_pair(vk_state *s, const kiln_weight *gw, const kiln_weight *uw, int64_t u0, int64_t F, const float *X, int n, float *G) {
+    if (gw->fmt != uw->fmt || gw->cols != uw->cols || gw->block != uw->block || gw->row_bytes != uw->row_bytes || !vkb_matmul_shape_ok(gw) ||
+        (uint32_t)n > kiln_vk_max_groups_y(s->vk))
+        return 1;
+    /* both uploaded first: an upload may move s->weights, so the pointers are taken after */
+    if (!vkb_device_weight(s, gw) || !vkb_device_weight(s, uw)) return 1;
+    const vk_weight *vg = vkb_device_weight(s, gw), *vu = vkb_device_weight(s, uw);
+    if (!vg || !vu) return 1;
+    vref xr, yr;
+    if (vkb_resolve(s, X, ((size_t)(n - 1) * (size_t)gw->cols + (size_t)gw->cols) * sizeof(float), 0, &xr)) return 1;
+    if (vkb_resolve(s, G, (size_t)n * (size_t)F * sizeof(float), 1, &yr)) return 1;
+    const kiln_vk_bind lut = {s->lut.buf, 0, VK_WHOLE_SIZE};
+    const kiln_vk_bind b[5] = {lut, lut, xr.b, yr.b, lut}; /* the weights are read through their addresses */
+    const int64_t B = gw->block > 0 ? gw->block : 1;
+    const kiln_vk_shader sh = (kiln_vk_shader)(KILN_VK_SH_matmul_pair_f32 + (vkb_matmul_shader(gw->fmt) - KILN_VK_SH_matmul_f32));
+    for (int64_t r = 0; r < F;) {
+        int64_t gi, ui;
+        const vk_chunk *cg = chunk_of(vg, r, &gi), *cu = chunk_of(vu, u0 + r, &ui);
+        if (!cg || !cu) return r ? -1 : 1;
+        int64_t rr = F - r;
+        if (cg->rows - gi < rr) rr = cg->rows - gi;
+        if (cu->rows - ui < rr) rr = cu->rows - ui;
+        if ((int64_t)s->max_gx < rr) rr = (int64_t)s->max_gx;
+        const uint64_t ga = kiln_vk_buf_address(s->vk, &cg->data), gsa = cg->scales.buf ? kiln_vk_buf_address(s->vk, &cg->scales) : 0;
+        const uint64_t ua = kiln_vk_buf_address(s->vk, &cu->data), usa = cu->scales.buf ? kiln_vk_buf_address(s->vk, &cu->scales) : 0;
+        if (!ga || !ua) return r ? -1 : 1;
+        const mm_push pc = {.rows = (uint32_t)rr, .cols = (uint32_t)gw->cols, .r0 = (uint32_t)gi, .n = (uint32_t)n, .x_off = xr.off,
+                            .x_stride = (uint32_t)gw->cols, .y_off = yr.off + (uint32_t)r, .y_stride = (uint32_t)F, .block = (uint32_t)B,
+                            .scols = (uint32_t)(gw->fmt == KILN_WF_FP8_BLOCK ? (gw->cols + B - 1) / B : gw->cols / B),
+                            .row_bytes = (uint32_t)gw->row_bytes, .g_wlo = (uint32_t)ga, .g_whi = (uint32_t)(ga >> 32), .g_slo = (uint32_t)gsa,
+                            .g_shi = (uint32_t)(gsa >> 32), .u_wlo = (uint32_t)ua, .u_whi = (uint32_t)(ua >> 32), .u_slo = (uint32_t)usa,
+                            .u_shi = (uint32_t)(usa >> 32), .r0u = (uint32_t)ui};
+        s->n_dispatch++;
+        s->n_pair++;
+        if (kiln_vk_dispatch(s->vk, sh, b, 5, &pc, sizeof pc, (uint32_t)rr, (uint32_t)n, 1) != KILN_OK) {
+            vkb_fail_once(s, "gate/up matmul dispatch");
+            return -1;
+        }
+        r += rr;
+    }
+    return 0;
+}
+
+/* backend.h matmul_swiglu: in decode-sized steps (n < 4, where the matmuls take one token per
+ * workgroup: PAIR is that variant's arithmetic) one dispatch per row range instead of gate, up and
+ * swiglu.comp; otherwise, or where the pair cannot be recorded (no device addresses, gate and up in
+ * different formats or shapes, KILN_VK_FFN_PAIR=0), the unfused ops — the same floats either way. */
+static void vk_matmul_swiglu(const kiln_backend *be, const kiln_weight *gate, const kiln_weight *up, const float *X, int n, float *G,
+                             float *scratch) {
+    vk_state *s = ST(be);
+    const kiln_weight *uw = up ? up : gate;
+    const int64_t F = up ? gate->rows : gate->rows / 2;
+    if (n > 0 && n < 4 && s->ffn_pair && !s->failed && F > 0 && (up ? up->rows == F : gate->rows == 2 * F)) {
+        const int rc = record_pair(s, gate, uw, up ? 0 : F, F, X, n, G);
+        if (rc == 0 && vkb_done(s) == 0) return;
+        if (rc != 1) abandon(s); /* recorded in part, or the device failed: the host computes G (the ops below see s->failed) */
+    }
+    kiln_be_matmul_swiglu_unfused(be, gate, up, X, n, G, scratch);
+}
+
 /* The H head weights as one dispatch when they are one array: the same float format and shape,
  * row-major, head h's rows right after head h − 1's (MLA's absorbed W_UKᵀ / W_UV are: mla.c), and
  * the stack fits one binding. 1 = recorded, 0 = not stackable (per-head dispatches), -1 = failed. */
@@ -581,8 +656,10 @@ static int record_heads_stacked(vk_state *s, const kiln_weight *w, int H, int n,
     const kiln_vk_bind b[5] = {{ch->data.buf, 0, VK_WHOLE_SIZE}, {ch->data.buf, 0, VK_WHOLE_SIZE}, xr.b, yr.b, {s->lut.buf, 0, VK_WHOLE_SIZE}};
     for (int64_t r = 0; r < w0->rows; r += s->max_gx) {
         const int64_t rr = w0->rows - r < (int64_t)s->max_gx ? w0->rows - r : (int64_t)s->max_gx;
-        const mm_push pc = {(uint32_t)rr, (uint32_t)w0->cols, (uint32_t)r, (uint32_t)n, xr.off, (uint32_t)x_tok, yr.off, (uint32_t)y_tok, 1,
-                            (uint32_t)w0->cols, (uint32_t)w0->row_bytes, (uint32_t)x_head, (uint32_t)y_head, (uint32_t)w0->rows, 0, 0, 0, 0};
+        const mm_push pc = {.rows = (uint32_t)rr, .cols = (uint32_t)w0->cols, .r0 = (uint32_t)r, .n = (uint32_t)n, .x_off = xr.off,
+                            .x_stride = (uint32_t)x_tok, .y_off = yr.off, .y_stride = (uint32_t)y_tok, .block = 1, .scols = (uint32_t)w0->cols,
+                            .row_bytes = (uint32_t)w0->row_bytes, .x_hstride = (uint32_t)x_head, .y_hstride = (uint32_t)y_head,
+                            .h_rows = (uint32_t)w0->rows};
         s->n_dispatch++;
         int tt;
         const kiln_vk_shader sh = matmul_variant(w0->fmt, n, &tt);
@@ -835,6 +912,7 @@ const kiln_backend_ops kiln_backend_vulkan_ops = {
     .add_bias = vk_add_bias,
     .swiglu = vk_swiglu,
     .matmul_many = vk_matmul_many,
+    .matmul_swiglu = vk_matmul_swiglu,
     .matmul_heads = vk_matmul_heads,
     .moe_route = vk_moe_route,
     .moe_experts = vk_moe_experts,
@@ -908,11 +986,15 @@ kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     /* INT4 decode GEMV rows per workgroup (1, or 4: matmul.comp ROWS4, the same floats). 1: on an
      * H200 (docs/BENCHMARKS.md) the one-row GEMV with coalesced X decoded at 300-310 tok/s against
      * the 4-row one's 242 (a quarter of the workgroups: too few bytes in flight) */
-    static const char *const rows_v[] = {"1", "4"}, *const act_v[] = {"device", "host"};
-    int rows_i = 0, act_i = kiln_vk_mapped_vram(s->vk) ? 0 : 1;
+    /* KILN_VK_FFN_PAIR: gate, up and SwiGLU in one decode dispatch (1, the default where the device
+     * has buffer device addresses) or three (0: for an A/B on a GPU — the same floats) */
+    static const char *const rows_v[] = {"1", "4"}, *const act_v[] = {"device", "host"}, *const pair_v[] = {"1", "0"};
+    int rows_i = 0, act_i = kiln_vk_mapped_vram(s->vk) ? 0 : 1, pair_i = 0;
     if (st == KILN_OK) st = env_choice("KILN_VK_GEMV_ROWS", rows_v, 2, &rows_i);
     if (st == KILN_OK) st = env_choice("KILN_VK_ACTIVATIONS", act_v, 2, &act_i);
+    if (st == KILN_OK) st = env_choice("KILN_VK_FFN_PAIR", pair_v, 2, &pair_i);
     s->gemv_rows = rows_i ? 4 : 1;
+    s->ffn_pair = pair_i == 0 && kiln_vk_has_bda(s->vk);
     s->act_where = act_i == 0 ? KILN_VK_MEM_MAPPED_NEAR : 1;
     if (st) {
         kiln_vk_close(s->vk);
@@ -953,6 +1035,9 @@ void kiln_backend_vulkan_close(kiln_backend *be) {
                 kiln_vk_device_name(s->vk), (unsigned long long)kiln_vk_independent_dispatches(s->vk));
         if (s->gemv_rows == 4)
             fprintf(stderr, "kiln: %s: %llu of them the 4-row INT4 GEMV (KILN_VK_GEMV_ROWS=4)\n", kiln_vk_device_name(s->vk), (unsigned long long)s->n_gemv4);
+        if (s->n_pair)
+            fprintf(stderr, "kiln: %s: %llu of them gate, up and SwiGLU in one (KILN_VK_FFN_PAIR=0: three)\n", kiln_vk_device_name(s->vk),
+                    (unsigned long long)s->n_pair);
     }
     uint64_t ns[KILN_VK_SH_COUNT], cnt[KILN_VK_SH_COUNT], total = 0;
     const char *names[KILN_VK_SH_COUNT];
@@ -1023,6 +1108,7 @@ kiln_status kiln_backend_vulkan_read_gbps(const kiln_backend *be, size_t bytes, 
 }
 
 uint64_t kiln_backend_vulkan_gemv4_dispatches(const kiln_backend *be) { return ST(be)->n_gemv4; }
+uint64_t kiln_backend_vulkan_pair_dispatches(const kiln_backend *be) { return ST(be)->n_pair; }
 
 void kiln_backend_vulkan_counts(const kiln_backend *be, uint64_t *dispatches, uint64_t *host_fallbacks) {
     const vk_state *s = ST(be);

@@ -20,6 +20,8 @@ void kiln_backend_vulkan_counts(const kiln_backend *be, uint64_t *dispatches, ui
 int kiln_backend_vulkan_subgroups(const kiln_backend *be);
 /* Dispatches of the 4-row INT4 decode GEMV (KILN_VK_GEMV_ROWS=4) so far. */
 uint64_t kiln_backend_vulkan_gemv4_dispatches(const kiln_backend *be);
+/* Dispatches of gate, up and SwiGLU in one (matmul.comp PAIR) so far: tests check that the pair ran. */
+uint64_t kiln_backend_vulkan_pair_dispatches(const kiln_backend *be);
 /* 1 when the device's shaders use 64-bit floats (the router's sigmoid, layernorm64). */
 int kiln_backend_vulkan_f64(const kiln_backend *be);
 /* Command buffers recorded so far, and flushes that replayed one recorded before (vk_device.c). */

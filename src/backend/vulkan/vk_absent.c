@@ -28,6 +28,14 @@ int kiln_backend_vulkan_subgroups(const kiln_backend *be) {
     (void)be;
     return 0;
 }
+uint64_t kiln_backend_vulkan_gemv4_dispatches(const kiln_backend *be) {
+    (void)be;
+    return 0;
+}
+uint64_t kiln_backend_vulkan_pair_dispatches(const kiln_backend *be) {
+    (void)be;
+    return 0;
+}
 int kiln_backend_vulkan_f64(const kiln_backend *be) {
     (void)be;
     return 0;

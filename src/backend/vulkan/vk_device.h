@@ -45,7 +45,14 @@
     X(matmul8_id_q5_0) X(matmul8_id_q5_1) X(matmul8_id_iq4_nl) \
     X(sgmatmul8_id_f32) X(sgmatmul8_id_f16) X(sgmatmul8_id_bf16) X(sgmatmul8_id_fp8) X(sgmatmul8_id_int4) X(sgmatmul8_id_q8_0) \
     X(sgmatmul8_id_q4_0) X(sgmatmul8_id_q4_k) X(sgmatmul8_id_q5_k) X(sgmatmul8_id_q6_k) X(sgmatmul8_id_q2_k) X(sgmatmul8_id_q3_k) \
-    X(sgmatmul8_id_iq4_xs) X(sgmatmul8_id_q4_1) X(sgmatmul8_id_q5_0) X(sgmatmul8_id_q5_1) X(sgmatmul8_id_iq4_nl)
+    X(sgmatmul8_id_iq4_xs) X(sgmatmul8_id_q4_1) X(sgmatmul8_id_q5_0) X(sgmatmul8_id_q5_1) X(sgmatmul8_id_iq4_nl) \
+    X(matmul_pair_f32) X(matmul_pair_f16) X(matmul_pair_bf16) X(matmul_pair_fp8) X(matmul_pair_int4) X(matmul_pair_q8_0) \
+    X(matmul_pair_q4_0) X(matmul_pair_q4_k) X(matmul_pair_q5_k) X(matmul_pair_q6_k) X(matmul_pair_q2_k) X(matmul_pair_q3_k) \
+    X(matmul_pair_iq4_xs) X(matmul_pair_q4_1) X(matmul_pair_q5_0) X(matmul_pair_q5_1) X(matmul_pair_iq4_nl) X(sgmatmul_pair_f32) \
+    X(sgmatmul_pair_f16) X(sgmatmul_pair_bf16) X(sgmatmul_pair_fp8) X(sgmatmul_pair_int4) X(sgmatmul_pair_q8_0) \
+    X(sgmatmul_pair_q4_0) X(sgmatmul_pair_q4_k) X(sgmatmul_pair_q5_k) X(sgmatmul_pair_q6_k) X(sgmatmul_pair_q2_k) \
+    X(sgmatmul_pair_q3_k) X(sgmatmul_pair_iq4_xs) X(sgmatmul_pair_q4_1) X(sgmatmul_pair_q5_0) X(sgmatmul_pair_q5_1) \
+    X(sgmatmul_pair_iq4_nl)
 typedef enum {
 #define KILN_VK_ENUM(name) KILN_VK_SH_##name,
     KILN_VK_SHADERS(KILN_VK_ENUM)

@@ -147,6 +147,8 @@ typedef struct {
     uint64_t staged_at;      /* ... last when n_dispatch had this value (a dispatch since: its operands were used) */
     int gemv_rows;           /* INT4 decode GEMV rows per workgroup: 1 or 4 (KILN_VK_GEMV_ROWS) */
     uint64_t n_gemv4;        /* dispatches of the 4-row INT4 GEMV (kiln_backend_vulkan_gemv4_dispatches) */
+    int ffn_pair;            /* gate, up and SwiGLU as one dispatch in decode (matmul.comp PAIR; KILN_VK_FFN_PAIR=0: three) */
+    uint64_t n_pair;         /* dispatches of matmul_pair */
     int host_threads;        /* the backend's host threads (kiln_kctx threads): the flush's seal comparisons */
     int act_where;           /* kiln_vk_buf_create's placement of kiln_be_alloc's buffers (KILN_VK_ACTIVATIONS) */
     int kv_host_said;        /* the KV-array fallback was reported */
@@ -170,6 +172,9 @@ typedef struct {
     uint32_t x_hstride, y_hstride, h_rows; /* stacked heads (matmul.comp); 0 for a plain matmul */
     uint32_t x_div, tab_off, ids_off;      /* matmul_id (BYID) only */
     uint32_t ord_off;                      /* matmul8_id only: the expert-sorted tiles (moe_sort.comp) */
+    uint32_t g_wlo, g_whi, g_slo, g_shi;   /* matmul_pair only: the gate chunk's data / scales addresses, */
+    uint32_t u_wlo, u_whi, u_slo, u_shi;   /* the up chunk's, */
+    uint32_t r0u;                          /* and up's first row in its chunk (gate's: r0) */
 } mm_push;
 
 /* ---- backend_vulkan.c ---- */

@@ -68,9 +68,10 @@ static int record_matmul_id(vk_state *s, const kiln_weight *w0, kiln_vk_bind tab
     const kiln_vk_shader sh = (kiln_vk_shader)((tiles ? KILN_VK_SH_matmul8_id_f32 : KILN_VK_SH_matmul_id_f32) + (vkb_matmul_shader(w0->fmt) - KILN_VK_SH_matmul_f32));
     for (int64_t r = 0; r < w0->rows; r += s->max_gx) {
         const int64_t rr = w0->rows - r < (int64_t)s->max_gx ? w0->rows - r : (int64_t)s->max_gx;
-        const mm_push pc = {(uint32_t)rr, (uint32_t)w0->cols, (uint32_t)r, (uint32_t)nk, xr.off, x_stride, yr.off, y_stride, (uint32_t)B,
-                            (uint32_t)(w0->fmt == KILN_WF_FP8_BLOCK ? (w0->cols + B - 1) / B : w0->cols / B), (uint32_t)w0->row_bytes, 0, 0, 0,
-                            x_div, tab_off, tab_ids, ord_off};
+        const mm_push pc = {.rows = (uint32_t)rr, .cols = (uint32_t)w0->cols, .r0 = (uint32_t)r, .n = (uint32_t)nk, .x_off = xr.off,
+                            .x_stride = x_stride, .y_off = yr.off, .y_stride = y_stride, .block = (uint32_t)B,
+                            .scols = (uint32_t)(w0->fmt == KILN_WF_FP8_BLOCK ? (w0->cols + B - 1) / B : w0->cols / B),
+                            .row_bytes = (uint32_t)w0->row_bytes, .x_div = x_div, .tab_off = tab_off, .ids_off = tab_ids, .ord_off = ord_off};
         s->n_dispatch++;
         if (kiln_vk_dispatch(s->vk, sh, b, 5, &pc, sizeof pc, (uint32_t)rr, tiles ? tiles : (uint32_t)nk, 1) != KILN_OK) {
             vkb_fail_once(s, "expert matmul dispatch");

@@ -41,14 +41,27 @@
 // past the expert's last; a tile starting with it is past the last tile and does nothing): the
 // expert's weights are dequantized once for its up to 8 rows, each with its own X row t / x_div and
 // Y row t — the floats of each row those of the one-row variant (see TT below).
+//
+// PAIR (matmul_pair_*.spv, Vulkan 1.2: buffer device addresses; one token per workgroup along y, as
+// TT = 1): the SwiGLU MLP's input half, G[t, r] = silu(Σ_c Wg[r, c]·X[t, c]) · Σ_c Wu[r, c]·X[t, c]
+// in one dispatch instead of three (gate, up, swiglu.comp): the workgroup computes gate row r, then
+// up row r, through the chunks' addresses in P (g_*, u_*; weight rows p.r0 + x and p.r0u + x of
+// them), each with the one-row variant's operations and reduction, and applies swiglu.comp's
+// expression — so G is bit for bit what the three dispatches give (test_backend_ops checks it).
+// The same X row is read twice by the workgroup, from cache the second time.
+#if defined(PAIR) && (defined(TT8) || defined(BYID) || defined(ROWS4))
+#error PAIR is a one-token variant of its own
+#endif
 layout(local_size_x = 64) in;
-#ifdef BYID
+#if defined(BYID) || defined(PAIR)
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer WRef { uint v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer WRef4 { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer WRef2 { uvec2 v[]; };
+#ifdef BYID
 layout(std430, binding = 0) readonly buffer Ib { uint ids[]; };
+#endif
 WRef wref, sref;
 WRef4 wref4;      // the same expert data, 16 / 8 bytes at a time (only where its address is 16-aligned)
 WRef2 wref2;
@@ -89,6 +102,8 @@ layout(std140, binding = 5) uniform P {
     uint x_hstride, y_hstride, h_rows;
     uint x_div, tab_off, ids_off; // BYID only
     uint ord_off;                 // BYID with TT8 only: the expert-sorted tiles (moe_sort.comp)
+    // PAIR only: the gate and up chunks' data and scales addresses (lo, hi words) and up's first row
+    uint g_wlo, g_whi, g_slo, g_shi, u_wlo, u_whi, u_slo, u_shi, r0u;
 } p;
 
 uint byte_at(uint off) { return (W_AT(off >> 2) >> ((off & 3u) * 8u)) & 0xffu; }
@@ -187,7 +202,11 @@ void main() {
 #else
     const uint ro = p.r0 + gl_WorkGroupID.x;  // output row (within the chunk, within the head)
 #endif
+#ifdef PAIR
+    uint r;                                   // weight row within the chunk: gate's, then up's
+#else
     const uint r = ro + hz * p.h_rows;        // weight row within the chunk
+#endif
     const uint t = gl_WorkGroupID.y * TT;     // first token (BYID: the (token, slot) row; BYID8: the tile's first entry)
     const uint tid = gl_LocalInvocationID.x;
 #ifdef BYID8
@@ -222,6 +241,18 @@ void main() {
     x_aligned = p.x_off % 4u == 0u && p.x_stride % 4u == 0u && p.x_hstride % 4u == 0u;
     float acc[NACC];
     float d[TT];
+#ifdef PAIR
+    float gate_sum = 0.0; // tid 0's: the gate row's dot product
+    for (uint which = 0u; which < 2u; which++) { // 0: gate, 1: up
+    const uint wlo = which == 0u ? p.g_wlo : p.u_wlo, whi = which == 0u ? p.g_whi : p.u_whi;
+    const uint slo = which == 0u ? p.g_slo : p.u_slo, shi = which == 0u ? p.g_shi : p.u_shi;
+    wref = WRef(uint64_t(wlo) | (uint64_t(whi) << 32));
+    sref = WRef(uint64_t(slo) | (uint64_t(shi) << 32));
+    wref4 = WRef4(uint64_t(wlo) | (uint64_t(whi) << 32));
+    wref2 = WRef2(uint64_t(wlo) | (uint64_t(whi) << 32));
+    w_aligned = (wlo & 15u) == 0u;
+    r = (which == 0u ? p.r0 : p.r0u) + gl_WorkGroupID.x;
+#endif
     for (uint q = 0u; q < NACC; q++) acc[q] = 0.0;
 #if FMT == FMT_F32 || FMT == FMT_F16 || FMT == FMT_BF16
     const uint e0 = r * p.cols;
@@ -480,6 +511,38 @@ void main() {
 #else
 #error unknown FMT
 #endif
+#ifdef PAIR
+    // the one-row variant's reduction below (NACC = 1), its sum kept by invocation 0
+    float sum = 0.0;
+#ifdef SG
+    {
+        const float s = subgroupAdd(acc[0]);
+        if (subgroupElect()) part[0][gl_SubgroupID] = s;
+    }
+    barrier();
+    if (tid == 0u) {
+        sum = part[0][0];
+        for (uint i = 1u; i < gl_NumSubgroups; i++) sum += part[0][i];
+    }
+#else
+    part[0][tid] = acc[0];
+    barrier();
+    for (uint h = 32u; h > 0u; h >>= 1) {
+        if (tid < h) part[0][tid] += part[0][tid + h];
+        barrier();
+    }
+    if (tid == 0u) sum = part[0][0];
+#endif
+    barrier(); // part is written again by the up row's sums
+    if (which == 0u) gate_sum = sum;
+    else if (tid == 0u) {
+        // swiglu.comp's expression, as precise there
+        precise const float v = gate_sum;
+        precise const float o = v / (1.0 + exp(-v)) * sum;
+        y[p.y_off + t * p.y_stride + gl_WorkGroupID.x] = o;
+    }
+    }
+#else
 #ifdef ROWS4
     // the workgroup's outputs are rows, not tokens: the same reductions per row
 #define NOUT nr
@@ -512,4 +575,5 @@ void main() {
     }
     if (tid < NOUT) y[OUT_AT(tid)] = part[tid][0];
 #endif
+#endif // PAIR
 }

@@ -7,7 +7,10 @@ layout(std140, binding = 5) uniform P { uint len, g_off, u_off, base; } p;
 void main() {
     const uint i = p.base + gl_GlobalInvocationID.x;
     if (i < p.len) {
-        const float v = g[p.g_off + i];
-        g[p.g_off + i] = v / (1.0 + exp(-v)) * u[p.u_off + i];
+        // precise: the same operations, uncontracted, as matmul.comp's PAIR variant (gate, up and
+        // this in one dispatch), so that the two give the same floats
+        precise const float v = g[p.g_off + i];
+        precise const float o = v / (1.0 + exp(-v)) * u[p.u_off + i];
+        g[p.g_off + i] = o;
     }
 }
