@@ -30,7 +30,7 @@ SRCS     := $(shell find src -name '*.c' | sort)
 HAVE_VULKAN := $(shell pkg-config --atleast-version=1.3 vulkan 2>/dev/null && command -v glslc >/dev/null 2>&1 && echo 1)
 VK_DIR       := src/backend/vulkan
 VK_MATMULS   := f32:0 f16:1 bf16:2 fp8:3 int4:4 q8_0:5 q4_0:6 q4_k:7 q5_k:8 q6_k:9 q2_k:10 q3_k:11 iq4_xs:12 q4_1:13 q5_0:14 q5_1:15 iq4_nl:16
-VK_PLAIN     := rmsnorm add add_bias swiglu rope kv_merge membw moe_combine copy_rows moe_route moe_sort layernorm fp8_round kv_topk
+VK_PLAIN     := rmsnorm add add_bias swiglu swiglu_rows rope kv_merge membw moe_combine copy_rows moe_route moe_sort layernorm fp8_round kv_topk
 # DeepSeek sparse attention's KV-page shaders: Vulkan 1.2 SPIR-V (buffer device addresses)
 VK_PLAIN12   := kv_store_dsa kv_index kv_attend_sparse
 # what the shaders #include

@@ -568,8 +568,8 @@ static void test_matmul_many(void **state) {
  * weights and GLM's fused [gate; up] one (its up rows from row F: an FP8 scale block shared by gate
  * and up rows when F = 130), 1–5 tokens: G is the unfused ops' (matmul_many, swiglu; the fused
  * weight's rows packed by copy_rows) bit for bit on every backend, subgroup and tree sums — the
- * pair's dispatches counted where it runs (Vulkan, n < 4) — and within the format's bound of the
- * ref backend's. KILN_VK_FFN_PAIR takes 1 or 0, and refuses another value by name. */
+ * pair's dispatches counted where it runs (Vulkan, n < 4), and the fused weight's prefill there its
+ * matmul and one swiglu_rows dispatch — and within the format's bound of the ref backend's. KILN_VK_FFN_PAIR takes 1 or 0, and refuses another value by name. */
 static void test_matmul_swiglu(void **state) {
     (void)state;
     static const int64_t F_list[] = {1, 130};
@@ -599,7 +599,16 @@ static void test_matmul_swiglu(void **state) {
                         kiln_be_matmul_swiglu_unfused(be, gate, up, X, n, unf, uscr);
                         const int vk = be->kind == KILN_BACKEND_VULKAN;
                         const uint64_t before = vk ? kiln_backend_vulkan_pair_dispatches(be) : 0;
+                        uint64_t d0 = 0, d1 = 0, host = 0;
+                        if (vk) kiln_backend_vulkan_counts(be, &d0, &host);
                         kiln_be_matmul_swiglu(be, gate, up, X, n, got, scr);
+                        if (vk) kiln_backend_vulkan_counts(be, &d1, &host);
+                        /* the fused weight's prefill: its matmul and one swiglu_rows dispatch (not n + 1 more) */
+                        if (vk && fused && n >= 4 && d1 - d0 != 2) {
+                            fprintf(stderr, "matmul_swiglu %s F %lld n %d (fused) on %s: %llu dispatches, not the matmul and swiglu_rows\n",
+                                    kiln_wformat_name(wc->f), (long long)F, n, be_desc(be), (unsigned long long)(d1 - d0));
+                            fail();
+                        }
                         if (vk && n < 4 && kiln_backend_vulkan_pair_dispatches(be) == before) {
                             fprintf(stderr, "matmul_swiglu %s cols %lld F %lld n %d%s on %s: the one-dispatch pair did not run\n", kiln_wformat_name(wc->f),
                                     (long long)wc->cols, (long long)F, n, fused ? " (fused)" : "", be_desc(be));

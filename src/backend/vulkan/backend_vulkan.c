@@ -612,19 +612,50 @@ static int record_pair(vk_state *s, const kiln_weight *gw, const kiln_weight *uw
     return 0;
 }
 
+/* The fused gate_up weight's matmul into scratch [n, 2F], then every row's SwiGLU into G [n, F] in
+ * one dispatch (swiglu_rows.comp: the floats of a swiglu per row and copy_rows, which are n + 1
+ * dispatches). 0 = recorded, -1 = not (the caller abandons the op). */
+static int record_fused_rows(vk_state *s, const kiln_weight *gate_up, int64_t F, const float *X, int n, float *G, float *scratch) {
+    if (vkb_record_matmul(s, gate_up, X, gate_up->cols, scratch, 2 * F, n) != 0) return -1;
+    vref gr, sr;
+    if ((uint64_t)n * (uint64_t)F * 2 > UINT32_MAX || vkb_resolve(s, G, (size_t)n * (size_t)F * sizeof(float), 1, &gr) ||
+        vkb_resolve(s, scratch, (size_t)n * (size_t)F * 2 * sizeof(float), 0, &sr))
+        return -1;
+    const uint32_t gy_max = kiln_vk_max_groups_y(s->vk), gx = (uint32_t)((F + 63) / 64) < 64u ? (uint32_t)((F + 63) / 64) : 64u;
+    const kiln_vk_bind b[2] = {gr.b, sr.b};
+    for (int r0 = 0; r0 < n; r0 += (int)gy_max) {
+        const uint32_t gy = (uint32_t)(n - r0) < gy_max ? (uint32_t)(n - r0) : gy_max;
+        const struct { uint32_t width, d_stride, s_stride, d_off, s_off, row0; } pc = {(uint32_t)F, (uint32_t)F, (uint32_t)(2 * F), gr.off, sr.off,
+                                                                                       (uint32_t)r0};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_swiglu_rows, b, 2, &pc, sizeof pc, gx, gy, 1) != KILN_OK) {
+            vkb_fail_once(s, "dispatch");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* backend.h matmul_swiglu: in decode-sized steps (n < 4, where the matmuls take one token per
  * workgroup: PAIR is that variant's arithmetic) one dispatch per row range instead of gate, up and
- * swiglu.comp; otherwise, or where the pair cannot be recorded (no device addresses, gate and up in
- * different formats or shapes, KILN_VK_FFN_PAIR=0), the unfused ops — the same floats either way. */
+ * swiglu.comp; the fused gate_up weight otherwise as its matmul and one swiglu_rows dispatch;
+ * separate weights otherwise, or where the pair cannot be recorded (no device addresses, gate and
+ * up in different formats or shapes, KILN_VK_FFN_PAIR=0), the unfused ops — the same floats in
+ * every case. */
 static void vk_matmul_swiglu(const kiln_backend *be, const kiln_weight *gate, const kiln_weight *up, const float *X, int n, float *G,
                              float *scratch) {
     vk_state *s = ST(be);
     const kiln_weight *uw = up ? up : gate;
     const int64_t F = up ? gate->rows : gate->rows / 2;
-    if (n > 0 && n < 4 && s->ffn_pair && !s->failed && F > 0 && (up ? up->rows == F : gate->rows == 2 * F)) {
+    const int shape_ok = n > 0 && F > 0 && (up ? up->rows == F : gate->rows == 2 * F);
+    if (shape_ok && n < 4 && s->ffn_pair && !s->failed) {
         const int rc = record_pair(s, gate, uw, up ? 0 : F, F, X, n, G);
         if (rc == 0 && vkb_done(s) == 0) return;
         if (rc != 1) abandon(s); /* recorded in part, or the device failed: the host computes G (the ops below see s->failed) */
+    }
+    if (shape_ok && !up && !s->failed && fmt_on_device(gate->fmt)) {
+        if (record_fused_rows(s, gate, F, X, n, G, scratch) == 0 && vkb_done(s) == 0) return;
+        abandon(s);
     }
     kiln_be_matmul_swiglu_unfused(be, gate, up, X, n, G, scratch);
 }

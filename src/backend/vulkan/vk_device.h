@@ -22,7 +22,7 @@
  * the same names (build/vk_spirv.S embeds build/shaders/NAME.spv as kiln_spv_NAME). */
 #define KILN_VK_SHADERS(X) \
     X(matmul_f32) X(matmul_f16) X(matmul_bf16) X(matmul_fp8) X(matmul_int4) X(matmul_q8_0) X(matmul_q4_0) X(matmul_q4_k) X(matmul_q5_k) X(matmul_q6_k) X(matmul_q2_k) X(matmul_q3_k) X(matmul_iq4_xs) X(matmul_q4_1) X(matmul_q5_0) X(matmul_q5_1) X(matmul_iq4_nl) \
-    X(rmsnorm) X(add) X(add_bias) X(swiglu) X(rope) X(kv_merge) X(membw) X(moe_combine) X(copy_rows) X(moe_route) \
+    X(rmsnorm) X(add) X(add_bias) X(swiglu) X(swiglu_rows) X(rope) X(kv_merge) X(membw) X(moe_combine) X(copy_rows) X(moe_route) \
     X(matmul_id_f32) X(matmul_id_f16) X(matmul_id_bf16) X(matmul_id_fp8) X(matmul_id_int4) X(matmul_id_q8_0) X(matmul_id_q4_0) X(matmul_id_q4_k) \
     X(matmul_id_q5_k) X(matmul_id_q6_k) X(matmul_id_q2_k) X(matmul_id_q3_k) X(matmul_id_iq4_xs) X(matmul_id_q4_1) X(matmul_id_q5_0) \
     X(matmul_id_q5_1) X(matmul_id_iq4_nl) \
