@@ -145,14 +145,15 @@ step bench_integrity 120 sh -c "'$KILN' bench '$M' --integrity --device $DEV --c
     --kv-dtype bf16,fp8 --no-campaign --json > '$RES/bench_integrity.json'"
 # the host/device choices a GPU decides, A/B in alternation (INT4 decode): command buffers
 # recorded once per step shape and replayed (KILN_VK_REUSE=0: recorded every step), subgroup
-# reductions (KILN_VK_SUBGROUPS=0: the portable shared-memory tree sums), activations in mapped
-# VRAM (KILN_VK_ACTIVATIONS=host: in host memory, across the bus) and the 4-row INT4 GEMV
-# (KILN_VK_GEMV_ROWS=4: X loaded once per 4 rows, the same floats); KILN_VK_STATS in the .err
+# reductions (KILN_VK_SUBGROUPS=0: the portable shared-memory tree sums), the 4-row INT4 GEMV
+# (KILN_VK_GEMV_ROWS=4: X loaded once per 4 rows, the same floats), gate, up and SwiGLU in one
+# dispatch (KILN_VK_FFN_PAIR=0: three, the same floats; alternated twice with base); KILN_VK_STATS in the .err
 ab_bench() {
     local i=0 c
-    for c in base gemv4 base gemv4 reuse0 sg0 acthost; do
+    for c in base pair0 base pair0 reuse0 sg0 gemv4; do
         i=$((i + 1))
-        case $c in reuse0) set -- KILN_VK_REUSE=0 ;; sg0) set -- KILN_VK_SUBGROUPS=0 ;; acthost) set -- KILN_VK_ACTIVATIONS=host ;; gemv4) set -- KILN_VK_GEMV_ROWS=4 ;; *) set -- KILN_VK_REUSE=1 ;; esac
+        case $c in reuse0) set -- KILN_VK_REUSE=0 ;; sg0) set -- KILN_VK_SUBGROUPS=0 ;; acthost) set -- KILN_VK_ACTIVATIONS=host ;; gemv4) set -- KILN_VK_GEMV_ROWS=4 ;;
+            pair0) set -- KILN_VK_FFN_PAIR=0 ;; *) set -- KILN_VK_REUSE=1 ;; esac
         env "$@" KILN_VK_STATS=1 "$KILN" bench "$M" --device "$DEV" --weights int4 --prompt 16 --gen 64 --repeat 2 --json \
             > "$RES/bench_ab_${i}_$c.json" 2> "$RES/bench_ab_${i}_$c.err" || return 1
     done
@@ -224,7 +225,7 @@ for f in sorted(os.listdir(out)):
 if base:
     s["base_vs_new_decode_prefill_tps"] = base  # kiln-base (an older commit) vs this binary, alternated
 if ab:
-    s["vk_ab_int4_decode_tps"] = ab  # base / reuse0 (no replay) / sg0 (no subgroups) / acthost (activations in host memory) / gemv4 (4-row INT4 GEMV), alternated
+    s["vk_ab_int4_decode_tps"] = ab  # base / pair0 (gate, up, SwiGLU as three dispatches) / reuse0 (no replay) / sg0 (no subgroups) / gemv4 (4-row INT4 GEMV), alternated
 json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(json.dumps(s, indent=1)[:4000])
 PYEOF

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The vulkan backend end to end (on Mesa's lavapipe in make test, on a GPU where there is one):
 #   - stories260K greedy text byte-identical to llama2.c's printed outputs (F32 weights and KV);
-#   - its logits within 1e-5 relative of the ref backend's over a prompt and 40 decode steps;
+#   - its logits within 1e-5 relative of the ref backend's over a prompt and 40 decode steps, and
+#     byte for byte the same with gate, up and SwiGLU in one dispatch or three (KILN_VK_FFN_PAIR);
 #   - GGUF Q8_0 / Q4_0 conversions: the same greedy text as the ref backend (both compute the
 #     dequantized weights' products in f32; only summation order differs);
 #   - FP8 and BF16 KV with the integrity fault campaign (every fault kind; attention and the content
@@ -58,6 +59,15 @@ err = (np.abs(a - b).max(axis=1) / np.abs(b).max(axis=1)).max()
 print("vulkan vs ref logits: %d rows, max relative error %.3g" % (a.shape[0], err))
 sys.exit(0 if err < 1e-5 else 1)
 EOF
+# Gate, up and SwiGLU in one decode dispatch (KILN_VK_FFN_PAIR=1; lavapipe's default is three):
+# the logits of the three dispatches, byte for byte, and the pair ran
+for p in 0 1; do
+    KILN_VK_FFN_PAIR=$p KILN_VK_STATS=1 "$KILN" run "$M" --temp 0 -n 40 --tokens 1,403,407,261,412 --dump-logits "$T/pair$p.bin" "${V[@]}" \
+        > /dev/null 2> "$T/pair$p.err"
+    no_fallback "$T/pair$p.err"
+done
+grep -q "gate, up and SwiGLU in one" "$T/pair1.err" || { echo "KILN_VK_FFN_PAIR=1: the pair did not run"; tail -3 "$T/pair1.err"; exit 1; }
+cmp "$T/pair1.bin" "$T/pair0.bin" || { echo "KILN_VK_FFN_PAIR=1 and =0 logits differ"; exit 1; }
 
 # GGUF Q8_0 / Q4_0: same greedy text as the ref backend.
 for q in q8_0 q4_0; do

@@ -568,18 +568,34 @@ static void test_matmul_many(void **state) {
  * weights and GLM's fused [gate; up] one (its up rows from row F: an FP8 scale block shared by gate
  * and up rows when F = 130), 1–5 tokens: G is the unfused ops' (matmul_many, swiglu; the fused
  * weight's rows packed by copy_rows) bit for bit on every backend, subgroup and tree sums — the
- * pair's dispatches counted where it runs (Vulkan, n < 4), and the fused weight's prefill there its
+ * pair's dispatches counted where it is forced on (KILN_VK_FFN_PAIR=1, n < 4: lavapipe's default is
+ * off), and the fused weight's prefill on the Vulkan backends its
  * matmul and one swiglu_rows dispatch — and within the format's bound of the ref backend's. KILN_VK_FFN_PAIR takes 1 or 0, and refuses another value by name. */
 static void test_matmul_swiglu(void **state) {
     (void)state;
     static const int64_t F_list[] = {1, 130};
-    int n_vk = 0, pairs = 0; /* the Vulkan backends of bes: subgroup sums, and the tree sums where the device has both */
-    for (int b = 0; b < n_bes; b++) n_vk += bes[b]->kind == KILN_BACKEND_VULKAN;
-    if (n_vk) {
+    /* bes' Vulkan backends take the device's default (the pair on a GPU, not on lavapipe); two more
+     * with the pair forced on (KILN_VK_FFN_PAIR=1), subgroup and tree sums, must run it */
+    const kiln_backend *all[MAX_BE + 2];
+    int n_all = 0, n_forced = 0, pairs = 0, have_vulkan = 0;
+    for (int b = 0; b < n_bes; b++) {
+        all[n_all++] = bes[b];
+        have_vulkan |= bes[b]->kind == KILN_BACKEND_VULKAN;
+    }
+    kiln_backend *forced[2] = {NULL, NULL};
+    if (have_vulkan) {
         setenv("KILN_VK_FFN_PAIR", "2", 1);
         assert_null(vulkan_with(NULL, NULL));
-        unsetenv("KILN_VK_FFN_PAIR");
         assert_non_null(strstr(kiln_last_error(), "KILN_VK_FFN_PAIR: '2' is not 1 or 0"));
+        setenv("KILN_VK_FFN_PAIR", "1", 1);
+        forced[0] = vulkan_with(NULL, NULL);
+        forced[1] = vulkan_with(NULL, "0");
+        unsetenv("KILN_VK_FFN_PAIR");
+        assert_non_null(forced[0]);
+        assert_non_null(forced[1]);
+        all[n_all++] = forced[0];
+        all[n_all++] = forced[1];
+        n_forced = 2;
     }
     for (int c = 0; c < N_WCASES; c++) {
         const wcase *wc = &wcases[c];
@@ -593,8 +609,9 @@ static void test_matmul_swiglu(void **state) {
                     const size_t ng = (size_t)n * (size_t)F, ns = fused ? 2 * ng : ng;
                     float *X = input(ref_be, (size_t)n * (size_t)wc->cols), *want = output(ref_be, ng), *wscr = output(ref_be, ns);
                     kiln_be_matmul_swiglu(ref_be, gate, up, X, n, want, wscr);
-                    for (int b = 0; b < n_bes; b++) {
-                        const kiln_backend *be = bes[b];
+                    for (int b = 0; b < n_all; b++) {
+                        const kiln_backend *be = all[b];
+                        const int must_pair = b >= n_bes; /* the forced ones */
                         float *got = output(be, ng), *scr = output(be, ns), *unf = output(be, ng), *uscr = output(be, ns);
                         kiln_be_matmul_swiglu_unfused(be, gate, up, X, n, unf, uscr);
                         const int vk = be->kind == KILN_BACKEND_VULKAN;
@@ -609,12 +626,12 @@ static void test_matmul_swiglu(void **state) {
                                     kiln_wformat_name(wc->f), (long long)F, n, be_desc(be), (unsigned long long)(d1 - d0));
                             fail();
                         }
-                        if (vk && n < 4 && kiln_backend_vulkan_pair_dispatches(be) == before) {
+                        if (must_pair && n < 4 && kiln_backend_vulkan_pair_dispatches(be) == before) {
                             fprintf(stderr, "matmul_swiglu %s cols %lld F %lld n %d%s on %s: the one-dispatch pair did not run\n", kiln_wformat_name(wc->f),
                                     (long long)wc->cols, (long long)F, n, fused ? " (fused)" : "", be_desc(be));
                             fail();
                         }
-                        pairs += vk && n < 4;
+                        pairs += must_pair && n < 4;
                         if (memcmp(got, unf, ng * sizeof(float)) != 0) {
                             fprintf(stderr, "matmul_swiglu %s cols %lld layout %d F %lld n %d%s on %s: not the unfused ops' floats\n", kiln_wformat_name(wc->f),
                                     (long long)wc->cols, wc->tiled, (long long)F, n, fused ? " (fused)" : "", be_desc(be));
@@ -639,7 +656,9 @@ static void test_matmul_swiglu(void **state) {
             free_weight(&tgu);
         }
     }
-    assert_int_equal(pairs, N_WCASES * 2 * 2 * 3 * n_vk); /* wcases × F × separate / fused × n < 4 × the Vulkan backends */
+    assert_int_equal(pairs, N_WCASES * 2 * 2 * 3 * n_forced); /* wcases × F × separate / fused × n < 4 × the forced backends */
+    for (int k = 0; k < 2; k++)
+        if (forced[k]) kiln_backend_free(forced[k]);
 }
 
 /* Per-head products with strided heads (MLA's absorbed W_UKᵀ / W_UV: f32 views). */

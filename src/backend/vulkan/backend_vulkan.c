@@ -1017,10 +1017,13 @@ kiln_status kiln_backend_vulkan_open(kiln_backend *be, int device_index) {
     /* INT4 decode GEMV rows per workgroup (1, or 4: matmul.comp ROWS4, the same floats). 1: on an
      * H200 (docs/BENCHMARKS.md) the one-row GEMV with coalesced X decoded at 300-310 tok/s against
      * the 4-row one's 242 (a quarter of the workgroups: too few bytes in flight) */
-    /* KILN_VK_FFN_PAIR: gate, up and SwiGLU in one decode dispatch (1, the default where the device
-     * has buffer device addresses) or three (0: for an A/B on a GPU — the same floats) */
+    /* KILN_VK_FFN_PAIR: gate, up and SwiGLU in one decode dispatch (1) or three (0) — the same
+     * floats. Default: 1 on a GPU with buffer device addresses (the pair reads the weights through
+     * them: one dispatch and one barrier fewer per layer, to be measured there by gpu_check's A/B),
+     * 0 on a CPU device: lavapipe's buffer-reference loads made the pair's dispatch 3× slower than
+     * the three it replaces (tiny-llama-hd64 INT4, KILN_VK_PROFILE: 2,695 µs against 2 × 412 + 89) */
     static const char *const rows_v[] = {"1", "4"}, *const act_v[] = {"device", "host"}, *const pair_v[] = {"1", "0"};
-    int rows_i = 0, act_i = kiln_vk_mapped_vram(s->vk) ? 0 : 1, pair_i = 0;
+    int rows_i = 0, act_i = kiln_vk_mapped_vram(s->vk) ? 0 : 1, pair_i = kiln_vk_is_cpu(s->vk) ? 1 : 0;
     if (st == KILN_OK) st = env_choice("KILN_VK_GEMV_ROWS", rows_v, 2, &rows_i);
     if (st == KILN_OK) st = env_choice("KILN_VK_ACTIVATIONS", act_v, 2, &act_i);
     if (st == KILN_OK) st = env_choice("KILN_VK_FFN_PAIR", pair_v, 2, &pair_i);

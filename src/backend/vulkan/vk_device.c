@@ -640,6 +640,7 @@ int kiln_vk_mapped_vram(const kiln_vk *vk) {
     return 0;
 }
 
+int kiln_vk_is_cpu(const kiln_vk *vk) { return vk->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
 int kiln_vk_has_bda(const kiln_vk *vk) { return vk->bda; }
 int kiln_vk_subgroups(const kiln_vk *vk) { return vk->subgroups; }
 int kiln_vk_has_f64(const kiln_vk *vk) { return vk->f64; }

@@ -103,6 +103,8 @@ kiln_status kiln_vk_buf_create(kiln_vk *vk, size_t bytes, int host_visible, kiln
  * H200's Vulkan driver shows its 140 GiB that way): activations belong there, next to the shaders
  * that read them, rather than in host memory across PCIe. */
 int kiln_vk_mapped_vram(const kiln_vk *vk);
+/* 1 when the device is a CPU implementation (lavapipe): the shaders run on the host's cores. */
+int kiln_vk_is_cpu(const kiln_vk *vk);
 void kiln_vk_buf_destroy(kiln_vk *vk, kiln_vk_buf *b);
 /* 1 when buffers have device addresses (shaders may read them through 64-bit pointers:
  * GL_EXT_buffer_reference); kiln_vk_buf_address is then b's address, else 0. */
