@@ -460,9 +460,43 @@ static int small_n(const kiln_ktable *t, const kiln_weight *w) {
  * documented form. A step the caller marks as n decodes (cx->decode_steps: speculative
  * verification) keeps the 1-token form, so that its tokens get the 1-token step's logits bit for bit
  * at the 1-token step's weight rate (docs/SPECULATIVE.md); prompts never take it. */
+/* Prompts' FP8 GEMMs on Q8_0's int8 kernels (gemv_avx512.c kiln_fp8_q8_avx512: each block of rows
+ * requantized once per call to Q8_0 in the 16-row interleave): the BF16 table with FP8's activation
+ * preparation Q8_0's and its GEMM the driver's fp8_q8 path (rows_impl). Built once from
+ * kiln_ktable_avx512_bf16. Opt-in (KILN_FP8_PREFILL=int8, kiln_kernels_fp8_prefill_int8): the
+ * requantization runs once per call, i.e. per prompt chunk of 64 tokens in a session, and there it
+ * cost about what the int8 dots save — 1.7B shape, 512-token prompt, AMD Zen 5 VM, alternated: int8
+ * 120.1 / 96.0 tok/s against the BF16 route's 112.2 / 101.3 / 115.0 (docs/BENCHMARKS.md). */
+static kiln_ktable fp8_q8_table;
+static int fp8_q8_on;
+static pthread_once_t fp8_q8_once = PTHREAD_ONCE_INIT;
+static void fp8_q8_init(void) {
+    const char *e = getenv("KILN_FP8_PREFILL");
+    __atomic_store_n(&fp8_q8_on, e && strcmp(e, "int8") == 0, __ATOMIC_RELAXED);
+    fp8_q8_table = kiln_ktable_avx512_bf16;
+    fp8_q8_table.fp8_q8 = kiln_fp8_q8_avx512;
+    fp8_q8_table.bf16_gemm_mask &= ~(1u << KILN_WF_FP8_BLOCK);
+    fp8_q8_table.dequant[KILN_WF_FP8_BLOCK] = NULL; /* not the f32 tiles either */
+    fp8_q8_table.xprep_bytes[KILN_WF_FP8_BLOCK] = kiln_ktable_avx512_bf16.xprep_bytes[KILN_WF_Q8_0];
+    fp8_q8_table.xprep[KILN_WF_FP8_BLOCK] = kiln_ktable_avx512_bf16.xprep[KILN_WF_Q8_0];
+    fp8_q8_table.gemm_prep[KILN_WF_FP8_BLOCK] = NULL;
+}
+/* The Q8_0 blocks of 32 columns must each lie in one FP8 scale block. */
+static int fp8_q8_fits(const kiln_weight *w) { return w->cols % 32 == 0 && w->block % 32 == 0 && kiln_ktable_avx512_bf16.gemm_prep[KILN_WF_Q8_0]; }
 static const kiln_ktable *table_for_n(const kiln_kctx *cx, const kiln_ktable *t, const kiln_weight *w, int n) {
     if (t == &kiln_ktable_avx512_bf16 && w->fmt == KILN_WF_FP8_BLOCK && n > 1 && n <= small_n(t, w) && !cx->decode_steps) return &kiln_ktable_avx512;
+    if (t == &kiln_ktable_avx512_bf16 && w->fmt == KILN_WF_FP8_BLOCK && n > small_n(t, w) && !cx->decode_steps && fp8_q8_fits(w)) {
+        pthread_once(&fp8_q8_once, fp8_q8_init);
+        if (__atomic_load_n(&fp8_q8_on, __ATOMIC_RELAXED)) return &fp8_q8_table;
+    }
     return t;
+}
+int kiln_kernels_fp8_prefill_int8(int on) {
+    pthread_once(&fp8_q8_once, fp8_q8_init);
+    return __atomic_exchange_n(&fp8_q8_on, on != 0, __ATOMIC_RELAXED);
+}
+int kiln_cx_fp8_int8(const kiln_kctx *cx, const kiln_weight *w, int n) {
+    return fast_ok(cx->kt, w) && table_for_n(cx, cx->kt, w, n) == &fp8_q8_table;
 }
 static int bf16_gemm(const kiln_ktable *t, const kiln_weight *w, int n) {
     return t && n > small_n(t, w) && t->gemm_bf16 && (t->bf16_gemm_mask >> w->fmt & 1u) && (w->fmt == KILN_WF_BF16 ? !w->tiled : t->dequant_bf16[w->fmt] != NULL);
@@ -523,6 +557,28 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
         return;
     }
     const int f = w->fmt;
+    if (xp && t->fp8_q8 && f == KILN_WF_FP8_BLOCK) {
+        /* FP8 requantized to Q8_0 (fp8_q8_table): blocks of rows whose Q8_0 bytes stay in L2 (~512 KiB)
+         * while every token's prepared row meets them, one f32 row of scratch for the conversion */
+        const size_t rbq = (size_t)(cols / 32) * 34;
+        int64_t rbk = (int64_t)(((size_t)512 << 10) / rbq) & ~(int64_t)15;
+        if (rbk < 16) rbk = 16;
+        float *row = scratch(1, (size_t)cols * 4 + (size_t)rbk * rbq + 64);
+        if (row) {
+            uint8_t *q8 = (uint8_t *)row + (((size_t)cols * 4 + 63) & ~(size_t)63);
+            for (int64_t b = r0; b < r1; b += rbk) {
+                const int64_t e = b + rbk < r1 ? b + rbk : r1;
+                t->fp8_q8(w, b, e, row, q8);
+                const kiln_weight v = {.fmt = KILN_WF_Q8_0, .rows = e - b, .cols = cols, .data = q8, .row_bytes = rbq,
+                                       .tiled = e - b >= 16 ? KILN_TILE_GROUPS : 0};
+                t->gemm_prep[KILN_WF_Q8_0](&v, xp, xpb, n, Y + b, rows, 0, e - b);
+            }
+            return;
+        }
+        /* out of memory for the blocks: the reference reads the f32 activations itself */
+        for (int i = 0; i < n; i++) kiln_gemv_ref(w, X + (size_t)i * cols, Y + (size_t)i * rows + r0, r0, r1);
+        return;
+    }
     if (xp && bf16_gemm(t, w, n)) { /* bf16 activations × bf16 weight rows (the table says for which formats) */
         const int64_t ldx = (int64_t)(xpb / 2);
         if (f == KILN_WF_BF16) {

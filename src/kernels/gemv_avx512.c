@@ -1678,6 +1678,65 @@ static void gemm_q4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, 
     if (w->tiled) q16_rows(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, 0, r0, r1);
     else gemm_q(KILN_WF_Q4_0, w, xp, xpb, n, Y, ldy, r0, r1);
 }
+/* ---- FP8 weights in a prompt's GEMM on Q8_0's int8 kernels (issue 20) ------------------------------
+ * The BF16 route (vdpbf16ps) peaks at half the int8 dot rate (770 GFLOP/s against 1,626 GOPS on the
+ * Zen 5 VM, docs/BENCHMARKS.md), so gemv.c's fp8_q8_table takes a prompt's FP8 GEMMs here: each
+ * block of rows becomes, once per call, Q8_0 blocks in the 16-row interleave — per row and 32
+ * columns fp8 × scale in f32 (exact: dequant_fp8), then ggml's Q8_0 rule as quant32 applies it to
+ * activations (d = amax / 127, q = round(v / d), d stored as f16) — which gemm_q8 multiplies with
+ * Q8_0-prepared activations. The error added is Q8_0's: an NMSE of ~3e-5 for the weights (the E4M3
+ * values themselves are within ~1e-3 of the originals) and the same for the activations (the BF16
+ * route's rounding ~5e-6). Rows of whole 16-row groups go in the interleave, the rest as plain Q8_0
+ * rows: kiln_weight_tile's layout for a Q8_0 weight of r1 − r0 rows (test_gemv checks it byte for
+ * byte). tile: cols floats of scratch. */
+void kiln_fp8_q8_avx512(const kiln_weight *w, int64_t r0, int64_t r1, float *tile, uint8_t *out) {
+    (void)tile;
+    const int64_t cols = w->cols, nb = cols / 32, nr = r1 - r0, grouped = nr / 16 * 16, B = w->block, sc_cols = (cols + B - 1) / B;
+    const size_t rb = (size_t)nb * 34, wrb = w->row_bytes;
+    const float *S = (const float *)w->scales;
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int64_t r = 0; r < nr; r++) {
+        const int64_t wr = r0 + r;
+        /* the row's 32-byte pieces where they lie: checkpoint rows, or the 4-row tiles (gemv.h: row j
+         * of a group in 64-byte chunks 256 bytes apart, the row's last rb % 64 bytes after them) */
+        const uint8_t *g = w->tiled ? w->data + (size_t)(wr & ~(int64_t)3) * wrb : w->data + (size_t)wr * wrb;
+        const size_t j4 = (size_t)(wr & 3), full = wrb / 64;
+        const float *srow = S + (wr / B) * sc_cols;
+        const int j = (int)(r % 16);
+        uint8_t *grp = out + (size_t)(r / 16) * 16 * rb;
+        for (int64_t b = 0; b < nb; b++) {
+            const size_t c = (size_t)b / 2;
+            const uint8_t *p = !w->tiled ? g + 32 * (size_t)b : c < full ? g + 256 * c + 64 * j4 + 32 * ((size_t)b & 1) : g + 256 * full + (wrb % 64) * j4;
+            /* the same bytes of the row 4 on (both layouts: 4 × row_bytes further), a line per 64 bytes:
+             * the compute below leaves few loads in flight, and the rows come from memory (measured:
+             * the first load of each block took half of this function's time without it) */
+            if (!(b & 1) && wr + 4 < w->rows) _mm_prefetch((const char *)(p + 4 * wrb), _MM_HINT_T0);
+            /* w = (fp8/256) × (scale·256), rounded once: dequant_fp8's floats (fp8 × scale); then
+             * ggml's quantize_row_q8_0 in f32: d = amax / 127, q = round(w · (1 / d)) (ties to even) */
+            const __m512 s256 = _mm512_set1_ps(srow[(32 * b) / B] * 256.0f);
+            const __m512 lo = _mm512_mul_ps(fp8_half_to_ps(_mm_loadu_si128((const __m128i *)p)), s256);
+            const __m512 hi = _mm512_mul_ps(fp8_half_to_ps(_mm_loadu_si128((const __m128i *)(p + 16))), s256);
+            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+            const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+            const __m512 vid = _mm512_set1_ps(id);
+            const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, vid)), qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, vid));
+            const __m256i q = _mm256_set_m128i(_mm512_cvtepi32_epi8(qhi), _mm512_cvtepi32_epi8(qlo));
+            const uint16_t dh = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+            if (r < grouped) { /* block b of the group: 16 f16 scales, then 8 vectors whose dword j is row j's 4 columns (+ 128) */
+                uint8_t *blk = grp + (size_t)b * 544;
+                memcpy(blk + 2 * j, &dh, 2);
+                uint32_t words[8];
+                _mm256_storeu_si256((__m256i *)words, _mm256_xor_si256(q, flip));
+                for (int k = 0; k < 8; k++) memcpy(blk + 32 + 64 * k + 4 * j, &words[k], 4);
+            } else { /* a plain Q8_0 block: f16 d, 32 int8 */
+                uint8_t *blk = out + (size_t)r * rb + (size_t)b * 34;
+                memcpy(blk, &dh, 2);
+                _mm256_storeu_si256((__m256i *)(blk + 2), q);
+            }
+        }
+    }
+}
+
 /* The other blocks of 32 stay in checkpoint layout (owned copies on huge pages: tile.c). */
 #define Q_ENTRIES(F, fmt)                                                                                                          \
     static void gemv_##F(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {                 \

@@ -48,6 +48,11 @@ typedef struct kiln_ktable {
     void (*xprep_bf16)(const kiln_weight *w, const float *x, void *xp);
     void (*dequant_bf16[KILN_WF_COUNT])(const kiln_weight *w, int64_t r0, int64_t r1, uint16_t *out, int64_t ld);
     unsigned bf16_gemm_mask;
+    /* FP8 weights in a prompt's GEMM on Q8_0's int8 kernels (only the table gemv.c builds for that:
+     * fp8_q8_table): rows [r0, r1) of w → f32, one row at a time in tile (cols floats), then Q8_0 blocks into
+     * out, whole 16-row groups in the 16-row interleave (docs/FORMATS.md) and the rest as plain Q8_0
+     * rows — the layout kiln_weight_tile gives a Q8_0 weight of r1 − r0 rows. */
+    void (*fp8_q8)(const kiln_weight *w, int64_t r0, int64_t r1, float *tile, uint8_t *out);
     /* Reads bytes (a multiple of 256, p 64-byte aligned) with the widest loads; returns a value
      * that depends on every byte (so the reads cannot be optimised away). For membw.c. */
     uint64_t (*read_sum)(const void *p, size_t bytes);
@@ -81,6 +86,9 @@ const kiln_ktable *kiln_ktable_current(void);
 extern const kiln_ktable kiln_ktable_avx2;
 extern const kiln_ktable kiln_ktable_avx512;      /* FP8 GEMV on exact f32 activations */
 extern const kiln_ktable kiln_ktable_avx512_bf16; /* FP8 GEMV on bf16 activations (AVX512_BF16) */
+/* FP8 rows → Q8_0 blocks in the 16-row interleave (the fp8_q8 entry of the table gemv.c builds from
+ * kiln_ktable_avx512_bf16 for prompts' FP8 GEMMs; gemv_avx512.c). */
+void kiln_fp8_q8_avx512(const kiln_weight *w, int64_t r0, int64_t r1, float *tile, uint8_t *out);
 /* The AVX2 table's INT4 GEMV with AVX-VNNI dots (gemv_avxvnni.c); the AVX2 table uses it in place of
  * its own when the CPU has AVX-VNNI and kiln_kernels_avx_vnni(0) / KILN_AVX_VNNI=0 did not say no. */
 void kiln_gemv_int4_avxvnni(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1);

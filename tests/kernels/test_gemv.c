@@ -20,6 +20,7 @@
 
 #include "kernels/gemv.h"
 #include "kernels/gemv_isa.h"
+#include "quant/quantize.h"
 #include "base/fp.h"
 #include <math.h>
 #include <omp.h>
@@ -111,12 +112,23 @@ static float *make_x(int n, int64_t cols) {
 /* Whether a matmul of n tokens of format f rounds x (and, for FP8 tiles, fp8 × scale) to bf16: the
  * AVX-512 table of the bf16 form does for FP8 at every n (the GEMV) and for BF16 and FP8 at n > 1
  * (the BF16-dot GEMM). */
+/* Whether the current kernels multiply w on n tokens through Q8_0's int8 kernels (a prompt's FP8
+ * GEMM on AVX512_BF16 CPUs in the BF16 form: gemv.c fp8_q8_table). */
+static int fp8_int8(const kiln_weight *w, int n) {
+    kiln_kctx cx;
+    kiln_kctx_default(&cx);
+    return kiln_cx_fp8_int8(&cx, w, n);
+}
 static int bf16_rounding(kiln_wformat f, int n) {
     /* FP8 steps of 2..KILN_GEMV_SMALL_N_FP8 tokens run the exact FP8 GEMV per token (gemv.c) */
     return kiln_kernels_fp8_rounds_x() && ((f == KILN_WF_FP8_BLOCK && (n == 1 || n > KILN_GEMV_SMALL_N_FP8)) || (f == KILN_WF_BF16 && n > 1));
 }
 static double bound_for(kiln_wformat f) {
-    if (bf16_rounding(f, KILN_GEMV_SMALL_N_FP8 + 1)) return 5e-5; /* some n of the test runs a rounding path */
+    /* some n of the test runs a rounding path: FP8 prompts on the int8 route quantize both operands
+     * per 32 as Q8_0 does (test_backend_ops weight_bound: ~5.4e-5 expected) */
+    const kiln_weight probe = {.fmt = KILN_WF_FP8_BLOCK, .rows = 16, .cols = 128, .row_bytes = 128, .block = 128};
+    if (f == KILN_WF_FP8_BLOCK && fp8_int8(&probe, KILN_GEMV_SMALL_N_FP8 + 1)) return 2e-4;
+    if (bf16_rounding(f, KILN_GEMV_SMALL_N_FP8 + 1)) return 5e-5;
     return (f == KILN_WF_INT4_GROUP || f == KILN_WF_Q8_0 || f == KILN_WF_Q4_0) ? 1e-4 : 1e-9;
 }
 
@@ -139,7 +151,11 @@ static void elem_bounds(const kiln_weight *w, const float *x, float *bound, int 
     /* the BF16-dot FP8 GEMV (n = 1) reads subnormal codes as 0; the GEMM (n > KILN_GEMV_SMALL_N_FP8)
      * rounds x and fp8 × scale to BF16; 2..KILN_GEMV_SMALL_N_FP8 tokens run the exact GEMV */
     const int gemv_path = n == 1;
-    int fp8_rounds = bf16_rounding(w->fmt, n), subnormal_zero = fp8_rounds && w->fmt == KILN_WF_FP8_BLOCK && gemv_path;
+    /* FP8 on the int8 route: x to int8 per 32 as the integer formats (below), and the weights
+     * requantized to Q8_0: |w − q·d| ≤ d/2 per element (d = amax_w / 127 of the row's 32-block), plus
+     * d's rounding to f16, relative 2^-11 (absolute 2^-25 where d is an f16 subnormal), on every q·d */
+    const int q8w = w->fmt == KILN_WF_FP8_BLOCK && fp8_int8(w, n);
+    int fp8_rounds = !q8w && bf16_rounding(w->fmt, n), subnormal_zero = fp8_rounds && w->fmt == KILN_WF_FP8_BLOCK && gemv_path;
     assert_true(!subnormal_zero || !w->tiled);
     for (int64_t r = 0; r < w->rows; r++) {
         kiln_weight_row_f32(w, r, row);
@@ -149,11 +165,24 @@ static void elem_bounds(const kiln_weight *w, const float *x, float *bound, int 
         if (subnormal_zero)
             for (int64_t c = 0; c < cols; c++)
                 if ((w->data[(size_t)r * w->row_bytes + c] & 0x78) == 0) q += fabs((double)row[c] * x[c]);
-        if (intdot)
+        if (intdot || q8w)
             for (int64_t b = 0; b < cols / 32; b++) {
                 double amax = 0, sw = 0;
                 for (int k = 0; k < 32; k++) { amax = fmax(amax, fabs(x[32 * b + k])); sw += fabs(row[32 * b + k]); }
                 q += amax / 127.0 * 0.5 * 1.002 * sw;
+            }
+        if (q8w)
+            for (int64_t b = 0; b < cols / 32; b++) {
+                double wmax = 0, sx = 0, swx = 0;
+                for (int k = 0; k < 32; k++) {
+                    wmax = fmax(wmax, fabs(row[32 * b + k]));
+                    sx += fabs(x[32 * b + k]);
+                    swx += fabs((double)row[32 * b + k] * x[32 * b + k]);
+                }
+                const double d = wmax / 127.0, e16 = fmax(ldexp(1.0, -11) * d, ldexp(1.0, -25));
+                /* half a step per weight, then d's f16 rounding on |q| ≤ |w| / d + 1/2 steps; 1% slack
+                 * for the product with x's own error */
+                if (d > 0) q += 1.01 * (0.5 * d * sx + e16 / d * swx + 0.5 * e16 * sx);
             }
         bound[r] = (float)(4.0 * (cols + 16) * 5.96e-8 * mag + q + 1e-30);
     }
@@ -284,6 +313,11 @@ static void test_fp8(void **s) {
     for (int exact = 1; exact >= 0; exact--) { /* AVX-512: the exact path, then (AVX512_BF16 CPUs) the BF16-dot one */
         const int was = kiln_kernels_fp8_exact(exact);
         run_format(KILN_WF_FP8_BLOCK, c, 6, b, 1);
+        if (!exact) { /* and its prompts on Q8_0's int8 kernels (KILN_FP8_PREFILL=int8) */
+            const int was_int8 = kiln_kernels_fp8_prefill_int8(1);
+            run_format(KILN_WF_FP8_BLOCK, c, 6, b, 1);
+            kiln_kernels_fp8_prefill_int8(was_int8);
+        }
         kiln_kernels_fp8_exact(was);
     }
 }
@@ -1054,6 +1088,56 @@ static void test_fp8_daz(void **s) {
     kiln_kernels_select(KILN_ISA_AUTO);
 }
 
+/* FP8 → Q8_0 for prompts' GEMMs on the int8 kernels (gemv_avx512.c kiln_fp8_q8_avx512): rows
+ * [3, 40) of an FP8 weight, in checkpoint and in 4-row tile layout, give byte for byte ggml's Q8_0
+ * quantization (kiln_quantize_row_q8_0) of their exact values fp8 × scale, laid out as
+ * kiln_weight_tile lays out a Q8_0 weight of 37 rows (two 16-row groups in the interleave, five rows
+ * as they are); and the driver takes that route for a prompt (kiln_cx_fp8_int8) on AVX512_BF16 CPUs
+ * in the BF16 form, not for decodes nor with KILN_FP8_PREFILL=bf16's table untouched. */
+static void test_fp8_q8_requant(void **s) {
+    (void)s;
+    if (!kiln_cpu_supports(KILN_ISA_AVX512)) { skip(); return; }
+    const int64_t rows = 40, cols = 384, r0 = 3, r1 = 40, nr = r1 - r0;
+    const size_t rb = (size_t)(cols / 32) * 34;
+    tweight t = make_weight(KILN_WF_FP8_BLOCK, rows, cols, 128);
+    float *tile = malloc((size_t)cols * 4), *v = malloc((size_t)cols * 4);
+    uint8_t *got = malloc(nr * rb), *want = malloc(nr * rb), *row = malloc((size_t)cols);
+    assert_non_null(tile); assert_non_null(v); assert_non_null(got); assert_non_null(want); assert_non_null(row);
+    const float *S = (const float *)t.scales;
+    for (int tiled = 0; tiled < 2; tiled++) {
+        if (tiled) assert_int_equal(kiln_weight_tile(&t.w, t.data, t.scales, 1), 0);
+        kiln_fp8_q8_avx512(&t.w, r0, r1, tile, got);
+        for (int64_t r = r0; r < r1; r++) {
+            kiln_weight_row_gather(&t.w, r, row);
+            for (int64_t c = 0; c < cols; c++) v[c] = kiln_fp8_e4m3_to_f32(row[c]) * S[(r / 128) * ((cols + 127) / 128) + c / 128];
+            kiln_quantize_row_q8_0(v, want + (size_t)(r - r0) * rb, cols);
+        }
+        kiln_weight q = {.fmt = KILN_WF_Q8_0, .rows = nr, .cols = cols, .data = want, .row_bytes = rb};
+        assert_int_equal(kiln_weight_tile(&q, want, NULL, 1), 0);
+        if (memcmp(got, want, nr * rb) != 0) {
+            size_t i = 0;
+            while (got[i] == want[i]) i++;
+            fail_msg("layout %d: byte %zu of the requantized rows is %u, Q8_0 + kiln_weight_tile give %u", tiled, i, got[i], want[i]);
+        }
+    }
+    /* the route: a prompt's FP8 GEMM on the BF16-form table, not a decode step's */
+    kiln_kctx cx;
+    kiln_kctx_init(&cx, KILN_ISA_AVX512, 1, KILN_FP8_BF16);
+    const int was = kiln_kernels_fp8_prefill_int8(0);
+    assert_false(kiln_cx_fp8_int8(&cx, &t.w, 64)); /* off */
+    kiln_kernels_fp8_prefill_int8(1);
+    if (!cx.fp8_exact) { /* an AVX512_BF16 CPU */
+        assert_true(kiln_cx_fp8_int8(&cx, &t.w, 64));
+        assert_false(kiln_cx_fp8_int8(&cx, &t.w, 1));
+        cx.decode_steps = 1;
+        assert_false(kiln_cx_fp8_int8(&cx, &t.w, 64));
+    }
+    kiln_kctx_init(&cx, KILN_ISA_AVX512, 1, KILN_FP8_EXACT);
+    assert_false(kiln_cx_fp8_int8(&cx, &t.w, 64)); /* the exact form stays exact */
+    kiln_kernels_fp8_prefill_int8(was);
+    free(tile); free(v); free(got); free(want); free(row); free_weight(&t);
+}
+
 /* kiln_silu_mul (SwiGLU) on every ISA against double precision: within 4e-6 relative (libmvec's
  * expf is within 4 ulp; a divide, an add and a multiply round once each). */
 static void test_silu_mul(void **s) {
@@ -1153,7 +1237,7 @@ int main(void) {
         cmocka_unit_test(test_f16),      cmocka_unit_test(test_bf16),        cmocka_unit_test(test_fp8),        cmocka_unit_test(test_fp8_bf16_exact_inputs),
         cmocka_unit_test(test_int4),     cmocka_unit_test(test_q8_0),        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_int4_unusual_group), cmocka_unit_test(test_large_threaded),
-        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_q16_kernel_exact), cmocka_unit_test(test_q16_amx_exact), cmocka_unit_test(test_kquants), cmocka_unit_test(test_kquants_avx_vnni_exact), cmocka_unit_test(test_int4_avx_vnni_exact), cmocka_unit_test(test_matmul_many), cmocka_unit_test(test_few_token_exact),
+        cmocka_unit_test(test_fp8_daz),  cmocka_unit_test(test_fp8_q8_requant), cmocka_unit_test(test_tiled), cmocka_unit_test(test_int4_tile_kernel_exact), cmocka_unit_test(test_q16_kernel_exact), cmocka_unit_test(test_q16_amx_exact), cmocka_unit_test(test_kquants), cmocka_unit_test(test_kquants_avx_vnni_exact), cmocka_unit_test(test_int4_avx_vnni_exact), cmocka_unit_test(test_matmul_many), cmocka_unit_test(test_few_token_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -333,6 +333,15 @@ static double format_bound_n(kiln_wformat f, const kiln_backend *be, int n) {
     }
 }
 static double format_bound(kiln_wformat f, const kiln_backend *be) { return format_bound_n(f, be, 2); }
+/* The bound for w itself: a prompt's FP8 GEMM on the cpu backend's int8 route (kiln_cx_fp8_int8:
+ * AVX512_BF16 CPUs in the bf16 form, more than KILN_GEMV_SMALL_N_FP8 tokens) quantizes both
+ * operands per 32 as Q8_0 does (weights requantized to Q8_0, x to int8): (dx²/12)/σ² ≈ 2.7e-5 each
+ * (dx = amax / 127, the amax of 32 Gaussians ≈ 2.3σ), 5.4e-5 together; 2e-4 leaves the ~3.7× the
+ * K-quants' bound leaves for the spread of an energy ratio. */
+static double weight_bound(const kiln_weight *w, const kiln_backend *be, int n) {
+    if (be->kind == KILN_BACKEND_CPU && kiln_cx_fp8_int8(&be->cx, w, n)) return 2e-4;
+    return format_bound_n(w->fmt, be, n);
+}
 
 typedef struct { kiln_wformat f; int group; int64_t cols; int tiled; } wcase;
 static const wcase wcases[] = {
@@ -390,7 +399,7 @@ static void test_matmul(void **state) {
                     char what[96];
                     snprintf(what, sizeof what, "matmul %s%s g%d %lldx%lld n=%d", kiln_wformat_name(wc->f), wc->tiled ? " tiled" : "",
                              wc->group, (long long)rows, (long long)wc->cols, n);
-                    check_matmul(what, bes[b], &t.w, X, n, got, want, format_bound_n(wc->f, bes[b], n), &energy);
+                    check_matmul(what, bes[b], &t.w, X, n, got, want, weight_bound(&t.w, bes[b], n), &energy);
                     if (n > 1 && is_int_format(wc->f)) { /* the batched GEMM gives each token its GEMV result exactly */
                         float *one = output(bes[b], (size_t)rows);
                         for (int i = 0; i < n; i = next_token_checked(i, n)) {
@@ -457,7 +466,7 @@ static void test_matmul_prefill(void **state) {
             kiln_be_matmul(bes[b], &t.w, X, got, n);
             char what[64];
             snprintf(what, sizeof what, "matmul %s n=512", kiln_wformat_name(wc->f));
-            check_matmul(what, bes[b], &t.w, X, n, got, want, format_bound_n(wc->f, bes[b], n), &energy);
+            check_matmul(what, bes[b], &t.w, X, n, got, want, weight_bound(&t.w, bes[b], n), &energy);
             kiln_be_free(bes[b], got);
         }
         kiln_be_free(ref_be, X);
@@ -553,7 +562,7 @@ static void test_matmul_many(void **state) {
             for (int k = 0; k < 3; k++) got[k] = output(bes[b], (size_t)n * (size_t)ws[k]->rows);
             kiln_be_matmul_many(bes[b], ws, got, 3, X, n);
             for (int k = 0; k < 3; k++) {
-                check_matmul("matmul_many", bes[b], ws[k], X, n, got[k], want[k], format_bound_n(ws[k]->fmt, bes[b], n), &(double){-1});
+                check_matmul("matmul_many", bes[b], ws[k], X, n, got[k], want[k], weight_bound(ws[k], bes[b], n), &(double){-1});
                 kiln_be_free(bes[b], got[k]);
             }
         }
@@ -637,10 +646,18 @@ static void test_matmul_swiglu(void **state) {
                                     (long long)wc->cols, wc->tiled, (long long)F, n, fused ? " (fused)" : "", be_desc(be));
                             fail();
                         }
-                        /* an energy ratio over a few outputs is a statistic of a few draws (check_matmul):
-                         * against the ref backend from 64 outputs on; silu(g)·u's relative error is
-                         * about g's and u's together */
-                        if (ng >= 64) check_nmse("matmul_swiglu", be, got, want, ng, 4 * format_bound_n(wc->f, be, n));
+                        /* against the ref backend where the matmuls are exact up to summation order
+                         * (f32 products: bounds of 1e-9); where x is quantized (the int8 routes, bounds
+                         * of 1e-4 and more) silu(g)·u's error over one row's outputs is a statistic of a
+                         * few heavy-tailed draws (a Q4_K case measured 27× the per-matmul expectation),
+                         * and the unfused ops it equals bit for bit are held to their bounds by
+                         * test_matmul and test_norm_swiglu_add */
+                        if (ng >= 64 && format_bound_n(wc->f, be, n) <= 1e-6) {
+                            char what[96];
+                            snprintf(what, sizeof what, "matmul_swiglu %s cols %lld F %lld n %d%s", kiln_wformat_name(wc->f), (long long)wc->cols,
+                                     (long long)F, n, fused ? " (fused)" : "");
+                            check_nmse(what, be, got, want, ng, 4 * format_bound_n(wc->f, be, n));
+                        }
                         kiln_be_free(be, got);
                         kiln_be_free(be, scr);
                         kiln_be_free(be, unf);
