@@ -463,16 +463,19 @@ static int small_n(const kiln_ktable *t, const kiln_weight *w) {
 /* Prompts' FP8 GEMMs on Q8_0's int8 kernels (gemv_avx512.c kiln_fp8_q8_avx512: each block of rows
  * requantized once per call to Q8_0 in the 16-row interleave): the BF16 table with FP8's activation
  * preparation Q8_0's and its GEMM the driver's fp8_q8 path (rows_impl). Built once from
- * kiln_ktable_avx512_bf16. Opt-in (KILN_FP8_PREFILL=int8, kiln_kernels_fp8_prefill_int8): the
- * requantization runs once per call, i.e. per prompt chunk of 64 tokens in a session, and there it
- * cost about what the int8 dots save — 1.7B shape, 512-token prompt, AMD Zen 5 VM, alternated: int8
- * 120.1 / 96.0 tok/s against the BF16 route's 112.2 / 101.3 / 115.0 (docs/BENCHMARKS.md). */
+ * kiln_ktable_avx512_bf16. The requantization runs once per call, so it pays off from about 128
+ * tokens a call (1.7B shape, AMD Zen 5 VM, docs/BENCHMARKS.md): `kiln serve` time to first token,
+ * BF16 route → int8, 2,048 tokens in 256-token steps 19.6 → 14.3 s, 1,024 in 128-token steps 9.06 →
+ * 7.85 s; a session's 64-token chunks 100–115 → 96–120 tok/s (no gain). Modes (kiln_kernels_
+ * fp8_prefill_int8; KILN_FP8_PREFILL=bf16|auto|int8 at start): 0 never, 1 from FP8_Q8_MIN_N tokens
+ * (the default), 2 every prompt GEMM past KILN_GEMV_SMALL_N_FP8 tokens. */
+#define FP8_Q8_MIN_N 128
 static kiln_ktable fp8_q8_table;
-static int fp8_q8_on;
+static int fp8_q8_mode;
 static pthread_once_t fp8_q8_once = PTHREAD_ONCE_INIT;
 static void fp8_q8_init(void) {
     const char *e = getenv("KILN_FP8_PREFILL");
-    __atomic_store_n(&fp8_q8_on, e && strcmp(e, "int8") == 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&fp8_q8_mode, e && strcmp(e, "bf16") == 0 ? 0 : e && strcmp(e, "int8") == 0 ? 2 : 1, __ATOMIC_RELAXED);
     fp8_q8_table = kiln_ktable_avx512_bf16;
     fp8_q8_table.fp8_q8 = kiln_fp8_q8_avx512;
     fp8_q8_table.bf16_gemm_mask &= ~(1u << KILN_WF_FP8_BLOCK);
@@ -487,13 +490,14 @@ static const kiln_ktable *table_for_n(const kiln_kctx *cx, const kiln_ktable *t,
     if (t == &kiln_ktable_avx512_bf16 && w->fmt == KILN_WF_FP8_BLOCK && n > 1 && n <= small_n(t, w) && !cx->decode_steps) return &kiln_ktable_avx512;
     if (t == &kiln_ktable_avx512_bf16 && w->fmt == KILN_WF_FP8_BLOCK && n > small_n(t, w) && !cx->decode_steps && fp8_q8_fits(w)) {
         pthread_once(&fp8_q8_once, fp8_q8_init);
-        if (__atomic_load_n(&fp8_q8_on, __ATOMIC_RELAXED)) return &fp8_q8_table;
+        const int mode = __atomic_load_n(&fp8_q8_mode, __ATOMIC_RELAXED);
+        if (mode == 2 || (mode == 1 && n >= FP8_Q8_MIN_N)) return &fp8_q8_table;
     }
     return t;
 }
-int kiln_kernels_fp8_prefill_int8(int on) {
+int kiln_kernels_fp8_prefill_int8(int mode) {
     pthread_once(&fp8_q8_once, fp8_q8_init);
-    return __atomic_exchange_n(&fp8_q8_on, on != 0, __ATOMIC_RELAXED);
+    return __atomic_exchange_n(&fp8_q8_mode, mode < 0 ? 0 : mode > 2 ? 2 : mode, __ATOMIC_RELAXED);
 }
 int kiln_cx_fp8_int8(const kiln_kctx *cx, const kiln_weight *w, int n) {
     return fast_ok(cx->kt, w) && table_for_n(cx, cx->kt, w, n) == &fp8_q8_table;

@@ -175,12 +175,13 @@ void kiln_cx_matmul_many(const kiln_kctx *cx, const kiln_weight *const *ws, floa
 void kiln_cx_matmul_rows(const kiln_kctx *cx, const kiln_weight *w, const float *X, float *Y, int n, int64_t r0, int64_t r1);
 int kiln_cx_matmul_is_fast(const kiln_kctx *cx, const kiln_weight *w);
 /* 1 when a step of n tokens (not marked as decodes) multiplies the FP8 weight w on Q8_0's int8
- * kernels (gemv.c fp8_q8_table: prompts on AVX512_BF16 CPUs in the BF16 form, when turned on):
- * each block of rows requantized per call to Q8_0, the activations to int8 per 32. */
+ * kernels (gemv.c fp8_q8_table: prompts on AVX512_BF16 CPUs in the BF16 form): each block of rows
+ * requantized per call to Q8_0, the activations to int8 per 32. */
 int kiln_cx_fp8_int8(const kiln_kctx *cx, const kiln_weight *w, int n);
-/* Turns that route on or off (KILN_FP8_PREFILL=int8 turns it on at start; off by default: gemv.c
- * says why); returns the previous setting. Like kiln_kernels_avx_vnni: only while no kernel runs. */
-int kiln_kernels_fp8_prefill_int8(int on);
+/* When that route runs: 0 never, 1 from 128 tokens a call (the default; gemv.c says why), 2 every
+ * prompt GEMM (KILN_FP8_PREFILL=bf16|auto|int8 at start); returns the previous mode. Like
+ * kiln_kernels_avx_vnni: only while no kernel runs. */
+int kiln_kernels_fp8_prefill_int8(int mode);
 float kiln_cx_dot(const kiln_kctx *cx, const float *a, const float *b, int64_t n);
 void kiln_cx_silu_mul(const kiln_kctx *cx, float *g, const float *u, int64_t n);
 int64_t kiln_cx_argmax(const kiln_kctx *cx, const float *x, int64_t n);

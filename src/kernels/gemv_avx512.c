@@ -1697,16 +1697,16 @@ void kiln_fp8_q8_avx512(const kiln_weight *w, int64_t r0, int64_t r1, float *til
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     for (int64_t r = 0; r < nr; r++) {
         const int64_t wr = r0 + r;
-        /* the row's 32-byte pieces where they lie: checkpoint rows, or the 4-row tiles (gemv.h: row j
-         * of a group in 64-byte chunks 256 bytes apart, the row's last rb % 64 bytes after them) */
-        const uint8_t *g = w->tiled ? w->data + (size_t)(wr & ~(int64_t)3) * wrb : w->data + (size_t)wr * wrb;
-        const size_t j4 = (size_t)(wr & 3), full = wrb / 64;
+        /* the row's 32-byte pieces where they lie (row_at: checkpoint rows, or the 4-row tiles' 64-byte
+         * chunks, the last rows % 4 rows and each row's row_bytes % 64 tail in checkpoint order) */
+        const row_loc loc = row_at(w, wr);
+        const size_t full = wrb / 64;
         const float *srow = S + (wr / B) * sc_cols;
         const int j = (int)(r % 16);
         uint8_t *grp = out + (size_t)(r / 16) * 16 * rb;
         for (int64_t b = 0; b < nb; b++) {
             const size_t c = (size_t)b / 2;
-            const uint8_t *p = !w->tiled ? g + 32 * (size_t)b : c < full ? g + 256 * c + 64 * j4 + 32 * ((size_t)b & 1) : g + 256 * full + (wrb % 64) * j4;
+            const uint8_t *p = c < full ? loc.p + (size_t)loc.cs * c + 32 * ((size_t)b & 1) : loc.tp;
             /* the same bytes of the row 4 on (both layouts: 4 × row_bytes further), a line per 64 bytes:
              * the compute below leaves few loads in flight, and the rows come from memory (measured:
              * the first load of each block took half of this function's time without it) */

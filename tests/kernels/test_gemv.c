@@ -313,8 +313,8 @@ static void test_fp8(void **s) {
     for (int exact = 1; exact >= 0; exact--) { /* AVX-512: the exact path, then (AVX512_BF16 CPUs) the BF16-dot one */
         const int was = kiln_kernels_fp8_exact(exact);
         run_format(KILN_WF_FP8_BLOCK, c, 6, b, 1);
-        if (!exact) { /* and its prompts on Q8_0's int8 kernels (KILN_FP8_PREFILL=int8) */
-            const int was_int8 = kiln_kernels_fp8_prefill_int8(1);
+        if (!exact) { /* and its prompts on Q8_0's int8 kernels at every size (KILN_FP8_PREFILL=int8) */
+            const int was_int8 = kiln_kernels_fp8_prefill_int8(2);
             run_format(KILN_WF_FP8_BLOCK, c, 6, b, 1);
             kiln_kernels_fp8_prefill_int8(was_int8);
         }
@@ -1089,17 +1089,23 @@ static void test_fp8_daz(void **s) {
 }
 
 /* FP8 → Q8_0 for prompts' GEMMs on the int8 kernels (gemv_avx512.c kiln_fp8_q8_avx512): rows
- * [3, 40) of an FP8 weight, in checkpoint and in 4-row tile layout, give byte for byte ggml's Q8_0
- * quantization (kiln_quantize_row_q8_0) of their exact values fp8 × scale, laid out as
- * kiln_weight_tile lays out a Q8_0 weight of 37 rows (two 16-row groups in the interleave, five rows
- * as they are); and the driver takes that route for a prompt (kiln_cx_fp8_int8) on AVX512_BF16 CPUs
- * in the BF16 form, not for decodes nor with KILN_FP8_PREFILL=bf16's table untouched. */
+ * [3, 42) of a 42-row FP8 weight, in checkpoint and in 4-row tile layout (its last 2 rows untiled),
+ * give byte for byte ggml's Q8_0 quantization (kiln_quantize_row_q8_0) of their exact values
+ * fp8 × scale, laid out as kiln_weight_tile lays out a Q8_0 weight of 39 rows (two 16-row groups in
+ * the interleave, seven rows as they are); and the driver takes that route for prompts (kiln_cx_fp8_int8) on AVX512_BF16 CPUs
+ * in the BF16 form as its mode says (never / from 128 tokens / always), never for decodes nor in
+ * the exact form. */
+static void fp8_q8_requant_case(int64_t cols, int block);
 static void test_fp8_q8_requant(void **s) {
     (void)s;
     if (!kiln_cpu_supports(KILN_ISA_AVX512)) { skip(); return; }
-    const int64_t rows = 40, cols = 384, r0 = 3, r1 = 40, nr = r1 - r0;
+    fp8_q8_requant_case(384, 128);
+    fp8_q8_requant_case(352, 32); /* a tail chunk in the 4-row tiles (352 % 64 = 32); rows in several scale rows */
+}
+static void fp8_q8_requant_case(int64_t cols, int block) {
+    const int64_t rows = 42, r0 = 3, r1 = 42, nr = r1 - r0; /* rows 40, 41: past the 4-row tiles, in checkpoint order there */
     const size_t rb = (size_t)(cols / 32) * 34;
-    tweight t = make_weight(KILN_WF_FP8_BLOCK, rows, cols, 128);
+    tweight t = make_weight(KILN_WF_FP8_BLOCK, rows, cols, block);
     float *tile = malloc((size_t)cols * 4), *v = malloc((size_t)cols * 4);
     uint8_t *got = malloc(nr * rb), *want = malloc(nr * rb), *row = malloc((size_t)cols);
     assert_non_null(tile); assert_non_null(v); assert_non_null(got); assert_non_null(want); assert_non_null(row);
@@ -1109,7 +1115,7 @@ static void test_fp8_q8_requant(void **s) {
         kiln_fp8_q8_avx512(&t.w, r0, r1, tile, got);
         for (int64_t r = r0; r < r1; r++) {
             kiln_weight_row_gather(&t.w, r, row);
-            for (int64_t c = 0; c < cols; c++) v[c] = kiln_fp8_e4m3_to_f32(row[c]) * S[(r / 128) * ((cols + 127) / 128) + c / 128];
+            for (int64_t c = 0; c < cols; c++) v[c] = kiln_fp8_e4m3_to_f32(row[c]) * S[(r / block) * ((cols + block - 1) / block) + c / block];
             kiln_quantize_row_q8_0(v, want + (size_t)(r - r0) * rb, cols);
         }
         kiln_weight q = {.fmt = KILN_WF_Q8_0, .rows = nr, .cols = cols, .data = want, .row_bytes = rb};
@@ -1117,15 +1123,19 @@ static void test_fp8_q8_requant(void **s) {
         if (memcmp(got, want, nr * rb) != 0) {
             size_t i = 0;
             while (got[i] == want[i]) i++;
-            fail_msg("layout %d: byte %zu of the requantized rows is %u, Q8_0 + kiln_weight_tile give %u", tiled, i, got[i], want[i]);
+            fail_msg("cols %lld block %d layout %d: byte %zu of the requantized rows is %u, Q8_0 + kiln_weight_tile give %u", (long long)cols, block,
+                     tiled, i, got[i], want[i]);
         }
     }
     /* the route: a prompt's FP8 GEMM on the BF16-form table, not a decode step's */
     kiln_kctx cx;
     kiln_kctx_init(&cx, KILN_ISA_AVX512, 1, KILN_FP8_BF16);
     const int was = kiln_kernels_fp8_prefill_int8(0);
-    assert_false(kiln_cx_fp8_int8(&cx, &t.w, 64)); /* off */
-    kiln_kernels_fp8_prefill_int8(1);
+    assert_false(kiln_cx_fp8_int8(&cx, &t.w, 256)); /* never */
+    kiln_kernels_fp8_prefill_int8(1); /* from 128 tokens */
+    assert_int_equal(kiln_cx_fp8_int8(&cx, &t.w, 256), !cx.fp8_exact);
+    assert_false(kiln_cx_fp8_int8(&cx, &t.w, 64));
+    kiln_kernels_fp8_prefill_int8(2); /* every prompt GEMM */
     if (!cx.fp8_exact) { /* an AVX512_BF16 CPU */
         assert_true(kiln_cx_fp8_int8(&cx, &t.w, 64));
         assert_false(kiln_cx_fp8_int8(&cx, &t.w, 1));
