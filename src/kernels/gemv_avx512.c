@@ -1689,39 +1689,55 @@ static void gemm_q4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, 
  * route's rounding ~5e-6). Rows of whole 16-row groups go in the interleave, the rest as plain Q8_0
  * rows: kiln_weight_tile's layout for a Q8_0 weight of r1 − r0 rows (test_gemv checks it byte for
  * byte). tile: cols floats of scratch. */
+/* The row's block b of 32 values, w = (fp8/256) × (scale·256) rounded once: dequant_fp8's floats. */
+AI void fp8_q8_block_ps(const uint8_t *p, float scale, __m512 *lo, __m512 *hi) {
+    const __m512 s256 = _mm512_set1_ps(scale * 256.0f);
+    *lo = _mm512_mul_ps(fp8_half_to_ps(_mm_loadu_si128((const __m128i *)p)), s256);
+    *hi = _mm512_mul_ps(fp8_half_to_ps(_mm_loadu_si128((const __m128i *)(p + 16))), s256);
+}
 void kiln_fp8_q8_avx512(const kiln_weight *w, int64_t r0, int64_t r1, float *tile, uint8_t *out) {
-    (void)tile;
     const int64_t cols = w->cols, nb = cols / 32, nr = r1 - r0, grouped = nr / 16 * 16, B = w->block, sc_cols = (cols + B - 1) / B;
-    const size_t rb = (size_t)nb * 34, wrb = w->row_bytes;
+    const size_t rb = (size_t)nb * 34, wrb = w->row_bytes, full = wrb / 64;
     const float *S = (const float *)w->scales;
     const __m256i flip = _mm256_set1_epi8((char)0x80);
+    /* per block of the row: amax, d, 1 / d (3·nb ≤ cols floats of tile) — the divisions 16 blocks at
+     * a time instead of two dependent scalar ones per block (they were the function's critical path:
+     * perf put ~35% of its samples on the division chain and the f16 conversion waiting for it) */
+    float *amx = tile, *dv = tile + nb, *idv = tile + 2 * nb;
     for (int64_t r = 0; r < nr; r++) {
         const int64_t wr = r0 + r;
         /* the row's 32-byte pieces where they lie (row_at: checkpoint rows, or the 4-row tiles' 64-byte
          * chunks, the last rows % 4 rows and each row's row_bytes % 64 tail in checkpoint order) */
         const row_loc loc = row_at(w, wr);
-        const size_t full = wrb / 64;
         const float *srow = S + (wr / B) * sc_cols;
         const int j = (int)(r % 16);
         uint8_t *grp = out + (size_t)(r / 16) * 16 * rb;
+#define FP8_PIECE(b) ((size_t)(b) / 2 < full ? loc.p + (size_t)loc.cs * ((size_t)(b) / 2) + 32 * ((size_t)(b) & 1) : loc.tp)
         for (int64_t b = 0; b < nb; b++) {
-            const size_t c = (size_t)b / 2;
-            const uint8_t *p = c < full ? loc.p + (size_t)loc.cs * c + 32 * ((size_t)b & 1) : loc.tp;
+            const uint8_t *p = FP8_PIECE(b);
             /* the same bytes of the row 4 on (both layouts: 4 × row_bytes further), a line per 64 bytes:
-             * the compute below leaves few loads in flight, and the rows come from memory (measured:
-             * the first load of each block took half of this function's time without it) */
+             * the rows come from memory (measured: the first load of each block took half of this
+             * function's time without it) */
             if (!(b & 1) && wr + 4 < w->rows) _mm_prefetch((const char *)(p + 4 * wrb), _MM_HINT_T0);
-            /* w = (fp8/256) × (scale·256), rounded once: dequant_fp8's floats (fp8 × scale); then
-             * ggml's quantize_row_q8_0 in f32: d = amax / 127, q = round(w · (1 / d)) (ties to even) */
-            const __m512 s256 = _mm512_set1_ps(srow[(32 * b) / B] * 256.0f);
-            const __m512 lo = _mm512_mul_ps(fp8_half_to_ps(_mm_loadu_si128((const __m128i *)p)), s256);
-            const __m512 hi = _mm512_mul_ps(fp8_half_to_ps(_mm_loadu_si128((const __m128i *)(p + 16))), s256);
-            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
-            const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-            const __m512 vid = _mm512_set1_ps(id);
+            __m512 lo, hi;
+            fp8_q8_block_ps(p, srow[(32 * b) / B], &lo, &hi);
+            amx[b] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+        }
+        /* ggml's quantize_row_q8_0 in f32: d = amax / 127, 1 / d (0 where d is 0) */
+        for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+            const __mmask16 m = nb - b0 >= 16 ? (__mmask16)0xFFFF : mask16(nb - b0);
+            const __m512 d = _mm512_div_ps(_mm512_maskz_loadu_ps(m, amx + b0), _mm512_set1_ps(127.0f));
+            const __mmask16 nz = _mm512_mask_cmp_ps_mask(m, d, _mm512_setzero_ps(), _CMP_GT_OQ);
+            _mm512_mask_storeu_ps(dv + b0, m, d);
+            _mm512_mask_storeu_ps(idv + b0, m, _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), d));
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            __m512 lo, hi; /* the same floats again, from L1: q = round(w · (1 / d)) (ties to even) */
+            fp8_q8_block_ps(FP8_PIECE(b), srow[(32 * b) / B], &lo, &hi);
+            const __m512 vid = _mm512_set1_ps(idv[b]);
             const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, vid)), qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, vid));
             const __m256i q = _mm256_set_m128i(_mm512_cvtepi32_epi8(qhi), _mm512_cvtepi32_epi8(qlo));
-            const uint16_t dh = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+            const uint16_t dh = (uint16_t)_cvtss_sh(dv[b], _MM_FROUND_TO_NEAREST_INT);
             if (r < grouped) { /* block b of the group: 16 f16 scales, then 8 vectors whose dword j is row j's 4 columns (+ 128) */
                 uint8_t *blk = grp + (size_t)b * 544;
                 memcpy(blk + 2 * j, &dh, 2);
@@ -1734,6 +1750,7 @@ void kiln_fp8_q8_avx512(const kiln_weight *w, int64_t r0, int64_t r1, float *til
                 _mm256_storeu_si256((__m256i *)(blk + 2), q);
             }
         }
+#undef FP8_PIECE
     }
 }
 
