@@ -34,6 +34,8 @@ kiln_status kiln_backend_create_device(kiln_backend_kind kind, kiln_isa isa, int
         return kiln_fail(KILN_ERR_INVALID_ARG, "backend %d is not one of cpu, ref, vulkan", (int)kind);
     if (fp8 < KILN_FP8_AUTO || fp8 > KILN_FP8_BF16)
         return kiln_fail(KILN_ERR_INVALID_ARG, "fp8 GEMV form %d is not one of 0 (auto), 1 (exact), 2 (bf16)", fp8);
+    if (kind != KILN_BACKEND_REF && kiln_kernels_fp8_prefill_bad_env())
+        return kiln_fail(KILN_ERR_INVALID_ARG, "KILN_FP8_PREFILL: '%s' is not bf16, auto or int8", kiln_kernels_fp8_prefill_bad_env());
     kiln_backend *be = calloc(1, sizeof *be);
     if (!be) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     be->kind = kind;

@@ -473,8 +473,10 @@ static int small_n(const kiln_ktable *t, const kiln_weight *w) {
 static kiln_ktable fp8_q8_table;
 static int fp8_q8_mode;
 static pthread_once_t fp8_q8_once = PTHREAD_ONCE_INIT;
+static const char *fp8_q8_bad_env; /* KILN_FP8_PREFILL's value when it is none of the three (auto used) */
 static void fp8_q8_init(void) {
     const char *e = getenv("KILN_FP8_PREFILL");
+    if (e && *e && strcmp(e, "bf16") && strcmp(e, "auto") && strcmp(e, "int8")) fp8_q8_bad_env = e;
     __atomic_store_n(&fp8_q8_mode, e && strcmp(e, "bf16") == 0 ? 0 : e && strcmp(e, "int8") == 0 ? 2 : 1, __ATOMIC_RELAXED);
     fp8_q8_table = kiln_ktable_avx512_bf16;
     fp8_q8_table.fp8_q8 = kiln_fp8_q8_avx512;
@@ -494,6 +496,10 @@ static const kiln_ktable *table_for_n(const kiln_kctx *cx, const kiln_ktable *t,
         if (mode == 2 || (mode == 1 && n >= FP8_Q8_MIN_N)) return &fp8_q8_table;
     }
     return t;
+}
+const char *kiln_kernels_fp8_prefill_bad_env(void) {
+    pthread_once(&fp8_q8_once, fp8_q8_init);
+    return fp8_q8_bad_env;
 }
 int kiln_kernels_fp8_prefill_int8(int mode) {
     pthread_once(&fp8_q8_once, fp8_q8_init);
@@ -563,7 +569,7 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
     const int f = w->fmt;
     if (xp && t->fp8_q8 && f == KILN_WF_FP8_BLOCK) {
         /* FP8 requantized to Q8_0 (fp8_q8_table): blocks of rows whose Q8_0 bytes stay in L2 (~512 KiB)
-         * while every token's prepared row meets them, one f32 row of scratch for the conversion */
+         * while every token's prepared row meets them, cols floats of scratch for the conversion (per row its blocks' amax, d, 1 / d) */
         const size_t rbq = (size_t)(cols / 32) * 34;
         int64_t rbk = (int64_t)(((size_t)512 << 10) / rbq) & ~(int64_t)15;
         if (rbk < 16) rbk = 16;

@@ -182,6 +182,9 @@ int kiln_cx_fp8_int8(const kiln_kctx *cx, const kiln_weight *w, int n);
  * prompt GEMM (KILN_FP8_PREFILL=bf16|auto|int8 at start); returns the previous mode. Like
  * kiln_kernels_avx_vnni: only while no kernel runs. */
 int kiln_kernels_fp8_prefill_int8(int mode);
+/* KILN_FP8_PREFILL's value when it is not bf16, auto or int8 (backend creation refuses it by name),
+ * else NULL. */
+const char *kiln_kernels_fp8_prefill_bad_env(void);
 float kiln_cx_dot(const kiln_kctx *cx, const float *a, const float *b, int64_t n);
 void kiln_cx_silu_mul(const kiln_kctx *cx, float *g, const float *u, int64_t n);
 int64_t kiln_cx_argmax(const kiln_kctx *cx, const float *x, int64_t n);

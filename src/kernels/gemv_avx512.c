@@ -1682,7 +1682,7 @@ static void gemm_q4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, 
  * The BF16 route (vdpbf16ps) peaks at half the int8 dot rate (770 GFLOP/s against 1,626 GOPS on the
  * Zen 5 VM, docs/BENCHMARKS.md), so gemv.c's fp8_q8_table takes a prompt's FP8 GEMMs here: each
  * block of rows becomes, once per call, Q8_0 blocks in the 16-row interleave — per row and 32
- * columns fp8 × scale in f32 (exact: dequant_fp8), then ggml's Q8_0 rule as quant32 applies it to
+ * columns fp8 × scale in f32 (dequant_fp8's floats, rounded once), then ggml's Q8_0 rule as quant32 applies it to
  * activations (d = amax / 127, q = round(v / d), d stored as f16) — which gemm_q8 multiplies with
  * Q8_0-prepared activations. The error added is Q8_0's: an NMSE of ~3e-5 for the weights (the E4M3
  * values themselves are within ~1e-3 of the originals) and the same for the activations (the BF16

@@ -49,7 +49,8 @@ typedef struct kiln_ktable {
     void (*dequant_bf16[KILN_WF_COUNT])(const kiln_weight *w, int64_t r0, int64_t r1, uint16_t *out, int64_t ld);
     unsigned bf16_gemm_mask;
     /* FP8 weights in a prompt's GEMM on Q8_0's int8 kernels (only the table gemv.c builds for that:
-     * fp8_q8_table): rows [r0, r1) of w → f32, one row at a time in tile (cols floats), then Q8_0 blocks into
+     * fp8_q8_table): rows [r0, r1) of w → Q8_0 blocks (tile: cols floats of scratch, per row its
+     * blocks' amax, d and 1 / d) into
      * out, whole 16-row groups in the 16-row interleave (docs/FORMATS.md) and the rest as plain Q8_0
      * rows — the layout kiln_weight_tile gives a Q8_0 weight of r1 − r0 rows. */
     void (*fp8_q8)(const kiln_weight *w, int64_t r0, int64_t r1, float *tile, uint8_t *out);

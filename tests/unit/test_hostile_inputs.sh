@@ -128,6 +128,10 @@ k = next(k for k in h if k != '__metadata__'); h[k]['shape'] = [2**40, 2**40, 2*
 hb = json.dumps(h).encode(); open(p, 'wb').write(struct.pack('<Q', len(hb)) + hb + b[8+n:])
 PY
 expect_error "safetensors element count that wraps" "makes more than 2^42 elements" "$KILN" inspect "$T/st_wrap"
+# a kernels setting from the environment with a value it does not take: refused by name at start
+expect_error "KILN_FP8_PREFILL with an unknown value" "KILN_FP8_PREFILL: 'fast' is not bf16, auto or int8" \
+    env KILN_FP8_PREFILL=fast "$KILN" run "$M" --tokens 1 -n 2
+expect_ok "KILN_FP8_PREFILL=int8 is taken" "decode: 2 tokens" env KILN_FP8_PREFILL=int8 "$KILN" run "$M" --tokens 1 -n 2
 
 [ $fails -eq 0 ] || { echo "$fails case(s) failed"; exit 1; }
 echo "all hostile inputs handled"

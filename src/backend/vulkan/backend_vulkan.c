@@ -555,6 +555,25 @@ static void vk_matmul_many(const kiln_backend *be, const kiln_weight *const *w, 
     }
 }
 
+/* The row walks of copy_rows.comp and swiglu_rows.comp (the same parameters): rows of width values,
+ * dst row i at dst_stride and src row i at src_stride floats, workgroup y = row within each pass of
+ * at most the device's y-grid rows. 0 = recorded, -1 = not (a failed dispatch is reported). */
+static int record_row_walk(vk_state *s, kiln_vk_shader sh, vref dr, int64_t dst_stride, vref sr, int64_t src_stride, int rows, int64_t width) {
+    const uint32_t gy_max = kiln_vk_max_groups_y(s->vk), gx = (uint32_t)((width + 63) / 64) < 64u ? (uint32_t)((width + 63) / 64) : 64u;
+    const kiln_vk_bind b[2] = {dr.b, sr.b};
+    for (int r0 = 0; r0 < rows; r0 += (int)gy_max) {
+        const uint32_t gy = (uint32_t)(rows - r0) < gy_max ? (uint32_t)(rows - r0) : gy_max;
+        const struct { uint32_t width, d_stride, s_stride, d_off, s_off, row0; } pc = {(uint32_t)width, (uint32_t)dst_stride, (uint32_t)src_stride,
+                                                                                       dr.off, sr.off, (uint32_t)r0};
+        s->n_dispatch++;
+        if (kiln_vk_dispatch(s->vk, sh, b, 2, &pc, sizeof pc, gx, gy, 1) != KILN_OK) {
+            vkb_fail_once(s, "dispatch");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* ---- gate, up and SwiGLU in one dispatch (matmul.comp PAIR) ---------------------------------------- */
 /* The chunk of vw holding weight row r; *in = r's row within it. */
 static const vk_chunk *chunk_of(const vk_weight *vw, int64_t r, int64_t *in) {
@@ -578,7 +597,7 @@ static int record_pair(vk_state *s, const kiln_weight *gw, const kiln_weight *uw
     const vk_weight *vg = vkb_device_weight(s, gw), *vu = vkb_device_weight(s, uw);
     if (!vg || !vu) return 1;
     vref xr, yr;
-    if (vkb_resolve(s, X, ((size_t)(n - 1) * (size_t)gw->cols + (size_t)gw->cols) * sizeof(float), 0, &xr)) return 1;
+    if (vkb_resolve(s, X, (size_t)n * (size_t)gw->cols * sizeof(float), 0, &xr)) return 1;
     if (vkb_resolve(s, G, (size_t)n * (size_t)F * sizeof(float), 1, &yr)) return 1;
     const kiln_vk_bind lut = {s->lut.buf, 0, VK_WHOLE_SIZE};
     const kiln_vk_bind b[5] = {lut, lut, xr.b, yr.b, lut}; /* the weights are read through their addresses */
@@ -621,19 +640,7 @@ static int record_fused_rows(vk_state *s, const kiln_weight *gate_up, int64_t F,
     if ((uint64_t)n * (uint64_t)F * 2 > UINT32_MAX || vkb_resolve(s, G, (size_t)n * (size_t)F * sizeof(float), 1, &gr) ||
         vkb_resolve(s, scratch, (size_t)n * (size_t)F * 2 * sizeof(float), 0, &sr))
         return -1;
-    const uint32_t gy_max = kiln_vk_max_groups_y(s->vk), gx = (uint32_t)((F + 63) / 64) < 64u ? (uint32_t)((F + 63) / 64) : 64u;
-    const kiln_vk_bind b[2] = {gr.b, sr.b};
-    for (int r0 = 0; r0 < n; r0 += (int)gy_max) {
-        const uint32_t gy = (uint32_t)(n - r0) < gy_max ? (uint32_t)(n - r0) : gy_max;
-        const struct { uint32_t width, d_stride, s_stride, d_off, s_off, row0; } pc = {(uint32_t)F, (uint32_t)F, (uint32_t)(2 * F), gr.off, sr.off,
-                                                                                       (uint32_t)r0};
-        s->n_dispatch++;
-        if (kiln_vk_dispatch(s->vk, KILN_VK_SH_swiglu_rows, b, 2, &pc, sizeof pc, gx, gy, 1) != KILN_OK) {
-            vkb_fail_once(s, "dispatch");
-            return -1;
-        }
-    }
-    return 0;
+    return record_row_walk(s, KILN_VK_SH_swiglu_rows, gr, F, sr, 2 * F, n, F);
 }
 
 /* backend.h matmul_swiglu: in decode-sized steps (n < 4, where the matmuls take one token per
@@ -742,19 +749,8 @@ static void vk_copy_rows(const kiln_backend *be, float *dst, int64_t dst_stride,
     const size_t dn = (size_t)(rows - 1) * (size_t)dst_stride + (size_t)width, sn = (size_t)(rows - 1) * (size_t)src_stride + (size_t)width;
     if (!s->failed && dst_stride >= 0 && src_stride >= 0 && dn <= UINT32_MAX && sn <= UINT32_MAX) {
         vref dr = {{0}, 0}, sr = {{0}, 0};
-        int ok = vkb_resolve(s, dst, dn * sizeof(float), 1, &dr) == 0 && vkb_resolve(s, src, sn * sizeof(float), 0, &sr) == 0;
-        const uint32_t gy_max = kiln_vk_max_groups_y(s->vk), gx = (uint32_t)((width + 63) / 64) < 64u ? (uint32_t)((width + 63) / 64) : 64u;
-        const kiln_vk_bind b[2] = {dr.b, sr.b};
-        for (int r0 = 0; ok && r0 < rows; r0 += (int)gy_max) {
-            const uint32_t gy = (uint32_t)(rows - r0) < gy_max ? (uint32_t)(rows - r0) : gy_max;
-            const struct { uint32_t width, d_stride, s_stride, d_off, s_off, row0; } pc = {(uint32_t)width, (uint32_t)dst_stride, (uint32_t)src_stride,
-                                                                                           dr.off, sr.off, (uint32_t)r0};
-            s->n_dispatch++;
-            if (kiln_vk_dispatch(s->vk, KILN_VK_SH_copy_rows, b, 2, &pc, sizeof pc, gx, gy, 1) != KILN_OK) {
-                vkb_fail_once(s, "dispatch");
-                ok = 0;
-            }
-        }
+        const int ok = vkb_resolve(s, dst, dn * sizeof(float), 1, &dr) == 0 && vkb_resolve(s, src, sn * sizeof(float), 0, &sr) == 0 &&
+                       record_row_walk(s, KILN_VK_SH_copy_rows, dr, dst_stride, sr, src_stride, rows, width) == 0;
         if (ok && vkb_done(s) == 0) return;
         abandon(s);
     } else vkb_host_first(s);
