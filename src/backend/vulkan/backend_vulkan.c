@@ -592,10 +592,12 @@ static int record_pair(vk_state *s, const kiln_weight *gw, const kiln_weight *uw
     if (gw->fmt != uw->fmt || gw->cols != uw->cols || gw->block != uw->block || gw->row_bytes != uw->row_bytes || !vkb_matmul_shape_ok(gw) ||
         (uint32_t)n > kiln_vk_max_groups_y(s->vk))
         return 1;
-    /* both uploaded first: an upload may move s->weights, so the pointers are taken after */
+    /* both checked (and uploaded) first: that may move s->weights, so the entries are found after, by
+     * the index alone (no second fingerprint of either weight's bytes on the decode path) */
     if (!vkb_device_weight(s, gw) || !vkb_device_weight(s, uw)) return 1;
-    const vk_weight *vg = vkb_device_weight(s, gw), *vu = vkb_device_weight(s, uw);
-    if (!vg || !vu) return 1;
+    const int g_at = weight_find(s, gw), u_at = weight_find(s, uw);
+    if (g_at < 0 || u_at < 0) return 1;
+    const vk_weight *vg = &s->weights[g_at], *vu = &s->weights[u_at];
     vref xr, yr;
     if (vkb_resolve(s, X, (size_t)n * (size_t)gw->cols * sizeof(float), 0, &xr)) return 1;
     if (vkb_resolve(s, G, (size_t)n * (size_t)F * sizeof(float), 1, &yr)) return 1;
