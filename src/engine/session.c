@@ -16,7 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SESSION_CHUNK 64
+/* 512 tokens: llama.cpp's default micro-batch (n_ubatch), so `kiln bench --prompt 512` is one forward
+ * call as `llama-bench -p 512` is one llama_decode. Larger calls amortize what a GEMM pays per call
+ * (weights streamed once per call, FP8's per-call requantization to Q8_0, activation preparation):
+ * measured on the 1.7B shape, 512 against the first 64, prefill 1.6× (FP8), 1.1–1.3× (INT4, Q4_0),
+ * 1.3× (BF16), Q8_0 unchanged (docs/BENCHMARKS.md). The forward scratch grows with it: ~170 KB per
+ * token of chunk at that shape (x, xb, tmp, hb, hb2, q, k, v, ao). */
+#define SESSION_CHUNK 512
 
 struct kiln_session {
     struct kiln_model *m;
