@@ -176,6 +176,24 @@ step profile_moe 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$F" --d
 step bench_dsa 100 sh -c "'$KILN' bench '$G' --device $DEV --weights bf16,int4 --prompt 2048 --gen 64 --repeat 2 --json > '$RES/bench_dsa.json'"
 step profile_dsa 60 env KILN_VK_PROFILE=1 KILN_VK_STATS=1 "$KILN" bench "$G" --device "$DEV" --weights int4 --prompt 2048 --gen 32 --repeat 1
 
+# the host's CPU (issue 20): the lent machines' CPUs may have AMX, which the development VMs lack.
+# lscpu goes into the results; where AMX is present, a prompt's Q8_0 GEMM on the AMX tiles against
+# the same binary with KILN_AMX=0 (the AVX-512 VNNI kernel, the same bits), alternated twice, all cores
+lscpu > "$RES/host_cpu.txt" 2>&1
+if grep -q amx_int8 /proc/cpuinfo 2>/dev/null; then
+    amx_ab() {
+        local i=0 c
+        for c in amx avx512 amx avx512; do
+            i=$((i + 1))
+            env KILN_AMX=$([ "$c" = amx ] && echo 1 || echo 0) "$KILN" bench "$M" --weights q8_0 --prompt 512 --gen 4 --repeat 1 \
+                --threads "$(nproc)" --json > "$RES/host_amx_${i}_$c.json" 2> "$RES/host_amx_${i}_$c.err" || return 1
+        done
+    }
+    export -f amx_ab
+    export M RES KILN
+    step host_amx 120 bash -c amx_ab
+fi
+
 # the architectures' PyTorch references on the device (where the budget leaves time and torch is there)
 if $PY -c "import torch, numpy" 2>/dev/null; then
     step arch_deepseek_v3 120 env KILN_DEVICES="$DEV" $PY tests/models/test_arch_deepseek_v3.py
@@ -222,6 +240,13 @@ for f in sorted(os.listdir(out)):
         for r in load(f):
             base.setdefault(f[len("bench_base_"):-5].split("_", 1)[1], {}).setdefault(r.get("weights"), []).append(
                 [r.get("decode_tps"), r.get("prompt_tps")])
+amx = {}
+for f in sorted(os.listdir(out)):
+    if f.startswith("host_amx_") and f.endswith(".json"):
+        for r in load(f):
+            amx.setdefault(f[len("host_amx_"):-5].split("_", 1)[1], []).append(r.get("prompt_tps"))
+if amx:
+    s["host_cpu_q8_0_prefill_512_tps"] = amx  # amx (KILN_AMX=1) / avx512 (KILN_AMX=0), alternated, all host cores
 if base:
     s["base_vs_new_decode_prefill_tps"] = base  # kiln-base (an older commit) vs this binary, alternated
 if ab:
