@@ -243,11 +243,13 @@ kiln_isa kiln_kernels_select(kiln_isa want) {
 }
 
 static int fp8_exact = -1; /* the environment and the CPU decide, once (fp8_mode_init) */
+static int fp8_exact_asked;  /* ... of which the environment or kiln_kernels_fp8_exact alone */
 static pthread_once_t fp8_once = PTHREAD_ONCE_INIT;
 static void fp8_mode_init(void) {
     const char *env = getenv("KILN_FP8_EXACT");
     __builtin_cpu_init();
-    __atomic_store_n(&fp8_exact, !__builtin_cpu_supports("avx512bf16") || (env && *env && strcmp(env, "0") != 0), __ATOMIC_RELAXED);
+    __atomic_store_n(&fp8_exact_asked, env && *env && strcmp(env, "0") != 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&fp8_exact, !__builtin_cpu_supports("avx512bf16") || fp8_exact_asked, __ATOMIC_RELAXED);
 }
 int kiln_fp8_bf16_dot(void) {
     pthread_once(&fp8_once, fp8_mode_init);
@@ -256,6 +258,7 @@ int kiln_fp8_bf16_dot(void) {
 int kiln_kernels_fp8_exact(int exact) {
     const int was = !kiln_fp8_bf16_dot();
     __builtin_cpu_init();
+    __atomic_store_n(&fp8_exact_asked, exact != 0, __ATOMIC_RELAXED);
     __atomic_store_n(&fp8_exact, exact || !__builtin_cpu_supports("avx512bf16"), __ATOMIC_RELAXED);
     return was;
 }
@@ -301,8 +304,9 @@ void kiln_kctx_init(kiln_kctx *cx, kiln_isa want, int threads, int fp8) {
     cx->decode_steps = 0;
     if (fp8 == KILN_FP8_AUTO) {
         const char *env = getenv("KILN_FP8_EXACT");
-        cx->fp8_exact = !cpu_has_avx512bf16() || (env && *env && strcmp(env, "0") != 0);
-    } else cx->fp8_exact = fp8 == KILN_FP8_EXACT || !cpu_has_avx512bf16();
+        cx->fp8_exact_asked = env && *env && strcmp(env, "0") != 0;
+    } else cx->fp8_exact_asked = fp8 == KILN_FP8_EXACT;
+    cx->fp8_exact = cx->fp8_exact_asked || !cpu_has_avx512bf16();
     cx->kt = table_for(cx->isa, cx->fp8_exact);
 }
 
@@ -310,6 +314,7 @@ void kiln_kctx_default(kiln_kctx *cx) {
     const kiln_ktable *t = table();
     cx->isa = __atomic_load_n(&current_isa, __ATOMIC_ACQUIRE);
     cx->fp8_exact = !kiln_fp8_bf16_dot();
+    cx->fp8_exact_asked = __atomic_load_n(&fp8_exact_asked, __ATOMIC_RELAXED);
     /* the FP8 form of the default table follows kiln_kernels_fp8_exact at call time */
     cx->kt = cx->isa == KILN_ISA_AVX512 ? table_for(KILN_ISA_AVX512, cx->fp8_exact) : t;
     cx->threads = omp_get_max_threads();
@@ -460,17 +465,25 @@ static int small_n(const kiln_ktable *t, const kiln_weight *w) {
  * documented form. A step the caller marks as n decodes (cx->decode_steps: speculative
  * verification) keeps the 1-token form, so that its tokens get the 1-token step's logits bit for bit
  * at the 1-token step's weight rate (docs/SPECULATIVE.md); prompts never take it. */
-/* Prompts' FP8 GEMMs on Q8_0's int8 kernels (gemv_avx512.c kiln_fp8_q8_avx512: each block of rows
- * requantized once per call to Q8_0 in the 16-row interleave): the BF16 table with FP8's activation
- * preparation Q8_0's and its GEMM the driver's fp8_q8 path (rows_impl). Built once from
- * kiln_ktable_avx512_bf16. The requantization runs once per call, so it pays off from about 128
- * tokens a call (1.7B shape, AMD Zen 5 VM, docs/BENCHMARKS.md): `kiln serve` time to first token,
- * BF16 route → int8, 2,048 tokens in 256-token steps 19.6 → 14.3 s, 1,024 in 128-token steps 9.06 →
- * 7.85 s; a session's 64-token chunks 100–115 → 96–120 tok/s (no gain). Modes (kiln_kernels_
- * fp8_prefill_int8; KILN_FP8_PREFILL=bf16|auto|int8 at start): 0 never, 1 from FP8_Q8_MIN_N tokens
- * (the default), 2 every prompt GEMM past KILN_GEMV_SMALL_N_FP8 tokens. */
+/* Prompts' FP8 GEMMs on Q8_0's int8 kernels (gemv_avx512.c kiln_fp8_q8_avx512, gemv_avx2.c
+ * kiln_fp8_q8_avx2: each block of rows requantized once per call to Q8_0 in the 16-row interleave):
+ * a copy of the caller's table with FP8's activation preparation Q8_0's and its GEMM the driver's
+ * fp8_q8 path (rows_impl), built once per base table:
+ *   - the AVX-512 BF16 form (AVX512_BF16 CPUs), whose FP8 prompts otherwise run bf16 tiles on
+ *     vdpbf16ps (half the int8 dot rate);
+ *   - the AVX-512 f32 form and the AVX2 tables (CPUs without AVX512_BF16, or `--isa avx2`), whose
+ *     FP8 prompts otherwise run f32 tiles at the f32 FMA rate — unless the exact form was asked for
+ *     (--fp8-gemv exact, KILN_FP8_EXACT: cx->fp8_exact_asked), which keeps its exact f32 tiles.
+ * The requantization runs once per call, so it pays off from about 128 tokens a call (1.7B shape,
+ * AMD Zen 5 VM, docs/BENCHMARKS.md): `kiln serve` time to first token, BF16 route → int8, 2,048
+ * tokens in 256-token steps 19.6 → 14.3 s (11.5 s with whole 16-row work chunks, chunk_rows), 1,024
+ * in 128-token steps 9.06 → 7.85 s; 64-token calls gained nothing. Modes (kiln_kernels_fp8_prefill_int8;
+ * KILN_FP8_PREFILL=bf16|auto|int8 at start): 0 never, 1 from FP8_Q8_MIN_N tokens (the default), 2
+ * every prompt GEMM past the table's few-token steps. */
 #define FP8_Q8_MIN_N 128
-static kiln_ktable fp8_q8_table;
+enum { FP8_Q8_AVX512_BF16, FP8_Q8_AVX512, FP8_Q8_AVX2, FP8_Q8_AVX2_VNNI, FP8_Q8_TABLES };
+static const kiln_ktable *fp8_q8_base[FP8_Q8_TABLES];
+static kiln_ktable fp8_q8_tables[FP8_Q8_TABLES];
 static int fp8_q8_mode;
 static pthread_once_t fp8_q8_once = PTHREAD_ONCE_INIT;
 static const char *fp8_q8_bad_env; /* KILN_FP8_PREFILL's value when it is none of the three (auto used) */
@@ -478,22 +491,39 @@ static void fp8_q8_init(void) {
     const char *e = getenv("KILN_FP8_PREFILL");
     if (e && *e && strcmp(e, "bf16") && strcmp(e, "auto") && strcmp(e, "int8")) fp8_q8_bad_env = e;
     __atomic_store_n(&fp8_q8_mode, e && strcmp(e, "bf16") == 0 ? 0 : e && strcmp(e, "int8") == 0 ? 2 : 1, __ATOMIC_RELAXED);
-    fp8_q8_table = kiln_ktable_avx512_bf16;
-    fp8_q8_table.fp8_q8 = kiln_fp8_q8_avx512;
-    fp8_q8_table.bf16_gemm_mask &= ~(1u << KILN_WF_FP8_BLOCK);
-    fp8_q8_table.dequant[KILN_WF_FP8_BLOCK] = NULL; /* not the f32 tiles either */
-    fp8_q8_table.xprep_bytes[KILN_WF_FP8_BLOCK] = kiln_ktable_avx512_bf16.xprep_bytes[KILN_WF_Q8_0];
-    fp8_q8_table.xprep[KILN_WF_FP8_BLOCK] = kiln_ktable_avx512_bf16.xprep[KILN_WF_Q8_0];
-    fp8_q8_table.gemm_prep[KILN_WF_FP8_BLOCK] = NULL;
+    pthread_once(&avx_vnni_once, avx_vnni_init);
+    fp8_q8_base[FP8_Q8_AVX512_BF16] = &kiln_ktable_avx512_bf16;
+    fp8_q8_base[FP8_Q8_AVX512] = &kiln_ktable_avx512;
+    fp8_q8_base[FP8_Q8_AVX2] = &kiln_ktable_avx2;
+    fp8_q8_base[FP8_Q8_AVX2_VNNI] = &avx2_vnni_table;
+    for (int i = 0; i < FP8_Q8_TABLES; i++) {
+        const kiln_ktable *b = fp8_q8_base[i];
+        kiln_ktable *t = &fp8_q8_tables[i];
+        *t = *b;
+        t->fp8_q8 = i <= FP8_Q8_AVX512 ? kiln_fp8_q8_avx512 : kiln_fp8_q8_avx2;
+        t->bf16_gemm_mask &= ~(1u << KILN_WF_FP8_BLOCK);
+        t->dequant[KILN_WF_FP8_BLOCK] = NULL; /* not the f32 tiles either */
+        t->xprep_bytes[KILN_WF_FP8_BLOCK] = b->xprep_bytes[KILN_WF_Q8_0];
+        t->xprep[KILN_WF_FP8_BLOCK] = b->xprep[KILN_WF_Q8_0];
+        t->gemm_prep[KILN_WF_FP8_BLOCK] = NULL;
+        t->tiled_mask |= 1u << KILN_WF_FP8_BLOCK; /* the requantization reads either layout (row_at) */
+    }
+}
+/* The int8-route table for prompts of FP8 weights on t, or NULL where t keeps its own FP8 GEMM. */
+static const kiln_ktable *fp8_q8_for(const kiln_kctx *cx, const kiln_ktable *t) {
+    pthread_once(&fp8_q8_once, fp8_q8_init);
+    for (int i = 0; i < FP8_Q8_TABLES; i++)
+        if (t == fp8_q8_base[i]) return i == FP8_Q8_AVX512_BF16 || !cx->fp8_exact_asked ? &fp8_q8_tables[i] : NULL;
+    return NULL;
 }
 /* The Q8_0 blocks of 32 columns must each lie in one FP8 scale block. */
-static int fp8_q8_fits(const kiln_weight *w) { return w->cols % 32 == 0 && w->block % 32 == 0 && kiln_ktable_avx512_bf16.gemm_prep[KILN_WF_Q8_0]; }
+static int fp8_q8_fits(const kiln_ktable *t, const kiln_weight *w) { return w->cols % 32 == 0 && w->block % 32 == 0 && t->gemm_prep[KILN_WF_Q8_0]; }
 static const kiln_ktable *table_for_n(const kiln_kctx *cx, const kiln_ktable *t, const kiln_weight *w, int n) {
     if (t == &kiln_ktable_avx512_bf16 && w->fmt == KILN_WF_FP8_BLOCK && n > 1 && n <= small_n(t, w) && !cx->decode_steps) return &kiln_ktable_avx512;
-    if (t == &kiln_ktable_avx512_bf16 && w->fmt == KILN_WF_FP8_BLOCK && n > small_n(t, w) && !cx->decode_steps && fp8_q8_fits(w)) {
-        pthread_once(&fp8_q8_once, fp8_q8_init);
+    if (w->fmt == KILN_WF_FP8_BLOCK && n > small_n(t, w) && !cx->decode_steps && fp8_q8_fits(t, w)) {
+        const kiln_ktable *q = fp8_q8_for(cx, t);
         const int mode = __atomic_load_n(&fp8_q8_mode, __ATOMIC_RELAXED);
-        if (mode == 2 || (mode == 1 && n >= FP8_Q8_MIN_N)) return &fp8_q8_table;
+        if (q && (mode == 2 || (mode == 1 && n >= FP8_Q8_MIN_N))) return q;
     }
     return t;
 }
@@ -506,7 +536,8 @@ int kiln_kernels_fp8_prefill_int8(int mode) {
     return __atomic_exchange_n(&fp8_q8_mode, mode < 0 ? 0 : mode > 2 ? 2 : mode, __ATOMIC_RELAXED);
 }
 int kiln_cx_fp8_int8(const kiln_kctx *cx, const kiln_weight *w, int n) {
-    return fast_ok(cx->kt, w) && table_for_n(cx, cx->kt, w, n) == &fp8_q8_table;
+    const kiln_ktable *t = fast_ok(cx->kt, w) ? table_for_n(cx, cx->kt, w, n) : NULL;
+    return t && t->fp8_q8 && w->fmt == KILN_WF_FP8_BLOCK;
 }
 static int bf16_gemm(const kiln_ktable *t, const kiln_weight *w, int n) {
     return t && n > small_n(t, w) && t->gemm_bf16 && (t->bf16_gemm_mask >> w->fmt & 1u) && (w->fmt == KILN_WF_BF16 ? !w->tiled : t->dequant_bf16[w->fmt] != NULL);
@@ -568,7 +599,7 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
     }
     const int f = w->fmt;
     if (xp && t->fp8_q8 && f == KILN_WF_FP8_BLOCK) {
-        /* FP8 requantized to Q8_0 (fp8_q8_table): blocks of rows whose Q8_0 bytes stay in L2 (~512 KiB)
+        /* FP8 requantized to Q8_0 (fp8_q8_tables): blocks of rows whose Q8_0 bytes stay in L2 (~512 KiB)
          * while every token's prepared row meets them, cols floats of scratch for the conversion (per row its blocks' amax, d, 1 / d) */
         const size_t rbq = (size_t)(cols / 32) * 34;
         int64_t rbk = (int64_t)(((size_t)512 << 10) / rbq) & ~(int64_t)15;
@@ -694,7 +725,7 @@ static int64_t chunk_rows(const kiln_weight *w, int nth, const kiln_ktable *t) {
     if (chunk > even) chunk = even;
     chunk = (chunk + 3) & ~(int64_t)3;
     /* whole 16-row groups: for the 16-row interleave, and for FP8 weights requantized into it per
-     * call (fp8_q8_table: a chunk of 24 rows ran 8 of them on the row-major Q8_0 kernel and re-read
+     * call (fp8_q8_tables: a chunk of 24 rows ran 8 of them on the row-major Q8_0 kernel and re-read
      * every token's activation per 24 rows — prefill 512 on the 1.7B shape 160 → 225 tok/s with this) */
     if ((w->tiled && kiln_weight_tile_rows(w) == 16) || (t && t->fp8_q8 && w->fmt == KILN_WF_FP8_BLOCK)) chunk = (chunk + 15) & ~(int64_t)15;
     return chunk < 16 ? 16 : chunk;

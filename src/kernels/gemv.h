@@ -155,6 +155,10 @@ typedef struct kiln_kctx {
     int threads;                    /* threads a parallel section may use (>= 1) */
     int fp8_exact;                  /* 1: FP8 GEMV on exact f32 activations; 0: bf16 activations with
                                        vdpbf16ps (AVX-512 with AVX512_BF16 only) */
+    int fp8_exact_asked;            /* 1: the exact FP8 form was asked for (KILN_FP8_EXACT, --fp8-gemv
+                                       exact), not only forced by a CPU without AVX512_BF16: FP8
+                                       prompts then keep exact f32 tiles instead of the int8 route
+                                       (gemv.c fp8_q8_for) */
     int decode_steps;               /* 1: a step of n tokens is n decodes (speculative verification):
                                        FP8 few-token steps take the 1-token GEMV's form too (its
                                        BF16-dot form where fp8_exact is 0), so each token gets its
@@ -175,7 +179,7 @@ void kiln_cx_matmul_many(const kiln_kctx *cx, const kiln_weight *const *ws, floa
 void kiln_cx_matmul_rows(const kiln_kctx *cx, const kiln_weight *w, const float *X, float *Y, int n, int64_t r0, int64_t r1);
 int kiln_cx_matmul_is_fast(const kiln_kctx *cx, const kiln_weight *w);
 /* 1 when a step of n tokens (not marked as decodes) multiplies the FP8 weight w on Q8_0's int8
- * kernels (gemv.c fp8_q8_table: prompts on AVX512_BF16 CPUs in the BF16 form): each block of rows
+ * kernels (gemv.c fp8_q8_tables: prompts of 128 tokens and more, unless the exact FP8 form was asked for): each block of rows
  * requantized per call to Q8_0, the activations to int8 per 32. */
 int kiln_cx_fp8_int8(const kiln_kctx *cx, const kiln_weight *w, int n);
 /* When that route runs: 0 never, 1 from 128 tokens a call (the default; gemv.c says why), 2 every

@@ -296,6 +296,80 @@ static void dequant_fp8(const kiln_weight *w, int64_t r0, int64_t r1, float *out
     }
 }
 
+/* ---- FP8 weights in a prompt's GEMM on Q8_0's int8 kernels (issue 20) ------------------------------
+ * kiln_fp8_q8_avx512's bytes with 8-lane vectors (gemv.c fp8_q8_tables: the AVX2 tables' prompts,
+ * where FP8 otherwise runs f32 tiles at the f32 FMA rate): per row and block of 32 columns the
+ * floats fp8 × scale (ld8's value/256 times scale·256, rounded once), then ggml's Q8_0 rule in f32
+ * (d = amax / 127, q = round(w · (1 / d)), ties to even; d as f16), written in Q8_0's 16-row
+ * interleave for whole groups of 16 rows and as plain Q8_0 blocks after them. Either FP8 layout
+ * (row_at). tile: cols floats of scratch (per block amax, d, 1 / d). test_gemv checks the bytes
+ * against the AVX-512 form's reference. */
+AI void fp8_q8_block8(const uint8_t *p, __m256 s256, __m256 v[4]) {
+    for (int k = 0; k < 4; k++) v[k] = _mm256_mul_ps(ld8(KILN_WF_FP8_BLOCK, p, 8 * k), s256);
+}
+void kiln_fp8_q8_avx2(const kiln_weight *w, int64_t r0, int64_t r1, float *tile, uint8_t *out) {
+    const int64_t cols = w->cols, nb = cols / 32, nr = r1 - r0, grouped = nr / 16 * 16, B = w->block, sc_cols = (cols + B - 1) / B;
+    const size_t rb = (size_t)nb * 34, wrb = w->row_bytes, full = wrb / 64;
+    const float *S = (const float *)w->scales;
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i flip = _mm256_set1_epi8((char)0x80), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    float *amx = tile, *dv = tile + nb, *idv = tile + 2 * nb;
+    for (int64_t r = 0; r < nr; r++) {
+        const int64_t wr = r0 + r;
+        const row_loc loc = row_at(w, wr);
+        const float *srow = S + (wr / B) * sc_cols;
+        const int j = (int)(r % 16);
+        uint8_t *grp = out + (size_t)(r / 16) * 16 * rb;
+#define FP8_PIECE(b) ((size_t)(b) / 2 < full ? loc.p + (size_t)loc.cs * ((size_t)(b) / 2) + 32 * ((size_t)(b) & 1) : loc.tp)
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *p = FP8_PIECE(b);
+            if (!(b & 1) && wr + 4 < w->rows) _mm_prefetch((const char *)(p + 4 * wrb), _MM_HINT_T0); /* as the AVX-512 form */
+            __m256 v[4];
+            fp8_q8_block8(p, _mm256_set1_ps(srow[(32 * b) / B] * 256.0f), v);
+            __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absm), _mm256_and_ps(v[1], absm)),
+                                     _mm256_max_ps(_mm256_and_ps(v[2], absm), _mm256_and_ps(v[3], absm)));
+            __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            h = _mm_max_ss(h, _mm_movehdup_ps(h));
+            amx[b] = _mm_cvtss_f32(h);
+        }
+        /* d = amax / 127 and 1 / d (0 where d is not > 0), 8 blocks a division */
+        int64_t b0 = 0;
+        for (; b0 + 8 <= nb; b0 += 8) {
+            const __m256 d = _mm256_div_ps(_mm256_loadu_ps(amx + b0), _mm256_set1_ps(127.0f));
+            const __m256 nz = _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_GT_OQ);
+            _mm256_storeu_ps(dv + b0, d);
+            _mm256_storeu_ps(idv + b0, _mm256_and_ps(nz, _mm256_div_ps(_mm256_set1_ps(1.0f), d)));
+        }
+        for (; b0 < nb; b0++) {
+            dv[b0] = amx[b0] / 127.0f;
+            idv[b0] = dv[b0] > 0.0f ? 1.0f / dv[b0] : 0.0f;
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            __m256 v[4];
+            fp8_q8_block8(FP8_PIECE(b), _mm256_set1_ps(srow[(32 * b) / B] * 256.0f), v);
+            const __m256 vid = _mm256_set1_ps(idv[b]);
+            __m256i q[4];
+            for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid)); /* |q| ≤ 127: the packs never saturate */
+            /* packs interleave 128-bit lanes: dwords (0-3, 8-11, 16-19, 24-27, 4-7, 12-15, 20-23, 28-31) → in order */
+            const __m256i qb = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), order);
+            const uint16_t dh = (uint16_t)_cvtss_sh(dv[b], _MM_FROUND_TO_NEAREST_INT);
+            if (r < grouped) { /* block b of the group: 16 f16 scales, then 8 vectors whose dword j is row j's 4 columns (+ 128) */
+                uint8_t *blk = grp + (size_t)b * 544;
+                memcpy(blk + 2 * j, &dh, 2);
+                uint32_t words[8];
+                _mm256_storeu_si256((__m256i *)words, _mm256_xor_si256(qb, flip));
+                for (int k = 0; k < 8; k++) memcpy(blk + 32 + 64 * k + 4 * j, &words[k], 4);
+            } else { /* a plain Q8_0 block: f16 d, 32 int8 */
+                uint8_t *blk = out + (size_t)r * rb + (size_t)b * 34;
+                memcpy(blk, &dh, 2);
+                _mm256_storeu_si256((__m256i *)(blk + 2), qb);
+            }
+        }
+#undef FP8_PIECE
+    }
+}
+
 /* ---- f32 GEMM on a dequantised tile: 3 rows of X × 4 rows of W per register tile ------------------- */
 static void gemm_f32(const float *W, int64_t ldw, int nr, const float *X, int64_t ldx, int n, int64_t cols,
                      float *Y, int64_t ldy) {

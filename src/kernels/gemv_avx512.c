@@ -140,25 +140,6 @@ AI int64_t pf_groups(size_t row_bytes) {
     return g < 1 ? 1 : g;
 }
 
-/* Where row r's bytes are, in either layout (gemv.h): 64-byte chunk k at p + cs·k for
- * k < row_bytes / 64, the row_bytes % 64 tail bytes at tp. */
-typedef struct { const uint8_t *p, *tp; int64_t cs; } row_loc;
-AI row_loc row_at(const kiln_weight *w, int64_t r) {
-    const size_t rb = w->row_bytes, n = rb / 64;
-    row_loc o;
-    if (!w->tiled || r >= (w->rows & ~(int64_t)3)) {
-        o.p = w->data + (size_t)r * rb;
-        o.cs = 64;
-        o.tp = o.p + 64 * n;
-    } else {
-        const uint8_t *g = w->data + (size_t)(r & ~(int64_t)3) * rb;
-        const size_t j = (size_t)(r & 3);
-        o.p = g + 64 * j;
-        o.cs = 256;
-        o.tp = g + 256 * n + (rb % 64) * j;
-    }
-    return o;
-}
 /* Rows [r0, r1) in calls of 4 rows where a 4-row call reads one tile group (tiled weights: leading
  * rows up to a multiple of 4 go one at a time), the rest one at a time. */
 #define FOR_ROW_GROUPS(w, r0, r1, CALL4, CALL1)                                  \
@@ -1680,7 +1661,7 @@ static void gemm_q4(const kiln_weight *w, const uint8_t *xp, size_t xpb, int n, 
 }
 /* ---- FP8 weights in a prompt's GEMM on Q8_0's int8 kernels (issue 20) ------------------------------
  * The BF16 route (vdpbf16ps) peaks at half the int8 dot rate (770 GFLOP/s against 1,626 GOPS on the
- * Zen 5 VM, docs/BENCHMARKS.md), so gemv.c's fp8_q8_table takes a prompt's FP8 GEMMs here: each
+ * Zen 5 VM, docs/BENCHMARKS.md), so gemv.c's fp8_q8_tables take a prompt's FP8 GEMMs here: each
  * block of rows becomes, once per call, Q8_0 blocks in the 16-row interleave — per row and 32
  * columns fp8 × scale in f32 (dequant_fp8's floats, rounded once), then ggml's Q8_0 rule as quant32 applies it to
  * activations (d = amax / 127, q = round(v / d), d stored as f16) — which gemm_q8 multiplies with

@@ -49,7 +49,7 @@ typedef struct kiln_ktable {
     void (*dequant_bf16[KILN_WF_COUNT])(const kiln_weight *w, int64_t r0, int64_t r1, uint16_t *out, int64_t ld);
     unsigned bf16_gemm_mask;
     /* FP8 weights in a prompt's GEMM on Q8_0's int8 kernels (only the table gemv.c builds for that:
-     * fp8_q8_table): rows [r0, r1) of w → Q8_0 blocks (tile: cols floats of scratch, per row its
+     * fp8_q8_tables): rows [r0, r1) of w → Q8_0 blocks (tile: cols floats of scratch, per row its
      * blocks' amax, d and 1 / d) into
      * out, whole 16-row groups in the 16-row interleave (docs/FORMATS.md) and the rest as plain Q8_0
      * rows — the layout kiln_weight_tile gives a Q8_0 weight of r1 − r0 rows. */
@@ -74,6 +74,25 @@ typedef struct kiln_ktable {
      * other layout goes the untiled-copy way (kiln_ktable_reads_tiled) */
     int int4_q16;
 } kiln_ktable;
+/* Where row r's bytes are, in either layout (gemv.h): 64-byte chunk k at p + cs·k for
+ * k < row_bytes / 64, the row_bytes % 64 tail bytes at tp. */
+typedef struct { const uint8_t *p, *tp; int64_t cs; } row_loc;
+static inline row_loc row_at(const kiln_weight *w, int64_t r) {
+    const size_t rb = w->row_bytes, n = rb / 64;
+    row_loc o;
+    if (!w->tiled || r >= (w->rows & ~(int64_t)3)) {
+        o.p = w->data + (size_t)r * rb;
+        o.cs = 64;
+        o.tp = o.p + 64 * n;
+    } else {
+        const uint8_t *g = w->data + (size_t)(r & ~(int64_t)3) * rb;
+        const size_t j = (size_t)(r & 3);
+        o.p = g + 64 * j;
+        o.cs = 256;
+        o.tp = g + 256 * n + (rb % 64) * j;
+    }
+    return o;
+}
 /* Whether t's kernels read w's tile layout directly. */
 static inline int kiln_ktable_reads_tiled(const kiln_ktable *t, const kiln_weight *w) {
     if (w->fmt == KILN_WF_INT4_GROUP && w->tiled == KILN_TILE_Q16) return t->int4_q16;
@@ -90,6 +109,8 @@ extern const kiln_ktable kiln_ktable_avx512_bf16; /* FP8 GEMV on bf16 activation
 /* FP8 rows → Q8_0 blocks in the 16-row interleave (the fp8_q8 entry of the table gemv.c builds from
  * kiln_ktable_avx512_bf16 for prompts' FP8 GEMMs; gemv_avx512.c). */
 void kiln_fp8_q8_avx512(const kiln_weight *w, int64_t r0, int64_t r1, float *tile, uint8_t *out);
+/* The same bytes with AVX2 + F16C (gemv_avx2.c), for the AVX2 tables. */
+void kiln_fp8_q8_avx2(const kiln_weight *w, int64_t r0, int64_t r1, float *tile, uint8_t *out);
 /* The AVX2 table's INT4 GEMV with AVX-VNNI dots (gemv_avxvnni.c); the AVX2 table uses it in place of
  * its own when the CPU has AVX-VNNI and kiln_kernels_avx_vnni(0) / KILN_AVX_VNNI=0 did not say no. */
 void kiln_gemv_int4_avxvnni(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1);

@@ -1088,17 +1088,19 @@ static void test_fp8_daz(void **s) {
     kiln_kernels_select(KILN_ISA_AUTO);
 }
 
-/* FP8 → Q8_0 for prompts' GEMMs on the int8 kernels (gemv_avx512.c kiln_fp8_q8_avx512): rows
+/* FP8 → Q8_0 for prompts' GEMMs on the int8 kernels (gemv_avx512.c kiln_fp8_q8_avx512, gemv_avx2.c
+ * kiln_fp8_q8_avx2, each ISA the CPU has): rows
  * [3, 42) of a 42-row FP8 weight, in checkpoint and in 4-row tile layout (its last 2 rows untiled),
  * give byte for byte ggml's Q8_0 quantization (kiln_quantize_row_q8_0) of their exact values
  * fp8 × scale, laid out as kiln_weight_tile lays out a Q8_0 weight of 39 rows (two 16-row groups in
- * the interleave, seven rows as they are); and the driver takes that route for prompts (kiln_cx_fp8_int8) on AVX512_BF16 CPUs
- * in the BF16 form as its mode says (never / from 128 tokens / always), never for decodes nor in
- * the exact form. */
+ * the interleave, seven rows as they are); and the driver takes that route for prompts
+ * (kiln_cx_fp8_int8) as its mode says (never / from 128 tokens / always) — on the BF16 form, and on
+ * the AVX2 and AVX-512 f32 tables where the exact form was not asked for — never for decodes nor
+ * where the exact form was asked for. */
 static void fp8_q8_requant_case(int64_t cols, int block);
 static void test_fp8_q8_requant(void **s) {
     (void)s;
-    if (!kiln_cpu_supports(KILN_ISA_AVX512)) { skip(); return; }
+    if (!kiln_cpu_supports(KILN_ISA_AVX2)) { skip(); return; }
     fp8_q8_requant_case(384, 128);
     fp8_q8_requant_case(352, 32); /* a tail chunk in the 4-row tiles (352 % 64 = 32); rows in several scale rows */
 }
@@ -1110,9 +1112,13 @@ static void fp8_q8_requant_case(int64_t cols, int block) {
     uint8_t *got = malloc(nr * rb), *want = malloc(nr * rb), *row = malloc((size_t)cols);
     assert_non_null(tile); assert_non_null(v); assert_non_null(got); assert_non_null(want); assert_non_null(row);
     const float *S = (const float *)t.scales;
-    for (int tiled = 0; tiled < 2; tiled++) {
-        if (tiled) assert_int_equal(kiln_weight_tile(&t.w, t.data, t.scales, 1), 0);
-        kiln_fp8_q8_avx512(&t.w, r0, r1, tile, got);
+    /* each ISA's form (AVX-512, AVX2) on each layout: checkpoint rows, then the 4-row tiles */
+    for (int k = 0; k < 4; k++) {
+        const int tiled = k / 2, isa = k % 2;
+        if (k == 2) assert_int_equal(kiln_weight_tile(&t.w, t.data, t.scales, 1), 0);
+        if (isa == 0 && !kiln_cpu_supports(KILN_ISA_AVX512)) continue;
+        memset(got, 0xA5, nr * rb);
+        (isa == 0 ? kiln_fp8_q8_avx512 : kiln_fp8_q8_avx2)(&t.w, r0, r1, tile, got);
         for (int64_t r = r0; r < r1; r++) {
             kiln_weight_row_gather(&t.w, r, row);
             for (int64_t c = 0; c < cols; c++) v[c] = kiln_fp8_e4m3_to_f32(row[c]) * S[(r / block) * ((cols + block - 1) / block) + c / block];
@@ -1123,14 +1129,26 @@ static void fp8_q8_requant_case(int64_t cols, int block) {
         if (memcmp(got, want, nr * rb) != 0) {
             size_t i = 0;
             while (got[i] == want[i]) i++;
-            fail_msg("cols %lld block %d layout %d: byte %zu of the requantized rows is %u, Q8_0 + kiln_weight_tile give %u", (long long)cols, block,
-                     tiled, i, got[i], want[i]);
+            fail_msg("%s, cols %lld block %d layout %d: byte %zu of the requantized rows is %u, Q8_0 + kiln_weight_tile give %u", isa ? "AVX2" : "AVX-512",
+                     (long long)cols, block, tiled, i, got[i], want[i]);
         }
     }
-    /* the route: a prompt's FP8 GEMM on the BF16-form table, not a decode step's */
+    /* the route: a prompt's FP8 GEMM, not a decode step's, unless the exact form was asked for */
     kiln_kctx cx;
+    const int was = kiln_kernels_fp8_prefill_int8(1);
+    kiln_kctx_init(&cx, KILN_ISA_AVX2, 1, KILN_FP8_AUTO); /* the AVX2 tables: f32 tiles otherwise */
+    assert_true(kiln_cx_fp8_int8(&cx, &t.w, 256));
+    assert_false(kiln_cx_fp8_int8(&cx, &t.w, 64));
+    kiln_kctx_init(&cx, KILN_ISA_AVX2, 1, KILN_FP8_EXACT);
+    assert_false(kiln_cx_fp8_int8(&cx, &t.w, 256)); /* asked for: exact f32 tiles */
+    if (!kiln_cpu_supports(KILN_ISA_AVX512)) goto done;
+    kiln_kctx_init(&cx, KILN_ISA_AVX512, 1, KILN_FP8_AUTO);
+    cx.kt = &kiln_ktable_avx512; /* an AVX-512 CPU without AVX512_BF16, the exact form not asked for */
+    cx.fp8_exact = 1;
+    cx.fp8_exact_asked = 0;
+    assert_true(kiln_cx_fp8_int8(&cx, &t.w, 256));
     kiln_kctx_init(&cx, KILN_ISA_AVX512, 1, KILN_FP8_BF16);
-    const int was = kiln_kernels_fp8_prefill_int8(0);
+    kiln_kernels_fp8_prefill_int8(0);
     assert_false(kiln_cx_fp8_int8(&cx, &t.w, 256)); /* never */
     kiln_kernels_fp8_prefill_int8(1); /* from 128 tokens */
     assert_int_equal(kiln_cx_fp8_int8(&cx, &t.w, 256), !cx.fp8_exact);
@@ -1144,6 +1162,7 @@ static void fp8_q8_requant_case(int64_t cols, int block) {
     }
     kiln_kctx_init(&cx, KILN_ISA_AVX512, 1, KILN_FP8_EXACT);
     assert_false(kiln_cx_fp8_int8(&cx, &t.w, 64)); /* the exact form stays exact */
+done:
     kiln_kernels_fp8_prefill_int8(was);
     free(tile); free(v); free(got); free(want); free(row); free_weight(&t);
 }
