@@ -312,14 +312,12 @@ void kiln_fp8_q8_avx2(const kiln_weight *w, int64_t r0, int64_t r1, float *tile,
     const size_t rb = (size_t)nb * 34, wrb = w->row_bytes, full = wrb / 64;
     const float *S = (const float *)w->scales;
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256i flip = _mm256_set1_epi8((char)0x80), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     float *amx = tile, *dv = tile + nb, *idv = tile + 2 * nb;
     for (int64_t r = 0; r < nr; r++) {
         const int64_t wr = r0 + r;
         const row_loc loc = row_at(w, wr);
         const float *srow = S + (wr / B) * sc_cols;
-        const int j = (int)(r % 16);
-        uint8_t *grp = out + (size_t)(r / 16) * 16 * rb;
 #define FP8_PIECE(b) ((size_t)(b) / 2 < full ? loc.p + (size_t)loc.cs * ((size_t)(b) / 2) + 32 * ((size_t)(b) & 1) : loc.tp)
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *p = FP8_PIECE(b);
@@ -353,18 +351,9 @@ void kiln_fp8_q8_avx2(const kiln_weight *w, int64_t r0, int64_t r1, float *tile,
             for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid)); /* |q| ≤ 127: the packs never saturate */
             /* packs interleave 128-bit lanes: dwords (0-3, 8-11, 16-19, 24-27, 4-7, 12-15, 20-23, 28-31) → in order */
             const __m256i qb = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), order);
-            const uint16_t dh = (uint16_t)_cvtss_sh(dv[b], _MM_FROUND_TO_NEAREST_INT);
-            if (r < grouped) { /* block b of the group: 16 f16 scales, then 8 vectors whose dword j is row j's 4 columns (+ 128) */
-                uint8_t *blk = grp + (size_t)b * 544;
-                memcpy(blk + 2 * j, &dh, 2);
-                uint32_t words[8];
-                _mm256_storeu_si256((__m256i *)words, _mm256_xor_si256(qb, flip));
-                for (int k = 0; k < 8; k++) memcpy(blk + 32 + 64 * k + 4 * j, &words[k], 4);
-            } else { /* a plain Q8_0 block: f16 d, 32 int8 */
-                uint8_t *blk = out + (size_t)r * rb + (size_t)b * 34;
-                memcpy(blk, &dh, 2);
-                _mm256_storeu_si256((__m256i *)(blk + 2), qb);
-            }
+            uint8_t qs[32];
+            _mm256_storeu_si256((__m256i *)qs, qb);
+            kiln_q8_block_put(out, r, grouped, b, rb, (uint16_t)_cvtss_sh(dv[b], _MM_FROUND_TO_NEAREST_INT), qs);
         }
 #undef FP8_PIECE
     }

@@ -1680,7 +1680,6 @@ void kiln_fp8_q8_avx512(const kiln_weight *w, int64_t r0, int64_t r1, float *til
     const int64_t cols = w->cols, nb = cols / 32, nr = r1 - r0, grouped = nr / 16 * 16, B = w->block, sc_cols = (cols + B - 1) / B;
     const size_t rb = (size_t)nb * 34, wrb = w->row_bytes, full = wrb / 64;
     const float *S = (const float *)w->scales;
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
     /* per block of the row: amax, d, 1 / d (3·nb ≤ cols floats of tile) — the divisions 16 blocks at
      * a time instead of two dependent scalar ones per block (they were the function's critical path:
      * perf put ~35% of its samples on the division chain and the f16 conversion waiting for it) */
@@ -1691,8 +1690,6 @@ void kiln_fp8_q8_avx512(const kiln_weight *w, int64_t r0, int64_t r1, float *til
          * chunks, the last rows % 4 rows and each row's row_bytes % 64 tail in checkpoint order) */
         const row_loc loc = row_at(w, wr);
         const float *srow = S + (wr / B) * sc_cols;
-        const int j = (int)(r % 16);
-        uint8_t *grp = out + (size_t)(r / 16) * 16 * rb;
 #define FP8_PIECE(b) ((size_t)(b) / 2 < full ? loc.p + (size_t)loc.cs * ((size_t)(b) / 2) + 32 * ((size_t)(b) & 1) : loc.tp)
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *p = FP8_PIECE(b);
@@ -1718,18 +1715,9 @@ void kiln_fp8_q8_avx512(const kiln_weight *w, int64_t r0, int64_t r1, float *til
             const __m512 vid = _mm512_set1_ps(idv[b]);
             const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, vid)), qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, vid));
             const __m256i q = _mm256_set_m128i(_mm512_cvtepi32_epi8(qhi), _mm512_cvtepi32_epi8(qlo));
-            const uint16_t dh = (uint16_t)_cvtss_sh(dv[b], _MM_FROUND_TO_NEAREST_INT);
-            if (r < grouped) { /* block b of the group: 16 f16 scales, then 8 vectors whose dword j is row j's 4 columns (+ 128) */
-                uint8_t *blk = grp + (size_t)b * 544;
-                memcpy(blk + 2 * j, &dh, 2);
-                uint32_t words[8];
-                _mm256_storeu_si256((__m256i *)words, _mm256_xor_si256(q, flip));
-                for (int k = 0; k < 8; k++) memcpy(blk + 32 + 64 * k + 4 * j, &words[k], 4);
-            } else { /* a plain Q8_0 block: f16 d, 32 int8 */
-                uint8_t *blk = out + (size_t)r * rb + (size_t)b * 34;
-                memcpy(blk, &dh, 2);
-                _mm256_storeu_si256((__m256i *)(blk + 2), q);
-            }
+            uint8_t qs[32];
+            _mm256_storeu_si256((__m256i *)qs, q);
+            kiln_q8_block_put(out, r, grouped, b, rb, (uint16_t)_cvtss_sh(dv[b], _MM_FROUND_TO_NEAREST_INT), qs);
         }
 #undef FP8_PIECE
     }

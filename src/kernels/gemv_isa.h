@@ -14,6 +14,7 @@
 #ifndef KILN_KERNELS_GEMV_ISA_H
 #define KILN_KERNELS_GEMV_ISA_H
 #include "kernels/gemv.h"
+#include <string.h>
 
 typedef struct kiln_ktable {
     float (*dot)(const float *a, const float *b, int64_t n);
@@ -92,6 +93,28 @@ static inline row_loc row_at(const kiln_weight *w, int64_t r) {
         o.tp = g + 256 * n + (rb % 64) * j;
     }
     return o;
+}
+/* One requantized Q8_0 block (FP8 prompts on the int8 kernels, kiln_fp8_q8_*): block b of row r of
+ * out in the layout kiln_weight_tile gives a Q8_0 weight — rows below `grouped` (a multiple of 16)
+ * in the 16-row interleave (per group and block 544 bytes: 16 f16 scales, then 8 × 64 bytes whose
+ * dword j is row j's 4 columns, + 128 each), the rest as plain Q8_0 blocks (f16 d, 32 int8; rb
+ * bytes a row). q: the block's 32 int8. */
+static inline void kiln_q8_block_put(uint8_t *out, int64_t r, int64_t grouped, int64_t b, size_t rb, uint16_t dh, const uint8_t q[32]) {
+    if (r < grouped) {
+        uint8_t *blk = out + (size_t)(r / 16) * 16 * rb + (size_t)b * 544;
+        const size_t j = (size_t)(r % 16);
+        memcpy(blk + 2 * j, &dh, 2);
+        for (int k = 0; k < 8; k++) {
+            uint32_t wd;
+            memcpy(&wd, q + 4 * k, 4);
+            wd ^= 0x80808080u;
+            memcpy(blk + 32 + 64 * k + 4 * j, &wd, 4);
+        }
+    } else {
+        uint8_t *blk = out + (size_t)r * rb + (size_t)b * 34;
+        memcpy(blk, &dh, 2);
+        memcpy(blk + 2, q, 32);
+    }
 }
 /* Whether t's kernels read w's tile layout directly. */
 static inline int kiln_ktable_reads_tiled(const kiln_ktable *t, const kiln_weight *w) {
