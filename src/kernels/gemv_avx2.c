@@ -318,9 +318,8 @@ void kiln_fp8_q8_avx2(const kiln_weight *w, int64_t r0, int64_t r1, float *tile,
         const int64_t wr = r0 + r;
         const row_loc loc = row_at(w, wr);
         const float *srow = S + (wr / B) * sc_cols;
-#define FP8_PIECE(b) ((size_t)(b) / 2 < full ? loc.p + (size_t)loc.cs * ((size_t)(b) / 2) + 32 * ((size_t)(b) & 1) : loc.tp)
         for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *p = FP8_PIECE(b);
+            const uint8_t *p = row_piece32(&loc, full, b);
             if (!(b & 1) && wr + 4 < w->rows) _mm_prefetch((const char *)(p + 4 * wrb), _MM_HINT_T0); /* as the AVX-512 form */
             __m256 v[4];
             fp8_q8_block8(p, _mm256_set1_ps(srow[(32 * b) / B] * 256.0f), v);
@@ -345,7 +344,7 @@ void kiln_fp8_q8_avx2(const kiln_weight *w, int64_t r0, int64_t r1, float *tile,
         }
         for (int64_t b = 0; b < nb; b++) {
             __m256 v[4];
-            fp8_q8_block8(FP8_PIECE(b), _mm256_set1_ps(srow[(32 * b) / B] * 256.0f), v);
+            fp8_q8_block8(row_piece32(&loc, full, b), _mm256_set1_ps(srow[(32 * b) / B] * 256.0f), v);
             const __m256 vid = _mm256_set1_ps(idv[b]);
             __m256i q[4];
             for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid)); /* |q| ≤ 127: the packs never saturate */
@@ -355,7 +354,6 @@ void kiln_fp8_q8_avx2(const kiln_weight *w, int64_t r0, int64_t r1, float *tile,
             _mm256_storeu_si256((__m256i *)qs, qb);
             kiln_q8_block_put(out, r, grouped, b, rb, (uint16_t)_cvtss_sh(dv[b], _MM_FROUND_TO_NEAREST_INT), qs);
         }
-#undef FP8_PIECE
     }
 }
 

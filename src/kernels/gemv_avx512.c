@@ -1690,9 +1690,8 @@ void kiln_fp8_q8_avx512(const kiln_weight *w, int64_t r0, int64_t r1, float *til
          * chunks, the last rows % 4 rows and each row's row_bytes % 64 tail in checkpoint order) */
         const row_loc loc = row_at(w, wr);
         const float *srow = S + (wr / B) * sc_cols;
-#define FP8_PIECE(b) ((size_t)(b) / 2 < full ? loc.p + (size_t)loc.cs * ((size_t)(b) / 2) + 32 * ((size_t)(b) & 1) : loc.tp)
         for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *p = FP8_PIECE(b);
+            const uint8_t *p = row_piece32(&loc, full, b);
             /* the same bytes of the row 4 on (both layouts: 4 × row_bytes further), a line per 64 bytes:
              * the rows come from memory (measured: the first load of each block took half of this
              * function's time without it) */
@@ -1711,7 +1710,7 @@ void kiln_fp8_q8_avx512(const kiln_weight *w, int64_t r0, int64_t r1, float *til
         }
         for (int64_t b = 0; b < nb; b++) {
             __m512 lo, hi; /* the same floats again, from L1: q = round(w · (1 / d)) (ties to even) */
-            fp8_q8_block_ps(FP8_PIECE(b), srow[(32 * b) / B], &lo, &hi);
+            fp8_q8_block_ps(row_piece32(&loc, full, b), srow[(32 * b) / B], &lo, &hi);
             const __m512 vid = _mm512_set1_ps(idv[b]);
             const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, vid)), qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, vid));
             const __m256i q = _mm256_set_m128i(_mm512_cvtepi32_epi8(qhi), _mm512_cvtepi32_epi8(qlo));
@@ -1719,7 +1718,6 @@ void kiln_fp8_q8_avx512(const kiln_weight *w, int64_t r0, int64_t r1, float *til
             _mm256_storeu_si256((__m256i *)qs, q);
             kiln_q8_block_put(out, r, grouped, b, rb, (uint16_t)_cvtss_sh(dv[b], _MM_FROUND_TO_NEAREST_INT), qs);
         }
-#undef FP8_PIECE
     }
 }
 

@@ -94,6 +94,11 @@ static inline row_loc row_at(const kiln_weight *w, int64_t r) {
     }
     return o;
 }
+/* Row loc's 32-byte piece b (columns 32b.. of a 1-byte-per-column row): in its 64-byte chunk b / 2
+ * while that chunk is whole (full = row_bytes / 64), else the row's 32-byte tail. */
+static inline const uint8_t *row_piece32(const row_loc *loc, size_t full, int64_t b) {
+    return (size_t)b / 2 < full ? loc->p + (size_t)loc->cs * ((size_t)b / 2) + 32 * ((size_t)b & 1) : loc->tp;
+}
 /* One requantized Q8_0 block (FP8 prompts on the int8 kernels, kiln_fp8_q8_*): block b of row r of
  * out in the layout kiln_weight_tile gives a Q8_0 weight — rows below `grouped` (a multiple of 16)
  * in the 16-row interleave (per group and block 544 bytes: 16 f16 scales, then 8 × 64 bytes whose
