@@ -64,6 +64,13 @@ kiln_status kiln_device_read_gbps(const kiln_options *o, size_t bytes, double *g
  * threads (0 = all): the best of 3 runs of a register-only loop of the widest such instruction
  * (kernels/membw.c). 0 when that ISA has no such instruction (bf16 without AVX512_BF16). */
 double kiln_compute_peak_gops(int kind, kiln_isa isa, int threads);
+/* Whether a prompt's FP8 GEMM of n tokens runs on the int8 kernels (FP8 requantized to Q8_0 per
+ * call: kernels/gemv.c fp8_q8_tables) with the kernels of `isa` and FP8 form `fp8` (kiln_options
+ * fp8_gemv: 0 auto, 1 exact, 2 bf16), for a weight of whole 32-column blocks: `kiln bench` then sets
+ * the prompt's GOPS against the int8 (or AMX) peak. */
+int kiln_fp8_prompt_int8(kiln_isa isa, int fp8, int n);
+/* Tokens per forward call of a kiln_session prompt (engine/session.c): 512, llama.cpp's n_ubatch. */
+#define KILN_SESSION_CHUNK 512
 /* Multiply-accumulates of the linear layers one token runs (every projection and the head; for
  * MoE layers the num_experts_per_tok experts a token is routed to, the router and the shared
  * experts): achieved GFLOP/s of a prefill = 2 × this × tokens/s. */

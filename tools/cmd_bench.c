@@ -43,7 +43,9 @@ static void bench_close(bench_row *r) {
  * type: q8_0, q4_0, q4_1, q5_0, q5_1, q2_k .. q6_k, iq4_nl, iq4_xs) multiply int8 dots; BF16 and FP8
  * bf16 pair dots where the bf16 peak exists (the BF16-dot GEMM); f32 FMA otherwise. */
 /* amx: the AMX tile peak where the 16-row interleave GEMM runs on tiles (Q8_0, Q4_0, INT4 group 32), else 0 */
-static double row_peak(const char *weights, double f32, double int8, double bf16, double amx) {
+/* fp8_int8: FP8 prompts run on the int8 kernels here (kiln_fp8_prompt_int8), and so on AMX where the Q8_0 GEMM does */
+static double row_peak(const char *weights, double f32, double int8, double bf16, double amx, int fp8_int8) {
+    if (fp8_int8 && !strcmp(weights, "fp8")) return amx > 0 ? amx : int8;
     if (amx > 0 && (!strcmp(weights, "q8_0") || !strcmp(weights, "q4_0") || !strcmp(weights, "int4"))) return amx;
     if (!strncmp(weights, "int4", 4) || weights[0] == 'q' || !strncmp(weights, "iq4", 3)) return int8;
     if ((!strcmp(weights, "bf16") || !strcmp(weights, "fp8")) && bf16 > 0) return bf16;
@@ -241,6 +243,8 @@ int cmd_bench(int argc, char **argv) {
     const double pk_f32 = kiln_compute_peak_gops(0, o.isa, o.threads), pk_int8 = kiln_compute_peak_gops(1, o.isa, o.threads),
                  pk_bf16 = o.fp8_gemv == 1 ? 0 : kiln_compute_peak_gops(2, o.isa, o.threads),
                  pk_amx = on_device ? 0 : kiln_compute_peak_gops(3, o.isa, o.threads);
+    /* a prompt runs in forward calls of up to KILN_SESSION_CHUNK tokens */
+    const int fp8_int8 = !on_device && kiln_fp8_prompt_int8(o.isa, o.fp8_gemv, n_prompt < KILN_SESSION_CHUNK ? (int)n_prompt : KILN_SESSION_CHUNK);
     if (!json) {
         if (on_device)
             printf("model %s, scope %s, prompt %ld tokens, decode %ld tokens (best of %ld windows), device vulkan:%d, measured device read "
@@ -256,7 +260,7 @@ int cmd_bench(int argc, char **argv) {
         printf("prompt GFLOP/s (linear layers, 2 × multiply-accumulates per token × prompt tok/s) against the peak of the GEMM's instruction:");
         for (int i = 0; i < n; i++) {
             const bench_row *r = &rows[i];
-            const double g = 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9, pk = row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16, pk_amx);
+            const double g = 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9, pk = row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16, pk_amx, fp8_int8);
             printf(" %s %.0f (%.0f%%)%s", r->weights, g, pk > 0 ? 100 * g / pk : 0.0, i + 1 < n ? "," : "\n");
         }
         printf("| weights | prompt tok/s | decode tok/s | weight MB/token | achieved GB/s | %% of measured | vs first | vs first, paired | linear layers only: steps/s, %% of measured |\n");
@@ -274,8 +278,8 @@ int cmd_bench(int argc, char **argv) {
                    r->weights, r->prompt_tps, r->decode_tps, r->bytes_per_token, achieved, best_bw, achieved / best_bw, r->kept,
                    r->linear_tps, lin / best_bw, best_burst, achieved / best_burst, r->decode_tps / rows[0].decode_tps, r->paired,
                    2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9,
-                   row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16, pk_amx) > 0
-                       ? 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9 / row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16, pk_amx) : 0.0,
+                   row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16, pk_amx, fp8_int8) > 0
+                       ? 2.0 * (double)r->macs_per_token * r->prompt_tps / 1e9 / row_peak(r->native[0] ? r->native : r->weights, pk_f32, pk_int8, pk_bf16, pk_amx, fp8_int8) : 0.0,
                    pk_f32, pk_int8, pk_bf16, pk_amx);
         else if (r->linear_tps > 0)
             printf("| %s | %.1f | %.2f | %.1f | %.2f | %.0f%% | %.2fx | %.2fx | %.2f, %.0f%% |\n", r->weights, r->prompt_tps, r->decode_tps,

@@ -22,7 +22,7 @@
  * measured on the 1.7B shape, 512 against the first 64, prefill 1.6× (FP8), 1.1–1.3× (INT4, Q4_0),
  * 1.3× (BF16), Q8_0 unchanged (docs/BENCHMARKS.md). The forward scratch grows with it: ~170 KB per
  * token of chunk at that shape (x, xb, tmp, hb, hb2, q, k, v, ao). */
-#define SESSION_CHUNK 512
+#define SESSION_CHUNK KILN_SESSION_CHUNK
 
 struct kiln_session {
     struct kiln_model *m;

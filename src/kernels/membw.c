@@ -93,6 +93,13 @@ double kiln_membw_burst_gbps(kiln_membw *mb) {
 double kiln_membw_window_gbps(kiln_membw *mb, uint64_t window) { return read_window(mb->buf, mb->per, mb->threads, window, 0); }
 
 /* ---- compute peak ------------------------------------------------------------------------------ */
+int kiln_fp8_prompt_int8(kiln_isa isa, int fp8, int n) {
+    kiln_kctx cx;
+    kiln_kctx_init(&cx, isa, 1, fp8);
+    const kiln_weight w = {.fmt = KILN_WF_FP8_BLOCK, .rows = 128, .cols = 4096, .block = 128, .row_bytes = 4096};
+    return kiln_cx_fp8_int8(&cx, &w, n);
+}
+
 double kiln_compute_peak_gops(int kind, kiln_isa isa, int threads) {
     kiln_kctx cx;
     kiln_kctx_init(&cx, isa, threads, KILN_FP8_AUTO);
