@@ -1,5 +1,5 @@
 /* session.c — one sequence over its own paged KV pool: the API behind `kiln run` and the
- * evaluation tools. Prompts are processed in chunks of up to SESSION_CHUNK tokens.
+ * evaluation tools. Prompts are processed in chunks of up to KILN_SESSION_CHUNK tokens.
  *
  * KV set-up (engine/kv_setup.h): dtype, page size, budget and FP8 scales are resolved here, the
  * built-in calibration pass runs here when FP8 static scales have no other source, and one line
@@ -16,13 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* 512 tokens: llama.cpp's default micro-batch (n_ubatch), so `kiln bench --prompt 512` is one forward
- * call as `llama-bench -p 512` is one llama_decode. Larger calls amortize what a GEMM pays per call
+/* Prompt calls of KILN_SESSION_CHUNK (kiln_test.h, which `kiln bench` reads too) = 512 tokens:
+ * llama.cpp's default micro-batch (n_ubatch), so `kiln bench --prompt 512` is one forward call as
+ * `llama-bench -p 512` is one llama_decode. Larger calls amortize what a GEMM pays per call
  * (weights streamed once per call, FP8's per-call requantization to Q8_0, activation preparation):
  * measured on the 1.7B shape, 512 against the first 64, prefill 1.6× (FP8), 1.1–1.3× (INT4, Q4_0),
  * 1.3× (BF16), Q8_0 unchanged (docs/BENCHMARKS.md). The forward scratch grows with it: ~170 KB per
  * token of chunk at that shape (x, xb, tmp, hb, hb2, q, k, v, ao). */
-#define SESSION_CHUNK KILN_SESSION_CHUNK
 
 struct kiln_session {
     struct kiln_model *m;
@@ -157,7 +157,7 @@ kiln_status kiln_session_create(kiln_model *m, const kiln_options *opts, kiln_se
     }
     const int budget_capped = su.budget_capped;
     kiln_kv_setup_free(&su);
-    if (st == KILN_OK) st = kiln_forward_ws_init(&s->ws, m, s->be, SESSION_CHUNK, s->n_ctx);
+    if (st == KILN_OK) st = kiln_forward_ws_init(&s->ws, m, s->be, KILN_SESSION_CHUNK, s->n_ctx);
     if (st != KILN_OK) { kiln_session_free(s); return st; }
     if (!o.quiet) print_summary(&s->kv, m->hp.max_seq, budget_capped);
     if (!o.quiet && s->be->device_name) fprintf(stderr, "kiln: compute: %s\n", s->be->device_name);
@@ -193,8 +193,8 @@ kiln_status kiln_session_eval(kiln_session *s, const int32_t *tokens, int n, flo
     int V = s->m->hp.vocab;
     const int start = s->seq.len;
     if (s->pool->integ) kiln_session_integ_begin_call_(s, n); /* fault-injection schedule; multi-chunk call scope */
-    for (int i = 0; i < n; i += SESSION_CHUNK) {
-        int c = n - i < SESSION_CHUNK ? n - i : SESSION_CHUNK;
+    for (int i = 0; i < n; i += KILN_SESSION_CHUNK) {
+        int c = n - i < KILN_SESSION_CHUNK ? n - i : KILN_SESSION_CHUNK;
         int last = i + c == n;
         float *lg = logits ? logits + (size_t)i * V : NULL;
         /* KV integrity: the chunk's tokens are noted (prefix identity, replay log) before it runs, and

@@ -516,6 +516,8 @@ static const kiln_ktable *fp8_q8_for(const kiln_kctx *cx, const kiln_ktable *t) 
         if (t == fp8_q8_base[i]) return i == FP8_Q8_AVX512_BF16 || !cx->fp8_exact_asked ? &fp8_q8_tables[i] : NULL;
     return NULL;
 }
+/* Whether t (an fp8_q8 table) takes w's GEMM through the per-call requantization to Q8_0. */
+static int fp8_via_int8(const kiln_ktable *t, const kiln_weight *w) { return t && t->fp8_q8 && w->fmt == KILN_WF_FP8_BLOCK; }
 /* The Q8_0 blocks of 32 columns must each lie in one FP8 scale block. */
 static int fp8_q8_fits(const kiln_ktable *t, const kiln_weight *w) { return w->cols % 32 == 0 && w->block % 32 == 0 && t->gemm_prep[KILN_WF_Q8_0]; }
 static const kiln_ktable *table_for_n(const kiln_kctx *cx, const kiln_ktable *t, const kiln_weight *w, int n) {
@@ -536,8 +538,7 @@ int kiln_kernels_fp8_prefill_int8(int mode) {
     return __atomic_exchange_n(&fp8_q8_mode, mode < 0 ? 0 : mode > 2 ? 2 : mode, __ATOMIC_RELAXED);
 }
 int kiln_cx_fp8_int8(const kiln_kctx *cx, const kiln_weight *w, int n) {
-    const kiln_ktable *t = fast_ok(cx->kt, w) ? table_for_n(cx, cx->kt, w, n) : NULL;
-    return t && t->fp8_q8 && w->fmt == KILN_WF_FP8_BLOCK;
+    return fast_ok(cx->kt, w) && fp8_via_int8(table_for_n(cx, cx->kt, w, n), w);
 }
 static int bf16_gemm(const kiln_ktable *t, const kiln_weight *w, int n) {
     return t && n > small_n(t, w) && t->gemm_bf16 && (t->bf16_gemm_mask >> w->fmt & 1u) && (w->fmt == KILN_WF_BF16 ? !w->tiled : t->dequant_bf16[w->fmt] != NULL);
@@ -598,7 +599,7 @@ static void rows_impl(const kiln_ktable *t, const kiln_weight *w, const float *X
         return;
     }
     const int f = w->fmt;
-    if (xp && t->fp8_q8 && f == KILN_WF_FP8_BLOCK) {
+    if (xp && fp8_via_int8(t, w)) {
         /* FP8 requantized to Q8_0 (fp8_q8_tables): blocks of rows whose Q8_0 bytes stay in L2 (~512 KiB)
          * while every token's prepared row meets them, cols floats of scratch for the conversion (per row its blocks' amax, d, 1 / d) */
         const size_t rbq = (size_t)(cols / 32) * 34;
@@ -727,7 +728,7 @@ static int64_t chunk_rows(const kiln_weight *w, int nth, const kiln_ktable *t) {
     /* whole 16-row groups: for the 16-row interleave, and for FP8 weights requantized into it per
      * call (fp8_q8_tables: a chunk of 24 rows ran 8 of them on the row-major Q8_0 kernel and re-read
      * every token's activation per 24 rows — prefill 512 on the 1.7B shape 160 → 225 tok/s with this) */
-    if ((w->tiled && kiln_weight_tile_rows(w) == 16) || (t && t->fp8_q8 && w->fmt == KILN_WF_FP8_BLOCK)) chunk = (chunk + 15) & ~(int64_t)15;
+    if ((w->tiled && kiln_weight_tile_rows(w) == 16) || fp8_via_int8(t, w)) chunk = (chunk + 15) & ~(int64_t)15;
     return chunk < 16 ? 16 : chunk;
 }
 

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "kernels/gemv.h"
+#include "kiln_test.h"
 #include "kernels/gemv_isa.h"
 #include "quant/quantize.h"
 #include "base/fp.h"
@@ -1141,6 +1142,10 @@ static void fp8_q8_requant_case(int64_t cols, int block) {
     assert_false(kiln_cx_fp8_int8(&cx, &t.w, 64));
     kiln_kctx_init(&cx, KILN_ISA_AVX2, 1, KILN_FP8_EXACT);
     assert_false(kiln_cx_fp8_int8(&cx, &t.w, 256)); /* asked for: exact f32 tiles */
+    /* what `kiln bench` asks to pick the prompt's peak: the same decision */
+    assert_true(kiln_fp8_prompt_int8(KILN_ISA_AVX2, KILN_FP8_AUTO, 512));
+    assert_false(kiln_fp8_prompt_int8(KILN_ISA_AVX2, KILN_FP8_EXACT, 512));
+    assert_false(kiln_fp8_prompt_int8(KILN_ISA_AVX2, KILN_FP8_AUTO, 64));
     if (!kiln_cpu_supports(KILN_ISA_AVX512)) goto done;
     kiln_kctx_init(&cx, KILN_ISA_AVX512, 1, KILN_FP8_AUTO);
     cx.kt = &kiln_ktable_avx512; /* an AVX-512 CPU without AVX512_BF16, the exact form not asked for */
