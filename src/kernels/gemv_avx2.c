@@ -254,12 +254,166 @@ AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) y[j] = hsum256(tot[j]) + tail[j];
 }
+
+/* Fast path (block % 64 == 0 and MXCSR.DAZ clear — kiln never sets it): gemv_avx512.c's exact fast
+ * path at 8 lanes. A 32-byte load of weights is spread by four in-lane vpshufb into dwords holding
+ * the fp8 byte in bits 31..24; an arithmetic shift by 4 and clearing bits 30..27 leave the f32 that
+ * is exactly fp8 × 2^-120 (e = 0 codes become exact f32 denormals). Shuffle k takes bytes 4k..4k+3
+ * of each 128-bit lane, so within a 32-column half h it holds columns {32h + 16l + 4k + i} at
+ * position 4l + i; the prepared activation (xprep_fp8) is x × 2^64 in that order per 64 columns,
+ * which keeps every product a normal float, and a block's sum is × scale_inv × 2^56. Three integer
+ * ops and one FMA per 8 weights, no vcvtph2ps: the half route above (fp8_rows) ran at 36% of the
+ * read bandwidth on Zen 5 (`kiln bench --gemv --weights fp8 --isa avx2`, 25 GB/s of 70). */
+#define FP8X_CHUNK 256 /* bytes of prepared activation per 64 columns */
+static size_t xprep_bytes_fp8(const kiln_weight *w) { return (size_t)((w->cols + 63) / 64) * FP8X_CHUNK; }
+static void xprep_fp8(const kiln_weight *w, const float *x, void *xp) {
+    const int64_t cols = w->cols;
+    float *o = (float *)xp;
+    for (int64_t c0 = 0; c0 < cols; c0 += 64, o += 64)
+        for (int h = 0; h < 2; h++)
+            for (int k = 0; k < 4; k++)
+                for (int l = 0; l < 2; l++)
+                    for (int i = 0; i < 4; i++) {
+                        const int64_t c = c0 + 32 * h + 16 * l + 4 * k + i;
+                        o[32 * h + 8 * k + 4 * l + i] = c < cols ? x[c] * 18446744073709551616.0f /* 2^64 */ : 0.0f;
+                    }
+}
+AI __m256 fp8x_tiny(__m256i w, __m256i shuf) {
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_shuffle_epi8(w, shuf), 4), _mm256_set1_epi32((int)0x87FFFFFF)));
+}
+/* NR rows from r (row_at's layout, 64-byte chunks) × NT tokens (token t's prepared row at
+ * xp + t·xstride floats, its results at y + t·ldy); prefetches the 4-row group pfg ahead. Two
+ * chains per row and token (the 32-column halves), in the same order for every NT, so that a token
+ * of a few-token step gets its 1-token GEMV's result bit for bit. 8 accumulators (NR × NT = 4) is
+ * what the 16 ymm registers hold without spilling into the chains: 4 rows × 1 token measured
+ * 36 GB/s on 8192x3072 where 2 rows ran at 28 and one chain per row at 34. */
+AI void fp8x_rows(int NR, int NT, const kiln_weight *w, const float *xp, int64_t xstride, float *y, int64_t ldy, int64_t r, int64_t pfg) {
+    const int64_t cols = w->cols, B = w->block, sc_cols = (cols + B - 1) / B, nfull = cols / 64, cpb = B / 64;
+    const float *S = (const float *)w->scales;
+    __m256i sh[4];
+    for (int k = 0; k < 4; k++) {
+        uint32_t iv[8];
+        for (int e = 0; e < 8; e++) iv[e] = ((uint32_t)(4 * k + (e & 3)) << 24) | 0x808080u;
+        sh[k] = _mm256_loadu_si256((const __m256i *)iv);
+    }
+    row_loc p[4];
+    const float *srow[4];
+    __m256 tot[4][4], a[4][4], b[4][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        p[j] = row_at(w, r + j);
+        srow[j] = S + ((r + j) / B) * sc_cols;
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) tot[j][t] = a[j][t] = b[j][t] = _mm256_setzero_ps();
+    }
+    const uint8_t *pf = w->data + (size_t)(r + 4 * pfg) * w->row_bytes;
+    int64_t bi = 0, inb = 0;
+    for (int64_t k = 0; k <= nfull; k++) {
+        const int64_t left = cols - 64 * k;
+        if (left <= 0) break;
+        if (pfg)
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) PF_LINE(pf + (size_t)j * w->row_bytes + 64 * k);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            __m256i w0, w1;
+            if (left >= 64) {
+                w0 = _mm256_loadu_si256((const __m256i *)(p[j].p + p[j].cs * k));
+                w1 = _mm256_loadu_si256((const __m256i *)(p[j].p + p[j].cs * k + 32));
+            } else { /* the row's last, partial chunk (row_at's tail bytes) */
+                uint8_t tb[64] = {0};
+                memcpy(tb, p[j].tp, (size_t)left);
+                w0 = _mm256_loadu_si256((const __m256i *)tb);
+                w1 = _mm256_loadu_si256((const __m256i *)(tb + 32));
+            }
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                const __m256 f0 = fp8x_tiny(w0, sh[q]), f1 = fp8x_tiny(w1, sh[q]);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    const float *xc = xp + t * xstride + 64 * k;
+                    a[j][t] = _mm256_fmadd_ps(f0, _mm256_load_ps(xc + 8 * q), a[j][t]);
+                    b[j][t] = _mm256_fmadd_ps(f1, _mm256_load_ps(xc + 32 + 8 * q), b[j][t]);
+                }
+            }
+        }
+        if (++inb == cpb || left <= 64) { /* block bi complete (or the row's last, partial block) */
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) {
+                const __m256 sc = _mm256_set1_ps(srow[j][bi] * 72057594037927936.0f /* 2^56 */);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    tot[j][t] = _mm256_fmadd_ps(_mm256_add_ps(a[j][t], b[j][t]), sc, tot[j][t]);
+                    a[j][t] = b[j][t] = _mm256_setzero_ps();
+                }
+            }
+            bi++;
+            inb = 0;
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) y[t * ldy + j] = hsum256(tot[j][t]);
+}
+AI int fp8x_ok(const kiln_weight *w, const void *xp) { return xp && w->block % 64 == 0 && !(_mm_getcsr() & 0x40 /* DAZ */); }
 static void gemv_fp8(const kiln_weight *w, const float *x, const void *xp, float *y, int64_t r0, int64_t r1) {
-    (void)xp;
     int64_t r = r0;
     const int64_t g = pf_groups_avx2(w->row_bytes);
+    if (fp8x_ok(w, xp)) {
+        for (; r + 4 <= r1; r += 4) fp8x_rows(4, 1, w, (const float *)xp, 0, y + (r - r0), 0, r, r + 4 * (g + 1) <= w->rows ? g : 0);
+        for (; r < r1; r++) fp8x_rows(1, 1, w, (const float *)xp, 0, y + (r - r0), 0, r, 0);
+        return;
+    }
     for (; r + 4 <= r1; r += 4) fp8_rows(4, w, x, y + (r - r0), r, r + 4 * (g + 1) <= w->rows ? g : 0);
     for (; r < r1; r++) fp8_rows(1, w, x, y + (r - r0), r, 0);
+}
+/* Few-token FP8 steps (2..KILN_GEMV_SMALL_N_FP8 tokens: speculative verification, batched decode,
+ * short prompt chunks): pairs of rows × pairs of tokens, each row's weights converted once per pair
+ * of tokens (the conversion, not the read, bounds this kernel); the first pair of tokens streams the
+ * rows with the GEMV's prefetch, the others find them in L1. Every token's result is its 1-token
+ * GEMV's bit for bit (fp8x_rows). Without the fast path's conditions, the GEMV once per token. */
+static void gemv_few_fp8(const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0,
+                         int64_t r1) {
+    if (!fp8x_ok(w, xp)) {
+        for (int t = 0; t < n; t++)
+            gemv_fp8(w, X + (size_t)t * (size_t)w->cols, xp ? xp + (size_t)t * xpb : NULL, Y + (size_t)t * (size_t)ldy + r0, r0, r1);
+        return;
+    }
+    const int64_t g = pf_groups_avx2(w->row_bytes), xs = (int64_t)(xpb / 4);
+    const float *x = (const float *)xp;
+    int64_t r = r0;
+    if (n >= 4) /* single rows × 4 tokens */
+        for (; r < r1; r++)
+            for (int t = 0; t < n;) {
+                const int64_t pfg = t == 0 && r + 4 * (g + 1) <= w->rows ? g : 0;
+                float *yt = Y + (size_t)t * (size_t)ldy + r;
+                const int nt = n - t >= 4 ? 4 : n - t >= 2 ? 2 : 1;
+                if (nt == 4) fp8x_rows(1, 4, w, x + t * xs, xs, yt, ldy, r, pfg);
+                else if (nt == 2) fp8x_rows(1, 2, w, x + t * xs, xs, yt, ldy, r, pfg);
+                else fp8x_rows(1, 1, w, x + t * xs, xs, yt, ldy, r, pfg);
+                t += nt;
+            }
+    if (n >= 4) /* single rows × 4 tokens */
+        for (; r < r1; r++)
+            for (int t = 0; t < n;) {
+                const int64_t pfg = t == 0 && r + 4 * (g + 1) <= w->rows ? g : 0;
+                float *yt = Y + (size_t)t * (size_t)ldy + r;
+                const int nt = n - t >= 4 ? 4 : n - t >= 2 ? 2 : 1;
+                if (nt == 4) fp8x_rows(1, 4, w, x + t * xs, xs, yt, ldy, r, pfg);
+                else if (nt == 2) fp8x_rows(1, 2, w, x + t * xs, xs, yt, ldy, r, pfg);
+                else fp8x_rows(1, 1, w, x + t * xs, xs, yt, ldy, r, pfg);
+                t += nt;
+            }
+    for (; r + 2 <= r1; r += 2)
+        for (int t = 0; t < n; t += 2) {
+            const int64_t pfg = t == 0 && r + 4 * (g + 1) <= w->rows ? g : 0;
+            float *yt = Y + (size_t)t * (size_t)ldy + r;
+            if (n - t >= 2) fp8x_rows(2, 2, w, x + t * xs, xs, yt, ldy, r, pfg);
+            else fp8x_rows(2, 1, w, x + t * xs, xs, yt, ldy, r, pfg);
+        }
+    for (; r < r1; r++)
+        for (int t = 0; t < n; t++) fp8x_rows(1, 1, w, x + t * xs, xs, Y + (size_t)t * (size_t)ldy + r, ldy, r, 0);
 }
 
 /* ---- exact dequantisation into f32 tiles (prefill) ------------------------------------------------ */
@@ -732,12 +886,12 @@ const kiln_ktable kiln_ktable_avx2 = {
     .dot = dot_f32,
     .axpy = axpy_f32,
     .scale = scale_f32,
-    .xprep_bytes = {[KILN_WF_INT4_GROUP] = xprep_bytes_int4, [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q,
+    .xprep_bytes = {[KILN_WF_FP8_BLOCK] = xprep_bytes_fp8, [KILN_WF_INT4_GROUP] = xprep_bytes_int4, [KILN_WF_Q8_0] = xprep_bytes_q, [KILN_WF_Q4_0] = xprep_bytes_q,
                     [KILN_WF_Q4_K] = xprep_bytes_kq, [KILN_WF_Q5_K] = xprep_bytes_kq, [KILN_WF_Q6_K] = xprep_bytes_kq,
                     [KILN_WF_Q2_K] = xprep_bytes_kq, [KILN_WF_Q3_K] = xprep_bytes_kq, [KILN_WF_IQ4_XS] = xprep_bytes_kq,
                     [KILN_WF_Q5_0] = xprep_bytes_q, [KILN_WF_IQ4_NL] = xprep_bytes_q, [KILN_WF_Q4_1] = xprep_bytes_q1,
                     [KILN_WF_Q5_1] = xprep_bytes_q1},
-    .xprep = {[KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, [KILN_WF_Q4_0] = xprep_q4,
+    .xprep = {[KILN_WF_FP8_BLOCK] = xprep_fp8, [KILN_WF_INT4_GROUP] = xprep_int4, [KILN_WF_Q8_0] = xprep_q8, [KILN_WF_Q4_0] = xprep_q4,
               [KILN_WF_Q4_K] = xprep_kq, [KILN_WF_Q5_K] = xprep_kq, [KILN_WF_Q6_K] = xprep_kq, [KILN_WF_Q2_K] = xprep_kq,
               [KILN_WF_Q3_K] = xprep_kq, [KILN_WF_IQ4_XS] = xprep_kq, [KILN_WF_Q5_0] = xprep_q5, [KILN_WF_IQ4_NL] = xprep_q8,
               [KILN_WF_Q4_1] = xprep_q1, [KILN_WF_Q5_1] = xprep_q1},
@@ -748,7 +902,7 @@ const kiln_ktable kiln_ktable_avx2 = {
              [KILN_WF_IQ4_NL] = gemv_iq4nl, [KILN_WF_Q4_1] = gemv_q4_1, [KILN_WF_Q5_1] = gemv_q5_1},
     .dequant = {[KILN_WF_F16] = dequant_f16, [KILN_WF_BF16] = dequant_bf16, [KILN_WF_FP8_BLOCK] = dequant_fp8},
     .gemm_f32 = gemm_f32,
-    .gemv_few = {[KILN_WF_INT4_GROUP] = gemv_few_int4_any, [KILN_WF_F32] = gemv_few_f32, [KILN_WF_F16] = gemv_few_f16, [KILN_WF_BF16] = gemv_few_bf16},
+    .gemv_few = {[KILN_WF_FP8_BLOCK] = gemv_few_fp8, [KILN_WF_INT4_GROUP] = gemv_few_int4_any, [KILN_WF_F32] = gemv_few_f32, [KILN_WF_F16] = gemv_few_f16, [KILN_WF_BF16] = gemv_few_bf16},
     .gemm_prep = {[KILN_WF_INT4_GROUP] = gemm_int4_any, [KILN_WF_Q8_0] = gemm_q8, [KILN_WF_Q4_0] = gemm_q4, [KILN_WF_Q4_K] = gemm_q4k, [KILN_WF_Q5_K] = gemm_q5k,
                   [KILN_WF_Q6_K] = gemm_q6k, [KILN_WF_Q2_K] = gemm_q2k, [KILN_WF_Q3_K] = gemm_q3k, [KILN_WF_IQ4_XS] = gemm_iq4xs,
                   [KILN_WF_Q5_0] = gemm_q5_0, [KILN_WF_IQ4_NL] = gemm_iq4nl, [KILN_WF_Q4_1] = gemm_q4_1, [KILN_WF_Q5_1] = gemm_q5_1},
