@@ -24,24 +24,40 @@ done
 # the verify steps' logits are the 1-token decode's bit for bit with the SIMD kernels (AVX-512 and
 # AVX2: few-token matmuls give each token its 1-token result, and every other op of a step computes
 # each token's values as a 1-token step does), on the CPU's own ISA and on AVX2 where it has it
-isas="auto"; grep -qw avx2 /proc/cpuinfo 2>/dev/null && isas="auto avx2"
-for isa in $isas; do
-    "$KILN" run "$M" --temp 0 -n 60 --tokens 1,403,407 --isa $isa --dump-logits "$T/a.bin" > /dev/null 2>&1
-    "$KILN" run "$M" --temp 0 -n 60 --tokens 1,403,407 --isa $isa --dump-logits "$T/b.bin" --spec ngram --spec-k 3 > /dev/null 2>&1
-    exact=0; grep -qw avx2 /proc/cpuinfo 2>/dev/null && exact=1
-    "$PY" - "$T/a.bin" "$T/b.bin" "$exact" "$isa" <<'EOF'
+# $1 = 1: the two dumps must be equal bit for bit; $2 names the case
+check_logits() {
+    "$PY" - "$T/a.bin" "$T/b.bin" "$1" "$2" <<'EOF'
 import sys
 import numpy as np
 a = np.fromfile(sys.argv[1], dtype=np.float32).reshape(-1, 512)
 b = np.fromfile(sys.argv[2], dtype=np.float32).reshape(-1, 512)
 assert a.shape == b.shape, (a.shape, b.shape)
 err = (np.abs(a - b).max(axis=1) / np.abs(a).max(axis=1)).max()
-print("logits (--isa %s): %d rows, max relative error %.3g" % (sys.argv[4], a.shape[0], err))
+print("logits (%s): %d rows, max relative error %.3g" % (sys.argv[4], a.shape[0], err))
 if sys.argv[3] == "1" and not np.array_equal(a, b):
-    sys.exit("--isa %s: the verify steps' logits are not the 1-token decode's bit for bit" % sys.argv[4])
+    sys.exit("%s: the verify steps' logits are not the 1-token decode's bit for bit" % sys.argv[4])
 sys.exit(0 if err < 1e-5 else 1)
 EOF
+}
+isas="auto"; grep -qw avx2 /proc/cpuinfo 2>/dev/null && isas="auto avx2"
+for isa in $isas; do
+    "$KILN" run "$M" --temp 0 -n 60 --tokens 1,403,407 --isa $isa --dump-logits "$T/a.bin" > /dev/null 2>&1
+    "$KILN" run "$M" --temp 0 -n 60 --tokens 1,403,407 --isa $isa --dump-logits "$T/b.bin" --spec ngram --spec-k 3 > /dev/null 2>&1
+    exact=0; grep -qw avx2 /proc/cpuinfo 2>/dev/null && exact=1
+    check_logits "$exact" "--isa $isa"
 done
+# the same with FP8 block weights (tiny-llama-hd64 quantized by kiln: 128-blocks, the few-token FP8
+# kernels of both ISAs)
+H=$SHARED/models/tiny-llama-hd64/model.bin
+if [ -f "$H" ]; then
+    "$KILN" quantize "$H" "$T/hd64-fp8" --weights fp8 > /dev/null 2>&1
+    for isa in $isas; do
+        "$KILN" run "$T/hd64-fp8" --temp 0 -n 60 -p "Once upon a time" --isa $isa --dump-logits "$T/a.bin" > /dev/null 2>&1
+        "$KILN" run "$T/hd64-fp8" --temp 0 -n 60 -p "Once upon a time" --isa $isa --dump-logits "$T/b.bin" --spec ngram --spec-k 3 > /dev/null 2>&1
+        exact=0; grep -qw avx2 /proc/cpuinfo 2>/dev/null && exact=1
+        check_logits "$exact" "FP8 weights, --isa $isa"
+    done
+fi
 # greedy with logit processors: the penalties' state follows every accepted draft, so the text is
 # the same as without speculation
 for pen in "--presence-penalty 0.6" "--frequency-penalty 0.3" "--repeat-penalty 1.3"; do
