@@ -474,13 +474,12 @@ static int small_n(const kiln_ktable *t, const kiln_weight *w) {
  *   - the AVX-512 f32 form and the AVX2 tables (CPUs without AVX512_BF16, or `--isa avx2`), whose
  *     FP8 prompts otherwise run f32 tiles at the f32 FMA rate — unless the exact form was asked for
  *     (--fp8-gemv exact, KILN_FP8_EXACT: cx->fp8_exact_asked), which keeps its exact f32 tiles.
- * The requantization runs once per call, so it pays off from about 128 tokens a call (1.7B shape,
- * AMD Zen 5 VM, docs/BENCHMARKS.md): `kiln serve` time to first token, BF16 route → int8, 2,048
- * tokens in 256-token steps 19.6 → 14.3 s (11.5 s with whole 16-row work chunks, chunk_rows), 1,024
- * in 128-token steps 9.06 → 7.85 s; 64-token calls gained nothing. Modes (kiln_kernels_fp8_prefill_int8;
- * KILN_FP8_PREFILL=bf16|auto|int8 at start): 0 never, 1 from FP8_Q8_MIN_N tokens (the default), 2
+ * The requantization runs once per call, so it pays off from some tokens a call on (fp8_q8_min_n).
+ * `kiln serve` time to first token (1.7B shape, AMD Zen 5 VM, docs/BENCHMARKS.md), BF16 route →
+ * int8: 2,048 tokens in 256-token steps 19.6 → 14.3 s (11.5 s with whole 16-row work chunks,
+ * chunk_rows), 1,024 in 128-token steps 9.06 → 7.85 s. Modes (kiln_kernels_fp8_prefill_int8;
+ * KILN_FP8_PREFILL=bf16|auto|int8 at start): 0 never, 1 from fp8_q8_min_n tokens (the default), 2
  * every prompt GEMM past the table's few-token steps. */
-#define FP8_Q8_MIN_N 128
 enum { FP8_Q8_AVX512_BF16, FP8_Q8_AVX512, FP8_Q8_AVX2, FP8_Q8_AVX2_VNNI, FP8_Q8_TABLES };
 static const kiln_ktable *fp8_q8_base[FP8_Q8_TABLES];
 static kiln_ktable fp8_q8_tables[FP8_Q8_TABLES];
@@ -519,13 +518,21 @@ static const kiln_ktable *fp8_q8_for(const kiln_kctx *cx, const kiln_ktable *t) 
 /* Whether t (an fp8_q8 table) takes w's GEMM through the per-call requantization to Q8_0. */
 static int fp8_via_int8(const kiln_ktable *t, const kiln_weight *w) { return t && t->fp8_q8 && w->fmt == KILN_WF_FP8_BLOCK; }
 /* The Q8_0 blocks of 32 columns must each lie in one FP8 scale block. */
+/* The fewest tokens of a call for which mode 1 takes the int8 route on base table t, where it beats
+ * the route t has otherwise (after chunk_rows' whole 16-row chunks; 1.7B shape, Zen 5 VM, 2 threads,
+ * `KILN_FP8_PREFILL=auto|int8 kiln bench B17 --weights fp8 --prompt P --gen 2 [--isa avx2]`, prompt
+ * tok/s auto / int8): the BF16 form's bf16 tiles at 32 tokens 84.0 / 81.8, 48: 104.0 / 115.8, 96:
+ * 108–116 / 147–148; the f32 tiles of the AVX2 tables (and of the AVX-512 f32 form: the same f32
+ * FMAs at twice the width against int8 dots at twice the width) at 24 tokens 45.9 / 38.2, 32: 39.7 /
+ * 51.5, 96: 44–48 / 71–82. */
+static int fp8_q8_min_n(const kiln_ktable *base) { return base == &kiln_ktable_avx512_bf16 ? 48 : 32; }
 static int fp8_q8_fits(const kiln_ktable *t, const kiln_weight *w) { return w->cols % 32 == 0 && w->block % 32 == 0 && t->gemm_prep[KILN_WF_Q8_0]; }
 static const kiln_ktable *table_for_n(const kiln_kctx *cx, const kiln_ktable *t, const kiln_weight *w, int n) {
     if (t == &kiln_ktable_avx512_bf16 && w->fmt == KILN_WF_FP8_BLOCK && n > 1 && n <= small_n(t, w) && !cx->decode_steps) return &kiln_ktable_avx512;
     if (w->fmt == KILN_WF_FP8_BLOCK && n > small_n(t, w) && !cx->decode_steps && fp8_q8_fits(t, w)) {
         const kiln_ktable *q = fp8_q8_for(cx, t);
         const int mode = __atomic_load_n(&fp8_q8_mode, __ATOMIC_RELAXED);
-        if (q && (mode == 2 || (mode == 1 && n >= FP8_Q8_MIN_N))) return q;
+        if (q && (mode == 2 || (mode == 1 && n >= fp8_q8_min_n(t)))) return q;
     }
     return t;
 }

@@ -179,10 +179,10 @@ void kiln_cx_matmul_many(const kiln_kctx *cx, const kiln_weight *const *ws, floa
 void kiln_cx_matmul_rows(const kiln_kctx *cx, const kiln_weight *w, const float *X, float *Y, int n, int64_t r0, int64_t r1);
 int kiln_cx_matmul_is_fast(const kiln_kctx *cx, const kiln_weight *w);
 /* 1 when a step of n tokens (not marked as decodes) multiplies the FP8 weight w on Q8_0's int8
- * kernels (gemv.c fp8_q8_tables: prompts of 128 tokens and more, unless the exact FP8 form was asked for): each block of rows
+ * kernels (gemv.c fp8_q8_tables: prompts of 48 tokens and more a call on the BF16 form, 32 on the f32 ones, unless the exact FP8 form was asked for): each block of rows
  * requantized per call to Q8_0, the activations to int8 per 32. */
 int kiln_cx_fp8_int8(const kiln_kctx *cx, const kiln_weight *w, int n);
-/* When that route runs: 0 never, 1 from 128 tokens a call (the default; gemv.c says why), 2 every
+/* When that route runs: 0 never, 1 from 48 / 32 tokens a call (the default; gemv.c fp8_q8_min_n says why), 2 every
  * prompt GEMM (KILN_FP8_PREFILL=bf16|auto|int8 at start); returns the previous mode. Like
  * kiln_kernels_avx_vnni: only while no kernel runs. */
 int kiln_kernels_fp8_prefill_int8(int mode);

@@ -1095,7 +1095,7 @@ static void test_fp8_daz(void **s) {
  * give byte for byte ggml's Q8_0 quantization (kiln_quantize_row_q8_0) of their exact values
  * fp8 × scale, laid out as kiln_weight_tile lays out a Q8_0 weight of 39 rows (two 16-row groups in
  * the interleave, seven rows as they are); and the driver takes that route for prompts
- * (kiln_cx_fp8_int8) as its mode says (never / from 128 tokens / always) — on the BF16 form, and on
+ * (kiln_cx_fp8_int8) as its mode says (never / from 48 tokens on the BF16 form, 32 on the f32 tables / always) — on the BF16 form, and on
  * the AVX2 and AVX-512 f32 tables where the exact form was not asked for — never for decodes nor
  * where the exact form was asked for. */
 static void fp8_q8_requant_case(int64_t cols, int block);
@@ -1139,25 +1139,30 @@ static void fp8_q8_requant_case(int64_t cols, int block) {
     const int was = kiln_kernels_fp8_prefill_int8(1);
     kiln_kctx_init(&cx, KILN_ISA_AVX2, 1, KILN_FP8_AUTO); /* the AVX2 tables: f32 tiles otherwise */
     assert_true(kiln_cx_fp8_int8(&cx, &t.w, 256));
-    assert_false(kiln_cx_fp8_int8(&cx, &t.w, 64));
+    assert_true(kiln_cx_fp8_int8(&cx, &t.w, 32));
+    assert_false(kiln_cx_fp8_int8(&cx, &t.w, 31));
     kiln_kctx_init(&cx, KILN_ISA_AVX2, 1, KILN_FP8_EXACT);
     assert_false(kiln_cx_fp8_int8(&cx, &t.w, 256)); /* asked for: exact f32 tiles */
     /* what `kiln bench` asks to pick the prompt's peak: the same decision */
     assert_true(kiln_fp8_prompt_int8(KILN_ISA_AVX2, KILN_FP8_AUTO, 512));
     assert_false(kiln_fp8_prompt_int8(KILN_ISA_AVX2, KILN_FP8_EXACT, 512));
-    assert_false(kiln_fp8_prompt_int8(KILN_ISA_AVX2, KILN_FP8_AUTO, 64));
+    assert_false(kiln_fp8_prompt_int8(KILN_ISA_AVX2, KILN_FP8_AUTO, 24));
     if (!kiln_cpu_supports(KILN_ISA_AVX512)) goto done;
     kiln_kctx_init(&cx, KILN_ISA_AVX512, 1, KILN_FP8_AUTO);
     cx.kt = &kiln_ktable_avx512; /* an AVX-512 CPU without AVX512_BF16, the exact form not asked for */
     cx.fp8_exact = 1;
     cx.fp8_exact_asked = 0;
     assert_true(kiln_cx_fp8_int8(&cx, &t.w, 256));
+    assert_true(kiln_cx_fp8_int8(&cx, &t.w, 32));
+    assert_false(kiln_cx_fp8_int8(&cx, &t.w, 31));
     kiln_kctx_init(&cx, KILN_ISA_AVX512, 1, KILN_FP8_BF16);
     kiln_kernels_fp8_prefill_int8(0);
     assert_false(kiln_cx_fp8_int8(&cx, &t.w, 256)); /* never */
-    kiln_kernels_fp8_prefill_int8(1); /* from 128 tokens */
+    kiln_kernels_fp8_prefill_int8(1); /* from 48 tokens on the BF16 form (32 on the f32 one) */
     assert_int_equal(kiln_cx_fp8_int8(&cx, &t.w, 256), !cx.fp8_exact);
-    assert_false(kiln_cx_fp8_int8(&cx, &t.w, 64));
+    assert_int_equal(kiln_cx_fp8_int8(&cx, &t.w, 48), !cx.fp8_exact);
+    if (!cx.fp8_exact) assert_false(kiln_cx_fp8_int8(&cx, &t.w, 47));
+    assert_false(kiln_cx_fp8_int8(&cx, &t.w, 31));
     kiln_kernels_fp8_prefill_int8(2); /* every prompt GEMM */
     if (!cx.fp8_exact) { /* an AVX512_BF16 CPU */
         assert_true(kiln_cx_fp8_int8(&cx, &t.w, 64));
