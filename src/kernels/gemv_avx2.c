@@ -394,17 +394,6 @@ static void gemv_few_fp8(const kiln_weight *w, const float *X, const uint8_t *xp
                 else fp8x_rows(1, 1, w, x + t * xs, xs, yt, ldy, r, pfg);
                 t += nt;
             }
-    if (n >= 4) /* single rows × 4 tokens */
-        for (; r < r1; r++)
-            for (int t = 0; t < n;) {
-                const int64_t pfg = t == 0 && r + 4 * (g + 1) <= w->rows ? g : 0;
-                float *yt = Y + (size_t)t * (size_t)ldy + r;
-                const int nt = n - t >= 4 ? 4 : n - t >= 2 ? 2 : 1;
-                if (nt == 4) fp8x_rows(1, 4, w, x + t * xs, xs, yt, ldy, r, pfg);
-                else if (nt == 2) fp8x_rows(1, 2, w, x + t * xs, xs, yt, ldy, r, pfg);
-                else fp8x_rows(1, 1, w, x + t * xs, xs, yt, ldy, r, pfg);
-                t += nt;
-            }
     for (; r + 2 <= r1; r += 2)
         for (int t = 0; t < n; t += 2) {
             const int64_t pfg = t == 0 && r + 4 * (g + 1) <= w->rows ? g : 0;
