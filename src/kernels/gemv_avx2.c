@@ -263,7 +263,11 @@ AI void fp8_rows(int NR, const kiln_weight *w, const float *x, float *y, int64_t
  * position 4l + i; the prepared activation (xprep_fp8) is x × 2^64 in that order per 64 columns,
  * which keeps every product a normal float, and a block's sum is × scale_inv × 2^56. Three integer
  * ops and one FMA per 8 weights, no vcvtph2ps: the half route above (fp8_rows) ran at 36% of the
- * read bandwidth on Zen 5 (`kiln bench --gemv --weights fp8 --isa avx2`, 25 GB/s of 70). */
+ * read bandwidth on Zen 5 (`kiln bench --gemv --weights fp8 --isa avx2`, 25 GB/s of 70). The 14
+ * subnormal fp8 codes (|w| < 2^-6: about 1e-4 of a block-scaled checkpoint's weights, below 1/28,672
+ * of the block's amax) become f32 denormal operands; on a CPU that takes a microcode assist for a
+ * denormal FMA input (~150 cycles; not measurable here: AMD has none) that is at most ~15% on a
+ * kernel this change made 1.2–1.5× faster, so the exact conversion stays. */
 #define FP8X_CHUNK 256 /* bytes of prepared activation per 64 columns */
 static size_t xprep_bytes_fp8(const kiln_weight *w) { return (size_t)((w->cols + 63) / 64) * FP8X_CHUNK; }
 static void xprep_fp8(const kiln_weight *w, const float *x, void *xp) {
