@@ -373,10 +373,11 @@ static void gemv_fp8(const kiln_weight *w, const float *x, const void *xp, float
     for (; r < r1; r++) fp8_rows(1, w, x, y + (r - r0), r, 0);
 }
 /* Few-token FP8 steps (2..KILN_GEMV_SMALL_N_FP8 tokens: speculative verification, batched decode,
- * short prompt chunks): pairs of rows × pairs of tokens, each row's weights converted once per pair
- * of tokens (the conversion, not the read, bounds this kernel); the first pair of tokens streams the
- * rows with the GEMV's prefetch, the others find them in L1. Every token's result is its 1-token
- * GEMV's bit for bit (fp8x_rows). Without the fast path's conditions, the GEMV once per token. */
+ * short prompt chunks), each row's weights converted once per 2 or 4 tokens (the conversion, not the
+ * read, bounds this kernel): 2–3 tokens as pairs of rows × pairs of tokens, 4 and more as single rows
+ * × 4 tokens (2, 1 for the rest); the first token group streams the rows with the GEMV's prefetch,
+ * the others find them in cache. Every token's result is its 1-token GEMV's bit for bit (fp8x_rows).
+ * Without the fast path's conditions, the GEMV once per token. */
 static void gemv_few_fp8(const kiln_weight *w, const float *X, const uint8_t *xp, size_t xpb, int n, float *Y, int64_t ldy, int64_t r0,
                          int64_t r1) {
     if (!fp8x_ok(w, xp)) {
