@@ -245,10 +245,14 @@ kiln_isa kiln_kernels_select(kiln_isa want) {
 static int fp8_exact = -1; /* the environment and the CPU decide, once (fp8_mode_init) */
 static int fp8_exact_asked;  /* ... of which the environment or kiln_kernels_fp8_exact alone */
 static pthread_once_t fp8_once = PTHREAD_ONCE_INIT;
-static void fp8_mode_init(void) {
+/* Whether KILN_FP8_EXACT asks for the exact FP8 form (set, non-empty, not "0"). */
+static int fp8_exact_env(void) {
     const char *env = getenv("KILN_FP8_EXACT");
+    return env && *env && strcmp(env, "0") != 0;
+}
+static void fp8_mode_init(void) {
     __builtin_cpu_init();
-    __atomic_store_n(&fp8_exact_asked, env && *env && strcmp(env, "0") != 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&fp8_exact_asked, fp8_exact_env(), __ATOMIC_RELAXED);
     __atomic_store_n(&fp8_exact, !__builtin_cpu_supports("avx512bf16") || fp8_exact_asked, __ATOMIC_RELAXED);
 }
 int kiln_fp8_bf16_dot(void) {
@@ -302,10 +306,7 @@ void kiln_kctx_init(kiln_kctx *cx, kiln_isa want, int threads, int fp8) {
     cx->threads = threads > 0 ? threads : omp_get_max_threads();
     if (cx->threads < 1) cx->threads = 1;
     cx->decode_steps = 0;
-    if (fp8 == KILN_FP8_AUTO) {
-        const char *env = getenv("KILN_FP8_EXACT");
-        cx->fp8_exact_asked = env && *env && strcmp(env, "0") != 0;
-    } else cx->fp8_exact_asked = fp8 == KILN_FP8_EXACT;
+    cx->fp8_exact_asked = fp8 == KILN_FP8_AUTO ? fp8_exact_env() : fp8 == KILN_FP8_EXACT;
     cx->fp8_exact = cx->fp8_exact_asked || !cpu_has_avx512bf16();
     cx->kt = table_for(cx->isa, cx->fp8_exact);
 }
@@ -517,7 +518,6 @@ static const kiln_ktable *fp8_q8_for(const kiln_kctx *cx, const kiln_ktable *t) 
 }
 /* Whether t (an fp8_q8 table) takes w's GEMM through the per-call requantization to Q8_0. */
 static int fp8_via_int8(const kiln_ktable *t, const kiln_weight *w) { return t && t->fp8_q8 && w->fmt == KILN_WF_FP8_BLOCK; }
-/* The Q8_0 blocks of 32 columns must each lie in one FP8 scale block. */
 /* The fewest tokens of a call for which mode 1 takes the int8 route on base table t, where it beats
  * the route t has otherwise (after chunk_rows' whole 16-row chunks; 1.7B shape, Zen 5 VM, 2 threads,
  * `KILN_FP8_PREFILL=auto|int8 kiln bench B17 --weights fp8 --prompt P --gen 2 [--isa avx2]`, prompt
@@ -526,6 +526,7 @@ static int fp8_via_int8(const kiln_ktable *t, const kiln_weight *w) { return t &
  * FMAs at twice the width against int8 dots at twice the width) at 24 tokens 45.9 / 38.2, 32: 39.7 /
  * 51.5, 96: 44–48 / 71–82. */
 static int fp8_q8_min_n(const kiln_ktable *base) { return base == &kiln_ktable_avx512_bf16 ? 48 : 32; }
+/* The Q8_0 blocks of 32 columns must each lie in one FP8 scale block. */
 static int fp8_q8_fits(const kiln_ktable *t, const kiln_weight *w) { return w->cols % 32 == 0 && w->block % 32 == 0 && t->gemm_prep[KILN_WF_Q8_0]; }
 static const kiln_ktable *table_for_n(const kiln_kctx *cx, const kiln_ktable *t, const kiln_weight *w, int n) {
     if (t == &kiln_ktable_avx512_bf16 && w->fmt == KILN_WF_FP8_BLOCK && n > 1 && n <= small_n(t, w) && !cx->decode_steps) return &kiln_ktable_avx512;

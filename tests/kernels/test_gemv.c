@@ -1137,6 +1137,10 @@ static void fp8_q8_requant_case(int64_t cols, int block) {
     /* the route: a prompt's FP8 GEMM, not a decode step's, unless the exact form was asked for */
     kiln_kctx cx;
     const int was = kiln_kernels_fp8_prefill_int8(1);
+    /* KILN_FP8_AUTO reads KILN_FP8_EXACT (which asks for the exact form): the cases below name the form */
+    const char *env_exact = getenv("KILN_FP8_EXACT");
+    char *saved_exact = env_exact ? strdup(env_exact) : NULL;
+    unsetenv("KILN_FP8_EXACT");
     kiln_kctx_init(&cx, KILN_ISA_AVX2, 1, KILN_FP8_AUTO); /* the AVX2 tables: f32 tiles otherwise */
     assert_true(kiln_cx_fp8_int8(&cx, &t.w, 256));
     assert_true(kiln_cx_fp8_int8(&cx, &t.w, 32));
@@ -1173,6 +1177,8 @@ static void fp8_q8_requant_case(int64_t cols, int block) {
     kiln_kctx_init(&cx, KILN_ISA_AVX512, 1, KILN_FP8_EXACT);
     assert_false(kiln_cx_fp8_int8(&cx, &t.w, 64)); /* the exact form stays exact */
 done:
+    if (saved_exact) setenv("KILN_FP8_EXACT", saved_exact, 1);
+    free(saved_exact);
     kiln_kernels_fp8_prefill_int8(was);
     free(tile); free(v); free(got); free(want); free(row); free_weight(&t);
 }
