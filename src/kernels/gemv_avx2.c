@@ -759,6 +759,7 @@ AI void gemv_q(int f, const kiln_weight *w, const void *xp, float *y, int64_t r0
 #define Q16_DOT8(acc, a, x) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, x), _mm256_set1_epi16(1)))
 #define Q16_DOT4_ACC(s, w, x) _mm256_add_epi16(s, _mm256_maddubs_epi16(w, x))
 #define Q16_DOT4_END(s) _mm256_madd_epi16(s, _mm256_set1_epi16(1))
+#define Q16H_BLOCK q16h_block
 #define Q16H_TILE q16h_tile
 #define Q16H_GROUP q16h_group
 #define Q16H_REST q16h_rest

@@ -37,6 +37,7 @@ void kiln_kq_avxvnni_fill(kiln_ktable *t) {
 #define Q16_DOT8(acc, a, x) _mm256_dpbusd_avx_epi32(acc, a, x)
 #define Q16_DOT4_ACC(s, w, x) _mm256_dpbusd_avx_epi32(s, w, x)
 #define Q16_DOT4_END(s) (s)
+#define Q16H_BLOCK q16v_block
 #define Q16H_TILE q16v_tile
 #define Q16H_GROUP q16v_group
 #define Q16H_REST q16v_rest

@@ -4,7 +4,7 @@
  *   Q16_DOT4_ACC(s, w, x)     the running Q4_0 dot of nibbles (u8) by x (s8): 16-bit pair sums
  *                             (vpmaddubsw) or int32 lanes (vpdpbusd);
  *   Q16_DOT4_END(s)           that running dot as int32 lanes;
- *   Q16H_TILE, Q16H_GROUP, Q16H_REST, Q16H_ROWS  names of the file's static helpers;
+ *   Q16H_BLOCK, Q16H_TILE, Q16H_GROUP, Q16H_REST, Q16H_ROWS  names of the file's static helpers;
  *   Q16H_ROWMAJOR(f, w, xp, y, r0, r1)  the row-major GEMV for weights in checkpoint layout;
  *   Q16H_GEMV_Q8 / _Q4, Q16H_GEMM_Q8 / _Q4, Q16H_LINKAGE  the entry points' names and linkage.
  * Both forms compute the same integers (no 16-bit sum can saturate: see below) and the same float
@@ -26,19 +26,14 @@
  * and GEMM alike (batch-invariant). */
 /* INT4 group 32 in KILN_TILE_Q16 (gemv.h): Q4_0's vectors without the inline scales (256 bytes a
  * block), the 16 rows' bf16 scales of block b at the group's scale entries 16·b. */
-AI void Q16H_TILE(int f, int NT, const kiln_weight *w, int64_t q, int half, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy) {
+/* Block b of Q16H_TILE (below) into acc[0..NT): group g, its INT4 scales sg. */
+AI void Q16H_BLOCK(int f, int NT, int half, const uint8_t *g, const uint16_t *sg, int64_t nb, int64_t b, const uint8_t *xp, size_t xpb, __m256 *acc) {
     const int q8 = f == KILN_WF_Q8_0, i4 = f == KILN_WF_INT4_GROUP;
-    const int64_t nb = w->cols / 32;
     const size_t gbb = i4 ? 256 : 16 * (size_t)(q8 ? 34 : 18), h = 32 * (size_t)half, woff = i4 ? 0 : 32;
-    const uint8_t *g = w->data + (size_t)q * 16 * w->row_bytes;
-    const uint16_t *sg = i4 ? (const uint16_t *)w->scales + (size_t)q * 16 * (size_t)nb + 8 * (size_t)half : NULL;
     const __m256i m4 = _mm256_set1_epi8(0x0F), x80 = _mm256_set1_epi8((char)0x80);
     const float *dx = (const float *)(xp + nb * 64);
     const int32_t *tot = (const int32_t *)(dx + nb);
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
+    {
         const uint8_t *gb = g + (size_t)b * gbb;
         if (NT == 1 && half == 0) { /* GEMV: the weight stream 8 KiB ahead (half 1 re-reads the group from cache) */
             for (size_t l = 0; l < gbb; l += 64) PF_LINE(gb + 8192 + l);
@@ -83,6 +78,22 @@ AI void Q16H_TILE(int f, int NT, const kiln_weight *w, int64_t q, int half, cons
             const float dt = *(const float *)((const uint8_t *)(dx + b) + (size_t)t * xpb);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_mul_ps(ws, _mm256_set1_ps(dt)), acc[t]);
         }
+    }
+}
+AI void Q16H_TILE(int f, int NT, const kiln_weight *w, int64_t q, int half, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy) {
+    const int64_t nb = w->cols / 32;
+    const uint8_t *g = w->data + (size_t)q * 16 * w->row_bytes;
+    const uint16_t *sg = f == KILN_WF_INT4_GROUP ? (const uint16_t *)w->scales + (size_t)q * 16 * (size_t)nb + 8 * (size_t)half : NULL;
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    /* The GEMV's streaming pass (half 0) in runs of ~4 KiB whose last block is its own code copy,
+     * as the AVX-512 kernel (gemv_avx512.c q16_tile, which gives the measurements and the lengths) */
+    const int64_t run = NT == 1 && half == 0 ? (f == KILN_WF_Q8_0 ? 8 : 16) : nb;
+    for (int64_t b0 = 0; b0 < nb; b0 += run) {
+        const int64_t be = b0 + run < nb ? b0 + run : nb;
+        for (int64_t b = b0; b < be - 1; b++) Q16H_BLOCK(f, NT, half, g, sg, nb, b, xp, xpb, acc);
+        Q16H_BLOCK(f, NT, half, g, sg, nb, be - 1, xp, xpb, acc); /* the run's last block: its own instructions */
     }
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(Y + (size_t)t * (size_t)ldy + 8 * half, acc[t]);
