@@ -1276,66 +1276,64 @@ AI void q16_block(int f, int NT, int pf, const uint8_t *g, const uint16_t *sg, i
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const float *dx = (const float *)(xp + nb * 64);
     const int32_t *tot = (const int32_t *)(dx + nb);
-    {
-        const uint8_t *gb = g + (size_t)b * gbb;
-        /* GEMV: the weight stream PF_BYTES ahead (the next groups; a prefetch past the end is harmless).
-         * Measured with `kiln bench --gemv --shape 8192x3072,3072x8192` (dev VM, 2 threads): Q4_0
-         * 41.5 / 37.0 → 59.7 / 51.3 GB/s, Q8_0 43.7 / 52.4 → 63.9 / 57.6 (the hardware prefetcher
-         * alone leaves a core well below the read bandwidth here, as the INT4 / FP8 kernels found). */
-        if (pf) { /* (pf: the tile streams the group from memory — the GEMV, a few-token step's first tile) */
-            for (size_t l = 0; l < gbb; l += 64) PFH4(gb + PF_BYTES + l);
-            if (i4 && (b & 1) == 0) PFH4((const uint8_t *)(sg + 16 * b) + PF_BYTES / 8); /* the scale stream: 1/8 of the weights' */
-        }
-        const __m512 ws = i4 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sg + 16 * b))), 16))
-                             : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
-        /* Integer sums are exact in any order: with few tokens the block's dots run in two chains
-         * (ia, ib; added at the end) so that vpdpbusd's latency does not serialize the GEMV. */
-        __m512i ia[8], ib[8];
+    const uint8_t *gb = g + (size_t)b * gbb;
+    /* GEMV: the weight stream PF_BYTES ahead (the next groups; a prefetch past the end is harmless).
+     * Measured with `kiln bench --gemv --shape 8192x3072,3072x8192` (dev VM, 2 threads): Q4_0
+     * 41.5 / 37.0 → 59.7 / 51.3 GB/s, Q8_0 43.7 / 52.4 → 63.9 / 57.6 (the hardware prefetcher
+     * alone leaves a core well below the read bandwidth here, as the INT4 / FP8 kernels found). */
+    if (pf) { /* (pf: the tile streams the group from memory — the GEMV, a few-token step's first tile) */
+        for (size_t l = 0; l < gbb; l += 64) PFH4(gb + PF_BYTES + l);
+        if (i4 && (b & 1) == 0) PFH4((const uint8_t *)(sg + 16 * b) + PF_BYTES / 8); /* the scale stream: 1/8 of the weights' */
+    }
+    const __m512 ws = i4 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sg + 16 * b))), 16))
+                         : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));
+    /* Integer sums are exact in any order: with few tokens the block's dots run in two chains
+     * (ia, ib; added at the end) so that vpdpbusd's latency does not serialize the GEMV. */
+    __m512i ia[8], ib[8];
 #pragma GCC unroll 8
-        for (int t = 0; t < NT; t++) {
-            ia[t] = _mm512_set1_epi32(*(const int32_t *)((const uint8_t *)(tot + b) + (size_t)t * xpb));
-            ib[t] = _mm512_setzero_si512();
-        }
-        if (q8) {
+    for (int t = 0; t < NT; t++) {
+        ia[t] = _mm512_set1_epi32(*(const int32_t *)((const uint8_t *)(tot + b) + (size_t)t * xpb));
+        ib[t] = _mm512_setzero_si512();
+    }
+    if (q8) {
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) {
-                const __m512i wv = _mm512_loadu_si512(gb + 32 + 64 * k);
+        for (int k = 0; k < 8; k++) {
+            const __m512i wv = _mm512_loadu_si512(gb + 32 + 64 * k);
 #pragma GCC unroll 8
-                for (int t = 0; t < NT; t++) {
-                    const __m512i xb = _mm512_set1_epi32(*(const int32_t *)(xp + (size_t)t * xpb + 64 * b + 4 * k));
-                    if (NT < 4 && (k & 1)) ib[t] = _mm512_dpbusd_epi32(ib[t], wv, xb);
-                    else ia[t] = _mm512_dpbusd_epi32(ia[t], wv, xb);
-                }
+            for (int t = 0; t < NT; t++) {
+                const __m512i xb = _mm512_set1_epi32(*(const int32_t *)(xp + (size_t)t * xpb + 64 * b + 4 * k));
+                if (NT < 4 && (k & 1)) ib[t] = _mm512_dpbusd_epi32(ib[t], wv, xb);
+                else ia[t] = _mm512_dpbusd_epi32(ia[t], wv, xb);
             }
-        } else {
-            __m512i wnext[4];
-            if (NT == 1) {
-                const uint8_t *gn = b + 1 < nb ? gb + gbb : gb;
+        }
+    } else {
+        __m512i wnext[4];
+        if (NT == 1) {
+            const uint8_t *gn = b + 1 < nb ? gb + gbb : gb;
 #pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) wnext[k] = _mm512_loadu_si512(gn + woff + 64 * k);
-            }
+            for (int k = 0; k < 4; k++) wnext[k] = _mm512_loadu_si512(gn + woff + 64 * k);
+        }
 #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                const __m512i v = NT == 1 ? wcur[k] : _mm512_loadu_si512(gb + woff + 64 * k);
-                if (NT == 1) wcur[k] = wnext[k];
-                const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        for (int k = 0; k < 4; k++) {
+            const __m512i v = NT == 1 ? wcur[k] : _mm512_loadu_si512(gb + woff + 64 * k);
+            if (NT == 1) wcur[k] = wnext[k];
+            const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
 #pragma GCC unroll 8
-                for (int t = 0; t < NT; t++) {
-                    const uint8_t *xt = xp + (size_t)t * xpb + 64 * b;
-                    ia[t] = _mm512_dpbusd_epi32(ia[t], lo, _mm512_set1_epi32(*(const int32_t *)(xt + 4 * k)));
-                    if (NT < 4) ib[t] = _mm512_dpbusd_epi32(ib[t], hi, _mm512_set1_epi32(*(const int32_t *)(xt + 16 + 4 * k)));
-                    else ia[t] = _mm512_dpbusd_epi32(ia[t], hi, _mm512_set1_epi32(*(const int32_t *)(xt + 16 + 4 * k)));
-                }
+            for (int t = 0; t < NT; t++) {
+                const uint8_t *xt = xp + (size_t)t * xpb + 64 * b;
+                ia[t] = _mm512_dpbusd_epi32(ia[t], lo, _mm512_set1_epi32(*(const int32_t *)(xt + 4 * k)));
+                if (NT < 4) ib[t] = _mm512_dpbusd_epi32(ib[t], hi, _mm512_set1_epi32(*(const int32_t *)(xt + 16 + 4 * k)));
+                else ia[t] = _mm512_dpbusd_epi32(ia[t], hi, _mm512_set1_epi32(*(const int32_t *)(xt + 16 + 4 * k)));
             }
         }
-        if (NT < 4)
+    }
+    if (NT < 4)
 #pragma GCC unroll 8
-            for (int t = 0; t < NT; t++) ia[t] = _mm512_add_epi32(ia[t], ib[t]);
+        for (int t = 0; t < NT; t++) ia[t] = _mm512_add_epi32(ia[t], ib[t]);
 #pragma GCC unroll 8
-        for (int t = 0; t < NT; t++) {
-            const float dt = *(const float *)((const uint8_t *)(dx + b) + (size_t)t * xpb);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t]), _mm512_mul_ps(ws, _mm512_set1_ps(dt)), acc[t]);
-        }
+    for (int t = 0; t < NT; t++) {
+        const float dt = *(const float *)((const uint8_t *)(dx + b) + (size_t)t * xpb);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t]), _mm512_mul_ps(ws, _mm512_set1_ps(dt)), acc[t]);
     }
 }
 AI void q16_tile(int f, int NT, int pf, const uint8_t *g, const uint16_t *sg, int64_t nb, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy) {

@@ -33,51 +33,49 @@ AI void Q16H_BLOCK(int f, int NT, int half, const uint8_t *g, const uint16_t *sg
     const __m256i m4 = _mm256_set1_epi8(0x0F), x80 = _mm256_set1_epi8((char)0x80);
     const float *dx = (const float *)(xp + nb * 64);
     const int32_t *tot = (const int32_t *)(dx + nb);
-    {
-        const uint8_t *gb = g + (size_t)b * gbb;
-        if (NT == 1 && half == 0) { /* GEMV: the weight stream 8 KiB ahead (half 1 re-reads the group from cache) */
-            for (size_t l = 0; l < gbb; l += 64) PF_LINE(gb + 8192 + l);
-            if (i4 && (b & 1) == 0) PF_LINE((const uint8_t *)(sg + 16 * b) + 1024);
-        }
-        const __m256 ws = i4 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(sg + 16 * b))), 16))
-                             : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + h / 2)));
-        __m256i ia[4];
-        if (q8) {
+    const uint8_t *gb = g + (size_t)b * gbb;
+    if (NT == 1 && half == 0) { /* GEMV: the weight stream 8 KiB ahead (half 1 re-reads the group from cache) */
+        for (size_t l = 0; l < gbb; l += 64) PF_LINE(gb + 8192 + l);
+        if (i4 && (b & 1) == 0) PF_LINE((const uint8_t *)(sg + 16 * b) + 1024);
+    }
+    const __m256 ws = i4 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(sg + 16 * b))), 16))
+                         : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + h / 2)));
+    __m256i ia[4];
+    if (q8) {
 #pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) ia[t] = _mm256_setzero_si256();
+        for (int t = 0; t < NT; t++) ia[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) {
-                const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(gb + 32 + 64 * k + h)), x80), a = _mm256_abs_epi8(v);
+        for (int k = 0; k < 8; k++) {
+            const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(gb + 32 + 64 * k + h)), x80), a = _mm256_abs_epi8(v);
 #pragma GCC unroll 4
-                for (int t = 0; t < NT; t++) {
-                    const __m256i xb = _mm256_set1_epi32(*(const int32_t *)(xp + (size_t)t * xpb + 64 * b + 4 * k));
-                    ia[t] = Q16_DOT8(ia[t], a, _mm256_sign_epi8(xb, v));
-                }
+            for (int t = 0; t < NT; t++) {
+                const __m256i xb = _mm256_set1_epi32(*(const int32_t *)(xp + (size_t)t * xpb + 64 * b + 4 * k));
+                ia[t] = Q16_DOT8(ia[t], a, _mm256_sign_epi8(xb, v));
             }
-        } else {
-            __m256i s[4]; /* Q16_DOT4_*: 16-bit partial sums (vpmaddubsw) or 32-bit ones (vpdpbusd) */
+        }
+    } else {
+        __m256i s[4]; /* Q16_DOT4_*: 16-bit partial sums (vpmaddubsw) or 32-bit ones (vpdpbusd) */
 #pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) s[t] = _mm256_setzero_si256();
+        for (int t = 0; t < NT; t++) s[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(gb + woff + 64 * k + h));
-                const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        for (int k = 0; k < 4; k++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(gb + woff + 64 * k + h));
+            const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 #pragma GCC unroll 4
-                for (int t = 0; t < NT; t++) {
-                    const uint8_t *xt = xp + (size_t)t * xpb + 64 * b;
-                    s[t] = Q16_DOT4_ACC(s[t], lo, _mm256_set1_epi32(*(const int32_t *)(xt + 4 * k)));
-                    s[t] = Q16_DOT4_ACC(s[t], hi, _mm256_set1_epi32(*(const int32_t *)(xt + 16 + 4 * k)));
-                }
+            for (int t = 0; t < NT; t++) {
+                const uint8_t *xt = xp + (size_t)t * xpb + 64 * b;
+                s[t] = Q16_DOT4_ACC(s[t], lo, _mm256_set1_epi32(*(const int32_t *)(xt + 4 * k)));
+                s[t] = Q16_DOT4_ACC(s[t], hi, _mm256_set1_epi32(*(const int32_t *)(xt + 16 + 4 * k)));
             }
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++)
-                ia[t] = _mm256_add_epi32(Q16_DOT4_END(s[t]), _mm256_set1_epi32(*(const int32_t *)((const uint8_t *)(tot + b) + (size_t)t * xpb)));
         }
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            const float dt = *(const float *)((const uint8_t *)(dx + b) + (size_t)t * xpb);
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_mul_ps(ws, _mm256_set1_ps(dt)), acc[t]);
-        }
+        for (int t = 0; t < NT; t++)
+            ia[t] = _mm256_add_epi32(Q16_DOT4_END(s[t]), _mm256_set1_epi32(*(const int32_t *)((const uint8_t *)(tot + b) + (size_t)t * xpb)));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        const float dt = *(const float *)((const uint8_t *)(dx + b) + (size_t)t * xpb);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_mul_ps(ws, _mm256_set1_ps(dt)), acc[t]);
     }
 }
 AI void Q16H_TILE(int f, int NT, const kiln_weight *w, int64_t q, int half, const uint8_t *xp, size_t xpb, float *Y, int64_t ldy) {
