@@ -143,11 +143,23 @@ json_t *kiln_export_config(const struct kiln_model *m) {
     return llama_config(&hp);
 }
 
-int kiln_export_gguf_encode(const kiln_tensor *t, kiln_dtype to, uint8_t **out, uint64_t *nbytes, kiln_status *st) {
+static int ends_with(const char *s, const char *suffix) {
+    const size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+int kiln_gguf_keeps_f32(const char *gguf_name, int ndim) {
+    if (ndim <= 1 || ends_with(gguf_name, "_norm.weight") || !ends_with(gguf_name, ".weight")) return 1;
+    return ends_with(gguf_name, ".ffn_gate_inp.weight") || ends_with(gguf_name, ".ffn_gate_inp_shexp.weight") ||
+           ends_with(gguf_name, ".indexer.proj.weight");
+}
+
+int kiln_export_gguf_encode(const kiln_tensor *t, const char *gguf_name, kiln_dtype to, uint8_t **out, uint64_t *nbytes,
+                            kiln_status *st) {
     *st = KILN_OK;
-    if (to != KILN_DT_Q8_0 && to != KILN_DT_Q4_0) return 0;
-    if (t->ndim == 1 && (t->dtype == KILN_DT_F16 || t->dtype == KILN_DT_BF16)) { /* norms and biases: F32, as llama.cpp's converter writes them */
-        const int64_t n = t->shape[0];
+    if (kiln_gguf_keeps_f32(gguf_name, t->ndim)) {
+        if (t->dtype != KILN_DT_F16 && t->dtype != KILN_DT_BF16) return 0; /* F32 already, or a block type kept as read */
+        const int64_t n = (int64_t)kiln_tensor_numel(t);
         float *f = malloc((size_t)n * sizeof *f);
         if (!f) {
             *st = kiln_fail(KILN_ERR_NOMEM, "out of memory");
@@ -158,6 +170,7 @@ int kiln_export_gguf_encode(const kiln_tensor *t, kiln_dtype to, uint8_t **out, 
         *nbytes = (uint64_t)n * 4;
         return 2;
     }
+    if (to != KILN_DT_Q8_0 && to != KILN_DT_Q4_0) return 0;
     if (t->ndim < 2 || t->shape[t->ndim - 1] % 32 || !(t->dtype == KILN_DT_F32 || t->dtype == KILN_DT_F16 || t->dtype == KILN_DT_BF16)) return 0;
     const int64_t cols = t->shape[t->ndim - 1], rows = (int64_t)(kiln_tensor_numel(t) / (uint64_t)cols); /* 3-D: stacked experts, per head */
     const size_t in_row = (size_t)t->nbytes / (size_t)rows, out_row = (size_t)(cols / 32) * (to == KILN_DT_Q8_0 ? 34 : 18);
@@ -223,7 +236,7 @@ kiln_status kiln_model_save_gguf_as(const kiln_model *m, const char *path, const
             break;
         }
         uint64_t nb;
-        const int enc = kiln_export_gguf_encode(&ts[i], to, &blocks[i], &nb, &st);
+        const int enc = kiln_export_gguf_encode(&ts[i], gname, to, &blocks[i], &nb, &st);
         if (enc)
             kiln_gguf_add_tensor(w, gname, enc == 2 ? KILN_DT_F32 : to, ts[i].ndim, ts[i].shape, blocks[i], nb);
         else if (st == KILN_OK)

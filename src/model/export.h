@@ -11,11 +11,19 @@ kiln_status kiln_export_tensors(const struct kiln_model *m, kiln_rope_style targ
                                 void ***owned);
 void kiln_export_free_owned(void **own);
 json_t *kiln_export_config(const struct kiln_model *m);
-/* Re-encodes a float tensor (F32 / F16 / BF16) of 2 or more dims whose rows (last dim) are a
- * multiple of 32 into GGUF Q8_0 / Q4_0 blocks (ggml's reference quantizers, quant/quantize.h) in a
- * new buffer *out (caller frees); 1-D F16 / BF16 tensors (norms, biases) become F32, as
- * llama.cpp's converter writes them. Returns 1 (blocks), 2 (F32), or 0 when the tensor is left as
- * it is (to not Q8_0 / Q4_0, or not encodable); *st reports a failure. */
-int kiln_export_gguf_encode(const kiln_tensor *t, kiln_dtype to, uint8_t **out, uint64_t *nbytes, kiln_status *st);
+/* Re-encodes a float tensor (F32 / F16 / BF16) for a GGUF file, named `gguf_name` there, as
+ * llama.cpp's converter does (conversion/base.py): the tensors it keeps in F32 whatever the file
+ * type (kiln_gguf_keeps_f32) become F32 when stored as F16 / BF16; with `to` Q8_0 / Q4_0 every
+ * other tensor of 2 or more dims whose rows (last dim) are a multiple of 32 becomes GGUF blocks
+ * (ggml's reference quantizers, quant/quantize.h). The new buffer *out is the caller's to free.
+ * Returns 1 (blocks of `to`), 2 (F32), or 0 when the tensor is written as it is stored; *st
+ * reports a failure. */
+int kiln_export_gguf_encode(const kiln_tensor *t, const char *gguf_name, kiln_dtype to, uint8_t **out, uint64_t *nbytes,
+                            kiln_status *st);
+/* Whether llama.cpp's converter writes the GGUF tensor `gguf_name` (of ndim dims) as F32 for every
+ * file type: 1-D tensors, "*_norm.weight", the MoE routers (ffn_gate_inp, ffn_gate_inp_shexp), the
+ * DSA indexer's head weights (indexer.proj) and every tensor whose name does not end in ".weight".
+ * Its readers (ggml's element-wise ops on the CPU) take F32 there and nothing else. */
+int kiln_gguf_keeps_f32(const char *gguf_name, int ndim);
 kiln_status kiln_export_write_json(json_t *j, const char *path); /* takes the reference */
 #endif

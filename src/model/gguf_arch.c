@@ -820,15 +820,15 @@ static void *keep(writer *W, void *p) {
 }
 
 /* Adds one tensor, encoded to --outtype where llama.cpp's converter would quantize it (2-D and
- * stacked 3-D weights; the router and 1-D tensors stay F32). */
+ * stacked 3-D weights), F32 where it keeps F32 for every file type (routers, norms, biases:
+ * kiln_gguf_keeps_f32). */
 static kiln_status put(writer *W, const char *name, kiln_dtype dt, int ndim, const int64_t *shape, const void *data, uint64_t nbytes) {
     kiln_tensor t = {.name = (char *)name, .dtype = dt, .ndim = ndim, .data = data, .nbytes = nbytes};
     memcpy(t.shape, shape, (size_t)ndim * sizeof *shape);
     uint8_t *enc = NULL;
     uint64_t nb = 0;
     kiln_status st = KILN_OK;
-    const int router = strstr(name, "ffn_gate_inp") != NULL;
-    const int k = kiln_export_gguf_encode(&t, router ? KILN_DT_COUNT : W->to, &enc, &nb, &st);
+    const int k = kiln_export_gguf_encode(&t, name, W->to, &enc, &nb, &st);
     KILN_TRY(st);
     if (k) {
         if (!keep(W, enc)) return kiln_fail(KILN_ERR_NOMEM, "out of memory");

@@ -1,7 +1,7 @@
 """kiln convert --outtype q8_0|q4_0 [--tokenizer PATH]: the GGUF it writes holds every 2-D weight in
 the asked block type, byte for byte what ggml's reference quantizers (quantize_row_q8_0_ref /
 quantize_row_q4_0_ref, re-implemented here from their published description in float32 arithmetic)
-make of the source values; norms as F32 (llama.cpp's converter convention); the tokenizer from the
+make of the source values; norms as F32 (llama.cpp's converter convention, for every outtype); the tokenizer from the
 given file; and the file loads and generates in kiln. Bad --outtype / --tokenizer get clear errors."""
 import json, math, os, struct, sys, tempfile
 
@@ -11,7 +11,7 @@ from kiln_cli import run  # noqa: E402
 
 SHARED = os.environ.get("SHARED", "../shared")
 VOCAB = os.path.join(SHARED, "tokenizers/gguf-vocab/ggml-vocab-llama-spm.gguf")
-GGML_F32, GGML_Q4_0, GGML_Q8_0 = 0, 2, 8
+GGML_F32, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 2, 8, 30
 
 
 def f32(x):
@@ -92,6 +92,18 @@ def main():
         p = run("run", out, "--tokens", "1,2,3", "-n", "4", "--temp", "0")
         assert p.stdout.strip() or p.stderr, "no output"
     assert checked == 2
+    # the default outtype keeps a BF16 checkpoint's weights BF16 and writes its norms F32, as
+    # llama.cpp's converter does (ggml's CPU element-wise ops refuse a BF16 norm: llama.cpp aborts
+    # with "binary_op: unsupported types" on such a file)
+    bf = os.path.join(tmp, "bf16")
+    run("mkmodel", "--arch", "llama", "--preset", "tiny", "--vocab", "32000", "--ffn", "192", "--dtype", "bf16", bf)
+    out = os.path.join(tmp, "m-bf16.gguf")
+    run("convert", bf, out, "--tokenizer", VOCAB)
+    _, tensors = gguf_edit.load(out)
+    for name, ne, t, data in tensors:
+        want = GGML_BF16 if len(ne) == 2 else GGML_F32
+        assert t == want, f"bf16: {name} has ggml type {t}, want {want}"
+    assert sum(len(ne) == 1 for _, ne, _, _ in tensors) == 5, "the 2 layers' 4 norms and the final norm"
     # bad input: named option and value
     p = run("convert", src, os.path.join(tmp, "x.gguf"), "--outtype", "q5_1", ok=False)
     assert "--outtype" in p.stderr and "q5_1" in p.stderr, p.stderr

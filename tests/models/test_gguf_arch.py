@@ -215,6 +215,22 @@ def check_layouts(gg_path, hf_dir, arch, c):
         assert np.array_equal(v_b, kvb[:, dn:, :]), "attn_v_b is not kv_b's value half"
 
 
+def converter_keeps_f32(name, ndim):
+    """llama.cpp's converter (conversion/base.py) writes these F32 whatever the file type: 1-D
+    tensors, *_norm.weight, the MoE routers, the DSA indexer's head weights, non-.weight names."""
+    if ndim <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):
+        return True
+    return name.endswith((".ffn_gate_inp.weight", ".ffn_gate_inp_shexp.weight", ".indexer.proj.weight"))
+
+
+def check_float_types(info):
+    """A BF16 checkpoint written with the default outtype: F32 where the converter keeps F32 (ggml's
+    CPU element-wise ops refuse a BF16 norm: `binary_op: unsupported types`), BF16 elsewhere."""
+    for t in info["tensors"]:
+        want = F32 if converter_keeps_f32(t["name"], len(t["ne"])) else BF16
+        assert t["type"] == want, f"{t['name']} has ggml type {t['type']}, llama.cpp's converter writes {want}"
+
+
 def check_file(gg, hf_dir, arch, c):
     info = read_gguf(gg)
     md = info["metadata"]
@@ -262,10 +278,17 @@ def main():
             json.dump(c, open(cfg_path, "w"))
         gg = os.path.join(tmp, f"{name}-{preset}-{dtype}.gguf")
         run("convert", d, gg)
-        check_file(gg, d, arch, c)
+        info = check_file(gg, d, arch, c)
+        if dtype == "bf16":
+            check_float_types(info)
         if arch not in ("glm4", "chatglm"):
             check_layouts(gg, d, arch, c)
-        a, b = logits(d, gg + ".hf.bin"), logits(gg, gg + ".gg.bin")
+        # A BF16 checkpoint's router and norms are F32 in the GGUF (check_float_types): the same values,
+        # but the cpu backend multiplies BF16 weights by activations rounded to BF16 (vdpbf16ps) and
+        # F32 ones exactly, so the files are compared on the ref backend, whose kernels read both
+        # without rounding the activations.
+        be = "ref" if dtype == "bf16" else "cpu"
+        a, b = logits(d, gg + ".hf.bin", be), logits(gg, gg + ".gg.bin", be)
         assert a.shape == b.shape and np.array_equal(a, b), f"{name} {dtype}: GGUF logits differ from the HF directory's by {np.abs(a - b).max()}"
         print(f"{name} {preset} ({dtype}) -> {arch}: names, keys, shapes as llama.cpp creates them; layouts exact; logits identical")
 
