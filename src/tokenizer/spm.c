@@ -91,7 +91,10 @@ static int try_bigram(const kiln_tokenizer *t, const char *s, const sym *sy, int
     return heap_push(h, b);
 }
 
-kiln_status kiln_spm_encode(const kiln_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n) {
+/* One stretch of plain text; `prefix`: prepend the space symbol (add_space_prefix where the
+ * stretch starts the text or follows a special token). */
+static kiln_status spm_encode_plain(const kiln_tokenizer *t, const char *text, size_t len, int prefix, int32_t **ids,
+                                    size_t *n) {
     *ids = NULL;
     *n = 0;
     if (len == 0) return KILN_OK; /* SentencePiece: "" encodes to nothing (no dummy prefix) */
@@ -105,7 +108,7 @@ kiln_status kiln_spm_encode(const kiln_tokenizer *t, const char *text, size_t le
     kiln_status st = KILN_OK;
     if (!s) goto oom;
     size_t m = 0;
-    if (t->add_space_prefix) {
+    if (prefix) {
         memcpy(s, t->space, t->space_len);
         m = t->space_len;
     }
@@ -183,6 +186,144 @@ done:
     free(sy);
     free(h.v);
     free(out);
+    return st;
+}
+
+/* ---- special tokens written in the text --------------------------------------------------------- */
+/* llama.cpp's partition of the text (llama-vocab.cpp, tokenizer_st_partition), for GGUF and Hugging
+ * Face vocabularies: the special tokens (CONTROL and UNKNOWN ones such as <s>, </s>, <unk>, only
+ * with parse_special; USER_DEFINED ones always), longest text first, cut every plain stretch at
+ * each of their occurrences, left to right. Each remaining plain stretch is encoded alone, with
+ * the space symbol in front where it starts the text or follows a special token (llama.cpp's SPM
+ * rule, and Hugging Face's Llama tokenizer with legacy = true, Llama 2's and Mistral's setting).
+ * llama2.c tokenizer.bin files keep run.c's rule: no token is ever matched in text. */
+typedef struct {
+    size_t off, len;
+    int32_t id; /* -1: plain text */
+} frag;
+
+static int by_length_desc(const void *a, const void *b, void *ctx) {
+    const kiln_tokenizer *t = ctx;
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (t->piece_len[x] != t->piece_len[y]) return t->piece_len[x] > t->piece_len[y] ? -1 : 1;
+    return x < y ? -1 : x > y; /* equal lengths: the lower id first (deterministic) */
+}
+
+static int matched_in_text(const kiln_tokenizer *t, int32_t id, int parse_special) {
+    if (t->piece_len[id] == 0) return 0;
+    if (t->type[id] == KILN_TT_USER_DEFINED) return 1;
+    return parse_special && (t->type[id] == KILN_TT_CONTROL || t->type[id] == KILN_TT_UNKNOWN);
+}
+
+static int frag_push(frag **v, size_t *n, size_t *cap, frag x) {
+    if (*n == *cap) {
+        size_t c = *cap * 2 + 8;
+        frag *g = realloc(*v, c * sizeof *g);
+        if (!g) return -1;
+        *v = g;
+        *cap = c;
+    }
+    (*v)[(*n)++] = x;
+    return 0;
+}
+
+/* Cuts every plain fragment of *f (n of them) at the occurrences of token id, left to right:
+ * [plain before] [token] ... [plain rest], empty plain pieces dropped. *f is replaced. */
+static kiln_status split_at(const kiln_tokenizer *t, const char *text, int32_t id, frag **f, size_t *nf) {
+    const char *tok = t->piece[id];
+    const size_t tl = t->piece_len[id];
+    frag *g = NULL;
+    size_t ng = 0, cap = 0;
+    for (size_t i = 0; i < *nf; i++) {
+        frag x = (*f)[i];
+        if (x.id < 0) {
+            const char *hit;
+            while (x.len >= tl && (hit = memmem(text + x.off, x.len, tok, tl)) != NULL) {
+                const size_t before = (size_t)(hit - (text + x.off));
+                if ((before && frag_push(&g, &ng, &cap, (frag){x.off, before, -1})) ||
+                    frag_push(&g, &ng, &cap, (frag){x.off + before, tl, id}))
+                    goto oom;
+                x.off += before + tl;
+                x.len -= before + tl;
+            }
+            if (!x.len) continue;
+        }
+        if (frag_push(&g, &ng, &cap, x)) goto oom;
+    }
+    free(*f);
+    *f = g;
+    *nf = ng;
+    return KILN_OK;
+oom:
+    free(g);
+    return kiln_fail(KILN_ERR_NOMEM, "out of memory splitting text at special tokens");
+}
+
+kiln_status kiln_spm_encode(const kiln_tokenizer *t, const char *text, size_t len, int parse_special, int32_t **ids,
+                            size_t *n) {
+    *ids = NULL;
+    *n = 0;
+    int32_t *special = NULL;
+    size_t ns = 0;
+    if (t->source != KILN_TOK_SRC_LLAMA2C && len) {
+        for (int32_t id = 0; id < t->n_vocab; id++) ns += (size_t)matched_in_text(t, id, parse_special);
+        if (ns) {
+            special = malloc(ns * sizeof *special);
+            if (!special) return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding %zu bytes", len);
+            ns = 0;
+            for (int32_t id = 0; id < t->n_vocab; id++)
+                if (matched_in_text(t, id, parse_special)) special[ns++] = id;
+            qsort_r(special, ns, sizeof *special, by_length_desc, (void *)t);
+        }
+    }
+    if (!ns) return spm_encode_plain(t, text, len, t->add_space_prefix, ids, n);
+    size_t nf = 1;
+    frag *f = malloc(sizeof *f);
+    int32_t *out = NULL;
+    size_t k = 0, out_cap = 0;
+    kiln_status st = KILN_OK;
+    if (!f) {
+        st = kiln_fail(KILN_ERR_NOMEM, "out of memory encoding %zu bytes", len);
+        goto done;
+    }
+    f[0] = (frag){0, len, -1};
+    for (size_t i = 0; i < ns && st == KILN_OK; i++) st = split_at(t, text, special[i], &f, &nf);
+    int prev_special = 1;
+    for (size_t i = 0; i < nf && st == KILN_OK; i++) {
+        int32_t *v = NULL;
+        size_t m = 0;
+        if (f[i].id >= 0) {
+            prev_special = 1;
+            m = 1;
+        } else {
+            st = spm_encode_plain(t, text + f[i].off, f[i].len, t->add_space_prefix && prev_special, &v, &m);
+            prev_special = 0;
+            if (st != KILN_OK) break;
+        }
+        if (k + m > out_cap) {
+            size_t c = (k + m) * 2 + 16;
+            int32_t *g = realloc(out, c * sizeof *g);
+            if (!g) {
+                free(v);
+                st = kiln_fail(KILN_ERR_NOMEM, "out of memory encoding %zu bytes", len);
+                break;
+            }
+            out = g;
+            out_cap = c;
+        }
+        if (f[i].id >= 0) out[k++] = f[i].id;
+        else if (m) memcpy(out + k, v, m * sizeof *v), k += m;
+        free(v);
+    }
+    if (st == KILN_OK) {
+        *ids = out;
+        *n = k;
+        out = NULL;
+    }
+done:
+    free(out);
+    free(f);
+    free(special);
     return st;
 }
 

@@ -65,7 +65,10 @@ int32_t kiln_tok_lookup(const kiln_tokenizer *t, const char *s, size_t len); /* 
 int kiln_utf8_len(unsigned char c);
 
 /* spm.c */
-kiln_status kiln_spm_encode(const kiln_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n);
+/* parse_special: match control / unknown tokens written in the text (user-defined ones always);
+ * llama2.c vocabularies match none (spm.c). */
+kiln_status kiln_spm_encode(const kiln_tokenizer *t, const char *text, size_t len, int parse_special, int32_t **ids,
+                            size_t *n);
 kiln_status kiln_spm_load_gguf(const struct kiln_gguf *g, kiln_tokenizer **out);
 kiln_status kiln_spm_load_hf(const char *tokenizer_json, const char *tokenizer_config, void *json_root,
                              kiln_tokenizer **out);

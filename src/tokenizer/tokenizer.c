@@ -228,7 +228,7 @@ kiln_status kiln_tok_encode_ex(const kiln_tokenizer *t, const char *text, size_t
     int bos = -1;
     switch (t->kind) {
     case KILN_TOK_SPM:
-        KILN_TRY(kiln_spm_encode(t, text, len, &v, &m));
+        KILN_TRY(kiln_spm_encode(t, text, len, parse_special, &v, &m));
         if (add_bos) bos = t->bos;
         break;
     case KILN_TOK_BPE:

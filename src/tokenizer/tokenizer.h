@@ -49,8 +49,8 @@ int kiln_tok_eos(const kiln_tokenizer *t); /* -1 if none */
 kiln_status kiln_tok_encode(const kiln_tokenizer *t, const char *text, size_t len, int add_bos,
                             int32_t **ids, size_t *n);
 /* The same with parse_special = 0 for untrusted text (a user's message): special tokens written in
- * it are encoded as plain text, so the text cannot forge control tokens. (SentencePiece
- * vocabularies never match special tokens in text.) */
+ * it are encoded as plain text, so the text cannot forge control tokens. (llama2.c SentencePiece
+ * files never match special tokens in text; GGUF / Hugging Face ones follow llama.cpp: spm.c.) */
 kiln_status kiln_tok_encode_ex(const kiln_tokenizer *t, const char *text, size_t len, int add_bos,
                                int parse_special, int32_t **ids, size_t *n);
 /* 1 for special / control tokens (<|im_end|>, <s>). */

@@ -1,6 +1,7 @@
 /* test_tokenizer_spm.c — SentencePiece-style tokenizers against independent references:
  *   - Meta's Llama-2 ids (expected_ids.jsonl, BOS included) with llama2.c's tokenizer.bin;
- *   - llama.cpp's test vectors for ggml-vocab-llama-spm.gguf (.inp/.out, no BOS);
+ *   - llama.cpp's test vectors for ggml-vocab-llama-spm.gguf (.inp/.out, no BOS), and
+ *     llama-tokenize's ids for special tokens written in the text;
  *   - llama2.c run.c's encode() of "Once upon a time" with stories260K's tok512.bin, whose ids
  *     [1, 403, 407, 261, 378] are also the start of the reference greedy path (greedy_tokens.txt);
  *   - invalid UTF-8 rejection; save/load round trips through HF files and GGUF metadata. */
@@ -47,11 +48,11 @@ static char *slurp(const char *path, size_t *len) {
     return b;
 }
 
-static void expect_ids(const kiln_tokenizer *t, const char *text, size_t len, int add_bos, const int32_t *want,
-                       size_t n_want) {
+static void expect_ids_ex(const kiln_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+                          const int32_t *want, size_t n_want) {
     int32_t *ids;
     size_t n;
-    kiln_status st = kiln_tok_encode(t, text, len, add_bos, &ids, &n);
+    kiln_status st = kiln_tok_encode_ex(t, text, len, add_bos, parse_special, &ids, &n);
     if (st != KILN_OK) fail_msg("encode failed: %s", kiln_last_error());
     int same = n == n_want && (n == 0 || memcmp(ids, want, n * sizeof *ids) == 0);
     if (!same) {
@@ -63,6 +64,11 @@ static void expect_ids(const kiln_tokenizer *t, const char *text, size_t len, in
     }
     free(ids);
     assert_true(same);
+}
+
+static void expect_ids(const kiln_tokenizer *t, const char *text, size_t len, int add_bos, const int32_t *want,
+                       size_t n_want) {
+    expect_ids_ex(t, text, len, add_bos, 1, want, n_want);
 }
 
 static void test_llama2_expected_ids(void **state) {
@@ -145,6 +151,43 @@ static void test_llama_spm_vectors(void **state) {
     assert_int_equal(*line, 0); /* one output line per input */
     free(inp);
     free(outf);
+    kiln_tok_free(t);
+}
+
+/* Special tokens written in the text of a GGUF SentencePiece vocabulary (a rendered Llama 2 /
+ * Mistral chat template holds "<s>" and "</s>"). Expected ids: llama.cpp's llama-tokenize
+ * (commit de3ff81) on ggml-vocab-llama-spm.gguf with --no-bos, with and without
+ * --no-parse-special: control tokens cut the text, the stretch after one gets the space symbol in
+ * front, and without parse_special they are plain text. */
+static void test_llama_spm_special_in_text(void **state) {
+    (void)state;
+    char p[4096];
+    if (!exists(shared("tokenizers/gguf-vocab/ggml-vocab-llama-spm.gguf", p, sizeof p))) skip();
+    kiln_gguf *g;
+    assert_int_equal(kiln_gguf_open(p, NULL, &g), KILN_OK);
+    kiln_tokenizer *t;
+    assert_int_equal(kiln_tok_load_gguf(g, &t), KILN_OK);
+    kiln_gguf_close(g);
+    static const struct {
+        const char *text;
+        int32_t special[32], plain[32];
+        size_t n_special, n_plain;
+    } cases[] = {
+        {"<s>[INST] Hi there [/INST] Hello!</s><s>[INST] again [/INST]",
+         {1, 518, 25580, 29962, 6324, 727, 518, 29914, 25580, 29962, 15043, 29991, 2, 1, 518, 25580, 29962, 1449, 518, 29914, 25580, 29962},
+         {529, 29879, 24566, 25580, 29962, 6324, 727, 518, 29914, 25580, 29962, 15043, 29991, 829, 29879, 5299, 29879, 24566, 25580, 29962,
+          1449, 518, 29914, 25580, 29962},
+         22, 25},
+        {"\xe3\x82\xa2</s>--", {29871, 30310, 2, 1192}, {29871, 30310, 829, 29879, 29958, 489}, 4, 6},
+        {" lead</s> trail <unk>x", {29871, 3275, 2, 29871, 26203, 29871, 0, 921},
+         {29871, 3275, 829, 29879, 29958, 26203, 529, 2960, 29958, 29916}, 8, 10},
+        {"</s></s>a", {2, 2, 263}, {1533, 29879, 2565, 29879, 29958, 29874}, 3, 6},
+        {"x<s>", {921, 1}, {921, 29966, 29879, 29958}, 2, 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        expect_ids_ex(t, cases[i].text, strlen(cases[i].text), 0, 1, cases[i].special, cases[i].n_special);
+        expect_ids_ex(t, cases[i].text, strlen(cases[i].text), 0, 0, cases[i].plain, cases[i].n_plain);
+    }
     kiln_tok_free(t);
 }
 
@@ -424,6 +467,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama2_expected_ids),
         cmocka_unit_test(test_llama_spm_vectors),
+        cmocka_unit_test(test_llama_spm_special_in_text),
         cmocka_unit_test(test_stories260k_once_upon),
         cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_bad_tokenizer_bin),
