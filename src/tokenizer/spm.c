@@ -497,6 +497,17 @@ kiln_status kiln_spm_load_gguf(const kiln_gguf *g, kiln_tokenizer **out) {
     if ((st = gguf_id(g, "tokenizer.ggml.eos_token_id", 2, n_i, &t->eos))) goto done;
     if ((st = gguf_id(g, "tokenizer.ggml.unknown_token_id", 0, n_i, &t->unk))) goto done;
     if ((st = gguf_id(g, "tokenizer.ggml.padding_token_id", n_i, n_i, &t->pad))) goto done;
+    const char *tmpl;
+    size_t tmpl_len;
+    if (kiln_gguf_get_str(g, "tokenizer.chat_template", &tmpl, &tmpl_len) == 0) { /* Llama 2 / Mistral GGUFs carry one */
+        t->chat_template = malloc(tmpl_len + 1);
+        if (!t->chat_template) {
+            st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
+            goto done;
+        }
+        memcpy(t->chat_template, tmpl, tmpl_len);
+        t->chat_template[tmpl_len] = 0;
+    }
     uint64_t b;
     t->add_bos = kiln_gguf_get_u64(g, "tokenizer.ggml.add_bos_token", &b) == 0 ? (int)(b != 0) : 1;
     t->add_space_prefix = kiln_gguf_get_u64(g, "tokenizer.ggml.add_space_prefix", &b) == 0 ? (int)(b != 0) : 1;
@@ -589,6 +600,7 @@ void kiln_spm_save_gguf(const kiln_tokenizer *t, kiln_gguf_writer *w) {
     kiln_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", t->add_bos);
     kiln_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", 0);
     kiln_gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", t->add_space_prefix);
+    if (t->chat_template) kiln_gguf_set_str(w, "tokenizer.chat_template", t->chat_template);
 }
 
 /* ---- Hugging Face tokenizer.json -------------------------------------------------------------- */
@@ -786,6 +798,7 @@ kiln_status kiln_spm_save_hf(const kiln_tokenizer *t, const char *dir) {
     json_object_set_new(cfg, "legacy", json_true());
     json_object_set_new(cfg, "clean_up_tokenization_spaces", json_false());
     json_object_set_new(cfg, "tokenizer_class", json_string("LlamaTokenizer"));
+    if (t->chat_template) json_object_set_new(cfg, "chat_template", json_string(t->chat_template));
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     st = write_json(cfg, path);
     goto done;
@@ -915,6 +928,15 @@ kiln_status kiln_spm_load_hf(const char *tokenizer_json, const char *tokenizer_c
             if (json_is_boolean(ab)) t->add_bos = json_is_true(ab);
             const char *pad = cfg_token(cfg, "pad_token");
             if (pad) t->pad = kiln_tok_lookup(t, pad, strlen(pad));
+            /* chat_template: a string, or [{"name": "default", "template": ...}, ...] */
+            json_t *ct = json_object_get(cfg, "chat_template");
+            const char *tmpl = json_string_value(ct);
+            for (size_t k = 0; json_is_array(ct) && k < json_array_size(ct); k++) {
+                json_t *e = json_array_get(ct, k);
+                const char *nm = json_string_value(json_object_get(e, "name")), *tt = json_string_value(json_object_get(e, "template"));
+                if (tt && (!tmpl || (nm && !strcmp(nm, "default")))) tmpl = tt;
+            }
+            if (tmpl && !(t->chat_template = strdup(tmpl))) goto oom;
         }
     }
     t->bos = kiln_tok_lookup(t, bos_name, strlen(bos_name));

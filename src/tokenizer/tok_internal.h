@@ -47,6 +47,8 @@ struct kiln_tokenizer {
     int byte_id[256];       /* id of the <0xNN> piece per byte, -1 if absent */
     int max_token_length;   /* llama2.c header value (kept for exact re-export) */
     void *impl;             /* kind-private state (BPE: the kiln_bpe) */
+    char *chat_template;    /* SPM: GGUF tokenizer.chat_template / tokenizer_config.json's (NULL: none;
+                             * BPE keeps its own in impl) */
     /* BPE: the files it was loaded from, copied by kiln_tok_save_hf (NULL when absent):
      * [0] tokenizer.json or tiktoken.model, [1] tokenizer_config.json, [2] chat_template.jinja */
     char *src_file[3];

@@ -52,6 +52,7 @@ void kiln_tok_free(kiln_tokenizer *t) {
     free(t->hash);
     if (t->kind == KILN_TOK_BPE) kiln_bpe_free(t->impl);
     for (int i = 0; i < 3; i++) free(t->src_file[i]);
+    free(t->chat_template);
     free(t);
 }
 
@@ -200,7 +201,7 @@ int kiln_tok_is_special(const kiln_tokenizer *t, int32_t id) {
 }
 
 const char *kiln_tok_chat_template(const kiln_tokenizer *t) {
-    return t->kind == KILN_TOK_BPE ? kiln_bpe_chat_template(t->impl) : NULL;
+    return t->kind == KILN_TOK_BPE ? kiln_bpe_chat_template(t->impl) : t->chat_template;
 }
 
 const char *kiln_tok_special_str(const kiln_tokenizer *t, int eos) {

@@ -56,7 +56,7 @@ kiln_status kiln_tok_encode_ex(const kiln_tokenizer *t, const char *text, size_t
 /* 1 for special / control tokens (<|im_end|>, <s>). */
 int kiln_tok_is_special(const kiln_tokenizer *t, int32_t id);
 /* The chat template that came with the vocabulary (tokenizer_config.json chat_template, GGUF
- * tokenizer.chat_template), NULL if none known (SentencePiece vocabularies keep none). */
+ * tokenizer.chat_template), NULL if none known (llama2.c vocabularies have none). */
 const char *kiln_tok_chat_template(const kiln_tokenizer *t);
 /* The BOS (eos = 0) / EOS (eos = 1) token's text, NULL if none. */
 const char *kiln_tok_special_str(const kiln_tokenizer *t, int eos);

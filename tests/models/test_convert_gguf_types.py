@@ -67,6 +67,39 @@ def safetensors_f32(path, name):
     return [list(vals[i:i + cols]) for i in range(0, len(vals), cols)]
 
 
+# Mistral-Instruct's template in outline: a SentencePiece GGUF carrying tokenizer.chat_template
+MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+                    "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+                    "{{ message['content'] + eos_token }}{% endif %}{% endfor %}")
+MESSAGES = [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "again"}]
+# llama.cpp's llama-tokenize (de3ff81) of the rendered prompt with --no-bos: <s> and </s> as the
+# control tokens 1 and 2, "[INST]" after <s> with the space symbol in front
+MISTRAL_IDS = [1, 518, 25580, 29962, 6324, 727, 518, 29914, 25580, 29962, 10994, 29991, 2, 518, 25580, 29962, 1449, 518,
+               29914, 25580, 29962]
+
+
+def check_spm_chat_template(tmp, gguf):
+    """The chat template of a SentencePiece GGUF is used, its rendered prompt tokenized with the
+    special tokens it writes, and kept by convert (GGUF and Hugging Face directory)."""
+    kv, tensors = gguf_edit.load(gguf)
+    gguf_edit.set_kv(kv, "tokenizer.chat_template", gguf_edit.STR, MISTRAL_TEMPLATE)
+    with_t = os.path.join(tmp, "m-template.gguf")
+    gguf_edit.save(with_t, kv, tensors)
+    msgs = os.path.join(tmp, "messages.json")
+    json.dump(MESSAGES, open(msgs, "w"))
+    want = "<s>[INST] Hi there [/INST]Hello!</s>[INST] again [/INST]"
+    back_gguf, back_hf = os.path.join(tmp, "m-template-back.gguf"), os.path.join(tmp, "m-template-hf")
+    run("convert", with_t, back_gguf)
+    run("convert", with_t, back_hf)
+    assert json.load(open(os.path.join(back_hf, "tokenizer_config.json")))["chat_template"] == MISTRAL_TEMPLATE
+    for model in (with_t, back_gguf, back_hf):
+        text = run("chat-template", model, "--messages", msgs).stdout
+        assert text == want, f"{model}: rendered {text!r}"
+        ids = json.loads(run("tokenize", model, "--json", "--no-bos", text).stdout)["ids"]
+        assert ids == MISTRAL_IDS, f"{model}: {ids}"
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="kiln_convert_types_")
     src = os.path.join(tmp, "src")
@@ -104,6 +137,7 @@ def main():
         want = GGML_BF16 if len(ne) == 2 else GGML_F32
         assert t == want, f"bf16: {name} has ggml type {t}, want {want}"
     assert sum(len(ne) == 1 for _, ne, _, _ in tensors) == 5, "the 2 layers' 4 norms and the final norm"
+    check_spm_chat_template(tmp, out)
     # bad input: named option and value
     p = run("convert", src, os.path.join(tmp, "x.gguf"), "--outtype", "q5_1", ok=False)
     assert "--outtype" in p.stderr and "q5_1" in p.stderr, p.stderr
