@@ -302,9 +302,6 @@ static kiln_status base_meta(meta *M, const kiln_tensor_table *raw, json_t *c, u
     KILN_TRY(meta_num(M, "attention.layer_norm_rms_epsilon", 1, 0, 1, 0, &eps, NULL));
     KILN_TRY(meta_num(M, "rope.freq_base", 0, 1, 1e12, 10000.0, &theta, NULL));
     KILN_TRY(meta_uint(M, "vocab_size", 0, 1, 1 << 24, 0, &vocab, &has_vocab));
-    if (dim % heads)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s.embedding_length' = %llu is not a multiple of '%s.attention.head_count' = %llu", M->file,
-                         M->arch, (unsigned long long)dim, M->arch, (unsigned long long)heads);
     SI("hidden_size", dim);
     SI("num_hidden_layers", blocks - nextn);
     SI("intermediate_size", ffn);
@@ -517,6 +514,19 @@ static kiln_status deepseek2_config(meta *M, const kiln_tensor_table *raw, json_
 
 /* glm4moe and glm4: GQA with partial RoPE (head_dim from key_length, rotary dims from
  * rope.dimension_count); glm4moe adds the MoE keys and q/k norms. */
+/* The head length of the GQA families: attention.key_length, by default embedding_length /
+ * head_count as llama.cpp's loader takes it. The MLA families set their head lengths apart, so
+ * their hidden size need not divide by the head count (GLM-4.7-Flash: 2,048 over 20 heads). */
+static kiln_status head_length(meta *M, uint64_t dim, uint64_t heads, uint64_t *hd) {
+    int present;
+    KILN_TRY(meta_uint(M, "attention.key_length", 0, 2, 1 << 16, dim / heads, hd, &present));
+    if (!present && dim % heads)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s.embedding_length' = %llu is not a multiple of '%s.attention.head_count' = %llu and "
+                         "'%s.attention.key_length' is absent", M->file, M->arch, (unsigned long long)dim, M->arch,
+                         (unsigned long long)heads, M->arch);
+    return KILN_OK;
+}
+
 static kiln_status glm_gqa_config(meta *M, const kiln_tensor_table *raw, json_t *c, int moe) {
     uint64_t heads, ctx, kv, hd, vd, rot, dim, blocks, nextn;
     int has_v;
@@ -527,7 +537,7 @@ static kiln_status glm_gqa_config(meta *M, const kiln_tensor_table *raw, json_t 
     KILN_TRY(base_meta(M, raw, c, &dim, &heads, &ctx, &blocks, &nextn));
     if (moe) KILN_TRY(moe_meta(M, raw, c, 1, blocks, nextn));
     KILN_TRY(meta_uint(M, "attention.head_count_kv", 0, 1, 4096, heads, &kv, NULL));
-    KILN_TRY(meta_uint(M, "attention.key_length", 0, 2, 1 << 16, dim / heads, &hd, NULL));
+    KILN_TRY(head_length(M, dim, heads, &hd));
     KILN_TRY(meta_uint(M, "attention.value_length", 0, 1, 1 << 16, hd, &vd, &has_v));
     if (vd != hd)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: metadata '%s.attention.value_length' = %llu differs from key_length %llu", M->file, M->arch,
@@ -554,7 +564,7 @@ static kiln_status chatglm_config(meta *M, const kiln_tensor_table *raw, json_t 
     KILN_TRY(base_meta(M, raw, c, &dim, &heads, &ctx, &blocks, &nextn));
     if (nextn) return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: metadata '%s.nextn_predict_layers': chatglm has no MTP layers", M->file, M->arch);
     KILN_TRY(meta_uint(M, "attention.head_count_kv", 0, 1, 4096, heads, &kv, NULL));
-    KILN_TRY(meta_uint(M, "attention.key_length", 0, 2, 1 << 16, dim / heads, &hd, NULL));
+    KILN_TRY(head_length(M, dim, heads, &hd));
     KILN_TRY(meta_uint(M, "rope.dimension_count", 0, 2, hd, hd / 2, &rot, NULL));
     if (rot != hd / 2)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: metadata '%s.rope.dimension_count' = %llu: chatglm rotates kv_channels / 2 = %llu dims", M->file,

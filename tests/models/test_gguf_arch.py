@@ -360,6 +360,27 @@ def main():
     logits(q8, q8 + ".cpu.bin")  # and it runs on the cpu backend's Q8_0 kernels
     print(f"kimi_k2 q8_0: logits = its read-back's (ref backend); NMSE {qerr:.2g} against F32")
 
+    # MLA heads are sized apart from the hidden size: GLM-4.7-Flash has hidden 2,048 over 20 heads,
+    # which llama.cpp's converter writes and its deepseek2 loader reads; so must kiln
+    d = os.path.join(tmp, "glm4_moe_lite-3heads")
+    run("mkmodel", "--arch", "glm4_moe_lite", "--preset", "tiny", "--heads", "3", "--kv-heads", "3", "--dtype", "f32", d)
+    c = json.load(open(os.path.join(d, "config.json")))
+    assert c["hidden_size"] % c["num_attention_heads"], c
+    gg = d + ".gguf"
+    run("convert", d, gg)
+    a, b = logits(d, gg + ".hf.bin"), logits(gg, gg + ".gg.bin")
+    assert np.array_equal(a, b), f"glm4_moe_lite with {c['num_attention_heads']} heads: GGUF logits differ by {np.abs(a - b).max()}"
+    print(f"glm4_moe_lite, hidden {c['hidden_size']} over {c['num_attention_heads']} heads -> deepseek2: logits identical")
+    # a GQA family takes its head length from embedding_length / head_count only when key_length is absent
+    kv, tensors = gguf_edit.load(os.path.join(tmp, "glm4-tiny-bf16.gguf"))
+    kv = [x for x in kv if x[0] != "glm4.attention.key_length"]
+    gguf_edit.set_kv(kv, "glm4.attention.head_count", gguf_edit.U32, 3)
+    p = os.path.join(tmp, "bad-glm4-head-length.gguf")
+    gguf_edit.save(p, kv, tensors)
+    r = run("run", p, "--tokens", "1", "-n", "1", ok=False)
+    assert "glm4.attention.key_length" in r.stderr and "glm4.embedding_length" in r.stderr, r.stderr
+    print(f"refused (glm4-head-length): {r.stderr.strip().splitlines()[-1][:160]}")
+
     # bad input
     base = os.path.join(tmp, "kimi_k2-tiny-f32.gguf")
     kv, tensors = gguf_edit.load(base)
