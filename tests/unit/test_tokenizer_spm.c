@@ -154,6 +154,18 @@ static void test_llama_spm_vectors(void **state) {
     kiln_tok_free(t);
 }
 
+/* ../shared's ggml-vocab-llama-spm.gguf vocabulary, NULL when ../shared lacks it. */
+static kiln_tokenizer *load_llama_spm_gguf(void) {
+    char p[4096];
+    if (!exists(shared("tokenizers/gguf-vocab/ggml-vocab-llama-spm.gguf", p, sizeof p))) return NULL;
+    kiln_gguf *g;
+    assert_int_equal(kiln_gguf_open(p, NULL, &g), KILN_OK);
+    kiln_tokenizer *t;
+    if (kiln_tok_load_gguf(g, &t) != KILN_OK) fail_msg("%s", kiln_last_error());
+    kiln_gguf_close(g); /* the tokenizer owns copies of everything */
+    return t;
+}
+
 /* Special tokens written in the text of a GGUF SentencePiece vocabulary (a rendered Llama 2 /
  * Mistral chat template holds "<s>" and "</s>"). Expected ids: llama.cpp's llama-tokenize
  * (commit de3ff81) on ggml-vocab-llama-spm.gguf with --no-bos, with and without
@@ -161,13 +173,8 @@ static void test_llama_spm_vectors(void **state) {
  * front, and without parse_special they are plain text. */
 static void test_llama_spm_special_in_text(void **state) {
     (void)state;
-    char p[4096];
-    if (!exists(shared("tokenizers/gguf-vocab/ggml-vocab-llama-spm.gguf", p, sizeof p))) skip();
-    kiln_gguf *g;
-    assert_int_equal(kiln_gguf_open(p, NULL, &g), KILN_OK);
-    kiln_tokenizer *t;
-    assert_int_equal(kiln_tok_load_gguf(g, &t), KILN_OK);
-    kiln_gguf_close(g);
+    kiln_tokenizer *t = load_llama_spm_gguf();
+    if (!t) skip();
     static const struct {
         const char *text;
         int32_t special[32], plain[32];
@@ -432,13 +439,8 @@ static void test_roundtrip_llama2_32k(void **state) {
 
 static void test_roundtrip_gguf_vocab(void **state) {
     (void)state;
-    char p[1200];
-    if (!exists(shared("tokenizers/gguf-vocab/ggml-vocab-llama-spm.gguf", p, sizeof p))) skip();
-    kiln_gguf *g;
-    assert_int_equal(kiln_gguf_open(p, NULL, &g), KILN_OK);
-    kiln_tokenizer *t;
-    assert_int_equal(kiln_tok_load_gguf(g, &t), KILN_OK);
-    kiln_gguf_close(g);
+    kiln_tokenizer *t = load_llama_spm_gguf();
+    if (!t) skip();
     roundtrip(t);
     kiln_tok_free(t);
 }
