@@ -1,7 +1,7 @@
 /* cmd_tokenize.c — `kiln tokenize`, `kiln chat-template` and `kiln bench --tokenizer`.
  *
- *   kiln tokenize MODEL_OR_TOKENIZER [--json] [--no-bos] [--no-special] TEXT
- *       ids and pieces of TEXT ("-" reads standard input). Plain output: one "id<TAB>piece" line per
+ *   kiln tokenize MODEL_OR_TOKENIZER [--json] [--no-bos] [--no-special] [--] TEXT
+ *       ids and pieces of TEXT ("-" reads standard input; after "--", TEXT may start with "--"). Plain output: one "id<TAB>piece" line per
  *       token (the piece C-escaped: \n, \t, \\, bytes of an incomplete UTF-8 character as \xNN),
  *       then "N tokens". --json: {"ids": [...], "tokens": [...], "pieces": [...], "text": ...}.
  *       --no-bos: no BOS even when the tokenizer adds one; --no-special: special tokens written in
@@ -91,10 +91,14 @@ static void put_escaped(FILE *f, const char *p, size_t n, int json) {
 int cmd_tokenize(int argc, char **argv) {
     args_t a = {argc, argv, 0, "tokenize", 0};
     const char *path = NULL, *text = NULL;
-    int json = 0, bos = 1, special = 1, ntext = 0;
+    int json = 0, bos = 1, special = 1, ntext = 0, options_end = 0;
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
-        if (!strcmp(s, "--json")) json = 1;
+        if (options_end) { /* after "--" every word is an operand: TEXT may start with "--" */
+            if (!path) path = s;
+            else { text = s; ntext++; }
+        } else if (!strcmp(s, "--")) options_end = 1;
+        else if (!strcmp(s, "--json")) json = 1;
         else if (!strcmp(s, "--no-bos")) bos = 0;
         else if (!strcmp(s, "--no-special")) special = 0;
         else if (s[0] == '-' && s[1] == '-') {
@@ -104,7 +108,7 @@ int cmd_tokenize(int argc, char **argv) {
         else { text = s; ntext++; }
     }
     if (!path || ntext != 1)
-        return cli_fail_msg("tokenize", "usage: kiln tokenize MODEL_OR_TOKENIZER [--json] [--no-bos] [--no-special] TEXT");
+        return cli_fail_msg("tokenize", "usage: kiln tokenize MODEL_OR_TOKENIZER [--json] [--no-bos] [--no-special] [--] TEXT");
     char *owned = NULL;
     size_t len = strlen(text);
     if (!strcmp(text, "-")) {

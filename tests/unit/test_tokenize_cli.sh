@@ -24,6 +24,13 @@ got=$("$KILN" tokenize "$Q" "<|im_start|>user" | head -1)
 [ "$got" = "$(printf '151644\t<|im_start|>')" ] && echo "ok: special token parsed" || fail "special token: '$got'"
 n=$("$KILN" tokenize "$Q" --no-special "<|im_start|>" | tail -1)
 [ "$n" != "1 tokens" ] && echo "ok: --no-special encodes text ($n)" || fail "--no-special still gives one token"
+# "--" ends the options: a TEXT that starts with "--" (the same ids as through standard input)
+a=$("$KILN" tokenize "$Q" --json -- "--abc" | sed -n 's/^{"ids": \(\[[^]]*\]\).*/\1/p')
+b=$(printf '%s' "--abc" | "$KILN" tokenize "$Q" --json - | sed -n 's/^{"ids": \(\[[^]]*\]\).*/\1/p')
+[ -n "$a" ] && [ "$a" = "$b" ] && echo "ok: -- ends the options ($a)" || fail "-- then '--abc': '$a' vs stdin '$b'"
+if "$KILN" tokenize "$Q" "--abc" > /dev/null 2> "$T/err"; then fail "'--abc' before -- was taken as text"
+elif grep -q "unknown option '--abc'" "$T/err"; then echo "ok: '--abc' before -- is an unknown option"
+else fail "'--abc' before --: $(cat "$T/err")"; fi
 
 # a model directory with a byte-level tokenizer
 "$KILN" mkmodel --arch llama --dim 64 --ffn 128 --layers 1 --heads 2 --vocab 151936 --seq 256 "$T/m" > /dev/null || fail "mkmodel"
