@@ -94,16 +94,15 @@ int cmd_tokenize(int argc, char **argv) {
     int json = 0, bos = 1, special = 1, ntext = 0, options_end = 0;
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
-        if (options_end) { /* after "--" every word is an operand: TEXT may start with "--" */
-            if (!path) path = s;
-            else { text = s; ntext++; }
-        } else if (!strcmp(s, "--")) options_end = 1;
-        else if (!strcmp(s, "--json")) json = 1;
-        else if (!strcmp(s, "--no-bos")) bos = 0;
-        else if (!strcmp(s, "--no-special")) special = 0;
-        else if (s[0] == '-' && s[1] == '-') {
-            fprintf(stderr, "kiln tokenize: error: unknown option '%s'\n", s);
-            return 2;
+        if (!options_end && s[0] == '-' && s[1] == '-') { /* after "--" every word is an operand */
+            if (!strcmp(s, "--")) options_end = 1;
+            else if (!strcmp(s, "--json")) json = 1;
+            else if (!strcmp(s, "--no-bos")) bos = 0;
+            else if (!strcmp(s, "--no-special")) special = 0;
+            else {
+                fprintf(stderr, "kiln tokenize: error: unknown option '%s'\n", s);
+                return 2;
+            }
         } else if (!path) path = s;
         else { text = s; ntext++; }
     }

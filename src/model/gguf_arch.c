@@ -512,8 +512,6 @@ static kiln_status deepseek2_config(meta *M, const kiln_tensor_table *raw, json_
     return rope_meta(M, c, 1, ctx);
 }
 
-/* glm4moe and glm4: GQA with partial RoPE (head_dim from key_length, rotary dims from
- * rope.dimension_count); glm4moe adds the MoE keys and q/k norms. */
 /* The head length of the GQA families: attention.key_length, by default embedding_length /
  * head_count as llama.cpp's loader takes it. The MLA families set their head lengths apart, so
  * their hidden size need not divide by the head count (GLM-4.7-Flash: 2,048 over 20 heads). */
@@ -527,6 +525,8 @@ static kiln_status head_length(meta *M, uint64_t dim, uint64_t heads, uint64_t *
     return KILN_OK;
 }
 
+/* glm4moe and glm4: GQA with partial RoPE (head_dim from key_length, rotary dims from
+ * rope.dimension_count); glm4moe adds the MoE keys and q/k norms. */
 static kiln_status glm_gqa_config(meta *M, const kiln_tensor_table *raw, json_t *c, int moe) {
     uint64_t heads, ctx, kv, hd, vd, rot, dim, blocks, nextn;
     int has_v;

@@ -780,6 +780,20 @@ int32_t kiln_bpe_token_id(const kiln_bpe *b, const char *s, size_t len) {
     return b->byte_level ? vocab_str_id(b, s, len) : -1;
 }
 
+const char *kiln_bpe_config_chat_template(json_t *cfg) {
+    json_t *ct = json_object_get(cfg, "chat_template");
+    const char *tmpl = NULL;
+    if (json_is_string(ct)) tmpl = json_string_value(ct);
+    else if (json_is_array(ct)) { /* [{"name": "default", "template": ...}, ...] */
+        for (size_t i = 0; i < json_array_size(ct); i++) {
+            json_t *e = json_array_get(ct, i);
+            const char *nm = jstr(e, "name"), *t = jstr(e, "template");
+            if (t && (!tmpl || (nm && !strcmp(nm, "default")))) tmpl = t;
+        }
+    }
+    return tmpl;
+}
+
 /* bos/eos/add_bos/chat_template from a parsed tokenizer_config.json. */
 static kiln_status apply_config(kiln_bpe *b, json_t *cfg, const char *cname) {
     if (!json_is_object(cfg))
@@ -802,16 +816,7 @@ static kiln_status apply_config(kiln_bpe *b, json_t *cfg, const char *cname) {
     if (json_is_boolean(v = json_object_get(cfg, "add_eos_token"))) b->add_eos = json_is_true(v);
     if (b->bos < 0) b->add_bos = 0;
     if (b->eos < 0) b->add_eos = 0;
-    json_t *ct = json_object_get(cfg, "chat_template");
-    const char *tmpl = NULL;
-    if (json_is_string(ct)) tmpl = json_string_value(ct);
-    else if (json_is_array(ct)) { /* [{"name": "default", "template": ...}, ...] */
-        for (size_t i = 0; i < json_array_size(ct); i++) {
-            json_t *e = json_array_get(ct, i);
-            const char *nm = jstr(e, "name"), *t = jstr(e, "template");
-            if (t && (!tmpl || (nm && !strcmp(nm, "default")))) tmpl = t;
-        }
-    }
+    const char *tmpl = kiln_bpe_config_chat_template(cfg);
     if (tmpl) {
         free(b->chat_template);
         b->chat_template = kiln_bpe__strdup(tmpl, strlen(tmpl));

@@ -106,6 +106,11 @@ int kiln_bpe_is_special(const kiln_bpe *b, int32_t id); /* special added / contr
 /* tokenizer_config.json chat_template (the "default" one when a list) or GGUF
  * tokenizer.chat_template; NULL if none. Owned by the kiln_bpe. */
 const char *kiln_bpe_chat_template(const kiln_bpe *b);
+/* A parsed tokenizer_config.json's chat_template: the string, or from a list of {"name",
+ * "template"} entries the one named "default" (else the first); NULL if none. Points into cfg.
+ * Shared with the SentencePiece loader (spm.c). */
+struct json_t;
+const char *kiln_bpe_config_chat_template(struct json_t *cfg);
 /* The bos_token / eos_token strings (for rendering chat templates); NULL if none. */
 const char *kiln_bpe_bos_str(const kiln_bpe *b);
 const char *kiln_bpe_eos_str(const kiln_bpe *b);

@@ -14,6 +14,7 @@
  *   - a final symbol that is not a piece becomes its bytes' <0xNN> pieces, or unk without them.
  * A literal U+2581 in the text is the same as a space (SentencePiece cannot tell them apart). */
 #include "tokenizer/tok_internal.h"
+#include "tokenizer/bpe.h"
 #include "base/status.h"
 #include "format/gguf.h"
 #include <errno.h>
@@ -259,23 +260,27 @@ oom:
     return kiln_fail(KILN_ERR_NOMEM, "out of memory splitting text at special tokens");
 }
 
+kiln_status kiln_spm_index_special(kiln_tokenizer *t) {
+    free(t->in_text);
+    t->in_text = NULL;
+    t->n_in_text = 0;
+    if (t->source == KILN_TOK_SRC_LLAMA2C) return KILN_OK;
+    size_t ns = 0;
+    for (int32_t id = 0; id < t->n_vocab; id++) ns += (size_t)matched_in_text(t, id, 1);
+    if (!ns) return KILN_OK;
+    if (!(t->in_text = malloc(ns * sizeof *t->in_text))) return kiln_fail(KILN_ERR_NOMEM, "out of memory indexing special tokens");
+    for (int32_t id = 0; id < t->n_vocab; id++)
+        if (matched_in_text(t, id, 1)) t->in_text[t->n_in_text++] = id;
+    qsort_r(t->in_text, ns, sizeof *t->in_text, by_length_desc, t);
+    return KILN_OK;
+}
+
 kiln_status kiln_spm_encode(const kiln_tokenizer *t, const char *text, size_t len, int parse_special, int32_t **ids,
                             size_t *n) {
     *ids = NULL;
     *n = 0;
-    int32_t *special = NULL;
-    size_t ns = 0;
-    if (t->source != KILN_TOK_SRC_LLAMA2C && len) {
-        for (int32_t id = 0; id < t->n_vocab; id++) ns += (size_t)matched_in_text(t, id, parse_special);
-        if (ns) {
-            special = malloc(ns * sizeof *special);
-            if (!special) return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding %zu bytes", len);
-            ns = 0;
-            for (int32_t id = 0; id < t->n_vocab; id++)
-                if (matched_in_text(t, id, parse_special)) special[ns++] = id;
-            qsort_r(special, ns, sizeof *special, by_length_desc, (void *)t);
-        }
-    }
+    size_t ns = 0; /* the special tokens this call matches: all indexed ones, or the user-defined ones */
+    for (int i = 0; i < t->n_in_text; i++) ns += (size_t)matched_in_text(t, t->in_text[i], parse_special);
     if (!ns) return spm_encode_plain(t, text, len, t->add_space_prefix, ids, n);
     size_t nf = 1;
     frag *f = malloc(sizeof *f);
@@ -287,7 +292,8 @@ kiln_status kiln_spm_encode(const kiln_tokenizer *t, const char *text, size_t le
         goto done;
     }
     f[0] = (frag){0, len, -1};
-    for (size_t i = 0; i < ns && st == KILN_OK; i++) st = split_at(t, text, special[i], &f, &nf);
+    for (int i = 0; i < t->n_in_text && st == KILN_OK; i++)
+        if (matched_in_text(t, t->in_text[i], parse_special)) st = split_at(t, text, t->in_text[i], &f, &nf);
     int prev_special = 1;
     for (size_t i = 0; i < nf && st == KILN_OK; i++) {
         int32_t *v = NULL;
@@ -323,7 +329,6 @@ kiln_status kiln_spm_encode(const kiln_tokenizer *t, const char *text, size_t le
 done:
     free(out);
     free(f);
-    free(special);
     return st;
 }
 
@@ -499,14 +504,10 @@ kiln_status kiln_spm_load_gguf(const kiln_gguf *g, kiln_tokenizer **out) {
     if ((st = gguf_id(g, "tokenizer.ggml.padding_token_id", n_i, n_i, &t->pad))) goto done;
     const char *tmpl;
     size_t tmpl_len;
-    if (kiln_gguf_get_str(g, "tokenizer.chat_template", &tmpl, &tmpl_len) == 0) { /* Llama 2 / Mistral GGUFs carry one */
-        t->chat_template = malloc(tmpl_len + 1);
-        if (!t->chat_template) {
-            st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
-            goto done;
-        }
-        memcpy(t->chat_template, tmpl, tmpl_len);
-        t->chat_template[tmpl_len] = 0;
+    if (kiln_gguf_get_str(g, "tokenizer.chat_template", &tmpl, &tmpl_len) == 0 && /* Llama 2 / Mistral GGUFs carry one */
+        !(t->chat_template = strndup(tmpl, tmpl_len))) {
+        st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
     }
     uint64_t b;
     t->add_bos = kiln_gguf_get_u64(g, "tokenizer.ggml.add_bos_token", &b) == 0 ? (int)(b != 0) : 1;
@@ -521,6 +522,7 @@ kiln_status kiln_spm_load_gguf(const kiln_gguf *g, kiln_tokenizer **out) {
         }
     }
     st = kiln_tok_finish(t, path);
+    if (st == KILN_OK) st = kiln_spm_index_special(t);
 done:
     if (st != KILN_OK) kiln_tok_free(t);
     else *out = t;
@@ -928,14 +930,7 @@ kiln_status kiln_spm_load_hf(const char *tokenizer_json, const char *tokenizer_c
             if (json_is_boolean(ab)) t->add_bos = json_is_true(ab);
             const char *pad = cfg_token(cfg, "pad_token");
             if (pad) t->pad = kiln_tok_lookup(t, pad, strlen(pad));
-            /* chat_template: a string, or [{"name": "default", "template": ...}, ...] */
-            json_t *ct = json_object_get(cfg, "chat_template");
-            const char *tmpl = json_string_value(ct);
-            for (size_t k = 0; json_is_array(ct) && k < json_array_size(ct); k++) {
-                json_t *e = json_array_get(ct, k);
-                const char *nm = json_string_value(json_object_get(e, "name")), *tt = json_string_value(json_object_get(e, "template"));
-                if (tt && (!tmpl || (nm && !strcmp(nm, "default")))) tmpl = tt;
-            }
+            const char *tmpl = kiln_bpe_config_chat_template(cfg);
             if (tmpl && !(t->chat_template = strdup(tmpl))) goto oom;
         }
     }
@@ -1011,6 +1006,7 @@ kiln_status kiln_spm_load_hf(const char *tokenizer_json, const char *tokenizer_c
         }
         free(seen);
     }
+    st = kiln_spm_index_special(t); /* after the types bos / eos / unk were given above */
     goto done;
 oom:
     st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", tokenizer_json);

@@ -49,6 +49,8 @@ struct kiln_tokenizer {
     void *impl;             /* kind-private state (BPE: the kiln_bpe) */
     char *chat_template;    /* SPM: GGUF tokenizer.chat_template / tokenizer_config.json's (NULL: none;
                              * BPE keeps its own in impl) */
+    int32_t *in_text;       /* SPM: the ids matched in text (kiln_spm_index_special), longest first */
+    int n_in_text;
     /* BPE: the files it was loaded from, copied by kiln_tok_save_hf (NULL when absent):
      * [0] tokenizer.json or tiktoken.model, [1] tokenizer_config.json, [2] chat_template.jinja */
     char *src_file[3];
@@ -71,6 +73,9 @@ int kiln_utf8_len(unsigned char c);
  * llama2.c vocabularies match none (spm.c). */
 kiln_status kiln_spm_encode(const kiln_tokenizer *t, const char *text, size_t len, int parse_special, int32_t **ids,
                             size_t *n);
+/* Indexes the control / unknown / user-defined tokens that kiln_spm_encode matches in text (none
+ * for llama2.c files); the loaders call it once the token types are final. */
+kiln_status kiln_spm_index_special(kiln_tokenizer *t);
 kiln_status kiln_spm_load_gguf(const struct kiln_gguf *g, kiln_tokenizer **out);
 kiln_status kiln_spm_load_hf(const char *tokenizer_json, const char *tokenizer_config, void *json_root,
                              kiln_tokenizer **out);

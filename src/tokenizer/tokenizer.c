@@ -53,6 +53,7 @@ void kiln_tok_free(kiln_tokenizer *t) {
     if (t->kind == KILN_TOK_BPE) kiln_bpe_free(t->impl);
     for (int i = 0; i < 3; i++) free(t->src_file[i]);
     free(t->chat_template);
+    free(t->in_text);
     free(t);
 }
 
