@@ -56,12 +56,27 @@ kiln_status kiln_req_create(const int32_t *prompt, int n_prompt, int max_tokens,
     r->n_prompt = r->n_toks = n_prompt;
     r->max_tokens = max_tokens;
     r->top_logprobs = top_logprobs;
+    r->prompt_logprobs = -1;
     r->cached_tokens = -1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     atomic_init(&r->cancel, 0);
     atomic_init(&r->refs, 1);
     *out = r;
+    return KILN_OK;
+}
+
+kiln_status kiln_req_want_prompt_logprobs(kiln_req *r, int k) {
+    if (k < 0 || k > KILN_MAX_TOP_LOGPROBS) return kiln_fail(KILN_ERR_INVALID_ARG, "prompt logprobs: %d alternatives (0..%d)", k, KILN_MAX_TOP_LOGPROBS);
+    const size_t n = (size_t)r->n_prompt;
+    r->plp = malloc(n * sizeof *r->plp);
+    if (k > 0) {
+        r->ptop_ids = malloc(n * (size_t)k * sizeof *r->ptop_ids);
+        r->ptop_lp = malloc(n * (size_t)k * sizeof *r->ptop_lp);
+    }
+    if (!r->plp || (k > 0 && (!r->ptop_ids || !r->ptop_lp))) return kiln_fail(KILN_ERR_NOMEM, "out of memory for the logprobs of %zu prompt tokens", n);
+    r->plp[0] = NAN; /* the first token has no context: no log-probability */
+    r->prompt_logprobs = k;
     return KILN_OK;
 }
 
@@ -82,6 +97,7 @@ void kiln_req_unref(kiln_req *r) {
     kiln_jg_free(r->grammar);
     free(r->gstate);
     free(r->toks); free(r->ev); free(r->hashes); free(r->top_ids); free(r->top_lp);
+    free(r->plp); free(r->ptop_ids); free(r->ptop_lp);
     free(r->seq.pages);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -299,6 +315,7 @@ int kiln_engine_mtp_ok(const kiln_engine *e) {
 }
 
 int kiln_engine_context(const kiln_engine *e) { return e->n_ctx; }
+int kiln_engine_ranks(const kiln_engine *e) { return e->tp; }
 const kiln_kv_pool *kiln_engine_pool(const kiln_engine *e) { return e->pool; }
 const char *kiln_engine_kv_source(const kiln_engine *e) { return e->kv_source; }
 int64_t kiln_engine_kv_capacity(const kiln_engine *e) { return kiln_kv_capacity_tokens(e->pool); }
@@ -515,12 +532,19 @@ static int mtp_wanted(const kiln_engine *e, const kiln_req *r) {
     return r->spec_mtp && r->spec_k > 0 && !r->grammar && r->n_forced == 0 && !e->pool->dscale && kiln_engine_mtp_ok(e);
 }
 
+/* Whether r's prompt rows still need their log-probabilities (every position of its prompt chunks
+ * then gets a logits row). */
+static int wants_plp(const kiln_req *r) { return r->prompt_logprobs >= 0 && !r->plp_done; }
+/* ... in this step: one process only (the server refuses them under tensor parallelism, whose other
+ * ranks would have to lay out the same rows) */
+static int step_plp(const kiln_engine *e, const kiln_req *r) { return e->tp == 1 && wants_plp(r); }
+
 /* Tries to start r: shares its longest cached prefix, then admits it if the pages for its known
  * tokens are there (keeping one page of headroom per running sequence), or if nothing runs. */
 static int try_admit(kiln_engine *e, kiln_req *r) {
     int k = 0;
     const int mtp = mtp_wanted(e, r);
-    if (e->cfg.prefix_cache) {
+    if (e->cfg.prefix_cache && !wants_plp(r)) { /* (prompt logprobs need every prompt position computed) */
         int max_pages = (r->n_toks - 1) / e->pt; /* at least one token is computed: its logits are needed */
         k = kiln_pcache_match(&e->pc, r->toks, max_pages, e->m_pages, e->m_hashes);
         /* An MTP drafter attends over the MTP layer's rows of every earlier position, and a row needs
@@ -762,6 +786,39 @@ static int32_t pick_token(kiln_engine *e, kiln_req *r, float *lg) {
  * draft >= 0: speculative decoding — the token is the verification of that drafted token
  * (kiln_sample_verify_applied: the draft kept or replaced by the rejection rule), *accepted says
  * which. */
+/* log Σ exp(lg[0..V)) (the log-softmax's normalizer) and, for K > 0, the K most likely ids (ties
+ * to the lower id) with their log-probabilities into tids / tlp [K]. */
+static float log_softmax_top(const float *lg, int V, int K, int32_t *tids, float *tlp) {
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++) if (lg[i] > mx) mx = lg[i];
+    double s = 0;
+    for (int i = 0; i < V; i++) s += exp((double)lg[i] - mx);
+    const float lse = mx + (float)log(s);
+    int nt = 0;
+    for (int i = 0; i < V && K > 0; i++) { /* insertion into the K best */
+        if (nt == K && lg[i] <= lg[tids[nt - 1]]) continue;
+        int j = nt < K ? nt++ : K - 1;
+        while (j > 0 && lg[tids[j - 1]] < lg[i]) { tids[j] = tids[j - 1]; j--; }
+        tids[j] = i;
+    }
+    for (int i = 0; i < nt; i++) tlp[i] = lg[tids[i]] - lse;
+    return lse;
+}
+
+
+/* Records the prompt log-probabilities of positions pos..pos+c-1 of r from their logits rows
+ * lg [c, V] (raw: before any sampler processing); position p scores toks[p + 1]. */
+static void record_plp(kiln_engine *e, kiln_req *r, int pos, int c, const float *lg) {
+    const int V = e->vocab, K = r->prompt_logprobs;
+    for (int j = 0; j < c; j++) {
+        const int p = pos + j;
+        if (p + 1 >= r->n_prompt) break;
+        const float *row = lg + (size_t)j * V;
+        const float lse = log_softmax_top(row, V, K, K > 0 ? r->ptop_ids + (size_t)(p + 1) * K : NULL, K > 0 ? r->ptop_lp + (size_t)(p + 1) * K : NULL);
+        r->plp[p + 1] = row[r->toks[p + 1]] - lse;
+    }
+}
+
 static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now, int32_t draft, int *accepted) {
     int V = e->vocab, K = r->top_logprobs;
     float lp = 0;
@@ -771,19 +828,7 @@ static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now
      * the distribution actually sampled from, before temperature / top-k / top-p */
     kiln_sampler_apply(r->sampler, lg);
     if (K >= 0) {
-        float mx = -INFINITY;
-        for (int i = 0; i < V; i++) if (lg[i] > mx) mx = lg[i];
-        double s = 0;
-        for (int i = 0; i < V; i++) s += exp((double)lg[i] - mx);
-        float lse = mx + (float)log(s);
-        int nt = 0;
-        for (int i = 0; i < V && K > 0; i++) { /* insertion into the K best, ties to the lower id */
-            if (nt == K && lg[i] <= lg[tids[nt - 1]]) continue;
-            int j = nt < K ? nt++ : K - 1;
-            while (j > 0 && lg[tids[j - 1]] < lg[i]) { tids[j] = tids[j - 1]; j--; }
-            tids[j] = i;
-        }
-        for (int i = 0; i < nt; i++) tlp[i] = lg[tids[i]] - lse;
+        const float lse = log_softmax_top(lg, V, K, tids, tlp);
         if (r->ignore_eos) mask_eos(e, lg);
         int32_t tok = draft >= 0 ? kiln_sample_verify_applied(r->sampler, lg, draft, accepted) : pick_token(e, r, lg);
         lp = (is_eos(e, tok) && r->ignore_eos) ? -INFINITY : lg[tok] - lse;
@@ -794,13 +839,7 @@ static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now
     }
     if (r->n_ev < r->n_forced) { /* the test hook: this position's token is given */
         r->toks[r->n_toks] = r->forced[r->n_ev];
-        if (K >= 0) {
-            float mx = -INFINITY;
-            for (int i = 0; i < V; i++) if (lg[i] > mx) mx = lg[i];
-            double s = 0;
-            for (int i = 0; i < V; i++) s += exp((double)lg[i] - mx);
-            lp = lg[r->toks[r->n_toks]] - (mx + (float)log(s));
-        }
+        if (K >= 0) lp = lg[r->toks[r->n_toks]] - log_softmax_top(lg, V, 0, NULL, NULL);
     }
     int32_t tok = r->toks[r->n_toks++];
     pthread_mutex_lock(&r->mu);
@@ -808,6 +847,7 @@ static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now
     r->ev[k].id = tok;
     r->ev[k].logprob = lp;
     r->ev[k].t = now;
+    r->plp_done = 1; /* (its rows were recorded before this first event: whole from now on) */
     if (K > 0) {
         memcpy(r->top_ids + (size_t)k * K, tids, (size_t)K * sizeof *tids);
         memcpy(r->top_lp + (size_t)k * K, tlp, (size_t)K * sizeof *tlp);
@@ -1029,9 +1069,10 @@ static kiln_status tp_combine_integrity(kiln_engine *e, int nb, int *nbad) {
 
 static void step_run(kiln_engine *e);
 
-/* Speculative decoding: makes room for `rows` logits rows (a speculating request needs one per
- * draft); 0 when that memory is not to be had (the request then decodes without drafts). */
-static int spec_rows_fit(kiln_engine *e, int rows) {
+/* Makes room for `rows` logits rows (a speculating request needs one per draft, a request
+ * scoring its prompt one per prompt position); 0 when that memory is not to be had (the request
+ * then decodes without drafts / its prompt chunk waits for a later step). */
+static int logits_rows_fit(kiln_engine *e, int rows) {
     if (rows <= e->logits_rows) return 1;
     float *p = realloc(e->logits, (size_t)rows * (size_t)e->vocab * sizeof *p);
     if (!p) return 0;
@@ -1129,7 +1170,7 @@ static void step_run(kiln_engine *e) {
             if (cap > r->spec_k) cap = r->spec_k;
             if (cap > SPEC_MAX_K) cap = SPEC_MAX_K;
             if (cap > spec_budget) cap = spec_budget;
-            if (cap > 0 && spec_rows_fit(e, e->n_running + (S - n_dec - spec_budget) + cap)) {
+            if (cap > 0 && logits_rows_fit(e, e->n_running + (S - n_dec - spec_budget) + cap)) {
                 if (!r->mtp)
                     d = kiln_ngram_draft(r->toks, r->n_toks, 1, r->spec_ngram > 0 ? r->spec_ngram : 3, cap, r->toks + r->n_toks);
                 else {
@@ -1162,7 +1203,10 @@ static void step_run(kiln_engine *e) {
     }
     int n_decode = n;
     if (e->tp > 1 && tp_share_mtp_drafts(e, nb) != KILN_OK) { tp_lost(e); return; }
-    /* then prompt chunks, oldest first, within the step budget and the pages there are */
+    /* then prompt chunks, oldest first, within the step budget and the pages there are; a request
+     * scoring its prompt needs a logits row per position (at most ~64 MiB of them a step) */
+    const int draft_rows = S - n_dec - spec_budget;
+    int plp_rows = 0;
     for (int i = 0; i < e->n_running && n < S; i++) {
         kiln_req *r = e->running[i];
         int rem = r->n_toks - r->n_computed;
@@ -1170,6 +1214,12 @@ static void step_run(kiln_engine *e) {
         int c = rem < S - n ? rem : S - n;
         int room = (r->seq.n_pages + free_plus_idle(e)) * e->pt - r->n_computed;
         if (c > room) c = room;
+        if (c > 0 && step_plp(e, r)) {
+            const int cap = (int)((64u << 20) / ((size_t)e->vocab * sizeof *e->logits));
+            if (c > (cap > 16 ? cap : 16)) c = cap > 16 ? cap : 16;
+            if (!logits_rows_fit(e, e->n_running + draft_rows + plp_rows + c)) continue;
+            plp_rows += c;
+        }
         if (c <= 0) continue;
         int need = pages_for(e, r->n_computed + c) - r->seq.n_pages;
         if (need > e->pool->n_free && e->cfg.prefix_cache) kiln_pcache_evict(&e->pc, need - e->pool->n_free);
@@ -1199,6 +1249,10 @@ static void step_run(kiln_engine *e) {
             continue;
         }
         int reach = r->n_computed + e->b_cnt[b] == r->n_toks;
+        if (step_plp(e, r)) { /* every position's logits: each scores the next prompt token */
+            for (int j = 0; j < e->b_cnt[b]; j++, t++) e->b_out[t] = rows++;
+            continue;
+        }
         /* (the other ranks of a tensor-parallel model sample nothing: no logits; with a
          * vocabulary-parallel head they compute their columns of the same rows for rank 0) */
         for (int j = 0; j < e->b_cnt[b]; j++, t++) e->b_out[t] = (reach && j == e->b_cnt[b] - 1 && (e->rank == 0 || e->m->vocab_split)) ? rows : -1;
@@ -1302,9 +1356,16 @@ static void step_run(kiln_engine *e) {
             if (f != KILN_FINISH_NONE) finish_running(e, r, f, KILN_OK, NULL);
             continue;
         }
-        int reach = r->n_computed + e->b_cnt[b] == r->n_toks, my_row = reach ? row++ : -1;
+        const int reach = r->n_computed + e->b_cnt[b] == r->n_toks, pos0 = r->n_computed, plp = step_plp(e, r), first = row;
+        int my_row;
+        if (plp) { /* a row per position, the last one the sampling row */
+            row += e->b_cnt[b];
+            my_row = reach ? row - 1 : -1;
+        } else
+            my_row = reach ? row++ : -1;
         r->n_computed += e->b_cnt[b];
         if (e->pool->integ && integ_after_step(e, r)) continue; /* healed (recomputed later) or failed */
+        if (plp) record_plp(e, r, pos0, e->b_cnt[b], e->logits + (size_t)first * e->vocab);
         register_pages(e, r);
         if (!reach) continue;
         kiln_finish f;

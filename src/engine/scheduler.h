@@ -49,6 +49,11 @@ struct kiln_req {
                                             (stop_token_ids); not masked by ignore_eos */
     int n_stop_ids;
     int top_logprobs;     /* -1 = no logprobs; 0..20 = logprob of the sampled token + that many */
+    int prompt_logprobs;  /* -1 = none (default); 0..20: the log-probability of every prompt token
+                             after the first, under the model's raw logits (no bias, penalties or
+                             temperature: vLLM's prompt_logprobs), + that many alternatives; set by
+                             kiln_req_want_prompt_logprobs. Such a request computes its whole prompt
+                             (it takes no cached prefix pages until they are recorded). */
     kiln_sampler *sampler;
     double deadline;      /* kiln_now() time after which the request is cancelled (0 = none) */
     struct kiln_jg *grammar; /* structured output (json_grammar.h): owned, freed with the request; NULL = none */
@@ -69,6 +74,11 @@ struct kiln_req {
     kiln_token_event *ev; /* [max_tokens] */
     int32_t *top_ids;     /* [max_tokens × top_logprobs] */
     float *top_lp;        /* [max_tokens × top_logprobs] */
+    float *plp;           /* prompt_logprobs >= 0: [n_prompt] plp[i] = log P(toks[i] | toks[0..i)), i >= 1 */
+    int32_t *ptop_ids;    /* [n_prompt × prompt_logprobs] the alternatives at position i (row i; row 0 unused) */
+    float *ptop_lp;       /* [n_prompt × prompt_logprobs] */
+    int plp_done;         /* 1 once plp is whole (set under mu before the first event is published;
+                             the arrays are not written after that) */
     int n_ev;
     int timed_out;        /* finished because the deadline passed */
     int cached_tokens;    /* prompt tokens reused from the prefix cache at first admission (-1 = not admitted yet) */
@@ -111,6 +121,9 @@ kiln_status kiln_req_set_grammar(kiln_req *r, struct kiln_jg *g);
 kiln_status kiln_req_create(const int32_t *prompt, int n_prompt, int max_tokens, const kiln_sampling *sp, int vocab,
                             int top_logprobs, kiln_req **out);
 void kiln_req_unref(kiln_req *r);
+/* Asks r (before submission) for its prompt's log-probabilities with k alternatives (0..20);
+ * KILN_ERR_NOMEM when the arrays cannot be had. */
+kiln_status kiln_req_want_prompt_logprobs(kiln_req *r, int k);
 
 typedef struct kiln_engine_config {
     int max_batch;        /* sequences in the running batch */
@@ -182,6 +195,7 @@ kiln_status kiln_engine_follow(kiln_model *m, const kiln_options *o, const kiln_
  * one is accepted, and the process should exit non-zero (kiln_dist_abort). */
 int kiln_engine_failed(kiln_engine *e);
 int kiln_engine_context(const kiln_engine *e);   /* max tokens of one sequence */
+int kiln_engine_ranks(const kiln_engine *e);     /* processes the model is sharded over (1: none) */
 /* Whether requests may draft with the model's MTP layer (spec_mtp): the model ships one (under --tp
  * it is sharded like the decoder layers and every rank runs it; rank 0's drafts are broadcast). */
 int kiln_engine_mtp_ok(const kiln_engine *e);

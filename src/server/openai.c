@@ -100,10 +100,12 @@ static int neutral_only(json_t *o, kiln_oai_error *err, int chat) {
     v = json_object_get(o, "response_format");
     if (!chat && v && !json_is_null(v))
         return BADC("response_format", "unsupported_parameter", "response_format is a chat completions parameter");
-    if (!chat) {
+    if (chat) { /* (vLLM's chat echo, the last message repeated, is not done) */
         int b, present;
         if (!opt_bool(o, "echo", &b, &present, err)) return 0;
-        if (present && b) return BADC("echo", "unsupported_parameter", "'echo' is not supported by this server");
+        if (present && b) return BADC("echo", "unsupported_parameter", "'echo' is a completions parameter; chat completions do not support it");
+    } else {
+        int present;
         long long bo;
         if (!opt_int(o, "best_of", 1, 1, &bo, &present, err)) return 0;
     }
@@ -159,15 +161,27 @@ static int token_ids(kiln_server *s, json_t *a, kiln_oai_params *p, kiln_oai_err
     return 1;
 }
 
+/* A string prompt: tokenized, and kept verbatim when echo wants it back. */
+static int text_prompt(kiln_server *s, json_t *v, kiln_oai_params *p, kiln_oai_error *err) {
+    if (!tokenize(s, json_string_value(v), json_string_length(v), p, "prompt", 0, err)) return 0;
+    if (p->echo) {
+        p->echo_len = json_string_length(v);
+        p->echo_text = malloc(p->echo_len + 1);
+        if (!p->echo_text) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(p->echo_text, json_string_value(v), p->echo_len + 1);
+    }
+    return 1;
+}
+
 static int parse_prompt(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
     json_t *v = json_object_get(o, "prompt");
     if (!v || json_is_null(v)) return BAD("prompt", "'prompt' is required");
-    if (json_is_string(v)) return tokenize(s, json_string_value(v), json_string_length(v), p, "prompt", 0, err);
+    if (json_is_string(v)) return text_prompt(s, v, p, err);
     if (!json_is_array(v)) return BAD("prompt", "'prompt' must be a string or an array, got %s", jtype(v));
     json_t *first = json_array_get(v, 0);
     if (first && (json_is_string(first) || json_is_array(first))) {
         if (json_array_size(v) != 1) return BADC("prompt", "unsupported_parameter", "only one prompt per request is supported (got %zu)", json_array_size(v));
-        if (json_is_string(first)) return tokenize(s, json_string_value(first), json_string_length(first), p, "prompt", 0, err);
+        if (json_is_string(first)) return text_prompt(s, first, p, err);
         return token_ids(s, first, p, err);
     }
     return token_ids(s, v, p, err);
@@ -526,6 +540,14 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
         if (!opt_int(o, "logprobs", 0, 5, &iv, &present, err)) goto out;
         p->logprobs = present;
         if (present) p->top_logprobs = (int)iv;
+        /* echo (OpenAI's legacy completions, vLLM): the prompt comes back before the completion,
+         * with its tokens' log-probabilities when logprobs is given (what lm-evaluation-harness's
+         * loglikelihood requests read: echo, logprobs 1, max_tokens 0 or 1) */
+        if (!opt_bool(o, "echo", &p->echo, &present, err)) goto out;
+        if (p->echo && p->logprobs && kiln_engine_ranks(s->eng) > 1) {
+            BADC("echo", "unsupported_parameter", "'echo' with 'logprobs' (the prompt's log-probabilities) is not supported under --tp");
+            goto out;
+        }
     }
     /* max_tokens (max_completion_tokens wins when both are given) */
     int ctx = kiln_engine_context(s->eng);
@@ -538,7 +560,10 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
         if (!opt_int(o, "max_completion_tokens", LLONG_MIN, LLONG_MAX, &iv, &present, err)) goto out;
         if (present) { mt = iv; mt_given = 1; mt_name = "max_completion_tokens"; }
     }
-    if (mt_given && mt < 1) { BADC(mt_name, "invalid_value", "'%s' is %lld; it must be at least 1", mt_name, mt); goto out; }
+    if (mt_given && mt < (p->echo ? 0 : 1)) { /* (0 with echo: the prompt alone, as OpenAI / vLLM) */
+        BADC(mt_name, "invalid_value", "'%s' is %lld; it must be at least %d", mt_name, mt, p->echo ? 0 : 1);
+        goto out;
+    }
     if (mt > ctx) { BADC(mt_name, "invalid_value", "'%s' is %lld, more than this model's context of %d tokens", mt_name, mt, ctx); goto out; }
     /* the prompt */
     if (chat) {
@@ -589,6 +614,8 @@ void kiln_oai_params_free(kiln_oai_params *p) {
     p->tools = NULL;
     p->tool_name = NULL;
     free(p->prompt);
+    free(p->echo_text);
+    p->echo_text = NULL;
     free(p->bias_ids);
     free(p->bias_vals);
     p->prompt = NULL;

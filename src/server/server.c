@@ -64,6 +64,7 @@ typedef struct choice {
     const char *finish;       /* "stop" / "length" once known */
     int cancel_sent;          /* we cancelled r (disconnect, stop string, a failed sibling) */
     size_t text_offset;
+    int echoed;               /* echo, streaming: the prompt's chunk was sent */
     json_t *lp;               /* non-streaming logprobs accumulator */
     kiln_chat_out co;         /* chat: the reasoning / content / tool-call split of the text */
     int co_on;
@@ -519,12 +520,80 @@ static int check_finish(conn *c, choice *h) {
     return 1;
 }
 
+/* echo: whether the prompt's part of the output can be made — always without logprobs; with them
+ * once the first choice (the one request that scores the prompt) has recorded them (1), or -1 when
+ * it ended without (an error or a cancellation, which its own drain reports); 0 = not yet. */
+static int echo_state(conn *c) {
+    if (!c->p.logprobs) return 1;
+    kiln_req *r = c->ch[0].r;
+    pthread_mutex_lock(&r->mu);
+    const int st = r->plp_done ? 1 : r->finish != KILN_FINISH_NONE ? -1 : 0;
+    pthread_mutex_unlock(&r->mu);
+    return st;
+}
+
+/* echo: the prompt's text into *text (verbatim when it came as a string, else its tokens' text,
+ * special tokens skipped as in the output) and, when lp is given, its tokens' logprobs entries
+ * appended to lp's arrays (OpenAI's legacy shape: the first token's logprob and alternatives null;
+ * every other one's under the model's raw logits, vLLM's prompt_logprobs, with the request's
+ * number of alternatives). text_offset counts the tokens' bytes from 0. Needs echo_state(c) == 1. */
+static void echo_prompt(conn *c, kiln_sbuf *text, json_t *lp) {
+    const kiln_req *r = c->ch[0].r;
+    const int K = c->p.top_logprobs;
+    size_t off = 0;
+    for (int i = 0; i < c->p.n_prompt; i++) {
+        const int32_t id = c->p.prompt[i];
+        size_t len;
+        char tmp[32];
+        const char *piece = piece_of(c, i ? c->p.prompt[i - 1] : -1, id, &len, tmp, sizeof tmp);
+        if (len && c->p.skip_special && c->s->info.has_tokenizer && kiln_tokenizer_is_special(kiln_model_tokenizer(c->s->m), id)) len = 0;
+        if (!c->p.echo_text) kiln_sbuf_put(text, piece, len);
+        if (!lp) continue;
+        json_array_append_new(json_object_get(lp, "tokens"), kiln_json_bytes_string(piece, len));
+        json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)off));
+        off += len;
+        if (i == 0) {
+            json_array_append_new(json_object_get(lp, "token_logprobs"), json_null());
+            json_array_append_new(json_object_get(lp, "top_logprobs"), json_null());
+            continue;
+        }
+        const double v = r->plp[i];
+        json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(isfinite(v) ? v : -9999.0));
+        json_t *tops = json_object();
+        for (int k = 0; k < K; k++) {
+            const int32_t t = r->ptop_ids[(size_t)i * K + k];
+            size_t l;
+            char tb[32];
+            const char *pp = piece_of(c, c->p.prompt[i - 1], t, &l, tb, sizeof tb);
+            json_t *key = kiln_json_bytes_string(pp, l);
+            json_object_set_new(tops, json_string_value(key), json_real(r->ptop_lp[(size_t)i * K + k]));
+            json_decref(key);
+        }
+        json_array_append_new(json_object_get(lp, "top_logprobs"), tops);
+    }
+    if (c->p.echo_text) kiln_sbuf_put(text, c->p.echo_text, c->p.echo_len);
+}
+
+/* The byte length of echo_prompt's text. */
+static size_t echo_text_len(conn *c) {
+    kiln_sbuf t = {0};
+    echo_prompt(c, &t, NULL);
+    const size_t n = t.len;
+    kiln_sbuf_free(&t);
+    return n;
+}
+
 /* Consumes what choice h has now (each event's logprobs into lp_for(k), or h->lp when lp_for is
  * NULL; each event's released text handed to emit when given). Returns 1 when h is over. */
 static int drain_choice(conn *c, choice *h, void (*emit)(conn *, int, choice *, json_t *)) {
     pthread_mutex_lock(&h->r->mu);
     int n = h->r->n_ev;
     pthread_mutex_unlock(&h->r->mu);
+    if (c->p.max_tokens == 0 && n > 0) { /* echo alone: the engine's one token is not part of the output */
+        h->seen = n;
+        h->finish = "length";
+        return 1;
+    }
     int over = 0;
     for (int k = h->seen; k < n && !over; k++) {
         if (!emit) { over = consume_event(c, h, k, h->lp); continue; }
@@ -726,6 +795,21 @@ static enum MHD_Result run_blocking(conn *c) {
             json_t *call = json_pack("{s:s,s:s,s:{s:s,s:o}}", "id", h->tool_id, "type", "function", "function", "name", c->p.tool_name, "arguments",
                                      kiln_json_bytes_string(text.p ? text.p : "", text.len));
             json_object_set_new(ch, "message", json_pack("{s:s,s:n,s:n,s:[o]}", "role", "assistant", "content", "refusal", "tool_calls", call));
+        } else if (c->p.echo) { /* the prompt, then the completion (text and logprobs) */
+            kiln_sbuf all = {0};
+            json_t *lp = h->lp ? new_logprobs(0) : NULL;
+            echo_prompt(c, &all, lp);
+            kiln_sbuf_put(&all, text.p ? text.p : "", text.len);
+            if (all.oom) { kiln_sbuf_free(&text); json_decref(lp); json_decref(ch); json_decref(choices); json_decref(res);
+                           return fail(c, 500, "server_error", NULL, NULL, "out of memory"); }
+            json_object_set_new(ch, "text", json_stringn(all.p ? all.p : "", all.len));
+            kiln_sbuf_free(&all);
+            if (lp) {
+                static const char *const arrays[4] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+                for (int a = 0; a < 4; a++) json_array_extend(json_object_get(lp, arrays[a]), json_object_get(h->lp, arrays[a]));
+                json_decref(h->lp);
+                h->lp = lp;
+            }
         } else {
             json_t *t = json_stringn(text.p ? text.p : "", text.len);
             if (c->p.chat) json_object_set_new(ch, "message", json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", t, "refusal"));
@@ -939,6 +1023,18 @@ static int stream_produce(conn *c) {
     for (int i = 0; i < c->n_ch && !c->failed; i++) {
         choice *h = &c->ch[i];
         if (h->finish) continue;
+        if (c->p.echo && !h->echoed) { /* the prompt first, as its own chunk (with its logprobs) */
+            const int es = echo_state(c);
+            if (es == 0) { all = 0; continue; }
+            if (es > 0) {
+                kiln_sbuf et = {0};
+                json_t *lp = c->p.logprobs ? new_logprobs(0) : NULL;
+                echo_prompt(c, &et, lp);
+                sse(c, chunk(c, i, et.p ? et.p : "", et.len, lp, NULL, 0));
+                kiln_sbuf_free(&et);
+                h->echoed = 1;
+            } /* (es < 0: the first choice failed; its drain below or before reports it) */
+        }
         if (!drain_choice(c, h, emit_event)) { all = 0; continue; }
         if (c->failed) break;
         kiln_sbuf text = {0};
@@ -1018,9 +1114,16 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
         h->cancel_sent = 1; /* until submitted: nothing to cancel */
         kiln_sampling sp = c->p.sp;
         sp.seed = c->p.sp.seed + (uint64_t)i;
-        kiln_status st = kiln_req_create(c->p.prompt, c->p.n_prompt, c->p.max_tokens, &sp, s->info.vocab_size,
+        /* (max_tokens 0, echo alone: the engine runs the prompt and one token, which is dropped) */
+        kiln_status st = kiln_req_create(c->p.prompt, c->p.n_prompt, c->p.max_tokens > 0 ? c->p.max_tokens : 1, &sp, s->info.vocab_size,
                                          c->p.logprobs ? c->p.top_logprobs : -1, &h->r);
         if (st != KILN_OK) { c->n_ch = i; return fail(c, 500, "server_error", NULL, NULL, kiln_last_error()); }
+        /* echo with logprobs: the first choice scores the prompt (the others share its pages) */
+        if (i == 0 && c->p.echo && c->p.logprobs && kiln_req_want_prompt_logprobs(h->r, c->p.top_logprobs) != KILN_OK) {
+            c->n_ch = 1;
+            return fail(c, 500, "server_error", NULL, NULL, kiln_last_error());
+        }
+        if (c->p.echo) h->text_offset = c->p.echo_text ? c->p.echo_len : echo_text_len(c);
         h->r->ignore_eos = c->p.ignore_eos;
         h->r->spec_k = c->p.spec_set ? c->p.spec_k : s->o.spec_k;
         h->r->spec_ngram = c->p.spec_set ? c->p.spec_ngram : s->o.spec_ngram;

@@ -69,7 +69,7 @@ json_t *kiln_oai_error_json(const kiln_oai_error *e);
 /* A validated /v1/chat/completions or /v1/completions request. */
 typedef struct kiln_oai_params {
     int chat, stream, include_usage, ignore_eos;
-    int max_tokens;           /* resolved (>= 1) */
+    int max_tokens;           /* resolved (>= 1; 0 only with echo: the prompt alone) */
     int n;                    /* choices (1..KILN_MAX_N) */
     kiln_sampling sp;
     char *stops[KILN_MAX_STOPS];
@@ -81,6 +81,9 @@ typedef struct kiln_oai_params {
     int top_logprobs;         /* alternatives per token (0..20) */
     int32_t *prompt;          /* token ids, BOS included when the model has one */
     int n_prompt;
+    int echo;                 /* completions: the prompt precedes the completion (text and logprobs) */
+    char *echo_text;          /* echo of a string prompt: the string as sent (NULL: the ids' text) */
+    size_t echo_len;
     int32_t *bias_ids;        /* logit_bias (sp.logit_bias_ids / sp.logit_bias point here) */
     float *bias_vals;
     /* chat: tools and reasoning (chat_output.h) */

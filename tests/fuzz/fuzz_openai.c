@@ -120,7 +120,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kiln_oai_error err;
         memset(&err, 0, sizeof err);
         if (kiln_oai_parse(&srv, (const char *)data, size, chat, &p, &err)) {
-            if (p.n_prompt < 1 || p.max_tokens < 1 || p.n_prompt + p.max_tokens > kiln_engine_context(srv.eng)) abort();
+            /* (max_tokens 0 only with echo, which still runs one token: the prompt leaves room for it) */
+            const int run_tokens = p.max_tokens > 0 ? p.max_tokens : 1;
+            if (p.n_prompt < 1 || p.max_tokens < (p.echo ? 0 : 1) || p.n_prompt + run_tokens > kiln_engine_context(srv.eng)) abort();
+            if ((p.echo_text && !p.echo) || (p.echo && chat)) abort();
             for (int i = 0; i < p.n_prompt; i++)
                 if (p.prompt[i] < 0 || p.prompt[i] >= srv.info.vocab_size) abort();
             if (getenv("FUZZ_DEBUG")) fprintf(stderr, "  %s: ok, %d prompt tokens\n", chat ? "chat" : "completion", p.n_prompt);
