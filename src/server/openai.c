@@ -112,9 +112,9 @@ static int neutral_only(json_t *o, kiln_oai_error *err, int chat) {
     return 1;
 }
 
-/* Tokenizes text (BOS first when the model has one) into p->prompt. templated: text rendered by
- * the model's chat template, which writes BOS and special tokens itself. */
-static int tokenize(kiln_server *s, const char *text, size_t len, kiln_oai_params *p, const char *param, int templated, kiln_oai_error *err) {
+/* Tokenizes text (BOS first when the model has one) into dst. templated: text rendered by the
+ * model's chat template, which writes BOS and special tokens itself. */
+static int tokenize(kiln_server *s, const char *text, size_t len, kiln_oai_prompt *dst, const char *param, int templated, kiln_oai_error *err) {
     if (!s->info.has_tokenizer)
         return BADC(param, "unsupported_parameter", "this model has no tokenizer: send /v1/completions prompts as arrays of token ids");
     if (!kiln_utf8_valid(text, len)) return BAD(param, "'%s' is not valid UTF-8", param);
@@ -123,68 +123,82 @@ static int tokenize(kiln_server *s, const char *text, size_t len, kiln_oai_param
         int32_t *ids = NULL;
         if (kiln_tokenizer_encode(kiln_model_tokenizer(s->m), text, len, 0, 1, &ids, &n) != KILN_OK)
             return BAD(param, "cannot tokenize the rendered chat: %s", kiln_last_error());
-        free(p->prompt);
-        p->prompt = ids;
-        cap = n + 1; /* skip the loop below */
+        free(dst->ids);
+        dst->ids = ids;
         if (n == 0) return BAD(param, "the chat template rendered an empty prompt");
         if (n > (size_t)1 << 30) return BADC(param, "context_length_exceeded", "'%s' is too long", param);
-        p->n_prompt = (int)n;
+        dst->n = (int)n;
         return 1;
     }
     for (int tries = 0; tries < 2; tries++) {
-        free(p->prompt);
-        p->prompt = malloc(cap * sizeof *p->prompt);
-        if (!p->prompt) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        if (kiln_tokenize(s->m, text, len, 1, p->prompt, cap, &n) != KILN_OK) return BAD(param, "cannot tokenize '%s': %s", param, kiln_last_error());
+        free(dst->ids);
+        dst->ids = malloc(cap * sizeof *dst->ids);
+        if (!dst->ids) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        if (kiln_tokenize(s->m, text, len, 1, dst->ids, cap, &n) != KILN_OK) return BAD(param, "cannot tokenize '%s': %s", param, kiln_last_error());
         if (n <= cap) break;
         cap = n;
     }
     if (n == 0) return BAD(param, "'%s' is empty and the model has no BOS token", param);
     if (n > (size_t)1 << 30) return BADC(param, "context_length_exceeded", "'%s' is too long", param);
-    p->n_prompt = (int)n;
+    dst->n = (int)n;
     return 1;
 }
 
-static int token_ids(kiln_server *s, json_t *a, kiln_oai_params *p, kiln_oai_error *err) {
+/* An array of token ids: prompt k of the request (the error names its place when k >= 0). */
+static int token_ids(kiln_server *s, json_t *a, int k, kiln_oai_prompt *dst, kiln_oai_error *err) {
+    char at[32] = "";
+    if (k >= 0) snprintf(at, sizeof at, "[%d]", k);
     size_t n = json_array_size(a);
-    if (n == 0) return BAD("prompt", "'prompt' is an empty array of token ids");
-    if (n > (size_t)1 << 24) return BADC("prompt", "context_length_exceeded", "'prompt' is too long");
-    p->prompt = malloc(n * sizeof *p->prompt);
-    if (!p->prompt) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (n == 0) return BAD("prompt", "'prompt'%s is an empty array of token ids", at);
+    if (n > (size_t)1 << 24) return BADC("prompt", "context_length_exceeded", "'prompt'%s is too long", at);
+    dst->ids = malloc(n * sizeof *dst->ids);
+    if (!dst->ids) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(a, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->info.vocab_size)
-            return BADC("prompt", "invalid_value", "'prompt'[%zu] must be a token id in [0, %d)", i, s->info.vocab_size);
-        p->prompt[i] = (int32_t)json_integer_value(v);
+            return BADC("prompt", "invalid_value", "'prompt'%s[%zu] must be a token id in [0, %d)", at, i, s->info.vocab_size);
+        dst->ids[i] = (int32_t)json_integer_value(v);
     }
-    p->n_prompt = (int)n;
+    dst->n = (int)n;
     return 1;
 }
 
 /* A string prompt: tokenized, and kept verbatim when echo wants it back. */
-static int text_prompt(kiln_server *s, json_t *v, kiln_oai_params *p, kiln_oai_error *err) {
-    if (!tokenize(s, json_string_value(v), json_string_length(v), p, "prompt", 0, err)) return 0;
+static int text_prompt(kiln_server *s, json_t *v, const kiln_oai_params *p, kiln_oai_prompt *dst, kiln_oai_error *err) {
+    if (!tokenize(s, json_string_value(v), json_string_length(v), dst, "prompt", 0, err)) return 0;
     if (p->echo) {
-        p->echo_len = json_string_length(v);
-        p->echo_text = malloc(p->echo_len + 1);
-        if (!p->echo_text) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        memcpy(p->echo_text, json_string_value(v), p->echo_len + 1);
+        dst->echo_len = json_string_length(v);
+        dst->echo_text = malloc(dst->echo_len + 1);
+        if (!dst->echo_text) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(dst->echo_text, json_string_value(v), dst->echo_len + 1);
     }
     return 1;
 }
 
+/* completions' prompt: a string, an array of token ids, or a list of either (several prompts, each
+ * with its own n choices: vLLM's and OpenAI's batch form). */
 static int parse_prompt(kiln_server *s, json_t *o, kiln_oai_params *p, kiln_oai_error *err) {
     json_t *v = json_object_get(o, "prompt");
     if (!v || json_is_null(v)) return BAD("prompt", "'prompt' is required");
-    if (json_is_string(v)) return text_prompt(s, v, p, err);
-    if (!json_is_array(v)) return BAD("prompt", "'prompt' must be a string or an array, got %s", jtype(v));
-    json_t *first = json_array_get(v, 0);
-    if (first && (json_is_string(first) || json_is_array(first))) {
-        if (json_array_size(v) != 1) return BADC("prompt", "unsupported_parameter", "only one prompt per request is supported (got %zu)", json_array_size(v));
-        if (json_is_string(first)) return text_prompt(s, first, p, err);
-        return token_ids(s, first, p, err);
+    if (!json_is_string(v) && !json_is_array(v)) return BAD("prompt", "'prompt' must be a string or an array, got %s", jtype(v));
+    json_t *first = json_is_array(v) ? json_array_get(v, 0) : NULL;
+    const int list = first && (json_is_string(first) || json_is_array(first));
+    const size_t n = list ? json_array_size(v) : 1;
+    if (n > KILN_MAX_PROMPTS) return BADC("prompt", "invalid_value", "'prompt' has %zu prompts; at most %d are allowed in one request", n, KILN_MAX_PROMPTS);
+    p->prompts = calloc(n, sizeof *p->prompts);
+    if (!p->prompts) return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    p->n_prompts = (int)n;
+    if (!list) return json_is_string(v) ? text_prompt(s, v, p, &p->prompts[0], err) : token_ids(s, v, -1, &p->prompts[0], err);
+    for (size_t k = 0; k < n; k++) {
+        json_t *e = json_array_get(v, k);
+        if (json_is_string(e)) {
+            if (!text_prompt(s, e, p, &p->prompts[k], err)) return 0;
+        } else if (json_is_array(e)) {
+            if (!token_ids(s, e, (int)k, &p->prompts[k], err)) return 0;
+        } else
+            return BAD("prompt", "'prompt'[%zu] must be a string or an array of token ids, got %s (a list of prompts takes one kind of entry per item)", k, jtype(e));
     }
-    return token_ids(s, v, p, err);
+    return 1;
 }
 
 /* logit_bias: {"token id": bias, ...} (OpenAI): ids in [0, vocab), biases in [-100, 100], at most
@@ -583,21 +597,30 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
         int rok = kiln_server_render_chat(s, msgs, p->tools, kw, &text, &templated, err);
         if (rok && text.oom) rok = kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
         p->think_opened = templated && kiln_prompt_opens_think(text.p ? text.p : "", text.len);
-        if (rok) rok = tokenize(s, text.p ? text.p : "", text.len, p, "messages", templated, err);
+        if (rok && !(p->prompts = calloc(1, sizeof *p->prompts))) rok = kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        if (rok) {
+            p->n_prompts = 1;
+            rok = tokenize(s, text.p ? text.p : "", text.len, &p->prompts[0], "messages", templated, err);
+        }
         kiln_sbuf_free(&text);
         if (!rok) goto out;
     } else if (!parse_prompt(s, o, p, err)) goto out;
-    if (p->n_prompt >= ctx) {
-        BADC(chat ? "messages" : "prompt", "context_length_exceeded", "this model's context is %d tokens, but the prompt has %d tokens", ctx, p->n_prompt);
-        goto out;
+    for (int k = 0; k < p->n_prompts; k++) {
+        kiln_oai_prompt *q = &p->prompts[k];
+        char at[32] = "";
+        if (p->n_prompts > 1) snprintf(at, sizeof at, "'prompt'[%d]: ", k);
+        if (q->n >= ctx) {
+            BADC(chat ? "messages" : "prompt", "context_length_exceeded", "%sthis model's context is %d tokens, but the prompt has %d tokens", at, ctx, q->n);
+            goto out;
+        }
+        const long long want = mt_given ? mt : ctx - q->n; /* by default: the rest of the context */
+        if (q->n + want > ctx) {
+            BADC(mt_name, "context_length_exceeded", "%sthis model's context is %d tokens, but %d prompt tokens + %s %lld = %lld", at, ctx, q->n, mt_name, want,
+                 q->n + want);
+            goto out;
+        }
+        q->max_tokens = (int)want;
     }
-    if (!mt_given) mt = ctx - p->n_prompt;
-    if (p->n_prompt + mt > ctx) {
-        BADC(mt_name, "context_length_exceeded", "this model's context is %d tokens, but %d prompt tokens + %s %lld = %lld", ctx, p->n_prompt, mt_name, mt,
-             p->n_prompt + mt);
-        goto out;
-    }
-    p->max_tokens = (int)mt;
     ok = 1;
 out:
     json_decref(o);
@@ -613,12 +636,15 @@ void kiln_oai_params_free(kiln_oai_params *p) {
     p->schema = NULL;
     p->tools = NULL;
     p->tool_name = NULL;
-    free(p->prompt);
-    free(p->echo_text);
-    p->echo_text = NULL;
+    for (int k = 0; k < p->n_prompts; k++) {
+        free(p->prompts[k].ids);
+        free(p->prompts[k].echo_text);
+    }
+    free(p->prompts);
+    p->prompts = NULL;
+    p->n_prompts = 0;
     free(p->bias_ids);
     free(p->bias_vals);
-    p->prompt = NULL;
     p->bias_ids = NULL;
     p->bias_vals = NULL;
     p->sp.n_logit_bias = 0;

@@ -57,6 +57,7 @@ enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS };
 /* One choice of a completion (n > 1: one per choice, each its own engine request). */
 typedef struct choice {
     kiln_req *r;
+    int pi;                   /* its prompt (c->p.prompts[pi]); choice index = pi × n + its place */
     kiln_detok dt;
     int seen;                 /* events of r consumed */
     int32_t prev;             /* previous token (for the piece of the next) */
@@ -100,7 +101,7 @@ struct kiln_conn {
     /* a completion in progress */
     kiln_oai_params p;
     int have_params;
-    choice ch[KILN_MAX_N];
+    choice *ch;               /* [n_ch] n per prompt (allocated with the request's parameters) */
     int n_ch;
     int failed;               /* the request ended in an error (any choice) */
     kiln_oai_error err;
@@ -276,6 +277,7 @@ static void conn_unref(conn *c) {
         if (h->co_on) kiln_chat_out_free(&h->co);
         kiln_sbuf_free(&h->tool_text);
     }
+    free(c->ch);
     if (gone) atomic_fetch_add(&c->s->disconnects, 1);
     if (c->in_flight) atomic_fetch_sub(&c->s->in_flight, 1);
     if (c->have_params) kiln_oai_params_free(&c->p);
@@ -520,12 +522,13 @@ static int check_finish(conn *c, choice *h) {
     return 1;
 }
 
-/* echo: whether the prompt's part of the output can be made — always without logprobs; with them
- * once the first choice (the one request that scores the prompt) has recorded them (1), or -1 when
- * it ended without (an error or a cancellation, which its own drain reports); 0 = not yet. */
-static int echo_state(conn *c) {
+/* echo: whether choice h's prompt part of the output can be made — always without logprobs; with
+ * them once its prompt's first choice (the one request that scores the prompt) has recorded them
+ * (1), or -1 when that one ended without (an error or a cancellation, which its own drain reports);
+ * 0 = not yet. */
+static int echo_state(conn *c, const choice *h) {
     if (!c->p.logprobs) return 1;
-    kiln_req *r = c->ch[0].r;
+    kiln_req *r = c->ch[h->pi * c->p.n].r;
     pthread_mutex_lock(&r->mu);
     const int st = r->plp_done ? 1 : r->finish != KILN_FINISH_NONE ? -1 : 0;
     pthread_mutex_unlock(&r->mu);
@@ -537,17 +540,18 @@ static int echo_state(conn *c) {
  * appended to lp's arrays (OpenAI's legacy shape: the first token's logprob and alternatives null;
  * every other one's under the model's raw logits, vLLM's prompt_logprobs, with the request's
  * number of alternatives). text_offset counts the tokens' bytes from 0. Needs echo_state(c) == 1. */
-static void echo_prompt(conn *c, kiln_sbuf *text, json_t *lp) {
-    const kiln_req *r = c->ch[0].r;
+static void echo_prompt(conn *c, int pi, kiln_sbuf *text, json_t *lp) {
+    const kiln_oai_prompt *q = &c->p.prompts[pi];
+    const kiln_req *r = c->ch[pi * c->p.n].r;
     const int K = c->p.top_logprobs;
     size_t off = 0;
-    for (int i = 0; i < c->p.n_prompt; i++) {
-        const int32_t id = c->p.prompt[i];
+    for (int i = 0; i < q->n; i++) {
+        const int32_t id = q->ids[i];
         size_t len;
         char tmp[32];
-        const char *piece = piece_of(c, i ? c->p.prompt[i - 1] : -1, id, &len, tmp, sizeof tmp);
+        const char *piece = piece_of(c, i ? q->ids[i - 1] : -1, id, &len, tmp, sizeof tmp);
         if (len && c->p.skip_special && c->s->info.has_tokenizer && kiln_tokenizer_is_special(kiln_model_tokenizer(c->s->m), id)) len = 0;
-        if (!c->p.echo_text) kiln_sbuf_put(text, piece, len);
+        if (!q->echo_text) kiln_sbuf_put(text, piece, len);
         if (!lp) continue;
         json_array_append_new(json_object_get(lp, "tokens"), kiln_json_bytes_string(piece, len));
         json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)off));
@@ -564,20 +568,20 @@ static void echo_prompt(conn *c, kiln_sbuf *text, json_t *lp) {
             const int32_t t = r->ptop_ids[(size_t)i * K + k];
             size_t l;
             char tb[32];
-            const char *pp = piece_of(c, c->p.prompt[i - 1], t, &l, tb, sizeof tb);
+            const char *pp = piece_of(c, q->ids[i - 1], t, &l, tb, sizeof tb);
             json_t *key = kiln_json_bytes_string(pp, l);
             json_object_set_new(tops, json_string_value(key), json_real(r->ptop_lp[(size_t)i * K + k]));
             json_decref(key);
         }
         json_array_append_new(json_object_get(lp, "top_logprobs"), tops);
     }
-    if (c->p.echo_text) kiln_sbuf_put(text, c->p.echo_text, c->p.echo_len);
+    if (q->echo_text) kiln_sbuf_put(text, q->echo_text, q->echo_len);
 }
 
 /* The byte length of echo_prompt's text. */
-static size_t echo_text_len(conn *c) {
+static size_t echo_text_len(conn *c, int pi) {
     kiln_sbuf t = {0};
-    echo_prompt(c, &t, NULL);
+    echo_prompt(c, pi, &t, NULL);
     const size_t n = t.len;
     kiln_sbuf_free(&t);
     return n;
@@ -589,7 +593,7 @@ static int drain_choice(conn *c, choice *h, void (*emit)(conn *, int, choice *, 
     pthread_mutex_lock(&h->r->mu);
     int n = h->r->n_ev;
     pthread_mutex_unlock(&h->r->mu);
-    if (c->p.max_tokens == 0 && n > 0) { /* echo alone: the engine's one token is not part of the output */
+    if (c->p.prompts[h->pi].max_tokens == 0 && n > 0) { /* echo alone: the engine's one token is not part of the output */
         h->seen = n;
         h->finish = "length";
         return 1;
@@ -607,17 +611,21 @@ static int drain_choice(conn *c, choice *h, void (*emit)(conn *, int, choice *, 
 /* usage: the prompt counted once, completion tokens summed over the choices (OpenAI); cached
  * tokens are those of the first choice's prompt. */
 static json_t *usage_json(conn *c) {
-    int cached, out = 0;
-    pthread_mutex_lock(&c->ch[0].r->mu);
-    cached = c->ch[0].r->cached_tokens > 0 ? c->ch[0].r->cached_tokens : 0;
-    pthread_mutex_unlock(&c->ch[0].r->mu);
+    int cached = 0, out = 0, in = 0;
+    for (int k = 0; k < c->p.n_prompts; k++) { /* each prompt once (its first choice's cache hits) */
+        kiln_req *r = c->ch[k * c->p.n].r;
+        pthread_mutex_lock(&r->mu);
+        cached += r->cached_tokens > 0 ? r->cached_tokens : 0;
+        pthread_mutex_unlock(&r->mu);
+        in += c->p.prompts[k].n;
+    }
     int reasoning = 0;
     for (int i = 0; i < c->n_ch; i++) { /* counted while no "</think>" was seen; 0 when the output had no reasoning */
         out += c->ch[i].n_out;
         if (c->ch[i].co_on && c->ch[i].co.saw_reasoning) reasoning += c->ch[i].reasoning_tokens;
     }
-    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", c->p.n_prompt, "completion_tokens", out, "total_tokens",
-                     c->p.n_prompt + out, "prompt_tokens_details", "cached_tokens", cached, "completion_tokens_details",
+    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", in, "completion_tokens", out, "total_tokens",
+                     in + out, "prompt_tokens_details", "cached_tokens", cached, "completion_tokens_details",
                      "reasoning_tokens", reasoning);
 }
 
@@ -704,7 +712,7 @@ static json_t *anthropic_usage(conn *c, int with_input) {
     cached = c->ch[0].r->cached_tokens > 0 ? c->ch[0].r->cached_tokens : 0;
     pthread_mutex_unlock(&c->ch[0].r->mu);
     if (!with_input) return json_pack("{s:i}", "output_tokens", c->ch[0].n_out);
-    return json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", c->p.n_prompt - cached, "output_tokens", c->ch[0].n_out, "cache_read_input_tokens", cached,
+    return json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", c->p.prompts[0].n - cached, "output_tokens", c->ch[0].n_out, "cache_read_input_tokens", cached,
                      "cache_creation_input_tokens", 0);
 }
 
@@ -798,7 +806,7 @@ static enum MHD_Result run_blocking(conn *c) {
         } else if (c->p.echo) { /* the prompt, then the completion (text and logprobs) */
             kiln_sbuf all = {0};
             json_t *lp = h->lp ? new_logprobs(0) : NULL;
-            echo_prompt(c, &all, lp);
+            echo_prompt(c, h->pi, &all, lp);
             kiln_sbuf_put(&all, text.p ? text.p : "", text.len);
             if (all.oom) { kiln_sbuf_free(&text); json_decref(lp); json_decref(ch); json_decref(choices); json_decref(res);
                            return fail(c, 500, "server_error", NULL, NULL, "out of memory"); }
@@ -1024,12 +1032,12 @@ static int stream_produce(conn *c) {
         choice *h = &c->ch[i];
         if (h->finish) continue;
         if (c->p.echo && !h->echoed) { /* the prompt first, as its own chunk (with its logprobs) */
-            const int es = echo_state(c);
+            const int es = echo_state(c, h);
             if (es == 0) { all = 0; continue; }
             if (es > 0) {
                 kiln_sbuf et = {0};
                 json_t *lp = c->p.logprobs ? new_logprobs(0) : NULL;
-                echo_prompt(c, &et, lp);
+                echo_prompt(c, h->pi, &et, lp);
                 sse(c, chunk(c, i, et.p ? et.p : "", et.len, lp, NULL, 0));
                 kiln_sbuf_free(&et);
                 h->echoed = 1;
@@ -1107,23 +1115,29 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
     free(converted);
     if (!parsed) return send_error(c, &err);
     c->have_params = 1;
-    c->n_ch = c->p.n;
+    const int total = c->p.n * c->p.n_prompts; /* (at most 256 × 16; more than max batch + max queue is a 429 below) */
+    c->ch = calloc((size_t)total, sizeof *c->ch);
+    if (!c->ch) return fail(c, 500, "server_error", NULL, NULL, "out of memory");
+    c->n_ch = total;
     double deadline = s->o.request_timeout_s > 0 ? kiln_now() + s->o.request_timeout_s : 0;
     for (int i = 0; i < c->n_ch; i++) {
         choice *h = &c->ch[i];
+        h->pi = i / c->p.n; /* choice index = prompt × n + place (vLLM's order) */
+        const int place = i % c->p.n;
+        const kiln_oai_prompt *q = &c->p.prompts[h->pi];
         h->cancel_sent = 1; /* until submitted: nothing to cancel */
         kiln_sampling sp = c->p.sp;
-        sp.seed = c->p.sp.seed + (uint64_t)i;
+        sp.seed = c->p.sp.seed + (uint64_t)place; /* each prompt's first choice as if it came alone */
         /* (max_tokens 0, echo alone: the engine runs the prompt and one token, which is dropped) */
-        kiln_status st = kiln_req_create(c->p.prompt, c->p.n_prompt, c->p.max_tokens > 0 ? c->p.max_tokens : 1, &sp, s->info.vocab_size,
+        kiln_status st = kiln_req_create(q->ids, q->n, q->max_tokens > 0 ? q->max_tokens : 1, &sp, s->info.vocab_size,
                                          c->p.logprobs ? c->p.top_logprobs : -1, &h->r);
         if (st != KILN_OK) { c->n_ch = i; return fail(c, 500, "server_error", NULL, NULL, kiln_last_error()); }
-        /* echo with logprobs: the first choice scores the prompt (the others share its pages) */
-        if (i == 0 && c->p.echo && c->p.logprobs && kiln_req_want_prompt_logprobs(h->r, c->p.top_logprobs) != KILN_OK) {
-            c->n_ch = 1;
+        /* echo with logprobs: each prompt's first choice scores it (the others share its pages) */
+        if (place == 0 && c->p.echo && c->p.logprobs && kiln_req_want_prompt_logprobs(h->r, c->p.top_logprobs) != KILN_OK) {
+            c->n_ch = i + 1;
             return fail(c, 500, "server_error", NULL, NULL, kiln_last_error());
         }
-        if (c->p.echo) h->text_offset = c->p.echo_text ? c->p.echo_len : echo_text_len(c);
+        if (c->p.echo) h->text_offset = q->echo_text ? q->echo_len : echo_text_len(c, h->pi);
         h->r->ignore_eos = c->p.ignore_eos;
         h->r->spec_k = c->p.spec_set ? c->p.spec_k : s->o.spec_k;
         h->r->spec_ngram = c->p.spec_set ? c->p.spec_ngram : s->o.spec_ngram;
@@ -1133,16 +1147,17 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
         h->r->deadline = deadline;
         h->r->notify = conn_notify;
         h->r->notify_arg = c;
-        if (i > 0) {
-            atomic_fetch_add(&c->ch[0].r->refs, 1);
-            h->r->share_from = c->ch[0].r;
+        if (place > 0) {
+            kiln_req *first = c->ch[i - place].r;
+            atomic_fetch_add(&first->refs, 1);
+            h->r->share_from = first;
         }
         for (int k = 0; k < c->p.n_stops; k++) {
             h->dt.stops[k] = c->p.stops[k];
             h->dt.stop_len[k] = strlen(c->p.stops[k]);
         }
         h->dt.n_stops = c->p.n_stops;
-        h->prev = c->p.prompt[c->p.n_prompt - 1];
+        h->prev = q->ids[q->n - 1];
         h->r->forced = s->forced;
         h->r->n_forced = s->n_forced;
         if (c->p.tool_json) { /* ids as the tool-call parsers make them: CSPRNG hex */
@@ -1174,9 +1189,11 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
     const int pre = snprintf(c->id, sizeof c->id, "%s", c->anthropic ? "msg_" : chat ? "chatcmpl-" : "cmpl-");
     kiln_random_hex(c->id + pre, 16);
     char why[256];
-    kiln_req *rs[KILN_MAX_N];
+    kiln_req **rs = malloc((size_t)c->n_ch * sizeof *rs);
+    if (!rs) return fail(c, 500, "server_error", NULL, NULL, "out of memory");
     for (int i = 0; i < c->n_ch; i++) rs[i] = c->ch[i].r;
     const kiln_submit_result res = kiln_engine_submit_all(s->eng, rs, c->n_ch, why, sizeof why); /* all choices or none */
+    free(rs);
     if (res == KILN_SUBMIT_OK)
         for (int i = 0; i < c->n_ch; i++) c->ch[i].cancel_sent = 0;
     switch (res) {
@@ -1276,9 +1293,9 @@ static enum MHD_Result handle_tokenize(conn *c) {
         json_decref(body);
         kiln_oai_params p;
         if (txt && kiln_oai_parse(s, txt, strlen(txt), 1, &p, &err)) {
-            ids = p.prompt;
-            n = (size_t)p.n_prompt;
-            p.prompt = NULL;
+            ids = p.prompts[0].ids;
+            n = (size_t)p.prompts[0].n;
+            p.prompts[0].ids = NULL;
             kiln_oai_params_free(&p);
             ok = 1;
         }
@@ -1384,7 +1401,7 @@ static enum MHD_Result route(conn *c, const char *url, const char *method) {
         int ok = txt && kiln_oai_parse(s, txt, strlen(txt), 1, &p, &err);
         free(txt);
         if (!ok) return send_error(c, &err);
-        const int n = p.n_prompt;
+        const int n = p.prompts[0].n;
         kiln_oai_params_free(&p);
         return send_json(c, 200, json_pack("{s:i}", "input_tokens", n), 0);
     }

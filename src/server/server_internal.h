@@ -67,10 +67,20 @@ int kiln_oai_fail(kiln_oai_error *e, int http, const char *type, const char *par
 json_t *kiln_oai_error_json(const kiln_oai_error *e);
 
 /* A validated /v1/chat/completions or /v1/completions request. */
+/* One prompt of a request (chat: the rendered messages; completions: each of `prompt`'s). */
+typedef struct kiln_oai_prompt {
+    int32_t *ids;             /* token ids, BOS included when the model has one */
+    int n;
+    int max_tokens;           /* resolved for this prompt (>= 1; 0 only with echo: the prompt alone) */
+    char *echo_text;          /* echo of a string prompt: the string as sent (NULL: the ids' text) */
+    size_t echo_len;
+} kiln_oai_prompt;
+
 typedef struct kiln_oai_params {
     int chat, stream, include_usage, ignore_eos;
-    int max_tokens;           /* resolved (>= 1; 0 only with echo: the prompt alone) */
-    int n;                    /* choices (1..KILN_MAX_N) */
+    int n;                    /* choices per prompt (1..KILN_MAX_N) */
+    kiln_oai_prompt *prompts; /* [n_prompts]: one for chat; completions take a list (vLLM, OpenAI) */
+    int n_prompts;
     kiln_sampling sp;
     char *stops[KILN_MAX_STOPS];
     int n_stops;
@@ -79,11 +89,7 @@ typedef struct kiln_oai_params {
     int logprobs;             /* 1 = return logprobs */
     int spec_set, spec_k, spec_ngram, spec_mtp; /* "speculative" given: prompt-lookup (or MTP: spec_mtp) drafts (k 0 = off) */
     int top_logprobs;         /* alternatives per token (0..20) */
-    int32_t *prompt;          /* token ids, BOS included when the model has one */
-    int n_prompt;
     int echo;                 /* completions: the prompt precedes the completion (text and logprobs) */
-    char *echo_text;          /* echo of a string prompt: the string as sent (NULL: the ids' text) */
-    size_t echo_len;
     int32_t *bias_ids;        /* logit_bias (sp.logit_bias_ids / sp.logit_bias point here) */
     float *bias_vals;
     /* chat: tools and reasoning (chat_output.h) */
@@ -106,7 +112,8 @@ typedef struct kiln_oai_params {
 } kiln_oai_params;
 enum { KILN_TOOL_CHOICE_AUTO = 0, KILN_TOOL_CHOICE_NONE, KILN_TOOL_CHOICE_REQUIRED, KILN_TOOL_CHOICE_NAMED };
 #define KILN_MAX_LOGIT_BIAS 300 /* OpenAI's limit */
-#define KILN_MAX_N 16           /* choices per request (n) */
+#define KILN_MAX_N 16           /* choices per prompt (n) */
+#define KILN_MAX_PROMPTS 256    /* prompts of one completions request */
 
 /* Parses and validates a request body (any failure → 0 with *err filled). */
 int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_oai_params *p, kiln_oai_error *err);

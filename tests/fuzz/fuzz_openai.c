@@ -120,13 +120,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kiln_oai_error err;
         memset(&err, 0, sizeof err);
         if (kiln_oai_parse(&srv, (const char *)data, size, chat, &p, &err)) {
-            /* (max_tokens 0 only with echo, which still runs one token: the prompt leaves room for it) */
-            const int run_tokens = p.max_tokens > 0 ? p.max_tokens : 1;
-            if (p.n_prompt < 1 || p.max_tokens < (p.echo ? 0 : 1) || p.n_prompt + run_tokens > kiln_engine_context(srv.eng)) abort();
-            if ((p.echo_text && !p.echo) || (p.echo && chat)) abort();
-            for (int i = 0; i < p.n_prompt; i++)
-                if (p.prompt[i] < 0 || p.prompt[i] >= srv.info.vocab_size) abort();
-            if (getenv("FUZZ_DEBUG")) fprintf(stderr, "  %s: ok, %d prompt tokens\n", chat ? "chat" : "completion", p.n_prompt);
+            /* every prompt non-empty, its ids in the vocabulary, its max_tokens (0 only with echo,
+             * which still runs one token) within the context; chat has one prompt and no echo */
+            if (p.n_prompts < 1 || p.n_prompts > KILN_MAX_PROMPTS || (chat && (p.n_prompts != 1 || p.echo))) abort();
+            for (int k = 0; k < p.n_prompts; k++) {
+                const kiln_oai_prompt *q = &p.prompts[k];
+                const int run_tokens = q->max_tokens > 0 ? q->max_tokens : 1;
+                if (q->n < 1 || q->max_tokens < (p.echo ? 0 : 1) || q->n + run_tokens > kiln_engine_context(srv.eng)) abort();
+                if (q->echo_text && !p.echo) abort();
+                for (int i = 0; i < q->n; i++)
+                    if (q->ids[i] < 0 || q->ids[i] >= srv.info.vocab_size) abort();
+            }
+            if (getenv("FUZZ_DEBUG")) fprintf(stderr, "  %s: ok, %d prompts, the first of %d tokens\n", chat ? "chat" : "completion", p.n_prompts, p.prompts[0].n);
             kiln_oai_params_free(&p);
         } else {
             if (getenv("FUZZ_DEBUG")) fprintf(stderr, "  %s: %d %s\n", chat ? "chat" : "completion", err.http, err.msg);

@@ -145,3 +145,53 @@ test('echo errors: max_tokens 0 needs echo; values are checked; chat has no echo
   const h = await raw(srv, '/health', { method: 'GET' });
   assert.equal(h.status, 200, 'still serving');
 });
+
+test('several prompts in one request: n choices each, index = prompt × n + place, as each alone', async () => {
+  const prompts = ['Once upon a time', 'The cat sat', ids.slice(0, 30)];
+  const r = await ai.completions.create({ model: MODEL_ID, prompt: prompts, n: 2, max_tokens: 10, temperature: 0 });
+  assert.equal(r.choices.length, 6);
+  let promptTokens = 0;
+  for (let k = 0; k < prompts.length; k++) {
+    const alone = await ai.completions.create({ model: MODEL_ID, prompt: prompts[k], max_tokens: 10, temperature: 0 });
+    promptTokens += alone.usage.prompt_tokens;
+    for (let j = 0; j < 2; j++) {
+      const c = r.choices.find((x) => x.index === k * 2 + j);
+      assert.equal(c.text, alone.choices[0].text, `prompt ${k}, choice ${j}: greedy, as the prompt alone`);
+    }
+  }
+  assert.equal(r.usage.prompt_tokens, promptTokens, 'each prompt counted once');
+  assert.equal(r.usage.completion_tokens, 60);
+  // streamed: every choice's chunks carry its index; the texts equal the non-streamed ones
+  const texts = new Map();
+  for await (const ch of await ai.completions.create({ model: MODEL_ID, prompt: prompts, n: 2, max_tokens: 10, temperature: 0, stream: true })) {
+    for (const c of ch.choices) texts.set(c.index, (texts.get(c.index) ?? '') + c.text);
+  }
+  assert.deepEqual([...texts.keys()].sort(), [0, 1, 2, 3, 4, 5]);
+  for (const c of r.choices) assert.equal(texts.get(c.index), c.text);
+});
+
+test('several prompts with echo and logprobs: each prompt scored on its own', async () => {
+  const prompts = [ids.slice(0, 50), ids.slice(0, 90), ids.slice(0, 20)];
+  const r = await ai.completions.create({ model: MODEL_ID, prompt: prompts, echo: true, logprobs: 3, max_tokens: 0 });
+  assert.equal(r.choices.length, 3);
+  for (const c of r.choices) {
+    assert.equal(c.logprobs.tokens.length, prompts[c.index].length);
+    checkPromptLogprobs(c.logprobs, prompts[c.index], 3);
+  }
+});
+
+test('several prompts: bad entries are 400s naming prompt; more choices than the server queues, 429', async () => {
+  const bad = async (body, param) => {
+    const r = await raw(srv, '/v1/completions', { body: JSON.stringify({ model: MODEL_ID, max_tokens: 2, ...body }) });
+    assert.equal(r.status, 400, JSON.stringify(body).slice(0, 80));
+    assert.equal(r.json.error.param, param);
+    return r.json.error.message;
+  };
+  assert.match(await bad({ prompt: ['a', 5] }, 'prompt'), /'prompt'\[1\]/);
+  assert.match(await bad({ prompt: [[1, 2], [1, 99999]] }, 'prompt'), /'prompt'\[1\]\[1\]/);
+  assert.match(await bad({ prompt: [[1], []] }, 'prompt'), /'prompt'\[1\] is an empty array/);
+  await bad({ prompt: Array(257).fill('a') }, 'prompt');
+  const r = await raw(srv, '/v1/completions', { body: JSON.stringify({ model: MODEL_ID, max_tokens: 2, prompt: Array(20).fill('a'), n: 5 }) });
+  assert.equal(r.status, 429, 'as for n alone: the whole request is refused, nothing queued');
+  assert.match(r.json.error.message, /100 more would exceed/);
+});

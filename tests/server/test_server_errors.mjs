@@ -29,7 +29,7 @@ const rows = [
   ['prompt missing', C, J({ model: MODEL_ID }), 400, 'prompt'],
   ['prompt wrong type', C, J({ ...good, prompt: { text: 'x' } }), 400, 'prompt'],
   ['prompt token id out of range', C, J({ ...good, prompt: [1, 99999] }), 400, 'prompt', 'invalid_value'],
-  ['several prompts', C, J({ ...good, prompt: ['a', 'b'] }), 400, 'prompt'],
+  ['a prompt list with an entry neither a string nor ids', C, J({ ...good, prompt: ['a', { text: 'b' }] }), 400, 'prompt'],
   ['messages missing', CH, J({ model: MODEL_ID }), 400, 'messages'],
   ['messages empty', CH, J({ ...chat, messages: [] }), 400, 'messages'],
   ['messages not an array', CH, J({ ...chat, messages: 'hello' }), 400, 'messages'],
