@@ -13,6 +13,7 @@
 #include "kiln_test.h"
 #include "server/server_internal.h"
 #include "server/anthropic.h"
+#include "server/responses.h"
 #include "engine/json_grammar.h"
 #include "base/status.h"
 #include <microhttpd.h>
@@ -113,6 +114,8 @@ struct kiln_conn {
     int stream_started, stream_done;
     /* the Anthropic Messages API (/v1/messages): errors, response and events in its shapes */
     int anthropic;
+    int responses;            /* the Responses API (/v1/responses): its objects and events (responses.h) */
+    kiln_resp resp;
     int blk_type, blk_index;  /* the open content block while streaming: 0 none, 1 thinking, 2 text */
 };
 
@@ -278,6 +281,7 @@ static void conn_unref(conn *c) {
         kiln_sbuf_free(&h->tool_text);
     }
     free(c->ch);
+    kiln_resp_free(&c->resp);
     if (gone) atomic_fetch_add(&c->s->disconnects, 1);
     if (c->in_flight) atomic_fetch_sub(&c->s->in_flight, 1);
     if (c->have_params) kiln_oai_params_free(&c->p);
@@ -742,6 +746,33 @@ static json_t *anthropic_response(conn *c) {
     return anthropic_message(c, blocks, stop, seq);
 }
 
+/* ---- the Responses shapes (responses.h) --------------------------------------------------------------------- */
+/* usage: input tokens (those read from the prefix cache in input_tokens_details), output tokens
+ * (the reasoning ones in output_tokens_details). */
+static json_t *responses_usage(conn *c) {
+    choice *h = &c->ch[0];
+    int cached;
+    pthread_mutex_lock(&h->r->mu);
+    cached = h->r->cached_tokens > 0 ? h->r->cached_tokens : 0;
+    pthread_mutex_unlock(&h->r->mu);
+    const int in = c->p.prompts[0].n, reasoning = h->co_on && h->co.saw_reasoning ? h->reasoning_tokens : 0;
+    return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", in, "input_tokens_details", "cached_tokens", cached, "output_tokens", h->n_out,
+                     "output_tokens_details", "reasoning_tokens", reasoning, "total_tokens", in + h->n_out);
+}
+
+/* incomplete_details.reason, or NULL when the response is complete. */
+static const char *responses_incomplete(choice *h) { return h->finish && strcmp(h->finish, "length") == 0 ? "max_output_tokens" : NULL; }
+
+/* The whole response of choice 0 after its final push: reasoning, message and function_call items. */
+static json_t *responses_object(conn *c) {
+    choice *h = &c->ch[0];
+    json_t *rc = kiln_chat_out_reasoning(&h->co), *ct = kiln_chat_out_content(&h->co);
+    json_t *items = kiln_resp_items(rc, ct, h->co.calls);
+    json_decref(rc);
+    json_decref(ct);
+    return kiln_resp_object(&c->resp, responses_incomplete(h), items, responses_usage(c));
+}
+
 /* ---- non-streaming ------------------------------------------------------------------------------------------- */
 /* A non-streaming completion, from the access handler (again after each resume): consumes what
  * the choices have, parks the connection until there is more, answers once every choice is over. */
@@ -760,7 +791,7 @@ static enum MHD_Result run_blocking(conn *c) {
     }
     c->waiting = 0;
     if (c->failed) return send_error(c, &c->err);
-    if (c->anthropic) {
+    if (c->anthropic || c->responses) {
         kiln_sbuf text = {0};
         kiln_detok_take(&c->ch[0].dt, 1, &text);
         json_t *calls = c->p.tool_json ? forced_calls(c, &c->ch[0], text.p ? text.p : "", text.len) : NULL;
@@ -773,6 +804,7 @@ static enum MHD_Result run_blocking(conn *c) {
             kiln_chat_delta_free(&d);
         }
         kiln_sbuf_free(&text);
+        if (c->responses) return send_json(c, 200, responses_object(c), 0);
         return send_json(c, 200, anthropic_response(c), 0);
     }
     json_t *res = envelope(c, c->p.chat ? "chat.completion" : "text_completion");
@@ -908,6 +940,7 @@ static void anthropic_emit_call(conn *c, json_t *call) {
     }
 }
 
+/* What the splitter released, as Anthropic content-block events or Responses output-item events. */
 static void anthropic_split(conn *c, choice *h, const char *text, size_t n, int final) {
     if (c->p.tool_json) { /* tool_choice any / tool: the calls once the output is whole (stream_produce_anthropic) */
         kiln_sbuf_put(&h->tool_text, text, n);
@@ -915,11 +948,17 @@ static void anthropic_split(conn *c, choice *h, const char *text, size_t n, int 
     }
     kiln_chat_delta d = {0};
     kiln_chat_out_push(&h->co, text, n, final, &d);
-    anthropic_text(c, 1, d.reasoning.p, d.reasoning.len);
-    anthropic_text(c, 2, d.content.p, d.content.len);
     size_t i;
     json_t *call;
-    json_array_foreach(d.calls, i, call) anthropic_emit_call(c, call);
+    if (c->responses) {
+        kiln_resp_stream_text(&c->resp, 1, d.reasoning.p, d.reasoning.len, &c->out);
+        kiln_resp_stream_text(&c->resp, 2, d.content.p, d.content.len, &c->out);
+        json_array_foreach(d.calls, i, call) kiln_resp_stream_call(&c->resp, call, &c->out);
+    } else {
+        anthropic_text(c, 1, d.reasoning.p, d.reasoning.len);
+        anthropic_text(c, 2, d.content.p, d.content.len);
+        json_array_foreach(d.calls, i, call) anthropic_emit_call(c, call);
+    }
     kiln_chat_delta_free(&d);
 }
 
@@ -962,7 +1001,7 @@ static void emit_tool_args(conn *c, int index, choice *h, const char *text, size
 static void emit_event(conn *c, int index, choice *h, json_t *lp) {
     kiln_sbuf text = {0};
     kiln_detok_take(&h->dt, 0, &text);
-    if (c->anthropic) anthropic_split(c, h, text.p ? text.p : "", text.len, 0);
+    if (c->anthropic || c->responses) anthropic_split(c, h, text.p ? text.p : "", text.len, 0);
     else if (h->co_on) emit_split(c, index, h, text.p ? text.p : "", text.len, 0, lp);
     else if (c->p.tool_json == 2 && c->p.chat) kiln_sbuf_put(&h->tool_text, text.p ? text.p : "", text.len); /* sent whole at the end */
     else if (c->p.tool_json && c->p.chat) emit_tool_args(c, index, h, text.p ? text.p : "", text.len, lp);
@@ -1017,8 +1056,46 @@ static int stream_produce_anthropic(conn *c) {
     return 0;
 }
 
+/* The Responses API's stream: response.created / in_progress, the output items' events, then
+ * response.completed (or .incomplete, or .failed). */
+static int stream_produce_responses(conn *c) {
+    if (!c->stream_started) {
+        c->stream_started = 1;
+        kiln_resp_stream_begin(&c->resp, &c->out);
+        return 0;
+    }
+    if (!has_news(c)) return check_gone(c) < 0 ? -1 : 1;
+    choice *h = &c->ch[0];
+    if (!drain_choice(c, h, emit_event)) return 0;
+    if (c->failed) {
+        cancel_all(c);
+        kiln_resp_stream_fail(&c->resp, &c->err, &c->out);
+    } else {
+        kiln_sbuf text = {0};
+        kiln_detok_take(&h->dt, 1, &text);
+        anthropic_split(c, h, text.p ? text.p : "", text.len, 1);
+        kiln_sbuf_free(&text);
+        if (c->p.tool_json) { /* the forced calls, or the text when it is not whole (max_output_tokens) */
+            json_t *calls = forced_calls(c, h, h->tool_text.p ? h->tool_text.p : "", h->tool_text.len);
+            if (calls) {
+                size_t i;
+                json_t *call;
+                json_array_foreach(calls, i, call) kiln_resp_stream_call(&c->resp, call, &c->out);
+                json_array_extend(h->co.calls, calls);
+                json_decref(calls);
+            } else {
+                kiln_resp_stream_text(&c->resp, 2, h->tool_text.p, h->tool_text.len, &c->out);
+            }
+        }
+        kiln_resp_stream_end(&c->resp, responses_incomplete(h), responses_usage(c), &c->out);
+    }
+    c->stream_done = 1;
+    return 0;
+}
+
 static int stream_produce(conn *c) {
     if (c->anthropic) return stream_produce_anthropic(c);
+    if (c->responses) return stream_produce_responses(c);
     if (!c->stream_started) {
         c->stream_started = 1;
         if (c->p.chat) {
@@ -1110,6 +1187,14 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
         json_decref(cb);
         if (!converted) return fail(c, 500, "server_error", NULL, NULL, "out of memory");
     }
+    if (c->responses) { /* /v1/responses: likewise */
+        json_t *cb = NULL;
+        kiln_resp_init(&c->resp, s->model_name);
+        if (!kiln_responses_request(c->body.p ? c->body.p : "", c->body.len, &c->resp, &cb, &err)) return send_error(c, &err);
+        converted = json_dumps(cb, JSON_COMPACT);
+        json_decref(cb);
+        if (!converted) return fail(c, 500, "server_error", NULL, NULL, "out of memory");
+    }
     const int parsed = converted ? kiln_oai_parse(s, converted, strlen(converted), 1, &c->p, &err)
                                  : kiln_oai_parse(s, c->body.p ? c->body.p : "", c->body.len, chat, &c->p, &err);
     free(converted);
@@ -1178,7 +1263,7 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
             if (gst == KILN_OK) gst = kiln_req_set_grammar(h->r, g);
             if (gst != KILN_OK) { c->n_ch = i + 1; return fail(c, 500, "server_error", NULL, NULL, kiln_last_error()); }
         }
-        if (chat && (c->anthropic || c->p.tool_parser != KILN_TOOLS_NONE || c->p.reasoning != KILN_REASONING_NONE)) {
+        if (chat && (c->anthropic || c->responses || c->p.tool_parser != KILN_TOOLS_NONE || c->p.reasoning != KILN_REASONING_NONE)) {
             kiln_chat_out_init(&h->co, c->p.tool_parser, c->p.reasoning, c->p.think_opened, c->p.tools,
                                c->p.tool_choice == KILN_TOOL_CHOICE_NAMED ? c->p.tool_name : NULL, !c->p.parallel_tools);
             h->co_on = 1;
@@ -1367,7 +1452,7 @@ static enum MHD_Result route(conn *c, const char *url, const char *method) {
     }
     const int tok_route = strcmp(url, "/tokenize") == 0 || strcmp(url, "/detokenize") == 0;
     if (!tok_route && strncmp(url, "/v1/", 4) != 0 && strcmp(url, "/v1") != 0)
-        return fail(c, 404, "invalid_request_error", NULL, "not_found", "unknown route (try /v1/chat/completions, /v1/completions, /v1/messages, /v1/models, /health, /metrics, / for the chat page)");
+        return fail(c, 404, "invalid_request_error", NULL, "not_found", "unknown route (try /v1/chat/completions, /v1/completions, /v1/messages, /v1/responses, /v1/models, /health, /metrics, / for the chat page)");
     c->anthropic = strncmp(url, "/v1/messages", 12) == 0; /* errors in Anthropic's shape from here on */
     if (!authorized(c))
         return fail(c, 401, "invalid_request_error", NULL, "invalid_api_key",
@@ -1406,7 +1491,8 @@ static enum MHD_Result route(conn *c, const char *url, const char *method) {
         return send_json(c, 200, json_pack("{s:i}", "input_tokens", n), 0);
     }
     c->anthropic = strcmp(url, "/v1/messages") == 0;
-    int chat = c->anthropic || strcmp(url, "/v1/chat/completions") == 0;
+    c->responses = strcmp(url, "/v1/responses") == 0;
+    int chat = c->anthropic || c->responses || strcmp(url, "/v1/chat/completions") == 0;
     if (chat || strcmp(url, "/v1/completions") == 0) {
         if (!post) return fail(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use POST");
         /* in flight until the connection lets go of it (the response sent or the client gone); a

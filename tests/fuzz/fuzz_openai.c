@@ -5,7 +5,8 @@
  * /v1/chat/completions and as a /v1/completions body. The same bytes are then read as model output
  * by the reasoning / tool-call splitter (src/server/chat_output.c) with each parser, whole and in
  * 7-byte pieces: both must give the same content, reasoning and calls; and as an Anthropic Messages
- * body (src/server/anthropic.c), translated and parsed as the chat completion it becomes.
+ * body (src/server/anthropic.c) and a Responses body (src/server/responses.c), each translated and
+ * parsed as the chat completion it becomes.
  *
  * The model, made once at start: $KILN_FUZZ_MODEL when set; else stories260K from $SHARED
  * (default ../shared) in a private directory beside a small chat_template.jinja (a trained
@@ -15,6 +16,7 @@
 #include "server/server_internal.h"
 #include "server/chat_output.h"
 #include "server/anthropic.h"
+#include "server/responses.h"
 
 static kiln_server srv;
 static kiln_model *model;
@@ -112,9 +114,36 @@ static void anthropic(const uint8_t *data, size_t size) {
     }
 }
 
+/* data as a Responses body: translated, parsed as the chat completion it becomes, and its response
+ * object made from an empty output; every refusal says why. */
+static void responses(const uint8_t *data, size_t size) {
+    json_t *cb = NULL;
+    kiln_oai_error err;
+    memset(&err, 0, sizeof err);
+    kiln_resp x;
+    kiln_resp_init(&x, "kiln");
+    if (!kiln_responses_request((const char *)data, size, &x, &cb, &err)) {
+        if (err.http < 400 || err.http > 599 || !err.msg[0]) abort();
+        kiln_resp_free(&x);
+        return;
+    }
+    char *txt = json_dumps(cb, JSON_COMPACT);
+    json_decref(cb);
+    if (!txt) abort();
+    kiln_oai_params p;
+    if (kiln_oai_parse(&srv, txt, strlen(txt), 1, &p, &err)) kiln_oai_params_free(&p);
+    else if (err.http < 400 || err.http > 599 || !err.msg[0]) abort();
+    free(txt);
+    json_t *o = kiln_resp_object(&x, NULL, kiln_resp_items(NULL, json_null(), NULL), NULL);
+    if (!json_is_object(o) || json_array_size(json_object_get(o, "output")) != 1) abort();
+    json_decref(o);
+    kiln_resp_free(&x);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     split_output(data, size);
     anthropic(data, size);
+    responses(data, size);
     for (int chat = 0; chat < 2; chat++) {
         kiln_oai_params p;
         kiln_oai_error err;
