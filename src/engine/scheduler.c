@@ -70,12 +70,14 @@ kiln_status kiln_req_want_prompt_logprobs(kiln_req *r, int k) {
     if (k < 0 || k > KILN_MAX_TOP_LOGPROBS) return kiln_fail(KILN_ERR_INVALID_ARG, "prompt logprobs: %d alternatives (0..%d)", k, KILN_MAX_TOP_LOGPROBS);
     const size_t n = (size_t)r->n_prompt;
     r->plp = malloc(n * sizeof *r->plp);
+    r->prank = malloc(n * sizeof *r->prank);
     if (k > 0) {
         r->ptop_ids = malloc(n * (size_t)k * sizeof *r->ptop_ids);
         r->ptop_lp = malloc(n * (size_t)k * sizeof *r->ptop_lp);
     }
-    if (!r->plp || (k > 0 && (!r->ptop_ids || !r->ptop_lp))) return kiln_fail(KILN_ERR_NOMEM, "out of memory for the logprobs of %zu prompt tokens", n);
+    if (!r->plp || !r->prank || (k > 0 && (!r->ptop_ids || !r->ptop_lp))) return kiln_fail(KILN_ERR_NOMEM, "out of memory for the logprobs of %zu prompt tokens", n);
     r->plp[0] = NAN; /* the first token has no context: no log-probability */
+    r->prank[0] = 0;
     r->prompt_logprobs = k;
     return KILN_OK;
 }
@@ -97,7 +99,7 @@ void kiln_req_unref(kiln_req *r) {
     kiln_jg_free(r->grammar);
     free(r->gstate);
     free(r->toks); free(r->ev); free(r->hashes); free(r->top_ids); free(r->top_lp);
-    free(r->plp); free(r->ptop_ids); free(r->ptop_lp);
+    free(r->plp); free(r->prank); free(r->ptop_ids); free(r->ptop_lp);
     free(r->seq.pages);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -815,7 +817,11 @@ static void record_plp(kiln_engine *e, kiln_req *r, int pos, int c, const float 
         if (p + 1 >= r->n_prompt) break;
         const float *row = lg + (size_t)j * V;
         const float lse = log_softmax_top(row, V, K, K > 0 ? r->ptop_ids + (size_t)(p + 1) * K : NULL, K > 0 ? r->ptop_lp + (size_t)(p + 1) * K : NULL);
-        r->plp[p + 1] = row[r->toks[p + 1]] - lse;
+        const float t = row[r->toks[p + 1]];
+        r->plp[p + 1] = t - lse;
+        int above = 0; /* vLLM's rank: 1 + the tokens more likely than it */
+        for (int i = 0; i < V; i++) above += row[i] > t;
+        r->prank[p + 1] = above + 1;
     }
 }
 

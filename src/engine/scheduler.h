@@ -75,6 +75,7 @@ struct kiln_req {
     int32_t *top_ids;     /* [max_tokens × top_logprobs] */
     float *top_lp;        /* [max_tokens × top_logprobs] */
     float *plp;           /* prompt_logprobs >= 0: [n_prompt] plp[i] = log P(toks[i] | toks[0..i)), i >= 1 */
+    int32_t *prank;       /* [n_prompt] prank[i]: toks[i]'s rank among the vocabulary there (1 = the most likely) */
     int32_t *ptop_ids;    /* [n_prompt × prompt_logprobs] the alternatives at position i (row i; row 0 unused) */
     float *ptop_lp;       /* [n_prompt × prompt_logprobs] */
     int plp_done;         /* 1 once plp is whole (set under mu before the first event is published;

@@ -331,7 +331,7 @@ static void note_ignored(json_t *o, kiln_oai_params *p) {
         "stream_options", "stop", "stop_token_ids", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
         "logprobs", "top_logprobs", "ignore_eos", "skip_special_tokens", "chat_template_kwargs", "tools", "tool_choice",
         "parallel_tool_calls", "response_format", "echo", "best_of", "suffix", "functions", "function_call", "audio", "prediction",
-        "speculative", NULL};
+        "speculative", "prompt_logprobs", NULL};
     p->ignored[0] = 0;
     size_t at = 0;
     const char *k;
@@ -562,6 +562,14 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
             BADC("echo", "unsupported_parameter", "'echo' with 'logprobs' (the prompt's log-probabilities) is not supported under --tp");
             goto out;
         }
+    }
+    /* prompt_logprobs (vLLM's): each prompt token's log-probability, rank and that many alternatives */
+    p->prompt_logprobs = -1;
+    if (!opt_int(o, "prompt_logprobs", 0, KILN_MAX_TOP_LOGPROBS, &iv, &present, err)) goto out;
+    if (present) {
+        if (p->stream) { BADC("prompt_logprobs", "unsupported_parameter", "'prompt_logprobs' is not available with 'stream': true (as in vLLM)"); goto out; }
+        if (kiln_engine_ranks(s->eng) > 1) { BADC("prompt_logprobs", "unsupported_parameter", "'prompt_logprobs' is not supported under --tp"); goto out; }
+        p->prompt_logprobs = (int)iv;
     }
     /* max_tokens (max_completion_tokens wins when both are given) */
     int ctx = kiln_engine_context(s->eng);

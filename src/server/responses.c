@@ -146,6 +146,27 @@ static int convert_tools(json_t *tools, json_t *r, kiln_oai_error *err) {
     return 1;
 }
 
+/* The body's fields that change nothing here — unknown ones, and those the API defines that kiln
+ * accepts without acting on (store, include, truncation, metadata, ...) — into x->ignored, as
+ * chat completions list theirs. */
+static void note_ignored(json_t *o, kiln_resp *x) {
+    static const char *const acted[] = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream", "parallel_tool_calls",
+                                        "tools", "tool_choice", "text", "reasoning", "previous_response_id", "conversation", "background", "prompt",
+                                        "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty", "stop", NULL};
+    size_t at = 0;
+    const char *k;
+    json_t *v;
+    x->ignored[0] = 0;
+    json_object_foreach(o, k, v) {
+        int ok = 0;
+        for (int i = 0; acted[i] && !ok; i++) ok = strcmp(k, acted[i]) == 0;
+        if (ok) continue;
+        int w = snprintf(x->ignored + at, sizeof x->ignored - at, "%s%.60s", at ? ", " : "", k);
+        if (w < 0 || (size_t)w >= sizeof x->ignored - at) { x->ignored[at] = 0; break; }
+        at += (size_t)w;
+    }
+}
+
 int kiln_responses_request(const char *body, size_t len, kiln_resp *x, json_t **out, kiln_oai_error *err) {
     *out = NULL;
     json_error_t je;
@@ -155,6 +176,7 @@ int kiln_responses_request(const char *body, size_t len, kiln_resp *x, json_t **
     kiln_sbuf reasoning = {0};
     int ok = 0;
     if (!json_is_object(o)) { BAD(NULL, "the request body must be a JSON object"); goto done; }
+    note_ignored(o, x);
     if ((v = json_object_get(o, "model"))) json_object_set(r, "model", v); /* (checked as chat's is) */
     if ((v = json_object_get(o, "previous_response_id")) && !json_is_null(v)) {
         kiln_oai_fail(err, 400, "invalid_request_error", "previous_response_id", "unsupported_parameter",

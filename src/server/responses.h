@@ -24,6 +24,7 @@ typedef struct kiln_resp {
     char open_id[40];
     kiln_sbuf open_text;  /* ... and its text so far (its .done events repeat it) */
     json_t *output;       /* output items finished so far */
+    char ignored[256];    /* the request's fields that change nothing (X-Kiln-Ignored-Fields) */
 } kiln_resp;
 
 /* Translates a Responses body into a chat-completion body (*out, a new reference) and fills x's

@@ -547,7 +547,7 @@ static int echo_state(conn *c, const choice *h) {
 static void echo_prompt(conn *c, int pi, kiln_sbuf *text, json_t *lp) {
     const kiln_oai_prompt *q = &c->p.prompts[pi];
     const kiln_req *r = c->ch[pi * c->p.n].r;
-    const int K = c->p.top_logprobs;
+    const int K = c->p.top_logprobs, stride = r->prompt_logprobs; /* (the request may hold more alternatives, for prompt_logprobs) */
     size_t off = 0;
     for (int i = 0; i < q->n; i++) {
         const int32_t id = q->ids[i];
@@ -569,17 +569,44 @@ static void echo_prompt(conn *c, int pi, kiln_sbuf *text, json_t *lp) {
         json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(isfinite(v) ? v : -9999.0));
         json_t *tops = json_object();
         for (int k = 0; k < K; k++) {
-            const int32_t t = r->ptop_ids[(size_t)i * K + k];
+            const int32_t t = r->ptop_ids[(size_t)i * stride + k];
             size_t l;
             char tb[32];
             const char *pp = piece_of(c, q->ids[i - 1], t, &l, tb, sizeof tb);
             json_t *key = kiln_json_bytes_string(pp, l);
-            json_object_set_new(tops, json_string_value(key), json_real(r->ptop_lp[(size_t)i * K + k]));
+            json_object_set_new(tops, json_string_value(key), json_real(r->ptop_lp[(size_t)i * stride + k]));
             json_decref(key);
         }
         json_array_append_new(json_object_get(lp, "top_logprobs"), tops);
     }
     if (q->echo_text) kiln_sbuf_put(text, q->echo_text, q->echo_len);
+}
+
+/* vLLM's prompt_logprobs of prompt pi: [null, {"ID": {"logprob", "rank", "decoded_token"}}, ...] —
+ * at each position after the first, the prompt's token (its rank among the vocabulary) and the
+ * prompt_logprobs most likely ones (ranks 1, 2, ...), one entry per id. */
+static json_t *prompt_logprobs_json(conn *c, int pi) {
+    const kiln_oai_prompt *q = &c->p.prompts[pi];
+    const kiln_req *r = c->ch[pi * c->p.n].r;
+    const int K = c->p.prompt_logprobs, stride = r->prompt_logprobs;
+    json_t *a = json_array();
+    json_array_append_new(a, json_null());
+    for (int i = 1; i < q->n; i++) {
+        json_t *d = json_object();
+        for (int k = -1; k < K; k++) {
+            const int32_t id = k < 0 ? q->ids[i] : r->ptop_ids[(size_t)i * stride + k];
+            const double lp = k < 0 ? r->plp[i] : r->ptop_lp[(size_t)i * stride + k];
+            char key[16], tmp[32];
+            snprintf(key, sizeof key, "%d", id);
+            if (json_object_get(d, key)) continue;
+            size_t l;
+            const char *pp = piece_of(c, q->ids[i - 1], id, &l, tmp, sizeof tmp);
+            json_object_set_new(d, key, json_pack("{s:f,s:i,s:o}", "logprob", isfinite(lp) ? lp : -9999.0, "rank", k < 0 ? r->prank[i] : k + 1,
+                                                  "decoded_token", kiln_json_bytes_string(pp, l)));
+        }
+        json_array_append_new(a, d);
+    }
+    return a;
 }
 
 /* The byte length of echo_prompt's text. */
@@ -857,11 +884,13 @@ static enum MHD_Result run_blocking(conn *c) {
         }
         kiln_sbuf_free(&text);
         json_object_set_new(ch, "logprobs", h->lp ? json_incref(h->lp) : json_null());
+        if (c->p.prompt_logprobs >= 0 && !c->p.chat) json_object_set_new(ch, "prompt_logprobs", prompt_logprobs_json(c, h->pi));
         json_object_set_new(ch, "finish_reason", json_string(finish_of(c, h)));
         json_array_append_new(choices, ch);
     }
     json_object_set_new(res, "choices", choices);
     json_object_set_new(res, "usage", usage_json(c));
+    if (c->p.prompt_logprobs >= 0 && c->p.chat) json_object_set_new(res, "prompt_logprobs", prompt_logprobs_json(c, 0)); /* (vLLM: the response's) */
     return send_json(c, 200, res, 0);
 }
 
@@ -1200,6 +1229,7 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
     free(converted);
     if (!parsed) return send_error(c, &err);
     c->have_params = 1;
+    if (c->responses) memcpy(c->p.ignored, c->resp.ignored, sizeof c->p.ignored); /* (the Responses body's own) */
     const int total = c->p.n * c->p.n_prompts; /* (at most 256 × 16; more than max batch + max queue is a 429 below) */
     c->ch = calloc((size_t)total, sizeof *c->ch);
     if (!c->ch) return fail(c, 500, "server_error", NULL, NULL, "out of memory");
@@ -1217,8 +1247,11 @@ static enum MHD_Result handle_completion(conn *c, int chat) {
         kiln_status st = kiln_req_create(q->ids, q->n, q->max_tokens > 0 ? q->max_tokens : 1, &sp, s->info.vocab_size,
                                          c->p.logprobs ? c->p.top_logprobs : -1, &h->r);
         if (st != KILN_OK) { c->n_ch = i; return fail(c, 500, "server_error", NULL, NULL, kiln_last_error()); }
-        /* echo with logprobs: each prompt's first choice scores it (the others share its pages) */
-        if (place == 0 && c->p.echo && c->p.logprobs && kiln_req_want_prompt_logprobs(h->r, c->p.top_logprobs) != KILN_OK) {
+        /* echo with logprobs, or prompt_logprobs: each prompt's first choice scores it (the others
+         * share its pages) */
+        const int echo_k = c->p.echo && c->p.logprobs ? c->p.top_logprobs : -1;
+        const int plp_k = echo_k > c->p.prompt_logprobs ? echo_k : c->p.prompt_logprobs;
+        if (place == 0 && plp_k >= 0 && kiln_req_want_prompt_logprobs(h->r, plp_k) != KILN_OK) {
             c->n_ch = i + 1;
             return fail(c, 500, "server_error", NULL, NULL, kiln_last_error());
         }

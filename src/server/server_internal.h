@@ -90,6 +90,7 @@ typedef struct kiln_oai_params {
     int spec_set, spec_k, spec_ngram, spec_mtp; /* "speculative" given: prompt-lookup (or MTP: spec_mtp) drafts (k 0 = off) */
     int top_logprobs;         /* alternatives per token (0..20) */
     int echo;                 /* completions: the prompt precedes the completion (text and logprobs) */
+    int prompt_logprobs;      /* vLLM's prompt_logprobs: -1 none, else the alternatives per prompt position */
     int32_t *bias_ids;        /* logit_bias (sp.logit_bias_ids / sp.logit_bias point here) */
     float *bias_vals;
     /* chat: tools and reasoning (chat_output.h) */

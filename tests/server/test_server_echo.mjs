@@ -195,3 +195,35 @@ test('several prompts: bad entries are 400s naming prompt; more choices than the
   assert.equal(r.status, 429, 'as for n alone: the whole request is refused, nothing queued');
   assert.match(r.json.error.message, /100 more would exceed/);
 });
+
+test('vLLM prompt_logprobs: each prompt token with its logprob and rank, and the most likely ones', async () => {
+  const prompt = ids.slice(0, 80);
+  const r = await raw(srv, '/v1/completions', { body: JSON.stringify({ model: MODEL_ID, prompt, max_tokens: 1, temperature: 0, prompt_logprobs: 3 }) });
+  assert.equal(r.status, 200, r.text);
+  const pl = r.json.choices[0].prompt_logprobs;
+  assert.equal(pl.length, prompt.length);
+  assert.equal(pl[0], null);
+  for (let i = 1; i < prompt.length; i++) {
+    const row = ref[i - 1], tok = prompt[i];
+    const e = pl[i][String(tok)];
+    assert.ok(Math.abs(e.logprob - row[tok]) < 1e-4, `position ${i}`);
+    assert.equal(e.rank, 1 + row.filter((x) => x > row[tok]).length, `position ${i}: the rank among the vocabulary`);
+    const best = row.map((x, id) => [x, id]).sort((a, b) => b[0] - a[0]).slice(0, 3);
+    for (let k = 0; k < 3; k++) {
+      const alt = pl[i][String(best[k][1])];
+      assert.ok(alt && Math.abs(alt.logprob - best[k][0]) < 1e-4, `position ${i}: alternative ${k}`);
+      if (best[k][1] !== tok) assert.equal(alt.rank, k + 1);
+    }
+    assert.ok(Object.keys(pl[i]).length <= 4);
+    assert.equal(typeof e.decoded_token, 'string');
+  }
+  assert.equal(r.json.choices[0].logprobs, null, 'no output logprobs unless asked');
+  // chat: the response's prompt_logprobs cover the rendered prompt
+  const ch = await raw(srv, '/v1/chat/completions', { body: JSON.stringify({ model: MODEL_ID, messages: [{ role: 'user', content: 'Hi there' }], max_tokens: 1, prompt_logprobs: 0 }) });
+  assert.equal(ch.status, 200, ch.text);
+  assert.equal(ch.json.prompt_logprobs.length, ch.json.usage.prompt_tokens);
+  assert.equal(Object.keys(ch.json.prompt_logprobs[1]).length, 1, 'prompt_logprobs 0: the prompt token alone');
+  const st = await raw(srv, '/v1/completions', { body: JSON.stringify({ model: MODEL_ID, prompt: 'Hi', stream: true, prompt_logprobs: 1 }) });
+  assert.equal(st.status, 400);
+  assert.equal(st.json.error.param, 'prompt_logprobs');
+});

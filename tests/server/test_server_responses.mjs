@@ -155,6 +155,10 @@ test('errors name the parameter; the server keeps serving', async () => {
     assert.equal(r.json.error.type, 'invalid_request_error');
     assert.equal(r.json.error.param, param, r.text);
   }
+  const ig = await raw(sAnswer, '/v1/responses', { body: JSON.stringify({ model: 'glm-tiny', input: 'x', store: false, include: [], frobnicate: 1 }),
+    headers: { authorization: `Bearer ${KEY}` } });
+  assert.equal(ig.status, 200);
+  assert.equal(ig.headers.get('x-kiln-ignored-fields'), 'store, include, frobnicate', 'fields that changed nothing are listed');
   const nf = await raw(sCall, '/v1/responses', { body: JSON.stringify({ model: 'other', input: 'x' }), headers: { authorization: `Bearer ${KEY}` } });
   assert.equal(nf.status, 404);
   assert.equal((await fetch(`${sCall.url}/health`)).status, 200, 'still serving');
