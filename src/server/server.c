@@ -969,6 +969,17 @@ static void anthropic_emit_call(conn *c, json_t *call) {
     }
 }
 
+/* Text of one kind (1 reasoning, 2 text) and one whole tool call as the dialect's events: Anthropic
+ * content blocks or Responses output items. */
+static void block_text(conn *c, int kind, const char *p, size_t n) {
+    if (c->responses) kiln_resp_stream_text(&c->resp, kind, p, n, &c->out);
+    else anthropic_text(c, kind, p, n);
+}
+static void block_call(conn *c, json_t *call) {
+    if (c->responses) kiln_resp_stream_call(&c->resp, call, &c->out);
+    else anthropic_emit_call(c, call);
+}
+
 /* What the splitter released, as Anthropic content-block events or Responses output-item events. */
 static void anthropic_split(conn *c, choice *h, const char *text, size_t n, int final) {
     if (c->p.tool_json) { /* tool_choice any / tool: the calls once the output is whole (stream_produce_anthropic) */
@@ -977,17 +988,11 @@ static void anthropic_split(conn *c, choice *h, const char *text, size_t n, int 
     }
     kiln_chat_delta d = {0};
     kiln_chat_out_push(&h->co, text, n, final, &d);
+    block_text(c, 1, d.reasoning.p, d.reasoning.len);
+    block_text(c, 2, d.content.p, d.content.len);
     size_t i;
     json_t *call;
-    if (c->responses) {
-        kiln_resp_stream_text(&c->resp, 1, d.reasoning.p, d.reasoning.len, &c->out);
-        kiln_resp_stream_text(&c->resp, 2, d.content.p, d.content.len, &c->out);
-        json_array_foreach(d.calls, i, call) kiln_resp_stream_call(&c->resp, call, &c->out);
-    } else {
-        anthropic_text(c, 1, d.reasoning.p, d.reasoning.len);
-        anthropic_text(c, 2, d.content.p, d.content.len);
-        json_array_foreach(d.calls, i, call) anthropic_emit_call(c, call);
-    }
+    json_array_foreach(d.calls, i, call) block_call(c, call);
     kiln_chat_delta_free(&d);
 }
 
@@ -1038,13 +1043,16 @@ static void emit_event(conn *c, int index, choice *h, json_t *lp) {
     kiln_sbuf_free(&text);
 }
 
-/* Fills c->out with the next SSE events; returns -1 when the client is gone, 1 when there is
- * nothing new yet (the reader parks the connection), else 0. Each choice streams
- * its own chunks (its `index`) and its own finish chunk; the usage chunk and [DONE] come after
- * the last choice ends. */
-static int stream_produce_anthropic(conn *c) {
+/* The Anthropic Messages stream (message_start, ping, the content blocks' events, message_delta,
+ * message_stop) or the Responses one (response.created / in_progress, the output items' events,
+ * response.completed / incomplete / failed), of choice 0. Returns as stream_produce. */
+static int stream_produce_blocks(conn *c) {
     if (!c->stream_started) {
         c->stream_started = 1;
+        if (c->responses) {
+            kiln_resp_stream_begin(&c->resp, &c->out);
+            return 0;
+        }
         json_t *m = anthropic_message(c, json_array(), NULL, json_null());
         json_object_set_new(json_object_get(m, "usage"), "output_tokens", json_integer(0));
         sse_event(c, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", m));
@@ -1056,24 +1064,30 @@ static int stream_produce_anthropic(conn *c) {
     if (!drain_choice(c, h, emit_event)) return 0;
     if (c->failed) {
         cancel_all(c);
-        sse_event(c, "error", kiln_anthropic_error_json(&c->err));
-    } else {
-        kiln_sbuf text = {0};
-        kiln_detok_take(&h->dt, 1, &text);
-        anthropic_split(c, h, text.p ? text.p : "", text.len, 1);
-        kiln_sbuf_free(&text);
-        if (c->p.tool_json) { /* the forced calls, or the text when it is not whole (max_tokens) */
-            json_t *calls = forced_calls(c, h, h->tool_text.p ? h->tool_text.p : "", h->tool_text.len);
-            if (calls) {
-                size_t i;
-                json_t *call;
-                json_array_foreach(calls, i, call) anthropic_emit_call(c, call);
-                json_array_extend(h->co.calls, calls);
-                json_decref(calls);
-            } else {
-                anthropic_text(c, 2, h->tool_text.p, h->tool_text.len);
-            }
+        if (c->responses) kiln_resp_stream_fail(&c->resp, &c->err, &c->out);
+        else sse_event(c, "error", kiln_anthropic_error_json(&c->err));
+        c->stream_done = 1;
+        return 0;
+    }
+    kiln_sbuf text = {0};
+    kiln_detok_take(&h->dt, 1, &text);
+    anthropic_split(c, h, text.p ? text.p : "", text.len, 1);
+    kiln_sbuf_free(&text);
+    if (c->p.tool_json) { /* the forced calls, or the text when it is not whole (max_tokens) */
+        json_t *calls = forced_calls(c, h, h->tool_text.p ? h->tool_text.p : "", h->tool_text.len);
+        if (calls) {
+            size_t i;
+            json_t *call;
+            json_array_foreach(calls, i, call) block_call(c, call);
+            json_array_extend(h->co.calls, calls);
+            json_decref(calls);
+        } else {
+            block_text(c, 2, h->tool_text.p, h->tool_text.len);
         }
+    }
+    if (c->responses) {
+        kiln_resp_stream_end(&c->resp, responses_incomplete(h), responses_usage(c), &c->out);
+    } else {
         anthropic_close_block(c);
         json_t *seq;
         const char *stop = anthropic_stop(c, h, &seq);
@@ -1085,46 +1099,12 @@ static int stream_produce_anthropic(conn *c) {
     return 0;
 }
 
-/* The Responses API's stream: response.created / in_progress, the output items' events, then
- * response.completed (or .incomplete, or .failed). */
-static int stream_produce_responses(conn *c) {
-    if (!c->stream_started) {
-        c->stream_started = 1;
-        kiln_resp_stream_begin(&c->resp, &c->out);
-        return 0;
-    }
-    if (!has_news(c)) return check_gone(c) < 0 ? -1 : 1;
-    choice *h = &c->ch[0];
-    if (!drain_choice(c, h, emit_event)) return 0;
-    if (c->failed) {
-        cancel_all(c);
-        kiln_resp_stream_fail(&c->resp, &c->err, &c->out);
-    } else {
-        kiln_sbuf text = {0};
-        kiln_detok_take(&h->dt, 1, &text);
-        anthropic_split(c, h, text.p ? text.p : "", text.len, 1);
-        kiln_sbuf_free(&text);
-        if (c->p.tool_json) { /* the forced calls, or the text when it is not whole (max_output_tokens) */
-            json_t *calls = forced_calls(c, h, h->tool_text.p ? h->tool_text.p : "", h->tool_text.len);
-            if (calls) {
-                size_t i;
-                json_t *call;
-                json_array_foreach(calls, i, call) kiln_resp_stream_call(&c->resp, call, &c->out);
-                json_array_extend(h->co.calls, calls);
-                json_decref(calls);
-            } else {
-                kiln_resp_stream_text(&c->resp, 2, h->tool_text.p, h->tool_text.len, &c->out);
-            }
-        }
-        kiln_resp_stream_end(&c->resp, responses_incomplete(h), responses_usage(c), &c->out);
-    }
-    c->stream_done = 1;
-    return 0;
-}
-
+/* Fills c->out with the next SSE events; returns -1 when the client is gone, 1 when there is
+ * nothing new yet (the reader parks the connection), else 0. Each choice streams
+ * its own chunks (its `index`) and its own finish chunk; the usage chunk and [DONE] come after
+ * the last choice ends. */
 static int stream_produce(conn *c) {
-    if (c->anthropic) return stream_produce_anthropic(c);
-    if (c->responses) return stream_produce_responses(c);
+    if (c->anthropic || c->responses) return stream_produce_blocks(c);
     if (!c->stream_started) {
         c->stream_started = 1;
         if (c->p.chat) {

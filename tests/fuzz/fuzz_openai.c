@@ -92,6 +92,19 @@ static void split_output(const uint8_t *data, size_t size) {
     json_decref(tools);
 }
 
+/* A translated body (taken) parsed as the chat completion it is; a refusal must say why. */
+static void parse_translated(json_t *cb) {
+    kiln_oai_error err;
+    memset(&err, 0, sizeof err);
+    char *txt = json_dumps(cb, JSON_COMPACT);
+    json_decref(cb);
+    if (!txt) abort();
+    kiln_oai_params p;
+    if (kiln_oai_parse(&srv, txt, strlen(txt), 1, &p, &err)) kiln_oai_params_free(&p);
+    else if (err.http < 400 || err.http > 599 || !err.msg[0]) abort();
+    free(txt);
+}
+
 /* data as an Anthropic Messages body (and a count_tokens one): translated, then parsed as the chat
  * completion it becomes; every refusal says why. */
 static void anthropic(const uint8_t *data, size_t size) {
@@ -104,13 +117,7 @@ static void anthropic(const uint8_t *data, size_t size) {
             json_decref(kiln_anthropic_error_json(&err));
             continue;
         }
-        char *txt = json_dumps(cb, JSON_COMPACT);
-        json_decref(cb);
-        if (!txt) abort();
-        kiln_oai_params p;
-        if (kiln_oai_parse(&srv, txt, strlen(txt), 1, &p, &err)) kiln_oai_params_free(&p);
-        else if (err.http < 400 || err.http > 599 || !err.msg[0]) abort();
-        free(txt);
+        parse_translated(cb);
     }
 }
 
@@ -127,13 +134,7 @@ static void responses(const uint8_t *data, size_t size) {
         kiln_resp_free(&x);
         return;
     }
-    char *txt = json_dumps(cb, JSON_COMPACT);
-    json_decref(cb);
-    if (!txt) abort();
-    kiln_oai_params p;
-    if (kiln_oai_parse(&srv, txt, strlen(txt), 1, &p, &err)) kiln_oai_params_free(&p);
-    else if (err.http < 400 || err.http > 599 || !err.msg[0]) abort();
-    free(txt);
+    parse_translated(cb);
     json_t *o = kiln_resp_object(&x, NULL, kiln_resp_items(NULL, json_null(), NULL), NULL);
     if (!json_is_object(o) || json_array_size(json_object_get(o, "output")) != 1) abort();
     json_decref(o);

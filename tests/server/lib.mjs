@@ -6,6 +6,7 @@
 // Open MPI's orte_abort_on_non_zero_status off, so that a lost rank is kiln's to report, docs/SCALE.md).
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
 
@@ -123,4 +124,18 @@ export function makeTokenizerModel(dir, name, tokDir, template = null, vocab = 1
   for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(tokDir, f), path.join(m, f));
   if (template) fs.copyFileSync(template, path.join(m, 'chat_template.jinja'));
   return m;
+}
+
+// The tiny GLM-4.6-templated model of the tool-calling API suites (anthropic, responses): the
+// DeepSeek-V3 tokenizer's files and glm-4.6.jinja from $SHARED in a fresh temporary directory
+// (prefix), or the suite is skipped (exit 77) where $SHARED lacks them. Returns { dir, model }.
+export function glmTemplatedModel(prefix) {
+  const tok = path.join(SHARED, 'tokenizers', 'deepseek-v3');
+  const tpl = path.join(SHARED, 'tokenizers', 'templates', 'glm-4.6.jinja');
+  if (!fs.existsSync(path.join(tok, 'tokenizer.json')) || !fs.existsSync(tpl)) {
+    console.log('SKIP: no $SHARED/tokenizers/deepseek-v3 or templates');
+    process.exit(77);
+  }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  return { dir, model: makeTokenizerModel(dir, 'glm', tok, tpl) };
 }

@@ -10,24 +10,9 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { spawnSync } from 'node:child_process';
-import { startServer, client, raw, KILN, SHARED } from './lib.mjs';
+import { startServer, client, raw, glmTemplatedModel } from './lib.mjs';
 
-const TOK = path.join(SHARED, 'tokenizers', 'deepseek-v3');
-const TPL = path.join(SHARED, 'tokenizers', 'templates');
-if (!fs.existsSync(path.join(TOK, 'tokenizer.json')) || !fs.existsSync(path.join(TPL, 'glm-4.6.jinja'))) {
-  console.log('SKIP: no $SHARED/tokenizers/deepseek-v3 or templates');
-  process.exit(77);
-}
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-responses-'));
-const model = path.join(dir, 'glm');
-const mk = spawnSync(KILN, ['mkmodel', '--arch', 'llama', '--dim', '32', '--ffn', '64', '--layers', '1', '--heads', '2', '--kv-heads', '1',
-  '--vocab', '129280', '--seq', '2048', model], { encoding: 'utf8' });
-assert.equal(mk.status, 0, mk.stderr);
-for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(TOK, f), path.join(model, f));
-fs.copyFileSync(path.join(TPL, 'glm-4.6.jinja'), path.join(model, 'chat_template.jinja'));
+const { dir, model } = glmTemplatedModel('kiln-responses-');
 
 const CALL_OUT = '<think>I should look the weather up.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n'
   + '<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>';
