@@ -5,7 +5,9 @@
 // in strict mode the hit request fails with 500 `kv_integrity` and the server keeps serving.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, client, kilnRun, waitMetrics, metrics, MODEL_ID } from './lib.mjs';
+import fs from 'node:fs';
+import path from 'node:path';
+import { startServer, client, kilnRun, waitMetrics, metrics, MODEL, MODEL_ID } from './lib.mjs';
 
 const prompts = ['Once upon a time', 'Lily had a red ball. One day', 'Tom went to the park with his dog. The dog', 'The sun was hot and the bird'];
 
@@ -65,6 +67,31 @@ test('strict: the request that meets a bad page fails with kv_integrity, the ser
     assert.equal(ok, prompts.length - 1);
     const m = await waitMetrics(srv, (x) => x['kiln_kv_pages_used'] === 0);
     assert.equal(m['kiln_kv_integrity_strict_failures_total'], 1);
+  } finally {
+    assert.equal(await srv.stop(), 0);
+  }
+});
+
+// (one process only: under --tp, tests/dist/test_tp_serve.sh, a scored prompt is refused, docs/SERVER.md)
+test('heal: a scored prompt (echo + logprobs) keeps llama2.c\'s log-probabilities under injected faults', { skip: +(process.env.KILN_SERVE_TP || 1) > 1 }, async () => {
+  // 16-token steps: the 200-token prompt is scored over 13 steps while faults land every other step;
+  // a step that meets a bad page is recomputed after the heal, and only verified steps' rows count
+  const srv = await start(['--step-tokens', '16', '--inject-kv-faults', 'bitflip=3,wrongpage=2,stale=2,every=2']);
+  try {
+    const E = path.join(MODEL, 'expected');
+    const ids = fs.readFileSync(path.join(E, 'greedy_tokens.txt'), 'utf8').split('\n').filter((l) => /^\d/.test(l)).map((l) => +l.split(/\s+/)[1]).slice(0, 200);
+    const buf = fs.readFileSync(path.join(E, 'greedy_logits_f32.bin'));
+    const L = new Float32Array(buf.buffer, buf.byteOffset, buf.length / 4);
+    const r = await client(srv).completions.create({ model: MODEL_ID, prompt: ids, echo: true, logprobs: 1, max_tokens: 0 });
+    const lp = r.choices[0].logprobs.token_logprobs;
+    for (let i = 1; i < ids.length; i++) {
+      const row = Array.from(L.subarray((i - 1) * 512, i * 512)), mx = Math.max(...row);
+      const want = row[ids[i]] - mx - Math.log(row.reduce((a, x) => a + Math.exp(x - mx), 0));
+      assert.ok(Math.abs(lp[i] - want) < 1e-4, `position ${i}: ${lp[i]} vs llama2.c ${want}`);
+    }
+    const m = await waitMetrics(srv, (x) => x['kiln_kv_pages_used'] === 0);
+    assert.ok(m['kiln_kv_integrity_injected_faults_total'] >= 3, 'faults were injected');
+    assert.ok(m['kiln_kv_integrity_heals_total'] > 0, 'and healed');
   } finally {
     assert.equal(await srv.stop(), 0);
   }
