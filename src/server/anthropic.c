@@ -3,7 +3,8 @@
  * assistant; content a string or text / tool_use / tool_result / thinking blocks) are required;
  * system is a string or text blocks; stop_sequences strings; temperature 0–1; tools
  * {name, description?, input_schema}; tool_choice {type: auto | any | tool | none, name?,
- * disable_parallel_tool_use?}; thinking {type: enabled | disabled | adaptive}. Errors name the
+ * disable_parallel_tool_use?}; thinking {type: enabled | disabled | adaptive}; a final assistant
+ * message with text is a prefill the answer continues (continue_final_message). Errors name the
  * Anthropic parameter (messages.N.content.M …) the way Anthropic's own do. */
 #include "server/anthropic.h"
 #include <stdio.h>
@@ -168,6 +169,14 @@ int kiln_anthropic_request(kiln_server *s, const char *body, size_t len, int cou
     size_t i;
     json_t *m;
     json_array_foreach(am, i, m) if (!convert_message(m, i, msgs, err)) goto done;
+    /* a final assistant message with text is a prefill: the answer continues it (Anthropic's
+     * semantics; the chat completion's continue_final_message) */
+    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    json_t *lc = json_object_get(last, "content");
+    const char *lr = json_string_value(json_object_get(last, "role"));
+    if (lr && strcmp(lr, "assistant") == 0 && json_is_string(lc) && json_string_length(lc) &&
+        !json_object_get(last, "tool_calls"))
+        json_object_set_new(r, "continue_final_message", json_true());
     /* sampling */
     json_t *v;
     if ((v = json_object_get(o, "temperature")) && !json_is_null(v)) {

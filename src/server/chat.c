@@ -2,10 +2,12 @@
  *
  * A model that ships a chat template (chat_template.jinja, tokenizer_config.json "chat_template",
  * GGUF tokenizer.chat_template) is rendered with it through kiln_chat_render (kiln.h: Hugging Face
- * apply_chat_template semantics, add_generation_prompt = true, the request's chat_template_kwargs
- * as extra variables). Checkpoints without one use the built-in plain template (docs/SERVER.md):
+ * apply_chat_template semantics, add_generation_prompt as the request says (default true), the
+ * request's chat_template_kwargs as extra variables; continue_final_message cuts the text after the
+ * final message, as Hugging Face does). Checkpoints without one use the built-in plain template
+ * (docs/SERVER.md):
  *     for each message:  "<role>: <content>\n"
- *     then:              "assistant:"
+ *     then:              "assistant:"       (add_generation_prompt)
  * Validation (roles, content types, tool calls) is the same either way and runs first. The
  * request's tools go to the template as `tools`; assistant tool calls' JSON-string arguments are
  * parsed into objects first (vLLM does the same: GLM's template iterates them).
@@ -61,7 +63,7 @@ static int parse_call_arguments(json_t *norm, kiln_oai_error *err) {
     return 1;
 }
 
-static int render_model_template(kiln_server *s, json_t *messages, json_t *tools, json_t *kwargs, kiln_sbuf *out, kiln_oai_error *err) {
+static int render_model_template(kiln_server *s, json_t *messages, json_t *tools, json_t *kwargs, int add_gen, kiln_sbuf *out, kiln_oai_error *err) {
     /* text parts become one string (templates expect string content; parts are concatenated) */
     json_t *norm = json_deep_copy(messages);
     if (norm && !parse_call_arguments(norm, err)) { json_decref(norm); return 0; }
@@ -85,7 +87,7 @@ static int render_model_template(kiln_server *s, json_t *messages, json_t *tools
         json_decref(norm); free(msgs); free(extra); free(tl);
         return kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
     }
-    kiln_status st = kiln_chat_render(s->m, msgs, tl, 1, extra, &text);
+    kiln_status st = kiln_chat_render(s->m, msgs, tl, add_gen, extra, &text);
     json_decref(norm);
     free(msgs);
     free(extra);
@@ -96,7 +98,45 @@ static int render_model_template(kiln_server *s, json_t *messages, json_t *tools
     return 1;
 }
 
-int kiln_server_render_chat(kiln_server *s, json_t *messages, json_t *tools, json_t *kwargs, kiln_sbuf *out, int *templated, kiln_oai_error *err) {
+static int is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v'; }
+
+/* continue_final_message: the rendered chat cut right after the final message's text, as Hugging
+ * Face's apply_chat_template(continue_final_message=True) cuts it (and vLLM with it): at the last
+ * occurrence of that text stripped of surrounding whitespace, keeping its trailing whitespace only
+ * where the template kept it. The text is the message's content (its text parts concatenated). */
+static int cut_after_final(json_t *messages, kiln_sbuf *out, kiln_oai_error *err) {
+    json_t *c = json_object_get(json_array_get(messages, json_array_size(messages) - 1), "content");
+    kiln_sbuf fin = {0};
+    if (json_is_string(c)) kiln_sbuf_put(&fin, json_string_value(c), json_string_length(c));
+    for (size_t k = 0; json_is_array(c) && k < json_array_size(c); k++) {
+        json_t *tx = json_object_get(json_array_get(c, k), "text");
+        kiln_sbuf_put(&fin, json_string_value(tx), json_string_length(tx));
+    }
+    const char *f = fin.p ? fin.p : "";
+    size_t a = 0, b = fin.len;
+    while (a < b && is_space(f[a])) a++;
+    while (b > a && is_space(f[b - 1])) b--;
+    const char *hay = out->p ? out->p : "";
+    if (b == a) { /* (an empty text is found at the very end: nothing is cut) */
+        kiln_sbuf_free(&fin);
+        return 1;
+    }
+    const char *loc = NULL;
+    for (const char *q = hay; (q = memmem(q, out->len - (size_t)(q - hay), f + a, b - a)) != NULL; q++) loc = q;
+    if (!loc) {
+        kiln_sbuf_free(&fin);
+        return kiln_oai_fail(err, 400, "invalid_request_error", "continue_final_message", "invalid_value",
+                             "continue_final_message: the final message's text does not appear in the rendered chat");
+    }
+    /* the whole text (no leading whitespace) where the template kept it, else the stripped one */
+    const size_t at = (size_t)(loc - hay);
+    out->len = a == 0 && at + fin.len <= out->len && memcmp(loc, f, fin.len) == 0 ? at + fin.len : at + (b - a);
+    kiln_sbuf_free(&fin);
+    return 1;
+}
+
+int kiln_server_render_chat(kiln_server *s, json_t *messages, json_t *tools, json_t *kwargs, int add_gen, int cont, kiln_sbuf *out, int *templated,
+                            kiln_oai_error *err) {
     char param[64];
     *templated = 0;
     size_t n = json_array_size(messages);
@@ -141,13 +181,13 @@ int kiln_server_render_chat(kiln_server *s, json_t *messages, json_t *tools, jso
         }
         kiln_sbuf_puts(out, "\n");
     }
-    kiln_sbuf_puts(out, "assistant:");
+    if (add_gen) kiln_sbuf_puts(out, "assistant:");
     if (s->has_template) {
         out->len = 0;
         *templated = 1;
-        return render_model_template(s, messages, tools, kwargs, out, err);
+        if (!render_model_template(s, messages, tools, kwargs, add_gen, out, err)) return 0;
     }
-    return 1;
+    return cont ? cut_after_final(messages, out, err) : 1;
 }
 
 kiln_status kiln_server_choose_parsers(kiln_server *s, const kiln_server_options *so) {

@@ -331,7 +331,7 @@ static void note_ignored(json_t *o, kiln_oai_params *p) {
         "stream_options", "stop", "stop_token_ids", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
         "logprobs", "top_logprobs", "ignore_eos", "skip_special_tokens", "chat_template_kwargs", "tools", "tool_choice",
         "parallel_tool_calls", "response_format", "echo", "best_of", "suffix", "functions", "function_call", "audio", "prediction",
-        "speculative", "prompt_logprobs", NULL};
+        "speculative", "prompt_logprobs", "add_generation_prompt", "continue_final_message", NULL};
     p->ignored[0] = 0;
     size_t at = 0;
     const char *k;
@@ -602,7 +602,18 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
         if (p->tool_json) p->reasoning = KILN_REASONING_NONE; /* the arguments start at the first token */
         kiln_sbuf text = {0};
         int templated = 0;
-        int rok = kiln_server_render_chat(s, msgs, p->tools, kw, &text, &templated, err);
+        /* vLLM's add_generation_prompt (default true) and continue_final_message (default false):
+         * the assistant's turn opened for the answer, or the final message continued (a prefill) */
+        int add_gen = 1, cont = 0;
+        if (!opt_bool(o, "add_generation_prompt", &add_gen, &present, err)) goto out;
+        if (!present) add_gen = 1;
+        if (!opt_bool(o, "continue_final_message", &cont, &present, err)) goto out;
+        if (cont && add_gen && present && json_is_true(json_object_get(o, "add_generation_prompt"))) {
+            BADC("continue_final_message", "invalid_value", "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+            goto out;
+        }
+        if (cont) add_gen = 0;
+        int rok = kiln_server_render_chat(s, msgs, p->tools, kw, add_gen, cont, &text, &templated, err);
         if (rok && text.oom) rok = kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
         p->think_opened = templated && kiln_prompt_opens_think(text.p ? text.p : "", text.len);
         if (rok && !(p->prompts = calloc(1, sizeof *p->prompts))) rok = kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");

@@ -1387,6 +1387,9 @@ static enum MHD_Result handle_tokenize(conn *c) {
         json_t *t = json_object_get(o, "tools"), *kw = json_object_get(o, "chat_template_kwargs");
         if (t) json_object_set(body, "tools", t);
         if (kw) json_object_set(body, "chat_template_kwargs", kw);
+        static const char *const rendering[] = {"add_generation_prompt", "continue_final_message", NULL}; /* (vLLM's /tokenize takes them too) */
+        for (int i = 0; rendering[i]; i++)
+            if (json_object_get(o, rendering[i])) json_object_set(body, rendering[i], json_object_get(o, rendering[i]));
         char *txt = json_dumps(body, JSON_COMPACT);
         json_decref(body);
         kiln_oai_params p;

@@ -123,8 +123,10 @@ void kiln_oai_params_free(kiln_oai_params *p);
 /* Renders chat messages to prompt text (chat.c): the model's own chat template when it has one
  * (*templated = 1: the text holds its special tokens and BOS, encode with add_bos 0 and special
  * tokens parsed), else the built-in plain template (*templated = 0). kwargs: the request's
- * chat_template_kwargs object or NULL. */
-int kiln_server_render_chat(kiln_server *s, json_t *messages, json_t *tools, json_t *kwargs, kiln_sbuf *out, int *templated, kiln_oai_error *err);
+ * chat_template_kwargs object or NULL; add_gen: add_generation_prompt; cont:
+ * continue_final_message (the text ends right after the final message's, for the model to go on). */
+int kiln_server_render_chat(kiln_server *s, json_t *messages, json_t *tools, json_t *kwargs, int add_gen, int cont, kiln_sbuf *out, int *templated,
+                            kiln_oai_error *err);
 /* Sets s's parsers from so (tool_parser / reasoning_parser, "auto" = from the chat template) and
  * the summary note; KILN_ERR_INVALID_ARG naming an unknown parser. */
 kiln_status kiln_server_choose_parsers(kiln_server *s, const kiln_server_options *so);

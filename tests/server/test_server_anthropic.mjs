@@ -104,6 +104,18 @@ test('stop_sequences, max_tokens, thinking disabled', async () => {
   assert.ok(off.content[0].text.startsWith('<think>Sunny.</think>'));
 });
 
+test('a final assistant message is a prefill: the prompt continues it (continue_final_message)', async () => {
+  const msgs = [...MSGS, { role: 'assistant', content: 'It will be' }];
+  const m = await anthropic(sAnswer).messages.create({ model: 'glm-tiny', max_tokens: 50, messages: msgs, thinking: { type: 'disabled' } });
+  const cont = await client(sAnswer, KEY).chat.completions.create({ model: 'glm-tiny', messages: msgs, continue_final_message: true, max_tokens: 1,
+    chat_template_kwargs: { enable_thinking: false, thinking: false } });
+  const closed = await client(sAnswer, KEY).chat.completions.create({ model: 'glm-tiny', messages: msgs, max_tokens: 1,
+    chat_template_kwargs: { enable_thinking: false, thinking: false } });
+  assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens, cont.usage.prompt_tokens, 'the prompt ends inside the assistant turn');
+  assert.notEqual(cont.usage.prompt_tokens, closed.usage.prompt_tokens);
+  assert.equal(m.content[0].text, ANSWER_OUT, 'the answer is the generated continuation alone (the prefill is not repeated)');
+});
+
 test('authentication and errors in Anthropic\'s shape', async () => {
   await assert.rejects(anthropic(sCall, 'wrong').messages.create({ model: 'glm-tiny', max_tokens: 5, messages: MSGS }),
     (e) => e.status === 401 && e.error?.type === 'error' && e.error.error.type === 'authentication_error');

@@ -39,10 +39,16 @@ def raise_exception(m): raise Exception(m)
 env.globals['raise_exception'] = raise_exception
 kw = dict(messages=json.loads(sys.argv[2]), add_generation_prompt=True, bos_token=cfg.get('bos_token'), eos_token=cfg.get('eos_token'))
 kw.update(json.loads(sys.argv[3]))
-sys.stdout.write(env.from_string(cfg['chat_template']).render(**kw))
+out = env.from_string(cfg['chat_template']).render(**kw)
+if len(sys.argv) > 4:  # continue_final_message, as transformers' apply_chat_template cuts the text
+    final = kw['messages'][-1]['content']
+    loc = out.rindex(final.strip())
+    out = out[:loc + len(final.lstrip())] if out[loc:loc + len(final.lstrip())] == final else out[:loc + len(final.strip())]
+sys.stdout.write(out)
 `;
-function referenceIds(messages, kwargs = {}) {
-  const r = spawnSync(PY, ['-c', RENDER, path.join(TOK, 'tokenizer_config.json'), JSON.stringify(messages), JSON.stringify(kwargs)], { encoding: 'utf8' });
+function referenceIds(messages, kwargs = {}, cont = false) {
+  const r = spawnSync(PY, ['-c', RENDER, path.join(TOK, 'tokenizer_config.json'), JSON.stringify(messages), JSON.stringify(kwargs), ...(cont ? ['cont'] : [])],
+    { encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   return tok.encode(r.stdout, { add_special_tokens: false }).ids;
 }
@@ -92,4 +98,26 @@ test('enable_thinking changes the rendered prompt as the template says', async (
 test('chat_template_kwargs must be an object', async () => {
   await assert.rejects(ai.chat.completions.create({ model: 'q', messages: [{ role: 'user', content: 'x' }], chat_template_kwargs: 5 }),
     (e) => e.status === 400 && e.param === 'chat_template_kwargs');
+});
+
+test('add_generation_prompt false and continue_final_message (a prefill) render as transformers does', async () => {
+  const tokenize = async (body) => {
+    const r = await fetch(`${srv.url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'q', ...body }) });
+    assert.equal(r.status, 200);
+    return (await r.json()).tokens;
+  };
+  const user = [{ role: 'user', content: 'Tell me a story.' }];
+  assert.deepEqual(await tokenize({ messages: user, add_generation_prompt: false }), referenceIds(user, { add_generation_prompt: false }));
+  for (const pre of ['Once upon a time', 'Once upon a time, ', '  Sure:\n']) {
+    const msgs = [...user, { role: 'assistant', content: pre }];
+    const ids = referenceIds(msgs, { add_generation_prompt: false }, true);
+    assert.deepEqual(await tokenize({ messages: msgs, continue_final_message: true, add_generation_prompt: false }), ids, JSON.stringify(pre));
+    // the chat continues from there: its output is the greedy completion of those ids
+    const chat = await ai.chat.completions.create({ model: 'q', messages: msgs, continue_final_message: true, max_tokens: 5, temperature: 0 });
+    assert.equal(chat.usage.prompt_tokens, ids.length);
+    const comp = await ai.completions.create({ model: 'q', prompt: ids, max_tokens: 5, temperature: 0 });
+    assert.equal(chat.choices[0].message.content, comp.choices[0].text);
+  }
+  await assert.rejects(ai.chat.completions.create({ model: 'q', messages: user, continue_final_message: true, add_generation_prompt: true, max_tokens: 1 }),
+    (e) => e.status === 400 && e.param === 'continue_final_message');
 });
