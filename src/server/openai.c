@@ -100,11 +100,7 @@ static int neutral_only(json_t *o, kiln_oai_error *err, int chat) {
     v = json_object_get(o, "response_format");
     if (!chat && v && !json_is_null(v))
         return BADC("response_format", "unsupported_parameter", "response_format is a chat completions parameter");
-    if (chat) { /* (vLLM's chat echo, the last message repeated, is not done) */
-        int b, present;
-        if (!opt_bool(o, "echo", &b, &present, err)) return 0;
-        if (present && b) return BADC("echo", "unsupported_parameter", "'echo' is a completions parameter; chat completions do not support it");
-    } else {
+    if (!chat) {
         int present;
         long long bo;
         if (!opt_int(o, "best_of", 1, 1, &bo, &present, err)) return 0;
@@ -613,6 +609,24 @@ int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_
             goto out;
         }
         if (cont) add_gen = 0;
+        /* echo (vLLM's chat echo): a final assistant message's text goes before the answer's
+         * content (with continue_final_message: the whole assistant turn comes back) */
+        int echo = 0;
+        if (!opt_bool(o, "echo", &echo, &present, err)) goto out;
+        json_t *fin = json_array_get(msgs, json_array_size(msgs) - 1);
+        if (echo && json_is_object(fin) && json_is_string(json_object_get(fin, "role")) && strcmp(json_string_value(json_object_get(fin, "role")), "assistant") == 0) {
+            json_t *fc = json_object_get(fin, "content");
+            kiln_sbuf e = {0};
+            if (json_is_string(fc)) kiln_sbuf_put(&e, json_string_value(fc), json_string_length(fc));
+            for (size_t k = 0; json_is_array(fc) && k < json_array_size(fc); k++) { /* (vLLM joins text parts with newlines here) */
+                json_t *tx = json_object_get(json_array_get(fc, k), "text");
+                if (k) kiln_sbuf_put(&e, "\n", 1);
+                kiln_sbuf_put(&e, json_string_value(tx), json_string_length(tx));
+            }
+            if (e.oom) { kiln_sbuf_free(&e); kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
+            p->chat_echo = e.p ? e.p : strdup("");
+            p->chat_echo_len = e.len;
+        }
         int rok = kiln_server_render_chat(s, msgs, p->tools, kw, add_gen, cont, &text, &templated, err);
         if (rok && text.oom) rok = kiln_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
         p->think_opened = templated && kiln_prompt_opens_think(text.p ? text.p : "", text.len);
@@ -661,6 +675,8 @@ void kiln_oai_params_free(kiln_oai_params *p) {
     }
     free(p->prompts);
     p->prompts = NULL;
+    free(p->chat_echo);
+    p->chat_echo = NULL;
     p->n_prompts = 0;
     free(p->bias_ids);
     free(p->bias_vals);

@@ -883,6 +883,15 @@ static enum MHD_Result run_blocking(conn *c) {
             else json_object_set_new(ch, "text", t);
         }
         kiln_sbuf_free(&text);
+        json_t *msg = json_object_get(ch, "message");
+        if (c->p.chat_echo && msg) { /* chat echo: the final assistant message's text first */
+            json_t *ct = json_object_get(msg, "content");
+            kiln_sbuf e = {0};
+            kiln_sbuf_put(&e, c->p.chat_echo, c->p.chat_echo_len);
+            if (json_is_string(ct)) kiln_sbuf_put(&e, json_string_value(ct), json_string_length(ct));
+            json_object_set_new(msg, "content", json_stringn(e.p ? e.p : "", e.len));
+            kiln_sbuf_free(&e);
+        }
         json_object_set_new(ch, "logprobs", h->lp ? json_incref(h->lp) : json_null());
         if (c->p.prompt_logprobs >= 0 && !c->p.chat) json_object_set_new(ch, "prompt_logprobs", prompt_logprobs_json(c, h->pi));
         json_object_set_new(ch, "finish_reason", json_string(finish_of(c, h)));
@@ -1108,7 +1117,10 @@ static int stream_produce(conn *c) {
     if (!c->stream_started) {
         c->stream_started = 1;
         if (c->p.chat) {
-            for (int i = 0; i < c->n_ch; i++) sse(c, chunk(c, i, "", 0, NULL, NULL, 1));
+            for (int i = 0; i < c->n_ch; i++) {
+                sse(c, chunk(c, i, "", 0, NULL, NULL, 1));
+                if (c->p.chat_echo_len) sse(c, chunk(c, i, c->p.chat_echo, c->p.chat_echo_len, NULL, NULL, 0)); /* chat echo */
+            }
             return 0;
         }
     }

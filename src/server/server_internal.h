@@ -91,6 +91,8 @@ typedef struct kiln_oai_params {
     int top_logprobs;         /* alternatives per token (0..20) */
     int echo;                 /* completions: the prompt precedes the completion (text and logprobs) */
     int prompt_logprobs;      /* vLLM's prompt_logprobs: -1 none, else the alternatives per prompt position */
+    char *chat_echo;          /* chat echo (vLLM): the final assistant message's text, put before the answer's content (NULL: none) */
+    size_t chat_echo_len;
     int32_t *bias_ids;        /* logit_bias (sp.logit_bias_ids / sp.logit_bias point here) */
     float *bias_vals;
     /* chat: tools and reasoning (chat_output.h) */

@@ -129,7 +129,7 @@ test('echo with n = 2: every choice carries the prompt and its logprobs', async 
   assert.equal(r.usage.completion_tokens, 6);
 });
 
-test('echo errors: max_tokens 0 needs echo; values are checked; chat has no echo', async () => {
+test('echo errors: max_tokens 0 needs echo; values are checked', async () => {
   let r = await raw(srv, '/v1/completions', { body: JSON.stringify({ model: MODEL_ID, prompt: 'Hi', max_tokens: 0 }) });
   assert.equal(r.status, 400);
   assert.equal(r.json.error.param, 'max_tokens');
@@ -139,7 +139,7 @@ test('echo errors: max_tokens 0 needs echo; values are checked; chat has no echo
   r = await raw(srv, '/v1/completions', { body: JSON.stringify({ model: MODEL_ID, prompt: 'Hi', echo: true, max_tokens: -1 }) });
   assert.equal(r.status, 400);
   assert.equal(r.json.error.param, 'max_tokens');
-  r = await raw(srv, '/v1/chat/completions', { body: JSON.stringify({ model: MODEL_ID, messages: [{ role: 'user', content: 'Hi' }], echo: true }) });
+  r = await raw(srv, '/v1/chat/completions', { body: JSON.stringify({ model: MODEL_ID, messages: [{ role: 'user', content: 'Hi' }], echo: 1 }) });
   assert.equal(r.status, 400);
   assert.equal(r.json.error.param, 'echo');
   const h = await raw(srv, '/health', { method: 'GET' });
@@ -226,4 +226,20 @@ test('vLLM prompt_logprobs: each prompt token with its logprob and rank, and the
   const st = await raw(srv, '/v1/completions', { body: JSON.stringify({ model: MODEL_ID, prompt: 'Hi', stream: true, prompt_logprobs: 1 }) });
   assert.equal(st.status, 400);
   assert.equal(st.json.error.param, 'prompt_logprobs');
+});
+
+test('chat echo (vLLM): a final assistant message comes back before the answer; with continue_final_message, the whole turn', async () => {
+  const messages = [{ role: 'user', content: 'Tell me a story' }, { role: 'assistant', content: 'Once upon a time' }];
+  const req = { model: MODEL_ID, messages, continue_final_message: true, max_tokens: 12, temperature: 0 };
+  const plain = (await ai.chat.completions.create(req)).choices[0].message.content;
+  const echoed = (await ai.chat.completions.create({ ...req, echo: true })).choices[0].message.content;
+  assert.equal(echoed, 'Once upon a time' + plain);
+  let streamed = '';
+  for await (const ch of await ai.chat.completions.create({ ...req, echo: true, stream: true })) streamed += ch.choices[0]?.delta?.content ?? '';
+  assert.equal(streamed, echoed);
+  // the final message is not the assistant's: nothing to echo
+  const user = [{ role: 'user', content: 'Tell me a story' }];
+  const a = await ai.chat.completions.create({ model: MODEL_ID, messages: user, max_tokens: 6, temperature: 0 });
+  const b = await ai.chat.completions.create({ model: MODEL_ID, messages: user, max_tokens: 6, temperature: 0, echo: true });
+  assert.equal(b.choices[0].message.content, a.choices[0].message.content);
 });
