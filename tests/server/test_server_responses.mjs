@@ -121,6 +121,19 @@ test('max_output_tokens, reasoning.effort none, text.format json_schema', async 
   assert.equal(js.text.format.type, 'json_schema');
 });
 
+test('tool_choice naming the function: one function_call item with the constrained arguments, whole and streamed', async () => {
+  const ai = client(sJson, KEY);
+  const req = { model: 'glm-tiny', input: INPUT, tools: TOOLS, tool_choice: { type: 'function', name: 'get_weather' } };
+  const r = await ai.responses.create(req);
+  assert.deepEqual(r.output.map((o) => o.type), ['function_call']);
+  assert.equal(r.output[0].name, 'get_weather');
+  assert.deepEqual(JSON.parse(r.output[0].arguments), { city: 'Paris', days: 2 });
+  assert.deepEqual(r.tool_choice, { type: 'function', name: 'get_weather' }, 'the request\'s tool_choice repeated');
+  const s = await ai.responses.stream(req).finalResponse();
+  assert.deepEqual(s.output.map((o) => o.type), ['function_call']);
+  assert.equal(s.output[0].arguments, r.output[0].arguments);
+});
+
 test('errors name the parameter; the server keeps serving', async () => {
   await assert.rejects(client(sCall, 'wrong').responses.create({ model: 'glm-tiny', input: 'x' }), (e) => e.status === 401);
   const bad = [
