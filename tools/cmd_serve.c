@@ -54,7 +54,8 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
         } else if (p) so->api_key = *key_owned;
         return 1;
     }
-    if (strcmp(k, "--model-name") == 0) { so->model_name = cli_value(a); return 1; }
+    /* (--served-model-name: vLLM's spelling; --alias: llama.cpp's) */
+    if (!strcmp(k, "--model-name") || !strcmp(k, "--served-model-name") || !strcmp(k, "--alias")) { so->model_name = cli_value(a); return 1; }
     if (strcmp(k, "--max-batch") == 0) { if (cli_long(a, k, cli_value(a), 1, 4096, &v)) so->max_batch = (int)v; return 1; }
     if (strcmp(k, "--max-queue") == 0) { if (cli_long(a, k, cli_value(a), 0, 1 << 20, &v)) so->max_queue = (int)v; return 1; }
     if (strcmp(k, "--step-tokens") == 0) { if (cli_long(a, k, cli_value(a), 1, 1 << 16, &v)) so->step_tokens = (int)v; return 1; }
@@ -90,7 +91,7 @@ static int server_option(args_t *a, kiln_server_options *so, char **key_owned) {
 }
 
 #define SERVE_USAGE \
-    "usage: kiln serve MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY | --api-key-file FILE] [--model-name NAME]\n" \
+    "usage: kiln serve MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY | --api-key-file FILE] [--model-name NAME (also --served-model-name, --alias)]\n" \
     "         [--max-batch 32] [--max-queue 64] [--step-tokens 256] [--no-prefix-cache] [--max-body 1M]\n" \
     "         [--request-timeout 600] [--shutdown-grace 10] [--max-connections 512] [--max-conn-per-ip 64]\n" \
     "         [--header-timeout 30] [--body-timeout 60] [--http-threads 4]\n" \

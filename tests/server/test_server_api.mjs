@@ -167,3 +167,17 @@ test('byte-fallback tokens: streaming and non-streaming give the same valid text
   // (the seeds were picked for this sampler; if it changes they may stop producing byte tokens)
   console.log(`# lone byte tokens in the samples: ${lone}`);
 });
+
+test('--served-model-name (vLLM) and --alias (llama.cpp) name the served model as --model-name does', async () => {
+  for (const opt of ['--served-model-name', '--alias']) {
+    const other = await startServer([opt, 'my-model']);
+    try {
+      const list = await client(other).models.list();
+      assert.deepEqual(list.data.map((m) => m.id), ['my-model']);
+      const r = await client(other).completions.create({ model: 'my-model', prompt: 'Hi', max_tokens: 2, temperature: 0 });
+      assert.equal(r.model, 'my-model');
+    } finally {
+      assert.equal(await other.stop(), 0);
+    }
+  }
+});
