@@ -784,10 +784,6 @@ static int32_t pick_token(kiln_engine *e, kiln_req *r, float *lg) {
     return tok;
 }
 
-/* Samples r's next token from its logits row and publishes it; returns the finish reason.
- * draft >= 0: speculative decoding — the token is the verification of that drafted token
- * (kiln_sample_verify_applied: the draft kept or replaced by the rejection rule), *accepted says
- * which. */
 /* log Σ exp(lg[0..V)) (the log-softmax's normalizer) and, for K > 0, the K most likely ids (ties
  * to the lower id) with their log-probabilities into tids / tlp [K]. */
 static float log_softmax_top(const float *lg, int V, int K, int32_t *tids, float *tlp) {
@@ -807,7 +803,6 @@ static float log_softmax_top(const float *lg, int V, int K, int32_t *tids, float
     return lse;
 }
 
-
 /* Records the prompt log-probabilities of positions pos..pos+c-1 of r from their logits rows
  * lg [c, V] (raw: before any sampler processing); position p scores toks[p + 1]. */
 static void record_plp(kiln_engine *e, kiln_req *r, int pos, int c, const float *lg) {
@@ -825,6 +820,10 @@ static void record_plp(kiln_engine *e, kiln_req *r, int pos, int c, const float 
     }
 }
 
+/* Samples r's next token from its logits row and publishes it; returns the finish reason.
+ * draft >= 0: speculative decoding — the token is the verification of that drafted token
+ * (kiln_sample_verify_applied: the draft kept or replaced by the rejection rule), *accepted says
+ * which. */
 static kiln_finish emit_token(kiln_engine *e, kiln_req *r, float *lg, double now, int32_t draft, int *accepted) {
     int V = e->vocab, K = r->top_logprobs;
     float lp = 0;

@@ -317,6 +317,21 @@ static int parse_speculative(const kiln_server *s, json_t *o, kiln_oai_params *p
     return 1;
 }
 
+void kiln_oai_list_unknown(json_t *o, const char *const *known, char *out, size_t cap) {
+    out[0] = 0;
+    size_t at = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++) ok = strcmp(k, known[i]) == 0;
+        if (ok) continue;
+        int w = snprintf(out + at, cap - at, "%s%.60s", at ? ", " : "", k);
+        if (w < 0 || (size_t)w >= cap - at) { out[at] = 0; break; }
+        at += (size_t)w;
+    }
+}
+
 /* Body fields that change nothing here — unknown ones, and the OpenAI fields kiln accepts without
  * acting on them (user, metadata, store, service_tier, …) — listed for the X-Kiln-Ignored-Fields
  * header, so that a client learns a field it relies on was not applied rather than have it
@@ -328,18 +343,7 @@ static void note_ignored(json_t *o, kiln_oai_params *p) {
         "logprobs", "top_logprobs", "ignore_eos", "skip_special_tokens", "chat_template_kwargs", "tools", "tool_choice",
         "parallel_tool_calls", "response_format", "echo", "best_of", "suffix", "functions", "function_call", "audio", "prediction",
         "speculative", "prompt_logprobs", "add_generation_prompt", "continue_final_message", NULL};
-    p->ignored[0] = 0;
-    size_t at = 0;
-    const char *k;
-    json_t *v;
-    json_object_foreach(o, k, v) {
-        int ok = 0;
-        for (int i = 0; known[i] && !ok; i++) ok = strcmp(k, known[i]) == 0;
-        if (ok) continue;
-        int w = snprintf(p->ignored + at, sizeof p->ignored - at, "%s%.60s", at ? ", " : "", k);
-        if (w < 0 || (size_t)w >= sizeof p->ignored - at) { p->ignored[at] = 0; break; }
-        at += (size_t)w;
-    }
+    kiln_oai_list_unknown(o, known, p->ignored, sizeof p->ignored);
 }
 
 /* tools, tool_choice, parallel_tool_calls (chat). OpenAI's rules: tools is an array of

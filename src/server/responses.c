@@ -153,18 +153,7 @@ static void note_ignored(json_t *o, kiln_resp *x) {
     static const char *const acted[] = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream", "parallel_tool_calls",
                                         "tools", "tool_choice", "text", "reasoning", "previous_response_id", "conversation", "background", "prompt",
                                         "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty", "stop", NULL};
-    size_t at = 0;
-    const char *k;
-    json_t *v;
-    x->ignored[0] = 0;
-    json_object_foreach(o, k, v) {
-        int ok = 0;
-        for (int i = 0; acted[i] && !ok; i++) ok = strcmp(k, acted[i]) == 0;
-        if (ok) continue;
-        int w = snprintf(x->ignored + at, sizeof x->ignored - at, "%s%.60s", at ? ", " : "", k);
-        if (w < 0 || (size_t)w >= sizeof x->ignored - at) { x->ignored[at] = 0; break; }
-        at += (size_t)w;
-    }
+    kiln_oai_list_unknown(o, acted, x->ignored, sizeof x->ignored);
 }
 
 int kiln_responses_request(const char *body, size_t len, kiln_resp *x, json_t **out, kiln_oai_error *err) {

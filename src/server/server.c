@@ -408,6 +408,26 @@ static const char *piece_of(conn *c, int32_t prev, int32_t id, size_t *len, char
     return p;
 }
 
+/* skip_special_tokens: whether token id's piece (len bytes) adds no text, being a special token. */
+static int skipped_special(conn *c, int32_t id, size_t len) {
+    return len && c->p.skip_special && c->s->info.has_tokenizer && kiln_tokenizer_is_special(kiln_model_tokenizer(c->s->m), id);
+}
+
+/* Completions' top_logprobs entry: {piece: logprob} of the K alternatives ids / lps (their pieces
+ * as they read after prev; ids whose pieces coincide share one key, as OpenAI's do). */
+static json_t *top_object(conn *c, int32_t prev, const int32_t *ids, const float *lps, int K) {
+    json_t *tops = json_object();
+    for (int i = 0; i < K; i++) {
+        size_t l;
+        char tmp[32];
+        const char *pp = piece_of(c, prev, ids[i], &l, tmp, sizeof tmp);
+        json_t *key = kiln_json_bytes_string(pp, l);
+        json_object_set_new(tops, json_string_value(key), json_real(lps[i]));
+        json_decref(key);
+    }
+    return tops;
+}
+
 /* The logprobs entry of choice h's event k (chat: one element of "content"; completions: appended
  * to the four parallel arrays of lpobj). */
 static void logprob_entry(conn *c, choice *h, int k, const char *piece, size_t plen, json_t *dst) {
@@ -437,17 +457,8 @@ static void logprob_entry(conn *c, choice *h, int k, const char *piece, size_t p
     } else {
         json_array_append_new(json_object_get(dst, "tokens"), kiln_json_bytes_string(piece, plen));
         json_array_append_new(json_object_get(dst, "token_logprobs"), lpv);
-        json_t *tops = json_object();
-        for (int i = 0; i < K; i++) {
-            int32_t id = r->top_ids[(size_t)k * K + i];
-            size_t l;
-            char tmp[32];
-            const char *pp = piece_of(c, h->prev, id, &l, tmp, sizeof tmp);
-            json_t *key = kiln_json_bytes_string(pp, l);
-            json_object_set_new(tops, json_string_value(key), json_real(r->top_lp[(size_t)k * K + i]));
-            json_decref(key);
-        }
-        json_array_append_new(json_object_get(dst, "top_logprobs"), tops);
+        json_array_append_new(json_object_get(dst, "top_logprobs"),
+                              top_object(c, h->prev, K ? r->top_ids + (size_t)k * K : NULL, K ? r->top_lp + (size_t)k * K : NULL, K));
         json_array_append_new(json_object_get(dst, "text_offset"), json_integer((json_int_t)h->text_offset));
     }
 }
@@ -469,9 +480,7 @@ static int consume_event(conn *c, choice *h, int k, json_t *lp_dst) {
     for (int i = 0; i < c->p.n_stop_ids; i++) eos |= c->p.stop_ids[i] == id;
     if (!eos) piece = piece_of(c, h->prev, id, &len, tmp, sizeof tmp);
     /* skip_special_tokens: special tokens add no text, except the markers an active parser reads */
-    if (!eos && len && c->p.skip_special && c->s->info.has_tokenizer && kiln_tokenizer_is_special(kiln_model_tokenizer(c->s->m), id) &&
-        !(h->co_on && kiln_chat_marker(piece, len)))
-        len = 0;
+    if (!eos && skipped_special(c, id, len) && !(h->co_on && kiln_chat_marker(piece, len))) len = 0;
     if (c->p.logprobs && lp_dst) logprob_entry(c, h, k, piece, len, lp_dst);
     h->text_offset += len;
     h->prev = id;
@@ -530,9 +539,20 @@ static int check_finish(conn *c, choice *h) {
  * them once its prompt's first choice (the one request that scores the prompt) has recorded them
  * (1), or -1 when that one ended without (an error or a cancellation, which its own drain reports);
  * 0 = not yet. */
+/* The request of prompt pi's first choice: the one that scores the prompt and whose cache hits count. */
+static kiln_req *prompt_req(conn *c, int pi) { return c->ch[pi * c->p.n].r; }
+
+/* Prompt tokens r read from the prefix cache (0 before admission). */
+static int cached_of(kiln_req *r) {
+    pthread_mutex_lock(&r->mu);
+    const int n = r->cached_tokens > 0 ? r->cached_tokens : 0;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
 static int echo_state(conn *c, const choice *h) {
     if (!c->p.logprobs) return 1;
-    kiln_req *r = c->ch[h->pi * c->p.n].r;
+    kiln_req *r = prompt_req(c, h->pi);
     pthread_mutex_lock(&r->mu);
     const int st = r->plp_done ? 1 : r->finish != KILN_FINISH_NONE ? -1 : 0;
     pthread_mutex_unlock(&r->mu);
@@ -546,7 +566,7 @@ static int echo_state(conn *c, const choice *h) {
  * number of alternatives). text_offset counts the tokens' bytes from 0. Needs echo_state(c) == 1. */
 static void echo_prompt(conn *c, int pi, kiln_sbuf *text, json_t *lp) {
     const kiln_oai_prompt *q = &c->p.prompts[pi];
-    const kiln_req *r = c->ch[pi * c->p.n].r;
+    const kiln_req *r = prompt_req(c, pi);
     const int K = c->p.top_logprobs, stride = r->prompt_logprobs; /* (the request may hold more alternatives, for prompt_logprobs) */
     size_t off = 0;
     for (int i = 0; i < q->n; i++) {
@@ -554,7 +574,7 @@ static void echo_prompt(conn *c, int pi, kiln_sbuf *text, json_t *lp) {
         size_t len;
         char tmp[32];
         const char *piece = piece_of(c, i ? q->ids[i - 1] : -1, id, &len, tmp, sizeof tmp);
-        if (len && c->p.skip_special && c->s->info.has_tokenizer && kiln_tokenizer_is_special(kiln_model_tokenizer(c->s->m), id)) len = 0;
+        if (skipped_special(c, id, len)) len = 0;
         if (!q->echo_text) kiln_sbuf_put(text, piece, len);
         if (!lp) continue;
         json_array_append_new(json_object_get(lp, "tokens"), kiln_json_bytes_string(piece, len));
@@ -567,17 +587,8 @@ static void echo_prompt(conn *c, int pi, kiln_sbuf *text, json_t *lp) {
         }
         const double v = r->plp[i];
         json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(isfinite(v) ? v : -9999.0));
-        json_t *tops = json_object();
-        for (int k = 0; k < K; k++) {
-            const int32_t t = r->ptop_ids[(size_t)i * stride + k];
-            size_t l;
-            char tb[32];
-            const char *pp = piece_of(c, q->ids[i - 1], t, &l, tb, sizeof tb);
-            json_t *key = kiln_json_bytes_string(pp, l);
-            json_object_set_new(tops, json_string_value(key), json_real(r->ptop_lp[(size_t)i * stride + k]));
-            json_decref(key);
-        }
-        json_array_append_new(json_object_get(lp, "top_logprobs"), tops);
+        json_array_append_new(json_object_get(lp, "top_logprobs"),
+                              top_object(c, q->ids[i - 1], K ? r->ptop_ids + (size_t)i * stride : NULL, K ? r->ptop_lp + (size_t)i * stride : NULL, K));
     }
     if (q->echo_text) kiln_sbuf_put(text, q->echo_text, q->echo_len);
 }
@@ -587,7 +598,7 @@ static void echo_prompt(conn *c, int pi, kiln_sbuf *text, json_t *lp) {
  * prompt_logprobs most likely ones (ranks 1, 2, ...), one entry per id. */
 static json_t *prompt_logprobs_json(conn *c, int pi) {
     const kiln_oai_prompt *q = &c->p.prompts[pi];
-    const kiln_req *r = c->ch[pi * c->p.n].r;
+    const kiln_req *r = prompt_req(c, pi);
     const int K = c->p.prompt_logprobs, stride = r->prompt_logprobs;
     json_t *a = json_array();
     json_array_append_new(a, json_null());
@@ -644,10 +655,7 @@ static int drain_choice(conn *c, choice *h, void (*emit)(conn *, int, choice *, 
 static json_t *usage_json(conn *c) {
     int cached = 0, out = 0, in = 0;
     for (int k = 0; k < c->p.n_prompts; k++) { /* each prompt once (its first choice's cache hits) */
-        kiln_req *r = c->ch[k * c->p.n].r;
-        pthread_mutex_lock(&r->mu);
-        cached += r->cached_tokens > 0 ? r->cached_tokens : 0;
-        pthread_mutex_unlock(&r->mu);
+        cached += cached_of(prompt_req(c, k));
         in += c->p.prompts[k].n;
     }
     int reasoning = 0;
@@ -738,10 +746,7 @@ static json_t *anthropic_tool_use(json_t *call) {
 /* usage: input_tokens excludes the prompt tokens read from the prefix cache (Anthropic counts
  * those as cache_read_input_tokens). */
 static json_t *anthropic_usage(conn *c, int with_input) {
-    int cached;
-    pthread_mutex_lock(&c->ch[0].r->mu);
-    cached = c->ch[0].r->cached_tokens > 0 ? c->ch[0].r->cached_tokens : 0;
-    pthread_mutex_unlock(&c->ch[0].r->mu);
+    const int cached = cached_of(c->ch[0].r);
     if (!with_input) return json_pack("{s:i}", "output_tokens", c->ch[0].n_out);
     return json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", c->p.prompts[0].n - cached, "output_tokens", c->ch[0].n_out, "cache_read_input_tokens", cached,
                      "cache_creation_input_tokens", 0);
@@ -778,10 +783,7 @@ static json_t *anthropic_response(conn *c) {
  * (the reasoning ones in output_tokens_details). */
 static json_t *responses_usage(conn *c) {
     choice *h = &c->ch[0];
-    int cached;
-    pthread_mutex_lock(&h->r->mu);
-    cached = h->r->cached_tokens > 0 ? h->r->cached_tokens : 0;
-    pthread_mutex_unlock(&h->r->mu);
+    const int cached = cached_of(h->r);
     const int in = c->p.prompts[0].n, reasoning = h->co_on && h->co.saw_reasoning ? h->reasoning_tokens : 0;
     return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", in, "input_tokens_details", "cached_tokens", cached, "output_tokens", h->n_out,
                      "output_tokens_details", "reasoning_tokens", reasoning, "total_tokens", in + h->n_out);

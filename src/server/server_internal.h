@@ -118,6 +118,9 @@ enum { KILN_TOOL_CHOICE_AUTO = 0, KILN_TOOL_CHOICE_NONE, KILN_TOOL_CHOICE_REQUIR
 #define KILN_MAX_N 16           /* choices per prompt (n) */
 #define KILN_MAX_PROMPTS 256    /* prompts of one completions request */
 
+/* The names of o's fields not in known (NULL-terminated), comma-separated into out[cap] (cut at a
+ * whole name): what X-Kiln-Ignored-Fields lists. */
+void kiln_oai_list_unknown(json_t *o, const char *const *known, char *out, size_t cap);
 /* Parses and validates a request body (any failure → 0 with *err filled). */
 int kiln_oai_parse(kiln_server *s, const char *body, size_t len, int chat, kiln_oai_params *p, kiln_oai_error *err);
 void kiln_oai_params_free(kiln_oai_params *p);
